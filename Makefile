@@ -1,0 +1,39 @@
+# hpo-orchestrator: `make hpo` (run the default study), `make test`, `make lint`.
+PYTHON ?= python3
+VENV ?= .venv
+PAR ?= 4
+ARGS ?=
+# CPU machines get PyTorch's CPU build (no multi-GB CUDA download). On a GPU machine whose
+# Python already has a CUDA torch, create the venv with VENV_FLAGS=--system-site-packages.
+TORCH_SPEC ?= torch==2.13.0
+VENV_FLAGS ?=
+
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: hpo install test test-gpu lint clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV_FLAGS) $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/python -m pip install -q "$(TORCH_SPEC)"
+	$(BIN)/python -m pip install -q -e ".[dev]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+hpo: $(STAMP)
+	$(BIN)/hpo-orchestrator run scheduler.parallel=$(PAR) $(ARGS)
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not gpu" $(PYTEST_ARGS)
+
+test-gpu: $(STAMP)
+	$(BIN)/python -m pytest -q -m gpu -rs $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(BIN)/ruff check hpo_orchestrator tests scripts
+	$(BIN)/mypy hpo_orchestrator
+
+clean:
+	rm -rf $(VENV) *.egg-info .pytest_cache .ruff_cache .mypy_cache

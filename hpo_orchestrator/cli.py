@@ -1,0 +1,171 @@
+"""Command line: ``hpo-orchestrator run|status``.
+
+The one place that turns an HpoError into ``error: ...`` / ``hint: ...`` and an exit code
+(0 done, 1 runtime failure, 2 bad usage or configuration, 130 interrupted). Tracebacks only
+with ``--debug``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import warnings
+from collections.abc import Sequence
+
+from rich.console import Console
+
+from hpo_orchestrator.errors import ConfigError, HpoError
+from hpo_orchestrator.storage import mask_url
+
+__all__ = ["main"]
+
+DEFAULT_STORAGE = "sqlite:///hpo.db"
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise ConfigError(message, f"see '{self.prog} --help'")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="hpo-orchestrator",
+                     description="Optuna HPO on every GPU of this machine.")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks")
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    run = commands.add_parser("run", help="run a study (Hydra overrides, e.g. scheduler.parallel=4)")
+    run.add_argument("overrides", nargs="*", metavar="KEY=VALUE")
+    run.add_argument("--show-config", action="store_true",
+                     help="print the resolved configuration and exit")
+
+    status = commands.add_parser("status", help="state, durations and devices of a study")
+    status.add_argument("--storage", default=DEFAULT_STORAGE, help=f"default {DEFAULT_STORAGE}")
+    status.add_argument("--study", help="study name (optional when the storage has one)")
+    status.add_argument("--json", action="store_true", help="machine-readable output")
+    status.add_argument("--watch", action="store_true", help="refresh every --interval seconds")
+    status.add_argument("--interval", type=float, default=2.0)
+    return parser
+
+
+def _cmd_run(args: argparse.Namespace, console: Console) -> int:
+    import optuna
+    from omegaconf import OmegaConf
+
+    from hpo_orchestrator.config import load_config, to_plain_dict
+    from hpo_orchestrator.gpu import open_backend
+    from hpo_orchestrator.progress import LiveReporter
+    from hpo_orchestrator.scheduler import (
+        Orchestrator,
+        SlotPool,
+        count_claimed,
+        resolve_gpus,
+        threads_per_trial,
+    )
+    from hpo_orchestrator.status import collect_status, print_status
+    from hpo_orchestrator.storage import create_engine, open_rdb_storage
+    from hpo_orchestrator.study import create_or_load_study
+    from hpo_orchestrator.worker._child import import_target
+
+    config = load_config(args.overrides)
+    if args.show_config:
+        plain = to_plain_dict(config)
+        plain["storage"]["url"] = mask_url(plain["storage"]["url"])
+        console.print(OmegaConf.to_yaml(plain), highlight=False, markup=False)
+        return 0
+    if config.objective.name == "custom":
+        try:
+            import_target(config.objective.target)
+            if config.objective.setup:
+                import_target(config.objective.setup)
+        except Exception as exc:
+            raise ConfigError(f"objective.target: cannot import {config.objective.target!r} "
+                              f"({type(exc).__name__}: {exc})",
+                              "is the module on PYTHONPATH, and the name right?") from None
+
+    backend = open_backend()
+    gpus = resolve_gpus(config.scheduler.gpus, backend)
+    slots = SlotPool(gpus, config.scheduler.parallel, config.scheduler.trials_per_gpu)
+    threads = threads_per_trial(config.scheduler.threads_per_trial, slots.concurrency)
+    if gpus:
+        where = ", ".join(f"gpu{g.index} ({g.name})" for g in gpus)
+        console.print(f"devices: {where}; {len(slots.slots)} slots, "
+                      f"{slots.concurrency} trials at a time, {threads} CPU threads each",
+                      highlight=False)
+    else:
+        why = f" ({backend.unavailable_reason})" if config.scheduler.gpus == "auto" \
+            and backend.unavailable_reason else ""
+        console.print(f"devices: no GPU{why}; {slots.concurrency} CPU slots, "
+                      f"{threads} CPU threads each", highlight=False)
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    # PatientPruner and heartbeats are marked experimental; and Optuna warns that heartbeats
+    # are meant for Study.optimize: under ask/tell this orchestrator records them itself.
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+    warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used")
+    storage = open_rdb_storage(config.storage.url, config.storage.heartbeat_interval_s,
+                               config.storage.grace_period_s or 3 * config.storage.heartbeat_interval_s)
+    study = create_or_load_study(config, storage)
+    console.print(f"study {study.study_name!r} in {mask_url(config.storage.url)}: "
+                  f"objective {config.objective.name}, pruner {config.pruner.name}, "
+                  f"n_trials {config.study.n_trials}", highlight=False)
+
+    already = min(count_claimed(study), config.study.n_trials)
+    with LiveReporter(console, config.study.n_trials, already,
+                      config.study.direction) as reporter:
+        code = Orchestrator(config, study, storage, slots, threads, reporter).run()
+    backend.close()
+    print_status(collect_status(create_engine(config.storage.url), study.study_name), console)
+    if code == 130:
+        console.print("[yellow]stopped: running trials were marked FAIL (interrupted); "
+                      "run the same command again to resume[/]")
+    return code
+
+
+def _cmd_status(args: argparse.Namespace, console: Console) -> int:
+    from rich.live import Live
+
+    from hpo_orchestrator.status import collect_status, render_status
+    from hpo_orchestrator.storage import create_engine
+
+    engine = create_engine(args.storage)
+    if args.json:
+        print(json.dumps(collect_status(engine, args.study).to_json(), indent=2, default=str))
+        return 0
+    if not args.watch:
+        console.print(render_status(collect_status(engine, args.study)))
+        return 0
+    with Live(render_status(collect_status(engine, args.study)), console=console,
+              auto_refresh=False) as live:
+        while True:
+            time.sleep(args.interval)
+            live.update(render_status(collect_status(engine, args.study)), refresh=True)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv
+    console = Console()
+    errors = Console(stderr=True, highlight=False)
+    try:
+        args = _parser().parse_args(argv)
+        if args.command == "run":
+            return _cmd_run(args, console)
+        return _cmd_status(args, console)
+    except HpoError as exc:
+        if debug:
+            raise
+        errors.print(f"error: {exc.message}", markup=False)
+        if exc.hint:
+            errors.print(f"hint: {exc.hint}", markup=False)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:
+        if debug:
+            raise
+        errors.print(f"error: unexpected {type(exc).__name__}: {exc}", markup=False)
+        errors.print("hint: run again with --debug for the traceback, and report it", markup=False)
+        return 1
+

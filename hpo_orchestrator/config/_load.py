@@ -1,0 +1,120 @@
+"""Compose the run configuration with Hydra and turn every failure into one ConfigError."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from hydra import compose, initialize_config_dir
+from hydra.core.config_store import ConfigStore
+from hydra.errors import HydraException, MissingConfigException
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from hpo_orchestrator.config import _schema as schema
+from hpo_orchestrator.errors import ConfigError
+
+__all__ = ["config_dir", "load_config", "to_plain_dict"]
+
+_GROUP_SCHEMAS: dict[str, dict[str, type]] = {
+    "objective": {
+        "lightgbm": schema.LightGBMObjectiveConfig,
+        "torch_mlp": schema.TorchMLPObjectiveConfig,
+        "custom": schema.CustomObjectiveConfig,
+    },
+    "pruner": {
+        "patient_hyperband": schema.PatientHyperbandPrunerConfig,
+        "median": schema.MedianPrunerConfig,
+        "none": schema.NoPrunerConfig,
+    },
+    "sampler": {"tpe": schema.TPESamplerConfig, "random": schema.RandomSamplerConfig},
+}
+
+
+def config_dir() -> Path:
+    """The folder holding ``config.yaml``: $HPO_ORCHESTRATOR_CONF, else the repository's ``conf/``."""
+    override = os.environ.get("HPO_ORCHESTRATOR_CONF")
+    return Path(override) if override else Path(__file__).resolve().parents[2] / "conf"
+
+
+def _register_schemas() -> None:
+    store = ConfigStore.instance()
+    store.store(name="base_config", node=schema.Config)
+    for group, options in _GROUP_SCHEMAS.items():
+        for option, node in options.items():
+            store.store(group=group, name=f"base_{option}", node=node)
+
+
+def _one_line(exc: BaseException) -> str:
+    """The first meaningful line of an OmegaConf/Hydra message (they append context blocks)."""
+    text = str(getattr(exc, "msg", None) or exc)
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[0] if lines else type(exc).__name__
+
+
+def _explain(exc: BaseException, overrides: list[str]) -> ConfigError:
+    cause = exc.__cause__ if isinstance(exc.__cause__, OmegaConfBaseException) else exc
+    text = str(exc)
+    if isinstance(exc, MissingConfigException) or "Could not find" in text:
+        for group, options in _GROUP_SCHEMAS.items():
+            if f"'{group}/" in text:
+                chosen = next((o.split("=", 1)[1] for o in overrides
+                               if o.split("=", 1)[0] == group), "?")
+                return ConfigError(f"unknown {group} {chosen!r}",
+                                   f"choose one of: {', '.join(options)}")
+        return ConfigError(_one_line(exc), f"config folder: {config_dir()}")
+    full_key = getattr(cause, "full_key", None)
+    message = _one_line(cause)
+    if "not in" in message or "Could not override" in text or "Key '" in message:
+        key = full_key or message
+        return ConfigError(f"unknown configuration key {key!r}",
+                           "see conf/ or README 'Configuration' for the valid keys")
+    if full_key:
+        return ConfigError(f"{full_key}: {message}",
+                           "check the value's type (see conf/ for the defaults)")
+    return ConfigError(message, "overrides look like key=value, e.g. scheduler.parallel=4")
+
+
+def load_config(overrides: list[str]) -> schema.Config:
+    """Compose ``conf/config.yaml`` with ``overrides`` and validate every value once."""
+    _register_schemas()
+    conf = config_dir()
+    if not (conf / "config.yaml").is_file():
+        raise ConfigError(f"no config.yaml in {conf}", "set HPO_ORCHESTRATOR_CONF to a conf folder")
+    try:
+        with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
+            composed = compose(config_name="config", overrides=list(overrides))
+        config = OmegaConf.to_object(composed)
+    except (HydraException, OmegaConfBaseException, ValueError) as exc:
+        raise _explain(exc, overrides) from exc
+    assert isinstance(config, schema.Config)
+    # `+key=value` may add keys that no schema declares; OmegaConf drops them silently.
+    unknown = _extra_keys(OmegaConf.to_container(composed), to_plain_dict(config))
+    if unknown:
+        raise ConfigError(f"unknown configuration key {unknown[0]!r}",
+                          "see conf/ or README 'Configuration' for the valid keys")
+    return config.validate()
+
+
+def _extra_keys(given: Any, known: Any, prefix: str = "") -> list[str]:
+    if not isinstance(given, dict) or not isinstance(known, dict):
+        return []
+    extra: list[str] = []
+    for key, value in given.items():
+        path = f"{prefix}{key}"
+        if key not in known:
+            extra.append(path)
+        else:
+            extra.extend(_extra_keys(value, known[key], f"{path}."))
+    return extra
+
+
+def to_plain_dict(config: schema.Config) -> dict[str, Any]:
+    """The resolved config as plain JSON-able data (stored as the study attr ``hpo.config``)."""
+    node = OmegaConf.structured(config)
+    plain = OmegaConf.to_container(node, resolve=True)
+    assert isinstance(plain, dict)
+    return plain  # type: ignore[return-value]
+
+

@@ -1,0 +1,290 @@
+"""Structured configs: one dataclass per configurable thing.
+
+Hydra composes the YAML in ``conf/``; OmegaConf checks key names and types against these
+dataclasses; :func:`Config.validate` then checks what types cannot express (ranges, choices,
+cross-field rules). Everything is checked once, before anything is written.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from hpo_orchestrator.errors import ConfigError
+
+__all__ = [
+    "Config",
+    "CustomObjectiveConfig",
+    "LightGBMObjectiveConfig",
+    "MedianPrunerConfig",
+    "NoPrunerConfig",
+    "PatientHyperbandPrunerConfig",
+    "RandomSamplerConfig",
+    "SchedulerConfig",
+    "StorageConfig",
+    "StudyConfig",
+    "TelemetryConfig",
+    "TorchMLPObjectiveConfig",
+    "TPESamplerConfig",
+]
+
+
+def _require(ok: bool, key: str, message: str, hint: str | None = None) -> None:
+    if not ok:
+        raise ConfigError(f"{key}: {message}", hint)
+
+
+def _positive_int(value: Any, key: str, minimum: int = 1) -> None:
+    _require(isinstance(value, int) and not isinstance(value, bool) and value >= minimum,
+             key, f"expected an integer >= {minimum}, got {value!r}")
+
+
+# --- objectives ---------------------------------------------------------------------------
+
+
+@dataclass
+class LightGBMObjectiveConfig:
+    """Binary classification on a generated data set (fixed seed), GBDT with pruning."""
+
+    name: str = "lightgbm"
+    n_rows: int = 40_000
+    n_features: int = 40
+    num_boost_round: int = 200
+    report_every: int = 10  # boosting rounds between two pruning checks (one "step")
+    # auto: GPU (OpenCL, NVIDIA platform) on a GPU slot, CPU otherwise; cpu / gpu force it.
+    device: str = "auto"
+    # auto: find the NVIDIA OpenCL platform by name; an integer forces a platform id.
+    gpu_platform: Any = "auto"
+    max_bin: int = 63  # the value LightGBM recommends for its GPU learner
+    seed: int = 0
+
+    def validate(self, path: str) -> None:
+        for key in ("n_rows", "n_features", "num_boost_round", "report_every", "max_bin"):
+            _positive_int(getattr(self, key), f"{path}.{key}")
+        _require(self.n_rows >= 100, f"{path}.n_rows", f"expected at least 100 rows, got {self.n_rows}")
+        _require(self.device in ("auto", "cpu", "gpu"), f"{path}.device",
+                 f"expected auto, cpu or gpu, got {self.device!r}")
+        _require(self.gpu_platform == "auto" or (isinstance(self.gpu_platform, int)
+                                                 and self.gpu_platform >= 0),
+                 f"{path}.gpu_platform",
+                 f"expected auto or a platform id >= 0, got {self.gpu_platform!r}")
+
+
+@dataclass
+class TorchMLPObjectiveConfig:
+    """An MLP trained on generated data with a real DataLoader loop; bf16 autocast on GPU."""
+
+    name: str = "torch_mlp"
+    n_samples: int = 20_000
+    n_features: int = 64
+    epochs: int = 12
+    # A list is searched (categorical); a single value is fixed.
+    batch_size: Any = field(default_factory=lambda: [64, 128, 256, 512])
+    num_workers: int = 0
+    pin_memory: bool = True
+    persistent_workers: bool = False
+    prefetch_factor: Optional[int] = None
+    bf16: bool = True
+    seed: int = 0
+
+    def validate(self, path: str) -> None:
+        for key in ("n_samples", "n_features", "epochs"):
+            _positive_int(getattr(self, key), f"{path}.{key}")
+        sizes = self.batch_size if isinstance(self.batch_size, list) else [self.batch_size]
+        _require(bool(sizes) and all(isinstance(b, int) and b >= 1 for b in sizes),
+                 f"{path}.batch_size",
+                 f"expected a positive integer or a list of them, got {self.batch_size!r}")
+        _positive_int(self.num_workers, f"{path}.num_workers", minimum=0)
+        if self.prefetch_factor is not None:
+            _positive_int(self.prefetch_factor, f"{path}.prefetch_factor")
+            _require(self.num_workers > 0, f"{path}.prefetch_factor",
+                     "only applies with num_workers > 0",
+                     "set objective.num_workers=2 (or more), or drop prefetch_factor")
+        _require(not self.persistent_workers or self.num_workers > 0,
+                 f"{path}.persistent_workers", "only applies with num_workers > 0")
+
+
+@dataclass
+class CustomObjectiveConfig:
+    """A plain Optuna ``def objective(trial)`` given as ``package.module:function``."""
+
+    name: str = "custom"
+    target: str = ""
+    # Optional per-worker set-up, ``package.module:function``, called once before the trial.
+    setup: Optional[str] = None
+
+    def validate(self, path: str) -> None:
+        _require(bool(self.target), f"{path}.target", "is required for objective=custom",
+                 "pass objective.target=package.module:function")
+        _require(self.target.count(":") == 1, f"{path}.target",
+                 f"expected package.module:function, got {self.target!r}")
+
+
+# --- pruners ------------------------------------------------------------------------------
+
+
+@dataclass
+class PatientHyperbandPrunerConfig:
+    """PatientPruner(HyperbandPruner): prune only after ``patience`` steps without improvement.
+
+    The defaults are deliberately less aggressive than patience=2 / min_resource=1, which in a
+    real study pruned 86.5 % of trials at steps 1-4 and left GPUs starting trials, not training.
+    """
+
+    name: str = "patient_hyperband"
+    patience: int = 3
+    min_delta: float = 0.0
+    min_resource: int = 3
+    max_resource: Any = "auto"
+    reduction_factor: int = 3
+
+    def validate(self, path: str) -> None:
+        _require(isinstance(self.patience, int) and self.patience >= 0, f"{path}.patience",
+                 f"expected an integer >= 0, got {self.patience!r}",
+                 "patience counts steps without improvement before pruning is allowed")
+        _require(self.min_delta >= 0, f"{path}.min_delta",
+                 f"expected a value >= 0, got {self.min_delta!r}")
+        _positive_int(self.min_resource, f"{path}.min_resource")
+        _positive_int(self.reduction_factor, f"{path}.reduction_factor", minimum=2)
+        if self.max_resource != "auto":
+            _positive_int(self.max_resource, f"{path}.max_resource")
+            _require(self.min_resource <= self.max_resource, f"{path}.min_resource",
+                     f"min_resource ({self.min_resource}) > max_resource ({self.max_resource})",
+                     "lower pruner.min_resource or raise pruner.max_resource")
+
+
+@dataclass
+class MedianPrunerConfig:
+    name: str = "median"
+    n_startup_trials: int = 5
+    n_warmup_steps: int = 3
+    interval_steps: int = 1
+
+    def validate(self, path: str) -> None:
+        _positive_int(self.n_startup_trials, f"{path}.n_startup_trials", minimum=0)
+        _positive_int(self.n_warmup_steps, f"{path}.n_warmup_steps", minimum=0)
+        _positive_int(self.interval_steps, f"{path}.interval_steps")
+
+
+@dataclass
+class NoPrunerConfig:
+    name: str = "none"
+
+    def validate(self, path: str) -> None:
+        pass
+
+
+# --- samplers -----------------------------------------------------------------------------
+
+
+@dataclass
+class TPESamplerConfig:
+    name: str = "tpe"
+    n_startup_trials: int = 10
+    seed: Optional[int] = None
+
+    def validate(self, path: str) -> None:
+        _positive_int(self.n_startup_trials, f"{path}.n_startup_trials", minimum=0)
+
+
+@dataclass
+class RandomSamplerConfig:
+    name: str = "random"
+    seed: Optional[int] = None
+
+    def validate(self, path: str) -> None:
+        pass
+
+
+# --- the rest -----------------------------------------------------------------------------
+
+
+@dataclass
+class SchedulerConfig:
+    parallel: int = 1
+    # auto: every GPU NVML finds (CPU slots when none); none: CPU slots; or a list of NVML indices.
+    gpus: Any = "auto"
+    # Trials sharing one GPU at a time; null: ceil(parallel / number of GPUs).
+    trials_per_gpu: Optional[int] = None
+    # null: no limit. A trial past it is stopped (its process tree terminated, then killed).
+    trial_timeout_s: Optional[float] = None
+    # Seconds between SIGTERM and SIGKILL when stopping a trial.
+    kill_grace_s: float = 5.0
+    # CPU threads each trial may use; null: the machine's cores divided by `parallel`.
+    threads_per_trial: Optional[int] = None
+
+    def validate(self, path: str) -> None:
+        _positive_int(self.parallel, f"{path}.parallel")
+        gpus_ok = self.gpus in ("auto", "none") or (
+            isinstance(self.gpus, list)
+            and all(isinstance(g, int) and not isinstance(g, bool) and g >= 0 for g in self.gpus)
+        )
+        _require(gpus_ok, f"{path}.gpus",
+                 f"expected auto, none or a list of GPU indices, got {self.gpus!r}",
+                 "e.g. scheduler.gpus=[0,1]")
+        if self.trials_per_gpu is not None:
+            _positive_int(self.trials_per_gpu, f"{path}.trials_per_gpu")
+        if self.trial_timeout_s is not None:
+            _require(self.trial_timeout_s > 0, f"{path}.trial_timeout_s",
+                     f"expected seconds > 0 or null, got {self.trial_timeout_s!r}")
+        _require(self.kill_grace_s >= 0, f"{path}.kill_grace_s",
+                 f"expected seconds >= 0, got {self.kill_grace_s!r}")
+        if self.threads_per_trial is not None:
+            _positive_int(self.threads_per_trial, f"{path}.threads_per_trial")
+
+
+@dataclass
+class StorageConfig:
+    url: str = "sqlite:///hpo.db"
+    # Heartbeats let any orchestrator find trials whose owner died (they become FAIL, 'lost').
+    heartbeat_interval_s: int = 10
+    grace_period_s: Optional[int] = None  # null: 3 x heartbeat_interval_s
+
+    def validate(self, path: str) -> None:
+        _require("://" in self.url, f"{path}.url", "expected a SQLAlchemy URL",
+                 "e.g. storage.url=sqlite:///hpo.db or postgresql+psycopg://user@host/db")
+        _positive_int(self.heartbeat_interval_s, f"{path}.heartbeat_interval_s")
+        if self.grace_period_s is not None:
+            _require(self.grace_period_s > self.heartbeat_interval_s, f"{path}.grace_period_s",
+                     "must be longer than storage.heartbeat_interval_s")
+
+
+@dataclass
+class StudyConfig:
+    name: str = "hpo"
+    direction: str = "minimize"
+    # Trials that must end (COMPLETE, PRUNED or FAIL) in the study as a whole; a restart resumes.
+    n_trials: int = 40
+
+    def validate(self, path: str) -> None:
+        _require(bool(self.name.strip()), f"{path}.name", "must not be empty")
+        _require(self.direction in ("minimize", "maximize"), f"{path}.direction",
+                 f"expected minimize or maximize, got {self.direction!r}")
+        _positive_int(self.n_trials, f"{path}.n_trials")
+
+
+@dataclass
+class TelemetryConfig:
+    interval_s: float = 1.0
+
+    def validate(self, path: str) -> None:
+        _require(isinstance(self.interval_s, (int, float)) and math.isfinite(self.interval_s)
+                 and self.interval_s >= 0.05, f"{path}.interval_s",
+                 f"expected seconds >= 0.05, got {self.interval_s!r}")
+
+
+@dataclass
+class Config:
+    objective: Any = None
+    pruner: Any = None
+    sampler: Any = None
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    storage: StorageConfig = field(default_factory=StorageConfig)
+    study: StudyConfig = field(default_factory=StudyConfig)
+    telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
+
+    def validate(self) -> Config:
+        for key in ("objective", "pruner", "sampler", "scheduler", "storage", "study", "telemetry"):
+            getattr(self, key).validate(key)
+        return self

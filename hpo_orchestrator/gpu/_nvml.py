@@ -1,0 +1,100 @@
+"""NVML through nvidia-ml-py; every call goes through :func:`nvml_query`."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from hpo_orchestrator.gpu._base import GpuInfo, GpuSample
+
+__all__ = ["NvmlBackend"]
+
+T = TypeVar("T")
+_MIB = 1024 * 1024
+
+
+def nvml_query(func: Callable[..., T], *args: Any, default: T | None = None) -> T | None:
+    """Call one NVML function; an unsupported or failed metric becomes ``default``.
+
+    Degrading per metric keeps one unreadable counter (power on some boards, per-process
+    utilization on older drivers) from hiding all the others.
+    """
+    import pynvml
+
+    try:
+        return func(*args)
+    except pynvml.NVMLError:
+        return default
+
+
+class NvmlBackend:
+    """GPUs read through NVML. Construct with :meth:`open`, which never raises."""
+
+    name = "nvml"
+
+    def __init__(self, gpus: list[GpuInfo], handles: dict[int, Any]) -> None:
+        self._gpus = gpus
+        self._handles = handles
+        self._lock = threading.Lock()
+        self.unavailable_reason: str | None = None if gpus else "NVML lists no GPU"
+
+    @classmethod
+    def open(cls) -> NvmlBackend | str:
+        """The backend, or the reason NVML cannot be used on this machine."""
+        try:
+            import pynvml
+        except ImportError:
+            return "nvidia-ml-py (module pynvml) is not installed"
+        try:
+            pynvml.nvmlInit()
+        except pynvml.NVMLError as exc:
+            return f"NVML could not start ({exc}); no NVIDIA driver on this machine?"
+        handles: dict[int, Any] = {}
+        gpus: list[GpuInfo] = []
+        count = nvml_query(pynvml.nvmlDeviceGetCount, default=0) or 0
+        for index in range(count):
+            handle = nvml_query(pynvml.nvmlDeviceGetHandleByIndex, index)
+            if handle is None:
+                continue  # a lost card: the others keep working
+            memory = nvml_query(pynvml.nvmlDeviceGetMemoryInfo, handle)
+            handles[index] = handle
+            gpus.append(GpuInfo(
+                index=index,
+                uuid=str(nvml_query(pynvml.nvmlDeviceGetUUID, handle, default=f"GPU-{index}")),
+                name=str(nvml_query(pynvml.nvmlDeviceGetName, handle, default="NVIDIA GPU")),
+                memory_total_mib=memory.total / _MIB if memory is not None else None,
+            ))
+        return cls(gpus, handles)
+
+    def gpus(self) -> list[GpuInfo]:
+        return list(self._gpus)
+
+    def sample(self, index: int) -> GpuSample | None:
+        import pynvml
+
+        handle = self._handles.get(index)
+        if handle is None:
+            return None
+        with self._lock:
+            util = nvml_query(pynvml.nvmlDeviceGetUtilizationRates, handle)
+            memory = nvml_query(pynvml.nvmlDeviceGetMemoryInfo, handle)
+            power_mw = nvml_query(pynvml.nvmlDeviceGetPowerUsage, handle)
+            temp = nvml_query(pynvml.nvmlDeviceGetTemperature, handle, pynvml.NVML_TEMPERATURE_GPU)
+            procs = nvml_query(pynvml.nvmlDeviceGetComputeRunningProcesses, handle, default=[]) or []
+        processes: dict[int, tuple[float | None, float | None]] = {
+            p.pid: (None, (p.usedGpuMemory / _MIB) if p.usedGpuMemory else None) for p in procs
+        }
+        return GpuSample(
+            index=index,
+            sm_util=float(util.gpu) if util is not None else None,
+            mem_used_mib=memory.used / _MIB if memory is not None else None,
+            power_w=power_mw / 1000.0 if power_mw is not None else None,
+            temp_c=float(temp) if temp is not None else None,
+            processes=processes,
+        )
+
+    def close(self) -> None:
+        import pynvml
+
+        nvml_query(pynvml.nvmlShutdown)

@@ -1,0 +1,108 @@
+"""An MLP trained with a real DataLoader loop; validation loss reported every epoch.
+
+DataLoader settings (batch_size, num_workers, pin_memory, persistent_workers, prefetch_factor)
+come from config; a list of batch sizes is searched. On a GPU slot the forward pass runs
+under bf16 autocast.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import optuna
+
+from hpo_orchestrator.objectives._data import binary_classification
+from hpo_orchestrator.runtime import phase, slot_info
+
+__all__ = ["TorchMLPObjective"]
+
+
+class TorchMLPObjective:
+    def __init__(self, config: dict[str, Any]) -> None:
+        # Imported here, not per call, so the import counts as start-up (hpo.startup_s).
+        import torch  # noqa: F401
+
+        self.config = config
+
+    def _loader_options(self, trial: Any) -> dict[str, Any]:
+        cfg = self.config
+        sizes = cfg["batch_size"]
+        batch_size = trial.suggest_categorical("batch_size", sizes) if isinstance(sizes, list) \
+            else sizes
+        options: dict[str, Any] = {"batch_size": batch_size, "num_workers": cfg["num_workers"]}
+        if cfg["num_workers"] > 0:
+            options["persistent_workers"] = cfg["persistent_workers"]
+            if cfg["prefetch_factor"] is not None:
+                options["prefetch_factor"] = cfg["prefetch_factor"]
+        return options
+
+    def __call__(self, trial: Any) -> float:
+        import torch
+        from torch import nn
+        from torch.utils.data import DataLoader, TensorDataset
+
+        cfg = self.config
+        slot = slot_info()
+        torch.set_num_threads(slot.num_threads)
+        device = torch.device("cuda:0" if slot.on_gpu and torch.cuda.is_available() else "cpu")
+        if slot.on_gpu and device.type == "cpu":
+            trial.set_user_attr("hpo.warning",
+                                "slot has a GPU but torch.cuda.is_available() is False "
+                                "(CPU build of torch?); trained on CPU")
+        use_bf16 = cfg["bf16"] and device.type == "cuda"
+        torch.manual_seed(cfg["seed"] + trial.number)
+
+        with phase("data"):
+            x_train, y_train, x_valid, y_valid = binary_classification(
+                cfg["n_samples"], cfg["n_features"], cfg["seed"])
+            options = self._loader_options(trial)
+            train_loader = DataLoader(
+                TensorDataset(torch.from_numpy(x_train), torch.from_numpy(y_train)),
+                shuffle=True, pin_memory=cfg["pin_memory"] and device.type == "cuda", **options)
+            x_valid_t = torch.from_numpy(x_valid).to(device)
+            y_valid_t = torch.from_numpy(y_valid).to(device)
+
+        width = trial.suggest_int("width", 32, 512, log=True)
+        depth = trial.suggest_int("depth", 1, 4)
+        dropout = trial.suggest_float("dropout", 0.0, 0.5)
+        lr = trial.suggest_float("lr", 1e-4, 3e-2, log=True)
+        weight_decay = trial.suggest_float("weight_decay", 1e-6, 1e-2, log=True)
+        layers: list[nn.Module] = []
+        fan_in = cfg["n_features"]
+        for _ in range(depth):
+            layers += [nn.Linear(fan_in, width), nn.ReLU(), nn.Dropout(dropout)]
+            fan_in = width
+        model = nn.Sequential(*layers, nn.Linear(fan_in, 1)).to(device)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
+        loss_fn = nn.BCEWithLogitsLoss()
+
+        trial.set_user_attr("hpo.params_effective", {
+            "device": str(device),
+            "autocast_dtype": "bfloat16" if use_bf16 else None,
+            "torch_threads": torch.get_num_threads(),
+            "pin_memory": train_loader.pin_memory,
+            **options,
+        })
+
+        best = float("inf")
+        for epoch in range(1, cfg["epochs"] + 1):
+            with phase("train"):
+                model.train()
+                for xb, yb in train_loader:
+                    xb = xb.to(device, non_blocking=True)
+                    yb = yb.to(device, non_blocking=True)
+                    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_bf16):
+                        loss = loss_fn(model(xb).squeeze(1), yb)
+                    optimizer.zero_grad(set_to_none=True)
+                    loss.backward()
+                    optimizer.step()
+            with phase("validate"), torch.no_grad():
+                model.eval()
+                with torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_bf16):
+                    logits = model(x_valid_t).squeeze(1)
+                valid_loss = float(loss_fn(logits.float(), y_valid_t))
+            best = min(best, valid_loss)
+            trial.report(valid_loss, epoch)
+            if trial.should_prune():
+                raise optuna.TrialPruned(f"pruned after epoch {epoch}")
+        return best

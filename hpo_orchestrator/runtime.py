@@ -1,0 +1,80 @@
+"""What an objective can learn about, and tell, the orchestrator from inside its process.
+
+Usable from any objective (built-in or custom)::
+
+    from hpo_orchestrator import phase, slot_info
+
+    def objective(trial):
+        with phase("data"):
+            loader = make_loader(...)
+        with phase("train"):
+            ...
+
+Outside an orchestrated child (plain Optuna, a notebook) both still work: ``phase`` does
+nothing and ``slot_info`` describes the current process.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+
+__all__ = ["SlotInfo", "phase", "slot_info"]
+
+# Set by the worker bootstrap; None outside an orchestrated child.
+_connection: Connection | None = None
+_phase_stack: list[str] = []
+
+
+def _attach(connection: Connection) -> None:
+    global _connection
+    _connection = connection
+
+
+@dataclass(frozen=True)
+class SlotInfo:
+    """The slot this process was pinned to at spawn (read from its environment)."""
+
+    slot: int | None
+    gpu_index: int | None  # NVML index; None on a CPU slot
+    gpu_uuid: str | None
+    cuda_visible_devices: str | None
+    num_threads: int
+
+    @property
+    def on_gpu(self) -> bool:
+        return self.gpu_index is not None
+
+
+def slot_info() -> SlotInfo:
+    env = os.environ
+    gpu = env.get("HPO_GPU_INDEX", "")
+    slot = env.get("HPO_SLOT", "")
+    threads = env.get("HPO_NUM_THREADS") or str(len(os.sched_getaffinity(0)))
+    return SlotInfo(
+        slot=int(slot) if slot else None,
+        gpu_index=int(gpu) if gpu else None,
+        gpu_uuid=env.get("HPO_GPU_UUID") or None,
+        cuda_visible_devices=env.get("CUDA_VISIBLE_DEVICES"),
+        num_threads=int(threads),
+    )
+
+
+@contextmanager
+def phase(name: str) -> Iterator[None]:
+    """Mark what the objective is doing, so telemetry is read per phase.
+
+    A 0 % GPU reading during ``data`` is expected; during ``train`` it is a finding.
+    """
+    _phase_stack.append(name)
+    if _connection is not None:
+        _connection.send(("phase", name))
+    try:
+        yield
+    finally:
+        _phase_stack.pop()
+        if _connection is not None:
+            _connection.send(("phase", _phase_stack[-1] if _phase_stack else None))

@@ -1,0 +1,438 @@
+"""The orchestrator: the one process per host that talks to the storage.
+
+Data flow per trial::
+
+    study.ask() -> free slot -> child spawned with its env fixed (GPU pinned, threads set)
+      child: suggest/report/should_prune/set_user_attr -> pipe -> real optuna.Trial here
+      child: result (value / pruned / error) or death -> classified -> study.tell()
+
+Lifecycle: ``run()`` returns an exit code (0 done, 130 stopped by SIGINT/SIGTERM). Whatever
+happens, no trial this orchestrator started is left RUNNING: the ``finally`` path kills
+remaining children and fails their trials as ``interrupted``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from multiprocessing.connection import Connection, wait
+from types import FrameType
+from typing import IO, Any, Protocol
+
+import optuna
+import psutil
+from optuna.trial import TrialState
+
+from hpo_orchestrator.config import Config
+from hpo_orchestrator.gpu._opencl import nvidia_icd_env
+from hpo_orchestrator.scheduler._slots import Slot, SlotPool
+from hpo_orchestrator.worker import TRIAL_METHODS, Job, TrialOutcome
+
+__all__ = ["FinishedTrial", "Orchestrator", "Reporter", "RunningTrial", "count_claimed"]
+
+EXIT_OK = 0
+EXIT_INTERRUPTED = 130
+_POLL_S = 0.1
+
+
+@dataclass
+class RunningTrial:
+    trial: optuna.Trial
+    slot: Slot
+    process: subprocess.Popen[bytes]
+    connection: Connection
+    log: IO[bytes]
+    spawned_at: float
+    oom_kills_at_spawn: int | None
+    started_at: float | None = None
+    phase: str | None = None
+    last_step: int | None = None
+    outcome: TrialOutcome | None = None
+    stop_reason: str | None = None  # timeout / interrupted: we stopped it
+    kill_at: float | None = None  # when SIGTERM's grace runs out
+    connection_open: bool = True
+
+    @property
+    def number(self) -> int:
+        return self.trial.number
+
+
+@dataclass(frozen=True)
+class FinishedTrial:
+    number: int
+    slot: str
+    state: TrialState
+    value: float | None
+    duration_s: float
+    fail_reason: str | None = None
+    error: str | None = None
+    attrs: dict[str, Any] = field(default_factory=dict)
+
+
+class Reporter(Protocol):
+    """Live progress; called from the orchestrator's loop only."""
+
+    def started(self, rt: RunningTrial) -> None: ...
+
+    def finished(self, done: FinishedTrial) -> None: ...
+
+    def tick(self, running: list[RunningTrial]) -> None: ...
+
+
+def count_claimed(study: optuna.Study) -> int:
+    """Trials of the study that count against n_trials: all but those still WAITING."""
+    states = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL, TrialState.RUNNING)
+    return len(study.get_trials(deepcopy=False, states=states))
+
+
+def _cgroup_oom_kills() -> int | None:
+    """The kernel OOM killer's count for our cgroup (v2), to tell 'oom' from 'killed'."""
+    try:
+        with open("/proc/self/cgroup") as handle:
+            path = handle.read().strip().split("::", 1)[-1]
+        with open(f"/sys/fs/cgroup{path}/memory.events") as handle:
+            for line in handle:
+                key, _, value = line.partition(" ")
+                if key == "oom_kill":
+                    return int(value)
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def _signal_tree(pid: int, sig: int) -> None:
+    """Signal a child, its process group and every descendant (DataLoader workers...)."""
+    try:
+        targets = psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        targets = []
+    try:
+        os.killpg(pid, sig)  # children run in their own session: pgid == pid
+    except OSError:
+        pass
+    for proc in targets:
+        try:
+            proc.send_signal(sig)
+        except psutil.Error:
+            pass
+
+
+def _tail(log: IO[bytes], limit: int = 4096) -> str:
+    """The last non-empty line a child printed (native crashes only say it there)."""
+    try:
+        log.flush()
+        size = log.seek(0, os.SEEK_END)
+        log.seek(max(0, size - limit))
+        lines = [ln for ln in log.read().decode(errors="replace").splitlines() if ln.strip()]
+    except (OSError, ValueError):
+        return ""
+    return lines[-1].strip() if lines else ""
+
+
+class Orchestrator:
+    def __init__(self, config: Config, study: optuna.Study, storage: optuna.storages.RDBStorage,
+                 slots: SlotPool, threads: int, reporter: Reporter,
+                 host: str | None = None) -> None:
+        self.config = config
+        self.study = study
+        self.storage = storage
+        self.slots = slots
+        self.threads = threads
+        self.reporter = reporter
+        self.host = host or socket.gethostname()
+        self.running: dict[int, RunningTrial] = {}  # slot id -> trial
+        self.finished: list[FinishedTrial] = []
+        self._signals = 0
+        self._claimed = 0
+        self._last_heartbeat = 0.0
+        self._icd_env = nvidia_icd_env()
+
+    def _budget_left(self) -> bool:
+        return self._claimed < self.config.study.n_trials
+
+    # --- lifecycle -------------------------------------------------------------------------
+
+    def run(self) -> int:
+        previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            self._reap_stale()
+            self._claimed = count_claimed(self.study)
+            while True:
+                if not self._signals:
+                    self._launch_ready()
+                if not self.running and (self._signals or not self._budget_left()):
+                    break
+                self._serve(timeout=_POLL_S)
+                self._enforce_deadlines()
+                self._heartbeat()
+        finally:
+            self._stop_all()
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        return EXIT_INTERRUPTED if self._signals else EXIT_OK
+
+    def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
+        self._signals += 1
+        now = time.monotonic()
+        for rt in self.running.values():
+            if rt.stop_reason is None:
+                rt.stop_reason = "interrupted"
+                _signal_tree(rt.process.pid, signal.SIGTERM)
+                rt.kill_at = now + self.config.scheduler.kill_grace_s
+            if self._signals > 1:  # a second Ctrl-C: no more grace
+                _signal_tree(rt.process.pid, signal.SIGKILL)
+
+    # --- launching -------------------------------------------------------------------------
+
+    def _launch_ready(self) -> None:
+        while self._budget_left():
+            slot = self.slots.acquire()
+            if slot is None:
+                return
+            try:
+                trial = self.study.ask()
+                self._claimed += 1
+                self._spawn(trial, slot)
+            except BaseException:
+                self.slots.release(slot)
+                raise
+
+    def _child_env(self, trial: optuna.Trial, slot: Slot) -> dict[str, str]:
+        env = dict(os.environ)
+        threads = str(self.threads)
+        env.update({
+            "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+            "CUDA_VISIBLE_DEVICES": slot.cuda_visible_devices,
+            "HPO_TRIAL_NUMBER": str(trial.number),
+            "HPO_SLOT": str(slot.id),
+            "HPO_GPU_INDEX": str(slot.gpu.index) if slot.gpu else "",
+            "HPO_GPU_UUID": slot.gpu.uuid if slot.gpu else "",
+            "HPO_NUM_THREADS": threads,
+            "OMP_NUM_THREADS": threads,
+            "MKL_NUM_THREADS": threads,
+            "OPENBLAS_NUM_THREADS": threads,
+            "PYTHONUNBUFFERED": "1",
+        })
+        if slot.gpu is not None:
+            env.update(self._icd_env)
+        return env
+
+    def _spawn(self, trial: optuna.Trial, slot: Slot) -> None:
+        ours, theirs = socket.socketpair()
+        log = tempfile.TemporaryFile(prefix=f"hpo-trial-{trial.number}-")
+        env = self._child_env(trial, slot)
+        oom_kills = _cgroup_oom_kills()
+        spawned_at = time.monotonic()
+        try:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "hpo_orchestrator.worker", str(theirs.fileno())],
+                env=env, pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, stdout=log,
+                stderr=subprocess.STDOUT, start_new_session=True)
+        except BaseException:
+            ours.close()
+            log.close()
+            self.study.tell(trial, state=TrialState.FAIL)
+            raise
+        finally:
+            theirs.close()
+        connection = Connection(ours.detach())
+        rt = RunningTrial(trial=trial, slot=slot, process=process, connection=connection,
+                          log=log, spawned_at=spawned_at, oom_kills_at_spawn=oom_kills)
+        self.running[slot.id] = rt
+        for key, value in {
+            "hpo.host": self.host,
+            "hpo.pid": process.pid,
+            "hpo.slot": slot.id,
+            "hpo.gpu_index": slot.gpu.index if slot.gpu else None,
+            "hpo.gpu_uuid": slot.gpu.uuid if slot.gpu else None,
+            "hpo.cuda_visible_devices": env["CUDA_VISIBLE_DEVICES"],
+            "hpo.num_threads": self.threads,
+        }.items():
+            trial.set_user_attr(key, value)
+        self.storage.record_heartbeat(trial._trial_id)
+        connection.send(Job(trial_number=trial.number, objective=_objective_dict(self.config),
+                            study_direction=self.config.study.direction))
+        self.reporter.started(rt)
+
+    # --- serving children ------------------------------------------------------------------
+
+    def _serve(self, timeout: float) -> None:
+        by_connection = {rt.connection: rt for rt in self.running.values() if rt.connection_open}
+        ready = wait(list(by_connection), timeout=timeout) if by_connection else []
+        if not by_connection:
+            time.sleep(timeout)
+        for connection in ready:
+            rt = by_connection[connection]  # type: ignore[index]
+            while rt.connection_open and rt.connection.poll():
+                try:
+                    message = rt.connection.recv()
+                except (EOFError, OSError):
+                    rt.connection_open = False
+                    break
+                self._handle(rt, message)
+        for rt in list(self.running.values()):
+            if rt.process.poll() is not None:
+                self._drain(rt)
+                self._finish(rt)
+        self.reporter.tick(list(self.running.values()))
+
+    def _drain(self, rt: RunningTrial) -> None:
+        """Read what the child sent before it exited (its result may still be buffered)."""
+        while rt.connection_open:
+            try:
+                if not rt.connection.poll():
+                    break
+                self._handle(rt, rt.connection.recv())
+            except (EOFError, OSError):
+                break
+        rt.connection_open = False
+        rt.connection.close()
+
+    def _handle(self, rt: RunningTrial, message: tuple[Any, ...]) -> None:
+        kind = message[0]
+        if kind == "call":
+            _, method, args, kwargs = message
+            self._answer(rt, method, args, kwargs)
+        elif kind == "started":
+            rt.started_at = time.monotonic()
+            rt.trial.set_user_attr("hpo.startup_s", round(rt.started_at - rt.spawned_at, 4))
+        elif kind == "phase":
+            rt.phase = message[1]
+        elif kind == "result":
+            rt.outcome = message[1]
+
+    def _answer(self, rt: RunningTrial, method: str, args: tuple[Any, ...],
+                kwargs: dict[str, Any]) -> None:
+        if method not in TRIAL_METHODS:
+            reply: tuple[str, Any] = ("err", AttributeError(f"trial.{method} is not available "
+                                                            "in an orchestrated trial"))
+        else:
+            try:
+                reply = ("ok", getattr(rt.trial, method)(*args, **kwargs))
+                if method == "report":
+                    rt.last_step = int(args[1])
+            except Exception as exc:  # the objective's misuse (bad range...) is its error
+                reply = ("err", exc)
+        try:
+            rt.connection.send(reply)
+        except OSError:
+            rt.connection_open = False
+
+    # --- deadlines, heartbeats, stale trials ------------------------------------------------
+
+    def _enforce_deadlines(self) -> None:
+        now = time.monotonic()
+        timeout = self.config.scheduler.trial_timeout_s
+        for rt in self.running.values():
+            if rt.stop_reason is None and timeout is not None and now - rt.spawned_at > timeout:
+                rt.stop_reason = "timeout"
+                _signal_tree(rt.process.pid, signal.SIGTERM)
+                rt.kill_at = now + self.config.scheduler.kill_grace_s
+            if rt.kill_at is not None and now >= rt.kill_at:
+                _signal_tree(rt.process.pid, signal.SIGKILL)
+
+    def _heartbeat(self) -> None:
+        now = time.monotonic()
+        if now - self._last_heartbeat < self.config.storage.heartbeat_interval_s:
+            return
+        self._last_heartbeat = now
+        for rt in self.running.values():
+            self.storage.record_heartbeat(rt.trial._trial_id)
+        self._reap_stale()
+
+    def _reap_stale(self) -> None:
+        """Fail RUNNING trials whose orchestrator stopped sending heartbeats ('lost').
+
+        Mirrors optuna.storages.fail_stale_trials, but records why before the state changes.
+        """
+        study_id = self.study._study_id
+        for trial_id in self.storage._get_stale_trial_ids(study_id):
+            try:
+                self.storage.set_trial_user_attr(trial_id, "hpo.fail_reason", "lost")
+                self.storage.set_trial_user_attr(
+                    trial_id, "hpo.error", "its orchestrator stopped sending heartbeats")
+                self.storage.set_trial_state_values(trial_id, state=TrialState.FAIL)
+            except optuna.exceptions.UpdateFinishedTrialError:
+                continue  # another orchestrator reaped it first
+
+    # --- finishing -------------------------------------------------------------------------
+
+    def _classify(self, rt: RunningTrial) -> tuple[TrialState, float | None, str | None, str | None]:
+        """(state, value, fail_reason, error) from what we did, what the child said, and how
+        its process ended."""
+        code = rt.process.returncode
+        if rt.stop_reason == "timeout":
+            limit = self.config.scheduler.trial_timeout_s
+            return TrialState.FAIL, None, "timeout", f"ran past scheduler.trial_timeout_s={limit}"
+        outcome = rt.outcome
+        if outcome is not None and outcome.kind == "value":
+            return TrialState.COMPLETE, outcome.value, None, None
+        if outcome is not None and outcome.kind == "pruned":
+            return TrialState.PRUNED, None, None, None
+        if rt.stop_reason == "interrupted":
+            return TrialState.FAIL, None, "interrupted", "stopped by SIGINT/SIGTERM"
+        if outcome is not None:
+            return TrialState.FAIL, None, outcome.fail_reason, outcome.error
+        if code is not None and code < 0:
+            sig = signal.Signals(-code)
+            oom_kills = _cgroup_oom_kills()
+            if sig == signal.SIGKILL and rt.oom_kills_at_spawn is not None \
+                    and oom_kills is not None and oom_kills > rt.oom_kills_at_spawn:
+                return TrialState.FAIL, None, "oom", "killed by the kernel OOM killer"
+            detail = _tail(rt.log)
+            return TrialState.FAIL, None, "killed", f"died by {sig.name}" + (
+                f": {detail}" if detail else "")
+        detail = _tail(rt.log) or "no result"
+        return TrialState.FAIL, None, "exception", f"exited with code {code}: {detail}"
+
+    def _finish(self, rt: RunningTrial) -> None:
+        state, value, reason, error = self._classify(rt)
+        _signal_tree(rt.process.pid, signal.SIGKILL)  # leftovers in its group, if any
+        trial = rt.trial
+        trial.set_user_attr("hpo.exit_code", rt.process.returncode)
+        if reason is not None:
+            trial.set_user_attr("hpo.fail_reason", reason)
+            trial.set_user_attr("hpo.error", error)
+        if state == TrialState.COMPLETE:
+            self.study.tell(trial, value)
+        else:
+            self.study.tell(trial, state=state)
+        rt.log.close()
+        del self.running[rt.slot.id]
+        self.slots.release(rt.slot)
+        done = FinishedTrial(number=trial.number, slot=rt.slot.label, state=state, value=value,
+                             duration_s=time.monotonic() - rt.spawned_at, fail_reason=reason,
+                             error=error)
+        self.finished.append(done)
+        self.reporter.finished(done)
+
+    def _stop_all(self) -> None:
+        """Leave nothing running and no trial RUNNING, whatever brought us here."""
+        if not self.running:
+            return
+        grace_end = time.monotonic() + self.config.scheduler.kill_grace_s
+        for rt in self.running.values():
+            if rt.stop_reason is None:
+                rt.stop_reason = "interrupted"
+            if rt.process.poll() is None:
+                _signal_tree(rt.process.pid, signal.SIGTERM if self._signals < 2 else signal.SIGKILL)
+        while self.running:
+            for rt in list(self.running.values()):
+                if rt.process.poll() is None and time.monotonic() >= grace_end:
+                    _signal_tree(rt.process.pid, signal.SIGKILL)
+                if rt.process.poll() is not None:
+                    self._drain(rt)
+                    self._finish(rt)
+            time.sleep(0.05)
+
+
+def _objective_dict(config: Config) -> dict[str, Any]:
+    return asdict(config.objective)
+
+

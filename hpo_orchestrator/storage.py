@@ -1,0 +1,125 @@
+"""Opening the Optuna RDB: URL checks, secret masking, and sqlite made safe for a long run."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import optuna
+import sqlalchemy
+from sqlalchemy import event
+from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.exc import ArgumentError, SQLAlchemyError
+
+from hpo_orchestrator.errors import StorageError
+
+__all__ = ["create_engine", "mask_url", "open_rdb_storage", "sqlite_path"]
+
+_SQLITE_BUSY_TIMEOUT_S = 60.0
+
+
+def mask_url(url: str) -> str:
+    """The URL with any password replaced by ***, for every message a user may see."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except (ArgumentError, ValueError):
+        return "<unparseable storage URL>"
+
+
+def sqlite_path(url: str) -> Path | None:
+    """The database file of a sqlite URL (None for other backends or in-memory sqlite)."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite" or not parsed.database or parsed.database == ":memory:":
+        return None
+    return Path(parsed.database)
+
+
+def _check_sqlite_file(path: Path, create: bool) -> None:
+    if not path.exists():
+        if not create:
+            raise StorageError(f"no database at {path}", "run a study first, or pass --storage URL")
+        if not path.parent.is_dir():
+            raise StorageError(f"folder {path.parent} does not exist",
+                               "create it or choose another storage.url")
+        return
+    try:
+        with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as connection:
+            tables = {row[0] for row in connection.execute(
+                "SELECT name FROM sqlite_master WHERE type='table'")}
+    except sqlite3.DatabaseError as exc:
+        raise StorageError(f"{path} is not a sqlite database ({exc})",
+                           "point storage.url at an Optuna database or a new file") from None
+    if tables and "studies" not in tables:
+        raise StorageError(f"{path} is a sqlite database but not an Optuna one",
+                           "point storage.url at an Optuna database or a new file")
+
+
+def _tune_sqlite(engine: Engine) -> None:
+    """WAL + busy timeout + synchronous=NORMAL on every connection.
+
+    WAL lets readers (the sqlite3 shell, a dashboard, `status`) read while the orchestrator
+    writes; the busy timeout makes a writer wait instead of failing with 'database is locked'.
+    """
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: sqlite3.Connection, _record: object) -> None:
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute(f"PRAGMA busy_timeout={int(_SQLITE_BUSY_TIMEOUT_S * 1000)}")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.close()
+
+
+def create_engine(url: str, create: bool = False) -> Engine:
+    """A SQLAlchemy engine for read-only use by status/telemetry (checks the file first)."""
+    path = _validated_path(url, create)
+    engine = sqlalchemy.create_engine(url)
+    if path is not None:
+        _tune_sqlite(engine)
+    return engine
+
+
+def _validated_path(url: str, create: bool) -> Path | None:
+    try:
+        path = sqlite_path(url)
+    except ArgumentError:
+        raise StorageError(f"cannot parse storage URL {mask_url(url)!r}",
+                           "e.g. sqlite:///hpo.db or postgresql+psycopg://user@host/db") from None
+    if path is not None:
+        _check_sqlite_file(path, create)
+    return path
+
+
+def open_rdb_storage(url: str, heartbeat_interval_s: int | None = None,
+                     grace_period_s: int | None = None) -> optuna.storages.RDBStorage:
+    """Optuna's RDBStorage, creating the database (and its tables) if needed."""
+    path = _validated_path(url, create=True)
+    engine_kwargs: dict[str, object] = {}
+    if path is not None:
+        # Set WAL before Optuna's first connection creates the tables; it persists in the file.
+        with sqlite3.connect(path, timeout=_SQLITE_BUSY_TIMEOUT_S) as connection:
+            connection.execute("PRAGMA journal_mode=WAL")
+        engine_kwargs["connect_args"] = {"timeout": _SQLITE_BUSY_TIMEOUT_S}
+    else:
+        engine_kwargs["pool_pre_ping"] = True
+    try:
+        storage = optuna.storages.RDBStorage(
+            url, engine_kwargs=engine_kwargs, heartbeat_interval=heartbeat_interval_s,
+            grace_period=grace_period_s)
+    except (SQLAlchemyError, ImportError, ValueError) as exc:
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise StorageError(f"cannot open storage {mask_url(url)}: {mask_url_in(reason, url)}",
+                           "check the URL, that the server is up, and the credentials") from None
+    if path is not None:
+        storage.engine.dispose()  # later connections get the pragmas from the listener
+        _tune_sqlite(storage.engine)
+    return storage
+
+
+def mask_url_in(text: str, url: str) -> str:
+    """``text`` with the URL's password, if any, replaced by ***."""
+    try:
+        password = make_url(url).password
+    except (ArgumentError, ValueError):
+        return text
+    return text.replace(str(password), "***") if password else text

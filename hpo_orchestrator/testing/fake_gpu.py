@@ -1,0 +1,83 @@
+"""A scripted GPU backend for machines without GPUs.
+
+Selected by ``HPO_ORCHESTRATOR_FAKE_GPUS``, either a count (``"2"``) or JSON::
+
+    {"gpus": [{"busy_util": 90}, {"busy_util": 0, "memory_total_mib": 16000}]}
+
+A fake GPU "runs" the processes that were pinned to it: any process whose environment has
+``CUDA_VISIBLE_DEVICES`` equal to the GPU's index. While one runs, the GPU reports
+``busy_util`` % utilization (0 scripts a GPU that is asked for but never works).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import psutil
+
+from hpo_orchestrator.gpu._base import GpuInfo, GpuSample
+
+__all__ = ["FakeGpu", "FakeGpuBackend"]
+
+
+@dataclass(frozen=True)
+class FakeGpu:
+    busy_util: float = 90.0
+    memory_total_mib: float = 81_559.0
+    busy_mem_mib: float = 1_024.0
+    busy_power_w: float = 300.0
+    idle_power_w: float = 70.0
+
+
+class FakeGpuBackend:
+    name = "fake"
+    unavailable_reason: str | None = None
+
+    def __init__(self, gpus: list[FakeGpu]) -> None:
+        self._fakes = gpus
+
+    @classmethod
+    def from_spec(cls, spec: str) -> FakeGpuBackend:
+        spec = spec.strip()
+        if spec.isdigit():
+            return cls([FakeGpu() for _ in range(int(spec))])
+        data = json.loads(spec)
+        return cls([FakeGpu(**entry) for entry in data["gpus"]])
+
+    def gpus(self) -> list[GpuInfo]:
+        return [
+            GpuInfo(index=i, uuid=f"GPU-fake-{i:04d}", name="Fake GPU",
+                    memory_total_mib=fake.memory_total_mib)
+            for i, fake in enumerate(self._fakes)
+        ]
+
+    def pinned_pids(self, index: int) -> list[int]:
+        """Processes pinned to fake GPU ``index`` (what NVML's process list would show)."""
+        pids = []
+        for proc in psutil.process_iter(["pid"]):
+            try:
+                env = proc.environ()
+            except (psutil.Error, OSError):
+                continue
+            if env.get("CUDA_VISIBLE_DEVICES") == str(index) and "HPO_TRIAL_NUMBER" in env:
+                pids.append(proc.pid)
+        return pids
+
+    def sample(self, index: int) -> GpuSample | None:
+        if not 0 <= index < len(self._fakes):
+            return None
+        fake = self._fakes[index]
+        pids = self.pinned_pids(index)
+        busy = bool(pids) and fake.busy_util > 0
+        return GpuSample(
+            index=index,
+            sm_util=fake.busy_util if busy else 0.0,
+            mem_used_mib=fake.busy_mem_mib * len(pids),
+            power_w=fake.busy_power_w if busy else fake.idle_power_w,
+            temp_c=60.0 if busy else 35.0,
+            processes={pid: (fake.busy_util if busy else 0.0, fake.busy_mem_mib) for pid in pids},
+        )
+
+    def close(self) -> None:
+        pass

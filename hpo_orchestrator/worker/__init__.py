@@ -1,0 +1,8 @@
+"""Trial child processes: the bootstrap that runs an objective, and the trial proxy."""
+
+from __future__ import annotations
+
+from hpo_orchestrator.worker._protocol import TRIAL_METHODS, Job, TrialOutcome
+from hpo_orchestrator.worker._proxy import TrialProxy
+
+__all__ = ["TRIAL_METHODS", "Job", "TrialOutcome", "TrialProxy"]

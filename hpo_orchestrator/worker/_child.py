@@ -1,0 +1,119 @@
+"""Entry point of a trial's child process: ``python -m hpo_orchestrator.worker FD``.
+
+The orchestrator fixed this process's environment before the interpreter started
+(CUDA_DEVICE_ORDER, CUDA_VISIBLE_DEVICES, thread counts, OpenCL registration), so nothing
+here has to undo what an import might already have initialised.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib
+import math
+import signal
+import traceback
+from collections.abc import Callable
+from multiprocessing.connection import Connection
+from typing import Any
+
+import optuna
+
+from hpo_orchestrator import runtime
+from hpo_orchestrator.worker._protocol import Job, TrialOutcome
+from hpo_orchestrator.worker._proxy import TrialProxy
+
+__all__ = ["main"]
+
+BUILTIN_OBJECTIVES = {
+    "lightgbm": "hpo_orchestrator.objectives.lightgbm:LightGBMObjective",
+    "torch_mlp": "hpo_orchestrator.objectives.torch_mlp:TorchMLPObjective",
+}
+
+
+def _die_with_parent() -> None:
+    """Ask the kernel to SIGTERM us when the orchestrator dies, so no orphan trains on."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        pr_set_pdeathsig = 1
+        libc.prctl(pr_set_pdeathsig, signal.SIGTERM)
+    except (OSError, AttributeError):
+        pass
+
+
+def import_target(target: str) -> Any:
+    """``package.module:attribute`` -> the attribute."""
+    module_name, _, attribute = target.partition(":")
+    module = importlib.import_module(module_name)
+    return getattr(module, attribute)
+
+
+def build_objective(config: dict[str, Any]) -> Callable[[Any], Any]:
+    """The callable for this objective config; built-ins are classes taking their config."""
+    name = config["name"]
+    if name == "custom":
+        if config.get("setup"):
+            import_target(config["setup"])()
+        return import_target(config["target"])  # type: ignore[no-any-return]
+    factory = import_target(BUILTIN_OBJECTIVES[name])
+    return factory(config)  # type: ignore[no-any-return]
+
+
+def is_oom(exc: BaseException) -> bool:
+    """CUDA (torch) or OpenCL/LightGBM out-of-memory, or a MemoryError."""
+    if isinstance(exc, MemoryError):
+        return True
+    if type(exc).__name__ in ("OutOfMemoryError", "CUDAOutOfMemoryError"):
+        return True
+    text = str(exc).lower()
+    return "out of memory" in text or "cl_mem_object_allocation_failure" in text
+
+
+def last_line(exc: BaseException) -> str:
+    lines = [line for line in str(exc).strip().splitlines() if line.strip()]
+    return f"{type(exc).__name__}: {lines[-1] if lines else ''}".rstrip(": ")
+
+
+def check_value(value: Any) -> float:
+    """The objective's return value as a float, or ValueError saying what was wrong."""
+    if value is None:
+        raise ValueError("objective returned None; it must return a number")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) and not hasattr(value, "__float__"):
+        raise ValueError(f"objective returned {type(value).__name__}; it must return a number")
+    number = float(value)
+    if not math.isfinite(number):
+        raise ValueError(f"objective returned {number}; it must return a finite number")
+    return number
+
+
+def run_trial(connection: Connection, job: Job) -> TrialOutcome:
+    objective = build_objective(job.objective)
+    trial = TrialProxy(connection, job.trial_number)
+    connection.send(("started",))
+    try:
+        value = check_value(objective(trial))
+    except optuna.TrialPruned:
+        return TrialOutcome(kind="pruned")
+    except Exception as exc:  # the objective's own failure, reported, never fatal here
+        return TrialOutcome(
+            kind="error",
+            fail_reason="oom" if is_oom(exc) else "exception",
+            error=last_line(exc),
+            traceback=traceback.format_exc(),
+        )
+    return TrialOutcome(kind="value", value=value)
+
+
+def main(argv: list[str]) -> int:
+    _die_with_parent()
+    connection = Connection(int(argv[0]))
+    runtime._attach(connection)
+    job: Job = connection.recv()
+    try:
+        outcome = run_trial(connection, job)
+    except Exception as exc:  # failure before the objective ran (import, setup)
+        outcome = TrialOutcome(kind="error", fail_reason="oom" if is_oom(exc) else "exception",
+                               error=last_line(exc), traceback=traceback.format_exc())
+    connection.send(("result", outcome))
+    connection.close()
+    return 0
+

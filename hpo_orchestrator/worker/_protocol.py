@@ -1,0 +1,46 @@
+"""Messages between the orchestrator and a trial's child process (pickled over a socketpair).
+
+child -> orchestrator                      orchestrator -> child
+  ("started",)   objective about to run       Job (first message)
+  ("call", method, args, kwargs)            ("ok", value) / ("err", exception)
+  ("phase", name)  the objective's phase
+  ("result", TrialOutcome)  last message
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["TRIAL_METHODS", "Job", "TrialOutcome"]
+
+# The optuna.Trial methods a child may call; everything else stays in the orchestrator.
+TRIAL_METHODS = frozenset({
+    "suggest_float", "suggest_int", "suggest_categorical", "suggest_uniform",
+    "suggest_loguniform", "suggest_discrete_uniform", "report", "should_prune",
+    "set_user_attr",
+})
+
+
+@dataclass(frozen=True)
+class Job:
+    """What a child needs to run one trial."""
+
+    trial_number: int
+    objective: dict[str, Any]  # the objective's resolved config (name, target, options)
+    study_direction: str = "minimize"
+
+
+@dataclass(frozen=True)
+class TrialOutcome:
+    """How the objective ended, as seen from inside the child.
+
+    kind: ``value`` (``value`` set), ``pruned``, or ``error`` (``fail_reason`` is
+    ``exception`` or ``oom``; ``error`` the last line of the message).
+    """
+
+    kind: str
+    value: float | None = None
+    fail_reason: str | None = None
+    error: str | None = None
+    traceback: str | None = None
