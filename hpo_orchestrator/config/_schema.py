@@ -32,7 +32,9 @@ __all__ = [
 
 def _require(ok: bool, key: str, message: str, hint: str | None = None) -> None:
     if not ok:
-        raise ConfigError(f"{key}: {message}", hint)
+        raise ConfigError(f"{key}: {message}", hint or
+                          f"set {key}=... on the command line; 'hpo-orchestrator run "
+                          f"--show-config' prints the resolved configuration")
 
 
 def _positive_int(value: Any, key: str, minimum: int = 1) -> None:

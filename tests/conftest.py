@@ -1,0 +1,56 @@
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@dataclass
+class RunResult:
+    code: int
+    stdout: str
+    stderr: str
+    db: Path
+
+
+def run_cli(tmp_path: Path, *args: str, env: dict[str, str] | None = None,
+            timeout: float = 240) -> RunResult:
+    """Run ``hpo-orchestrator`` as a real process in ``tmp_path`` (storage sqlite:///hpo.db)."""
+    inherited = {k: v for k, v in os.environ.items() if k != "HPO_ORCHESTRATOR_FAKE_GPUS"}
+    full_env = {**inherited, "COLUMNS": "200", **(env or {})}
+    proc = subprocess.run([sys.executable, "-m", "hpo_orchestrator", *args], cwd=tmp_path,
+                          env=full_env, capture_output=True, text=True, timeout=timeout)
+    return RunResult(proc.returncode, proc.stdout, proc.stderr, tmp_path / "hpo.db")
+
+
+def trial_rows(db: Path, study: str = "hpo") -> list[dict[str, Any]]:
+    """Every trial of the study with its user attrs, read with plain SQL."""
+    with sqlite3.connect(db) as con:
+        trials = con.execute(
+            "SELECT t.trial_id, t.number, t.state, t.datetime_start, t.datetime_complete "
+            "FROM trials t JOIN studies s ON s.study_id = t.study_id WHERE s.study_name = ?",
+            (study,)).fetchall()
+        rows = []
+        for trial_id, number, state, start, end in trials:
+            attrs = {k: json.loads(v) for k, v in con.execute(
+                "SELECT key, value_json FROM trial_user_attributes WHERE trial_id = ?",
+                (trial_id,))}
+            rows.append({"trial_id": trial_id, "number": number, "state": state,
+                         "start": start, "end": end, "attrs": attrs})
+    return rows
+
+
+@pytest.fixture
+def cli(tmp_path: Path):  # type: ignore[no-untyped-def]
+    def _run(*args: str, env: dict[str, str] | None = None, timeout: float = 240) -> RunResult:
+        return run_cli(tmp_path, *args, env=env, timeout=timeout)
+    return _run

@@ -1,0 +1,54 @@
+"""Configuration: composition, validation, and the bad-input contract (exit 2, one line)."""
+
+from __future__ import annotations
+
+import pytest
+
+from hpo_orchestrator.config import load_config
+from hpo_orchestrator.errors import ConfigError
+
+
+def test_defaults_compose() -> None:
+    config = load_config([])
+    assert config.objective.name == "lightgbm"
+    assert config.pruner.name == "patient_hyperband"
+    assert config.sampler.name == "tpe"
+    assert config.storage.url == "sqlite:///hpo.db"
+
+
+def test_overrides_apply() -> None:
+    config = load_config(["objective=torch_mlp", "scheduler.parallel=8", "pruner.patience=4",
+                          "pruner.min_resource=3", "study.name=exp1", "scheduler.gpus=[0,1]",
+                          "objective.batch_size=256"])
+    assert (config.objective.name, config.objective.batch_size) == ("torch_mlp", 256)
+    assert config.scheduler.parallel == 8 and config.scheduler.gpus == [0, 1]
+    assert (config.pruner.patience, config.pruner.min_resource) == (4, 3)
+
+
+BAD = [
+    (["scheduler.parallel=four"], "scheduler.parallel"),
+    (["scheduler.parallel=0"], "scheduler.parallel"),
+    (["scheduler.nope=1"], "unknown configuration key 'scheduler.nope'"),
+    (["+extra=1"], "unknown configuration key 'extra'"),
+    (["objective=nope"], "unknown objective 'nope'"),
+    (["pruner=nope"], "unknown pruner 'nope'"),
+    (["pruner.patience=-1"], "pruner.patience"),
+    (["pruner.min_resource=5", "pruner.max_resource=3"], "min_resource (5) > max_resource (3)"),
+    (["pruner=median", "pruner.patience=3"], "unknown configuration key 'pruner.patience'"),
+    (["objective=custom"], "objective.target"),
+    (["objective=custom", "objective.target=nocolon"], "objective.target"),
+    (["study.direction=sideways"], "study.direction"),
+    (["scheduler.gpus=[-1]"], "scheduler.gpus"),
+    (["objective=torch_mlp", "objective.prefetch_factor=2"], "prefetch_factor"),
+    (["telemetry.interval_s=0"], "telemetry.interval_s"),
+    (["not-an-override"], "not-an-override"),
+]
+
+
+@pytest.mark.parametrize(("overrides", "expected"), BAD)
+def test_bad_config_is_one_clear_error(overrides: list[str], expected: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config(overrides)
+    assert expected in info.value.message
+    assert "\n" not in info.value.message
+    assert info.value.hint

@@ -1,0 +1,177 @@
+"""Whole studies in real processes: pinning, placement, pruning, failures, Ctrl-C, status."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+
+import optuna
+import pytest
+
+from tests.conftest import trial_rows
+
+pytestmark = pytest.mark.slow
+
+TARGET = "objective.target=hpo_orchestrator.testing.objectives:"
+
+SITECUSTOMIZE = """
+import os
+log = os.environ.get("HPO_TEST_ENV_LOG")
+if log and "HPO_TRIAL_NUMBER" in os.environ:
+    with open(os.path.join(log, str(os.getpid())), "w") as handle:
+        handle.write(os.environ.get("CUDA_VISIBLE_DEVICES", "<unset>"))
+"""
+
+
+def _max_overlap(intervals: list[tuple[datetime, datetime]]) -> int:
+    events = sorted([(s, 1) for s, _ in intervals] + [(e, -1) for _, e in intervals],
+                    key=lambda ev: (ev[0], ev[1]))
+    level = peak = 0
+    for _, delta in events:
+        level += delta
+        peak = max(peak, level)
+    return peak
+
+
+def test_pinning_and_placement_on_two_fake_gpus(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(SITECUSTOMIZE)
+    envlog = tmp_path / "envlog"
+    envlog.mkdir()
+    env = {"HPO_ORCHESTRATOR_FAKE_GPUS": "2", "HPO_TEST_ENV_LOG": str(envlog),
+           "PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])}
+    result = cli("run", "objective=custom", TARGET + "pinned", "scheduler.parallel=4",
+                 "scheduler.trials_per_gpu=2", "study.n_trials=12", "pruner=none", env=env)
+    assert result.code == 0, result.stderr
+    rows = trial_rows(result.db)
+    assert len(rows) == 12 and all(r["state"] == "COMPLETE" for r in rows)
+
+    first_line = {int(p.name): p.read_text() for p in envlog.iterdir()}
+    per_gpu: dict[int, list[tuple[datetime, datetime]]] = {0: [], 1: []}
+    for row in rows:
+        attrs = row["attrs"]
+        gpu = attrs["hpo.gpu_index"]
+        assert attrs["hpo.cuda_visible_devices"] == str(gpu)
+        assert attrs["hpo.gpu_uuid"] == f"GPU-fake-{gpu:04d}"
+        # what the interpreter saw before any of our code ran, and what the objective saw
+        assert first_line[attrs["hpo.pid"]] == str(gpu)
+        assert attrs["test.cuda_visible_devices"] == str(gpu)
+        for key in ("hpo.host", "hpo.slot", "hpo.startup_s", "hpo.exit_code", "hpo.num_threads"):
+            assert key in attrs
+        assert attrs["hpo.exit_code"] == 0 and attrs["hpo.startup_s"] > 0
+        per_gpu[gpu].append((datetime.fromisoformat(row["start"]),
+                             datetime.fromisoformat(row["end"])))
+    assert per_gpu[0] and per_gpu[1], "both fake GPUs must be used"
+    assert max(_max_overlap(v) for v in per_gpu.values()) <= 2
+    assert _max_overlap(per_gpu[0] + per_gpu[1]) >= 3  # really in parallel
+
+
+def test_lightgbm_study_prunes_and_logs_effective_params(cli) -> None:  # type: ignore[no-untyped-def]
+    result = cli("run", "scheduler.parallel=2", "study.n_trials=8", "objective.n_rows=4000",
+                 "objective.num_boost_round=100", "pruner=median", "pruner.n_startup_trials=2",
+                 "pruner.n_warmup_steps=1", "sampler=random", "sampler.seed=1")
+    assert result.code == 0, result.stderr
+    rows = trial_rows(result.db)
+    assert {r["state"] for r in rows} <= {"COMPLETE", "PRUNED"}
+    assert any(r["state"] == "PRUNED" for r in rows), "expected some pruning"
+    for row in rows:
+        effective = row["attrs"]["hpo.params_effective"]
+        assert effective["device_type"] == "cpu"  # CPU slots
+        assert effective["num_threads"] == row["attrs"]["hpo.num_threads"]
+        assert row["attrs"]["hpo.gpu_index"] is None
+    assert "trials by state" in result.stdout  # ends with the status summary
+    study = optuna.load_study(study_name="hpo", storage=f"sqlite:///{result.db}")
+    assert len(study.trials) == 8
+
+
+def test_pruning_with_median(cli) -> None:  # type: ignore[no-untyped-def]
+    result = cli("run", "objective=custom", TARGET + "curves", "pruner=median",
+                 "pruner.n_startup_trials=3", "pruner.n_warmup_steps=1", "scheduler.parallel=2",
+                 "study.n_trials=14", "sampler=random", "sampler.seed=3")
+    assert result.code == 0, result.stderr
+    states = [r["state"] for r in trial_rows(result.db)]
+    assert states.count("PRUNED") >= 2 and states.count("COMPLETE") >= 3
+
+
+def test_failures_are_contained_and_classified(cli) -> None:  # type: ignore[no-untyped-def]
+    result = cli("run", "objective=custom", TARGET + "chaos", "scheduler.parallel=4",
+                 "study.n_trials=8", "scheduler.trial_timeout_s=4", "scheduler.kill_grace_s=1",
+                 "sampler=random")
+    assert result.code == 0, result.stderr
+    rows = {r["number"]: r for r in trial_rows(result.db)}
+    assert len(rows) == 8 and not [r for r in rows.values() if r["state"] == "RUNNING"]
+    expected = {0: None, 1: "exception", 2: "killed", 3: "timeout", 4: "exception",
+                5: "exception", 6: "oom", 7: "killed"}
+    for number, reason in expected.items():
+        attrs = rows[number]["attrs"]
+        assert attrs.get("hpo.fail_reason") == reason, (number, attrs)
+        assert rows[number]["state"] == ("COMPLETE" if reason is None else "FAIL")
+    assert "boom from the objective" in rows[1]["attrs"]["hpo.error"]
+    assert "nan" in rows[4]["attrs"]["hpo.error"]
+    assert "None" in rows[5]["attrs"]["hpo.error"]
+    assert "SIGABRT" in rows[2]["attrs"]["hpo.error"]
+    assert rows[2]["attrs"]["hpo.exit_code"] == -signal.SIGABRT
+
+
+def test_sigint_stops_gracefully(tmp_path: Path) -> None:
+    env = {**os.environ, "HPO_TEST_SLEEP_S": "60"}
+    env.pop("HPO_ORCHESTRATOR_FAKE_GPUS", None)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "hpo_orchestrator", "run", "objective=custom", TARGET + "sleepy",
+         "scheduler.parallel=2", "study.n_trials=6", "scheduler.kill_grace_s=2"],
+        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    db = tmp_path / "hpo.db"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        time.sleep(0.5)
+        if db.exists() and len([r for r in trial_rows(db) if r["state"] == "RUNNING"]) == 2:
+            break
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    rows = trial_rows(db)
+    assert rows and all(r["state"] == "FAIL" for r in rows)
+    assert all(r["attrs"]["hpo.fail_reason"] == "interrupted" for r in rows)
+
+
+def test_resume_finishes_exactly_n_trials_and_sql_contract(cli) -> None:  # type: ignore[no-untyped-def]
+    args = ("run", "objective=custom", TARGET + "quadratic", "scheduler.parallel=2")
+    assert cli(*args, "study.n_trials=3").code == 0
+    result = cli(*args, "study.n_trials=5")
+    assert result.code == 0, result.stderr
+    with sqlite3.connect(result.db) as con:
+        counts = dict(con.execute(
+            "SELECT state, COUNT(*) FROM trials WHERE study_id = (SELECT study_id FROM studies "
+            "WHERE study_name = 'hpo') GROUP BY state").fetchall())
+        durations = con.execute(
+            "SELECT state, AVG((julianday(datetime_complete) - julianday(datetime_start)) * 86400)"
+            " AS avg_s, COUNT(*) FROM trials WHERE study_id = (SELECT study_id FROM studies "
+            "WHERE study_name = 'hpo') AND datetime_complete IS NOT NULL GROUP BY state").fetchall()
+        config = json.loads(con.execute(
+            "SELECT value_json FROM study_user_attributes WHERE key = 'hpo.config'").fetchone()[0])
+    assert counts == {"COMPLETE": 5}
+    assert durations[0][0] == "COMPLETE" and durations[0][1] > 0
+    assert config["study"]["n_trials"] == 5
+
+    status = cli("status", "--json")
+    assert status.code == 0, status.stderr
+    report = json.loads(status.stdout)
+    assert report["states"]["COMPLETE"]["count"] == 5
+    assert report["best"]["params"]["x"] == pytest.approx(0.5, abs=1.0)
+    assert cli("status").code == 0
+
+
+def test_direction_conflict_is_exit_2(cli) -> None:  # type: ignore[no-untyped-def]
+    args = ("run", "objective=custom", TARGET + "quadratic", "study.n_trials=1")
+    assert cli(*args).code == 0
+    result = cli(*args, "study.direction=maximize")
+    assert result.code == 2 and "already exists with direction minimize" in result.stderr

@@ -1,0 +1,53 @@
+"""Slot pool: GPUs x trials_per_gpu, spreading, and the GPU list check."""
+
+from __future__ import annotations
+
+import pytest
+
+from hpo_orchestrator.errors import ConfigError
+from hpo_orchestrator.scheduler import SlotPool, resolve_gpus, threads_per_trial
+from hpo_orchestrator.testing import FakeGpuBackend
+
+
+def test_spreads_over_gpus_and_caps_per_gpu() -> None:
+    gpus = FakeGpuBackend.from_spec("2").gpus()
+    pool = SlotPool(gpus, parallel=4, trials_per_gpu=None)
+    taken = [pool.acquire() for _ in range(5)]
+    assert taken[4] is None
+    on = [s.gpu.index for s in taken[:4] if s and s.gpu]
+    assert sorted(on) == [0, 0, 1, 1]
+    assert on[:2] == [0, 1]  # the first two trials go to different GPUs
+
+
+def test_trials_per_gpu_limits_concurrency() -> None:
+    gpus = FakeGpuBackend.from_spec("2").gpus()
+    pool = SlotPool(gpus, parallel=8, trials_per_gpu=1)
+    assert pool.concurrency == 2
+    first, second = pool.acquire(), pool.acquire()
+    assert pool.acquire() is None
+    assert first and second
+    pool.release(first)
+    again = pool.acquire()
+    assert again is not None and again.gpu == first.gpu
+
+
+def test_cpu_slots_have_empty_cuda_visible_devices() -> None:
+    pool = SlotPool([], parallel=3, trials_per_gpu=None)
+    slots = [pool.acquire() for _ in range(3)]
+    assert all(s is not None and s.gpu is None and s.cuda_visible_devices == "" for s in slots)
+
+
+@pytest.mark.parametrize(("wanted", "expected"), [("auto", [0, 1]), ("none", []), ([1], [1])])
+def test_resolve_gpus(wanted: object, expected: list[int]) -> None:
+    backend = FakeGpuBackend.from_spec("2")
+    assert [g.index for g in resolve_gpus(wanted, backend)] == expected
+
+
+def test_nonexistent_gpu_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="GPU 5 does not exist"):
+        resolve_gpus([5], FakeGpuBackend.from_spec("2"))
+
+
+def test_threads_divided_among_trials() -> None:
+    assert threads_per_trial(3, 4) == 3
+    assert threads_per_trial(None, 10_000) == 1
