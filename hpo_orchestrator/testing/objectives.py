@@ -13,7 +13,7 @@ import optuna
 
 from hpo_orchestrator.runtime import phase
 
-__all__ = ["chaos", "curves", "pinned", "quadratic", "sleepy"]
+__all__ = ["chaos", "cuda_probe", "curves", "pinned", "quadratic", "sleepy"]
 
 
 def quadratic(trial: Any) -> float:
@@ -71,3 +71,30 @@ def chaos(trial: Any) -> float:
     if mode == "sigkill":
         os.kill(os.getpid(), signal.SIGKILL)
     return 1.0
+
+
+def cuda_probe(trial: Any) -> float:
+    """On a real GPU host: what torch and NVML say about the GPU this process runs on."""
+    import pynvml
+    import torch
+
+    trial.suggest_float("x", 0.0, 1.0)
+    trial.set_user_attr("test.torch_device_count", torch.cuda.device_count())
+    props = torch.cuda.get_device_properties(0)
+    trial.set_user_attr("test.torch_uuid", str(getattr(props, "uuid", "")))
+    a = torch.randn(4096, 4096, device="cuda")
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        for _ in range(200):
+            b = a @ a
+    torch.cuda.synchronize()
+    trial.set_user_attr("test.autocast_dtype", str(b.dtype))
+    pynvml.nvmlInit()
+    seen = []
+    for index in range(pynvml.nvmlDeviceGetCount()):
+        handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+        pids = {p.pid for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle)}
+        if os.getpid() in pids:
+            seen.append(index)
+    trial.set_user_attr("test.nvml_gpus_with_my_pid", seen)
+    time.sleep(1.0)
+    return float(b.float().mean().item())
