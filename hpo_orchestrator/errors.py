@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["HpoError", "ConfigError", "StorageError", "RuntimeFailure"]
+__all__ = ["ConfigError", "HpoError", "RuntimeFailure", "StorageError"]
 
 
 class HpoError(Exception):

@@ -7,6 +7,7 @@ from optuna.study import StudyDirection
 
 from hpo_orchestrator.config import Config, to_plain_dict
 from hpo_orchestrator.errors import ConfigError
+from hpo_orchestrator.storage import mask_url
 
 __all__ = ["build_pruner", "build_sampler", "create_or_load_study"]
 
@@ -49,8 +50,10 @@ def create_or_load_study(config: Config, storage: optuna.storages.BaseStorage) -
             raise ConfigError(
                 f"study {name!r} already exists with direction {have}, not {config.study.direction}",
                 f"pass study.direction={have} or choose another study.name")
-    study = optuna.create_study(storage=storage, study_name=name, direction=config.study.direction,
+    study = optuna.create_study(storage=storage, study_name=name, direction=wanted,
                                 sampler=build_sampler(config), pruner=build_pruner(config),
                                 load_if_exists=True)
-    study.set_user_attr("hpo.config", to_plain_dict(config))
+    resolved = to_plain_dict(config)
+    resolved["storage"]["url"] = mask_url(resolved["storage"]["url"])  # never store a password
+    study.set_user_attr("hpo.config", resolved)
     return study

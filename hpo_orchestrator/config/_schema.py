@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 from hpo_orchestrator.errors import ConfigError
 
@@ -24,9 +24,9 @@ __all__ = [
     "SchedulerConfig",
     "StorageConfig",
     "StudyConfig",
+    "TPESamplerConfig",
     "TelemetryConfig",
     "TorchMLPObjectiveConfig",
-    "TPESamplerConfig",
 ]
 
 
@@ -86,7 +86,7 @@ class TorchMLPObjectiveConfig:
     num_workers: int = 0
     pin_memory: bool = True
     persistent_workers: bool = False
-    prefetch_factor: Optional[int] = None
+    prefetch_factor: int | None = None
     bf16: bool = True
     seed: int = 0
 
@@ -114,7 +114,7 @@ class CustomObjectiveConfig:
     name: str = "custom"
     target: str = ""
     # Optional per-worker set-up, ``package.module:function``, called once before the trial.
-    setup: Optional[str] = None
+    setup: str | None = None
 
     def validate(self, path: str) -> None:
         _require(bool(self.target), f"{path}.target", "is required for objective=custom",
@@ -184,7 +184,7 @@ class NoPrunerConfig:
 class TPESamplerConfig:
     name: str = "tpe"
     n_startup_trials: int = 10
-    seed: Optional[int] = None
+    seed: int | None = None
 
     def validate(self, path: str) -> None:
         _positive_int(self.n_startup_trials, f"{path}.n_startup_trials", minimum=0)
@@ -193,7 +193,7 @@ class TPESamplerConfig:
 @dataclass
 class RandomSamplerConfig:
     name: str = "random"
-    seed: Optional[int] = None
+    seed: int | None = None
 
     def validate(self, path: str) -> None:
         pass
@@ -208,13 +208,13 @@ class SchedulerConfig:
     # auto: every GPU NVML finds (CPU slots when none); none: CPU slots; or a list of NVML indices.
     gpus: Any = "auto"
     # Trials sharing one GPU at a time; null: ceil(parallel / number of GPUs).
-    trials_per_gpu: Optional[int] = None
+    trials_per_gpu: int | None = None
     # null: no limit. A trial past it is stopped (its process tree terminated, then killed).
-    trial_timeout_s: Optional[float] = None
+    trial_timeout_s: float | None = None
     # Seconds between SIGTERM and SIGKILL when stopping a trial.
     kill_grace_s: float = 5.0
     # CPU threads each trial may use; null: the machine's cores divided by `parallel`.
-    threads_per_trial: Optional[int] = None
+    threads_per_trial: int | None = None
 
     def validate(self, path: str) -> None:
         _positive_int(self.parallel, f"{path}.parallel")
@@ -241,7 +241,7 @@ class StorageConfig:
     url: str = "sqlite:///hpo.db"
     # Heartbeats let any orchestrator find trials whose owner died (they become FAIL, 'lost').
     heartbeat_interval_s: int = 10
-    grace_period_s: Optional[int] = None  # null: 3 x heartbeat_interval_s
+    grace_period_s: int | None = None  # null: 3 x heartbeat_interval_s
 
     def validate(self, path: str) -> None:
         _require("://" in self.url, f"{path}.url", "expected a SQLAlchemy URL",

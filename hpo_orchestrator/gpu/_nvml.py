@@ -81,7 +81,8 @@ class NvmlBackend:
             memory = nvml_query(pynvml.nvmlDeviceGetMemoryInfo, handle)
             power_mw = nvml_query(pynvml.nvmlDeviceGetPowerUsage, handle)
             temp = nvml_query(pynvml.nvmlDeviceGetTemperature, handle, pynvml.NVML_TEMPERATURE_GPU)
-            procs = nvml_query(pynvml.nvmlDeviceGetComputeRunningProcesses, handle, default=[]) or []
+            procs: list[Any] = nvml_query(pynvml.nvmlDeviceGetComputeRunningProcesses, handle,
+                                          default=[]) or []
         processes: dict[int, tuple[float | None, float | None]] = {
             p.pid: (None, (p.usedGpuMemory / _MIB) if p.usedGpuMemory else None) for p in procs
         }

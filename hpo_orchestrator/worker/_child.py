@@ -77,7 +77,8 @@ def check_value(value: Any) -> float:
     """The objective's return value as a float, or ValueError saying what was wrong."""
     if value is None:
         raise ValueError("objective returned None; it must return a number")
-    if isinstance(value, bool) or not isinstance(value, (int, float)) and not hasattr(value, "__float__"):
+    numeric = isinstance(value, (int, float)) or hasattr(value, "__float__")  # numpy, torch
+    if isinstance(value, bool) or not numeric:
         raise ValueError(f"objective returned {type(value).__name__}; it must return a number")
     number = float(value)
     if not math.isfinite(number):

@@ -1,0 +1,72 @@
+"""The same run and status against a real PostgreSQL server.
+
+Set HPO_TEST_POSTGRES_URL (``.ci/run`` does, and also sets HPO_TEST_REQUIRE_POSTGRES=1 so an
+unreachable server fails CI instead of skipping).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+
+import pytest
+import sqlalchemy
+
+pytestmark = [pytest.mark.postgres, pytest.mark.slow]
+
+URL = os.environ.get("HPO_TEST_POSTGRES_URL")
+
+
+def _reachable() -> str | None:
+    if not URL:
+        return "HPO_TEST_POSTGRES_URL is not set (e.g. postgresql+psycopg://postgres@127.0.0.1/test)"
+    try:
+        with sqlalchemy.create_engine(URL).connect() as con:
+            con.execute(sqlalchemy.text("SELECT 1"))
+    except Exception as exc:
+        return f"PostgreSQL at HPO_TEST_POSTGRES_URL is not reachable: {exc}"
+    return None
+
+
+@pytest.fixture(scope="module")
+def postgres_url() -> str:
+    reason = _reachable()
+    if reason:
+        if os.environ.get("HPO_TEST_REQUIRE_POSTGRES") == "1":
+            pytest.fail(reason)
+        pytest.skip(reason)
+    assert URL
+    return URL
+
+
+def test_run_and_status_on_postgres(cli, postgres_url: str) -> None:  # type: ignore[no-untyped-def]
+    study = f"pg-{uuid.uuid4().hex[:8]}"
+    result = cli("run", "objective=custom",
+                 "objective.target=hpo_orchestrator.testing.objectives:curves",
+                 "pruner=median", "pruner.n_startup_trials=2", "scheduler.parallel=2",
+                 "study.n_trials=6", f"study.name={study}", f"storage.url={postgres_url}")
+    assert result.code == 0, result.stderr
+    status = cli("status", "--storage", postgres_url, "--study", study, "--json")
+    assert status.code == 0, status.stderr
+    report = json.loads(status.stdout)
+    finished = sum(report["states"][s]["count"] for s in ("COMPLETE", "PRUNED", "FAIL"))
+    assert finished == 6 and report["states"]["RUNNING"]["count"] == 0
+    assert report["per_gpu"][0]["device"] == "cpu"
+    assert report["states"]["COMPLETE"]["mean_s"] > 0
+
+
+def test_password_never_stored_or_printed(cli, postgres_url: str) -> None:  # type: ignore[no-untyped-def]
+    url = sqlalchemy.engine.make_url(postgres_url).set(password="s3cret-pw")
+    rendered = url.render_as_string(hide_password=False)
+    study = f"pg-{uuid.uuid4().hex[:8]}"
+    result = cli("run", "objective=custom",
+                 "objective.target=hpo_orchestrator.testing.objectives:quadratic",
+                 "study.n_trials=1", f"study.name={study}", f"storage.url={rendered}")
+    assert result.code == 0, result.stderr  # trust auth ignores the password
+    assert "s3cret-pw" not in result.stdout + result.stderr
+    with sqlalchemy.create_engine(postgres_url).connect() as con:
+        stored = con.execute(sqlalchemy.text(
+            "SELECT a.value_json FROM study_user_attributes a JOIN studies s USING (study_id) "
+            "WHERE s.study_name = :n AND a.key = 'hpo.config'"), {"n": study}).scalar()
+    assert stored and "s3cret-pw" not in stored and "***" in json.loads(stored)["storage"]["url"]
