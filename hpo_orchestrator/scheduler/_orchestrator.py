@@ -413,7 +413,11 @@ class Orchestrator:
         self.reporter.finished(done)
 
     def _stop_all(self) -> None:
-        """Leave nothing running and no trial RUNNING, whatever brought us here."""
+        """Leave nothing running and no trial RUNNING, whatever brought us here.
+
+        Children are stopped first (SIGTERM, SIGKILL after the grace period); only then are
+        their trials written, so a broken storage cannot leave processes behind.
+        """
         if not self.running:
             return
         grace_end = time.monotonic() + self.config.scheduler.kill_grace_s
@@ -422,15 +426,14 @@ class Orchestrator:
                 rt.stop_reason = "interrupted"
             if rt.process.poll() is None:
                 _signal_tree(rt.process.pid, signal.SIGTERM if self._signals < 2 else signal.SIGKILL)
-        while self.running:
-            for rt in list(self.running.values()):
-                if rt.process.poll() is None and time.monotonic() >= grace_end:
+        while any(rt.process.poll() is None for rt in self.running.values()):
+            if time.monotonic() >= grace_end:
+                for rt in self.running.values():
                     _signal_tree(rt.process.pid, signal.SIGKILL)
-                if rt.process.poll() is not None:
-                    self._drain(rt)
-                    self._finish(rt)
             time.sleep(0.05)
-
+        for rt in list(self.running.values()):
+            self._drain(rt)
+            self._finish(rt)
 
 def _objective_dict(config: Config) -> dict[str, Any]:
     return asdict(config.objective)
