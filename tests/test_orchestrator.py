@@ -207,3 +207,30 @@ def test_long_reader_causes_no_failure(tmp_path: Path) -> None:
     assert proc.returncode == 0, err
     rows = trial_rows(db)
     assert len(rows) == 12 and all(r["state"] == "COMPLETE" for r in rows)
+
+
+def test_restart_after_kill_9_recovers_and_finishes_exactly_n(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "HPO_ORCHESTRATOR_FAKE_GPUS"}
+    env["HPO_TEST_STEP_S"] = "1.0"
+    command = [sys.executable, "-m", "hpo_orchestrator", "run", "objective=custom",
+               TARGET + "pinned", "scheduler.parallel=2", "study.n_trials=6", "pruner=none"]
+    first = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+    db = tmp_path / "hpo.db"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if len([r for r in _rows_so_far(db) if r["state"] == "RUNNING"]) == 2:
+            break
+        time.sleep(0.2)
+    first.kill()
+    first.wait()
+    time.sleep(1.0)  # its children get SIGTERM from the kernel (PR_SET_PDEATHSIG)
+    assert [r for r in trial_rows(db) if r["state"] == "RUNNING"]
+    second = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True,
+                            timeout=120)
+    assert second.returncode == 0, second.stderr
+    rows = trial_rows(db)
+    assert len(rows) == 6 and not [r for r in rows if r["state"] == "RUNNING"]
+    lost = [r for r in rows if r["state"] == "FAIL"]
+    assert lost and all(r["attrs"]["hpo.fail_reason"] == "lost" for r in lost)
+    assert all(r["state"] in ("COMPLETE", "FAIL") for r in rows)

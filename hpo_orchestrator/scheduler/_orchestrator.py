@@ -352,7 +352,7 @@ class Orchestrator:
         Mirrors optuna.storages.fail_stale_trials, but records why before the state changes.
         """
         study_id = self.study._study_id
-        for trial_id in self.storage._get_stale_trial_ids(study_id):
+        for trial_id in [*self.storage._get_stale_trial_ids(study_id), *self._orphans_here()]:
             try:
                 self.storage.set_trial_user_attr(trial_id, "hpo.fail_reason", "lost")
                 self.storage.set_trial_user_attr(
@@ -360,6 +360,23 @@ class Orchestrator:
                 self.storage.set_trial_state_values(trial_id, state=TrialState.FAIL)
             except optuna.exceptions.UpdateFinishedTrialError:
                 continue  # another orchestrator reaped it first
+
+    def _orphans_here(self) -> list[int]:
+        """RUNNING trials started on this host by a process that no longer exists.
+
+        After ``kill -9`` of an orchestrator its trials are found at once by a restart on the
+        same host, instead of after the heartbeat grace period.
+        """
+        ours = {rt.trial._trial_id for rt in self.running.values()}
+        orphans = []
+        for frozen in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            attrs = frozen.user_attrs
+            if frozen._trial_id in ours or attrs.get("hpo.host") != self.host:
+                continue
+            pid = attrs.get("hpo.pid")
+            if isinstance(pid, int) and not psutil.pid_exists(pid):
+                orphans.append(frozen._trial_id)
+        return orphans
 
     # --- finishing -------------------------------------------------------------------------
 
