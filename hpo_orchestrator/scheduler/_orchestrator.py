@@ -443,14 +443,17 @@ class Orchestrator:
                 rt.stop_reason = "interrupted"
             if rt.process.poll() is None:
                 _signal_tree(rt.process.pid, signal.SIGTERM if self._signals < 2 else signal.SIGKILL)
+        killed = False
         while any(rt.process.poll() is None for rt in self.running.values()):
-            if time.monotonic() >= grace_end:
+            if not killed and time.monotonic() >= grace_end:
+                killed = True
                 for rt in self.running.values():
                     _signal_tree(rt.process.pid, signal.SIGKILL)
             time.sleep(0.05)
         for rt in list(self.running.values()):
             self._drain(rt)
             self._finish(rt)
+
 
 def _objective_dict(config: Config) -> dict[str, Any]:
     return asdict(config.objective)
