@@ -22,13 +22,25 @@ class RunResult:
     db: Path
 
 
+def cli_env(env: dict[str, str] | None = None) -> dict[str, str]:
+    """This process's environment without a fake-GPU spec (unless ``env`` sets one)."""
+    inherited = {k: v for k, v in os.environ.items() if k != "HPO_ORCHESTRATOR_FAKE_GPUS"}
+    return {**inherited, "COLUMNS": "200", **(env or {})}
+
+
+def start_cli(tmp_path: Path, *args: str,
+              env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    """Start ``hpo-orchestrator`` in ``tmp_path`` without waiting (to signal or kill it)."""
+    return subprocess.Popen([sys.executable, "-m", "hpo_orchestrator", *args], cwd=tmp_path,
+                            env=cli_env(env), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+
+
 def run_cli(tmp_path: Path, *args: str, env: dict[str, str] | None = None,
             timeout: float = 240) -> RunResult:
     """Run ``hpo-orchestrator`` as a real process in ``tmp_path`` (storage sqlite:///hpo.db)."""
-    inherited = {k: v for k, v in os.environ.items() if k != "HPO_ORCHESTRATOR_FAKE_GPUS"}
-    full_env = {**inherited, "COLUMNS": "200", **(env or {})}
     proc = subprocess.run([sys.executable, "-m", "hpo_orchestrator", *args], cwd=tmp_path,
-                          env=full_env, capture_output=True, text=True, timeout=timeout)
+                          env=cli_env(env), capture_output=True, text=True, timeout=timeout)
     return RunResult(proc.returncode, proc.stdout, proc.stderr, tmp_path / "hpo.db")
 
 

@@ -6,8 +6,6 @@ import json
 import os
 import signal
 import sqlite3
-import subprocess
-import sys
 import time
 from datetime import datetime
 from pathlib import Path
@@ -15,7 +13,7 @@ from pathlib import Path
 import optuna
 import pytest
 
-from tests.conftest import trial_rows
+from tests.conftest import run_cli, start_cli, trial_rows
 
 pytestmark = pytest.mark.slow
 
@@ -36,6 +34,16 @@ def _rows_so_far(db: Path) -> list[dict]:  # type: ignore[type-arg]
         return trial_rows(db) if db.exists() else []
     except sqlite3.OperationalError:
         return []
+
+
+def _wait_for_running(db: Path, count: int, timeout: float = 60) -> None:
+    """Wait until ``count`` trials are RUNNING (or, with count 0, any trial exists)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        rows = _rows_so_far(db)
+        if (len([r for r in rows if r["state"] == "RUNNING"]) == count) if count else rows:
+            return
+        time.sleep(0.2)
 
 
 def _max_overlap(intervals: list[tuple[datetime, datetime]]) -> int:
@@ -130,18 +138,11 @@ def test_failures_are_contained_and_classified(cli) -> None:  # type: ignore[no-
 
 
 def test_sigint_stops_gracefully(tmp_path: Path) -> None:
-    env = {**os.environ, "HPO_TEST_SLEEP_S": "60"}
-    env.pop("HPO_ORCHESTRATOR_FAKE_GPUS", None)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "hpo_orchestrator", "run", "objective=custom", TARGET + "sleepy",
-         "scheduler.parallel=2", "study.n_trials=6", "scheduler.kill_grace_s=2"],
-        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = start_cli(tmp_path, "run", "objective=custom", TARGET + "sleepy",
+                     "scheduler.parallel=2", "study.n_trials=6", "scheduler.kill_grace_s=2",
+                     env={"HPO_TEST_SLEEP_S": "60"})
     db = tmp_path / "hpo.db"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        time.sleep(0.5)
-        if len([r for r in _rows_so_far(db) if r["state"] == "RUNNING"]) == 2:
-            break
+    _wait_for_running(db, 2)
     time.sleep(1.0)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
@@ -187,16 +188,11 @@ def test_direction_conflict_is_exit_2(cli) -> None:  # type: ignore[no-untyped-d
 
 def test_long_reader_causes_no_failure(tmp_path: Path) -> None:
     """A sqlite3 shell or dashboard holding a read transaction must not fail trials (WAL)."""
-    env = {k: v for k, v in os.environ.items() if k != "HPO_ORCHESTRATOR_FAKE_GPUS"}
-    env["HPO_TEST_STEP_S"] = "0.2"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "hpo_orchestrator", "run", "objective=custom", TARGET + "pinned",
-         "scheduler.parallel=2", "study.n_trials=12", "pruner=none"],
-        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = start_cli(tmp_path, "run", "objective=custom", TARGET + "pinned",
+                     "scheduler.parallel=2", "study.n_trials=12", "pruner=none",
+                     env={"HPO_TEST_STEP_S": "0.2"})
     db = tmp_path / "hpo.db"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and not _rows_so_far(db):
-        time.sleep(0.2)
+    _wait_for_running(db, 0)
     reader = sqlite3.connect(db, isolation_level=None)
     reader.execute("BEGIN")
     reader.execute("SELECT COUNT(*) FROM trials").fetchone()
@@ -210,25 +206,18 @@ def test_long_reader_causes_no_failure(tmp_path: Path) -> None:
 
 
 def test_restart_after_kill_9_recovers_and_finishes_exactly_n(tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if k != "HPO_ORCHESTRATOR_FAKE_GPUS"}
-    env["HPO_TEST_STEP_S"] = "1.0"
-    command = [sys.executable, "-m", "hpo_orchestrator", "run", "objective=custom",
-               TARGET + "pinned", "scheduler.parallel=2", "study.n_trials=6", "pruner=none"]
-    first = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
-                             stderr=subprocess.DEVNULL)
+    args = ("run", "objective=custom", TARGET + "pinned", "scheduler.parallel=2",
+            "study.n_trials=6", "pruner=none")
+    env = {"HPO_TEST_STEP_S": "1.0"}
+    first = start_cli(tmp_path, *args, env=env)
     db = tmp_path / "hpo.db"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if len([r for r in _rows_so_far(db) if r["state"] == "RUNNING"]) == 2:
-            break
-        time.sleep(0.2)
+    _wait_for_running(db, 2)
     first.kill()
-    first.wait()
+    first.communicate()
     time.sleep(1.0)  # its children get SIGTERM from the kernel (PR_SET_PDEATHSIG)
     assert [r for r in trial_rows(db) if r["state"] == "RUNNING"]
-    second = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True,
-                            timeout=120)
-    assert second.returncode == 0, second.stderr
+    second = run_cli(tmp_path, *args, env=env, timeout=120)
+    assert second.code == 0, second.stderr
     rows = trial_rows(db)
     assert len(rows) == 6 and not [r for r in rows if r["state"] == "RUNNING"]
     lost = [r for r in rows if r["state"] == "FAIL"]
