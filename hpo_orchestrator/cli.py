@@ -1,4 +1,4 @@
-"""Command line: ``hpo-orchestrator run|status``.
+"""Command line: ``hpo-orchestrator run|status|telemetry``.
 
 The one place that turns an HpoError into ``error: ...`` / ``hint: ...`` and an exit code
 (0 done, 1 runtime failure, 2 bad usage or configuration, 130 interrupted). Tracebacks only
@@ -46,6 +46,12 @@ def _parser() -> argparse.ArgumentParser:
     status.add_argument("--json", action="store_true", help="machine-readable output")
     status.add_argument("--watch", action="store_true", help="refresh every --interval seconds")
     status.add_argument("--interval", type=float, default=2.0)
+
+    telemetry = commands.add_parser("telemetry", help="a study's GPU/CPU samples as CSV")
+    telemetry.add_argument("--storage", default=DEFAULT_STORAGE, help=f"default {DEFAULT_STORAGE}")
+    telemetry.add_argument("--study", help="study name (optional when the storage has one)")
+    telemetry.add_argument("--trial", type=int, help="only this trial number")
+    telemetry.add_argument("--csv", required=True, metavar="FILE", help="output file, - for stdout")
     return parser
 
 
@@ -66,6 +72,7 @@ def _cmd_run(args: argparse.Namespace, console: Console) -> int:
     from hpo_orchestrator.status import collect_status, print_status
     from hpo_orchestrator.storage import create_engine, open_rdb_storage
     from hpo_orchestrator.study import create_or_load_study
+    from hpo_orchestrator.telemetry import TelemetrySampler
     from hpo_orchestrator.worker._child import import_target
 
     config = load_config(args.overrides)
@@ -114,7 +121,9 @@ def _cmd_run(args: argparse.Namespace, console: Console) -> int:
     already = min(count_claimed(study), config.study.n_trials)
     with LiveReporter(console, config.study.n_trials, already,
                       config.study.direction) as reporter:
-        code = Orchestrator(config, study, storage, slots, threads, reporter).run()
+        sampler = TelemetrySampler(backend, config.telemetry.interval_s) \
+            if config.telemetry.enabled else None
+        code = Orchestrator(config, study, storage, slots, threads, reporter, sampler).run()
     backend.close()
     print_status(collect_status(create_engine(config.storage.url), study.study_name), console)
     if code == 130:
@@ -143,6 +152,16 @@ def _cmd_status(args: argparse.Namespace, console: Console) -> int:
             live.update(render_status(collect_status(engine, args.study)), refresh=True)
 
 
+def _cmd_telemetry(args: argparse.Namespace, console: Console) -> int:
+    from hpo_orchestrator.storage import create_engine
+    from hpo_orchestrator.telemetry._export import export_csv
+
+    count = export_csv(create_engine(args.storage), args.study, args.trial, args.csv)
+    if args.csv != "-":
+        Console(stderr=True).print(f"wrote {count} samples to {args.csv}", highlight=False)
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
@@ -150,9 +169,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     errors = Console(stderr=True, highlight=False)
     try:
         args = _parser().parse_args(argv)
-        if args.command == "run":
-            return _cmd_run(args, console)
-        return _cmd_status(args, console)
+        commands = {"run": _cmd_run, "status": _cmd_status, "telemetry": _cmd_telemetry}
+        return commands[args.command](args, console)
     except HpoError as exc:
         if debug:
             raise
@@ -162,6 +180,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.exit_code
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # `status --json | head`: the reader left, nothing to report
+        sys.stderr.close()
+        return 0
     except Exception as exc:
         if debug:
             raise

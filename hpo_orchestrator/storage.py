@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import sqlite3
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import optuna
 import sqlalchemy
 from sqlalchemy import event
 from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
 from hpo_orchestrator.errors import StorageError
+
+if TYPE_CHECKING:  # status and telemetry read with SQLAlchemy only: keep optuna's import off them
+    import optuna
 
 __all__ = ["create_engine", "mask_url", "open_rdb_storage", "sqlite_path"]
 
@@ -93,6 +96,8 @@ def _validated_path(url: str, create: bool) -> Path | None:
 def open_rdb_storage(url: str, heartbeat_interval_s: int | None = None,
                      grace_period_s: int | None = None) -> optuna.storages.RDBStorage:
     """Optuna's RDBStorage, creating the database (and its tables) if needed."""
+    import optuna
+
     path = _validated_path(url, create=True)
     engine_kwargs: dict[str, object] = {}
     if path is not None:

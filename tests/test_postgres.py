@@ -52,7 +52,8 @@ def test_run_and_status_on_postgres(cli, postgres_url: str) -> None:  # type: ig
     report = json.loads(status.stdout)
     finished = sum(report["states"][s]["count"] for s in ("COMPLETE", "PRUNED", "FAIL"))
     assert finished == 6 and report["states"]["RUNNING"]["count"] == 0
-    assert report["per_gpu"][0]["device"] == "cpu"
+    assert report["per_device"][0]["device"] == "cpu"
+    assert "findings" in report
     assert report["states"]["COMPLETE"]["mean_s"] > 0
 
 

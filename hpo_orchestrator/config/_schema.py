@@ -268,12 +268,21 @@ class StudyConfig:
 
 @dataclass
 class TelemetryConfig:
+    """GPU/CPU sampling of every trial (hpo_telemetry table and hpo.* aggregates)."""
+
+    enabled: bool = True
     interval_s: float = 1.0
+    # Phases (marked with hpo_orchestrator.phase) in which the GPU is expected to work: low
+    # utilization there is a finding; in other phases (data, validate) it is not.
+    compute_phases: list[str] = field(default_factory=lambda: ["train"])
 
     def validate(self, path: str) -> None:
         _require(isinstance(self.interval_s, (int, float)) and math.isfinite(self.interval_s)
                  and self.interval_s >= 0.05, f"{path}.interval_s",
                  f"expected seconds >= 0.05, got {self.interval_s!r}")
+        _require(bool(self.compute_phases) and all(isinstance(p, str) and p for p in self.compute_phases),
+                 f"{path}.compute_phases", f"expected a non-empty list of phase names, "
+                 f"got {self.compute_phases!r}", "e.g. telemetry.compute_phases=[train,finetune]")
 
 
 @dataclass

@@ -37,6 +37,9 @@ class NvmlBackend:
         self._gpus = gpus
         self._handles = handles
         self._lock = threading.Lock()
+        # NVML's per-process utilization returns samples newer than a timestamp (µs); asking
+        # from the last sample we saw gives each process's recent SM share.
+        self._last_process_sample_us: dict[int, int] = {}
         self.unavailable_reason: str | None = None if gpus else "NVML lists no GPU"
 
     @classmethod
@@ -83,8 +86,17 @@ class NvmlBackend:
             temp = nvml_query(pynvml.nvmlDeviceGetTemperature, handle, pynvml.NVML_TEMPERATURE_GPU)
             procs: list[Any] = nvml_query(pynvml.nvmlDeviceGetComputeRunningProcesses, handle,
                                           default=[]) or []
+            since = self._last_process_sample_us.get(index, 0)
+            # Raises NOT_FOUND while no process has run recently: that means "no samples".
+            proc_util: list[Any] = nvml_query(pynvml.nvmlDeviceGetProcessUtilization, handle,
+                                              since, default=[]) or []
+        sm_by_pid: dict[int, float] = {}
+        for entry in proc_util:
+            sm_by_pid[entry.pid] = max(sm_by_pid.get(entry.pid, 0.0), float(entry.smUtil))
+            self._last_process_sample_us[index] = max(since, int(entry.timeStamp))
         processes: dict[int, tuple[float | None, float | None]] = {
-            p.pid: (None, (p.usedGpuMemory / _MIB) if p.usedGpuMemory else None) for p in procs
+            p.pid: (sm_by_pid.get(p.pid), (p.usedGpuMemory / _MIB) if p.usedGpuMemory else None)
+            for p in procs
         }
         return GpuSample(
             index=index,

@@ -8,8 +8,9 @@ from hpo_orchestrator.scheduler._orchestrator import (
     Reporter,
     RunningTrial,
     count_claimed,
+    params_mismatch,
 )
 from hpo_orchestrator.scheduler._slots import Slot, SlotPool, resolve_gpus, threads_per_trial
 
 __all__ = ["FinishedTrial", "Orchestrator", "Reporter", "RunningTrial", "Slot", "SlotPool",
-           "count_claimed", "resolve_gpus", "threads_per_trial"]
+           "count_claimed", "params_mismatch", "resolve_gpus", "threads_per_trial"]

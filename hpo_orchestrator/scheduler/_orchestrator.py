@@ -13,6 +13,7 @@ remaining children and fails their trials as ``interrupted``.
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import socket
@@ -32,13 +33,16 @@ from optuna.trial import TrialState
 from hpo_orchestrator.config import Config
 from hpo_orchestrator.gpu._opencl import nvidia_icd_env
 from hpo_orchestrator.scheduler._slots import Slot, SlotPool
+from hpo_orchestrator.telemetry import TelemetrySampler, TrialTelemetry, ensure_table, insert_samples
 from hpo_orchestrator.worker import TRIAL_METHODS, Job, TrialOutcome
 
-__all__ = ["FinishedTrial", "Orchestrator", "Reporter", "RunningTrial", "count_claimed"]
+__all__ = ["FinishedTrial", "Orchestrator", "Reporter", "RunningTrial", "count_claimed",
+           "params_mismatch"]
 
 EXIT_OK = 0
 EXIT_INTERRUPTED = 130
 _POLL_S = 0.1
+_TELEMETRY_FLUSH_S = 5.0  # how often buffered samples are written (and at every trial's end)
 
 
 @dataclass
@@ -53,6 +57,8 @@ class RunningTrial:
     started_at: float | None = None
     phase: str | None = None
     last_step: int | None = None
+    first_decision_at: float | None = None  # first should_prune answer
+    params_effective: dict[str, Any] | None = None
     outcome: TrialOutcome | None = None
     stop_reason: str | None = None  # timeout / interrupted: we stopped it
     kill_at: float | None = None  # when SIGTERM's grace runs out
@@ -138,19 +144,21 @@ def _tail(log: IO[bytes], limit: int = 4096) -> str:
 class Orchestrator:
     def __init__(self, config: Config, study: optuna.Study, storage: optuna.storages.RDBStorage,
                  slots: SlotPool, threads: int, reporter: Reporter,
-                 host: str | None = None) -> None:
+                 sampler: TelemetrySampler | None = None, host: str | None = None) -> None:
         self.config = config
         self.study = study
         self.storage = storage
         self.slots = slots
         self.threads = threads
         self.reporter = reporter
+        self.sampler = sampler
         self.host = host or socket.gethostname()
         self.running: dict[int, RunningTrial] = {}  # slot id -> trial
         self.finished: list[FinishedTrial] = []
         self._signals = 0
         self._claimed = 0
         self._last_heartbeat = 0.0
+        self._last_flush = 0.0
         self._icd_env = nvidia_icd_env()
 
     def _budget_left(self) -> bool:
@@ -163,6 +171,10 @@ class Orchestrator:
         try:
             self._reap_stale()
             self._claimed = count_claimed(self.study)
+            self._record_devices()
+            if self.sampler is not None:
+                ensure_table(self.storage.engine)
+                self.sampler.start()
             while True:
                 if not self._signals:
                     self._launch_ready()
@@ -171,8 +183,12 @@ class Orchestrator:
                 self._serve(timeout=_POLL_S)
                 self._enforce_deadlines()
                 self._heartbeat()
+                self._flush_telemetry()
         finally:
             self._stop_all()
+            if self.sampler is not None:
+                self.sampler.stop()
+                self._flush_telemetry(force=True)
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
         return EXIT_INTERRUPTED if self._signals else EXIT_OK
@@ -256,6 +272,9 @@ class Orchestrator:
         }.items():
             trial.set_user_attr(key, value)
         self.storage.record_heartbeat(trial._trial_id)
+        if self.sampler is not None:
+            self.sampler.watch(slot.id, trial._trial_id, process.pid,
+                               slot.gpu.index if slot.gpu else None)
         connection.send(Job(trial_number=trial.number, objective=_objective_dict(self.config),
                             study_direction=self.config.study.direction))
         self.reporter.started(rt)
@@ -304,6 +323,8 @@ class Orchestrator:
             rt.trial.set_user_attr("hpo.startup_s", round(rt.started_at - rt.spawned_at, 4))
         elif kind == "phase":
             rt.phase = message[1]
+            if self.sampler is not None:
+                self.sampler.set_phase(rt.slot.id, rt.phase)
         elif kind == "result":
             rt.outcome = message[1]
 
@@ -317,6 +338,10 @@ class Orchestrator:
                 reply = ("ok", getattr(rt.trial, method)(*args, **kwargs))
                 if method == "report":
                     rt.last_step = int(args[1])
+                elif method == "should_prune" and rt.first_decision_at is None:
+                    rt.first_decision_at = time.monotonic()
+                elif method == "set_user_attr" and args and args[0] == "hpo.params_effective":
+                    rt.params_effective = args[1] if isinstance(args[1], dict) else None
             except Exception as exc:  # the objective's misuse (bad range...) is its error
                 reply = ("err", exc)
         try:
@@ -413,6 +438,8 @@ class Orchestrator:
         _signal_tree(rt.process.pid, signal.SIGKILL)  # leftovers in its group, if any
         trial = rt.trial
         trial.set_user_attr("hpo.exit_code", rt.process.returncode)
+        for key, measured in self._measured_attrs(rt).items():
+            trial.set_user_attr(key, measured)
         if reason is not None:
             trial.set_user_attr("hpo.fail_reason", reason)
             trial.set_user_attr("hpo.error", error)
@@ -428,6 +455,37 @@ class Orchestrator:
                              error=error)
         self.finished.append(done)
         self.reporter.finished(done)
+        self._flush_telemetry(force=True)
+
+    def _measured_attrs(self, rt: RunningTrial) -> dict[str, Any]:
+        """Telemetry aggregates, time to the first pruning decision, params that did not apply."""
+        attrs: dict[str, Any] = {}
+        telemetry: TrialTelemetry | None = None
+        if self.sampler is not None:
+            telemetry = self.sampler.unwatch(rt.slot.id)
+        if telemetry is not None:
+            attrs.update(telemetry.attrs(self.config.telemetry.compute_phases))
+        if rt.first_decision_at is not None:
+            attrs["hpo.first_decision_s"] = round(rt.first_decision_at - rt.spawned_at, 4)
+        if rt.params_effective is not None:
+            mismatch = params_mismatch(rt.trial.params, rt.params_effective)
+            if mismatch:
+                attrs["hpo.params_mismatch"] = mismatch
+        return attrs
+
+    def _record_devices(self) -> None:
+        """This host's devices as a study attr, so status can name a GPU that never got work."""
+        gpus = {slot.gpu.index: slot.gpu for slot in self.slots.slots if slot.gpu is not None}
+        self.study.set_user_attr(f"hpo.devices.{self.host}", [
+            {"index": g.index, "uuid": g.uuid, "name": g.name} for g in sorted(
+                gpus.values(), key=lambda g: g.index)])
+
+    def _flush_telemetry(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if self.sampler is None or (not force and now - self._last_flush < _TELEMETRY_FLUSH_S):
+            return
+        self._last_flush = now
+        insert_samples(self.storage.engine, self.sampler.take_rows())
 
     def _stop_all(self) -> None:
         """Leave nothing running and no trial RUNNING, whatever brought us here.
@@ -453,6 +511,28 @@ class Orchestrator:
         for rt in list(self.running.values()):
             self._drain(rt)
             self._finish(rt)
+
+
+def params_mismatch(suggested: dict[str, Any], effective: dict[str, Any]) -> dict[str, list[Any]]:
+    """Suggested params the library ran with another value: {name: [suggested, effective]}.
+
+    Only names present in both are compared (libraries add many defaults of their own);
+    numbers compare with a relative tolerance, since libraries round-trip floats as text
+    (LightGBM's model dump keeps 6 significant digits).
+    """
+    differing = {}
+    for name, wanted in suggested.items():
+        if name not in effective:
+            continue
+        got = effective[name]
+        if isinstance(wanted, (int, float)) and isinstance(got, (int, float)) \
+                and not isinstance(wanted, bool) and not isinstance(got, bool):
+            same = math.isclose(float(wanted), float(got), rel_tol=1e-4, abs_tol=1e-12)
+        else:
+            same = wanted == got
+        if not same:
+            differing[name] = [wanted, got]
+    return differing
 
 
 def _objective_dict(config: Config) -> dict[str, Any]:

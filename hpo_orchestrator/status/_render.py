@@ -1,4 +1,4 @@
-"""Rendering a StatusReport for a terminal (rich) or as JSON."""
+"""Rendering a StatusReport for a terminal (rich). ``--json`` uses StatusReport.to_json."""
 
 from __future__ import annotations
 
@@ -8,57 +8,83 @@ from rich.text import Text
 
 from hpo_orchestrator.status._queries import StatusReport
 
-__all__ = ["render_status"]
+__all__ = ["print_status", "render_status"]
 
 
 def _secs(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}"
 
 
+def _pct(value: float | None, fraction: bool = False) -> str:
+    if value is None:
+        return "-"
+    return f"{value * 100:.0f}%" if fraction else f"{value:.0f}%"
+
+
+def _table(title: str, columns: tuple[str, ...]) -> Table:
+    table = Table(title=title, title_justify="left")
+    for i, column in enumerate(columns):
+        table.add_column(column, justify="left" if i == 0 else "right")
+    return table
+
+
 def render_status(report: StatusReport) -> Group:
     parts: list[object] = []
     done = sum(report.states[s].count for s in ("COMPLETE", "PRUNED", "FAIL"))
     target = f" of {report.n_trials_target}" if report.n_trials_target else ""
-    prune = "-" if report.prune_rate is None else f"{report.prune_rate:.0%}"
+    wall = f"  wall {report.wall_s:.0f} s" if report.wall_s is not None else ""
     parts.append(Text.assemble(
         ("study ", "bold"), (report.study, "bold cyan"),
-        f"  ({report.direction})  finished {done}{target}  prune rate {prune}"))
+        f"  ({report.direction})  finished {done}{target}  prune rate "
+        f"{_pct(report.prune_rate, fraction=True)}{wall}"))
 
-    states = Table(title="trials by state", title_justify="left")
-    for column in ("state", "count", "mean s", "median s", "max s"):
-        states.add_column(column, justify="left" if column == "state" else "right")
+    states = _table("trials by state (durations in seconds)", ("state", "count", "mean", "median", "max"))
     for name, stats in report.states.items():
         if stats.count:
             states.add_row(name, str(stats.count), _secs(stats.mean_s), _secs(stats.median_s),
                            _secs(stats.max_s))
     parts.append(states)
+    if report.prune_steps:
+        steps = ", ".join(f"{step}: {n}" for step, n in report.prune_steps.items())
+        parts.append(Text(f"pruned at step (step: trials): {steps}"))
 
-    if report.per_gpu:
-        devices = Table(title="per device", title_justify="left")
-        for column in ("device", "trials", "complete", "pruned", "failed", "running"):
-            devices.add_column(column, justify="left" if column == "device" else "right")
-        for entry in report.per_gpu:
-            devices.add_row(entry["device"], str(entry["trials"]), str(entry["COMPLETE"]),
-                            str(entry["PRUNED"]), str(entry["FAIL"]), str(entry["RUNNING"]))
+    if report.per_device:
+        devices = _table("per device (busy: share of wall time with a trial on it; util: GPU "
+                         "utilization overall and while training)",
+                         ("device", "trials", "done", "pruned", "fail", "run", "busy", "util",
+                          "train", "kJ"))
+        for use in report.per_device:
+            devices.add_row(use.device, str(use.trials), *(str(use.states.get(s, 0)) for s in
+                                                           ("COMPLETE", "PRUNED", "FAIL", "RUNNING")),
+                            _pct(use.busy_fraction, fraction=True), _pct(use.util_mean),
+                            _pct(use.util_compute_mean),
+                            "-" if use.energy_kj is None else f"{use.energy_kj:.1f}")
         parts.append(devices)
 
     if report.running:
-        running = Table(title="running", title_justify="left")
-        for column in ("trial", "device", "elapsed s", "last step"):
-            running.add_column(column, justify="left" if column == "device" else "right")
+        running = _table("running", ("trial", "device", "elapsed s", "last step", "heartbeat age s"))
         for entry in report.running:
+            beat = _secs(entry["heartbeat_age_s"]) + (" STALE" if entry["stale"] else "")
             running.add_row(str(entry["number"]), entry["device"], _secs(entry["elapsed_s"]),
-                            "-" if entry["last_step"] is None else str(entry["last_step"]))
+                            "-" if entry["last_step"] is None else str(entry["last_step"]), beat)
         parts.append(running)
 
     if report.fail_reasons:
-        reasons = ", ".join(f"{k}: {v}" for k, v in sorted(report.fail_reasons.items()))
+        reasons = ", ".join(f"{k}: {v}" for k, v in report.fail_reasons.items())
         parts.append(Text(f"failures by reason: {reasons}", style="yellow"))
     if report.best:
         params = ", ".join(f"{k}={_fmt(v)}" for k, v in report.best["params"].items())
         parts.append(Text.assemble(("best ", "bold"),
                                    f"trial {report.best['number']}: {report.best['value']:.6g}",
                                    f"  ({params})"))
+    if report.findings:
+        parts.append(Text("findings", style="bold"))
+        for finding in report.findings:
+            style = "yellow" if finding.severity == "warning" else "cyan"
+            parts.append(Text.assemble((f"  ! {finding.code}: ", f"bold {style}"), finding.message))
+            parts.append(Text(f"    -> {finding.advice}", style="dim"))
+    else:
+        parts.append(Text("findings: none (GPUs busy, pruning and startup within bounds)", style="green"))
     return Group(*parts)  # type: ignore[arg-type]
 
 

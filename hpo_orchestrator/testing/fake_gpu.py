@@ -6,19 +6,27 @@ Selected by ``HPO_ORCHESTRATOR_FAKE_GPUS``, either a count (``"2"``) or JSON::
 
 A fake GPU "runs" the processes that were pinned to it: any process whose environment has
 ``CUDA_VISIBLE_DEVICES`` equal to the GPU's index. While one runs, the GPU reports
-``busy_util`` % utilization (0 scripts a GPU that is asked for but never works).
+``busy_util`` % utilization; ``busy_util: 0`` scripts a GPU that is asked for but never used
+(the process never shows up on it, as with LightGBM training on a CPU OpenCL platform).
+
+Phases: when ``HPO_FAKE_GPU_WORK_DIR`` is set, a pinned process works on its GPU only while
+the file ``$HPO_FAKE_GPU_WORK_DIR/<pid>`` exists (the test objective ``phased`` creates it
+for its ``train`` phase), so a data-loading phase reads 0 %, as on real hardware.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 
 import psutil
 
 from hpo_orchestrator.gpu._base import GpuInfo, GpuSample
 
-__all__ = ["FakeGpu", "FakeGpuBackend"]
+__all__ = ["FAKE_WORK_DIR_ENV", "FakeGpu", "FakeGpuBackend"]
+
+FAKE_WORK_DIR_ENV = "HPO_FAKE_GPU_WORK_DIR"
 
 
 @dataclass(frozen=True)
@@ -68,15 +76,19 @@ class FakeGpuBackend:
         if not 0 <= index < len(self._fakes):
             return None
         fake = self._fakes[index]
-        pids = self.pinned_pids(index)
-        busy = bool(pids) and fake.busy_util > 0
+        pids = self.pinned_pids(index) if fake.busy_util > 0 else []
+        work_dir = os.environ.get(FAKE_WORK_DIR_ENV)
+        working = [pid for pid in pids
+                   if not work_dir or os.path.exists(os.path.join(work_dir, str(pid)))]
+        busy = bool(working)
         return GpuSample(
             index=index,
             sm_util=fake.busy_util if busy else 0.0,
             mem_used_mib=fake.busy_mem_mib * len(pids),
             power_w=fake.busy_power_w if busy else fake.idle_power_w,
             temp_c=60.0 if busy else 35.0,
-            processes={pid: (fake.busy_util if busy else 0.0, fake.busy_mem_mib) for pid in pids},
+            processes={pid: (fake.busy_util if pid in working else 0.0, fake.busy_mem_mib)
+                       for pid in pids},
         )
 
     def close(self) -> None:

@@ -13,7 +13,7 @@ import optuna
 
 from hpo_orchestrator.runtime import phase
 
-__all__ = ["chaos", "cuda_probe", "curves", "pinned", "quadratic", "sleepy"]
+__all__ = ["chaos", "cuda_probe", "curves", "phased", "pinned", "quadratic", "sleepy"]
 
 
 def quadratic(trial: Any) -> float:
@@ -43,6 +43,36 @@ def curves(trial: Any) -> float:
             raise optuna.TrialPruned()
         time.sleep(0.02)
     return value
+
+
+def phased(trial: Any) -> float:
+    """A data phase without GPU work, a training phase with it, then validation.
+
+    With the fake GPU backend, the training phase "works" on the GPU by creating the marker
+    file ``$HPO_FAKE_GPU_WORK_DIR/<pid>`` (see hpo_orchestrator.testing.fake_gpu).
+    """
+    x = trial.suggest_float("x", 0.0, 1.0)
+    step_s = float(os.environ.get("HPO_TEST_STEP_S", "0.5"))
+    with phase("data"):
+        time.sleep(2 * step_s)
+    work_dir = os.environ.get("HPO_FAKE_GPU_WORK_DIR")
+    marker = os.path.join(work_dir, str(os.getpid())) if work_dir else None
+    with phase("train"):
+        if marker:
+            open(marker, "w").close()
+        try:
+            for step in range(1, 4):
+                deadline = time.monotonic() + step_s
+                while time.monotonic() < deadline:  # real CPU work, so cpu_util is not 0
+                    sum(i * i for i in range(1000))
+                trial.report(x + 1.0 / step, step)
+                trial.should_prune()
+        finally:
+            if marker:
+                os.unlink(marker)
+    with phase("validate"):
+        time.sleep(step_s)
+    return x
 
 
 def sleepy(trial: Any) -> float:

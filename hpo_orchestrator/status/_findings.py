@@ -1,0 +1,205 @@
+"""Findings: what went wrong with the GPU time of a study, each backed by numbers.
+
+Every rule here comes from a real incident (DESIGN.md §5). A finding says what was seen
+(``message``), the numbers behind it (``evidence``), and what to change (``advice``), naming
+the configuration keys to turn. Thresholds are module constants, so they are easy to find and
+to argue about.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from hpo_orchestrator.status._queries import StatusReport, TrialFacts
+
+__all__ = ["Finding", "find_all"]
+
+IDLE_BUSY_BELOW = 0.75  # a GPU busy less than this share of the time trials were queued is idle
+LOW_UTIL_BELOW = 50.0  # % SM utilization in the compute phase that counts as underfed
+STARTUP_SHARE_ABOVE = 0.25  # startup above this share of the time to the first pruning decision
+AGGRESSIVE_PRUNE_RATE = 0.6  # prune rate at or above which early pruning is looked at
+EARLY_STEP_SHARE = 0.25  # "early": pruned at or before this share of the steps a full trial runs
+MIN_TRIALS = 3  # fewer trials than this prove nothing about rates and medians
+
+
+@dataclass
+class Finding:
+    code: str  # stable identifier: idle_gpu, low_gpu_util, slow_startup, ...
+    severity: str  # warning / info
+    message: str
+    advice: str
+    evidence: dict[str, Any] = field(default_factory=dict)
+
+
+def find_all(report: StatusReport, trials: list[TrialFacts], config: dict[str, Any],
+             max_complete_step: int | None) -> list[Finding]:
+    findings: list[Finding] = []
+    findings += _idle_gpus(report, trials, config)
+    findings += _low_utilization(report)
+    findings += _gpu_unused(trials)
+    findings += _slow_startup(trials, config)
+    findings += _aggressive_pruning(report, config, max_complete_step)
+    findings += _params_differ(trials)
+    findings += _stale_running(report)
+    findings += _oom(report, config)
+    return findings
+
+
+def _numbers(trials: list[TrialFacts]) -> list[int]:
+    return sorted(t.number for t in trials)
+
+
+def _few(numbers: list[int], limit: int = 8) -> str:
+    shown = ", ".join(f"#{n}" for n in numbers[:limit])
+    return shown + (f" and {len(numbers) - limit} more" if len(numbers) > limit else "")
+
+
+def _idle_gpus(report: StatusReport, trials: list[TrialFacts], config: dict[str, Any]) -> list[Finding]:
+    gpus = [d for d in report.per_device if d.gpu_index is not None]
+    scheduler = config.get("scheduler", {})
+    parallel = scheduler.get("parallel")
+    found = []
+    for use in gpus:
+        busy = use.busy_fraction_queued
+        if busy is None or busy >= IDLE_BUSY_BELOW:
+            continue
+        if parallel is not None and parallel < len(gpus):
+            advice = (f"scheduler.parallel={parallel} runs fewer trials than there are GPUs "
+                      f"({len(gpus)}): set scheduler.parallel={len(gpus)} or more")
+        else:
+            advice = ("slots stayed empty between trials: look at startup time (hpo.startup_s), "
+                      "trials failing at once, or another process holding the GPU")
+        found.append(Finding(
+            "idle_gpu", "warning",
+            f"{use.device} was busy {busy:.0%} of the time trials were waiting to start "
+            f"({use.trials} trials ran on it)",
+            advice, {"device": use.device, "busy_fraction_queued": round(busy, 3),
+                     "trials": use.trials, "scheduler.parallel": parallel}))
+    return found
+
+
+def _low_utilization(report: StatusReport) -> list[Finding]:
+    found = []
+    for use in report.per_device:
+        util = use.util_compute_mean
+        if use.gpu_index is None or util is None or util >= LOW_UTIL_BELOW:
+            continue
+        found.append(Finding(
+            "low_gpu_util", "warning",
+            f"{use.device} averaged {util:.0f}% utilization while training "
+            f"({'-' if use.util_mean is None else f'{use.util_mean:.0f}%'} overall)",
+            "the GPU waits for input: raise the batch size, DataLoader num_workers and "
+            "prefetch_factor, use pin_memory=True, keep the data on the GPU, or run two trials "
+            "per GPU (scheduler.trials_per_gpu=2)",
+            {"device": use.device, "util_compute_mean": util, "util_mean": use.util_mean,
+             "threshold": LOW_UTIL_BELOW}))
+    return found
+
+
+def _gpu_unused(trials: list[TrialFacts]) -> list[Finding]:
+    unused = [t for t in trials if t.attrs.get("hpo.gpu_verified") is False]
+    if not unused:
+        return []
+    platforms = sorted({str(t.attrs["hpo.opencl_platform"]) for t in unused
+                        if t.attrs.get("hpo.opencl_platform")})
+    where = f" (LightGBM OpenCL platform: {', '.join(platforms)})" if platforms else ""
+    return [Finding(
+        "gpu_unused", "warning",
+        f"{len(unused)} trials asked for a GPU that showed no work from them while they "
+        f"trained{where}: {_few(_numbers(unused))}",
+        "the work ran on the CPU: for LightGBM keep objective.gpu_platform=auto (it picks the "
+        "NVIDIA OpenCL platform); for torch move the model and every batch to 'cuda'",
+        {"trials": _numbers(unused), "opencl_platforms": platforms})]
+
+
+def _slow_startup(trials: list[TrialFacts], config: dict[str, Any]) -> list[Finding]:
+    pairs = [(t.attrs["hpo.startup_s"], t.attrs["hpo.first_decision_s"]) for t in trials
+             if isinstance(t.attrs.get("hpo.startup_s"), (int, float))
+             and isinstance(t.attrs.get("hpo.first_decision_s"), (int, float))]
+    if len(pairs) < MIN_TRIALS:
+        return []
+    startup = statistics.median(p[0] for p in pairs)
+    decision = statistics.median(p[1] for p in pairs)
+    if decision <= 0 or startup / decision < STARTUP_SHARE_ABOVE:
+        return []
+    min_resource = config.get("pruner", {}).get("min_resource")
+    knob = f"pruner.min_resource (now {min_resource})" if min_resource is not None \
+        else "pruner.min_resource"
+    return [Finding(
+        "slow_startup", "warning",
+        f"starting a trial takes {startup:.1f} s, {startup / decision:.0%} of the "
+        f"{decision:.1f} s until its first pruning decision (medians of {len(pairs)} trials)",
+        f"each start buys little training before the pruner decides: raise {knob}, and cut "
+        "start-up (import and load data once, outside the per-trial path)",
+        {"startup_s_median": round(startup, 3), "first_decision_s_median": round(decision, 3),
+         "share": round(startup / decision, 3), "trials": len(pairs)})]
+
+
+def _aggressive_pruning(report: StatusReport, config: dict[str, Any],
+                        max_complete_step: int | None) -> list[Finding]:
+    pruned = sum(report.prune_steps.values())
+    finished = sum(report.states[s].count for s in ("COMPLETE", "PRUNED", "FAIL") if s in report.states)
+    if report.prune_rate is None or finished < MIN_TRIALS or report.prune_rate < AGGRESSIVE_PRUNE_RATE \
+            or not pruned:
+        return []
+    steps = sorted(step for step, n in report.prune_steps.items() for _ in range(n))
+    median_step = statistics.median(steps)
+    full = max_complete_step if max_complete_step is not None else max(steps)
+    early = sum(1 for s in steps if s <= max(1, EARLY_STEP_SHARE * full))
+    if median_step > EARLY_STEP_SHARE * full:
+        return []
+    pruner = config.get("pruner", {})
+    now = ", ".join(f"{k}={pruner[k]}" for k in ("patience", "min_resource") if k in pruner)
+    return [Finding(
+        "aggressive_pruning", "warning",
+        f"{report.prune_rate:.0%} of finished trials were pruned, half of them by step "
+        f"{median_step:g} of {full} ({early} of {pruned} in the first {EARLY_STEP_SHARE:.0%})",
+        f"most trials are stopped before they show their level, and GPU time goes to starting "
+        f"trials: raise pruner.patience and pruner.min_resource{f' (now {now})' if now else ''}",
+        {"prune_rate": round(report.prune_rate, 3), "median_prune_step": median_step,
+         "max_step": full, "pruned_early": early, "pruned": pruned})]
+
+
+def _params_differ(trials: list[TrialFacts]) -> list[Finding]:
+    differing = [t for t in trials if t.attrs.get("hpo.params_mismatch")]
+    if not differing:
+        return []
+    example = differing[0]
+    name, (wanted, got) = next(iter(example.attrs["hpo.params_mismatch"].items()))
+    names = sorted({n for t in differing for n in t.attrs["hpo.params_mismatch"]})
+    return [Finding(
+        "params_differ", "warning",
+        f"{len(differing)} trials ran with parameters other than suggested ({', '.join(names)}); "
+        f"e.g. trial #{example.number}: {name} suggested {wanted!r}, ran with {got!r}",
+        "the objective does not pass these to the library, or the library overrides them: "
+        "compare hpo.params_effective with the trial's params",
+        {"trials": _numbers(differing), "params": names})]
+
+
+def _stale_running(report: StatusReport) -> list[Finding]:
+    stale = [r for r in report.running if r.get("stale")]
+    if not stale:
+        return []
+    oldest = max(r["heartbeat_age_s"] for r in stale)
+    return [Finding(
+        "stale_running", "warning",
+        f"{len(stale)} trials are RUNNING without a heartbeat for up to {oldest:.0f} s "
+        f"(grace {stale[0]['grace_s']} s): {_few([r['number'] for r in stale])}",
+        "their orchestrator is gone: any running orchestrator on this study fails them as "
+        "'lost'; or run the same command again to resume",
+        {"trials": [r["number"] for r in stale], "oldest_heartbeat_age_s": round(oldest, 1)})]
+
+
+def _oom(report: StatusReport, config: dict[str, Any]) -> list[Finding]:
+    count = report.fail_reasons.get("oom", 0)
+    if not count:
+        return []
+    per_gpu = config.get("scheduler", {}).get("trials_per_gpu")
+    return [Finding(
+        "oom", "warning", f"{count} trials ran out of memory",
+        "lower the batch size or the model size range, or run fewer trials per GPU "
+        f"(scheduler.trials_per_gpu{f', now {per_gpu}' if per_gpu else ''})",
+        {"trials": count})]

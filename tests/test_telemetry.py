@@ -1,0 +1,226 @@
+"""Telemetry: aggregates, the hpo_telemetry table, phases, GPU verification, findings, CSV.
+
+The GPU side is scripted with the fake backend: a GPU with low utilization, a GPU that never
+works (as when LightGBM trains on a CPU OpenCL platform), and a data phase at 0 %.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import sqlite3
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from hpo_orchestrator.scheduler import params_mismatch
+from hpo_orchestrator.status import collect_status
+from hpo_orchestrator.storage import create_engine
+from hpo_orchestrator.telemetry import TrialTelemetry
+from tests.conftest import trial_rows
+
+TARGET = "objective.target=hpo_orchestrator.testing.objectives:"
+
+
+def _row(util: float | None, phase: str | None, power: float = 100.0,
+         proc: bool = True) -> dict[str, object]:
+    return {"sm_util": util, "mem_used_mib": 500.0, "power_w": power, "temp_c": 50.0,
+            "phase": phase, "proc_sm_util": util if proc else None,
+            "proc_mem_mib": 400.0 if proc else None, "cpu_util": 100.0, "rss_mib": 300.0}
+
+
+# --- aggregates (no processes) ------------------------------------------------------------
+
+
+def test_compute_phase_mean_ignores_the_data_phase() -> None:
+    t = TrialTelemetry(on_gpu=True)
+    t.add_phase_time("data", 2.0)
+    t.add_phase_time("train", 2.0)
+    for row in [_row(0.0, "data"), _row(0.0, "data"), _row(90.0, "train"), _row(70.0, "train")]:
+        t.add(row, dt=1.0, gpu_share=1)
+    attrs = t.attrs(["train"])
+    assert attrs["hpo.gpu_util_mean"] == 40.0
+    assert attrs["hpo.gpu_util_compute_mean"] == 80.0
+    assert attrs["hpo.gpu_util_max"] == 90.0
+    assert attrs["hpo.phases"]["data"]["gpu_util_mean"] == 0.0
+    assert attrs["hpo.phases"]["train"] == {"seconds": 2.0, "samples": 2, "cpu_util_mean": 100.0,
+                                            "gpu_util_mean": 80.0, "gpu_util_max": 90.0}
+    assert attrs["hpo.gpu_verified"] is True
+    assert attrs["hpo.gpu_energy_j"] == 400.0  # 4 samples x 100 W x 1 s
+    assert attrs["hpo.gpu_mem_peak_mib"] == 400.0  # the process's memory, not the card's
+
+
+def test_energy_is_split_between_trials_sharing_a_gpu() -> None:
+    t = TrialTelemetry(on_gpu=True)
+    t.add(_row(50.0, None, power=200.0), dt=2.0, gpu_share=2)
+    assert t.attrs(["train"])["hpo.gpu_energy_j"] == 200.0
+
+
+@pytest.mark.parametrize(("rows", "share", "expected"), [
+    ([_row(0.0, "train", proc=False)] * 3, 1, False),  # never listed, GPU idle: CPU did the work
+    ([_row(0.0, "train", proc=True)] * 3, 1, False),  # context created, but no work
+    ([_row(60.0, "train", proc=False)] * 3, 1, True),  # alone on a busy GPU
+    ([_row(60.0, "train", proc=False)] * 3, 2, None),  # busy, shared, not listed: can't tell
+    ([_row(0.0, "data", proc=False)] * 3, 1, None),  # no compute-phase sample at all
+])
+def test_gpu_verified(rows: list[dict[str, object]], share: int, expected: bool | None) -> None:
+    t = TrialTelemetry(on_gpu=True)
+    t.add_phase_time("data", 0.1)  # the objective marks phases
+    for row in rows:
+        t.add(row, dt=1.0, gpu_share=share)
+    assert t.gpu_verified(["train"]) is expected
+
+
+def test_params_mismatch_tolerates_text_round_trips_only() -> None:
+    suggested = {"lambda_l2": 0.00025035165558988685, "num_leaves": 31, "boosting": "gbdt",
+                 "max_bin": 255}
+    effective = {"lambda_l2": 0.000250352, "num_leaves": 31, "boosting": "dart", "max_bin": 63,
+                 "verbosity": -1}
+    assert params_mismatch(suggested, effective) == {"boosting": ["gbdt", "dart"], "max_bin": [255, 63]}
+
+
+# --- a whole study on scripted fake GPUs ---------------------------------------------------
+
+
+@pytest.mark.slow
+def test_phases_gpu_verification_table_findings_and_csv(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    work = tmp_path / "work"
+    work.mkdir()
+    env = {"HPO_ORCHESTRATOR_FAKE_GPUS": json.dumps({"gpus": [{"busy_util": 30}, {"busy_util": 0}]}),
+           "HPO_FAKE_GPU_WORK_DIR": str(work), "HPO_TEST_STEP_S": "0.4"}
+    result = cli("run", "objective=custom", TARGET + "phased", "scheduler.parallel=2",
+                 "study.n_trials=4", "pruner=none", "telemetry.interval_s=0.1", env=env)
+    assert result.code == 0, result.stderr
+    rows = trial_rows(result.db)
+    assert len(rows) == 4 and all(r["state"] == "COMPLETE" for r in rows)
+    for row in rows:
+        a = row["attrs"]
+        phases = a["hpo.phases"]
+        assert set(phases) >= {"data", "train", "validate"}
+        assert phases["data"]["seconds"] >= 0.7 and phases["train"]["seconds"] >= 1.1
+        assert phases["data"]["gpu_util_mean"] == 0.0  # data loading: 0 % is not a finding
+        assert a["hpo.cpu_util_mean"] > 0 and a["hpo.rss_peak_mib"] > 0
+        assert a["hpo.telemetry_samples"] >= 10
+        if a["hpo.gpu_index"] == 0:
+            assert phases["train"]["gpu_util_mean"] == 30.0
+            assert a["hpo.gpu_util_compute_mean"] == 30.0 > a["hpo.gpu_util_mean"]
+            assert a["hpo.gpu_verified"] is True
+            assert a["hpo.gpu_energy_j"] > 0 and a["hpo.gpu_mem_peak_mib"] == 1024.0
+        else:
+            assert a["hpo.gpu_util_max"] == 0.0
+            assert a["hpo.gpu_verified"] is False
+    assert {r["attrs"]["hpo.gpu_index"] for r in rows} == {0, 1}
+
+    with sqlite3.connect(result.db) as con:
+        samples = con.execute("SELECT trial_id, gpu_index, sm_util, phase FROM hpo_telemetry").fetchall()
+    by_trial = {r["trial_id"]: r["attrs"] for r in rows}
+    assert {s[0] for s in samples} == set(by_trial)
+    for trial_id, gpu, util, phase in samples:
+        assert gpu == by_trial[trial_id]["hpo.gpu_index"]  # attributed to the right GPU
+        if phase == "train" and gpu == 0:
+            assert util == 30.0
+        if phase == "data":
+            assert util == 0.0
+
+    status = cli("status", "--json")
+    assert status.code == 0, status.stderr
+    report = json.loads(status.stdout)
+    codes = {f["code"]: f for f in report["findings"]}
+    unused_trials = sorted(r["number"] for r in rows if r["attrs"]["hpo.gpu_index"] == 1)
+    assert codes["gpu_unused"]["evidence"]["trials"] == unused_trials
+    low = [f for f in report["findings"] if f["code"] == "low_gpu_util"]
+    assert {f["evidence"]["device"] for f in low} == {"gpu0", "gpu1"}
+    gpu0 = next(d for d in report["per_device"] if d["device"] == "gpu0")
+    assert gpu0["util_compute_mean"] == 30.0 and gpu0["energy_kj"] > 0
+    assert 0 < gpu0["busy_fraction"] <= 1
+    text = cli("status").stdout
+    assert "gpu_unused" in text and "batch size" in text
+
+    out = tmp_path / "samples.csv"
+    one = cli("telemetry", "--trial", "0", "--csv", str(out))
+    assert one.code == 0, one.stderr
+    with out.open() as handle:
+        table = list(csv.DictReader(handle))
+    assert table and {r["trial_number"] for r in table} == {"0"}
+    assert {r["phase"] for r in table} >= {"data", "train"}
+    missing = cli("telemetry", "--trial", "99", "--csv", str(tmp_path / "none.csv"))
+    assert missing.code == 2 and "no trial 99" in missing.stderr
+    assert not (tmp_path / "none.csv").exists()
+
+
+@pytest.mark.slow
+def test_idle_gpu_finding_names_the_knob(cli) -> None:  # type: ignore[no-untyped-def]
+    env = {"HPO_ORCHESTRATOR_FAKE_GPUS": "2", "HPO_TEST_STEP_S": "0.1"}
+    result = cli("run", "objective=custom", TARGET + "pinned", "scheduler.parallel=1",
+                 "study.n_trials=3", "pruner=none", env=env)
+    assert result.code == 0, result.stderr
+    assert "idle_gpu" in result.stdout  # `run` ends with the status
+    report = json.loads(cli("status", "--json").stdout)
+    idle = [f for f in report["findings"] if f["code"] == "idle_gpu"]
+    assert [f["evidence"]["device"] for f in idle] == ["gpu1"]
+    assert "scheduler.parallel=2" in idle[0]["advice"]
+
+
+# --- findings from a study written directly (no processes) ---------------------------------
+
+
+def _crafted_study(db: Path) -> optuna.Study:
+    """Pruned early and often, slow to start, a param that did not apply, a stale RUNNING trial."""
+    study = optuna.create_study(study_name="crafted", storage=f"sqlite:///{db}")
+    study.set_user_attr("hpo.config", {"pruner": {"patience": 0, "min_resource": 1},
+                                       "storage": {"heartbeat_interval_s": 10}})
+    start = datetime.now() - timedelta(minutes=10)
+    for i in range(20):
+        pruned = i % 10 != 0  # 18 of 20 pruned, at step 1 or 2; full trials run 10 steps
+        steps = range(1, 2 + i % 2) if pruned else range(1, 11)
+        attrs = {"hpo.startup_s": 30.0, "hpo.first_decision_s": 40.0, "hpo.gpu_index": None}
+        if i == 3:
+            attrs["hpo.params_mismatch"] = {"num_leaves": [255, 31]}
+        study.add_trial(optuna.trial.create_trial(
+            state=TrialState.PRUNED if pruned else TrialState.COMPLETE,
+            value=None if pruned else 0.5, params={"x": 0.1 * i},
+            distributions={"x": optuna.distributions.FloatDistribution(0, 2)},
+            intermediate_values={s: 1.0 / s for s in steps}, user_attrs=attrs))
+    with sqlite3.connect(db) as con:
+        con.execute("UPDATE trials SET datetime_start = ?, datetime_complete = ?",
+                    (start.isoformat(" "), (start + timedelta(seconds=50)).isoformat(" ")))
+    running = study.ask()
+    old = (datetime.now(UTC) - timedelta(minutes=5)).replace(tzinfo=None)  # heartbeats are UTC
+    with sqlite3.connect(db) as con:
+        con.execute("INSERT INTO trial_heartbeats (trial_id, heartbeat) VALUES (?, ?)",
+                    (running._trial_id, old.isoformat(" ")))
+    return study
+
+
+def test_findings_from_a_crafted_study(tmp_path: Path) -> None:
+    db = tmp_path / "crafted.db"
+    _crafted_study(db)
+    report = collect_status(create_engine(f"sqlite:///{db}"), "crafted")
+    codes = {f.code: f for f in report.findings}
+    assert report.prune_steps == {1: 8, 2: 10}
+    aggressive = codes["aggressive_pruning"]
+    assert aggressive.evidence["prune_rate"] == 0.9 and aggressive.evidence["max_step"] == 10
+    assert "pruner.patience" in aggressive.advice and "patience=0" in aggressive.advice
+    startup = codes["slow_startup"]
+    assert startup.evidence["share"] == 0.75 and "min_resource (now 1)" in startup.advice
+    assert codes["params_differ"].evidence == {"trials": [3], "params": ["num_leaves"]}
+    stale = codes["stale_running"]
+    assert stale.evidence["trials"] == [20] and stale.evidence["oldest_heartbeat_age_s"] > 250
+    assert report.running[0]["stale"] is True
+    assert "idle_gpu" not in codes and "gpu_unused" not in codes
+
+
+def test_a_healthy_study_has_no_findings(tmp_path: Path) -> None:
+    db = tmp_path / "ok.db"
+    study = optuna.create_study(study_name="ok", storage=f"sqlite:///{db}")
+    for i in range(6):
+        study.add_trial(optuna.trial.create_trial(
+            value=float(i), params={"x": 0.1 * i},
+            distributions={"x": optuna.distributions.FloatDistribution(0, 2)},
+            intermediate_values={s: 1.0 for s in range(1, 11)},
+            user_attrs={"hpo.startup_s": 1.0, "hpo.first_decision_s": 30.0}))
+    report = collect_status(create_engine(f"sqlite:///{db}"), "ok")
+    assert report.findings == []
