@@ -25,7 +25,8 @@ CHILD = "import subprocess, sys, time; p = subprocess.Popen([sys.executable, '-c
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--trials", type=int, default=8)
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--interval", type=float, default=1.0)
@@ -54,7 +55,7 @@ def main() -> int:
     print(f"machine: {platform.node()}, {os.cpu_count()} cores, GPU backend {backend.name} "
           f"({len(gpus)} GPUs); command: python scripts/bench_sampler.py --trials {args.trials} "
           f"--seconds {args.seconds:g} --interval {args.interval:g}")
-    print(f"| trials watched | interval s | rounds | rows | CPU ms per round | share of one core |")
+    print("| trials watched | interval s | rounds | rows | CPU ms per round | share of one core |")
     print("|---:|---:|---:|---:|---:|---:|")
     print(f"| {args.trials} | {args.interval:g} | {sampler.samples_taken} | {rows} | "
           f"{per_sample_ms:.2f} | {share:.3%} |")

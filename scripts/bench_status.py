@@ -2,11 +2,13 @@
 """Benchmark: `hpo-orchestrator status` on a large study, against `optuna trials`.
 
 Builds sqlite studies of N finished trials (5 params, 20 intermediate values and 5 user
-attrs each) by bulk SQL inserts in Optuna's own representation, checks that
-``optuna.load_study`` reads them back, then times, in the same run:
+attrs each) by bulk SQL inserts in Optuna's own representation, plus the one narrow
+``hpo_trial_summary`` row per trial that the orchestrator writes when it tells a trial; checks
+that ``optuna.load_study`` reads them back, then times, in the same run:
 
 - ``hpo-orchestrator status --json`` (a whole CLI process) on N trials and on M trials;
 - the status queries alone (``collect_status`` in this process) on N trials;
+- the same on a copy without ``hpo_trial_summary`` (a study run by plain Optuna);
 - ``optuna trials -f json`` on M trials (it loads every trial through the ORM).
 
 Usage: python scripts/bench_status.py [--trials 100000] [--optuna-trials 20000] [--dir DIR]
@@ -29,6 +31,10 @@ import time
 from datetime import datetime, timedelta
 from pathlib import Path
 
+import sqlalchemy
+
+from hpo_orchestrator.tables import ensure_tables, summary_table
+
 STUDY = "bench"
 N_PARAMS, N_STEPS = 5, 20
 DISTRIBUTION = json.dumps({"name": "FloatDistribution",
@@ -45,7 +51,7 @@ def build(db: Path, n_trials: int, seed: int = 0) -> None:
     storage.engine.dispose()
     rng = random.Random(seed)
     t0 = datetime(2026, 1, 1)
-    trials, params, values, steps, attrs = [], [], [], [], []
+    trials, params, values, steps, attrs, summary = [], [], [], [], [], []
     for i in range(n_trials):
         tid = i + 1
         pruned = rng.random() < 0.5
@@ -59,13 +65,19 @@ def build(db: Path, n_trials: int, seed: int = 0) -> None:
         steps.extend((tid, s, curve[s], "FINITE") for s in range(N_STEPS))
         if not pruned:
             values.append((tid, 0, curve[-1], "FINITE"))
+        startup, decision, util = rng.uniform(2, 4), rng.uniform(20, 40), rng.uniform(60, 95)
         attrs.extend([
             (tid, "hpo.host", json.dumps("bench-host")),
             (tid, "hpo.gpu_index", json.dumps(i % 2)),
-            (tid, "hpo.startup_s", json.dumps(rng.uniform(2, 4))),
-            (tid, "hpo.first_decision_s", json.dumps(rng.uniform(20, 40))),
-            (tid, "hpo.gpu_util_mean", json.dumps(rng.uniform(60, 95))),
+            (tid, "hpo.startup_s", json.dumps(startup)),
+            (tid, "hpo.first_decision_s", json.dumps(decision)),
+            (tid, "hpo.gpu_util_mean", json.dumps(util)),
         ])
+        summary.append({"trial_id": tid, "study_id": study_id, "number": i,
+                        "state": "PRUNED" if pruned else "COMPLETE", "host": "bench-host",
+                        "gpu_index": i % 2, "start_s": start.timestamp(), "end_s": end.timestamp(),
+                        "startup_s": startup, "first_decision_s": decision, "last_step": N_STEPS - 1,
+                        "gpu_util_mean": util})
     with sqlite3.connect(db) as con:
         con.executemany("INSERT INTO trials (trial_id, number, study_id, state, datetime_start, "
                         "datetime_complete) VALUES (?, ?, ?, ?, ?, ?)", trials)
@@ -77,6 +89,11 @@ def build(db: Path, n_trials: int, seed: int = 0) -> None:
                         "intermediate_value_type) VALUES (?, ?, ?, ?)", steps)
         con.executemany("INSERT INTO trial_user_attributes (trial_id, key, value_json) "
                         "VALUES (?, ?, ?)", attrs)
+    engine = sqlalchemy.create_engine(f"sqlite:///{db}")
+    ensure_tables(engine)
+    with engine.begin() as connection:
+        connection.execute(summary_table.insert(), summary)
+    engine.dispose()
 
 
 def check_readable(db: Path, n_trials: int) -> None:
@@ -101,7 +118,8 @@ def timed(cmd: list[str], repeat: int) -> float:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--trials", type=int, default=100_000)
     parser.add_argument("--optuna-trials", type=int, default=20_000)
     parser.add_argument("--repeat", type=int, default=3)
@@ -109,23 +127,32 @@ def main() -> int:
     args = parser.parse_args()
     work = args.dir or Path(tempfile.mkdtemp(prefix="hpo-bench-"))
     work.mkdir(parents=True, exist_ok=True)
-    big, small = work / "big.db", work / "small.db"
+    big, small, plain = work / "big.db", work / "small.db", work / "big-plain.db"
     for db, n in ((big, args.trials), (small, args.optuna_trials)):
         if not db.exists():
             start = time.perf_counter()
             build(db, n)
             print(f"built {db} ({n} trials) in {time.perf_counter() - start:.1f} s", file=sys.stderr)
     check_readable(small, args.optuna_trials)
+    if not plain.exists():
+        shutil.copy(big, plain)
+        with sqlite3.connect(plain) as con:
+            con.execute("DROP TABLE hpo_trial_summary")
 
     from hpo_orchestrator.status import collect_status
     from hpo_orchestrator.storage import create_engine
 
-    engine = create_engine(f"sqlite:///{big}")
-    collect_status(engine, STUDY)  # warm the page cache, as a second `status` would be
-    start = time.perf_counter()
-    report = collect_status(engine, STUDY)
-    query_s = time.perf_counter() - start
-    assert sum(s.count for s in report.states.values()) == args.trials
+    def query_seconds(db: Path) -> float:
+        engine = create_engine(f"sqlite:///{db}")
+        collect_status(engine, STUDY)  # warm the page cache, as a second `status` would be
+        start = time.perf_counter()
+        report = collect_status(engine, STUDY)
+        seconds = time.perf_counter() - start
+        assert sum(s.count for s in report.states.values()) == args.trials
+        assert report.per_device and report.per_device[0].trials == args.trials // 2
+        return seconds
+
+    query_s, plain_s = query_seconds(big), query_seconds(plain)
 
     cli = [sys.executable, "-m", "hpo_orchestrator", "status", "--json", "--storage"]
     status_big = timed([*cli, f"sqlite:///{big}"], args.repeat)
@@ -142,6 +169,8 @@ def main() -> int:
     print("|---|---:|---:|---:|")
     print(f"| `hpo-orchestrator status --json` (whole process) | {args.trials:,} | {status_big:.2f} | |")
     print(f"| status queries alone (`collect_status`) | {args.trials:,} | {query_s:.2f} | |")
+    print(f"| the same, study without `hpo_trial_summary` (plain Optuna) | {args.trials:,} | "
+          f"{plain_s:.2f} | |")
     print(f"| `hpo-orchestrator status --json` (whole process) | {args.optuna_trials:,} | "
           f"{status_small:.2f} | {optuna_small / status_small:.0f}x faster |")
     print(f"| `optuna trials -f json` | {args.optuna_trials:,} | {optuna_small:.2f} | 1x |")

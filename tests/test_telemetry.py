@@ -139,6 +139,20 @@ def test_phases_gpu_verification_table_findings_and_csv(cli, tmp_path: Path) -> 
     text = cli("status").stdout
     assert "gpu_unused" in text and "batch size" in text
 
+    # Without our summary table (a study copied by other tools, or an older one) status reads
+    # the same facts from Optuna's tables and the trials' attrs.
+    plain = tmp_path / "plain.db"
+    with sqlite3.connect(result.db) as src, sqlite3.connect(plain) as dst:
+        src.backup(dst)
+        dst.execute("DROP TABLE hpo_trial_summary")
+    fast = collect_status(create_engine(f"sqlite:///{result.db}"), "hpo")
+    slow = collect_status(create_engine(f"sqlite:///{plain}"), "hpo")
+    assert [(d.device, d.trials, d.states, d.util_compute_mean, d.energy_kj) for d in fast.per_device] \
+        == [(d.device, d.trials, d.states, d.util_compute_mean, d.energy_kj) for d in slow.per_device]
+    assert [(f.code, f.evidence) for f in fast.findings if f.code != "slow_startup"] \
+        == [(f.code, f.evidence) for f in slow.findings if f.code != "slow_startup"]
+    assert {k: v.count for k, v in fast.states.items()} == {k: v.count for k, v in slow.states.items()}
+
     out = tmp_path / "samples.csv"
     one = cli("telemetry", "--trial", "0", "--csv", str(out))
     assert one.code == 0, one.stderr

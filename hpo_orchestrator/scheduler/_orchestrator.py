@@ -13,6 +13,7 @@ remaining children and fails their trials as ``interrupted``.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import signal
@@ -33,7 +34,8 @@ from optuna.trial import TrialState
 from hpo_orchestrator.config import Config
 from hpo_orchestrator.gpu._opencl import nvidia_icd_env
 from hpo_orchestrator.scheduler._slots import Slot, SlotPool
-from hpo_orchestrator.telemetry import TelemetrySampler, TrialTelemetry, ensure_table, insert_samples
+from hpo_orchestrator.tables import ensure_tables, insert_samples, insert_summary
+from hpo_orchestrator.telemetry import TelemetrySampler, TrialTelemetry
 from hpo_orchestrator.worker import TRIAL_METHODS, Job, TrialOutcome
 
 __all__ = ["FinishedTrial", "Orchestrator", "Reporter", "RunningTrial", "count_claimed",
@@ -52,13 +54,15 @@ class RunningTrial:
     process: subprocess.Popen[bytes]
     connection: Connection
     log: IO[bytes]
-    spawned_at: float
+    spawned_at: float  # monotonic
+    spawned_epoch: float
     oom_kills_at_spawn: int | None
     started_at: float | None = None
     phase: str | None = None
     last_step: int | None = None
     first_decision_at: float | None = None  # first should_prune answer
     params_effective: dict[str, Any] | None = None
+    opencl_platform: str | None = None
     outcome: TrialOutcome | None = None
     stop_reason: str | None = None  # timeout / interrupted: we stopped it
     kill_at: float | None = None  # when SIGTERM's grace runs out
@@ -172,8 +176,8 @@ class Orchestrator:
             self._reap_stale()
             self._claimed = count_claimed(self.study)
             self._record_devices()
+            ensure_tables(self.storage.engine)
             if self.sampler is not None:
-                ensure_table(self.storage.engine)
                 self.sampler.start()
             while True:
                 if not self._signals:
@@ -259,7 +263,8 @@ class Orchestrator:
             theirs.close()
         connection = Connection(ours.detach())
         rt = RunningTrial(trial=trial, slot=slot, process=process, connection=connection,
-                          log=log, spawned_at=spawned_at, oom_kills_at_spawn=oom_kills)
+                          log=log, spawned_at=spawned_at, spawned_epoch=time.time(),
+                          oom_kills_at_spawn=oom_kills)
         self.running[slot.id] = rt
         for key, value in {
             "hpo.host": self.host,
@@ -342,6 +347,8 @@ class Orchestrator:
                     rt.first_decision_at = time.monotonic()
                 elif method == "set_user_attr" and args and args[0] == "hpo.params_effective":
                     rt.params_effective = args[1] if isinstance(args[1], dict) else None
+                elif method == "set_user_attr" and args and args[0] == "hpo.opencl_platform":
+                    rt.opencl_platform = str(args[1])
             except Exception as exc:  # the objective's misuse (bad range...) is its error
                 reply = ("err", exc)
         try:
@@ -438,8 +445,9 @@ class Orchestrator:
         _signal_tree(rt.process.pid, signal.SIGKILL)  # leftovers in its group, if any
         trial = rt.trial
         trial.set_user_attr("hpo.exit_code", rt.process.returncode)
-        for key, measured in self._measured_attrs(rt).items():
-            trial.set_user_attr(key, measured)
+        measured = self._measured_attrs(rt)
+        for key, attr in measured.items():
+            trial.set_user_attr(key, attr)
         if reason is not None:
             trial.set_user_attr("hpo.fail_reason", reason)
             trial.set_user_attr("hpo.error", error)
@@ -447,6 +455,20 @@ class Orchestrator:
             self.study.tell(trial, value)
         else:
             self.study.tell(trial, state=state)
+        insert_summary(self.storage.engine, {
+            "trial_id": trial._trial_id, "study_id": self.study._study_id, "number": trial.number,
+            "state": state.name, "host": self.host,
+            "gpu_index": rt.slot.gpu.index if rt.slot.gpu else None,
+            "start_s": rt.spawned_epoch, "end_s": time.time(),
+            "startup_s": None if rt.started_at is None else rt.started_at - rt.spawned_at,
+            "first_decision_s": measured.get("hpo.first_decision_s"), "last_step": rt.last_step,
+            "gpu_util_mean": measured.get("hpo.gpu_util_mean"),
+            "gpu_util_compute_mean": measured.get("hpo.gpu_util_compute_mean"),
+            "gpu_energy_j": measured.get("hpo.gpu_energy_j"),
+            "gpu_verified": measured.get("hpo.gpu_verified"), "fail_reason": reason,
+            "opencl_platform": rt.opencl_platform,
+            "params_mismatch": json.dumps(measured["hpo.params_mismatch"])
+            if "hpo.params_mismatch" in measured else None})
         rt.log.close()
         del self.running[rt.slot.id]
         self.slots.release(rt.slot)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from hpo_orchestrator.status._queries import StatusReport, TrialFacts
+    from hpo_orchestrator.status._queries import StatusReport, StudyFacts
 
 __all__ = ["Finding", "find_all"]
 
@@ -34,22 +34,17 @@ class Finding:
     evidence: dict[str, Any] = field(default_factory=dict)
 
 
-def find_all(report: StatusReport, trials: list[TrialFacts], config: dict[str, Any],
-             max_complete_step: int | None) -> list[Finding]:
+def find_all(report: StatusReport, facts: StudyFacts) -> list[Finding]:
     findings: list[Finding] = []
-    findings += _idle_gpus(report, trials, config)
+    findings += _idle_gpus(report, facts.config)
     findings += _low_utilization(report)
-    findings += _gpu_unused(trials)
-    findings += _slow_startup(trials, config)
-    findings += _aggressive_pruning(report, config, max_complete_step)
-    findings += _params_differ(trials)
+    findings += _gpu_unused(facts)
+    findings += _slow_startup(facts)
+    findings += _aggressive_pruning(report, facts)
+    findings += _params_differ(facts)
     findings += _stale_running(report)
-    findings += _oom(report, config)
+    findings += _oom(report, facts.config)
     return findings
-
-
-def _numbers(trials: list[TrialFacts]) -> list[int]:
-    return sorted(t.number for t in trials)
 
 
 def _few(numbers: list[int], limit: int = 8) -> str:
@@ -57,7 +52,7 @@ def _few(numbers: list[int], limit: int = 8) -> str:
     return shown + (f" and {len(numbers) - limit} more" if len(numbers) > limit else "")
 
 
-def _idle_gpus(report: StatusReport, trials: list[TrialFacts], config: dict[str, Any]) -> list[Finding]:
+def _idle_gpus(report: StatusReport, config: dict[str, Any]) -> list[Finding]:
     gpus = [d for d in report.per_device if d.gpu_index is not None]
     scheduler = config.get("scheduler", {})
     parallel = scheduler.get("parallel")
@@ -99,33 +94,31 @@ def _low_utilization(report: StatusReport) -> list[Finding]:
     return found
 
 
-def _gpu_unused(trials: list[TrialFacts]) -> list[Finding]:
-    unused = [t for t in trials if t.attrs.get("hpo.gpu_verified") is False]
-    if not unused:
+def _gpu_unused(facts: StudyFacts) -> list[Finding]:
+    if not facts.unverified:
         return []
-    platforms = sorted({str(t.attrs["hpo.opencl_platform"]) for t in unused
-                        if t.attrs.get("hpo.opencl_platform")})
+    numbers = [number for number, _ in facts.unverified]
+    platforms = sorted({platform for _, platform in facts.unverified if platform})
     where = f" (LightGBM OpenCL platform: {', '.join(platforms)})" if platforms else ""
     return [Finding(
         "gpu_unused", "warning",
-        f"{len(unused)} trials asked for a GPU that showed no work from them while they "
-        f"trained{where}: {_few(_numbers(unused))}",
+        f"{len(numbers)} trials asked for a GPU that showed no work from them while they "
+        f"trained{where}: {_few(numbers)}",
         "the work ran on the CPU: for LightGBM keep objective.gpu_platform=auto (it picks the "
         "NVIDIA OpenCL platform); for torch move the model and every batch to 'cuda'",
-        {"trials": _numbers(unused), "opencl_platforms": platforms})]
+        {"trials": numbers, "opencl_platforms": platforms})]
 
 
-def _slow_startup(trials: list[TrialFacts], config: dict[str, Any]) -> list[Finding]:
-    pairs = [(t.attrs["hpo.startup_s"], t.attrs["hpo.first_decision_s"]) for t in trials
-             if isinstance(t.attrs.get("hpo.startup_s"), (int, float))
-             and isinstance(t.attrs.get("hpo.first_decision_s"), (int, float))]
+def _slow_startup(facts: StudyFacts) -> list[Finding]:
+    pairs = [(r.startup_s, r.first_decision_s) for r in facts.rows
+             if r.startup_s is not None and r.first_decision_s is not None]
     if len(pairs) < MIN_TRIALS:
         return []
     startup = statistics.median(p[0] for p in pairs)
     decision = statistics.median(p[1] for p in pairs)
     if decision <= 0 or startup / decision < STARTUP_SHARE_ABOVE:
         return []
-    min_resource = config.get("pruner", {}).get("min_resource")
+    min_resource = facts.config.get("pruner", {}).get("min_resource")
     knob = f"pruner.min_resource (now {min_resource})" if min_resource is not None \
         else "pruner.min_resource"
     return [Finding(
@@ -138,8 +131,7 @@ def _slow_startup(trials: list[TrialFacts], config: dict[str, Any]) -> list[Find
          "share": round(startup / decision, 3), "trials": len(pairs)})]
 
 
-def _aggressive_pruning(report: StatusReport, config: dict[str, Any],
-                        max_complete_step: int | None) -> list[Finding]:
+def _aggressive_pruning(report: StatusReport, facts: StudyFacts) -> list[Finding]:
     pruned = sum(report.prune_steps.values())
     finished = sum(report.states[s].count for s in ("COMPLETE", "PRUNED", "FAIL") if s in report.states)
     if report.prune_rate is None or finished < MIN_TRIALS or report.prune_rate < AGGRESSIVE_PRUNE_RATE \
@@ -147,11 +139,11 @@ def _aggressive_pruning(report: StatusReport, config: dict[str, Any],
         return []
     steps = sorted(step for step, n in report.prune_steps.items() for _ in range(n))
     median_step = statistics.median(steps)
-    full = max_complete_step if max_complete_step is not None else max(steps)
+    full = facts.max_complete_step if facts.max_complete_step is not None else max(steps)
     early = sum(1 for s in steps if s <= max(1, EARLY_STEP_SHARE * full))
     if median_step > EARLY_STEP_SHARE * full:
         return []
-    pruner = config.get("pruner", {})
+    pruner = facts.config.get("pruner", {})
     now = ", ".join(f"{k}={pruner[k]}" for k in ("patience", "min_resource") if k in pruner)
     return [Finding(
         "aggressive_pruning", "warning",
@@ -163,20 +155,19 @@ def _aggressive_pruning(report: StatusReport, config: dict[str, Any],
          "max_step": full, "pruned_early": early, "pruned": pruned})]
 
 
-def _params_differ(trials: list[TrialFacts]) -> list[Finding]:
-    differing = [t for t in trials if t.attrs.get("hpo.params_mismatch")]
-    if not differing:
+def _params_differ(facts: StudyFacts) -> list[Finding]:
+    if not facts.mismatches:
         return []
-    example = differing[0]
-    name, (wanted, got) = next(iter(example.attrs["hpo.params_mismatch"].items()))
-    names = sorted({n for t in differing for n in t.attrs["hpo.params_mismatch"]})
+    number, example = facts.mismatches[0]
+    name, (wanted, got) = next(iter(example.items()))
+    names = sorted({n for _, mismatch in facts.mismatches for n in mismatch})
     return [Finding(
         "params_differ", "warning",
-        f"{len(differing)} trials ran with parameters other than suggested ({', '.join(names)}); "
-        f"e.g. trial #{example.number}: {name} suggested {wanted!r}, ran with {got!r}",
+        f"{len(facts.mismatches)} trials ran with parameters other than suggested "
+        f"({', '.join(names)}); e.g. trial #{number}: {name} suggested {wanted!r}, ran with {got!r}",
         "the objective does not pass these to the library, or the library overrides them: "
         "compare hpo.params_effective with the trial's params",
-        {"trials": _numbers(differing), "params": names})]
+        {"trials": [n for n, _ in facts.mismatches], "params": names})]
 
 
 def _stale_running(report: StatusReport) -> list[Finding]:

@@ -15,7 +15,7 @@ from sqlalchemy.engine import Engine
 
 from hpo_orchestrator.errors import ConfigError, StorageError
 from hpo_orchestrator.status._queries import study_id_of
-from hpo_orchestrator.telemetry._table import TELEMETRY_COLUMNS
+from hpo_orchestrator.tables import TELEMETRY_COLUMNS
 
 __all__ = ["export_csv"]
 
