@@ -37,12 +37,30 @@ class _Watched:
     last_cpu_s: float | None = None
 
 
-def _tree(pid: int) -> list[psutil.Process]:
+_RESCAN_ROUNDS = 10  # rounds between two scans of the process table for new children
+
+
+def _children_map() -> dict[int, list[psutil.Process]]:
+    """parent pid -> child processes, from one scan of the process table (~10 ms on a host
+    with 100 processes: the sampler's largest cost, so it is not done every round)."""
+    children: dict[int, list[psutil.Process]] = {}
+    for proc in psutil.process_iter(["ppid"]):
+        ppid = proc.info["ppid"]
+        if ppid is not None:
+            children.setdefault(ppid, []).append(proc)
+    return children
+
+
+def _tree(pid: int, children: dict[int, list[psutil.Process]]) -> list[psutil.Process]:
     try:
-        root = psutil.Process(pid)
-        return [root, *root.children(recursive=True)]
+        tree, todo = [psutil.Process(pid)], [pid]
     except psutil.Error:
         return []
+    while todo:
+        for child in children.get(todo.pop(), []):
+            tree.append(child)
+            todo.append(child.pid)
+    return tree
 
 
 def _tree_usage(processes: list[psutil.Process]) -> tuple[float, float]:
@@ -70,6 +88,8 @@ class TelemetrySampler:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="hpo-telemetry", daemon=True)
+        self._trees: dict[int, list[psutil.Process]] = {}  # trial pid -> its process tree
+        self._round = 0
         self.cpu_seconds = 0.0  # the sampler thread's own CPU time (its overhead)
         self.samples_taken = 0
 
@@ -106,6 +126,7 @@ class TelemetrySampler:
             watched = self._watched.pop(slot_id, None)
         if watched is None:
             return None
+        self._trees.pop(watched.pid, None)
         watched.telemetry.add_phase_time(watched.phase, now - watched.phase_since)
         return watched.telemetry
 
@@ -137,9 +158,18 @@ class TelemetrySampler:
         gpu_samples = {index: self.backend.sample(index) for index in on_gpu}
         now = time.monotonic()
         ts = datetime.now(UTC).replace(tzinfo=None)
+        # Trees are re-read every few rounds, and at once for a new trial: children (DataLoader
+        # workers) live long; the CPU time of one that exits in between still counts, in its
+        # parent's children_* times.
+        stale = [w for w in watched if w.pid not in self._trees or self._round % _RESCAN_ROUNDS == 0]
+        if stale:
+            children = _children_map()
+            for w in stale:
+                self._trees[w.pid] = _tree(w.pid, children)
+        self._round += 1
         rows = []
         for w in watched:
-            processes = _tree(w.pid)
+            processes = [p for p in self._trees.get(w.pid, []) if p.is_running()]
             if not processes:
                 continue  # exited; its trial is about to be finished by the orchestrator
             cpu_s, rss_mib = _tree_usage(processes)
