@@ -11,7 +11,7 @@ VENV_FLAGS ?=
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: hpo install test test-gpu lint clean
+.PHONY: hpo install test test-gpu lint bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV_FLAGS) $(VENV)
@@ -30,6 +30,11 @@ test: $(STAMP)
 
 test-gpu: $(STAMP)
 	$(BIN)/python -m pytest -q -m gpu -rs $(PYTEST_ARGS)
+
+# Benchmarks (not tests: they time things); results go to docs/BENCHMARKS.md.
+bench: $(STAMP)
+	$(BIN)/python scripts/bench_status.py
+	$(BIN)/python scripts/bench_sampler.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check hpo_orchestrator tests scripts

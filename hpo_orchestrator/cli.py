@@ -123,7 +123,7 @@ def _cmd_run(args: argparse.Namespace, console: Console) -> int:
                       config.study.direction) as reporter:
         sampler = TelemetrySampler(backend, config.telemetry.interval_s) \
             if config.telemetry.enabled else None
-        code = Orchestrator(config, study, storage, slots, threads, reporter, sampler).run()
+        code = Orchestrator(config, study, storage, slots, threads, reporter, sampler, backend).run()
     backend.close()
     print_status(collect_status(create_engine(config.storage.url), study.study_name), console)
     if code == 130:
@@ -167,10 +167,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     debug = "--debug" in argv
     console = Console()
     errors = Console(stderr=True, highlight=False)
+    command = None
     try:
         args = _parser().parse_args(argv)
+        command = args.command
         commands = {"run": _cmd_run, "status": _cmd_status, "telemetry": _cmd_telemetry}
-        return commands[args.command](args, console)
+        return commands[command](args, console)
     except HpoError as exc:
         if debug:
             raise
@@ -180,9 +182,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.exit_code
     except KeyboardInterrupt:
         return 130
-    except BrokenPipeError:  # `status --json | head`: the reader left, nothing to report
-        sys.stderr.close()
-        return 0
+    except BrokenPipeError:
+        if command in ("status", "telemetry"):  # `status --json | head`: the reader left
+            sys.stderr.close()
+            return 0
+        if debug:
+            raise
+        errors.print("error: unexpected BrokenPipeError (stdout closed?)", markup=False)
+        return 1
     except Exception as exc:
         if debug:
             raise

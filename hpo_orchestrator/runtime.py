@@ -43,6 +43,7 @@ class SlotInfo:
     gpu_uuid: str | None
     cuda_visible_devices: str | None
     num_threads: int
+    attempt: int = 1  # 2 and up: a retry of a trial that ran out of memory, was killed or lost
 
     @property
     def on_gpu(self) -> bool:
@@ -60,6 +61,7 @@ def slot_info() -> SlotInfo:
         gpu_uuid=env.get("HPO_GPU_UUID") or None,
         cuda_visible_devices=env.get("CUDA_VISIBLE_DEVICES"),
         num_threads=int(threads),
+        attempt=int(env.get("HPO_ATTEMPT") or 1),
     )
 
 

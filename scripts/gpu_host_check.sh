@@ -37,6 +37,10 @@ smi=$!
     scheduler.parallel=4 study.n_trials=8 objective.n_samples=200000 objective.epochs=6) \
     2>&1 | tee "$out/study-torch.txt"
 kill $smi
+(cd "$work" && python3 -m hpo_orchestrator status --study hpo && python3 -m hpo_orchestrator status --study mlp \
+    && python3 -m hpo_orchestrator telemetry --study hpo --csv "$out/telemetry-hpo.csv") \
+    2>&1 | tee "$out/status.txt"
+python3 scripts/bench_sampler.py --trials 8 --seconds 20 2>&1 | tee "$out/bench-sampler.txt"
 python3 - "$work/hpo.db" <<'PY' | tee "$out/trials.txt"
 import json, sqlite3, sys
 con = sqlite3.connect(sys.argv[1])
@@ -48,6 +52,9 @@ for study, number, state, start, end, tid in con.execute(
     eff = a.get("hpo.params_effective") or {}
     print(study, number, state, start, end, "gpu", a.get("hpo.gpu_index"),
           "startup", a.get("hpo.startup_s"), eff.get("device_type", eff.get("device")),
-          eff.get("gpu_platform_id"), a.get("hpo.opencl_platform"), a.get("hpo.warning"))
+          eff.get("gpu_platform_id"), a.get("hpo.opencl_platform"), a.get("hpo.warning"),
+          "util", a.get("hpo.gpu_util_mean"), "train", a.get("hpo.gpu_util_compute_mean"),
+          "mem", a.get("hpo.gpu_mem_peak_mib"), "J", a.get("hpo.gpu_energy_j"),
+          "verified", a.get("hpo.gpu_verified"))
 PY
 cp "$work/hpo.db" "$out/hpo.db" 2>/dev/null

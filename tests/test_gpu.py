@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import json
+import os
+import sqlite3
+
 import pytest
 
 from hpo_orchestrator.gpu import NvmlBackend
+from hpo_orchestrator.gpu._opencl import list_platforms, nvidia_icd_env
 from tests.conftest import trial_rows
 
 pytestmark = pytest.mark.gpu
@@ -41,6 +46,9 @@ def test_each_trial_sees_only_its_gpu(cli) -> None:  # type: ignore[no-untyped-d
         assert a["test.torch_uuid"].replace("GPU-", "") in uuids[gpu]
         assert a["test.autocast_dtype"] == "torch.bfloat16"
     assert used == {0, 1}
+    report = json.loads(cli("status", "--json").stdout)
+    busy = {d["device"]: d["busy_fraction"] for d in report["per_device"]}
+    assert busy["gpu0"] > 0.5 and busy["gpu1"] > 0.5, busy
 
 
 @needs_gpus
@@ -54,3 +62,60 @@ def test_lightgbm_trains_on_nvidia_opencl(cli) -> None:  # type: ignore[no-untyp
         assert a["hpo.params_effective"]["device_type"] == "gpu", a
         assert "NVIDIA" in a.get("hpo.opencl_platform", ""), a
         assert "hpo.warning" not in a, a
+
+
+@needs_two
+def test_telemetry_attributes_work_to_the_right_gpu(cli) -> None:  # type: ignore[no-untyped-def]
+    result = cli("run", "scheduler.parallel=2", "study.n_trials=4", "pruner=none",
+                 "objective.device=gpu", "objective.n_rows=400000", "telemetry.interval_s=0.2")
+    assert result.code == 0, result.stderr + result.stdout
+    rows = trial_rows(result.db)
+    for row in rows:
+        a = row["attrs"]
+        assert row["state"] == "COMPLETE", a
+        assert a["hpo.gpu_verified"] is True, a
+        assert a["hpo.gpu_util_max"] > 0 and a["hpo.gpu_energy_j"] > 0, a
+        assert a["hpo.gpu_mem_peak_mib"] > 0 and a["hpo.gpu_power_mean_w"] > 0, a
+        phases = a["hpo.phases"]
+        # building the data set is CPU work: its GPU reading must be lower than training's
+        assert phases["data"]["gpu_util_mean"] < phases["train"]["gpu_util_mean"], phases
+    with sqlite3.connect(result.db) as con:
+        samples = con.execute("SELECT trial_id, gpu_index, MAX(proc_mem_mib) FROM hpo_telemetry "
+                              "GROUP BY trial_id, gpu_index").fetchall()
+    gpu_of = {r["trial_id"]: r["attrs"]["hpo.gpu_index"] for r in rows}
+    assert sorted(t for t, _, _ in samples) == sorted(gpu_of)  # one GPU per trial: its own
+    for trial_id, gpu, proc_mem in samples:
+        assert gpu == gpu_of[trial_id] and (proc_mem or 0) > 0
+    report = json.loads(cli("status", "--json").stdout)
+    util = {d["device"]: d["util_compute_mean"] for d in report["per_device"]}
+    assert util["gpu0"] > 0 and util["gpu1"] > 0, util
+    assert "gpu_unused" not in {f["code"] for f in report["findings"]}
+
+
+def _cpu_opencl_platform() -> int | None:
+    """The id of a non-NVIDIA OpenCL platform as a pinned child sees them (PoCL on such hosts)."""
+    previous = dict(os.environ)
+    os.environ.update(nvidia_icd_env())
+    try:
+        return next((p.id for p in list_platforms() if not p.is_nvidia), None)
+    finally:
+        os.environ.clear()
+        os.environ.update(previous)
+
+
+@needs_gpus
+def test_forced_cpu_opencl_platform_is_reported(cli) -> None:  # type: ignore[no-untyped-def]
+    platform = _cpu_opencl_platform()
+    if platform is None:
+        pytest.skip("this host has no CPU OpenCL platform (PoCL) to force")
+    result = cli("run", "scheduler.parallel=1", "study.n_trials=1", "pruner=none",
+                 "objective.device=gpu", f"objective.gpu_platform={platform}",
+                 "objective.n_rows=20000", "objective.num_boost_round=30",
+                 "telemetry.interval_s=0.2")
+    assert result.code == 0, result.stderr + result.stdout
+    a = trial_rows(result.db)[0]["attrs"]
+    assert "not an NVIDIA GPU platform" in a["hpo.warning"], a
+    assert a["hpo.gpu_verified"] is False, a
+    report = json.loads(cli("status", "--json").stdout)
+    unused = [f for f in report["findings"] if f["code"] == "gpu_unused"]
+    assert unused and unused[0]["evidence"]["opencl_platforms"], report["findings"]

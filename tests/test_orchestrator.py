@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import sqlite3
+import threading
 import time
 from datetime import datetime
 from pathlib import Path
 
 import optuna
+import psutil
 import pytest
 
 from tests.conftest import run_cli, start_cli, trial_rows
@@ -18,6 +21,24 @@ from tests.conftest import run_cli, start_cli, trial_rows
 pytestmark = pytest.mark.slow
 
 TARGET = "objective.target=hpo_orchestrator.testing.objectives:"
+
+# Makes the sqlite database "full" HPO_TEST_DB_FULL_AFTER_S seconds after the orchestrator
+# starts: every SQLAlchemy connection made after that gets max_page_count = its page count.
+DB_FULL_SITECUSTOMIZE = """
+import os, time
+after = os.environ.get("HPO_TEST_DB_FULL_AFTER_S")
+if after and "HPO_TRIAL_NUMBER" not in os.environ:
+    import sqlalchemy
+    from sqlalchemy import event
+    deadline = time.monotonic() + float(after)
+
+    @event.listens_for(sqlalchemy.engine.Engine, "engine_connect")
+    def _full(connection):
+        if time.monotonic() > deadline:
+            raw = connection.connection.dbapi_connection
+            pages = raw.execute("PRAGMA page_count").fetchone()[0]
+            raw.execute(f"PRAGMA max_page_count = {pages}")
+"""
 
 SITECUSTOMIZE = """
 import os
@@ -117,24 +138,97 @@ def test_pruning_with_median(cli) -> None:  # type: ignore[no-untyped-def]
     assert states.count("PRUNED") >= 2 and states.count("COMPLETE") >= 3
 
 
-def test_failures_are_contained_and_classified(cli) -> None:  # type: ignore[no-untyped-def]
-    result = cli("run", "objective=custom", TARGET + "chaos", "scheduler.parallel=4",
-                 "study.n_trials=8", "scheduler.trial_timeout_s=4", "scheduler.kill_grace_s=1",
-                 "sampler=random")
-    assert result.code == 0, result.stderr
-    rows = {r["number"]: r for r in trial_rows(result.db)}
-    assert len(rows) == 8 and not [r for r in rows.values() if r["state"] == "RUNNING"]
-    expected = {0: None, 1: "exception", 2: "killed", 3: "timeout", 4: "exception",
-                5: "exception", 6: "oom", 7: "killed"}
-    for number, reason in expected.items():
-        attrs = rows[number]["attrs"]
-        assert attrs.get("hpo.fail_reason") == reason, (number, attrs)
-        assert rows[number]["state"] == ("COMPLETE" if reason is None else "FAIL")
-    assert "boom from the objective" in rows[1]["attrs"]["hpo.error"]
-    assert "nan" in rows[4]["attrs"]["hpo.error"]
-    assert "None" in rows[5]["attrs"]["hpo.error"]
-    assert "SIGABRT" in rows[2]["attrs"]["hpo.error"]
-    assert rows[2]["attrs"]["hpo.exit_code"] == -signal.SIGABRT
+CHAOS_REASON = {"ok": None, "raise": "exception", "abort": "killed", "hang": "timeout",
+                "nan": "exception", "none": "exception", "memory": "oom", "sigkill": "killed"}
+CHAOS_MODES = list(CHAOS_REASON)  # hpo_orchestrator.testing.objectives.chaos: mode = number % 8
+
+
+def _kill_random_children(cli_pid: int, stop: threading.Event, killed: set[int]) -> None:
+    """From outside, SIGKILL a random running trial process now and then (at most 3)."""
+    rng = random.Random(0)
+    while not stop.wait(1.5) and len(killed) < 3:
+        try:
+            children = psutil.Process(cli_pid).children()
+        except psutil.Error:
+            return
+        if children:
+            victim = rng.choice(children)
+            try:
+                victim.kill()
+                killed.add(victim.pid)
+            except psutil.Error:
+                pass
+
+
+def test_chaos_failures_are_contained_classified_and_retried(tmp_path: Path) -> None:
+    proc = start_cli(tmp_path, "run", "objective=custom", TARGET + "chaos", "scheduler.parallel=4",
+                     "study.n_trials=8", "scheduler.trial_timeout_s=4", "scheduler.kill_grace_s=1",
+                     "scheduler.max_retries=1", "sampler=random")
+    stop, killed = threading.Event(), set()
+    killer = threading.Thread(target=_kill_random_children, args=(proc.pid, stop, killed))
+    killer.start()
+    try:
+        _out, err = proc.communicate(timeout=240)
+    finally:
+        stop.set()
+        killer.join()
+    assert proc.returncode == 0, err
+    rows = {r["number"]: r for r in trial_rows(tmp_path / "hpo.db")}
+    assert not [r for r in rows.values() if r["state"] == "RUNNING"]
+    retried_of = {r["attrs"]["hpo.retry_of"]: r for r in rows.values()
+                  if "hpo.retry_of" in r["attrs"]}
+    for number, row in rows.items():
+        attrs = row["attrs"]
+        natural = CHAOS_REASON[CHAOS_MODES[number % 8]]
+        allowed = {natural, "killed"} if attrs["hpo.pid"] in killed else {natural}
+        assert attrs.get("hpo.fail_reason") in allowed, (number, attrs, killed)
+        assert row["state"] == ("COMPLETE" if attrs.get("hpo.fail_reason") is None else "FAIL")
+        should_retry = attrs.get("hpo.fail_reason") in ("oom", "killed") \
+            and attrs.get("hpo.attempt", 1) == 1
+        assert bool(attrs.get("hpo.retried")) == should_retry, (number, attrs)
+        if should_retry:
+            retry = retried_of[number]  # same params, one attempt later
+            assert retry["attrs"]["hpo.attempt"] == 2
+            assert retry["attrs"]["hpo.retry_reason"] == attrs["hpo.fail_reason"]
+            with sqlite3.connect(tmp_path / "hpo.db") as con:
+                params = dict(con.execute("SELECT param_name, param_value FROM trial_params "
+                                          "WHERE trial_id = ?", (row["trial_id"],)).fetchall())
+                fixed = con.execute("SELECT value_json FROM trial_system_attributes WHERE "
+                                    "trial_id = ? AND key = 'fixed_params'",
+                                    (retry["trial_id"],)).fetchone()
+            assert json.loads(fixed[0]) == params  # enqueued with the same params
+    assert set(retried_of) <= set(rows)
+    # n_trials counts every trial except the attempts that were retried
+    assert len([r for r in rows.values() if not r["attrs"].get("hpo.retried")]) == 8
+    messages = {CHAOS_MODES[n % 8]: r["attrs"].get("hpo.error", "") for n, r in rows.items()
+                if r["attrs"]["hpo.pid"] not in killed}
+    assert "boom from the objective" in messages.get("raise", "boom from the objective")
+    assert "nan" in messages.get("nan", "nan")
+    assert "None" in messages.get("none", "None")
+    for n, row in rows.items():
+        if CHAOS_MODES[n % 8] == "abort" and row["attrs"]["hpo.pid"] not in killed:
+            assert "SIGABRT" in row["attrs"]["hpo.error"]
+            assert row["attrs"]["hpo.exit_code"] == -signal.SIGABRT
+
+
+def test_full_database_stops_cleanly_with_exit_1(tmp_path: Path) -> None:
+    """The storage stops accepting writes mid-run: children stopped, one error line, exit 1,
+    trials finished before it kept."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(DB_FULL_SITECUSTOMIZE)
+    env = {"PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]),
+           "HPO_TEST_DB_FULL_AFTER_S": "6", "HPO_TEST_STEP_S": "0.5"}
+    result = run_cli(tmp_path, "run", "objective=custom", TARGET + "pinned", "scheduler.parallel=2",
+                     "study.n_trials=40", "pruner=none", env=env, timeout=120)
+    assert result.code == 1, result.stdout + result.stderr
+    assert "error: the storage stopped accepting writes" in result.stderr
+    assert "Traceback" not in result.stderr and "hint:" in result.stderr
+    rows = trial_rows(result.db)
+    assert [r for r in rows if r["state"] == "COMPLETE"], "trials finished before stay finished"
+    for row in rows:
+        pid = row["attrs"].get("hpo.pid")
+        assert pid is None or not psutil.pid_exists(pid) or psutil.Process(pid).status() == "zombie"
 
 
 def test_sigint_stops_gracefully(tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from hpo_orchestrator.errors import ConfigError
+from hpo_orchestrator.gpu import GpuInfo
 from hpo_orchestrator.scheduler import SlotPool, resolve_gpus, threads_per_trial
 from hpo_orchestrator.testing import FakeGpuBackend
 
@@ -51,3 +52,15 @@ def test_nonexistent_gpu_is_a_config_error() -> None:
 def test_threads_divided_among_trials() -> None:
     assert threads_per_trial(3, 4) == 3
     assert threads_per_trial(None, 10_000) == 1
+
+
+def test_oom_retry_goes_to_the_gpu_with_most_free_memory() -> None:
+    gpus = [GpuInfo(index=i, uuid=f"GPU-{i}", name="x", memory_total_mib=80_000) for i in range(2)]
+    pool = SlotPool(gpus, parallel=4, trials_per_gpu=2)
+    first = pool.acquire()
+    assert first is not None and first.gpu is not None and first.gpu.index == 0
+    # GPU 1 is idle but nearly full (a foreign process): the retry still prefers GPU 0
+    retry = pool.acquire(free_mib={0: 60_000.0, 1: 2_000.0})
+    assert retry is not None and retry.gpu is not None and retry.gpu.index == 0
+    plain = pool.acquire()
+    assert plain is not None and plain.gpu is not None and plain.gpu.index == 1  # least loaded

@@ -215,9 +215,13 @@ class SchedulerConfig:
     kill_grace_s: float = 5.0
     # CPU threads each trial may use; null: the machine's cores divided by `parallel`.
     threads_per_trial: int | None = None
+    # Re-runs of the same params after a failure that was not the objective's fault (oom,
+    # killed, lost). Retries do not count against study.n_trials.
+    max_retries: int = 1
 
     def validate(self, path: str) -> None:
         _positive_int(self.parallel, f"{path}.parallel")
+        _positive_int(self.max_retries, f"{path}.max_retries", minimum=0)
         gpus_ok = self.gpus in ("auto", "none") or (
             isinstance(self.gpus, list)
             and all(isinstance(g, int) and not isinstance(g, bool) and g >= 0 for g in self.gpus)

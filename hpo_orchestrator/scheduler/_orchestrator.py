@@ -18,6 +18,7 @@ import math
 import os
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -30,8 +31,11 @@ from typing import IO, Any, Protocol
 import optuna
 import psutil
 from optuna.trial import TrialState
+from sqlalchemy.exc import SQLAlchemyError
 
 from hpo_orchestrator.config import Config
+from hpo_orchestrator.errors import RuntimeFailure
+from hpo_orchestrator.gpu import GpuBackend
 from hpo_orchestrator.gpu._opencl import nvidia_icd_env
 from hpo_orchestrator.scheduler._slots import Slot, SlotPool
 from hpo_orchestrator.tables import ensure_tables, insert_samples, insert_summary
@@ -44,6 +48,10 @@ __all__ = ["FinishedTrial", "Orchestrator", "Reporter", "RunningTrial", "count_c
 EXIT_OK = 0
 EXIT_INTERRUPTED = 130
 _POLL_S = 0.1
+_RETRYABLE = ("oom", "killed", "lost")
+# What the storage raises when it cannot write: Optuna's wrapper for failed commits,
+# SQLAlchemy's errors (which Optuna lets through elsewhere) and the sqlite driver's own.
+_STORAGE_ERRORS = (optuna.exceptions.StorageInternalError, SQLAlchemyError, sqlite3.Error)  # failures that were not the objective's fault
 _TELEMETRY_FLUSH_S = 5.0  # how often buffered samples are written (and at every trial's end)
 
 
@@ -96,9 +104,11 @@ class Reporter(Protocol):
 
 
 def count_claimed(study: optuna.Study) -> int:
-    """Trials of the study that count against n_trials: all but those still WAITING."""
+    """Trials of the study that count against n_trials: all but those still WAITING and the
+    failed attempts that were retried (their retry counts instead)."""
     states = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL, TrialState.RUNNING)
-    return len(study.get_trials(deepcopy=False, states=states))
+    return sum(1 for t in study.get_trials(deepcopy=False, states=states)
+               if not t.user_attrs.get("hpo.retried"))
 
 
 def _cgroup_oom_kills() -> int | None:
@@ -133,6 +143,19 @@ def _signal_tree(pid: int, sig: int) -> None:
             pass
 
 
+def _first_line(exc: BaseException) -> str:
+    """The database driver's own message (e.g. 'database or disk is full'), found under
+    Optuna's and SQLAlchemy's wrappers, without the SQL statement and its parameters."""
+    origin: BaseException = exc
+    while True:
+        inner = getattr(origin, "orig", None) or origin.__cause__
+        if not isinstance(inner, BaseException):
+            break
+        origin = inner
+    text = str(origin).strip().splitlines()
+    return text[0] if text else type(origin).__name__
+
+
 def _tail(log: IO[bytes], limit: int = 4096) -> str:
     """The last non-empty line a child printed (native crashes only say it there)."""
     try:
@@ -148,7 +171,8 @@ def _tail(log: IO[bytes], limit: int = 4096) -> str:
 class Orchestrator:
     def __init__(self, config: Config, study: optuna.Study, storage: optuna.storages.RDBStorage,
                  slots: SlotPool, threads: int, reporter: Reporter,
-                 sampler: TelemetrySampler | None = None, host: str | None = None) -> None:
+                 sampler: TelemetrySampler | None = None, backend: GpuBackend | None = None,
+                 host: str | None = None) -> None:
         self.config = config
         self.study = study
         self.storage = storage
@@ -156,6 +180,7 @@ class Orchestrator:
         self.threads = threads
         self.reporter = reporter
         self.sampler = sampler
+        self.backend = backend
         self.host = host or socket.gethostname()
         self.running: dict[int, RunningTrial] = {}  # slot id -> trial
         self.finished: list[FinishedTrial] = []
@@ -171,7 +196,13 @@ class Orchestrator:
     # --- lifecycle -------------------------------------------------------------------------
 
     def run(self) -> int:
+        """Run until n_trials are claimed and finished: 0, or 130 after SIGINT/SIGTERM.
+
+        Raises RuntimeFailure (exit 1) when the storage stops accepting writes (disk full,
+        read-only, server gone), after stopping every child; what was told before stays.
+        """
         previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+        failure: BaseException | None = None
         try:
             self._reap_stale()
             self._claimed = count_claimed(self.study)
@@ -188,13 +219,21 @@ class Orchestrator:
                 self._enforce_deadlines()
                 self._heartbeat()
                 self._flush_telemetry()
+        except _STORAGE_ERRORS as exc:
+            failure = exc
         finally:
-            self._stop_all()
+            self._stop_all(storage_failed=failure is not None)
             if self.sampler is not None:
                 self.sampler.stop()
-                self._flush_telemetry(force=True)
+                if failure is None:
+                    self._flush_telemetry(force=True)
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
+        if failure is not None:
+            raise RuntimeFailure(
+                f"the storage stopped accepting writes: {_first_line(failure)}",
+                "free disk space or fix the database's permissions, then run the same command "
+                "again: finished trials are kept, interrupted ones are recovered") from failure
         return EXIT_INTERRUPTED if self._signals else EXIT_OK
 
     def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
@@ -211,17 +250,28 @@ class Orchestrator:
     # --- launching -------------------------------------------------------------------------
 
     def _launch_ready(self) -> None:
-        while self._budget_left():
-            slot = self.slots.acquire()
-            if slot is None:
-                return
+        while self._budget_left() and self.slots.has_free():
+            trial = self.study.ask()  # retries (enqueued, WAITING) come first
+            self._claimed += 1
+            oom_retry = trial.user_attrs.get("hpo.retry_reason") == "oom"
+            slot = self.slots.acquire(self._free_memory() if oom_retry else None)
+            assert slot is not None  # has_free() said so, and only this loop acquires
             try:
-                trial = self.study.ask()
-                self._claimed += 1
                 self._spawn(trial, slot)
             except BaseException:
                 self.slots.release(slot)
                 raise
+
+    def _free_memory(self) -> dict[int, float] | None:
+        """Free MiB per GPU, for placing a retry of a trial that ran out of memory."""
+        if self.backend is None:
+            return None
+        free = {}
+        for gpu in self.backend.gpus():
+            sample = self.backend.sample(gpu.index)
+            if sample is not None and sample.mem_used_mib is not None and gpu.memory_total_mib:
+                free[gpu.index] = gpu.memory_total_mib - sample.mem_used_mib
+        return free or None
 
     def _child_env(self, trial: optuna.Trial, slot: Slot) -> dict[str, str]:
         env = dict(os.environ)
@@ -234,6 +284,7 @@ class Orchestrator:
             "HPO_GPU_INDEX": str(slot.gpu.index) if slot.gpu else "",
             "HPO_GPU_UUID": slot.gpu.uuid if slot.gpu else "",
             "HPO_NUM_THREADS": threads,
+            "HPO_ATTEMPT": str(trial.user_attrs.get("hpo.attempt", 1)),
             "OMP_NUM_THREADS": threads,
             "MKL_NUM_THREADS": threads,
             "OPENBLAS_NUM_THREADS": threads,
@@ -280,8 +331,11 @@ class Orchestrator:
         if self.sampler is not None:
             self.sampler.watch(slot.id, trial._trial_id, process.pid,
                                slot.gpu.index if slot.gpu else None)
-        connection.send(Job(trial_number=trial.number, objective=_objective_dict(self.config),
-                            study_direction=self.config.study.direction))
+        try:
+            connection.send(Job(trial_number=trial.number, objective=_objective_dict(self.config),
+                                study_direction=self.config.study.direction))
+        except OSError:  # it died at birth (killed from outside): classified once it is reaped
+            rt.connection_open = False
         self.reporter.started(rt)
 
     # --- serving children ------------------------------------------------------------------
@@ -385,13 +439,35 @@ class Orchestrator:
         """
         study_id = self.study._study_id
         for trial_id in [*self.storage._get_stale_trial_ids(study_id), *self._orphans_here()]:
+            frozen = self.storage.get_trial(trial_id)
+            retry = self._retry_allowed("lost", frozen.user_attrs)
             try:
                 self.storage.set_trial_user_attr(trial_id, "hpo.fail_reason", "lost")
                 self.storage.set_trial_user_attr(
                     trial_id, "hpo.error", "its orchestrator stopped sending heartbeats")
+                if retry:
+                    self.storage.set_trial_user_attr(trial_id, "hpo.retried", True)
                 self.storage.set_trial_state_values(trial_id, state=TrialState.FAIL)
             except optuna.exceptions.UpdateFinishedTrialError:
                 continue  # another orchestrator reaped it first
+            if retry:
+                self._enqueue_retry(frozen.number, frozen.params, frozen.user_attrs, "lost")
+
+    def _retry_allowed(self, reason: str | None, attrs: dict[str, Any]) -> bool:
+        attempt = int(attrs.get("hpo.attempt", 1))
+        return reason in _RETRYABLE and attempt <= self.config.scheduler.max_retries
+
+    def _enqueue_retry(self, number: int, params: dict[str, Any], attrs: dict[str, Any],
+                       reason: str) -> None:
+        """The same params again, as a WAITING trial that the next ask() picks first.
+
+        The failed attempt is marked ``hpo.retried`` (before it was told) and stops counting
+        against n_trials; the retry counts instead.
+        """
+        self.study.enqueue_trial(params, user_attrs={
+            "hpo.retry_of": number, "hpo.retry_reason": reason,
+            "hpo.attempt": int(attrs.get("hpo.attempt", 1)) + 1}, skip_if_exists=False)
+        self._claimed -= 1
 
     def _orphans_here(self) -> list[int]:
         """RUNNING trials started on this host by a process that no longer exists.
@@ -451,10 +527,15 @@ class Orchestrator:
         if reason is not None:
             trial.set_user_attr("hpo.fail_reason", reason)
             trial.set_user_attr("hpo.error", error)
+        retry = self._retry_allowed(reason, trial.user_attrs)
+        if retry:
+            trial.set_user_attr("hpo.retried", True)
         if state == TrialState.COMPLETE:
             self.study.tell(trial, value)
         else:
             self.study.tell(trial, state=state)
+        if retry and reason is not None:
+            self._enqueue_retry(trial.number, trial.params, trial.user_attrs, reason)
         insert_summary(self.storage.engine, {
             "trial_id": trial._trial_id, "study_id": self.study._study_id, "number": trial.number,
             "state": state.name, "host": self.host,
@@ -509,11 +590,13 @@ class Orchestrator:
         self._last_flush = now
         insert_samples(self.storage.engine, self.sampler.take_rows())
 
-    def _stop_all(self) -> None:
+    def _stop_all(self, storage_failed: bool = False) -> None:
         """Leave nothing running and no trial RUNNING, whatever brought us here.
 
         Children are stopped first (SIGTERM, SIGKILL after the grace period); only then are
-        their trials written, so a broken storage cannot leave processes behind.
+        their trials written, so a broken storage cannot leave processes behind. If the
+        storage is what failed, their trials stay RUNNING there and the next run on this
+        host recovers them at once (their pids are gone).
         """
         if not self.running:
             return
@@ -532,7 +615,15 @@ class Orchestrator:
             time.sleep(0.05)
         for rt in list(self.running.values()):
             self._drain(rt)
-            self._finish(rt)
+            if storage_failed:
+                rt.log.close()
+                self.slots.release(rt.slot)
+                del self.running[rt.slot.id]
+                continue
+            try:
+                self._finish(rt)
+            except _STORAGE_ERRORS:
+                storage_failed = True  # keep stopping and releasing the others
 
 
 def params_mismatch(suggested: dict[str, Any], effective: dict[str, Any]) -> dict[str, list[Any]]:

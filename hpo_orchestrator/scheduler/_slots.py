@@ -71,8 +71,15 @@ class SlotPool:
         self.concurrency = min(parallel, len(self.slots))
         self._busy: set[int] = set()
 
-    def acquire(self) -> Slot | None:
-        """A free slot on the least-loaded GPU (lowest index first), or None when full."""
+    def has_free(self) -> bool:
+        return len(self._busy) < self.concurrency
+
+    def acquire(self, free_mib: dict[int, float] | None = None) -> Slot | None:
+        """A free slot on the least-loaded GPU (lowest index first), or None when full.
+
+        With ``free_mib`` (GPU index -> free memory), the GPU with the most free memory wins
+        first: that is where a trial that ran out of memory is retried.
+        """
         if len(self._busy) >= self.concurrency:
             return None
         load: dict[int | None, int] = {}
@@ -83,7 +90,12 @@ class SlotPool:
         free = [s for s in self.slots if s.id not in self._busy]
         if not free:
             return None
-        slot = min(free, key=lambda s: (load.get(s.gpu.index if s.gpu else None, 0), s.id))
+        def rank(s: Slot) -> tuple[float, int, int]:
+            index = s.gpu.index if s.gpu else None
+            memory = -free_mib.get(index, 0.0) if free_mib and index is not None else 0.0
+            return memory, load.get(index, 0), s.id
+
+        slot = min(free, key=rank)
         self._busy.add(slot.id)
         return slot
 

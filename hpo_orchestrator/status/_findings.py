@@ -37,7 +37,7 @@ class Finding:
 def find_all(report: StatusReport, facts: StudyFacts) -> list[Finding]:
     findings: list[Finding] = []
     findings += _idle_gpus(report, facts.config)
-    findings += _low_utilization(report)
+    findings += _low_utilization(report, facts.config)
     findings += _gpu_unused(facts)
     findings += _slow_startup(facts)
     findings += _aggressive_pruning(report, facts)
@@ -76,7 +76,19 @@ def _idle_gpus(report: StatusReport, config: dict[str, Any]) -> list[Finding]:
     return found
 
 
-def _low_utilization(report: StatusReport) -> list[Finding]:
+_LOW_UTIL_ADVICE = {
+    "lightgbm": "LightGBM's OpenCL learner keeps the GPU busy only on large data: run two or more "
+                "trials per GPU (scheduler.trials_per_gpu=2), raise objective.n_rows, or train on "
+                "CPU (objective.device=cpu) and use the GPUs for other studies",
+    "default": "the GPU waits for input: raise the batch size, DataLoader num_workers and "
+               "prefetch_factor, use pin_memory=True, keep the data on the GPU, or run two "
+               "trials per GPU (scheduler.trials_per_gpu=2)",
+}
+
+
+def _low_utilization(report: StatusReport, config: dict[str, Any]) -> list[Finding]:
+    objective = config.get("objective", {}).get("name")
+    advice = _LOW_UTIL_ADVICE.get(objective, _LOW_UTIL_ADVICE["default"])
     found = []
     for use in report.per_device:
         util = use.util_compute_mean
@@ -86,9 +98,7 @@ def _low_utilization(report: StatusReport) -> list[Finding]:
             "low_gpu_util", "warning",
             f"{use.device} averaged {util:.0f}% utilization while training "
             f"({'-' if use.util_mean is None else f'{use.util_mean:.0f}%'} overall)",
-            "the GPU waits for input: raise the batch size, DataLoader num_workers and "
-            "prefetch_factor, use pin_memory=True, keep the data on the GPU, or run two trials "
-            "per GPU (scheduler.trials_per_gpu=2)",
+            advice,
             {"device": use.device, "util_compute_mean": util, "util_mean": use.util_mean,
              "threshold": LOW_UTIL_BELOW}))
     return found
