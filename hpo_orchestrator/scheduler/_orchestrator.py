@@ -48,10 +48,10 @@ __all__ = ["FinishedTrial", "Orchestrator", "Reporter", "RunningTrial", "count_c
 EXIT_OK = 0
 EXIT_INTERRUPTED = 130
 _POLL_S = 0.1
-_RETRYABLE = ("oom", "killed", "lost")
+_RETRYABLE = ("oom", "killed", "lost")  # failures that were not the objective's fault
 # What the storage raises when it cannot write: Optuna's wrapper for failed commits,
 # SQLAlchemy's errors (which Optuna lets through elsewhere) and the sqlite driver's own.
-_STORAGE_ERRORS = (optuna.exceptions.StorageInternalError, SQLAlchemyError, sqlite3.Error)  # failures that were not the objective's fault
+_STORAGE_ERRORS = (optuna.exceptions.StorageInternalError, SQLAlchemyError, sqlite3.Error)
 _TELEMETRY_FLUSH_S = 5.0  # how often buffered samples are written (and at every trial's end)
 
 
