@@ -1,4 +1,4 @@
-"""Command line: ``hpo-orchestrator run|status|telemetry``.
+"""Command line: ``hpo-orchestrator run|status|telemetry|gpus``.
 
 The one place that turns an HpoError into ``error: ...`` / ``hint: ...`` and an exit code
 (0 done, 1 runtime failure, 2 bad usage or configuration, 130 interrupted). Tracebacks only
@@ -13,6 +13,8 @@ import sys
 import time
 import warnings
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 
@@ -47,6 +49,11 @@ def _parser() -> argparse.ArgumentParser:
     status.add_argument("--watch", action="store_true", help="refresh every --interval seconds")
     status.add_argument("--interval", type=float, default=2.0)
 
+    gpus = commands.add_parser("gpus", help="this host's GPUs and which trials hold their slots")
+    gpus.add_argument("--json", action="store_true", help="machine-readable output")
+    gpus.add_argument("--lease-dir", help="default: $HPO_ORCHESTRATOR_LEASE_DIR or "
+                                          "<tmp>/hpo-orchestrator-leases")
+
     telemetry = commands.add_parser("telemetry", help="a study's GPU/CPU samples as CSV")
     telemetry.add_argument("--storage", default=DEFAULT_STORAGE, help=f"default {DEFAULT_STORAGE}")
     telemetry.add_argument("--study", help="study name (optional when the storage has one)")
@@ -63,15 +70,19 @@ def _cmd_run(args: argparse.Namespace, console: Console) -> int:
     from hpo_orchestrator.gpu import open_backend
     from hpo_orchestrator.progress import LiveReporter
     from hpo_orchestrator.scheduler import (
+        Budget,
+        BusyRule,
+        LeaseDir,
         Orchestrator,
         SlotPool,
-        count_claimed,
+        default_lease_dir,
         resolve_gpus,
         threads_per_trial,
     )
     from hpo_orchestrator.status import collect_status, print_status
-    from hpo_orchestrator.storage import create_engine, open_rdb_storage
+    from hpo_orchestrator.storage import create_engine, open_rdb_storage, setup_lock, sqlite_path
     from hpo_orchestrator.study import create_or_load_study
+    from hpo_orchestrator.tables import ensure_tables
     from hpo_orchestrator.telemetry import TelemetrySampler
     from hpo_orchestrator.worker._child import import_target
 
@@ -93,7 +104,11 @@ def _cmd_run(args: argparse.Namespace, console: Console) -> int:
 
     backend = open_backend()
     gpus = resolve_gpus(config.scheduler.gpus, backend)
-    slots = SlotPool(gpus, config.scheduler.parallel, config.scheduler.trials_per_gpu)
+    sched = config.scheduler
+    slots = SlotPool(gpus, sched.parallel, sched.trials_per_gpu,
+                     leases=LeaseDir(Path(sched.lease_dir) if sched.lease_dir else default_lease_dir()),
+                     backend=backend if sched.avoid_busy_gpus else None,
+                     busy=BusyRule(sched.busy_gpu_mem_mib, sched.busy_gpu_util))
     threads = threads_per_trial(config.scheduler.threads_per_trial, slots.concurrency)
     if gpus:
         where = ", ".join(f"gpu{g.index} ({g.name})" for g in gpus)
@@ -111,19 +126,24 @@ def _cmd_run(args: argparse.Namespace, console: Console) -> int:
     # are meant for Study.optimize: under ask/tell this orchestrator records them itself.
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
     warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used")
-    storage = open_rdb_storage(config.storage.url, config.storage.heartbeat_interval_s,
-                               config.storage.grace_period_s or 3 * config.storage.heartbeat_interval_s)
-    study = create_or_load_study(config, storage)
+    with setup_lock(config.storage.url):  # other orchestrators may be creating it right now
+        storage = open_rdb_storage(config.storage.url, config.storage.heartbeat_interval_s,
+                                   config.storage.grace_period_s or 3 * config.storage.heartbeat_interval_s)
+        study = create_or_load_study(config, storage)
+        ensure_tables(storage.engine)
     console.print(f"study {study.study_name!r} in {mask_url(config.storage.url)}: "
                   f"objective {config.objective.name}, pruner {config.pruner.name}, "
                   f"n_trials {config.study.n_trials}", highlight=False)
 
-    already = min(count_claimed(study), config.study.n_trials)
+    budget = Budget(storage.engine, study._study_id, config.study.n_trials,
+                    sqlite_path(config.storage.url))
+    already = min(budget.claimed(), config.study.n_trials)
     with LiveReporter(console, config.study.n_trials, already,
                       config.study.direction) as reporter:
         sampler = TelemetrySampler(backend, config.telemetry.interval_s) \
             if config.telemetry.enabled else None
-        code = Orchestrator(config, study, storage, slots, threads, reporter, sampler, backend).run()
+        code = Orchestrator(config, study, storage, budget, slots, threads, reporter, sampler,
+                            backend).run()
     backend.close()
     print_status(collect_status(create_engine(config.storage.url), study.study_name), console)
     if code == 130:
@@ -152,6 +172,49 @@ def _cmd_status(args: argparse.Namespace, console: Console) -> int:
             live.update(render_status(collect_status(engine, args.study)), refresh=True)
 
 
+def _cmd_gpus(args: argparse.Namespace, console: Console) -> int:
+    from rich.table import Table
+
+    from hpo_orchestrator.gpu import open_backend
+    from hpo_orchestrator.scheduler import LeaseDir, default_lease_dir
+
+    backend = open_backend()
+    leases = LeaseDir(Path(args.lease_dir) if args.lease_dir else default_lease_dir())
+    rows: list[dict[str, Any]] = []
+    for gpu in backend.gpus():
+        sample = backend.sample(gpu.index)
+        held = leases.holders(gpu.uuid)
+        rows.append({
+            "index": gpu.index, "name": gpu.name, "uuid": gpu.uuid,
+            "util": sample.sm_util if sample else None,
+            "mem_used_mib": sample.mem_used_mib if sample else None,
+            "mem_total_mib": gpu.memory_total_mib,
+            "slots": [{"slot": k, **holder} for k, holder in sorted(held.items())]})
+    backend.close()
+    if args.json:
+        print(json.dumps({"lease_dir": str(leases.path), "gpus": rows,
+                          "unavailable_reason": backend.unavailable_reason}, indent=2))
+        return 0
+    if not rows:
+        console.print(f"no GPU: {backend.unavailable_reason or 'none found'}", highlight=False)
+        return 0
+    table = Table(title=f"GPUs (slot leases in {leases.path})", title_justify="left")
+    for column in ("gpu", "name", "util", "memory MiB", "held slots"):
+        table.add_column(column)
+    for row in rows:
+        memory = "-" if row["mem_used_mib"] is None else (
+            f"{row['mem_used_mib']:.0f} / {row['mem_total_mib']:.0f}" if row["mem_total_mib"]
+            else f"{row['mem_used_mib']:.0f}")
+        holders = "\n".join(
+            f"{h['slot']}: study {h.get('study', '?')} trial {h.get('trial', '?')} "
+            f"(pid {h.get('trial_pid', '?')}, orchestrator {h.get('pid', '?')} on {h.get('host', '?')})"
+            for h in row["slots"]) or "free"
+        table.add_row(str(row["index"]), row["name"], "-" if row["util"] is None else f"{row['util']:.0f}%",
+                      memory, holders)
+    console.print(table)
+    return 0
+
+
 def _cmd_telemetry(args: argparse.Namespace, console: Console) -> int:
     from hpo_orchestrator.storage import create_engine
     from hpo_orchestrator.telemetry._export import export_csv
@@ -171,7 +234,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = _parser().parse_args(argv)
         command = args.command
-        commands = {"run": _cmd_run, "status": _cmd_status, "telemetry": _cmd_telemetry}
+        commands = {"run": _cmd_run, "status": _cmd_status, "telemetry": _cmd_telemetry,
+                    "gpus": _cmd_gpus}
         return commands[command](args, console)
     except HpoError as exc:
         if debug:
@@ -183,7 +247,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
-        if command in ("status", "telemetry"):  # `status --json | head`: the reader left
+        if command in ("status", "telemetry", "gpus"):  # `status --json | head`: reader left
             sys.stderr.close()
             return 0
         if debug:

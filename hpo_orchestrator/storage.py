@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import fcntl
+import os
 import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -16,7 +20,10 @@ from hpo_orchestrator.errors import StorageError
 if TYPE_CHECKING:  # status and telemetry read with SQLAlchemy only: keep optuna's import off them
     import optuna
 
-__all__ = ["create_engine", "mask_url", "open_rdb_storage", "sqlite_path"]
+__all__ = ["create_engine", "lock_file", "mask_url", "open_rdb_storage", "setup_lock", "sqlite_path"]
+
+# Keeps our PostgreSQL advisory lock keys apart from other applications' ("hp").
+ADVISORY_NAMESPACE = 0x6870
 
 _SQLITE_BUSY_TIMEOUT_S = 60.0
 
@@ -128,3 +135,47 @@ def mask_url_in(text: str, url: str) -> str:
     except (ArgumentError, ValueError):
         return text
     return text.replace(str(password), "***") if password else text
+
+
+def lock_file(path: Path) -> Path:
+    """The file whose flock serializes the orchestrators of one sqlite database."""
+    return Path(f"{path}.hpo.lock")
+
+
+@contextmanager
+def setup_lock(url: str) -> Iterator[None]:
+    """Held while an orchestrator creates or upgrades the schema and the study.
+
+    Two orchestrators starting together on a new database would otherwise both create
+    Optuna's tables (alembic_version's unique key fails the second) or ours.
+    """
+    path = sqlite_path(url)
+    if path is not None:
+        fd = os.open(lock_file(path), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
+        return
+    if make_url(url).get_backend_name() != "postgresql":
+        yield
+        return
+    engine = sqlalchemy.create_engine(url, poolclass=sqlalchemy.pool.NullPool)
+    try:
+        with engine.connect() as connection:
+            connection.execute(sqlalchemy.text("SELECT pg_advisory_lock(:ns, 0)"),
+                               {"ns": ADVISORY_NAMESPACE})
+            connection.commit()
+            try:
+                yield
+            finally:
+                connection.execute(sqlalchemy.text("SELECT pg_advisory_unlock(:ns, 0)"),
+                                   {"ns": ADVISORY_NAMESPACE})
+                connection.commit()
+    except SQLAlchemyError as exc:
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise StorageError(f"cannot open storage {mask_url(url)}: {mask_url_in(reason, url)}",
+                           "check the URL, that the server is up, and the credentials") from None
+    finally:
+        engine.dispose()

@@ -66,3 +66,31 @@ def cli(tmp_path: Path):  # type: ignore[no-untyped-def]
     def _run(*args: str, env: dict[str, str] | None = None, timeout: float = 240) -> RunResult:
         return run_cli(tmp_path, *args, env=env, timeout=timeout)
     return _run
+
+
+POSTGRES_URL = os.environ.get("HPO_TEST_POSTGRES_URL")
+
+
+def _postgres_unreachable() -> str | None:
+    if not POSTGRES_URL:
+        return "HPO_TEST_POSTGRES_URL is not set (e.g. postgresql+psycopg://postgres@127.0.0.1/test)"
+    import sqlalchemy
+
+    try:
+        with sqlalchemy.create_engine(POSTGRES_URL).connect() as con:
+            con.execute(sqlalchemy.text("SELECT 1"))
+    except Exception as exc:
+        return f"PostgreSQL at HPO_TEST_POSTGRES_URL is not reachable: {exc}"
+    return None
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> str:
+    """The test server's URL; skips with the reason, or fails in CI (HPO_TEST_REQUIRE_POSTGRES=1)."""
+    reason = _postgres_unreachable()
+    if reason:
+        if os.environ.get("HPO_TEST_REQUIRE_POSTGRES") == "1":
+            pytest.fail(reason)
+        pytest.skip(reason)
+    assert POSTGRES_URL
+    return POSTGRES_URL

@@ -7,37 +7,12 @@ unreachable server fails CI instead of skipping).
 from __future__ import annotations
 
 import json
-import os
 import uuid
 
 import pytest
 import sqlalchemy
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
-
-URL = os.environ.get("HPO_TEST_POSTGRES_URL")
-
-
-def _reachable() -> str | None:
-    if not URL:
-        return "HPO_TEST_POSTGRES_URL is not set (e.g. postgresql+psycopg://postgres@127.0.0.1/test)"
-    try:
-        with sqlalchemy.create_engine(URL).connect() as con:
-            con.execute(sqlalchemy.text("SELECT 1"))
-    except Exception as exc:
-        return f"PostgreSQL at HPO_TEST_POSTGRES_URL is not reachable: {exc}"
-    return None
-
-
-@pytest.fixture(scope="module")
-def postgres_url() -> str:
-    reason = _reachable()
-    if reason:
-        if os.environ.get("HPO_TEST_REQUIRE_POSTGRES") == "1":
-            pytest.fail(reason)
-        pytest.skip(reason)
-    assert URL
-    return URL
 
 
 def test_run_and_status_on_postgres(cli, postgres_url: str) -> None:  # type: ignore[no-untyped-def]

@@ -218,10 +218,24 @@ class SchedulerConfig:
     # Re-runs of the same params after a failure that was not the objective's fault (oom,
     # killed, lost). Retries do not count against study.n_trials.
     max_retries: int = 1
+    # A GPU that no trial of ours uses but that has this much memory in use, or this
+    # utilization, is busy with someone else's work: skipped, and looked at again later.
+    avoid_busy_gpus: bool = True
+    busy_gpu_mem_mib: float = 2048.0
+    busy_gpu_util: float = 50.0
+    # Host-wide slot leases (lock files); null: $HPO_ORCHESTRATOR_LEASE_DIR or
+    # <tmp>/hpo-orchestrator-leases. Orchestrators sharing GPUs must share this folder.
+    lease_dir: str | None = None
+    # The name recorded in hpo.host; null: this machine's host name.
+    host: str | None = None
 
     def validate(self, path: str) -> None:
         _positive_int(self.parallel, f"{path}.parallel")
         _positive_int(self.max_retries, f"{path}.max_retries", minimum=0)
+        _require(self.busy_gpu_mem_mib >= 0, f"{path}.busy_gpu_mem_mib",
+                 f"expected MiB >= 0, got {self.busy_gpu_mem_mib!r}")
+        _require(0 <= self.busy_gpu_util <= 100, f"{path}.busy_gpu_util",
+                 f"expected a percentage 0-100, got {self.busy_gpu_util!r}")
         gpus_ok = self.gpus in ("auto", "none") or (
             isinstance(self.gpus, list)
             and all(isinstance(g, int) and not isinstance(g, bool) and g >= 0 for g in self.gpus)

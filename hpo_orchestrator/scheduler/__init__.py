@@ -1,16 +1,25 @@
-"""Scheduling: slots (GPU pinning) and the orchestrator that runs trials on them."""
+"""Scheduling: slots (GPU pinning, host-wide leases), the shared trial budget, and the
+orchestrator that runs trials on them."""
 
 from __future__ import annotations
 
+from hpo_orchestrator.scheduler._budget import Budget
+from hpo_orchestrator.scheduler._leases import LeaseDir, default_lease_dir
 from hpo_orchestrator.scheduler._orchestrator import (
     FinishedTrial,
     Orchestrator,
     Reporter,
     RunningTrial,
-    count_claimed,
     params_mismatch,
 )
-from hpo_orchestrator.scheduler._slots import Slot, SlotPool, resolve_gpus, threads_per_trial
+from hpo_orchestrator.scheduler._slots import (
+    BusyRule,
+    Slot,
+    SlotPool,
+    resolve_gpus,
+    threads_per_trial,
+)
 
-__all__ = ["FinishedTrial", "Orchestrator", "Reporter", "RunningTrial", "Slot", "SlotPool",
-           "count_claimed", "params_mismatch", "resolve_gpus", "threads_per_trial"]
+__all__ = ["Budget", "BusyRule", "FinishedTrial", "LeaseDir", "Orchestrator", "Reporter",
+           "RunningTrial", "Slot", "SlotPool", "default_lease_dir", "params_mismatch",
+           "resolve_gpus", "threads_per_trial"]

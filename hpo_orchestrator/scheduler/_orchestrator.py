@@ -24,6 +24,7 @@ import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field
+from datetime import datetime, timedelta
 from multiprocessing.connection import Connection, wait
 from types import FrameType
 from typing import IO, Any, Protocol
@@ -31,19 +32,20 @@ from typing import IO, Any, Protocol
 import optuna
 import psutil
 from optuna.trial import TrialState
+from sqlalchemy import text
 from sqlalchemy.exc import SQLAlchemyError
 
 from hpo_orchestrator.config import Config
 from hpo_orchestrator.errors import RuntimeFailure
 from hpo_orchestrator.gpu import GpuBackend
 from hpo_orchestrator.gpu._opencl import nvidia_icd_env
+from hpo_orchestrator.scheduler._budget import Budget
 from hpo_orchestrator.scheduler._slots import Slot, SlotPool
-from hpo_orchestrator.tables import ensure_tables, insert_samples, insert_summary
+from hpo_orchestrator.tables import insert_samples, insert_summary
 from hpo_orchestrator.telemetry import TelemetrySampler, TrialTelemetry
 from hpo_orchestrator.worker import TRIAL_METHODS, Job, TrialOutcome
 
-__all__ = ["FinishedTrial", "Orchestrator", "Reporter", "RunningTrial", "count_claimed",
-           "params_mismatch"]
+__all__ = ["FinishedTrial", "Orchestrator", "Reporter", "RunningTrial", "params_mismatch"]
 
 EXIT_OK = 0
 EXIT_INTERRUPTED = 130
@@ -53,6 +55,7 @@ _RETRYABLE = ("oom", "killed", "lost")  # failures that were not the objective's
 # SQLAlchemy's errors (which Optuna lets through elsewhere) and the sqlite driver's own.
 _STORAGE_ERRORS = (optuna.exceptions.StorageInternalError, SQLAlchemyError, sqlite3.Error)
 _TELEMETRY_FLUSH_S = 5.0  # how often buffered samples are written (and at every trial's end)
+_RECHECK_BUDGET_S = 1.0  # once spent, how often to look again (retries may be enqueued)
 
 
 @dataclass
@@ -101,14 +104,6 @@ class Reporter(Protocol):
     def finished(self, done: FinishedTrial) -> None: ...
 
     def tick(self, running: list[RunningTrial]) -> None: ...
-
-
-def count_claimed(study: optuna.Study) -> int:
-    """Trials of the study that count against n_trials: all but those still WAITING and the
-    failed attempts that were retried (their retry counts instead)."""
-    states = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL, TrialState.RUNNING)
-    return sum(1 for t in study.get_trials(deepcopy=False, states=states)
-               if not t.user_attrs.get("hpo.retried"))
 
 
 def _cgroup_oom_kills() -> int | None:
@@ -170,28 +165,26 @@ def _tail(log: IO[bytes], limit: int = 4096) -> str:
 
 class Orchestrator:
     def __init__(self, config: Config, study: optuna.Study, storage: optuna.storages.RDBStorage,
-                 slots: SlotPool, threads: int, reporter: Reporter,
+                 budget: Budget, slots: SlotPool, threads: int, reporter: Reporter,
                  sampler: TelemetrySampler | None = None, backend: GpuBackend | None = None,
                  host: str | None = None) -> None:
         self.config = config
         self.study = study
         self.storage = storage
+        self.budget = budget
         self.slots = slots
         self.threads = threads
         self.reporter = reporter
         self.sampler = sampler
         self.backend = backend
-        self.host = host or socket.gethostname()
+        self.host = host or config.scheduler.host or socket.gethostname()
         self.running: dict[int, RunningTrial] = {}  # slot id -> trial
         self.finished: list[FinishedTrial] = []
         self._signals = 0
-        self._claimed = 0
+        self._exhausted_at: float | None = None  # when a claim last found the budget spent
         self._last_heartbeat = 0.0
         self._last_flush = 0.0
         self._icd_env = nvidia_icd_env()
-
-    def _budget_left(self) -> bool:
-        return self._claimed < self.config.study.n_trials
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -205,15 +198,13 @@ class Orchestrator:
         failure: BaseException | None = None
         try:
             self._reap_stale()
-            self._claimed = count_claimed(self.study)
             self._record_devices()
-            ensure_tables(self.storage.engine)
             if self.sampler is not None:
                 self.sampler.start()
             while True:
                 if not self._signals:
                     self._launch_ready()
-                if not self.running and (self._signals or not self._budget_left()):
+                if not self.running and (self._signals or self._study_done()):
                     break
                 self._serve(timeout=_POLL_S)
                 self._enforce_deadlines()
@@ -250,17 +241,40 @@ class Orchestrator:
     # --- launching -------------------------------------------------------------------------
 
     def _launch_ready(self) -> None:
-        while self._budget_left() and self.slots.has_free():
-            trial = self.study.ask()  # retries (enqueued, WAITING) come first
-            self._claimed += 1
-            oom_retry = trial.user_attrs.get("hpo.retry_reason") == "oom"
-            slot = self.slots.acquire(self._free_memory() if oom_retry else None)
-            assert slot is not None  # has_free() said so, and only this loop acquires
+        """Fill free slots: a slot first (a lease on this host), then a claim on the budget."""
+        while self.slots.has_free():
+            now = time.monotonic()
+            if self._exhausted_at is not None and now - self._exhausted_at < _RECHECK_BUDGET_S:
+                return  # spent a moment ago; a retry may appear later
+            slot = self.slots.acquire(self._free_memory() if self._next_is_oom_retry() else None)
+            if slot is None:
+                return  # every slot is taken (here or by another orchestrator on this host)
             try:
+                trial = self.budget.claim(self.study.ask)  # retries (WAITING) are asked first
+                if trial is None:
+                    self._exhausted_at = now
+                    self.slots.release(slot)
+                    return
+                self._exhausted_at = None
+                self.storage.record_heartbeat(trial._trial_id)  # ours from the start
+                trial.set_user_attr("hpo.host", self.host)
                 self._spawn(trial, slot)
             except BaseException:
                 self.slots.release(slot)
                 raise
+
+    def _study_done(self) -> bool:
+        """Budget spent and no trial RUNNING anywhere: trials of a dead orchestrator are
+        waited for until the heartbeat check fails them (and their retries have run)."""
+        if self._exhausted_at is None:
+            return False
+        return self.budget.left() == 0 and self.budget.running() == 0
+
+    def _next_is_oom_retry(self) -> bool:
+        if self.backend is None:
+            return False
+        waiting = self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
+        return bool(waiting) and waiting[0].user_attrs.get("hpo.retry_reason") == "oom"
 
     def _free_memory(self) -> dict[int, float] | None:
         """Free MiB per GPU, for placing a retry of a trial that ran out of memory."""
@@ -317,8 +331,9 @@ class Orchestrator:
                           log=log, spawned_at=spawned_at, spawned_epoch=time.time(),
                           oom_kills_at_spawn=oom_kills)
         self.running[slot.id] = rt
+        self.slots.describe(slot, study=self.study.study_name, trial=trial.number,
+                            trial_pid=process.pid)
         for key, value in {
-            "hpo.host": self.host,
             "hpo.pid": process.pid,
             "hpo.slot": slot.id,
             "hpo.gpu_index": slot.gpu.index if slot.gpu else None,
@@ -327,7 +342,6 @@ class Orchestrator:
             "hpo.num_threads": self.threads,
         }.items():
             trial.set_user_attr(key, value)
-        self.storage.record_heartbeat(trial._trial_id)
         if self.sampler is not None:
             self.sampler.watch(slot.id, trial._trial_id, process.pid,
                                slot.gpu.index if slot.gpu else None)
@@ -438,7 +452,9 @@ class Orchestrator:
         Mirrors optuna.storages.fail_stale_trials, but records why before the state changes.
         """
         study_id = self.study._study_id
-        for trial_id in [*self.storage._get_stale_trial_ids(study_id), *self._orphans_here()]:
+        stale = {*self.storage._get_stale_trial_ids(study_id), *self._orphans_here(),
+                 *self._never_beat()}
+        for trial_id in sorted(stale):
             frozen = self.storage.get_trial(trial_id)
             retry = self._retry_allowed("lost", frozen.user_attrs)
             try:
@@ -467,7 +483,22 @@ class Orchestrator:
         self.study.enqueue_trial(params, user_attrs={
             "hpo.retry_of": number, "hpo.retry_reason": reason,
             "hpo.attempt": int(attrs.get("hpo.attempt", 1)) + 1}, skip_if_exists=False)
-        self._claimed -= 1
+
+    def _never_beat(self) -> list[int]:
+        """RUNNING trials without any heartbeat, started longer than the grace period ago.
+
+        An orchestrator killed between ask() and its first heartbeat leaves such a trial;
+        Optuna's stale check only looks at trials that have a heartbeat row.
+        """
+        grace = self.config.storage.grace_period_s or 3 * self.config.storage.heartbeat_interval_s
+        cutoff = datetime.now() - timedelta(seconds=grace)  # Optuna's datetime_start is local time
+        ours = {rt.trial._trial_id for rt in self.running.values()}
+        with self.storage.engine.connect() as connection:
+            rows = connection.execute(text(
+                "SELECT t.trial_id FROM trials t WHERE t.study_id = :s AND t.state = 'RUNNING' "
+                "AND t.datetime_start < :cutoff AND NOT EXISTS (SELECT 1 FROM trial_heartbeats h "
+                "WHERE h.trial_id = t.trial_id)"), {"s": self.study._study_id, "cutoff": cutoff})
+            return [int(tid) for (tid,) in rows if tid not in ours]
 
     def _orphans_here(self) -> list[int]:
         """RUNNING trials started on this host by a process that no longer exists.

@@ -4,19 +4,22 @@ from __future__ import annotations
 
 import math
 import os
+import time
 from dataclasses import dataclass
 from typing import Any
 
 from hpo_orchestrator.errors import ConfigError
 from hpo_orchestrator.gpu import GpuBackend, GpuInfo
+from hpo_orchestrator.scheduler._leases import Lease, LeaseDir
 
-__all__ = ["Slot", "SlotPool", "resolve_gpus", "threads_per_trial"]
+__all__ = ["BusyRule", "Slot", "SlotPool", "resolve_gpus", "threads_per_trial"]
 
 
 @dataclass(frozen=True)
 class Slot:
     id: int
     gpu: GpuInfo | None  # None: a CPU slot
+    k: int = 0  # which of the GPU's trials_per_gpu places (its lease file)
 
     @property
     def cuda_visible_devices(self) -> str:
@@ -54,22 +57,44 @@ def threads_per_trial(configured: int | None, concurrency: int) -> int:
     return max(1, cores // concurrency)
 
 
+@dataclass(frozen=True)
+class BusyRule:
+    """When a GPU counts as busy with someone else's work (then it is skipped for now)."""
+
+    mem_mib: float = 2048.0
+    util: float = 50.0
+    recheck_s: float = 5.0
+
+
 class SlotPool:
     """Free and busy slots of this orchestrator.
 
     Not thread safe: only the orchestrator's loop uses it. A trial holds its slot from spawn
-    until its process has exited and its result is written.
+    until its process has exited and its result is written. With a lease directory, a GPU
+    slot is also leased host-wide (see _leases.py), so orchestrators of other studies on this
+    host never push a GPU past trials_per_gpu. With a backend and a BusyRule, a GPU that no
+    trial of ours (any orchestrator's) holds but that is busy anyway (a foreign process) is
+    skipped, and looked at again after ``recheck_s``.
     """
 
-    def __init__(self, gpus: list[GpuInfo], parallel: int, trials_per_gpu: int | None) -> None:
+    def __init__(self, gpus: list[GpuInfo], parallel: int, trials_per_gpu: int | None,
+                 leases: LeaseDir | None = None, backend: GpuBackend | None = None,
+                 busy: BusyRule | None = None) -> None:
         if gpus:
-            per_gpu = trials_per_gpu or math.ceil(parallel / len(gpus))
-            self.slots = [Slot(id=i, gpu=gpu) for i, gpu in
-                          enumerate(gpu for _ in range(per_gpu) for gpu in gpus)]
+            self.per_gpu = trials_per_gpu or math.ceil(parallel / len(gpus))
+            self.slots = [Slot(id=i, gpu=gpu, k=k) for i, (k, gpu) in
+                          enumerate((k, gpu) for k in range(self.per_gpu) for gpu in gpus)]
         else:
+            self.per_gpu = 0
             self.slots = [Slot(id=i, gpu=None) for i in range(parallel)]
         self.concurrency = min(parallel, len(self.slots))
         self._busy: set[int] = set()
+        self._leases = leases if gpus else None
+        self._held: dict[int, Lease] = {}
+        self._backend = backend
+        self._rule = busy
+        self.skipped: dict[int, str] = {}  # GPU index -> why it is skipped now
+        self._checked_at: dict[int, float] = {}
 
     def has_free(self) -> bool:
         return len(self._busy) < self.concurrency
@@ -87,21 +112,59 @@ class SlotPool:
             if slot.id in self._busy:
                 key = slot.gpu.index if slot.gpu else None
                 load[key] = load.get(key, 0) + 1
-        free = [s for s in self.slots if s.id not in self._busy]
-        if not free:
-            return None
+
         def rank(s: Slot) -> tuple[float, int, int]:
             index = s.gpu.index if s.gpu else None
             memory = -free_mib.get(index, 0.0) if free_mib and index is not None else 0.0
             return memory, load.get(index, 0), s.id
 
-        slot = min(free, key=rank)
-        self._busy.add(slot.id)
-        return slot
+        for slot in sorted((s for s in self.slots if s.id not in self._busy), key=rank):
+            if slot.gpu is not None and self._foreign_busy(slot.gpu, load.get(slot.gpu.index, 0)):
+                continue
+            if self._leases is not None and slot.gpu is not None:
+                lease = self._leases.try_acquire(slot.gpu.uuid, slot.k)
+                if lease is None:
+                    continue  # another orchestrator on this host runs a trial there
+                self._held[slot.id] = lease
+            self._busy.add(slot.id)
+            return slot
+        return None
+
+    def describe(self, slot: Slot, **holder: Any) -> None:
+        lease = self._held.get(slot.id)
+        if lease is not None:
+            lease.describe(**holder)
 
     def release(self, slot: Slot) -> None:
         self._busy.discard(slot.id)
+        lease = self._held.pop(slot.id, None)
+        if lease is not None:
+            lease.release()
 
     @property
     def busy(self) -> int:
         return len(self._busy)
+
+    def _foreign_busy(self, gpu: GpuInfo, ours_here: int) -> bool:
+        """Is the GPU busy with work that is not ours? (cached for ``recheck_s``)."""
+        if self._backend is None or self._rule is None:
+            return False
+        now = time.monotonic()
+        if now - self._checked_at.get(gpu.index, -math.inf) < self._rule.recheck_s:
+            return gpu.index in self.skipped
+        self._checked_at[gpu.index] = now
+        self.skipped.pop(gpu.index, None)
+        # Readings cannot be told apart while a trial of ours (of any orchestrator on this
+        # host) uses the GPU; then the leases' trials_per_gpu cap is what protects it.
+        if ours_here or (self._leases is not None and self._leases.holders(gpu.uuid)):
+            return False
+        sample = self._backend.sample(gpu.index)
+        if sample is None:
+            return False
+        if sample.mem_used_mib is not None and sample.mem_used_mib >= self._rule.mem_mib:
+            self.skipped[gpu.index] = (f"{sample.mem_used_mib:.0f} MiB used by other processes "
+                                       f"(scheduler.busy_gpu_mem_mib={self._rule.mem_mib:g})")
+        elif sample.sm_util is not None and sample.sm_util >= self._rule.util:
+            self.skipped[gpu.index] = (f"{sample.sm_util:.0f} % utilization by other processes "
+                                       f"(scheduler.busy_gpu_util={self._rule.util:g})")
+        return gpu.index in self.skipped

@@ -61,9 +61,10 @@ def _idle_gpus(report: StatusReport, config: dict[str, Any]) -> list[Finding]:
         busy = use.busy_fraction_queued
         if busy is None or busy >= IDLE_BUSY_BELOW:
             continue
-        if parallel is not None and parallel < len(gpus):
-            advice = (f"scheduler.parallel={parallel} runs fewer trials than there are GPUs "
-                      f"({len(gpus)}): set scheduler.parallel={len(gpus)} or more")
+        on_host = len([g for g in gpus if g.host == use.host])  # parallel is per orchestrator
+        if parallel is not None and parallel < on_host:
+            advice = (f"scheduler.parallel={parallel} runs fewer trials than this host has GPUs "
+                      f"({on_host}): set scheduler.parallel={on_host} or more")
         else:
             advice = ("slots stayed empty between trials: look at startup time (hpo.startup_s), "
                       "trials failing at once, or another process holding the GPU")

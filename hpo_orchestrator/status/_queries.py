@@ -7,6 +7,7 @@ turned into findings by :mod:`hpo_orchestrator.status._findings`.
 
 from __future__ import annotations
 
+import gc
 import json
 import statistics
 import time
@@ -135,6 +136,10 @@ def _timestamp(value: Any) -> datetime | None:
 
 
 def collect_status(engine: Engine, study: str | None) -> StatusReport:
+    # One row object per trial and nothing cyclic: the cycle collector would only rescan them
+    # (20 % of the time on 100k trials), so it is paused while they are built.
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
     try:
         with engine.connect() as connection:
             return _collect(connection, study)
@@ -144,6 +149,9 @@ def collect_status(engine: Engine, study: str | None) -> StatusReport:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise StorageError(f"cannot read the storage: {first}",
                            "is it an Optuna database? (optuna trials --storage URL ...)") from None
+    finally:
+        if gc_was_enabled:
+            gc.enable()
 
 
 def _state(value: Any) -> str:

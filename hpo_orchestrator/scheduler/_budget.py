@@ -1,0 +1,86 @@
+"""The study's trial budget, shared by every orchestrator on the study (any host).
+
+``study.n_trials`` counts the study's trials that are not WAITING, except failed attempts
+that were retried (their retry counts instead). A claim counts them and asks for a trial
+while holding a lock that every orchestrator takes for the same study, so together they start
+exactly n_trials trials:
+
+- PostgreSQL (several hosts): a transaction-scoped advisory lock keyed by the study id;
+- sqlite (one host): an flock on a file beside the database (sqlite's own write lock cannot
+  be held across Optuna's separate connection without deadlocking it);
+- any other backend: no lock, best effort (documented).
+
+Counting in the database instead of keeping a counter means nothing can drift: a claimer that
+dies between its count and its ask leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TypeVar
+
+from sqlalchemy import text
+from sqlalchemy.engine import Connection, Engine
+
+from hpo_orchestrator.storage import ADVISORY_NAMESPACE, lock_file
+
+__all__ = ["Budget"]
+
+T = TypeVar("T")
+
+_COUNT_SQL = (
+    "SELECT COUNT(*) FROM trials t WHERE t.study_id = :s AND t.state <> 'WAITING' "
+    "AND NOT EXISTS (SELECT 1 FROM trial_user_attributes a WHERE a.trial_id = t.trial_id "
+    "AND a.key = 'hpo.retried' AND a.value_json = 'true')")
+_RUNNING_SQL = "SELECT COUNT(*) FROM trials WHERE study_id = :s AND state = 'RUNNING'"
+
+
+class Budget:
+    def __init__(self, engine: Engine, study_id: int, n_trials: int,
+                 sqlite_file: Path | None) -> None:
+        self.engine = engine
+        self.study_id = study_id
+        self.n_trials = n_trials
+        self._lock_file = None if sqlite_file is None else lock_file(sqlite_file)
+
+    def claimed(self, connection: Connection | None = None) -> int:
+        if connection is not None:
+            return int(connection.execute(text(_COUNT_SQL), {"s": self.study_id}).scalar() or 0)
+        with self.engine.connect() as fresh:
+            return self.claimed(fresh)
+
+    def left(self) -> int:
+        return max(0, self.n_trials - self.claimed())
+
+    def running(self) -> int:
+        """RUNNING trials of the study, whoever runs them."""
+        with self.engine.connect() as connection:
+            return int(connection.execute(text(_RUNNING_SQL), {"s": self.study_id}).scalar() or 0)
+
+    def claim(self, ask: Callable[[], T]) -> T | None:
+        """``ask()`` if the budget has room (under the study's lock), else None."""
+        with self._locked() as connection:
+            if self.claimed(connection) >= self.n_trials:
+                return None
+            return ask()
+
+    @contextmanager
+    def _locked(self) -> Iterator[Connection | None]:
+        if self._lock_file is not None:
+            fd = os.open(self._lock_file, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)  # released by the kernel if we die
+                yield None
+            finally:
+                os.close(fd)
+        elif self.engine.dialect.name == "postgresql":
+            with self.engine.connect() as connection, connection.begin():
+                connection.execute(text("SELECT pg_advisory_xact_lock(:ns, :s)"),
+                                   {"ns": ADVISORY_NAMESPACE, "s": self.study_id})
+                yield connection
+        else:
+            yield None

@@ -1,0 +1,86 @@
+"""Host-wide GPU slot leases: lock files that the kernel releases when their holder dies.
+
+Two orchestrators on one host (two studies, or two users) share its GPUs: each trial slot of a
+GPU is one file ``<lease_dir>/<gpu uuid>.<k>.lock`` (k < trials_per_gpu), held with an
+exclusive flock while a trial runs there. However the holder ends (exit, crash, kill -9),
+the kernel drops the lock, so a lease never outlives its orchestrator. The file's content
+says who holds it (study, trial, pid, host) for ``hpo-orchestrator gpus``; a file whose lock
+is free is free, whatever it says.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import socket
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = ["Lease", "LeaseDir", "default_lease_dir"]
+
+LEASE_DIR_ENV = "HPO_ORCHESTRATOR_LEASE_DIR"
+
+
+def default_lease_dir() -> Path:
+    """Shared by every user of the host, unless $HPO_ORCHESTRATOR_LEASE_DIR says otherwise."""
+    return Path(os.environ.get(LEASE_DIR_ENV) or Path(tempfile.gettempdir()) / "hpo-orchestrator-leases")
+
+
+@dataclass
+class Lease:
+    path: Path
+    fd: int
+
+    def describe(self, **holder: Any) -> None:
+        """Record who holds it (for `hpo-orchestrator gpus`); the lock is what counts."""
+        data = json.dumps({**holder, "pid": os.getpid(), "host": socket.gethostname(),
+                           "since": time.time()}).encode()
+        os.ftruncate(self.fd, 0)
+        os.pwrite(self.fd, data, 0)
+
+    def release(self) -> None:
+        try:
+            os.ftruncate(self.fd, 0)
+        finally:
+            os.close(self.fd)  # closing drops the flock
+
+
+class LeaseDir:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def _file(self, uuid: str, k: int) -> Path:
+        return self.path / f"{uuid}.{k}.lock"
+
+    def try_acquire(self, uuid: str, k: int) -> Lease | None:
+        self.path.mkdir(parents=True, exist_ok=True, mode=0o1777)
+        path = self._file(uuid, k)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return None
+        return Lease(path, fd)
+
+    def holders(self, uuid: str) -> dict[int, dict[str, Any]]:
+        """The held slots of a GPU: slot k -> who holds it (free slots are left out)."""
+        held: dict[int, dict[str, Any]] = {}
+        for path in sorted(self.path.glob(f"{uuid}.*.lock")):
+            try:
+                k = int(path.name[len(uuid) + 1:-len(".lock")])
+            except ValueError:
+                continue
+            lease = self.try_acquire(uuid, k)
+            if lease is not None:  # nobody holds it
+                os.close(lease.fd)
+                continue
+            try:
+                held[k] = json.loads(path.read_text() or "{}")
+            except (OSError, ValueError):
+                held[k] = {}
+        return held

@@ -1,0 +1,204 @@
+"""Several orchestrators: one study over several hosts, several studies on one host's GPUs,
+and GPUs busy with someone else's work.
+
+"Hosts" are simulated on this machine: each orchestrator gets its own scheduler.host and
+its own lease folder (separate machines share neither), and its own fake GPUs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy
+
+from tests.conftest import cli_env, run_cli, start_cli
+
+pytestmark = pytest.mark.slow
+
+TARGET = "objective.target=hpo_orchestrator.testing.objectives:"
+
+
+def _trials(url: str, study: str) -> list[dict[str, Any]]:
+    """(number, state, start, end, attrs) of every trial, with plain SQL (sqlite or PostgreSQL)."""
+    engine = sqlalchemy.create_engine(url)
+    with engine.connect() as con:
+        rows = con.execute(sqlalchemy.text(
+            "SELECT t.trial_id, t.number, t.state, t.datetime_start, t.datetime_complete "
+            "FROM trials t JOIN studies s ON s.study_id = t.study_id WHERE s.study_name = :n"),
+            {"n": study}).all()
+        attrs: dict[int, dict[str, Any]] = {}
+        for tid, key, value in con.execute(sqlalchemy.text(
+                "SELECT a.trial_id, a.key, a.value_json FROM trial_user_attributes a JOIN trials t "
+                "ON t.trial_id = a.trial_id JOIN studies s ON s.study_id = t.study_id "
+                "WHERE s.study_name = :n"), {"n": study}):
+            attrs.setdefault(tid, {})[key] = json.loads(value)
+    engine.dispose()
+
+    def ts(value: Any) -> datetime | None:
+        return value if value is None or isinstance(value, datetime) else datetime.fromisoformat(value)
+
+    return [{"number": n, "state": str(st).split(".")[-1], "start": ts(s), "end": ts(e),
+             "attrs": attrs.get(tid, {})} for tid, n, st, s, e in rows]
+
+
+def _host(tmp_path: Path, name: str, url: str, study: str, *extra: str,
+          env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    leases = tmp_path / f"leases-{name}"
+    return start_cli(tmp_path, "run", "objective=custom", TARGET + "pinned", "pruner=none",
+                     f"storage.url={url}", f"study.name={study}", f"scheduler.host={name}",
+                     f"scheduler.lease_dir={leases}", "scheduler.parallel=2",
+                     "scheduler.avoid_busy_gpus=false", *extra,
+                     env={"HPO_ORCHESTRATOR_FAKE_GPUS": "2", "HPO_TEST_STEP_S": "0.15", **(env or {})})
+
+
+def _finish(proc: subprocess.Popen[str], timeout: float = 180) -> None:
+    out, err = proc.communicate(timeout=timeout)
+    assert proc.returncode == 0, out[-2000:] + err
+
+
+def _wait_running(url: str, study: str, hosts: set[str], timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            running = {t["attrs"].get("hpo.host") for t in _trials(url, study) if t["state"] == "RUNNING"}
+        except sqlalchemy.exc.SQLAlchemyError:
+            running = set()
+        if hosts <= running:
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"{hosts} never all had RUNNING trials")
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def shared_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'shared.db'}"
+    return str(request.getfixturevalue("postgres_url"))
+
+
+def test_two_hosts_finish_exactly_n_trials(tmp_path: Path, shared_url: str) -> None:
+    study = f"multi-{uuid.uuid4().hex[:8]}"
+    a = _host(tmp_path, "host-a", shared_url, study, "study.n_trials=40")
+    b = _host(tmp_path, "host-b", shared_url, study, "study.n_trials=40")
+    _finish(a)
+    _finish(b)
+    trials = _trials(shared_url, study)
+    assert len(trials) == 40 and all(t["state"] == "COMPLETE" for t in trials)
+    assert sorted(t["number"] for t in trials) == list(range(40))
+    hosts = [t["attrs"]["hpo.host"] for t in trials]
+    assert hosts.count("host-a") > 0 and hosts.count("host-b") > 0
+
+
+def test_a_surviving_host_recovers_a_killed_one(tmp_path: Path, shared_url: str) -> None:
+    study = f"multi-{uuid.uuid4().hex[:8]}"
+    args = ("study.n_trials=20", "storage.heartbeat_interval_s=1", "storage.grace_period_s=3")
+    slow = {"HPO_TEST_STEP_S": "0.6"}
+    a = _host(tmp_path, "host-a", shared_url, study, *args, env=slow)
+    b = _host(tmp_path, "host-b", shared_url, study, *args, env=slow)
+    _wait_running(shared_url, study, {"host-a", "host-b"})
+    a.kill()  # no goodbye: its trials stay RUNNING until host-b's heartbeat check
+    a.communicate()
+    _finish(b)
+    trials = _trials(shared_url, study)
+    assert not [t for t in trials if t["state"] == "RUNNING"]
+    lost = [t for t in trials if t["attrs"].get("hpo.fail_reason") == "lost"]
+    # (one killed between its ask and its first attr write has no hpo.host: it was host-a's)
+    assert lost and all(t["attrs"].get("hpo.host", "host-a") == "host-a" for t in lost)
+    retries = {t["attrs"]["hpo.retry_of"] for t in trials if "hpo.retry_of" in t["attrs"]}
+    assert retries == {t["number"] for t in lost}
+    assert len([t for t in trials if not t["attrs"].get("hpo.retried")]) == 20
+
+
+def _max_overlap(intervals: list[tuple[datetime, datetime]]) -> int:
+    events = sorted([(s, 1) for s, _ in intervals] + [(e, -1) for _, e in intervals],
+                    key=lambda ev: (ev[0], ev[1]))
+    level = peak = 0
+    for _, delta in events:
+        level += delta
+        peak = max(peak, level)
+    return peak
+
+
+def test_two_studies_on_one_host_never_share_a_gpu_slot(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'hpo.db'}"
+    leases = f"scheduler.lease_dir={tmp_path / 'leases'}"
+    common = ("run", "objective=custom", TARGET + "pinned", "pruner=none", f"storage.url={url}",
+              leases, "scheduler.parallel=2", "scheduler.trials_per_gpu=1", "study.n_trials=8")
+    env = {"HPO_ORCHESTRATOR_FAKE_GPUS": "2", "HPO_TEST_STEP_S": "0.2"}
+    one = start_cli(tmp_path, *common, "study.name=one", env=env)
+    two = start_cli(tmp_path, *common, "study.name=two", env=env)
+    _finish(one)
+    _finish(two)
+    trials = _trials(url, "one") + _trials(url, "two")
+    assert len(trials) == 16 and all(t["state"] == "COMPLETE" for t in trials)
+    for gpu in (0, 1):
+        # ask() happens after the lease is taken and tell() before it is dropped
+        intervals = [(t["start"], t["end"]) for t in trials if t["attrs"]["hpo.gpu_index"] == gpu]
+        assert _max_overlap(intervals) == 1, gpu
+
+
+def test_killing_an_orchestrator_frees_its_slots(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'hpo.db'}"
+    lease_dir = tmp_path / "leases"
+    env = {"HPO_ORCHESTRATOR_FAKE_GPUS": "2", "HPO_TEST_SLEEP_S": "120"}
+    common = (f"storage.url={url}", f"scheduler.lease_dir={lease_dir}", "scheduler.parallel=2",
+              "scheduler.trials_per_gpu=1")
+    hog = start_cli(tmp_path, "run", "objective=custom", TARGET + "sleepy", "study.name=hog",
+                    "study.n_trials=2", *common, env=env)
+    _wait_running(url, "hog", {None} | set(), timeout=60) if False else None
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and len(
+            [t for t in _trials_or_empty(url, "hog") if t["state"] == "RUNNING"]) < 2:
+        time.sleep(0.2)
+    gpus = run_cli(tmp_path, "gpus", "--json", "--lease-dir", str(lease_dir), env=env)
+    assert gpus.code == 0, gpus.stderr
+    held = [slot for gpu in json.loads(gpus.stdout)["gpus"] for slot in gpu["slots"]]
+    assert len(held) == 2 and {h["study"] for h in held} == {"hog"}
+    assert {h["pid"] for h in held} == {hog.pid}
+
+    other = start_cli(tmp_path, "run", "objective=custom", TARGET + "quadratic", "study.name=other",
+                      "study.n_trials=2", *common, env=env)
+    time.sleep(3)
+    assert other.poll() is None and not _trials_or_empty(url, "other")  # waits for a free GPU
+    hog.send_signal(signal.SIGKILL)
+    hog.communicate()
+    _finish(other, timeout=60)
+    assert [t["state"] for t in _trials(url, "other")] == ["COMPLETE", "COMPLETE"]
+
+
+def _trials_or_empty(url: str, study: str) -> list[dict[str, Any]]:
+    try:
+        return _trials(url, study)
+    except sqlalchemy.exc.SQLAlchemyError:
+        return []
+
+
+def test_a_gpu_busy_with_foreign_work_is_skipped_then_used(tmp_path: Path) -> None:
+    foreign = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(5)"],
+                               env={**cli_env(), "HPO_FAKE_FOREIGN_GPU": "0"})
+    try:
+        result = run_cli(tmp_path, "run", "objective=custom", TARGET + "pinned", "pruner=none",
+                         "scheduler.parallel=2", "scheduler.trials_per_gpu=1", "study.n_trials=12",
+                         f"scheduler.lease_dir={tmp_path / 'leases'}",
+                         env={"HPO_ORCHESTRATOR_FAKE_GPUS": "2", "HPO_TEST_STEP_S": "0.3"})
+    finally:
+        foreign.kill()
+        foreign.wait()
+    assert result.code == 0, result.stderr
+    trials = sorted(_trials(f"sqlite:///{result.db}", "hpo"), key=lambda t: t["start"])
+    first_on_0 = next(i for i, t in enumerate(trials) if t["attrs"]["hpo.gpu_index"] == 0)
+    assert first_on_0 >= 2, [t["attrs"]["hpo.gpu_index"] for t in trials]  # skipped at first
+    started_after = trials[first_on_0]["start"]
+    assert all(t["attrs"]["hpo.gpu_index"] == 1 for t in trials[:first_on_0])
+    assert started_after is not None
+    assert os.environ.get("HPO_FAKE_FOREIGN_GPU") is None
