@@ -149,7 +149,7 @@ def setup_lock(url: str) -> Iterator[None]:
     Two orchestrators starting together on a new database would otherwise both create
     Optuna's tables (alembic_version's unique key fails the second) or ours.
     """
-    path = sqlite_path(url)
+    path = _validated_path(url, create=True)  # a bad URL or folder is the user's error first
     if path is not None:
         fd = os.open(lock_file(path), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:

@@ -119,3 +119,17 @@ def test_forced_cpu_opencl_platform_is_reported(cli) -> None:  # type: ignore[no
     report = json.loads(cli("status", "--json").stdout)
     unused = [f for f in report["findings"] if f["code"] == "gpu_unused"]
     assert unused and unused[0]["evidence"]["opencl_platforms"], report["findings"]
+
+
+@needs_gpus
+def test_cuda_oom_is_classified_and_retried(cli) -> None:  # type: ignore[no-untyped-def]
+    result = cli("run", "objective=custom",
+                 "objective.target=hpo_orchestrator.testing.objectives:cuda_oom_once",
+                 "scheduler.parallel=1", "study.n_trials=1", "pruner=none")
+    assert result.code == 0, result.stderr + result.stdout
+    rows = {r["number"]: r for r in trial_rows(result.db)}
+    first, retry = rows[0]["attrs"], rows[1]["attrs"]
+    assert rows[0]["state"] == "FAIL" and first["hpo.fail_reason"] == "oom", first
+    assert "OutOfMemoryError" in first["hpo.error"] and first["hpo.retried"] is True
+    assert rows[1]["state"] == "COMPLETE" and retry["hpo.retry_of"] == 0, retry
+    assert retry["hpo.attempt"] == 2 and retry["hpo.retry_reason"] == "oom"

@@ -11,9 +11,10 @@ from typing import Any
 
 import optuna
 
-from hpo_orchestrator.runtime import phase
+from hpo_orchestrator.runtime import phase, slot_info
 
-__all__ = ["chaos", "cuda_probe", "curves", "phased", "pinned", "quadratic", "sleepy"]
+__all__ = ["chaos", "cuda_oom_once", "cuda_probe", "curves", "phased", "pinned", "quadratic",
+           "sleepy"]
 
 
 def quadratic(trial: Any) -> float:
@@ -128,3 +129,17 @@ def cuda_probe(trial: Any) -> float:
     trial.set_user_attr("test.nvml_gpus_with_my_pid", seen)
     time.sleep(1.0)
     return float(b.float().mean().item())
+
+
+def cuda_oom_once(trial: Any) -> float:
+    """On a real GPU: the first attempt asks for twice the card's memory (a real CUDA OOM),
+    its retry for 1 GiB."""
+    import torch
+
+    x = trial.suggest_float("x", 0.0, 1.0)
+    total = torch.cuda.get_device_properties(0).total_memory
+    size = 2 * total if slot_info().attempt == 1 else 1 << 30
+    block = torch.empty(size, dtype=torch.uint8, device="cuda")
+    block.fill_(1)
+    torch.cuda.synchronize()
+    return x
