@@ -35,6 +35,7 @@ test-gpu: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python scripts/bench_status.py
 	$(BIN)/python scripts/bench_sampler.py
+	$(BIN)/python scripts/bench_scheduling.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check hpo_orchestrator tests scripts

@@ -218,6 +218,11 @@ class SchedulerConfig:
     # Re-runs of the same params after a failure that was not the objective's fault (oom,
     # killed, lost). Retries do not count against study.n_trials.
     max_retries: int = 1
+    # fresh: a new process per trial (strongest isolation); reuse: one long-lived process per
+    # slot, pinned at its birth, that imports and runs the objective's setup once, then runs
+    # trials one after another; replaced after a failure or max_trials_per_worker trials.
+    worker_mode: str = "reuse"
+    max_trials_per_worker: int = 100
     # A GPU that no trial of ours uses but that has this much memory in use, or this
     # utilization, is busy with someone else's work: skipped, and looked at again later.
     avoid_busy_gpus: bool = True
@@ -232,6 +237,9 @@ class SchedulerConfig:
     def validate(self, path: str) -> None:
         _positive_int(self.parallel, f"{path}.parallel")
         _positive_int(self.max_retries, f"{path}.max_retries", minimum=0)
+        _require(self.worker_mode in ("fresh", "reuse"), f"{path}.worker_mode",
+                 f"expected fresh or reuse, got {self.worker_mode!r}")
+        _positive_int(self.max_trials_per_worker, f"{path}.max_trials_per_worker")
         _require(self.busy_gpu_mem_mib >= 0, f"{path}.busy_gpu_mem_mib",
                  f"expected MiB >= 0, got {self.busy_gpu_mem_mib!r}")
         _require(0 <= self.busy_gpu_util <= 100, f"{path}.busy_gpu_util",

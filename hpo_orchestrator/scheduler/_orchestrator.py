@@ -59,6 +59,17 @@ _RECHECK_BUDGET_S = 1.0  # once spent, how often to look again (retries may be e
 
 
 @dataclass
+class Worker:
+    """A child process of one slot. Fresh mode: one trial. Reuse mode: many, one at a time."""
+
+    process: subprocess.Popen[bytes]
+    connection: Connection
+    log: IO[bytes]
+    cuda_visible_devices: str
+    trials: int = 0  # trials started in it so far
+
+
+@dataclass
 class RunningTrial:
     trial: optuna.Trial
     slot: Slot
@@ -78,6 +89,7 @@ class RunningTrial:
     stop_reason: str | None = None  # timeout / interrupted: we stopped it
     kill_at: float | None = None  # when SIGTERM's grace runs out
     connection_open: bool = True
+    worker: Worker | None = None  # reuse mode: the process outlives the trial
 
     @property
     def number(self) -> int:
@@ -179,6 +191,8 @@ class Orchestrator:
         self.backend = backend
         self.host = host or config.scheduler.host or socket.gethostname()
         self.running: dict[int, RunningTrial] = {}  # slot id -> trial
+        self.reuse = config.scheduler.worker_mode == "reuse"
+        self.idle: dict[int, Worker] = {}  # slot id -> a reuse worker waiting for its next trial
         self.finished: list[FinishedTrial] = []
         self._signals = 0
         self._exhausted_at: float | None = None  # when a claim last found the budget spent
@@ -253,14 +267,15 @@ class Orchestrator:
                 trial = self.budget.claim(self.study.ask)  # retries (WAITING) are asked first
                 if trial is None:
                     self._exhausted_at = now
-                    self.slots.release(slot)
+                    self.slots.release(slot, keep_lease=slot.id in self.idle)
+                    self._retire_idle()  # free their GPU memory and slots for other studies
                     return
                 self._exhausted_at = None
                 self.storage.record_heartbeat(trial._trial_id)  # ours from the start
                 trial.set_user_attr("hpo.host", self.host)
                 self._spawn(trial, slot)
             except BaseException:
-                self.slots.release(slot)
+                self.slots.release(slot, keep_lease=slot.id in self.idle)
                 raise
 
     def _study_done(self) -> bool:
@@ -308,12 +323,11 @@ class Orchestrator:
             env.update(self._icd_env)
         return env
 
-    def _spawn(self, trial: optuna.Trial, slot: Slot) -> None:
+    def _start_worker(self, trial: optuna.Trial, slot: Slot) -> Worker:
+        """A new child process pinned to the slot (its environment is fixed here, at birth)."""
         ours, theirs = socket.socketpair()
-        log = tempfile.TemporaryFile(prefix=f"hpo-trial-{trial.number}-")
+        log = tempfile.TemporaryFile(prefix=f"hpo-worker-{slot.id}-")
         env = self._child_env(trial, slot)
-        oom_kills = _cgroup_oom_kills()
-        spawned_at = time.monotonic()
         try:
             process = subprocess.Popen(
                 [sys.executable, "-m", "hpo_orchestrator.worker", str(theirs.fileno())],
@@ -322,35 +336,79 @@ class Orchestrator:
         except BaseException:
             ours.close()
             log.close()
-            self.study.tell(trial, state=TrialState.FAIL)
             raise
         finally:
             theirs.close()
-        connection = Connection(ours.detach())
-        rt = RunningTrial(trial=trial, slot=slot, process=process, connection=connection,
-                          log=log, spawned_at=spawned_at, spawned_epoch=time.time(),
-                          oom_kills_at_spawn=oom_kills)
+        return Worker(process=process, connection=Connection(ours.detach()), log=log,
+                      cuda_visible_devices=env["CUDA_VISIBLE_DEVICES"])
+
+    def _spawn(self, trial: optuna.Trial, slot: Slot) -> None:
+        worker = self.idle.pop(slot.id, None)
+        if worker is not None and worker.process.poll() is not None:
+            self._retire(worker, slot.id, keep_lease=True)  # died while idle (killed from outside)
+            worker = None
+        try:
+            if worker is None:
+                worker = self._start_worker(trial, slot)
+        except BaseException:
+            self.study.tell(trial, state=TrialState.FAIL)
+            raise
+        worker.trials += 1
+        rt = RunningTrial(trial=trial, slot=slot, process=worker.process,
+                          connection=worker.connection, log=worker.log,
+                          spawned_at=time.monotonic(), spawned_epoch=time.time(),
+                          oom_kills_at_spawn=_cgroup_oom_kills(),
+                          worker=worker if self.reuse else None)
         self.running[slot.id] = rt
         self.slots.describe(slot, study=self.study.study_name, trial=trial.number,
-                            trial_pid=process.pid)
+                            trial_pid=worker.process.pid)
         for key, value in {
-            "hpo.pid": process.pid,
+            "hpo.pid": worker.process.pid,
             "hpo.slot": slot.id,
             "hpo.gpu_index": slot.gpu.index if slot.gpu else None,
             "hpo.gpu_uuid": slot.gpu.uuid if slot.gpu else None,
-            "hpo.cuda_visible_devices": env["CUDA_VISIBLE_DEVICES"],
+            "hpo.cuda_visible_devices": worker.cuda_visible_devices,
             "hpo.num_threads": self.threads,
+            "hpo.worker_mode": self.config.scheduler.worker_mode,
+            "hpo.worker_trial": worker.trials,  # 1: the process was started for this trial
         }.items():
             trial.set_user_attr(key, value)
         if self.sampler is not None:
-            self.sampler.watch(slot.id, trial._trial_id, process.pid,
-                               slot.gpu.index if slot.gpu else None)
+            self.sampler.watch(slot.id, trial._trial_id, worker.process.pid,
+                               slot.gpu.index if slot.gpu else None, fresh=worker.trials == 1)
         try:
-            connection.send(Job(trial_number=trial.number, objective=_objective_dict(self.config),
-                                study_direction=self.config.study.direction))
+            rt.connection.send(Job(trial_number=trial.number, objective=_objective_dict(self.config),
+                                   study_direction=self.config.study.direction,
+                                   attempt=int(trial.user_attrs.get("hpo.attempt", 1)),
+                                   reuse=self.reuse))
         except OSError:  # it died at birth (killed from outside): classified once it is reaped
             rt.connection_open = False
         self.reporter.started(rt)
+
+    def _retire_idle(self) -> None:
+        for slot_id, worker in list(self.idle.items()):
+            del self.idle[slot_id]
+            self._retire(worker, slot_id)
+
+    def _retire(self, worker: Worker, slot_id: int, keep_lease: bool = False) -> None:
+        """Stop a worker process: ask it to exit, kill it if it does not.
+
+        An idle reuse worker holds its slot's host-wide lease (its process holds GPU memory);
+        retiring it gives the lease back, unless a trial is about to take the slot over.
+        """
+        try:
+            worker.connection.send(None)
+        except OSError:
+            pass
+        worker.connection.close()
+        try:
+            worker.process.wait(timeout=max(1.0, self.config.scheduler.kill_grace_s))
+        except subprocess.TimeoutExpired:
+            _signal_tree(worker.process.pid, signal.SIGKILL)
+            worker.process.wait()
+        worker.log.close()
+        if not keep_lease:
+            self.slots.drop_lease(slot_id)
 
     # --- serving children ------------------------------------------------------------------
 
@@ -372,6 +430,8 @@ class Orchestrator:
             if rt.process.poll() is not None:
                 self._drain(rt)
                 self._finish(rt)
+            elif rt.worker is not None and rt.outcome is not None:
+                self._finish(rt)  # reuse mode: the result is in, the process lives on
         self.reporter.tick(list(self.running.values()))
 
     def _drain(self, rt: RunningTrial) -> None:
@@ -549,7 +609,8 @@ class Orchestrator:
 
     def _finish(self, rt: RunningTrial) -> None:
         state, value, reason, error = self._classify(rt)
-        _signal_tree(rt.process.pid, signal.SIGKILL)  # leftovers in its group, if any
+        if rt.process.poll() is not None:
+            _signal_tree(rt.process.pid, signal.SIGKILL)  # leftovers in its group, if any
         trial = rt.trial
         trial.set_user_attr("hpo.exit_code", rt.process.returncode)
         measured = self._measured_attrs(rt)
@@ -581,15 +642,26 @@ class Orchestrator:
             "opencl_platform": rt.opencl_platform,
             "params_mismatch": json.dumps(measured["hpo.params_mismatch"])
             if "hpo.params_mismatch" in measured else None})
-        rt.log.close()
         del self.running[rt.slot.id]
-        self.slots.release(rt.slot)
+        if rt.worker is None:
+            rt.log.close()
+        elif self._keep_worker(rt, state):
+            self.idle[rt.slot.id] = rt.worker
+        else:
+            self._retire(rt.worker, rt.slot.id, keep_lease=True)  # after a failure, or N trials
+        self.slots.release(rt.slot, keep_lease=rt.slot.id in self.idle)
         done = FinishedTrial(number=trial.number, slot=rt.slot.label, state=state, value=value,
                              duration_s=time.monotonic() - rt.spawned_at, fail_reason=reason,
                              error=error)
         self.finished.append(done)
         self.reporter.finished(done)
         self._flush_telemetry(force=True)
+
+    def _keep_worker(self, rt: RunningTrial, state: TrialState) -> bool:
+        assert rt.worker is not None
+        return (rt.process.poll() is None and rt.connection_open and not self._signals
+                and state in (TrialState.COMPLETE, TrialState.PRUNED)
+                and rt.worker.trials < self.config.scheduler.max_trials_per_worker)
 
     def _measured_attrs(self, rt: RunningTrial) -> dict[str, Any]:
         """Telemetry aggregates, time to the first pruning decision, params that did not apply."""
@@ -629,6 +701,7 @@ class Orchestrator:
         storage is what failed, their trials stay RUNNING there and the next run on this
         host recovers them at once (their pids are gone).
         """
+        self._retire_idle()
         if not self.running:
             return
         grace_end = time.monotonic() + self.config.scheduler.kill_grace_s

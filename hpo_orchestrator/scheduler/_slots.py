@@ -113,15 +113,16 @@ class SlotPool:
                 key = slot.gpu.index if slot.gpu else None
                 load[key] = load.get(key, 0) + 1
 
-        def rank(s: Slot) -> tuple[float, int, int]:
+        def rank(s: Slot) -> tuple[float, int, bool, int]:
             index = s.gpu.index if s.gpu else None
             memory = -free_mib.get(index, 0.0) if free_mib and index is not None else 0.0
-            return memory, load.get(index, 0), s.id
+            # then spread over GPUs; then a slot whose lease we kept (its reuse worker waits)
+            return memory, load.get(index, 0), s.id not in self._held, s.id
 
         for slot in sorted((s for s in self.slots if s.id not in self._busy), key=rank):
             if slot.gpu is not None and self._foreign_busy(slot.gpu, load.get(slot.gpu.index, 0)):
                 continue
-            if self._leases is not None and slot.gpu is not None:
+            if self._leases is not None and slot.gpu is not None and slot.id not in self._held:
                 lease = self._leases.try_acquire(slot.gpu.uuid, slot.k)
                 if lease is None:
                     continue  # another orchestrator on this host runs a trial there
@@ -135,9 +136,15 @@ class SlotPool:
         if lease is not None:
             lease.describe(**holder)
 
-    def release(self, slot: Slot) -> None:
+    def release(self, slot: Slot, keep_lease: bool = False) -> None:
+        """The slot is free here. ``keep_lease``: a reuse worker stays on it, so other
+        orchestrators of this host must still count it as taken."""
         self._busy.discard(slot.id)
-        lease = self._held.pop(slot.id, None)
+        if not keep_lease:
+            self.drop_lease(slot.id)
+
+    def drop_lease(self, slot_id: int) -> None:
+        lease = self._held.pop(slot_id, None)
         if lease is not None:
             lease.release()
 

@@ -103,14 +103,21 @@ class TelemetrySampler:
         if self._thread.is_alive():
             self._thread.join(timeout=5 * self.interval_s + 5)
 
-    def watch(self, slot_id: int, trial_id: int, pid: int, gpu_index: int | None) -> None:
+    def watch(self, slot_id: int, trial_id: int, pid: int, gpu_index: int | None,
+              fresh: bool = True) -> None:
+        """Attribute the slot's samples to this trial from now on.
+
+        ``fresh``: the process was started for this trial, so it has used no CPU yet and the
+        first sample's CPU % is measured from its birth. A reused process (reuse mode) has a
+        CPU history: its first sample only sets the baseline.
+        """
         with self._lock:
             now = time.monotonic()
-            # A process just spawned has used no CPU yet: the first sample's CPU % is then
-            # measured from its birth instead of being lost.
             self._watched[slot_id] = _Watched(slot_id, trial_id, pid, gpu_index,
                                               TrialTelemetry(on_gpu=gpu_index is not None),
-                                              phase_since=now, last_sample_at=now, last_cpu_s=0.0)
+                                              phase_since=now,
+                                              last_sample_at=now if fresh else None,
+                                              last_cpu_s=0.0 if fresh else None)
 
     def set_phase(self, slot_id: int, phase: str | None) -> None:
         now = time.monotonic()

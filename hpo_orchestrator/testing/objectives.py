@@ -11,10 +11,11 @@ from typing import Any
 
 import optuna
 
+from hpo_orchestrator import runtime
 from hpo_orchestrator.runtime import phase, slot_info
 
 __all__ = ["chaos", "cuda_oom_once", "cuda_probe", "curves", "phased", "pinned", "quadratic",
-           "sleepy"]
+           "reports10", "reuse_probe", "sleepy"]
 
 
 def quadratic(trial: Any) -> float:
@@ -142,4 +143,32 @@ def cuda_oom_once(trial: Any) -> float:
     block = torch.empty(size, dtype=torch.uint8, device="cuda")
     block.fill_(1)
     torch.cuda.synchronize()
+    return x
+
+
+_calls_in_this_process = 0
+
+
+def reuse_probe(trial: Any) -> float:
+    """Records what a (possibly reused) process looks like to each trial it runs."""
+    global _calls_in_this_process
+    _calls_in_this_process += 1
+    trial.set_user_attr("test.pid", os.getpid())
+    trial.set_user_attr("test.calls_in_process", _calls_in_this_process)
+    trial.set_user_attr("test.env_trial_number", os.environ.get("HPO_TRIAL_NUMBER"))
+    trial.set_user_attr("test.cuda_visible_devices", os.environ.get("CUDA_VISIBLE_DEVICES"))
+    trial.set_user_attr("test.phase_stack_empty", not runtime._phase_stack)
+    trial.set_user_attr("test.attempt", slot_info().attempt)
+    x = trial.suggest_float("x", -1.0, 1.0)
+    with phase("train"):
+        time.sleep(float(os.environ.get("HPO_TEST_STEP_S", "0.1")))
+        trial.report(x * x, 1)
+    return x * x
+
+
+def reports10(trial: Any) -> float:
+    """A trivial objective with 10 intermediate reports (scheduling-throughput benchmark)."""
+    x = trial.suggest_float("x", 0.0, 1.0)
+    for step in range(1, 11):
+        trial.report(x / step, step)
     return x

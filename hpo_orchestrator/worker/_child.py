@@ -8,9 +8,12 @@ here has to undo what an import might already have initialised.
 from __future__ import annotations
 
 import ctypes
+import gc
 import importlib
 import math
+import os
 import signal
+import sys
 import traceback
 from collections.abc import Callable
 from multiprocessing.connection import Connection
@@ -86,8 +89,7 @@ def check_value(value: Any) -> float:
     return number
 
 
-def run_trial(connection: Connection, job: Job) -> TrialOutcome:
-    objective = build_objective(job.objective)
+def run_trial(connection: Connection, job: Job, objective: Callable[[Any], Any]) -> TrialOutcome:
     trial = TrialProxy(connection, job.trial_number)
     connection.send(("started",))
     try:
@@ -104,17 +106,43 @@ def run_trial(connection: Connection, job: Job) -> TrialOutcome:
     return TrialOutcome(kind="value", value=value)
 
 
+def _begin(job: Job) -> None:
+    """Per-trial state a reused process must not carry over from its previous trial."""
+    os.environ["HPO_TRIAL_NUMBER"] = str(job.trial_number)
+    os.environ["HPO_ATTEMPT"] = str(job.attempt)
+    runtime._phase_stack.clear()
+
+
+def _release_trial_memory() -> None:
+    """Give back what the finished trial held, before the next one starts in this process."""
+    gc.collect()
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.empty_cache()
+
+
 def main(argv: list[str]) -> int:
     _die_with_parent()
     connection = Connection(int(argv[0]))
     runtime._attach(connection)
-    job: Job = connection.recv()
-    try:
-        outcome = run_trial(connection, job)
-    except Exception as exc:  # failure before the objective ran (import, setup)
-        outcome = TrialOutcome(kind="error", fail_reason="oom" if is_oom(exc) else "exception",
-                               error=last_line(exc), traceback=traceback.format_exc())
-    connection.send(("result", outcome))
-    connection.close()
-    return 0
-
+    objective: Callable[[Any], Any] | None = None
+    while True:
+        try:
+            job: Job | None = connection.recv()
+        except EOFError:  # the orchestrator closed our pipe: nothing more to do
+            return 0
+        if job is None:
+            return 0
+        _begin(job)
+        try:
+            if objective is None:  # imports and the objective's setup: once per process
+                objective = build_objective(job.objective)
+            outcome = run_trial(connection, job, objective)
+        except Exception as exc:  # failure before the objective ran (import, setup)
+            outcome = TrialOutcome(kind="error", fail_reason="oom" if is_oom(exc) else "exception",
+                                   error=last_line(exc), traceback=traceback.format_exc())
+        connection.send(("result", outcome))
+        if not job.reuse:
+            connection.close()
+            return 0
+        _release_trial_memory()

@@ -1,10 +1,13 @@
 """Messages between the orchestrator and a trial's child process (pickled over a socketpair).
 
 child -> orchestrator                      orchestrator -> child
-  ("started",)   objective about to run       Job (first message)
+  ("started",)   objective about to run       Job (starts a trial)
   ("call", method, args, kwargs)            ("ok", value) / ("err", exception)
-  ("phase", name)  the objective's phase
-  ("result", TrialOutcome)  last message
+  ("phase", name)  the objective's phase     None (reuse mode: exit now)
+  ("result", TrialOutcome)  end of a trial
+
+A fresh child runs one Job and exits. A reuse child (``Job.reuse``) builds the objective
+(and runs its setup) once, then waits for the next Job after each result.
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ class Job:
     trial_number: int
     objective: dict[str, Any]  # the objective's resolved config (name, target, options)
     study_direction: str = "minimize"
+    attempt: int = 1  # 2 and up for a retry (slot_info().attempt)
+    reuse: bool = False  # keep the process for the next trial
 
 
 @dataclass(frozen=True)

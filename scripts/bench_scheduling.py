@@ -1,0 +1,212 @@
+#!/usr/bin/env python3
+"""Benchmarks of the scheduler itself, contenders side by side in one run (CPU slots).
+
+1. Overhead: N trials of an objective that sleeps 0.2 s, PAR=4: makespan over the ideal
+   (N x 0.2 / 4) for this product in fresh and reuse mode, Optuna's own 4 processes sharing
+   one sqlite storage (WAL), and Ray Tune with 4 concurrent trials when ``ray[tune]`` is
+   installed (said when skipped).
+2. Throughput: trials/s of a trivial objective with 10 reports each at PAR=8 on sqlite, this
+   product (both modes) against Optuna's own 8 processes on the same kind of storage.
+3. First-decision latency on a study of 20,000 trials: objective start to the first
+   ``should_prune`` answer, through the orchestrator, against a fresh Optuna process that
+   attaches to the study itself.
+
+Makespans come from the trials' own timestamps in the database (first start to last end).
+Usage: python scripts/bench_scheduling.py [--trials 200] [--only 1,2,3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shutil
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime
+from pathlib import Path
+
+OBJECTIVES = "hpo_orchestrator.testing.objectives"
+ENV = {**os.environ, "HPO_TEST_SLEEP_S": "0.2", "COLUMNS": "120"}
+
+OPTUNA_WORKER = """
+import sys, optuna
+from {module} import {name} as objective
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+study = optuna.load_study(study_name="bench", storage=sys.argv[1])
+study.optimize(objective, n_trials=int(sys.argv[2]))
+"""
+
+ATTACH_AND_DECIDE = """
+import sys, time, optuna
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+start = time.perf_counter()
+study = optuna.load_study(study_name="bench", storage=sys.argv[1],
+                          pruner=optuna.pruners.PatientPruner(optuna.pruners.HyperbandPruner(), 3))
+trial = study.ask()
+trial.suggest_float("p0", 0.0, 1.0)
+trial.report(0.5, 0)
+trial.should_prune()
+print(time.perf_counter() - start)
+study.tell(trial, 0.5)
+"""
+
+
+def _wal_db(path: Path) -> str:
+    with sqlite3.connect(path) as con:
+        con.execute("PRAGMA journal_mode=WAL")
+    return f"sqlite:///{path}"
+
+
+def _makespan(db: Path, study: str = "bench") -> tuple[float, int]:
+    with sqlite3.connect(db) as con:
+        lo, hi, n = con.execute(
+            "SELECT MIN(datetime_start), MAX(datetime_complete), COUNT(*) FROM trials t "
+            "JOIN studies s USING (study_id) WHERE s.study_name = ? AND t.state = 'COMPLETE'",
+            (study,)).fetchone()
+    return (datetime.fromisoformat(hi) - datetime.fromisoformat(lo)).total_seconds(), n
+
+
+def hpo_run(work: Path, mode: str, objective: str, n: int, par: int, extra: tuple[str, ...] = ()
+            ) -> tuple[float, int, float]:
+    db = work / f"hpo-{mode}-{objective}.db"
+    db.unlink(missing_ok=True)
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "hpo_orchestrator", "run", "objective=custom",
+                    f"objective.target={OBJECTIVES}:{objective}", f"scheduler.parallel={par}",
+                    f"scheduler.worker_mode={mode}", f"study.n_trials={n}", "study.name=bench",
+                    "pruner=none", "sampler=random", f"storage.url=sqlite:///{db}", *extra],
+                   check=True, env=ENV, stdout=subprocess.DEVNULL, cwd=work)
+    wall = time.perf_counter() - start
+    makespan, done = _makespan(db)
+    return makespan, done, wall
+
+
+def optuna_processes(work: Path, objective: str, n: int, par: int) -> tuple[float, int, float]:
+    import optuna
+
+    db = work / f"optuna-{objective}.db"
+    db.unlink(missing_ok=True)
+    url = _wal_db(db)
+    optuna.create_study(study_name="bench", storage=url, sampler=optuna.samplers.RandomSampler())
+    code = OPTUNA_WORKER.format(module=OBJECTIVES, name=objective)
+    start = time.perf_counter()
+    procs = [subprocess.Popen([sys.executable, "-c", code, url, str(n // par)], env=ENV)
+             for _ in range(par)]
+    for proc in procs:
+        proc.wait()
+    wall = time.perf_counter() - start
+    makespan, done = _makespan(db)
+    return makespan, done, wall
+
+
+def ray_tune(n: int, par: int) -> tuple[float, int, float] | str:
+    try:
+        from ray import tune
+    except ImportError:
+        return "skipped: ray[tune] is not installed (pip install -e '.[bench]')"
+
+    def trainable(config: dict) -> dict:  # type: ignore[type-arg]
+        time.sleep(0.2)
+        return {"loss": config["x"] ** 2}
+
+    start = time.perf_counter()
+    tuner = tune.Tuner(trainable, param_space={"x": tune.uniform(0, 1)},
+                       tune_config=tune.TuneConfig(num_samples=n, max_concurrent_trials=par))
+    tuner.fit()
+    wall = time.perf_counter() - start
+    return wall, n, wall
+
+
+def first_decision(work: Path, n_trials: int) -> dict[str, float]:
+    sys.path.insert(0, str(Path(__file__).parent))
+    from bench_status import build
+
+    db = work / "decide.db"
+    if not db.exists():
+        build(db, n_trials)
+    results = {}
+    for mode in ("reuse", "fresh"):
+        copy = work / f"decide-{mode}.db"
+        shutil.copy(db, copy)
+        subprocess.run([sys.executable, "-m", "hpo_orchestrator", "run", "objective=custom",
+                        f"objective.target={OBJECTIVES}:curves", "scheduler.parallel=1",
+                        f"scheduler.worker_mode={mode}", f"study.n_trials={n_trials + 5}",
+                        "study.name=bench", f"storage.url=sqlite:///{copy}"],
+                       check=True, env=ENV, stdout=subprocess.DEVNULL, cwd=work)
+        with sqlite3.connect(copy) as con:
+            rows = con.execute(
+                "SELECT a.value_json, b.value_json FROM trial_user_attributes a JOIN "
+                "trial_user_attributes b ON a.trial_id = b.trial_id AND b.key = 'hpo.startup_s' "
+                "WHERE a.key = 'hpo.first_decision_s'").fetchall()
+        results[mode] = statistics.median(float(d) - float(s) for d, s in rows)
+    copy = work / "decide-optuna.db"
+    shutil.copy(db, copy)
+    out = subprocess.run([sys.executable, "-c", ATTACH_AND_DECIDE, f"sqlite:///{copy}"],
+                         check=True, capture_output=True, text=True, env=ENV)
+    results["optuna process attaching"] = float(out.stdout.strip())
+    return results
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--trials", type=int, default=200)
+    parser.add_argument("--throughput-trials", type=int, default=400)
+    parser.add_argument("--study-trials", type=int, default=20_000)
+    parser.add_argument("--only", default="1,2,3")
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="hpo-bench-sched-"))
+    which = set(args.only.split(","))
+    print(f"machine: {platform.node()}, {os.cpu_count()} cores, Python {platform.python_version()}; "
+          f"{time.strftime('%Y-%m-%d')}; command: python scripts/bench_scheduling.py "
+          f"--trials {args.trials} --throughput-trials {args.throughput_trials} --only {args.only}")
+    if "1" in which:
+        ideal = args.trials * 0.2 / 4
+        print(f"\n1. {args.trials} trials x 0.2 s sleep, PAR=4; ideal {ideal:.1f} s\n")
+        print("| contender | makespan s | over ideal | trials | wall s (incl. start-up) |")
+        print("|---|---:|---:|---:|---:|")
+        contenders = {
+            "hpo-orchestrator reuse": lambda: hpo_run(work, "reuse", "sleepy", args.trials, 4),
+            "hpo-orchestrator fresh": lambda: hpo_run(work, "fresh", "sleepy", args.trials, 4),
+            "Optuna, 4 processes, one sqlite (WAL)":
+                lambda: optuna_processes(work, "sleepy", args.trials, 4),
+            "Ray Tune, 4 concurrent": lambda: ray_tune(args.trials, 4),
+        }
+        for name, run in contenders.items():
+            result = run()
+            if isinstance(result, str):
+                print(f"| {name} | {result} | | | |")
+                continue
+            makespan, done, wall = result
+            print(f"| {name} | {makespan:.2f} | {makespan / ideal - 1:+.1%} | {done} | {wall:.2f} |")
+    if "2" in which:
+        n = args.throughput_trials
+        print(f"\n2. {n} trials of a trivial objective with 10 reports, PAR=8, sqlite\n")
+        print("| contender | trials/s | vs Optuna's processes |")
+        print("|---|---:|---:|")
+        base_makespan, base_done, _ = optuna_processes(work, "reports10", n, 8)
+        base = base_done / base_makespan
+        for name, (makespan, done, _wall) in (
+                ("hpo-orchestrator reuse", hpo_run(work, "reuse", "reports10", n, 8,
+                                                   ("telemetry.enabled=false",))),
+                ("hpo-orchestrator fresh", hpo_run(work, "fresh", "reports10", n, 8,
+                                                   ("telemetry.enabled=false",)))):
+            print(f"| {name} | {done / makespan:.1f} | {done / makespan / base:.2f}x |")
+        print(f"| Optuna, 8 processes, one sqlite (WAL) | {base:.1f} | 1x |")
+    if "3" in which:
+        print(f"\n3. first pruning decision on a study of {args.study_trials:,} trials "
+              "(objective start to first should_prune answer, median of 5 trials)\n")
+        print("| contender | seconds |")
+        print("|---|---:|")
+        for name, seconds in first_decision(work, args.study_trials).items():
+            print(f"| {name} | {seconds:.3f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
