@@ -139,10 +139,12 @@ def first_decision(work: Path, n_trials: int) -> dict[str, float]:
                         "study.name=bench", f"storage.url=sqlite:///{copy}"],
                        check=True, env=ENV, stdout=subprocess.DEVNULL, cwd=work)
         with sqlite3.connect(copy) as con:
-            rows = con.execute(
+            rows = con.execute(  # the trials this run added (the built ones have fake attrs)
                 "SELECT a.value_json, b.value_json FROM trial_user_attributes a JOIN "
                 "trial_user_attributes b ON a.trial_id = b.trial_id AND b.key = 'hpo.startup_s' "
-                "WHERE a.key = 'hpo.first_decision_s'").fetchall()
+                "JOIN trials t ON t.trial_id = a.trial_id "
+                "WHERE a.key = 'hpo.first_decision_s' AND t.number >= ?", (n_trials,)).fetchall()
+        assert len(rows) == 5, rows
         results[mode] = statistics.median(float(d) - float(s) for d, s in rows)
     copy = work / "decide-optuna.db"
     shutil.copy(db, copy)

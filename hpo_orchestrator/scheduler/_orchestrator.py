@@ -32,7 +32,7 @@ from typing import IO, Any, Protocol
 import optuna
 import psutil
 from optuna.trial import TrialState
-from sqlalchemy import text
+from sqlalchemy import Column, Integer, MetaData, String, Table, Text, text
 from sqlalchemy.exc import SQLAlchemyError
 
 from hpo_orchestrator.config import Config
@@ -150,6 +150,16 @@ def _signal_tree(pid: int, sig: int) -> None:
             pass
 
 
+# Optuna's table of trial user attrs, for writing several in one transaction (_write_attrs).
+_user_attrs_table = Table(
+    "trial_user_attributes", MetaData(),
+    Column("trial_user_attribute_id", Integer, primary_key=True),
+    Column("trial_id", Integer),
+    Column("key", String(512)),
+    Column("value_json", Text),
+)
+
+
 def _first_line(exc: BaseException) -> str:
     """The database driver's own message (e.g. 'database or disk is full'), found under
     Optuna's and SQLAlchemy's wrappers, without the SQL statement and its parameters."""
@@ -196,6 +206,7 @@ class Orchestrator:
         self.finished: list[FinishedTrial] = []
         self._signals = 0
         self._exhausted_at: float | None = None  # when a claim last found the budget spent
+        self._attempts: dict[int, int] = {}  # trial number -> attempt (see _attempt_of)
         self._last_heartbeat = 0.0
         self._last_flush = 0.0
         self._icd_env = nvidia_icd_env()
@@ -272,7 +283,7 @@ class Orchestrator:
                     return
                 self._exhausted_at = None
                 self.storage.record_heartbeat(trial._trial_id)  # ours from the start
-                trial.set_user_attr("hpo.host", self.host)
+                self._write_attrs(trial, {"hpo.host": self.host})
                 self._spawn(trial, slot)
             except BaseException:
                 self.slots.release(slot, keep_lease=slot.id in self.idle)
@@ -286,10 +297,41 @@ class Orchestrator:
         return self.budget.left() == 0 and self.budget.running() == 0
 
     def _next_is_oom_retry(self) -> bool:
-        if self.backend is None:
+        """Is the next trial to ask a retry of one that ran out of GPU memory? (one SQL read;
+        Optuna's get_trials would load every WAITING trial through the ORM)"""
+        if self.backend is None or not any(s.gpu for s in self.slots.slots):
             return False
-        waiting = self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
-        return bool(waiting) and waiting[0].user_attrs.get("hpo.retry_reason") == "oom"
+        with self.storage.engine.connect() as connection:
+            row = connection.execute(text(
+                "SELECT a.value_json FROM trials t LEFT JOIN trial_user_attributes a "
+                "ON a.trial_id = t.trial_id AND a.key = 'hpo.retry_reason' "
+                "WHERE t.study_id = :s AND t.state = 'WAITING' ORDER BY t.trial_id LIMIT 1"),
+                {"s": self.study._study_id}).first()
+        return row is not None and row[0] == '"oom"'
+
+    def _write_attrs(self, trial: optuna.Trial, attrs: dict[str, Any]) -> None:
+        """Set several user attrs of a RUNNING trial in one transaction.
+
+        Optuna's set_user_attr costs one transaction (about 5 ms through its ORM) per key;
+        a trial gets about 15 keys, and this loop is the one writer for all slots. Rows are
+        written exactly as Optuna writes them (key, JSON value), and only while the trial is
+        RUNNING, as Optuna requires.
+        """
+        if not attrs:
+            return
+        table = _user_attrs_table
+        with self.storage.engine.begin() as connection:
+            state = connection.execute(text("SELECT state FROM trials WHERE trial_id = :t"),
+                                       {"t": trial._trial_id}).scalar()
+            if str(state).split(".")[-1] != "RUNNING":
+                raise optuna.exceptions.UpdateFinishedTrialError(
+                    f"trial {trial.number} is {state}; its attrs cannot change")
+            connection.execute(table.delete().where(table.c.trial_id == trial._trial_id,
+                                                    table.c.key.in_(list(attrs))))
+            connection.execute(table.insert(), [
+                {"trial_id": trial._trial_id, "key": key, "value_json": json.dumps(value)}
+                for key, value in attrs.items()])
+
 
     def _free_memory(self) -> dict[int, float] | None:
         """Free MiB per GPU, for placing a retry of a trial that ran out of memory."""
@@ -313,7 +355,7 @@ class Orchestrator:
             "HPO_GPU_INDEX": str(slot.gpu.index) if slot.gpu else "",
             "HPO_GPU_UUID": slot.gpu.uuid if slot.gpu else "",
             "HPO_NUM_THREADS": threads,
-            "HPO_ATTEMPT": str(trial.user_attrs.get("hpo.attempt", 1)),
+            "HPO_ATTEMPT": str(self._attempt_of(trial)),
             "OMP_NUM_THREADS": threads,
             "MKL_NUM_THREADS": threads,
             "OPENBLAS_NUM_THREADS": threads,
@@ -362,7 +404,7 @@ class Orchestrator:
         self.running[slot.id] = rt
         self.slots.describe(slot, study=self.study.study_name, trial=trial.number,
                             trial_pid=worker.process.pid)
-        for key, value in {
+        self._write_attrs(trial, {
             "hpo.pid": worker.process.pid,
             "hpo.slot": slot.id,
             "hpo.gpu_index": slot.gpu.index if slot.gpu else None,
@@ -371,15 +413,14 @@ class Orchestrator:
             "hpo.num_threads": self.threads,
             "hpo.worker_mode": self.config.scheduler.worker_mode,
             "hpo.worker_trial": worker.trials,  # 1: the process was started for this trial
-        }.items():
-            trial.set_user_attr(key, value)
+        })
         if self.sampler is not None:
             self.sampler.watch(slot.id, trial._trial_id, worker.process.pid,
                                slot.gpu.index if slot.gpu else None, fresh=worker.trials == 1)
         try:
             rt.connection.send(Job(trial_number=trial.number, objective=_objective_dict(self.config),
                                    study_direction=self.config.study.direction,
-                                   attempt=int(trial.user_attrs.get("hpo.attempt", 1)),
+                                   attempt=self._attempt_of(trial),
                                    reuse=self.reuse))
         except OSError:  # it died at birth (killed from outside): classified once it is reaped
             rt.connection_open = False
@@ -453,7 +494,7 @@ class Orchestrator:
             self._answer(rt, method, args, kwargs)
         elif kind == "started":
             rt.started_at = time.monotonic()
-            rt.trial.set_user_attr("hpo.startup_s", round(rt.started_at - rt.spawned_at, 4))
+            self._write_attrs(rt.trial, {"hpo.startup_s": round(rt.started_at - rt.spawned_at, 4)})
         elif kind == "phase":
             rt.phase = message[1]
             if self.sampler is not None:
@@ -528,6 +569,16 @@ class Orchestrator:
                 continue  # another orchestrator reaped it first
             if retry:
                 self._enqueue_retry(frozen.number, frozen.params, frozen.user_attrs, "lost")
+
+    def _attempt_of(self, trial: optuna.Trial) -> int:
+        """1 for a new trial, 2 and up for a retry (read once per trial, then remembered)."""
+        if trial.number not in self._attempts:
+            with self.storage.engine.connect() as connection:  # one row, not the whole trial
+                value = connection.execute(text(
+                    "SELECT value_json FROM trial_user_attributes WHERE trial_id = :t "
+                    "AND key = 'hpo.attempt'"), {"t": trial._trial_id}).scalar()
+            self._attempts[trial.number] = int(json.loads(value)) if value else 1
+        return self._attempts[trial.number]
 
     def _retry_allowed(self, reason: str | None, attrs: dict[str, Any]) -> bool:
         attempt = int(attrs.get("hpo.attempt", 1))
@@ -612,22 +663,21 @@ class Orchestrator:
         if rt.process.poll() is not None:
             _signal_tree(rt.process.pid, signal.SIGKILL)  # leftovers in its group, if any
         trial = rt.trial
-        trial.set_user_attr("hpo.exit_code", rt.process.returncode)
         measured = self._measured_attrs(rt)
-        for key, attr in measured.items():
-            trial.set_user_attr(key, attr)
+        attrs = {"hpo.exit_code": rt.process.returncode, **measured}
         if reason is not None:
-            trial.set_user_attr("hpo.fail_reason", reason)
-            trial.set_user_attr("hpo.error", error)
-        retry = self._retry_allowed(reason, trial.user_attrs)
+            attrs.update({"hpo.fail_reason": reason, "hpo.error": error})
+        retry = self._retry_allowed(reason, {"hpo.attempt": self._attempt_of(trial)})
         if retry:
-            trial.set_user_attr("hpo.retried", True)
+            attrs["hpo.retried"] = True
+        self._write_attrs(trial, attrs)
         if state == TrialState.COMPLETE:
             self.study.tell(trial, value)
         else:
             self.study.tell(trial, state=state)
         if retry and reason is not None:
-            self._enqueue_retry(trial.number, trial.params, trial.user_attrs, reason)
+            self._enqueue_retry(trial.number, trial.params, {"hpo.attempt": self._attempt_of(trial)},
+                                reason)
         insert_summary(self.storage.engine, {
             "trial_id": trial._trial_id, "study_id": self.study._study_id, "number": trial.number,
             "state": state.name, "host": self.host,
