@@ -84,7 +84,8 @@ def render_status(report: StatusReport) -> Group:
             parts.append(Text.assemble((f"  ! {finding.code}: ", f"bold {style}"), finding.message))
             parts.append(Text(f"    -> {finding.advice}", style="dim"))
     else:
-        parts.append(Text("findings: none (GPUs busy, pruning and startup within bounds)", style="green"))
+        parts.append(Text("findings: none (no idle or underused GPU, slow start-up, early pruning, "
+                          "stale trial or parameter mismatch found)", style="green"))
     return Group(*parts)  # type: ignore[arg-type]
 
 
