@@ -269,6 +269,11 @@ class StorageConfig:
     heartbeat_interval_s: int = 10
     grace_period_s: int | None = None  # null: 3 x heartbeat_interval_s
 
+    @property
+    def grace_s(self) -> int:
+        """Seconds without a heartbeat after which a RUNNING trial is failed as lost."""
+        return self.grace_period_s or 3 * self.heartbeat_interval_s
+
     def validate(self, path: str) -> None:
         _require("://" in self.url, f"{path}.url", "expected a SQLAlchemy URL",
                  "e.g. storage.url=sqlite:///hpo.db or postgresql+psycopg://user@host/db")

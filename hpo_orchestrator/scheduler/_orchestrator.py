@@ -73,9 +73,7 @@ class Worker:
 class RunningTrial:
     trial: optuna.Trial
     slot: Slot
-    process: subprocess.Popen[bytes]
-    connection: Connection
-    log: IO[bytes]
+    worker: Worker  # the process running it (in reuse mode it outlives the trial)
     spawned_at: float  # monotonic
     spawned_epoch: float
     oom_kills_at_spawn: int | None
@@ -89,11 +87,22 @@ class RunningTrial:
     stop_reason: str | None = None  # timeout / interrupted: we stopped it
     kill_at: float | None = None  # when SIGTERM's grace runs out
     connection_open: bool = True
-    worker: Worker | None = None  # reuse mode: the process outlives the trial
 
     @property
     def number(self) -> int:
         return self.trial.number
+
+    @property
+    def process(self) -> subprocess.Popen[bytes]:
+        return self.worker.process
+
+    @property
+    def connection(self) -> Connection:
+        return self.worker.connection
+
+    @property
+    def log(self) -> IO[bytes]:
+        return self.worker.log
 
 
 @dataclass(frozen=True)
@@ -283,7 +292,7 @@ class Orchestrator:
                     return
                 self._exhausted_at = None
                 self.storage.record_heartbeat(trial._trial_id)  # ours from the start
-                self._write_attrs(trial, {"hpo.host": self.host})
+                self._write_attrs(trial._trial_id, trial.number, {"hpo.host": self.host})
                 self._spawn(trial, slot)
             except BaseException:
                 self.slots.release(slot, keep_lease=slot.id in self.idle)
@@ -309,7 +318,7 @@ class Orchestrator:
                 {"s": self.study._study_id}).first()
         return row is not None and row[0] == '"oom"'
 
-    def _write_attrs(self, trial: optuna.Trial, attrs: dict[str, Any]) -> None:
+    def _write_attrs(self, trial_id: int, number: int, attrs: dict[str, Any]) -> None:
         """Set several user attrs of a RUNNING trial in one transaction.
 
         Optuna's set_user_attr costs one transaction (about 5 ms through its ORM) per key;
@@ -322,16 +331,15 @@ class Orchestrator:
         table = _user_attrs_table
         with self.storage.engine.begin() as connection:
             state = connection.execute(text("SELECT state FROM trials WHERE trial_id = :t"),
-                                       {"t": trial._trial_id}).scalar()
+                                       {"t": trial_id}).scalar()
             if str(state).split(".")[-1] != "RUNNING":
                 raise optuna.exceptions.UpdateFinishedTrialError(
-                    f"trial {trial.number} is {state}; its attrs cannot change")
-            connection.execute(table.delete().where(table.c.trial_id == trial._trial_id,
+                    f"trial {number} is {state}; its attrs cannot change")
+            connection.execute(table.delete().where(table.c.trial_id == trial_id,
                                                     table.c.key.in_(list(attrs))))
             connection.execute(table.insert(), [
-                {"trial_id": trial._trial_id, "key": key, "value_json": json.dumps(value)}
+                {"trial_id": trial_id, "key": key, "value_json": json.dumps(value)}
                 for key, value in attrs.items()])
-
 
     def _free_memory(self) -> dict[int, float] | None:
         """Free MiB per GPU, for placing a retry of a trial that ran out of memory."""
@@ -396,15 +404,12 @@ class Orchestrator:
             self.study.tell(trial, state=TrialState.FAIL)
             raise
         worker.trials += 1
-        rt = RunningTrial(trial=trial, slot=slot, process=worker.process,
-                          connection=worker.connection, log=worker.log,
-                          spawned_at=time.monotonic(), spawned_epoch=time.time(),
-                          oom_kills_at_spawn=_cgroup_oom_kills(),
-                          worker=worker if self.reuse else None)
+        rt = RunningTrial(trial=trial, slot=slot, worker=worker, spawned_at=time.monotonic(),
+                          spawned_epoch=time.time(), oom_kills_at_spawn=_cgroup_oom_kills())
         self.running[slot.id] = rt
         self.slots.describe(slot, study=self.study.study_name, trial=trial.number,
                             trial_pid=worker.process.pid)
-        self._write_attrs(trial, {
+        self._write_attrs(trial._trial_id, trial.number, {
             "hpo.pid": worker.process.pid,
             "hpo.slot": slot.id,
             "hpo.gpu_index": slot.gpu.index if slot.gpu else None,
@@ -471,7 +476,7 @@ class Orchestrator:
             if rt.process.poll() is not None:
                 self._drain(rt)
                 self._finish(rt)
-            elif rt.worker is not None and rt.outcome is not None:
+            elif self.reuse and rt.outcome is not None:
                 self._finish(rt)  # reuse mode: the result is in, the process lives on
         self.reporter.tick(list(self.running.values()))
 
@@ -494,7 +499,8 @@ class Orchestrator:
             self._answer(rt, method, args, kwargs)
         elif kind == "started":
             rt.started_at = time.monotonic()
-            self._write_attrs(rt.trial, {"hpo.startup_s": round(rt.started_at - rt.spawned_at, 4)})
+            self._write_attrs(rt.trial._trial_id, rt.number,
+                              {"hpo.startup_s": round(rt.started_at - rt.spawned_at, 4)})
         elif kind == "phase":
             rt.phase = message[1]
             if self.sampler is not None:
@@ -553,22 +559,23 @@ class Orchestrator:
         Mirrors optuna.storages.fail_stale_trials, but records why before the state changes.
         """
         study_id = self.study._study_id
-        stale = {*self.storage._get_stale_trial_ids(study_id), *self._orphans_here(),
-                 *self._never_beat()}
+        ours = {rt.trial._trial_id for rt in self.running.values()}
+        stale = {*self.storage._get_stale_trial_ids(study_id), *self._orphans_here(ours),
+                 *self._never_beat(ours)}
         for trial_id in sorted(stale):
             frozen = self.storage.get_trial(trial_id)
-            retry = self._retry_allowed("lost", frozen.user_attrs)
+            attempt = int(frozen.user_attrs.get("hpo.attempt", 1))
+            retry = self._retry_allowed("lost", attempt)
+            attrs = {"hpo.fail_reason": "lost",
+                     "hpo.error": "its orchestrator stopped sending heartbeats"}
             try:
-                self.storage.set_trial_user_attr(trial_id, "hpo.fail_reason", "lost")
-                self.storage.set_trial_user_attr(
-                    trial_id, "hpo.error", "its orchestrator stopped sending heartbeats")
-                if retry:
-                    self.storage.set_trial_user_attr(trial_id, "hpo.retried", True)
+                self._write_attrs(trial_id, frozen.number, {**attrs, "hpo.retried": True} if retry
+                                  else attrs)
                 self.storage.set_trial_state_values(trial_id, state=TrialState.FAIL)
             except optuna.exceptions.UpdateFinishedTrialError:
                 continue  # another orchestrator reaped it first
             if retry:
-                self._enqueue_retry(frozen.number, frozen.params, frozen.user_attrs, "lost")
+                self._enqueue_retry(frozen.number, frozen.params, attempt, "lost")
 
     def _attempt_of(self, trial: optuna.Trial) -> int:
         """1 for a new trial, 2 and up for a retry (read once per trial, then remembered)."""
@@ -580,11 +587,10 @@ class Orchestrator:
             self._attempts[trial.number] = int(json.loads(value)) if value else 1
         return self._attempts[trial.number]
 
-    def _retry_allowed(self, reason: str | None, attrs: dict[str, Any]) -> bool:
-        attempt = int(attrs.get("hpo.attempt", 1))
+    def _retry_allowed(self, reason: str | None, attempt: int) -> bool:
         return reason in _RETRYABLE and attempt <= self.config.scheduler.max_retries
 
-    def _enqueue_retry(self, number: int, params: dict[str, Any], attrs: dict[str, Any],
+    def _enqueue_retry(self, number: int, params: dict[str, Any], attempt: int,
                        reason: str) -> None:
         """The same params again, as a WAITING trial that the next ask() picks first.
 
@@ -593,17 +599,16 @@ class Orchestrator:
         """
         self.study.enqueue_trial(params, user_attrs={
             "hpo.retry_of": number, "hpo.retry_reason": reason,
-            "hpo.attempt": int(attrs.get("hpo.attempt", 1)) + 1}, skip_if_exists=False)
+            "hpo.attempt": attempt + 1}, skip_if_exists=False)
 
-    def _never_beat(self) -> list[int]:
+    def _never_beat(self, ours: set[int]) -> list[int]:
         """RUNNING trials without any heartbeat, started longer than the grace period ago.
 
         An orchestrator killed between ask() and its first heartbeat leaves such a trial;
         Optuna's stale check only looks at trials that have a heartbeat row.
         """
-        grace = self.config.storage.grace_period_s or 3 * self.config.storage.heartbeat_interval_s
+        grace = self.config.storage.grace_s
         cutoff = datetime.now() - timedelta(seconds=grace)  # Optuna's datetime_start is local time
-        ours = {rt.trial._trial_id for rt in self.running.values()}
         with self.storage.engine.connect() as connection:
             rows = connection.execute(text(
                 "SELECT t.trial_id FROM trials t WHERE t.study_id = :s AND t.state = 'RUNNING' "
@@ -611,13 +616,12 @@ class Orchestrator:
                 "WHERE h.trial_id = t.trial_id)"), {"s": self.study._study_id, "cutoff": cutoff})
             return [int(tid) for (tid,) in rows if tid not in ours]
 
-    def _orphans_here(self) -> list[int]:
+    def _orphans_here(self, ours: set[int]) -> list[int]:
         """RUNNING trials started on this host by a process that no longer exists.
 
         After ``kill -9`` of an orchestrator its trials are found at once by a restart on the
         same host, instead of after the heartbeat grace period.
         """
-        ours = {rt.trial._trial_id for rt in self.running.values()}
         orphans = []
         for frozen in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
             attrs = frozen.user_attrs
@@ -667,17 +671,17 @@ class Orchestrator:
         attrs = {"hpo.exit_code": rt.process.returncode, **measured}
         if reason is not None:
             attrs.update({"hpo.fail_reason": reason, "hpo.error": error})
-        retry = self._retry_allowed(reason, {"hpo.attempt": self._attempt_of(trial)})
+        attempt = self._attempt_of(trial)
+        retry = self._retry_allowed(reason, attempt)
         if retry:
             attrs["hpo.retried"] = True
-        self._write_attrs(trial, attrs)
+        self._write_attrs(trial._trial_id, trial.number, attrs)
         if state == TrialState.COMPLETE:
             self.study.tell(trial, value)
         else:
             self.study.tell(trial, state=state)
         if retry and reason is not None:
-            self._enqueue_retry(trial.number, trial.params, {"hpo.attempt": self._attempt_of(trial)},
-                                reason)
+            self._enqueue_retry(trial.number, trial.params, attempt, reason)
         insert_summary(self.storage.engine, {
             "trial_id": trial._trial_id, "study_id": self.study._study_id, "number": trial.number,
             "state": state.name, "host": self.host,
@@ -693,12 +697,10 @@ class Orchestrator:
             "params_mismatch": json.dumps(measured["hpo.params_mismatch"])
             if "hpo.params_mismatch" in measured else None})
         del self.running[rt.slot.id]
-        if rt.worker is None:
-            rt.log.close()
-        elif self._keep_worker(rt, state):
+        if self._keep_worker(rt, state):
             self.idle[rt.slot.id] = rt.worker
-        else:
-            self._retire(rt.worker, rt.slot.id, keep_lease=True)  # after a failure, or N trials
+        else:  # fresh mode; or after a failure, or max_trials_per_worker trials
+            self._retire(rt.worker, rt.slot.id, keep_lease=True)
         self.slots.release(rt.slot, keep_lease=rt.slot.id in self.idle)
         done = FinishedTrial(number=trial.number, slot=rt.slot.label, state=state, value=value,
                              duration_s=time.monotonic() - rt.spawned_at, fail_reason=reason,
@@ -708,8 +710,7 @@ class Orchestrator:
         self._flush_telemetry(force=True)
 
     def _keep_worker(self, rt: RunningTrial, state: TrialState) -> bool:
-        assert rt.worker is not None
-        return (rt.process.poll() is None and rt.connection_open and not self._signals
+        return (self.reuse and rt.process.poll() is None and rt.connection_open and not self._signals
                 and state in (TrialState.COMPLETE, TrialState.PRUNED)
                 and rt.worker.trials < self.config.scheduler.max_trials_per_worker)
 
@@ -770,7 +771,7 @@ class Orchestrator:
         for rt in list(self.running.values()):
             self._drain(rt)
             if storage_failed:
-                rt.log.close()
+                self._retire(rt.worker, rt.slot.id, keep_lease=True)
                 self.slots.release(rt.slot)
                 del self.running[rt.slot.id]
                 continue
