@@ -13,7 +13,6 @@ import sys
 import time
 import warnings
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -106,7 +105,7 @@ def _cmd_run(args: argparse.Namespace, console: Console) -> int:
     gpus = resolve_gpus(config.scheduler.gpus, backend)
     sched = config.scheduler
     slots = SlotPool(gpus, sched.parallel, sched.trials_per_gpu,
-                     leases=LeaseDir(Path(sched.lease_dir) if sched.lease_dir else default_lease_dir()),
+                     leases=LeaseDir(default_lease_dir(sched.lease_dir)),
                      backend=backend if sched.avoid_busy_gpus else None,
                      busy=BusyRule(sched.busy_gpu_mem_mib, sched.busy_gpu_util))
     threads = threads_per_trial(config.scheduler.threads_per_trial, slots.concurrency)
@@ -128,7 +127,7 @@ def _cmd_run(args: argparse.Namespace, console: Console) -> int:
     warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used")
     with setup_lock(config.storage.url):  # other orchestrators may be creating it right now
         storage = open_rdb_storage(config.storage.url, config.storage.heartbeat_interval_s,
-                                   config.storage.grace_period_s or 3 * config.storage.heartbeat_interval_s)
+                                   config.storage.grace_s)
         study = create_or_load_study(config, storage)
         ensure_tables(storage.engine)
     console.print(f"study {study.study_name!r} in {mask_url(config.storage.url)}: "
@@ -179,7 +178,7 @@ def _cmd_gpus(args: argparse.Namespace, console: Console) -> int:
     from hpo_orchestrator.scheduler import LeaseDir, default_lease_dir
 
     backend = open_backend()
-    leases = LeaseDir(Path(args.lease_dir) if args.lease_dir else default_lease_dir())
+    leases = LeaseDir(default_lease_dir(args.lease_dir))
     rows: list[dict[str, Any]] = []
     for gpu in backend.gpus():
         sample = backend.sample(gpu.index)

@@ -20,7 +20,8 @@ from hpo_orchestrator.errors import StorageError
 if TYPE_CHECKING:  # status and telemetry read with SQLAlchemy only: keep optuna's import off them
     import optuna
 
-__all__ = ["create_engine", "lock_file", "mask_url", "open_rdb_storage", "setup_lock", "sqlite_path"]
+__all__ = ["create_engine", "file_lock", "lock_file", "mask_url", "open_rdb_storage", "setup_lock",
+           "sqlite_path"]
 
 # Keeps our PostgreSQL advisory lock keys apart from other applications' ("hp").
 ADVISORY_NAMESPACE = 0x6870
@@ -143,6 +144,17 @@ def lock_file(path: Path) -> Path:
 
 
 @contextmanager
+def file_lock(path: Path) -> Iterator[None]:
+    """An exclusive flock on ``path`` (created if missing); the kernel drops it if we die."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+@contextmanager
 def setup_lock(url: str) -> Iterator[None]:
     """Held while an orchestrator creates or upgrades the schema and the study.
 
@@ -151,12 +163,8 @@ def setup_lock(url: str) -> Iterator[None]:
     """
     path = _validated_path(url, create=True)  # a bad URL or folder is the user's error first
     if path is not None:
-        fd = os.open(lock_file(path), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+        with file_lock(lock_file(path)):
             yield
-        finally:
-            os.close(fd)
         return
     if make_url(url).get_backend_name() != "postgresql":
         yield

@@ -16,8 +16,6 @@ dies between its count and its ask leaves nothing behind.
 
 from __future__ import annotations
 
-import fcntl
-import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -26,7 +24,7 @@ from typing import TypeVar
 from sqlalchemy import text
 from sqlalchemy.engine import Connection, Engine
 
-from hpo_orchestrator.storage import ADVISORY_NAMESPACE, lock_file
+from hpo_orchestrator.storage import ADVISORY_NAMESPACE, file_lock, lock_file
 
 __all__ = ["Budget"]
 
@@ -71,12 +69,8 @@ class Budget:
     @contextmanager
     def _locked(self) -> Iterator[Connection | None]:
         if self._lock_file is not None:
-            fd = os.open(self._lock_file, os.O_RDWR | os.O_CREAT, 0o644)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX)  # released by the kernel if we die
+            with file_lock(self._lock_file):
                 yield None
-            finally:
-                os.close(fd)
         elif self.engine.dialect.name == "postgresql":
             with self.engine.connect() as connection, connection.begin():
                 connection.execute(text("SELECT pg_advisory_xact_lock(:ns, :s)"),

@@ -25,9 +25,11 @@ __all__ = ["Lease", "LeaseDir", "default_lease_dir"]
 LEASE_DIR_ENV = "HPO_ORCHESTRATOR_LEASE_DIR"
 
 
-def default_lease_dir() -> Path:
-    """Shared by every user of the host, unless $HPO_ORCHESTRATOR_LEASE_DIR says otherwise."""
-    return Path(os.environ.get(LEASE_DIR_ENV) or Path(tempfile.gettempdir()) / "hpo-orchestrator-leases")
+def default_lease_dir(configured: str | None = None) -> Path:
+    """``configured`` if given; else $HPO_ORCHESTRATOR_LEASE_DIR; else one folder in the temp
+    dir, shared by every user of the host."""
+    return Path(configured or os.environ.get(LEASE_DIR_ENV)
+                or Path(tempfile.gettempdir()) / "hpo-orchestrator-leases")
 
 
 @dataclass
