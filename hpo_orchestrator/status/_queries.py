@@ -298,20 +298,19 @@ def _collect(connection: Connection, study: str | None) -> StatusReport:
         if a.get("hpo.fail_reason"):
             reasons[str(a["hpo.fail_reason"])] += 1
 
-    starts = [r.start_s for r in rows if r.start_s is not None]
-    ends = [r.end_s or now for r in rows if r.start_s is not None]
-    hosts = {r.host for r in rows if r.host}
-    running_ids = {tid: number for tid, number, _a in uncovered_facts}
-    running = _running(connection, [r for r in uncovered if r.state == "RUNNING"], running_ids,
-                       db_now, now, config, len(hosts | {k.removeprefix("hpo.devices.")
-                                                          for k in study_attrs if k != "hpo.config"}))
+    window = _window(rows, now)
+    hosts = len(_hosts(rows, _listed_devices(study_attrs)))
+    trial_id_of = {number: tid for tid, number, _a in uncovered_facts}
+    running = _running(connection, [r for r in uncovered if r.state == "RUNNING"], trial_id_of,
+                       db_now, now, config, hosts)
     report = StatusReport(
         study=name, direction=direction,
         n_trials_target=config.get("study", {}).get("n_trials"),
         states=states, prune_rate=prune_rate, prune_steps=dict(sorted(prune_steps.items())),
-        best=_best(connection, study_id, direction), per_device=_device_use(rows, study_attrs, now),
+        best=_best(connection, study_id, direction),
+        per_device=_device_use(rows, study_attrs, now, window),
         running=running, fail_reasons=dict(sorted(reasons.items())),
-        wall_s=max(ends) - min(starts) if starts else None)
+        wall_s=None if window is None else window[2] - window[0])
     report.findings = find_all(report, StudyFacts(
         config=config, rows=rows, unverified=sorted(unverified), mismatches=sorted(mismatches),
         max_complete_step=None if max_complete_step is None else int(max_complete_step)))
@@ -334,18 +333,17 @@ def _best(connection: Connection, study_id: int, direction: str) -> dict[str, An
             "params": {p: _param_value(v, d) for p, v, d in params}}
 
 
-def _running(connection: Connection, running: list[TrialRow], trial_ids: dict[int, int],
+def _running(connection: Connection, running: list[TrialRow], trial_id_of: dict[int, int],
              db_now: datetime | None, now: float, config: dict[str, Any],
              hosts: int) -> list[dict[str, Any]]:
     """Running trials with their last step and heartbeat age (database clock vs database clock)."""
     storage = config.get("storage", {})
     grace = storage.get("grace_period_s") or 3 * (storage.get("heartbeat_interval_s") or 10)
-    id_of = {number: tid for tid, number in trial_ids.items()}
     result = []
     for row in sorted(running, key=lambda r: r.number):
         beat = _timestamp(connection.execute(text(
             "SELECT heartbeat FROM trial_heartbeats WHERE trial_id = :t"),
-            {"t": id_of.get(row.number)}).scalar())
+            {"t": trial_id_of.get(row.number)}).scalar())
         age = (db_now - beat).total_seconds() if beat is not None and db_now is not None else None
         result.append({
             "number": row.number, "device": _label(row.host, row.gpu_index, hosts), "host": row.host,
@@ -382,12 +380,30 @@ def _busy_seconds(intervals: list[tuple[float, float]], lo: float, queued_hi: fl
     return busy, queued
 
 
-def _device_use(rows: list[TrialRow], study_attrs: dict[str, Any], now: float) -> list[DeviceUse]:
-    # Each orchestrator records its host's GPUs (study attr hpo.devices.<host>), so a GPU that
-    # never got a trial still shows up.
-    listed = {key.removeprefix("hpo.devices."): devices or [] for key, devices in study_attrs.items()
-              if key.startswith("hpo.devices.")}
-    hosts = {r.host for r in rows if r.host} | set(listed)
+def _listed_devices(study_attrs: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    """host -> its GPUs, as each orchestrator recorded them (study attr hpo.devices.<host>), so
+    a GPU that never got a trial still shows up."""
+    return {key.removeprefix("hpo.devices."): devices or [] for key, devices in study_attrs.items()
+            if key.startswith("hpo.devices.")}
+
+
+def _hosts(rows: list[TrialRow], listed: dict[str, list[dict[str, Any]]]) -> set[str]:
+    return {r.host for r in rows if r.host} | set(listed)
+
+
+def _window(rows: list[TrialRow], now: float) -> tuple[float, float, float] | None:
+    """(first start, last start, last end or now): the study's wall time, and the part of it
+    in which trials were still waiting to start."""
+    starts = [r.start_s for r in rows if r.start_s is not None]
+    if not starts:
+        return None
+    return min(starts), max(starts), max(r.end_s or now for r in rows if r.start_s is not None)
+
+
+def _device_use(rows: list[TrialRow], study_attrs: dict[str, Any], now: float,
+                window: tuple[float, float, float] | None) -> list[DeviceUse]:
+    listed = _listed_devices(study_attrs)
+    hosts = _hosts(rows, listed)
     DeviceKey = tuple[str | None, int | None]
     by_device: dict[DeviceKey, list[TrialRow]] = {}
     for row in rows:
@@ -397,11 +413,9 @@ def _device_use(rows: list[TrialRow], study_attrs: dict[str, Any], now: float) -
     for key in [*((h, g["index"]) for h, devices in listed.items() for g in devices), *by_device]:
         inventory.setdefault(key, DeviceUse(_label(key[0], key[1], len(hosts)), key[0], key[1]))
 
-    starts = [r.start_s for r in rows if r.start_s is not None]
-    if not starts:
+    if window is None:
         return sorted(inventory.values(), key=lambda d: d.device)
-    study_lo, queued_hi = min(starts), max(starts)  # trials queued until the last one started
-    study_hi = max(r.end_s or now for r in rows if r.start_s is not None)
+    study_lo, queued_hi, study_hi = window
     for key, use in inventory.items():
         members = by_device.get(key, [])
         use.trials = len(members)
