@@ -6,6 +6,7 @@ import sqlite3
 import subprocess
 import sys
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +43,17 @@ def run_cli(tmp_path: Path, *args: str, env: dict[str, str] | None = None,
     proc = subprocess.run([sys.executable, "-m", "hpo_orchestrator", *args], cwd=tmp_path,
                           env=cli_env(env), capture_output=True, text=True, timeout=timeout)
     return RunResult(proc.returncode, proc.stdout, proc.stderr, tmp_path / "hpo.db")
+
+
+def max_overlap(intervals: list[tuple[datetime, datetime]]) -> int:
+    """The most intervals that overlap at any moment (an end before a start at a tie)."""
+    events = sorted([(s, 1) for s, _ in intervals] + [(e, -1) for _, e in intervals],
+                    key=lambda ev: (ev[0], ev[1]))
+    level = peak = 0
+    for _, delta in events:
+        level += delta
+        peak = max(peak, level)
+    return peak
 
 
 def trial_rows(db: Path, study: str = "hpo") -> list[dict[str, Any]]:

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import sqlalchemy
 
-from tests.conftest import cli_env, run_cli, start_cli
+from tests.conftest import cli_env, max_overlap, run_cli, start_cli
 
 pytestmark = pytest.mark.slow
 
@@ -124,16 +124,6 @@ def test_a_surviving_host_recovers_a_killed_one(tmp_path: Path, shared_url: str)
     assert len([t for t in trials if not t["attrs"].get("hpo.retried")]) == 20
 
 
-def _max_overlap(intervals: list[tuple[datetime, datetime]]) -> int:
-    events = sorted([(s, 1) for s, _ in intervals] + [(e, -1) for _, e in intervals],
-                    key=lambda ev: (ev[0], ev[1]))
-    level = peak = 0
-    for _, delta in events:
-        level += delta
-        peak = max(peak, level)
-    return peak
-
-
 def test_two_studies_on_one_host_never_share_a_gpu_slot(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'hpo.db'}"
     leases = f"scheduler.lease_dir={tmp_path / 'leases'}"
@@ -149,7 +139,7 @@ def test_two_studies_on_one_host_never_share_a_gpu_slot(tmp_path: Path) -> None:
     for gpu in (0, 1):
         # ask() happens after the lease is taken and tell() before it is dropped
         intervals = [(t["start"], t["end"]) for t in trials if t["attrs"]["hpo.gpu_index"] == gpu]
-        assert _max_overlap(intervals) == 1, gpu
+        assert max_overlap(intervals) == 1, gpu
 
 
 def test_killing_an_orchestrator_frees_its_slots(tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ import optuna
 import psutil
 import pytest
 
-from tests.conftest import run_cli, start_cli, trial_rows
+from tests.conftest import max_overlap, run_cli, start_cli, trial_rows
 
 pytestmark = pytest.mark.slow
 
@@ -67,16 +67,6 @@ def _wait_for_running(db: Path, count: int, timeout: float = 60) -> None:
         time.sleep(0.2)
 
 
-def _max_overlap(intervals: list[tuple[datetime, datetime]]) -> int:
-    events = sorted([(s, 1) for s, _ in intervals] + [(e, -1) for _, e in intervals],
-                    key=lambda ev: (ev[0], ev[1]))
-    level = peak = 0
-    for _, delta in events:
-        level += delta
-        peak = max(peak, level)
-    return peak
-
-
 def test_pinning_and_placement_on_two_fake_gpus(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     site = tmp_path / "site"
     site.mkdir()
@@ -109,8 +99,8 @@ def test_pinning_and_placement_on_two_fake_gpus(cli, tmp_path: Path) -> None:  #
         per_gpu[gpu].append((datetime.fromisoformat(row["start"]),
                              datetime.fromisoformat(row["end"])))
     assert per_gpu[0] and per_gpu[1], "both fake GPUs must be used"
-    assert max(_max_overlap(v) for v in per_gpu.values()) <= 2
-    assert _max_overlap(per_gpu[0] + per_gpu[1]) >= 3  # really in parallel
+    assert max(max_overlap(v) for v in per_gpu.values()) <= 2
+    assert max_overlap(per_gpu[0] + per_gpu[1]) >= 3  # really in parallel
 
 
 def test_lightgbm_study_prunes_and_logs_effective_params(cli) -> None:  # type: ignore[no-untyped-def]
