@@ -1,4 +1,4 @@
-"""Command line: ``hpo-orchestrator run|status|telemetry|gpus``.
+"""Command line: ``hpo-orchestrator run|status|report|tune-pruner|telemetry|gpus``.
 
 The one place that turns an HpoError into ``error: ...`` / ``hint: ...`` and an exit code
 (0 done, 1 runtime failure, 2 bad usage or configuration, 130 interrupted). Tracebacks only
@@ -13,6 +13,7 @@ import sys
 import time
 import warnings
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -58,6 +59,12 @@ def _parser() -> argparse.ArgumentParser:
     telemetry.add_argument("--study", help="study name (optional when the storage has one)")
     telemetry.add_argument("--trial", type=int, help="only this trial number")
     telemetry.add_argument("--csv", required=True, metavar="FILE", help="output file, - for stdout")
+
+    report = commands.add_parser("report", help="charts of where the study's GPU time went")
+    report.add_argument("--storage", default=DEFAULT_STORAGE, help=f"default {DEFAULT_STORAGE}")
+    report.add_argument("--study", help="study name (optional when the storage has one)")
+    report.add_argument("--out", type=Path, metavar="FILE.html", help="interactive HTML report")
+    report.add_argument("--png", type=Path, metavar="FILE.png", help="the same charts as an image")
     return parser
 
 
@@ -224,6 +231,18 @@ def _cmd_telemetry(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
+def _cmd_report(args: argparse.Namespace, console: Console) -> int:
+    from hpo_orchestrator.report import write_report
+    from hpo_orchestrator.storage import create_engine
+
+    data = write_report(create_engine(args.storage), args.study, args.out, args.png)
+    written = " and ".join(str(p) for p in (args.out, args.png) if p is not None)
+    console.print(f"wrote {written}: study {data.study!r}, {len(data.bars)} trials on "
+                  f"{len({lane.rsplit(' #', 1)[0] for lane in data.lanes})} device(s)",
+                  highlight=False)
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
@@ -234,7 +253,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = _parser().parse_args(argv)
         command = args.command
         commands = {"run": _cmd_run, "status": _cmd_status, "telemetry": _cmd_telemetry,
-                    "gpus": _cmd_gpus}
+                    "gpus": _cmd_gpus, "report": _cmd_report}
         return commands[command](args, console)
     except HpoError as exc:
         if debug:
@@ -246,7 +265,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
-        if command in ("status", "telemetry", "gpus"):  # `status --json | head`: reader left
+        if command in ("status", "telemetry", "gpus", "report"):  # `status --json | head`: reader left
             sys.stderr.close()
             return 0
         if debug:

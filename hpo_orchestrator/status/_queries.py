@@ -12,6 +12,8 @@ import json
 import statistics
 import time
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any, NamedTuple
@@ -23,7 +25,7 @@ from hpo_orchestrator.errors import ConfigError, StorageError
 from hpo_orchestrator.status._findings import Finding, find_all
 
 __all__ = ["DeviceUse", "StateStats", "StatusReport", "StudyFacts", "TrialRow", "collect_status",
-           "list_studies", "study_id_of"]
+           "list_studies", "read_errors", "study_id_of", "trial_rows"]
 
 _STATES = ("COMPLETE", "PRUNED", "FAIL", "RUNNING", "WAITING")
 # Per-trial attrs the status reads (one query for all of them).
@@ -135,23 +137,39 @@ def _timestamp(value: Any) -> datetime | None:
     return datetime.fromisoformat(str(value))
 
 
+@contextmanager
+def read_errors() -> Iterator[None]:
+    """Database errors while reading become one StorageError (the storage, not the user's
+    input); the user's own errors (a wrong study name) pass through."""
+    try:
+        yield
+    except ConfigError:
+        raise
+    except Exception as exc:  # sqlalchemy / driver errors
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise StorageError(f"cannot read the storage: {first}",
+                           "is it an Optuna database? (optuna trials --storage URL ...)") from None
+
+
 def collect_status(engine: Engine, study: str | None) -> StatusReport:
     # One row object per trial and nothing cyclic: the cycle collector would only rescan them
     # (20 % of the time on 100k trials), so it is paused while they are built.
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
-        with engine.connect() as connection:
+        with read_errors(), engine.connect() as connection:
             return _collect(connection, study)
-    except ConfigError:
-        raise
-    except Exception as exc:  # sqlalchemy / driver errors: the storage, not the user's input
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise StorageError(f"cannot read the storage: {first}",
-                           "is it an Optuna database? (optuna trials --storage URL ...)") from None
     finally:
         if gc_was_enabled:
             gc.enable()
+
+
+def trial_rows(connection: Connection, study_id: int) -> list[TrialRow]:
+    """Every trial of the study, one narrow row each (summary rows where written, Optuna's
+    tables for the rest)."""
+    has_summary = inspect(connection).has_table("hpo_trial_summary")
+    rows = _summary_rows(connection, study_id) if has_summary else []
+    return rows + _uncovered_rows(connection, study_id, has_summary, time.time())[0]
 
 
 def _state(value: Any) -> str:
@@ -176,7 +194,7 @@ def _summary_rows(connection: Connection, study_id: int) -> list[TrialRow]:
     try:
         cursor.execute(
             "SELECT number, state, host, gpu_index, start_s, end_s, startup_s, first_decision_s, "
-            "gpu_util_mean, gpu_util_compute_mean, gpu_energy_j, NULL FROM hpo_trial_summary "
+            "gpu_util_mean, gpu_util_compute_mean, gpu_energy_j, last_step FROM hpo_trial_summary "
             f"WHERE study_id = {int(study_id)}")
         make = tuple.__new__  # TrialRow._make without its per-row length check
         return [make(TrialRow, row) for row in cursor.fetchall()]

@@ -1,0 +1,203 @@
+"""What the report draws, gathered with plain SQL and shaped for charts.
+
+Both renderers (HTML with plotly, PNG with matplotlib) draw the same :class:`ReportData`, so
+what a chart shows is decided here, once. Times are seconds since the study's first trial
+started, so the timeline and the utilization chart share one axis.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import NamedTuple
+
+from sqlalchemy import inspect, text
+from sqlalchemy.engine import Connection, Engine
+
+from hpo_orchestrator.status import StatusReport, collect_status
+from hpo_orchestrator.status._queries import TrialRow, read_errors, study_id_of, trial_rows
+
+__all__ = ["Bar", "ReportData", "Series", "collect_report", "prune_histogram"]
+
+# Most points drawn per utilization line: samples are averaged into buckets beyond that.
+_MAX_POINTS = 1500
+
+
+@dataclass(frozen=True)
+class Bar:
+    """One trial on the timeline: a lane of its device, from start to end."""
+
+    lane: str
+    number: int
+    state: str
+    start: float  # seconds since the study's first start
+    end: float
+    value: float | None
+    last_step: int | None
+
+
+@dataclass(frozen=True)
+class Series:
+    """One device's utilization over time (bucket means)."""
+
+    device: str
+    t: list[float]
+    util: list[float]
+
+
+@dataclass
+class ReportData:
+    study: str
+    direction: str
+    status: StatusReport
+    started_utc: datetime | None  # the study's first trial start (t = 0 on the time axes)
+    lanes: list[str] = field(default_factory=list)  # timeline rows, top to bottom
+    bars: list[Bar] = field(default_factory=list)
+    utilization: list[Series] = field(default_factory=list)
+    utilization_kind: str = "gpu"  # gpu: SM % per GPU; cpu: summed CPU % of the trials per host
+    prune_steps: dict[int, int] = field(default_factory=dict)
+    history: list[tuple[int, float]] = field(default_factory=list)  # COMPLETE: (number, value)
+    best_so_far: list[tuple[int, float]] = field(default_factory=list)
+
+
+def collect_report(engine: Engine, study: str | None) -> ReportData:
+    status = collect_status(engine, study)
+    with read_errors(), engine.connect() as connection:
+        study_id, name = study_id_of(connection, status.study)
+        rows = trial_rows(connection, study_id)
+        values = _values(connection, study_id)
+        has_telemetry = inspect(connection).has_table("hpo_telemetry")
+        samples = _samples(connection, study_id) if has_telemetry else []
+    starts = [r.start_s for r in rows if r.start_s is not None]
+    origin = min(starts) if starts else 0.0
+    data = ReportData(study=name, direction=status.direction, status=status,
+                      started_utc=datetime.fromtimestamp(origin, tz=timezone.utc) if starts else None,
+                      prune_steps=status.prune_steps)
+    hosts = {r.host for r in rows if r.host}
+    data.lanes, data.bars = _timeline(rows, values, origin, len(hosts) > 1)
+    data.utilization_kind = "gpu" if any(s.gpu is not None for s in samples) else "cpu"
+    data.utilization = _utilization(samples, origin, data.utilization_kind, len(hosts) > 1)
+    data.history = sorted((r.number, values[r.number]) for r in rows
+                          if r.state == "COMPLETE" and values.get(r.number) is not None)
+    data.best_so_far = _best_so_far(data.history, status.direction)
+    return data
+
+
+def _values(connection: Connection, study_id: int) -> dict[int, float]:
+    return {int(number): float(value) for number, value in connection.execute(text(
+        "SELECT t.number, v.value FROM trials t JOIN trial_values v ON v.trial_id = t.trial_id "
+        "WHERE t.study_id = :s AND v.objective = 0 AND v.value IS NOT NULL"), {"s": study_id})}
+
+
+class _Sample(NamedTuple):
+    epoch: float
+    trial: int
+    gpu: int | None
+    sm_util: float | None  # the whole card's SM utilization
+    cpu_util: float | None  # the trial's process tree, % of one core
+    host: str | None
+
+
+def _samples(connection: Connection, study_id: int) -> list[_Sample]:
+    has_summary = inspect(connection).has_table("hpo_trial_summary")
+    host = "(SELECT s.host FROM hpo_trial_summary s WHERE s.trial_id = h.trial_id)" \
+        if has_summary else "NULL"
+    result = connection.execute(text(
+        f"SELECT h.ts, h.trial_id, h.gpu_index, h.sm_util, h.cpu_util, {host} FROM hpo_telemetry h "
+        "JOIN trials t ON t.trial_id = h.trial_id WHERE t.study_id = :s ORDER BY h.ts"),
+        {"s": study_id})
+    rows = []
+    for ts, trial, gpu, sm, cpu, where in result:
+        moment = ts if isinstance(ts, datetime) else datetime.fromisoformat(str(ts))
+        epoch = moment.replace(tzinfo=timezone.utc).timestamp()  # stored as naive UTC
+        rows.append(_Sample(epoch, int(trial), None if gpu is None else int(gpu), sm, cpu, where))
+    return rows
+
+
+def _device(host: str | None, gpu: int | None, several_hosts: bool) -> str:
+    device = "cpu" if gpu is None else f"gpu{gpu}"
+    return f"{host}:{device}" if several_hosts and host else device
+
+
+def _timeline(rows: list[TrialRow], values: dict[int, float], origin: float,
+              several_hosts: bool) -> tuple[list[str], list[Bar]]:
+    """Trials per device, in lanes: a trial takes the first lane of its device that is free
+    at its start, so trials sharing a GPU sit on parallel lanes and idle time shows as gaps."""
+    now = max((r.end_s or r.start_s or 0.0) for r in rows) if rows else 0.0
+    lane_ends: dict[str, list[float]] = {}
+    bars = []
+    for row in sorted((r for r in rows if r.start_s is not None), key=lambda r: r.start_s or 0.0):
+        assert row.start_s is not None
+        device = _device(row.host, row.gpu_index, several_hosts)
+        ends = lane_ends.setdefault(device, [])
+        end = row.end_s if row.end_s is not None else now
+        lane = next((i for i, busy_until in enumerate(ends) if busy_until <= row.start_s), len(ends))
+        if lane == len(ends):
+            ends.append(end)
+        else:
+            ends[lane] = end
+        bars.append(Bar(lane=f"{device} #{lane + 1}", number=row.number, state=row.state,
+                        start=row.start_s - origin, end=end - origin,
+                        value=values.get(row.number), last_step=row.last_step))
+    lanes = [f"{device} #{i + 1}" for device in sorted(lane_ends)
+             for i in range(len(lane_ends[device]))]
+    return lanes, bars
+
+
+def _utilization(samples: list[_Sample], origin: float, kind: str,
+                 several_hosts: bool) -> list[Series]:
+    """Bucket means per device, at most _MAX_POINTS buckets.
+
+    GPU: the card's SM utilization; trials sharing a card read the same card, so their
+    readings are averaged. CPU: different trials use different cores, so a bucket's value is
+    the sum over trials of each trial's mean in that bucket.
+    """
+    if not samples:
+        return []
+    width = max(1.0, (samples[-1].epoch - samples[0].epoch) / _MAX_POINTS)
+    # device -> bucket -> trial -> readings
+    buckets: dict[str, dict[int, dict[int, list[float]]]] = {}
+    for sample in samples:
+        reading = sample.sm_util if kind == "gpu" else sample.cpu_util
+        if reading is None or (kind == "gpu" and sample.gpu is None):
+            continue
+        device = _device(sample.host, sample.gpu if kind == "gpu" else None, several_hosts)
+        bucket = int((sample.epoch - origin) // width)
+        buckets.setdefault(device, {}).setdefault(bucket, {}).setdefault(
+            sample.trial, []).append(float(reading))
+    series = []
+    for device in sorted(buckets):
+        per_bucket = buckets[device]
+        t = sorted(per_bucket)
+        if kind == "gpu":
+            util = [statistics.fmean(r for readings in per_bucket[b].values() for r in readings)
+                    for b in t]
+        else:
+            util = [sum(statistics.fmean(readings) for readings in per_bucket[b].values())
+                    for b in t]
+        series.append(Series(device=device, t=[(b + 0.5) * width for b in t], util=util))
+    return series
+
+
+def _best_so_far(history: list[tuple[int, float]], direction: str) -> list[tuple[int, float]]:
+    best: float | None = None
+    result = []
+    for number, value in history:
+        if best is None or (value < best if direction == "minimize" else value > best):
+            best = value
+        result.append((number, best))
+    return result
+
+
+def prune_histogram(data: ReportData) -> tuple[list[int], list[int]]:
+    """Steps at which trials were pruned, and how many at each: every step from 0 to the
+    last step a completed trial reached, so early pruning shows as bars at the far left."""
+    if not data.prune_steps:
+        return [], []
+    full = max((b.last_step for b in data.bars if b.state == "COMPLETE" and b.last_step is not None),
+               default=0)  # how far a trial that was not pruned went: the axis shows all of it
+    steps = list(range(min(0, *data.prune_steps), max(full, *data.prune_steps) + 1))
+    counts = Counter(data.prune_steps)
+    return steps, [counts.get(s, 0) for s in steps]

@@ -1,0 +1,134 @@
+"""The report as one self-contained HTML page (plotly, as Optuna's own visualizations use).
+
+plotly.js is inlined, so the page opens on an offline GPU node and in a browser without
+network. Each chart is its own ``<div class="chart" id=...>``, which a browser test can find.
+"""
+
+from __future__ import annotations
+
+import html
+from typing import Any
+
+from hpo_orchestrator.report._data import ReportData, prune_histogram
+
+__all__ = ["STATE_COLORS", "render_html"]
+
+# Final state -> color, shared with the PNG renderer so both read alike.
+STATE_COLORS = {"COMPLETE": "#2ca02c", "PRUNED": "#ff7f0e", "FAIL": "#d62728",
+                "RUNNING": "#1f77b4", "WAITING": "#7f7f7f"}
+CHART_IDS = ("timeline", "utilization", "prune-steps", "history")
+
+
+def _layout(title: str, height: int, **extra: Any) -> dict[str, Any]:
+    return {"title": {"text": title}, "height": height, "margin": {"l": 90, "r": 30, "t": 50, "b": 50},
+            "template": "plotly_white", **extra}
+
+
+def _timeline(data: ReportData) -> Any:
+    import plotly.graph_objects as go
+
+    figure = go.Figure()
+    for state, color in STATE_COLORS.items():
+        bars = [b for b in data.bars if b.state == state]
+        if not bars:
+            continue
+        figure.add_trace(go.Bar(
+            name=state.lower(), orientation="h", y=[b.lane for b in bars],
+            base=[b.start for b in bars], x=[max(b.end - b.start, 0.01) for b in bars],
+            marker={"color": color, "line": {"color": "white", "width": 0.5}},
+            customdata=[[b.number, b.last_step, "-" if b.value is None else f"{b.value:.5g}",
+                         b.end - b.start] for b in bars],
+            hovertemplate="trial %{customdata[0]}<br>%{customdata[3]:.1f} s, last step "
+                          "%{customdata[1]}<br>value %{customdata[2]}<extra>" + state.lower()
+                          + "</extra>"))
+    figure.update_layout(**_layout(
+        "Trials per device (gaps are idle time)", max(260, 40 + 26 * len(data.lanes)),
+        barmode="overlay", xaxis_title="seconds since the first trial started",
+        yaxis={"categoryorder": "array", "categoryarray": list(reversed(data.lanes))}))
+    return figure
+
+
+def _utilization(data: ReportData) -> Any:
+    import plotly.graph_objects as go
+
+    figure = go.Figure()
+    for series in data.utilization:
+        figure.add_trace(go.Scatter(x=series.t, y=series.util, mode="lines+markers",
+                                    marker={"size": 3}, name=series.device))
+    if data.utilization_kind == "gpu":
+        title, axis = "GPU utilization over time (hpo_telemetry)", "SM utilization %"
+    else:
+        title, axis = "CPU use of the trials over time (no GPU in this study)", "% of one core"
+    if not data.utilization:
+        title += ": no samples"
+    span = max((b.end for b in data.bars), default=0.0)  # the timeline's axis, for comparison
+    figure.update_layout(**_layout(title, 320, yaxis_title=axis, xaxis={
+        "title": {"text": "seconds since the first trial started"},
+        "range": [0, span] if span else None}))
+    return figure
+
+
+def _prune_steps(data: ReportData) -> Any:
+    import plotly.graph_objects as go
+
+    steps, counts = prune_histogram(data)
+    rate = data.status.prune_rate
+    title = "Where trials were pruned" + (f" (prune rate {rate:.0%})" if rate is not None else "")
+    if not steps:
+        title += ": no pruned trial"
+    figure = go.Figure(go.Bar(x=steps, y=counts, marker={"color": STATE_COLORS["PRUNED"]},
+                              name="pruned"))
+    figure.update_layout(**_layout(title, 300, xaxis_title="step of the last report",
+                                   yaxis_title="trials", xaxis={"dtick": 1 if len(steps) <= 30 else None}))
+    return figure
+
+
+def _history(data: ReportData) -> Any:
+    import plotly.graph_objects as go
+
+    figure = go.Figure()
+    figure.add_trace(go.Scatter(x=[n for n, _ in data.history], y=[v for _, v in data.history],
+                                mode="markers", name="objective value",
+                                marker={"color": STATE_COLORS["COMPLETE"]}))
+    figure.add_trace(go.Scatter(x=[n for n, _ in data.best_so_far],
+                                y=[v for _, v in data.best_so_far], mode="lines",
+                                name="best so far", line={"color": "#d62728"}))
+    title = f"Optimization history ({data.direction})"
+    if not data.history:
+        title += ": no completed trial"
+    figure.update_layout(**_layout(title, 320, xaxis_title="trial number", yaxis_title="value"))
+    return figure
+
+
+def _summary(data: ReportData) -> str:
+    status = data.status
+    counts = ", ".join(f"{s.lower()} {v.count}" for s, v in status.states.items() if v.count)
+    started = data.started_utc.strftime("%Y-%m-%d %H:%M:%S UTC") if data.started_utc else "-"
+    wall = f"{status.wall_s:.0f} s" if status.wall_s is not None else "-"
+    devices = "".join(
+        f"<li>{html.escape(d.device)}: {d.trials} trials, busy "
+        f"{'-' if d.busy_fraction is None else f'{d.busy_fraction:.0%}'}"
+        f"{'' if d.util_mean is None else f', GPU utilization {d.util_mean:.0f}%'}</li>"
+        for d in status.per_device)
+    findings = "".join(
+        f"<li><b>{html.escape(f.code)}</b>: {html.escape(f.message)}<br>"
+        f"<i>{html.escape(f.advice)}</i></li>" for f in status.findings) or "<li>none</li>"
+    return (f"<h1>Study {html.escape(data.study)}</h1>"
+            f"<p>{counts}; first trial started {started}; wall time {wall}</p>"
+            f"<h3>Devices</h3><ul>{devices or '<li>none recorded</li>'}</ul>"
+            f"<h3>Findings</h3><ul>{findings}</ul>")
+
+
+def render_html(data: ReportData) -> str:
+    figures = dict(zip(CHART_IDS, (_timeline(data), _utilization(data), _prune_steps(data),
+                                   _history(data)), strict=True))
+    charts = []
+    for i, (chart_id, figure) in enumerate(figures.items()):
+        charts.append(f'<div class="chart" id="{chart_id}">' + figure.to_html(
+            full_html=False, include_plotlyjs=i == 0, div_id=f"{chart_id}-plot",
+            config={"displaylogo": False}) + "</div>")
+    return ("<!DOCTYPE html><html><head><meta charset='utf-8'>"
+            f"<title>hpo-orchestrator report: {html.escape(data.study)}</title>"
+            "<style>body{font-family:sans-serif;margin:24px;max-width:1200px}"
+            ".chart{margin-bottom:16px}</style></head><body>"
+            + _summary(data) + "".join(charts) + "</body></html>")
