@@ -31,6 +31,16 @@ class _Parser(argparse.ArgumentParser):
         raise ConfigError(message, f"see '{self.prog} --help'")
 
 
+def _int_list(value: str) -> list[int]:
+    try:
+        numbers = [int(v) for v in value.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected integers separated by commas, got {value!r}") from None
+    if not numbers or min(numbers) < 0:
+        raise argparse.ArgumentTypeError(f"expected integers >= 0, got {value!r}")
+    return numbers
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="hpo-orchestrator",
                      description="Optuna HPO on every GPU of this machine.")
@@ -65,6 +75,17 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument("--study", help="study name (optional when the storage has one)")
     report.add_argument("--out", type=Path, metavar="FILE.html", help="interactive HTML report")
     report.add_argument("--png", type=Path, metavar="FILE.png", help="the same charts as an image")
+
+    tune = commands.add_parser("tune-pruner", help="replay the study's curves through a grid of "
+                                                   "pruner settings and recommend one")
+    tune.add_argument("--storage", default=DEFAULT_STORAGE, help=f"default {DEFAULT_STORAGE}")
+    tune.add_argument("--study", help="study name (optional when the storage has one)")
+    tune.add_argument("--json", action="store_true", help="machine-readable output")
+    tune.add_argument("--top-k", type=int, default=5, help="best trials that must survive (default 5)")
+    tune.add_argument("--patience", type=_int_list, help="grid, e.g. 0,1,2,3,5,8")
+    tune.add_argument("--min-resource", type=_int_list, help="grid, e.g. 1,2,3,5,8,13")
+    tune.add_argument("--reduction-factor", type=_int_list, help="grid, e.g. 2,3,4")
+    tune.add_argument("--all", action="store_true", help="show every setting, not the best 15")
     return parser
 
 
@@ -243,6 +264,31 @@ def _cmd_report(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
+def _cmd_tune_pruner(args: argparse.Namespace, console: Console) -> int:
+    from hpo_orchestrator.pruning import default_grid, load_curves, recommend, tune
+    from hpo_orchestrator.pruning._render import LIMITS, render_tuning
+    from hpo_orchestrator.storage import create_engine
+
+    if args.top_k < 1:
+        raise ConfigError(f"--top-k: expected an integer >= 1, got {args.top_k}", "e.g. --top-k 5")
+    if (args.min_resource and min(args.min_resource) < 1) or (args.reduction_factor and \
+            min(args.reduction_factor) < 2):
+        raise ConfigError("--min-resource takes integers >= 1 and --reduction-factor integers >= 2",
+                          "e.g. --min-resource 1,3,5 --reduction-factor 2,3")
+    curves = load_curves(create_engine(args.storage), args.study)
+    grid = default_grid(curves.full_step, args.patience, args.min_resource, args.reduction_factor)
+    results = tune(curves, grid, args.top_k)
+    choice, reason = recommend(results)
+    if args.json:
+        print(json.dumps({"study": curves.study, "direction": curves.direction,
+                          "full_step": curves.full_step, "limits": LIMITS,
+                          "recommendation": {**choice.to_json(), "reason": reason},
+                          "results": [r.to_json() for r in results]}, indent=2))
+        return 0
+    console.print(render_tuning(curves, results, choice, reason, None if args.all else 15))
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
@@ -253,7 +299,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = _parser().parse_args(argv)
         command = args.command
         commands = {"run": _cmd_run, "status": _cmd_status, "telemetry": _cmd_telemetry,
-                    "gpus": _cmd_gpus, "report": _cmd_report}
+                    "gpus": _cmd_gpus, "report": _cmd_report, "tune-pruner": _cmd_tune_pruner}
         return commands[command](args, console)
     except HpoError as exc:
         if debug:
@@ -265,7 +311,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
-        if command in ("status", "telemetry", "gpus", "report"):  # `status --json | head`: reader left
+        # `status --json | head`: the reader left
+        if command in ("status", "telemetry", "gpus", "report", "tune-pruner"):
             sys.stderr.close()
             return 0
         if debug:

@@ -12,11 +12,15 @@ from hpo_orchestrator.storage import mask_url
 __all__ = ["build_pruner", "build_sampler", "create_or_load_study"]
 
 
-def build_pruner(config: Config) -> optuna.pruners.BasePruner:
+def build_pruner(config: Config, min_resource: int | None = None) -> optuna.pruners.BasePruner:
+    """The configured pruner. With ``pruner.min_resource=auto`` the orchestrator passes the
+    value it chose (hpo_orchestrator.pruning._auto); before it has one, nothing is pruned."""
     cfg = config.pruner
     if cfg.name == "patient_hyperband":
+        if cfg.min_resource == "auto" and min_resource is None:
+            return optuna.pruners.NopPruner()
         hyperband = optuna.pruners.HyperbandPruner(
-            min_resource=cfg.min_resource, max_resource=cfg.max_resource,
+            min_resource=min_resource or cfg.min_resource, max_resource=cfg.max_resource,
             reduction_factor=cfg.reduction_factor)
         return optuna.pruners.PatientPruner(hyperband, patience=cfg.patience,
                                             min_delta=cfg.min_delta)

@@ -137,9 +137,12 @@ class PatientHyperbandPrunerConfig:
     name: str = "patient_hyperband"
     patience: int = 3
     min_delta: float = 0.0
-    min_resource: int = 3
+    # Steps before Hyperband's first decision; auto: chosen from measured start-up and step
+    # times so that start-up is at most startup_share of that time (re-chosen as trials finish).
+    min_resource: Any = 3
     max_resource: Any = "auto"
     reduction_factor: int = 3
+    startup_share: float = 0.25
 
     def validate(self, path: str) -> None:
         _require(isinstance(self.patience, int) and self.patience >= 0, f"{path}.patience",
@@ -147,11 +150,16 @@ class PatientHyperbandPrunerConfig:
                  "patience counts steps without improvement before pruning is allowed")
         _require(self.min_delta >= 0, f"{path}.min_delta",
                  f"expected a value >= 0, got {self.min_delta!r}")
-        _positive_int(self.min_resource, f"{path}.min_resource")
+        if self.min_resource != "auto":
+            _positive_int(self.min_resource, f"{path}.min_resource")
+        _require(isinstance(self.startup_share, (int, float)) and 0 < self.startup_share < 1,
+                 f"{path}.startup_share", f"expected a share between 0 and 1, got {self.startup_share!r}",
+                 "e.g. pruner.startup_share=0.25 (start-up at most a quarter of the time)")
         _positive_int(self.reduction_factor, f"{path}.reduction_factor", minimum=2)
         if self.max_resource != "auto":
             _positive_int(self.max_resource, f"{path}.max_resource")
-            _require(self.min_resource <= self.max_resource, f"{path}.min_resource",
+            _require(self.min_resource == "auto" or self.min_resource <= self.max_resource,
+                     f"{path}.min_resource",
                      f"min_resource ({self.min_resource}) > max_resource ({self.max_resource})",
                      "lower pruner.min_resource or raise pruner.max_resource")
 

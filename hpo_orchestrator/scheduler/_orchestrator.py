@@ -39,8 +39,10 @@ from hpo_orchestrator.config import Config
 from hpo_orchestrator.errors import RuntimeFailure
 from hpo_orchestrator.gpu import GpuBackend
 from hpo_orchestrator.gpu._opencl import nvidia_icd_env
+from hpo_orchestrator.pruning._auto import AutoMinResource, StepTiming, fit_step_timing
 from hpo_orchestrator.scheduler._budget import Budget
 from hpo_orchestrator.scheduler._slots import Slot, SlotPool
+from hpo_orchestrator.study import build_pruner
 from hpo_orchestrator.tables import insert_samples, insert_summary
 from hpo_orchestrator.telemetry import TelemetrySampler, TrialTelemetry
 from hpo_orchestrator.worker import TRIAL_METHODS, Job, TrialOutcome
@@ -80,6 +82,7 @@ class RunningTrial:
     started_at: float | None = None
     phase: str | None = None
     last_step: int | None = None
+    reports: list[tuple[int, float]] = field(default_factory=list)  # (step, s since spawn)
     first_decision_at: float | None = None  # first should_prune answer
     params_effective: dict[str, Any] | None = None
     opencl_platform: str | None = None
@@ -219,6 +222,11 @@ class Orchestrator:
         self._last_heartbeat = 0.0
         self._last_flush = 0.0
         self._icd_env = nvidia_icd_env()
+        self._min_resource_history: list[list[int | None]] = []  # [at trial, value] per change
+        pruner = config.pruner
+        self.auto = AutoMinResource(pruner.startup_share, max_step=pruner.max_resource if isinstance(
+            pruner.max_resource, int) else None) if getattr(pruner, "min_resource", None) == "auto" \
+            else None
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -233,6 +241,7 @@ class Orchestrator:
         try:
             self._reap_stale()
             self._record_devices()
+            self._seed_min_resource()
             if self.sampler is not None:
                 self.sampler.start()
             while True:
@@ -518,6 +527,7 @@ class Orchestrator:
                 reply = ("ok", getattr(rt.trial, method)(*args, **kwargs))
                 if method == "report":
                     rt.last_step = int(args[1])
+                    rt.reports.append((rt.last_step, time.monotonic() - rt.spawned_at))
                 elif method == "should_prune" and rt.first_decision_at is None:
                     rt.first_decision_at = time.monotonic()
                 elif method == "set_user_attr" and args and args[0] == "hpo.params_effective":
@@ -682,6 +692,10 @@ class Orchestrator:
             self.study.tell(trial, state=state)
         if retry and reason is not None:
             self._enqueue_retry(trial.number, trial.params, attempt, reason)
+        if self.auto is not None and "hpo.step_s" in measured:
+            self._update_min_resource(trial.number, StepTiming(
+                measured["hpo.overhead_s"], measured["hpo.step_s"]),
+                rt.last_step if state == TrialState.COMPLETE else None)
         insert_summary(self.storage.engine, {
             "trial_id": trial._trial_id, "study_id": self.study._study_id, "number": trial.number,
             "state": state.name, "host": self.host,
@@ -724,11 +738,57 @@ class Orchestrator:
             attrs.update(telemetry.attrs(self.config.telemetry.compute_phases))
         if rt.first_decision_at is not None:
             attrs["hpo.first_decision_s"] = round(rt.first_decision_at - rt.spawned_at, 4)
+        timing = fit_step_timing(rt.reports, None if rt.started_at is None
+                                 else rt.started_at - rt.spawned_at)
+        if timing is not None:  # for pruner.min_resource=auto and tune-pruner's cost model
+            attrs["hpo.overhead_s"] = round(timing.overhead_s, 4)
+            attrs["hpo.step_s"] = round(timing.step_s, 5)
         if rt.params_effective is not None:
             mismatch = params_mismatch(rt.trial.params, rt.params_effective)
             if mismatch:
                 attrs["hpo.params_mismatch"] = mismatch
         return attrs
+
+    def _seed_min_resource(self) -> None:
+        """pruner.min_resource=auto on a study that already has measured trials (a restart, a
+        second host): start from their timings instead of from nothing."""
+        if self.auto is None:
+            return
+        with self.storage.engine.connect() as connection:
+            rows = connection.execute(text(
+                "SELECT t.state, a.key, a.value_json, (SELECT MAX(iv.step) FROM "
+                "trial_intermediate_values iv WHERE iv.trial_id = t.trial_id) FROM trials t "
+                "JOIN trial_user_attributes a ON a.trial_id = t.trial_id WHERE t.study_id = :s "
+                "AND a.key IN ('hpo.overhead_s', 'hpo.step_s') ORDER BY t.trial_id"),
+                {"s": self.study._study_id}).all()
+        timings: dict[tuple[str, int | None], dict[str, float]] = {}
+        for state, key, value, last_step in rows:
+            timings.setdefault((str(state), last_step), {})[key] = float(json.loads(value))
+        changed = False
+        for (state, last_step), measured in timings.items():
+            if len(measured) == 2:
+                changed |= self.auto.add(StepTiming(measured["hpo.overhead_s"], measured["hpo.step_s"]),
+                                         last_step if state.endswith("COMPLETE") else None)
+        if changed:
+            self._apply_min_resource(None)
+
+    def _update_min_resource(self, number: int, timing: StepTiming, completed_step: int | None) -> None:
+        assert self.auto is not None
+        if self.auto.add(timing, completed_step):
+            self._apply_min_resource(number)
+
+    def _apply_min_resource(self, number: int | None) -> None:
+        """Rebuild the pruner with the new value; record the value and why in the study.
+
+        Trials already running are judged by the new pruner from their next report on
+        (``trial.should_prune`` asks ``study.pruner``).
+        """
+        assert self.auto is not None and self.auto.value is not None
+        self.study.pruner = build_pruner(self.config, self.auto.value)
+        record = self.auto.record(number)
+        self._min_resource_history.append([number, self.auto.value])
+        self.study.set_user_attr("hpo.pruner.min_resource_auto",
+                                 {**record, "history": self._min_resource_history[-50:]})
 
     def _record_devices(self) -> None:
         """This host's devices as a study attr, so status can name a GPU that never got work."""

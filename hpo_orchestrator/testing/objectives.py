@@ -172,3 +172,55 @@ def reports10(trial: Any) -> float:
     for step in range(1, 11):
         trial.report(x / step, step)
     return x
+
+
+# --- benchmark 4: one fixed GPU workload of LightGBM and torch trials -------------------------
+
+# Every trial of a kind runs with these values, whichever contender runs it, so the contenders
+# do the same work; only "kind" is a real parameter (enqueued by scripts/bench_gpu.py).
+GPU_MIX_PARAMS = {
+    "lightgbm": {"num_leaves": 63, "max_depth": 8, "learning_rate": 0.05, "min_child_samples": 20,
+                 "feature_fraction": 0.8, "bagging_fraction": 0.8, "lambda_l1": 1e-3,
+                 "lambda_l2": 1e-3},
+    "torch": {"batch_size": 1024, "width": 512, "depth": 3, "dropout": 0.1, "lr": 1e-3,
+              "weight_decay": 1e-5},
+}
+_gpu_mix_objectives: dict[str, Any] = {}
+
+
+class _Preset:
+    """A trial whose suggest_* answer from a fixed dict; everything else goes to the trial."""
+
+    def __init__(self, trial: Any, params: dict[str, Any]) -> None:
+        self._trial = trial
+        self._params = params
+
+    def _fixed(self, name: str, *_args: Any, **_kwargs: Any) -> Any:
+        return self._params[name]
+
+    suggest_int = suggest_float = suggest_categorical = _fixed
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._trial, name)
+
+
+def gpu_mix(trial: Any) -> float:
+    """LightGBM on the GPU (400k rows, 200 rounds) or an MLP in torch (200k samples, 4
+    epochs), as the enqueued ``kind`` says; objects are built once per process."""
+    from hpo_orchestrator.config._schema import LightGBMObjectiveConfig, TorchMLPObjectiveConfig
+    from hpo_orchestrator.objectives.lightgbm import LightGBMObjective
+    from hpo_orchestrator.objectives.torch_mlp import TorchMLPObjective
+
+    kind = trial.suggest_categorical("kind", ["lightgbm", "torch"])
+    if kind not in _gpu_mix_objectives:
+        from dataclasses import asdict
+
+        scale = float(os.environ.get("HPO_GPU_MIX_SCALE", "1"))  # < 1: a quick run on a CPU
+        if kind == "lightgbm":
+            config = asdict(LightGBMObjectiveConfig(n_rows=int(400_000 * scale), num_boost_round=200))
+            _gpu_mix_objectives[kind] = LightGBMObjective(config)
+        else:
+            config = asdict(TorchMLPObjectiveConfig(n_samples=int(200_000 * scale), epochs=4,
+                                                    batch_size=1024))
+            _gpu_mix_objectives[kind] = TorchMLPObjective(config)
+    return float(_gpu_mix_objectives[kind](_Preset(trial, GPU_MIX_PARAMS[kind])))

@@ -1,0 +1,363 @@
+"""``tune-pruner``: replay a study's stored learning curves through Optuna's own pruners.
+
+For each pruner setting of a grid, a fresh in-memory study with the same name and direction
+is fed the stored trials in trial-number order: each trial reports its stored intermediate
+values one step at a time and asks ``should_prune`` after each, exactly as the objective did.
+Same study name and numbers matter: Hyperband puts a trial in a bracket by a hash of both.
+
+What a replay cannot know (the documented limits):
+- How a trial that was pruned in the real study would have gone on. When a setting lets such
+  a trial pass its last stored step, its outcome is ``unknown``: it counts as running to the
+  full length for the cost (pessimistic) and never as a best value.
+- Concurrency. The real study ran trials side by side, so a pruner saw fewer finished trials
+  at each decision than the sequential replay does. ``agreement`` says how often the replay
+  of the setting the study ran with reproduces what really happened.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import text
+from sqlalchemy.engine import Engine
+
+from hpo_orchestrator.errors import ConfigError
+from hpo_orchestrator.status._queries import read_errors, study_id_of, trial_rows
+
+KEEP_CURRENT_WITHIN = 0.05  # of the study's device time: smaller savings don't justify a change
+
+__all__ = ["PrunerSetting", "ReplayResult", "StudyCurves", "TrialCurve", "default_grid", "load_curves",
+           "recommend", "replay", "tune"]
+
+
+@dataclass(frozen=True)
+class TrialCurve:
+    """One stored trial: its learning curve and what a step of it cost."""
+
+    number: int
+    state: str  # COMPLETE, PRUNED, FAIL, ...
+    value: float | None
+    steps: tuple[tuple[int, float], ...]  # (step, intermediate value), by step
+    overhead_s: float  # start-up and anything before the steps (the intercept of time vs step)
+    step_s: float  # seconds per step unit
+
+    def cost_s(self, step: int | None) -> float:
+        """Device seconds to run this trial up to ``step`` (its start-up included)."""
+        return self.overhead_s + self.step_s * max(0, step or 0)
+
+
+@dataclass
+class StudyCurves:
+    study: str
+    direction: str
+    config: dict[str, Any]
+    curves: list[TrialCurve]
+
+    @property
+    def full_step(self) -> int:
+        """The last step a completed trial reached: how long an unpruned trial runs."""
+        return max((c.steps[-1][0] for c in self.curves if c.state == "COMPLETE" and c.steps),
+                   default=max((c.steps[-1][0] for c in self.curves if c.steps), default=0))
+
+
+@dataclass(frozen=True)
+class PrunerSetting:
+    """One point of the grid: PatientPruner(HyperbandPruner) or MedianPruner."""
+
+    kind: str  # patient_hyperband | median
+    patience: int | None = None
+    min_resource: int | None = None
+    reduction_factor: int | None = None
+    n_warmup_steps: int | None = None
+    n_startup_trials: int | None = None
+
+    def label(self) -> str:
+        if self.kind == "median":
+            return f"median(warmup={self.n_warmup_steps}, startup_trials={self.n_startup_trials})"
+        return (f"patient_hyperband(patience={self.patience}, min_resource={self.min_resource}, "
+                f"reduction_factor={self.reduction_factor})")
+
+    def short(self) -> str:
+        """For a table column: 'PH p3 m1 r3' (PatientPruner over Hyperband), 'median w3'."""
+        if self.kind == "median":
+            return f"median w{self.n_warmup_steps}"
+        return f"PH p{self.patience} m{self.min_resource} r{self.reduction_factor}"
+
+    def overrides(self) -> str:
+        """The `hpo-orchestrator run` overrides that select this setting."""
+        if self.kind == "median":
+            return (f"pruner=median pruner.n_warmup_steps={self.n_warmup_steps} "
+                    f"pruner.n_startup_trials={self.n_startup_trials}")
+        return (f"pruner=patient_hyperband pruner.patience={self.patience} "
+                f"pruner.min_resource={self.min_resource} "
+                f"pruner.reduction_factor={self.reduction_factor}")
+
+    def build(self, max_resource: Any = "auto") -> Any:
+        import optuna
+
+        if self.kind == "median":
+            return optuna.pruners.MedianPruner(n_startup_trials=self.n_startup_trials or 0,
+                                               n_warmup_steps=self.n_warmup_steps or 0)
+        hyperband = optuna.pruners.HyperbandPruner(
+            min_resource=self.min_resource or 1, max_resource=max_resource,
+            reduction_factor=self.reduction_factor or 3)
+        return optuna.pruners.PatientPruner(hyperband, patience=self.patience or 0)
+
+
+@dataclass
+class ReplayResult:
+    setting: PrunerSetting
+    current: bool  # the setting the study ran with
+    outcomes: dict[int, str]  # trial number -> complete / pruned / unknown
+    prune_steps: dict[int, int]  # trial number -> step at which the replay pruned it
+    trials: int
+    prune_rate: float
+    median_prune_step: float | None
+    steps_run: int
+    gpu_s: float
+    gpu_s_saved: float  # against the study as it ran (negative: the setting costs more)
+    startup_share: float | None  # start-up seconds over all device seconds
+    top_k: list[int]  # the study's k best completed trials
+    top_k_kept: list[int]  # ... those this setting would have let complete
+    best_value: float | None  # best value among the trials this setting completes
+    agreement: float | None = None  # share of trials where the replay matches the real study
+    unknown: int = 0  # trials pruned in reality that this setting would have let go on
+
+    def to_json(self) -> dict[str, Any]:
+        return {"setting": self.setting.label(), "kind": self.setting.kind,
+                "overrides": self.setting.overrides(), "current": self.current,
+                "trials": self.trials, "prune_rate": round(self.prune_rate, 4),
+                "median_prune_step": self.median_prune_step, "steps_run": self.steps_run,
+                "gpu_s": round(self.gpu_s, 2), "gpu_s_saved": round(self.gpu_s_saved, 2),
+                "startup_share": None if self.startup_share is None else round(self.startup_share, 4),
+                "top_k": self.top_k, "top_k_kept": self.top_k_kept, "best_value": self.best_value,
+                "agreement": None if self.agreement is None else round(self.agreement, 4),
+                "unknown": self.unknown, "prune_steps": {str(k): v for k, v in self.prune_steps.items()}}
+
+
+# --- reading the study ---------------------------------------------------------------------
+
+
+def load_curves(engine: Engine, study: str | None) -> StudyCurves:
+    """Every trial's intermediate values and timing, with plain SQL (no ORM load)."""
+    with read_errors(), engine.connect() as connection:
+        study_id, name = study_id_of(connection, study)
+        direction_row = connection.execute(text(
+            "SELECT direction FROM study_directions WHERE study_id = :s ORDER BY objective"),
+            {"s": study_id}).first()
+        direction = str(direction_row[0]).split(".")[-1].lower() if direction_row else "minimize"
+        config_json = connection.execute(text(
+            "SELECT value_json FROM study_user_attributes WHERE study_id = :s AND key = 'hpo.config'"),
+            {"s": study_id}).scalar()
+        trials = connection.execute(text(
+            "SELECT t.trial_id, t.number, t.state, v.value FROM trials t LEFT JOIN trial_values v "
+            "ON v.trial_id = t.trial_id AND v.objective = 0 WHERE t.study_id = :s ORDER BY t.number"),
+            {"s": study_id}).all()
+        steps: dict[int, list[tuple[int, float]]] = {}
+        for trial_id, step, value in connection.execute(text(
+                "SELECT iv.trial_id, iv.step, iv.intermediate_value FROM trial_intermediate_values iv "
+                "JOIN trials t ON t.trial_id = iv.trial_id WHERE t.study_id = :s "
+                "ORDER BY iv.trial_id, iv.step"), {"s": study_id}):
+            steps.setdefault(int(trial_id), []).append(
+                (int(step), float("nan") if value is None else float(value)))
+        measured: dict[int, dict[str, float]] = {}
+        for trial_id, key, value in connection.execute(text(
+                "SELECT a.trial_id, a.key, a.value_json FROM trial_user_attributes a JOIN trials t "
+                "ON t.trial_id = a.trial_id WHERE t.study_id = :s AND a.key IN "
+                "('hpo.step_s', 'hpo.overhead_s')"), {"s": study_id}):
+            measured.setdefault(int(trial_id), {})[key] = float(json.loads(value))
+        times = {row.number: row for row in trial_rows(connection, study_id)}
+    curves = []
+    for trial_id, number, state, value in trials:
+        curve = tuple(steps.get(int(trial_id), ()))
+        overhead, per_step = _timing(curve, measured.get(int(trial_id), {}), times.get(int(number)))
+        curves.append(TrialCurve(int(number), str(state).split(".")[-1],
+                                 None if value is None else float(value), curve, overhead, per_step))
+    return StudyCurves(name, direction, json.loads(config_json) if config_json else {}, curves)
+
+
+def _timing(curve: tuple[tuple[int, float], ...], measured: dict[str, float],
+            row: Any) -> tuple[float, float]:
+    """(overhead_s, step_s): measured by the orchestrator (hpo.overhead_s, hpo.step_s) where it
+    recorded them; else spread the trial's run time after start-up evenly over its steps."""
+    if "hpo.step_s" in measured and "hpo.overhead_s" in measured:
+        return measured["hpo.overhead_s"], measured["hpo.step_s"]
+    if row is None or row.start_s is None or row.end_s is None or not curve:
+        return 0.0, 0.0
+    startup = row.startup_s or 0.0
+    last = max(curve[-1][0], 1)
+    return startup, max(0.0, row.end_s - row.start_s - startup) / last
+
+
+# --- replaying -----------------------------------------------------------------------------
+
+
+def _better(a: float, b: float, direction: str) -> bool:
+    return a < b if direction == "minimize" else a > b
+
+
+def top_trials(curves: StudyCurves, k: int) -> list[int]:
+    """The study's k best completed trials, best first."""
+    sign = 1.0 if curves.direction == "minimize" else -1.0
+    done = [(sign * c.value, c.number) for c in curves.curves
+            if c.state == "COMPLETE" and c.value is not None]
+    return [number for _, number in sorted(done)[:k]]
+
+
+def replay(curves: StudyCurves, setting: PrunerSetting, top_k: int = 5,
+           current: bool = False) -> ReplayResult:
+    """Feed the stored curves, in trial order, to ``setting``'s pruner (see the module doc)."""
+    import optuna
+    from optuna.trial import TrialState
+
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    max_resource = curves.config.get("pruner", {}).get("max_resource", "auto")
+    study = optuna.create_study(
+        storage=optuna.storages.InMemoryStorage(), study_name=curves.study,
+        direction=curves.direction, sampler=optuna.samplers.RandomSampler(seed=0),
+        pruner=setting.build(max_resource if isinstance(max_resource, int) else "auto"))
+    outcomes: dict[int, str] = {}
+    pruned_at: dict[int, int] = {}
+    reached: dict[int, int] = {}  # the step each replayed trial ran to
+    next_number = 0
+    for curve in curves.curves:
+        while next_number < curve.number:  # a gap in the numbers (deleted trials): keep aligned
+            study.tell(study.ask(), state=TrialState.FAIL)
+            next_number += 1
+        trial = study.ask()
+        next_number += 1
+        if curve.state not in ("COMPLETE", "PRUNED"):  # failed or unfinished: values, no decision
+            for step, value in curve.steps:
+                trial.report(value, step)
+            study.tell(trial, state=TrialState.FAIL)
+            continue
+        for step, value in curve.steps:
+            trial.report(value, step)
+            if trial.should_prune():
+                pruned_at[curve.number] = step
+                break
+        if curve.number in pruned_at:
+            outcomes[curve.number] = "pruned"
+            reached[curve.number] = pruned_at[curve.number]
+            study.tell(trial, state=TrialState.PRUNED)
+        elif curve.state == "COMPLETE":
+            outcomes[curve.number] = "complete"
+            reached[curve.number] = curve.steps[-1][0] if curve.steps else 0
+            study.tell(trial, curve.value)
+        else:  # pruned for real, not by this setting: how it would go on is unknown
+            outcomes[curve.number] = "unknown"
+            reached[curve.number] = curves.full_step
+            study.tell(trial, state=TrialState.PRUNED)
+    return _score(curves, setting, outcomes, pruned_at, reached, top_k, current)
+
+
+def _score(curves: StudyCurves, setting: PrunerSetting, outcomes: dict[int, str],
+           pruned_at: dict[int, int], reached: dict[int, int], top_k: int,
+           current: bool) -> ReplayResult:
+    by_number = {c.number: c for c in curves.curves}
+    replayed = [by_number[n] for n in outcomes]
+    gpu_s = sum(by_number[n].cost_s(step) for n, step in reached.items())
+    actual = sum(c.cost_s(c.steps[-1][0] if c.steps else 0) for c in replayed)
+    startup = sum(c.overhead_s for c in replayed)
+    steps_run = sum(sum(1 for s, _ in by_number[n].steps if s <= step) if outcomes[n] != "unknown"
+                    else len(by_number[n].steps) for n, step in reached.items())
+    best: float | None = None
+    for n, outcome in outcomes.items():
+        value = by_number[n].value
+        if outcome == "complete" and value is not None and (
+                best is None or _better(value, best, curves.direction)):
+            best = value
+    top = top_trials(curves, top_k)
+    agree = sum(1 for c in replayed if (outcomes[c.number] == "complete" and c.state == "COMPLETE")
+                or (outcomes[c.number] == "pruned" and c.state == "PRUNED"
+                    and c.steps and pruned_at[c.number] == c.steps[-1][0]))
+    return ReplayResult(
+        setting=setting, current=current, outcomes=outcomes, prune_steps=pruned_at,
+        trials=len(replayed), prune_rate=len(pruned_at) / len(replayed) if replayed else 0.0,
+        median_prune_step=statistics.median(pruned_at.values()) if pruned_at else None,
+        steps_run=steps_run, gpu_s=gpu_s, gpu_s_saved=actual - gpu_s,
+        startup_share=startup / gpu_s if gpu_s > 0 else None, top_k=top,
+        top_k_kept=[n for n in top if outcomes.get(n) == "complete"], best_value=best,
+        agreement=agree / len(replayed) if replayed else None,
+        unknown=sum(1 for o in outcomes.values() if o == "unknown"))
+
+
+# --- the grid and the advice -----------------------------------------------------------------
+
+
+def current_setting(config: dict[str, Any]) -> PrunerSetting | None:
+    """The setting the study ran with (from its hpo.config), if it is one the replay knows."""
+    pruner = config.get("pruner", {})
+    if pruner.get("name") == "patient_hyperband" and isinstance(pruner.get("min_resource"), int):
+        return PrunerSetting("patient_hyperband", patience=pruner.get("patience"),
+                             min_resource=pruner["min_resource"],
+                             reduction_factor=pruner.get("reduction_factor"))
+    if pruner.get("name") == "median":
+        return PrunerSetting("median", n_warmup_steps=pruner.get("n_warmup_steps"),
+                             n_startup_trials=pruner.get("n_startup_trials"))
+    return None
+
+
+def default_grid(full_step: int, patience: list[int] | None = None,
+                 min_resource: list[int] | None = None,
+                 reduction_factor: list[int] | None = None) -> list[PrunerSetting]:
+    """PatientPruner(Hyperband) over patience x min_resource x reduction_factor, and Median
+    over warm-up steps; min_resource and warm-up stay below the full length of a trial."""
+    patience = patience or [0, 1, 2, 3, 5, 8]
+    below = [m for m in (min_resource or [1, 2, 3, 5, 8, 13]) if m < max(full_step, 2)] or [1]
+    factors = reduction_factor or [2, 3, 4]
+    grid = [PrunerSetting("patient_hyperband", patience=p, min_resource=m, reduction_factor=r)
+            for p in patience for m in below for r in factors]
+    warmups = sorted({w for w in (0, 1, 3, 5, 10, full_step // 2) if w < max(full_step, 1)})
+    grid += [PrunerSetting("median", n_warmup_steps=w, n_startup_trials=5) for w in warmups]
+    return grid
+
+
+def tune(curves: StudyCurves, grid: list[PrunerSetting], top_k: int = 5) -> list[ReplayResult]:
+    replayable = [c for c in curves.curves if c.state in ("COMPLETE", "PRUNED") and c.steps]
+    if len(replayable) < 2:
+        raise ConfigError(f"study {curves.study!r} has {len(replayable)} finished trials with "
+                          "intermediate values; a replay needs at least 2",
+                          "run more trials whose objective calls trial.report(value, step)")
+    current = current_setting(curves.config)
+    settings = list(grid) if current is None or current in grid else [current, *grid]
+    return [replay(curves, s, top_k, current=s == current) for s in settings]
+
+
+def recommend(results: list[ReplayResult]) -> tuple[ReplayResult, str]:
+    """The setting that keeps the most of the best trials (all of them, ideally) and, among
+    those, saves the most device time; ties go to the gentler setting."""
+    most_kept = max(len(r.top_k_kept) for r in results)
+    keeping = [r for r in results if len(r.top_k_kept) == most_kept]
+    choice = max(keeping, key=lambda r: (round(r.gpu_s_saved, 3), -r.prune_rate,
+                                         r.setting.patience or 0))
+    k = len(choice.top_k)
+    best_saving = choice
+    current = next((r for r in results if r.current), None)
+    # A change must be worth it: keep the setting as run unless another saves a real share more.
+    if current is not None and current in keeping and choice.gpu_s_saved - current.gpu_s_saved \
+            <= KEEP_CURRENT_WITHIN * max(choice.gpu_s + choice.gpu_s_saved, 1e-9):
+        choice = current
+    kept = "all" if most_kept == k else f"{most_kept} of"
+    top = ", ".join(f"#{n}" for n in choice.top_k)
+    if choice is current:
+        reason = (f"the setting the study ran with keeps {kept} the {k} best completed trials "
+                  f"({top}), and no setting that keeps as many saves more than "
+                  f"{KEEP_CURRENT_WITHIN:.0%} of the device time (the most: {best_saving.setting.label()}, "
+                  f"{best_saving.gpu_s_saved - current.gpu_s_saved:.0f} s more): keep it")
+    else:
+        reason = (f"keeps {kept} the {k} best completed trials ({top}) and saves the most device "
+                  f"time among those that do: {choice.gpu_s_saved:.0f} s against the study as run, "
+                  f"prune rate {choice.prune_rate:.0%}")
+        if current is not None:
+            lost = [n for n in current.top_k if n not in current.top_k_kept]
+            reason += (f"; the setting the study ran with ({current.setting.label()}) keeps "
+                       f"{len(current.top_k_kept)} of {k}"
+                       + (f", losing {', '.join(f'#{n}' for n in lost)}" if lost else "")
+                       + f", and saves {current.gpu_s_saved:.0f} s")
+    if choice.startup_share is not None:
+        reason += f"; start-up would be {choice.startup_share:.0%} of device time"
+    return choice, reason
