@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rich.console import Group
+from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
@@ -46,7 +46,7 @@ def render_tuning(curves: StudyCurves, results: list[ReplayResult], choice: Repl
             f"{len(r.top_k_kept)}/{len(r.top_k)}",
             "-" if r.best_value is None else f"{r.best_value:.5g}", str(r.unknown) if r.unknown else "",
             style=style)
-    parts: list[object] = [table, Text("PH pP mM rR: PatientPruner(patience=P) over HyperbandPruner("
+    parts: list[RenderableType] = [table, Text("PH pP mM rR: PatientPruner(patience=P) over HyperbandPruner("
                                        "min_resource=M, reduction_factor=R); median wW: MedianPruner("
                                        "n_warmup_steps=W); ?: trials with an unknown end", style="dim")]
     current = next((r for r in results if r.current), None)

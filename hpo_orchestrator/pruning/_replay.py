@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import statistics
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -214,10 +215,12 @@ def replay(curves: StudyCurves, setting: PrunerSetting, top_k: int = 5,
     from optuna.trial import TrialState
 
     optuna.logging.set_verbosity(optuna.logging.ERROR)
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)  # PatientPruner
     max_resource = curves.config.get("pruner", {}).get("max_resource", "auto")
     study = optuna.create_study(
         storage=optuna.storages.InMemoryStorage(), study_name=curves.study,
-        direction=curves.direction, sampler=optuna.samplers.RandomSampler(seed=0),
+        direction="maximize" if curves.direction == "maximize" else "minimize",
+        sampler=optuna.samplers.RandomSampler(seed=0),
         pruner=setting.build(max_resource if isinstance(max_resource, int) else "auto"))
     outcomes: dict[int, str] = {}
     pruned_at: dict[int, int] = {}

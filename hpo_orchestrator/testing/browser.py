@@ -57,11 +57,12 @@ def _colored_fraction(png: bytes, box: tuple[int, int, int, int]) -> float:
     image = Image.open(io.BytesIO(png)).convert("RGB")
     left, top, right, bottom = box
     area = image.crop((max(0, left), max(0, top), min(image.width, right), min(image.height, bottom)))
-    pixels = list(area.getdata())
-    if not pixels:
+    raw = area.tobytes()
+    if not raw:
         return 0.0
+    pixels = zip(raw[0::3], raw[1::3], raw[2::3], strict=True)
     colored = sum(1 for r, g, b in pixels if max(r, g, b) - min(r, g, b) > 40)
-    return colored / len(pixels)
+    return colored / (len(raw) // 3)
 
 
 def check_report(html: Path, chart_ids: tuple[str, ...], screenshot: Path | None = None,
@@ -103,8 +104,8 @@ def check_report(html: Path, chart_ids: tuple[str, ...], screenshot: Path | None
             traces = driver.execute_script(
                 "return arguments[0].querySelectorAll('g.trace').length;",
                 chart)
-            fraction = _colored_fraction(chart.screenshot_as_png, tuple(int(v) for v in box)) \
-                if box else 0.0
+            left, top, right, bottom = (int(v) for v in box) if box else (0, 0, 0, 0)
+            fraction = _colored_fraction(chart.screenshot_as_png, (left, top, right, bottom))
             results.append(ChartCheck(chart_id, svg=box is not None, traces=int(traces),
                                       colored_fraction=fraction))
         if screenshot is not None:  # the whole page, not only the window

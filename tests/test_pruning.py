@@ -1,0 +1,205 @@
+"""Pruner tuning: the replay against Optuna's pruners run live on the same curves, the
+recommendation, the min_resource=auto rule on fake timings, and both in a real run."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import sqlite3
+import warnings
+from pathlib import Path
+
+import optuna
+import pytest
+
+from hpo_orchestrator.pruning import PrunerSetting, load_curves, recommend, replay, tune
+from hpo_orchestrator.pruning._auto import AutoMinResource, StepTiming, fit_step_timing, min_resource_for
+from hpo_orchestrator.storage import create_engine
+from tests.conftest import run_cli
+
+STEPS = 12
+N_TRIALS = 40
+
+
+def _curve(number: int) -> list[float]:
+    """A known learning curve per trial number: a level, a decay, and for some trials a
+    plateau then a rise (so PatientPruner has something to wait for)."""
+    rng = random.Random(number)
+    level, decay, turn = rng.uniform(0.1, 1.0), rng.uniform(0.2, 1.0), rng.randint(2, 14)
+    return [level + decay / step + (0.05 * (step - turn) if step > turn else 0.0)
+            for step in range(1, STEPS + 1)]
+
+
+def _live_study(db: Path, setting: PrunerSetting | None) -> None:
+    """Optuna itself, one trial at a time, pruning with ``setting`` (None: never)."""
+    pruner = setting.build() if setting else optuna.pruners.NopPruner()
+    study = optuna.create_study(study_name="known", storage=f"sqlite:///{db}", pruner=pruner)
+    config = {"pruner": {"name": setting.kind, "patience": setting.patience,
+                         "min_resource": setting.min_resource,
+                         "reduction_factor": setting.reduction_factor,
+                         "n_warmup_steps": setting.n_warmup_steps,
+                         "n_startup_trials": setting.n_startup_trials, "max_resource": "auto"}
+              } if setting else {"pruner": {"name": "none"}}
+    study.set_user_attr("hpo.config", config)
+
+    def objective(trial: optuna.Trial) -> float:
+        values = _curve(trial.number)
+        for step, value in enumerate(values, start=1):
+            trial.report(value, step)
+            if trial.should_prune():
+                raise optuna.TrialPruned()
+        return values[-1]
+
+    study.optimize(objective, n_trials=N_TRIALS)
+
+
+SETTINGS = [
+    PrunerSetting("patient_hyperband", patience=0, min_resource=1, reduction_factor=3),
+    PrunerSetting("patient_hyperband", patience=2, min_resource=1, reduction_factor=2),
+    PrunerSetting("patient_hyperband", patience=1, min_resource=3, reduction_factor=3),
+    PrunerSetting("median", n_warmup_steps=2, n_startup_trials=5),
+]
+
+
+def _live_outcomes(db: Path) -> dict[int, tuple[str, int]]:
+    with sqlite3.connect(db) as con:
+        return {n: (s, step) for n, s, step in con.execute(
+            "SELECT t.number, t.state, MAX(iv.step) FROM trials t JOIN trial_intermediate_values iv "
+            "USING (trial_id) GROUP BY t.trial_id")}
+
+
+@pytest.fixture(autouse=True)
+def _quiet() -> None:
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+
+
+@pytest.mark.parametrize("setting", SETTINGS, ids=lambda s: s.short())
+def test_replay_of_full_curves_decides_as_optuna_live(tmp_path: Path, setting: PrunerSetting) -> None:
+    """A study that ran without pruning holds the whole curves; replaying them with a setting
+    must prune exactly where Optuna's pruner, run live on the same values, pruned."""
+    full, live = tmp_path / "full.db", tmp_path / "live.db"
+    _live_study(full, None)
+    _live_study(live, setting)
+    result = replay(load_curves(create_engine(f"sqlite:///{full}"), "known"), setting)
+    expected = _live_outcomes(live)
+    assert any(state == "PRUNED" for state, _ in expected.values())  # the case is not trivial
+    for number, (state, step) in expected.items():
+        if state == "PRUNED":
+            assert result.outcomes[number] == "pruned" and result.prune_steps[number] == step, number
+        else:
+            assert result.outcomes[number] == "complete", number
+    assert result.unknown == 0
+
+
+@pytest.mark.parametrize("setting", SETTINGS, ids=lambda s: s.short())
+def test_replay_of_a_pruned_study_reproduces_it(tmp_path: Path, setting: PrunerSetting) -> None:
+    db = tmp_path / "live.db"
+    _live_study(db, setting)
+    results = tune(load_curves(create_engine(f"sqlite:///{db}"), "known"), [], top_k=3)
+    [current] = results  # the grid is empty: only the setting the study ran with
+    assert current.current and current.setting == setting
+    assert current.agreement == 1.0
+    assert current.gpu_s_saved == pytest.approx(0.0, abs=1e-9)
+
+
+def test_gentler_setting_on_a_pruned_study_has_unknown_ends(tmp_path: Path) -> None:
+    db = tmp_path / "live.db"
+    _live_study(db, SETTINGS[0])
+    curves = load_curves(create_engine(f"sqlite:///{db}"), "known")
+    never = replay(curves, PrunerSetting("median", n_warmup_steps=STEPS, n_startup_trials=N_TRIALS))
+    pruned_for_real = [c.number for c in curves.curves if c.state == "PRUNED"]
+    assert never.unknown == len(pruned_for_real) > 0
+    assert never.prune_rate == 0.0
+    assert never.gpu_s_saved <= 0  # letting trials run costs time, never saves it
+
+
+def test_recommendation_keeps_the_best_trials(tmp_path: Path) -> None:
+    db = tmp_path / "full.db"
+    _live_study(db, None)
+    curves = load_curves(create_engine(f"sqlite:///{db}"), "known")
+    results = [replay(curves, s, top_k=3) for s in SETTINGS]
+    choice, reason = recommend(results)
+    assert len(choice.top_k_kept) == max(len(r.top_k_kept) for r in results)
+    keeping = [r for r in results if len(r.top_k_kept) == len(choice.top_k_kept)]
+    assert choice.gpu_s_saved == max(r.gpu_s_saved for r in keeping)
+    assert choice.setting.label() not in reason or "keeps" in reason
+
+
+# --- min_resource=auto ---------------------------------------------------------------------
+
+
+def test_fit_step_timing_finds_overhead_and_step_time() -> None:
+    reports = [(step, 3.0 + 0.5 * step) for step in range(1, 11)]  # 3 s start, 0.5 s a step
+    timing = fit_step_timing(reports, startup_s=2.0)
+    assert timing == StepTiming(pytest.approx(3.0), pytest.approx(0.5))
+    single = fit_step_timing([(1, 4.0)], startup_s=3.0)
+    assert single == StepTiming(3.0, 1.0)
+    assert fit_step_timing([], startup_s=1.0) is None
+
+
+@pytest.mark.parametrize(("overhead", "step", "share", "max_step", "expected"), [
+    (30.0, 10.0, 0.25, None, 9),  # 30 / (30 + 10 m) <= 0.25  <=>  m >= 9
+    (30.0, 10.0, 0.5, None, 3),
+    (1.0, 10.0, 0.25, None, 1),  # cheap start: prune as early as Hyperband likes
+    (60.0, 1.0, 0.25, 20, 20),  # capped at the last step a completed trial reached
+    (5.0, 0.0, 0.25, 12, 12),  # steps cost nothing measurable: as late as possible
+])
+def test_min_resource_rule(overhead: float, step: float, share: float, max_step: int | None,
+                           expected: int) -> None:
+    chosen = min_resource_for(overhead, step, share, max_step)
+    assert chosen == expected
+    if step > 0 and chosen < (max_step or math.inf):
+        assert overhead / (overhead + step * chosen) <= share + 1e-9
+
+
+def test_auto_min_resource_follows_the_medians() -> None:
+    auto = AutoMinResource(share=0.25)
+    assert auto.add(None) is False and auto.value is None  # nothing measured: nothing pruned
+    assert auto.add(StepTiming(30.0, 10.0), completed_step=20) is True
+    assert auto.value == 9
+    assert auto.add(StepTiming(30.0, 10.0)) is False  # same medians, same value
+    auto.add(StepTiming(3.0, 10.0))
+    auto.add(StepTiming(3.0, 10.0))
+    assert auto.value == 5  # medians of 30, 30, 3, 3: 16.5 s overhead
+    auto.add(StepTiming(3.0, 10.0))  # most starts became cheap (reuse mode): prune earlier
+    assert auto.value == 1
+    record = auto.record(at_trial=4)
+    assert record["min_resource"] == 1 and record["measured_trials"] == 5
+    assert "min_resource=1" in record["reason"] and "0.25" in record["reason"]
+
+
+@pytest.mark.slow
+def test_run_with_auto_min_resource_records_choice_and_tune_pruner_reads_it(tmp_path: Path) -> None:
+    result = run_cli(tmp_path, "run", "objective=custom",
+                     "objective.target=hpo_orchestrator.testing.objectives:curves",
+                     "scheduler.parallel=2", "study.n_trials=10", "pruner.min_resource=auto",
+                     "scheduler.gpus=none")
+    assert result.code == 0, result.stderr
+    with sqlite3.connect(result.db) as con:
+        record = json.loads(con.execute(
+            "SELECT value_json FROM study_user_attributes WHERE key = 'hpo.pruner.min_resource_auto'"
+        ).fetchone()[0])
+        measured = con.execute("SELECT COUNT(*) FROM trial_user_attributes "
+                               "WHERE key IN ('hpo.step_s', 'hpo.overhead_s')").fetchone()[0]
+    assert 1 <= record["min_resource"] <= 10 and record["reason"] and record["history"]
+    assert measured == 20  # both, for every trial
+    tuned = run_cli(tmp_path, "tune-pruner", "--json", "--patience", "0,2", "--min-resource", "1,3")
+    assert tuned.code == 0, tuned.stderr
+    report = json.loads(tuned.stdout)
+    assert len(report["results"]) == 2 * 2 * 3 + len({0, 1, 3, 5})  # PH grid + median warm-ups
+    assert report["recommendation"]["reason"] and "limits" in report
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--top-k", "0"], "--top-k"),
+    (["--patience", "a,b"], "integers"),
+    (["--reduction-factor", "1"], "--reduction-factor"),
+])
+def test_tune_pruner_bad_input(tmp_path: Path, args: list[str], message: str) -> None:
+    db = tmp_path / "hpo.db"
+    _live_study(db, None)
+    result = run_cli(tmp_path, "tune-pruner", *args)
+    assert result.code == 2 and result.stderr.startswith("error: ") and message in result.stderr
+    assert "Traceback" not in result.stderr

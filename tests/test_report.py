@@ -1,0 +1,98 @@
+"""The report: its data from a real orchestrated study (fake GPUs), the HTML and PNG files,
+bad input, and the page drawn by headless Chromium."""
+
+from __future__ import annotations
+
+import itertools
+import os
+from pathlib import Path
+
+import pytest
+
+from hpo_orchestrator.report import CHART_IDS, collect_report
+from hpo_orchestrator.storage import create_engine
+from tests.conftest import RunResult, run_cli
+
+TARGET = "objective.target=hpo_orchestrator.testing.objectives:curves"
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory: pytest.TempPathFactory) -> RunResult:
+    """16 trials on 2 fake GPUs, half of them pruned by the median rule, sampled at 20 Hz."""
+    work = tmp_path_factory.mktemp("report")
+    result = run_cli(work, "run", "objective=custom", TARGET, "scheduler.parallel=2",
+                     "study.n_trials=16", "pruner=median", "pruner.n_startup_trials=2",
+                     "pruner.n_warmup_steps=1", "telemetry.interval_s=0.05", "sampler=random",
+                     "sampler.seed=1", env={"HPO_ORCHESTRATOR_FAKE_GPUS": "2"})
+    assert result.code == 0, result.stderr
+    return result
+
+
+@pytest.mark.slow
+def test_report_data_follows_the_study(study: RunResult) -> None:
+    data = collect_report(create_engine(f"sqlite:///{study.db}"), None)
+    assert len(data.bars) == 16
+    assert {lane.split(" #")[0] for lane in data.lanes} == {"gpu0", "gpu1"}
+    for lane in data.lanes:  # trials on one lane never overlap: a lane is one slot's timeline
+        bars = sorted((b for b in data.bars if b.lane == lane), key=lambda b: b.start)
+        assert all(a.end <= b.start + 1e-6 for a, b in itertools.pairwise(bars))
+    states = {b.state for b in data.bars}
+    assert states == {"COMPLETE", "PRUNED"}
+    pruned = [b for b in data.bars if b.state == "PRUNED"]
+    assert sum(data.prune_steps.values()) == len(pruned)
+    assert data.utilization_kind == "gpu"
+    assert {s.device for s in data.utilization} <= {"gpu0", "gpu1"} and data.utilization
+    assert all(0 <= u <= 100 for s in data.utilization for u in s.util)
+    completed = sorted(b.number for b in data.bars if b.state == "COMPLETE")
+    assert [n for n, _ in data.history] == completed
+    best = [v for _, v in data.best_so_far]
+    assert best == sorted(best, reverse=True)  # minimize: the best so far never gets worse
+    assert best[-1] == min(v for _, v in data.history)
+
+
+@pytest.mark.slow
+def test_report_cli_writes_html_and_png(study: RunResult, tmp_path: Path) -> None:
+    html, png = tmp_path / "r.html", tmp_path / "r.png"
+    result = run_cli(study.db.parent, "report", "--out", str(html), "--png", str(png))
+    assert result.code == 0, result.stderr
+    page = html.read_text()
+    for chart_id in CHART_IDS:
+        assert f'id="{chart_id}"' in page
+    assert len(page) > 1_000_000  # plotly.js is inlined: the page opens on an offline node
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temp file left
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--out", "report.txt"], "expected a .html file name"),
+    (["--png", "missing/r.png"], "does not exist"),
+    ([], "nothing to write"),
+])
+def test_report_bad_input_writes_nothing(tmp_path: Path, args: list[str], message: str) -> None:
+    (tmp_path / "hpo.db").touch()  # an empty file: the targets are checked before the storage
+    result = run_cli(tmp_path, "report", *args)
+    assert result.code == 2
+    assert result.stderr.startswith("error: ") and message in result.stderr
+    assert "Traceback" not in result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["hpo.db"]
+
+
+@pytest.mark.slow
+@pytest.mark.browser
+def test_report_charts_are_drawn_in_headless_chromium(study: RunResult, tmp_path: Path) -> None:
+    from hpo_orchestrator.testing.browser import browser_unavailable, check_report
+
+    reason = browser_unavailable()
+    if reason:
+        if os.environ.get("HPO_TEST_REQUIRE_BROWSER") == "1":
+            pytest.fail(reason)
+        pytest.skip(reason)
+    html = tmp_path / "r.html"
+    assert run_cli(study.db.parent, "report", "--out", str(html)).code == 0
+    checks = check_report(html, CHART_IDS, screenshot=tmp_path / "page.png")
+    assert [c.chart_id for c in checks] == list(CHART_IDS)
+    for check in checks:
+        assert check.svg, f"{check.chart_id}: plotly drew no SVG"
+        assert check.traces >= 1, f"{check.chart_id}: no trace drawn"
+        assert check.colored_fraction > 0.001, f"{check.chart_id}: its plot area is blank"
+    assert (tmp_path / "page.png").stat().st_size > 10_000
