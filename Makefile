@@ -11,7 +11,7 @@ VENV_FLAGS ?=
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: hpo install test test-gpu lint bench clean
+.PHONY: hpo install test test-gpu lint bench bench-gpu clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV_FLAGS) $(VENV)
@@ -36,6 +36,10 @@ bench: $(STAMP)
 	$(BIN)/python scripts/bench_status.py
 	$(BIN)/python scripts/bench_sampler.py
 	$(BIN)/python scripts/bench_scheduling.py
+
+# Benchmark 4 (needs NVIDIA GPUs; see docs/BENCHMARKS.md).
+bench-gpu: $(STAMP)
+	$(BIN)/python scripts/bench_gpu.py --trials 12
 
 lint: $(STAMP)
 	$(BIN)/ruff check hpo_orchestrator tests scripts

@@ -136,8 +136,9 @@ def _slow_startup(facts: StudyFacts) -> list[Finding]:
         "slow_startup", "warning",
         f"starting a trial takes {startup:.1f} s, {startup / decision:.0%} of the "
         f"{decision:.1f} s until its first pruning decision (medians of {len(pairs)} trials)",
-        f"each start buys little training before the pruner decides: raise {knob}, and cut "
-        "start-up (import and load data once, outside the per-trial path)",
+        f"each start buys little training before the pruner decides: raise {knob} or set "
+        "pruner.min_resource=auto, and cut start-up (scheduler.worker_mode=reuse, data loaded "
+        "once in objective.setup)",
         {"startup_s_median": round(startup, 3), "first_decision_s_median": round(decision, 3),
          "share": round(startup / decision, 3), "trials": len(pairs)})]
 
@@ -161,7 +162,8 @@ def _aggressive_pruning(report: StatusReport, facts: StudyFacts) -> list[Finding
         f"{report.prune_rate:.0%} of finished trials were pruned, half of them by step "
         f"{median_step:g} of {full} ({early} of {pruned} in the first {EARLY_STEP_SHARE:.0%})",
         f"most trials are stopped before they show their level, and GPU time goes to starting "
-        f"trials: raise pruner.patience and pruner.min_resource{f' (now {now})' if now else ''}",
+        f"trials: raise pruner.patience and pruner.min_resource{f' (now {now})' if now else ''}; "
+        "'hpo-orchestrator tune-pruner' replays this study's curves to find a setting",
         {"prune_rate": round(report.prune_rate, 3), "median_prune_step": median_step,
          "max_step": full, "pruned_early": early, "pruned": pruned})]
 
