@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import Boolean, Column, DateTime, Float, Index, Integer, MetaData, String, Table, Text
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Connection, Engine
 
 __all__ = ["TELEMETRY_COLUMNS", "ensure_tables", "insert_samples", "insert_summary", "summary_table",
            "telemetry_table"]
@@ -74,12 +74,11 @@ def ensure_tables(engine: Engine) -> None:
     _metadata.create_all(engine, checkfirst=True)
 
 
-def insert_summary(engine: Engine, row: dict[str, Any]) -> None:
-    with engine.begin() as connection:
-        connection.execute(summary_table.insert(), [row])
+def insert_summary(connection: Connection, row: dict[str, Any]) -> None:
+    """Within the caller's transaction (it writes the trial's other end-of-trial rows too)."""
+    connection.execute(summary_table.insert(), [row])
 
 
-def insert_samples(engine: Engine, rows: Sequence[dict[str, Any]]) -> None:
+def insert_samples(connection: Connection, rows: Sequence[dict[str, Any]]) -> None:
     if rows:
-        with engine.begin() as connection:
-            connection.execute(telemetry_table.insert(), list(rows))
+        connection.execute(telemetry_table.insert(), list(rows))

@@ -231,6 +231,9 @@ class SchedulerConfig:
     # trials one after another; replaced after a failure or max_trials_per_worker trials.
     worker_mode: str = "reuse"
     max_trials_per_worker: int = 100
+    # Trials asked ahead of a free slot, so a slot that frees up starts its next trial at once
+    # (the sampler then decides that trial before the latest results are in); 0: ask on demand.
+    prefetch: int = 1
     # A GPU that no trial of ours uses but that has this much memory in use, or this
     # utilization, is busy with someone else's work: skipped, and looked at again later.
     avoid_busy_gpus: bool = True
@@ -248,6 +251,7 @@ class SchedulerConfig:
         _require(self.worker_mode in ("fresh", "reuse"), f"{path}.worker_mode",
                  f"expected fresh or reuse, got {self.worker_mode!r}")
         _positive_int(self.max_trials_per_worker, f"{path}.max_trials_per_worker")
+        _positive_int(self.prefetch, f"{path}.prefetch", minimum=0)
         _require(self.busy_gpu_mem_mib >= 0, f"{path}.busy_gpu_mem_mib",
                  f"expected MiB >= 0, got {self.busy_gpu_mem_mib!r}")
         _require(0 <= self.busy_gpu_util <= 100, f"{path}.busy_gpu_util",

@@ -33,6 +33,7 @@ import optuna
 import psutil
 from optuna.trial import TrialState
 from sqlalchemy import Column, Integer, MetaData, String, Table, Text, text
+from sqlalchemy.engine import Connection as DbConnection
 from sqlalchemy.exc import SQLAlchemyError
 
 from hpo_orchestrator.config import Config
@@ -106,6 +107,14 @@ class RunningTrial:
     @property
     def log(self) -> IO[bytes]:
         return self.worker.log
+
+
+@dataclass(frozen=True)
+class _Asked:
+    """A trial claimed from the budget and asked, not yet given to a slot (scheduler.prefetch)."""
+
+    trial: optuna.Trial
+    oom_retry: bool  # a retry of a trial that ran out of GPU memory: placed by free memory
 
 
 @dataclass(frozen=True)
@@ -216,6 +225,8 @@ class Orchestrator:
         self.reuse = config.scheduler.worker_mode == "reuse"
         self.idle: dict[int, Worker] = {}  # slot id -> a reuse worker waiting for its next trial
         self.finished: list[FinishedTrial] = []
+        self.ready: list[_Asked] = []  # asked ahead of a free slot
+        self._stopping = False  # shutting down: nothing new is started
         self._signals = 0
         self._exhausted_at: float | None = None  # when a claim last found the budget spent
         self._attempts: dict[int, int] = {}  # trial number -> attempt (see _attempt_of)
@@ -260,7 +271,8 @@ class Orchestrator:
             if self.sampler is not None:
                 self.sampler.stop()
                 if failure is None:
-                    self._flush_telemetry(force=True)
+                    self._last_flush = 0.0
+                    self._flush_telemetry()
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
         if failure is not None:
@@ -272,6 +284,7 @@ class Orchestrator:
 
     def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
         self._signals += 1
+        self._stopping = True
         now = time.monotonic()
         for rt in self.running.values():
             if rt.stop_reason is None:
@@ -283,29 +296,58 @@ class Orchestrator:
 
     # --- launching -------------------------------------------------------------------------
 
-    def _launch_ready(self) -> None:
-        """Fill free slots: a slot first (a lease on this host), then a claim on the budget."""
-        while self.slots.has_free():
+    def _launch_ready(self, claim: bool = True) -> None:
+        """Fill free slots (a slot first: a lease on this host; then a trial: a pre-asked one,
+        or a new claim on the budget), then ask ahead for the next free slot.
+
+        ``claim=False``: only hand out trials already asked (from _finish, before its trial
+        is told: a new ask should see that result).
+        """
+        while self.slots.has_free() and not self._stopping and (claim or self.ready):
             now = time.monotonic()
-            if self._exhausted_at is not None and now - self._exhausted_at < _RECHECK_BUDGET_S:
+            if not self.ready and self._exhausted_at is not None \
+                    and now - self._exhausted_at < _RECHECK_BUDGET_S:
                 return  # spent a moment ago; a retry may appear later
-            slot = self.slots.acquire(self._free_memory() if self._next_is_oom_retry() else None)
+            oom_retry = self.ready[0].oom_retry if self.ready else self._next_is_oom_retry()
+            slot = self.slots.acquire(self._free_memory() if oom_retry else None)
             if slot is None:
                 return  # every slot is taken (here or by another orchestrator on this host)
             try:
-                trial = self.budget.claim(self.study.ask)  # retries (WAITING) are asked first
-                if trial is None:
-                    self._exhausted_at = now
+                asked = self.ready.pop(0) if self.ready else self._claim(oom_retry)
+                if asked is None:
                     self.slots.release(slot, keep_lease=slot.id in self.idle)
                     self._retire_idle()  # free their GPU memory and slots for other studies
                     return
-                self._exhausted_at = None
-                self.storage.record_heartbeat(trial._trial_id)  # ours from the start
-                self._write_attrs(trial._trial_id, trial.number, {"hpo.host": self.host})
-                self._spawn(trial, slot)
+                self._spawn(asked.trial, slot)
             except BaseException:
                 self.slots.release(slot, keep_lease=slot.id in self.idle)
                 raise
+        if claim:
+            self._prefetch()
+
+    def _claim(self, oom_retry: bool) -> _Asked | None:
+        """A new trial from the shared budget (retries, WAITING, are asked first)."""
+        trial = self.budget.claim(self.study.ask)
+        if trial is None:
+            self._exhausted_at = time.monotonic()
+            return None
+        self._exhausted_at = None
+        self.storage.record_heartbeat(trial._trial_id)  # ours from the start
+        self._attempt_of(trial)  # read now (remembered), not when its slot is waiting for it
+        return _Asked(trial, oom_retry)
+
+    def _prefetch(self) -> None:
+        """Ask ahead (scheduler.prefetch trials) while every slot is busy, so that a slot that
+        frees up gets its next trial at once instead of after Optuna's ask (10-30 ms of ORM
+        work on the one loop that serves every slot). The sampler then decides a trial before
+        the latest results are told, as with one more parallel trial."""
+        now = time.monotonic()
+        while len(self.ready) < self.config.scheduler.prefetch and not self._stopping \
+                and (self._exhausted_at is None or now - self._exhausted_at >= _RECHECK_BUDGET_S):
+            asked = self._claim(self._next_is_oom_retry())
+            if asked is None:
+                return
+            self.ready.append(asked)
 
     def _study_done(self) -> bool:
         """Budget spent and no trial RUNNING anywhere: trials of a dead orchestrator are
@@ -327,7 +369,8 @@ class Orchestrator:
                 {"s": self.study._study_id}).first()
         return row is not None and row[0] == '"oom"'
 
-    def _write_attrs(self, trial_id: int, number: int, attrs: dict[str, Any]) -> None:
+    def _write_attrs(self, trial_id: int, number: int, attrs: dict[str, Any],
+                     started: datetime | None = None) -> None:
         """Set several user attrs of a RUNNING trial in one transaction.
 
         Optuna's set_user_attr costs one transaction (about 5 ms through its ORM) per key;
@@ -349,6 +392,9 @@ class Orchestrator:
             connection.execute(table.insert(), [
                 {"trial_id": trial_id, "key": key, "value_json": json.dumps(value)}
                 for key, value in attrs.items()])
+            if started is not None:  # asked ahead: it started running now, not at its ask
+                connection.execute(text("UPDATE trials SET datetime_start = :d WHERE trial_id = :t"),
+                                   {"d": started, "t": trial_id})
 
     def _free_memory(self) -> dict[int, float] | None:
         """Free MiB per GPU, for placing a retry of a trial that ran out of memory."""
@@ -415,10 +461,24 @@ class Orchestrator:
         worker.trials += 1
         rt = RunningTrial(trial=trial, slot=slot, worker=worker, spawned_at=time.monotonic(),
                           spawned_epoch=time.time(), oom_kills_at_spawn=_cgroup_oom_kills())
+        # Optuna's datetime_start is local time and was set at ask(); a trial asked ahead
+        # (scheduler.prefetch) waited since, so its start is moved to now.
+        started = datetime.fromtimestamp(rt.spawned_epoch)
         self.running[slot.id] = rt
         self.slots.describe(slot, study=self.study.study_name, trial=trial.number,
                             trial_pid=worker.process.pid)
+        if self.sampler is not None:
+            self.sampler.watch(slot.id, trial._trial_id, worker.process.pid,
+                               slot.gpu.index if slot.gpu else None, fresh=worker.trials == 1)
+        try:  # the job first, the records after: the worker starts while we write
+            rt.connection.send(Job(trial_number=trial.number, objective=_objective_dict(self.config),
+                                   study_direction=self.config.study.direction,
+                                   attempt=self._attempt_of(trial),
+                                   reuse=self.reuse))
+        except OSError:  # it died at birth (killed from outside): classified once it is reaped
+            rt.connection_open = False
         self._write_attrs(trial._trial_id, trial.number, {
+            "hpo.host": self.host,
             "hpo.pid": worker.process.pid,
             "hpo.slot": slot.id,
             "hpo.gpu_index": slot.gpu.index if slot.gpu else None,
@@ -427,17 +487,7 @@ class Orchestrator:
             "hpo.num_threads": self.threads,
             "hpo.worker_mode": self.config.scheduler.worker_mode,
             "hpo.worker_trial": worker.trials,  # 1: the process was started for this trial
-        })
-        if self.sampler is not None:
-            self.sampler.watch(slot.id, trial._trial_id, worker.process.pid,
-                               slot.gpu.index if slot.gpu else None, fresh=worker.trials == 1)
-        try:
-            rt.connection.send(Job(trial_number=trial.number, objective=_objective_dict(self.config),
-                                   study_direction=self.config.study.direction,
-                                   attempt=self._attempt_of(trial),
-                                   reuse=self.reuse))
-        except OSError:  # it died at birth (killed from outside): classified once it is reaped
-            rt.connection_open = False
+        }, started=started)
         self.reporter.started(rt)
 
     def _retire_idle(self) -> None:
@@ -506,10 +556,8 @@ class Orchestrator:
         if kind == "call":
             _, method, args, kwargs = message
             self._answer(rt, method, args, kwargs)
-        elif kind == "started":
+        elif kind == "started":  # hpo.startup_s is written with the trial's other results
             rt.started_at = time.monotonic()
-            self._write_attrs(rt.trial._trial_id, rt.number,
-                              {"hpo.startup_s": round(rt.started_at - rt.spawned_at, 4)})
         elif kind == "phase":
             rt.phase = message[1]
             if self.sampler is not None:
@@ -559,8 +607,8 @@ class Orchestrator:
         if now - self._last_heartbeat < self.config.storage.heartbeat_interval_s:
             return
         self._last_heartbeat = now
-        for rt in self.running.values():
-            self.storage.record_heartbeat(rt.trial._trial_id)
+        for trial_id in self._own_trial_ids():
+            self.storage.record_heartbeat(trial_id)
         self._reap_stale()
 
     def _reap_stale(self) -> None:
@@ -569,7 +617,7 @@ class Orchestrator:
         Mirrors optuna.storages.fail_stale_trials, but records why before the state changes.
         """
         study_id = self.study._study_id
-        ours = {rt.trial._trial_id for rt in self.running.values()}
+        ours = self._own_trial_ids()
         stale = {*self.storage._get_stale_trial_ids(study_id), *self._orphans_here(ours),
                  *self._never_beat(ours)}
         for trial_id in sorted(stale):
@@ -586,6 +634,11 @@ class Orchestrator:
                 continue  # another orchestrator reaped it first
             if retry:
                 self._enqueue_retry(frozen.number, frozen.params, attempt, "lost")
+
+    def _own_trial_ids(self) -> set[int]:
+        """Trials this orchestrator holds RUNNING: on a slot, or asked ahead of one."""
+        return {rt.trial._trial_id for rt in self.running.values()} | {
+            a.trial._trial_id for a in self.ready}
 
     def _attempt_of(self, trial: optuna.Trial) -> int:
         """1 for a new trial, 2 and up for a retry (read once per trial, then remembered)."""
@@ -673,11 +726,22 @@ class Orchestrator:
         return TrialState.FAIL, None, "exception", f"exited with code {code}: {detail}"
 
     def _finish(self, rt: RunningTrial) -> None:
+        """Record a trial's end. Its slot is handed to a trial asked ahead first (the writes
+        below take 20-40 ms that the slot need not wait for)."""
         state, value, reason, error = self._classify(rt)
+        ended_at = time.time()
         if rt.process.poll() is not None:
             _signal_tree(rt.process.pid, signal.SIGKILL)  # leftovers in its group, if any
         trial = rt.trial
         measured = self._measured_attrs(rt)
+        del self.running[rt.slot.id]
+        if self._keep_worker(rt, state):
+            self.idle[rt.slot.id] = rt.worker
+        else:  # fresh mode; or after a failure, or max_trials_per_worker trials
+            self._retire(rt.worker, rt.slot.id, keep_lease=True)
+        self.slots.release(rt.slot, keep_lease=rt.slot.id in self.idle)
+        if self.ready:
+            self._launch_ready(claim=False)
         attrs = {"hpo.exit_code": rt.process.returncode, **measured}
         if reason is not None:
             attrs.update({"hpo.fail_reason": reason, "hpo.error": error})
@@ -696,11 +760,11 @@ class Orchestrator:
             self._update_min_resource(trial.number, StepTiming(
                 measured["hpo.overhead_s"], measured["hpo.step_s"]),
                 rt.last_step if state == TrialState.COMPLETE else None)
-        insert_summary(self.storage.engine, {
+        summary = {
             "trial_id": trial._trial_id, "study_id": self.study._study_id, "number": trial.number,
             "state": state.name, "host": self.host,
             "gpu_index": rt.slot.gpu.index if rt.slot.gpu else None,
-            "start_s": rt.spawned_epoch, "end_s": time.time(),
+            "start_s": rt.spawned_epoch, "end_s": ended_at,
             "startup_s": None if rt.started_at is None else rt.started_at - rt.spawned_at,
             "first_decision_s": measured.get("hpo.first_decision_s"), "last_step": rt.last_step,
             "gpu_util_mean": measured.get("hpo.gpu_util_mean"),
@@ -709,19 +773,19 @@ class Orchestrator:
             "gpu_verified": measured.get("hpo.gpu_verified"), "fail_reason": reason,
             "opencl_platform": rt.opencl_platform,
             "params_mismatch": json.dumps(measured["hpo.params_mismatch"])
-            if "hpo.params_mismatch" in measured else None})
-        del self.running[rt.slot.id]
-        if self._keep_worker(rt, state):
-            self.idle[rt.slot.id] = rt.worker
-        else:  # fresh mode; or after a failure, or max_trials_per_worker trials
-            self._retire(rt.worker, rt.slot.id, keep_lease=True)
-        self.slots.release(rt.slot, keep_lease=rt.slot.id in self.idle)
+            if "hpo.params_mismatch" in measured else None}
+        with self.storage.engine.begin() as connection:  # one transaction for the rest
+            insert_summary(connection, summary)
+            # Optuna set datetime_complete at tell(); the trial ended when its result came
+            # (its slot may already run the next trial), so the stored duration is the trial's.
+            connection.execute(text("UPDATE trials SET datetime_complete = :d WHERE trial_id = :t"),
+                               {"d": datetime.fromtimestamp(ended_at), "t": trial._trial_id})
+            self._flush_telemetry(connection)
         done = FinishedTrial(number=trial.number, slot=rt.slot.label, state=state, value=value,
                              duration_s=time.monotonic() - rt.spawned_at, fail_reason=reason,
                              error=error)
         self.finished.append(done)
         self.reporter.finished(done)
-        self._flush_telemetry(force=True)
 
     def _keep_worker(self, rt: RunningTrial, state: TrialState) -> bool:
         return (self.reuse and rt.process.poll() is None and rt.connection_open and not self._signals
@@ -736,6 +800,8 @@ class Orchestrator:
             telemetry = self.sampler.unwatch(rt.slot.id)
         if telemetry is not None:
             attrs.update(telemetry.attrs(self.config.telemetry.compute_phases))
+        if rt.started_at is not None:
+            attrs["hpo.startup_s"] = round(rt.started_at - rt.spawned_at, 4)
         if rt.first_decision_at is not None:
             attrs["hpo.first_decision_s"] = round(rt.first_decision_at - rt.spawned_at, 4)
         timing = fit_step_timing(rt.reports, None if rt.started_at is None
@@ -797,12 +863,32 @@ class Orchestrator:
             {"index": g.index, "uuid": g.uuid, "name": g.name} for g in sorted(
                 gpus.values(), key=lambda g: g.index)])
 
-    def _flush_telemetry(self, force: bool = False) -> None:
+    def _flush_telemetry(self, connection: DbConnection | None = None) -> None:
+        """Write buffered samples: within ``connection`` (a trial's end), or on their own
+        every _TELEMETRY_FLUSH_S."""
         now = time.monotonic()
-        if self.sampler is None or (not force and now - self._last_flush < _TELEMETRY_FLUSH_S):
+        if self.sampler is None or (connection is None and now - self._last_flush < _TELEMETRY_FLUSH_S):
             return
         self._last_flush = now
-        insert_samples(self.storage.engine, self.sampler.take_rows())
+        rows = self.sampler.take_rows()
+        if connection is not None:
+            insert_samples(connection, rows)
+        elif rows:
+            with self.storage.engine.begin() as fresh:
+                insert_samples(fresh, rows)
+
+    def _fail_unstarted(self) -> None:
+        """Trials asked ahead that no slot took: FAIL (interrupted), never left RUNNING."""
+        while self.ready:
+            asked = self.ready.pop(0)
+            trial = asked.trial
+            try:
+                self._write_attrs(trial._trial_id, trial.number, {
+                    "hpo.host": self.host, "hpo.fail_reason": "interrupted",
+                    "hpo.error": "stopped before a slot took it"})
+                self.study.tell(trial, state=TrialState.FAIL)
+            except optuna.exceptions.UpdateFinishedTrialError:
+                continue  # reaped by another orchestrator meanwhile
 
     def _stop_all(self, storage_failed: bool = False) -> None:
         """Leave nothing running and no trial RUNNING, whatever brought us here.
@@ -812,7 +898,10 @@ class Orchestrator:
         storage is what failed, their trials stay RUNNING there and the next run on this
         host recovers them at once (their pids are gone).
         """
+        self._stopping = True
         self._retire_idle()
+        if not storage_failed:
+            self._fail_unstarted()
         if not self.running:
             return
         grace_end = time.monotonic() + self.config.scheduler.kill_grace_s
