@@ -44,9 +44,13 @@ class GpuBusy(threading.Thread):
         super().__init__(daemon=True)
         import pynvml
 
-        pynvml.nvmlInit()
         self.nvml = pynvml
-        self.handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
+        try:
+            pynvml.nvmlInit()
+            self.handles = [pynvml.nvmlDeviceGetHandleByIndex(i)
+                            for i in range(pynvml.nvmlDeviceGetCount())]
+        except pynvml.NVMLError:  # a CPU machine: only a dry run of the script itself
+            self.handles = []
         self.samples: list[tuple[float, list[int]]] = []
         self.halt = threading.Event()
 
@@ -71,7 +75,18 @@ def _env() -> dict[str, str]:
 
     # The naive contenders get the NVIDIA OpenCL platform too (else LightGBM falls back to CPU)
     # and the "GPU slot" flag the built-in objectives read; they pin nothing.
-    return {**os.environ, **nvidia_icd_env(), "HPO_GPU_INDEX": "0", "PYTHONUNBUFFERED": "1"}
+    gpu = {"HPO_GPU_INDEX": "0"} if _gpu_count() else {}  # none: a dry run on a CPU machine
+    return {**os.environ, **nvidia_icd_env(), **gpu, "PYTHONUNBUFFERED": "1"}
+
+
+def _gpu_count() -> int:
+    import pynvml
+
+    try:
+        pynvml.nvmlInit()
+        return int(pynvml.nvmlDeviceGetCount())
+    except pynvml.NVMLError:
+        return 0
 
 
 def _run_trial(kind: str) -> tuple[float, float]:
@@ -143,15 +158,26 @@ def _round_robin_task(args: tuple[str, int, int]) -> tuple[float, float]:
     """The incident's pattern: the GPU is chosen inside the worker, after its CUDA may have
     started with an earlier task, so the assignment only holds for the first task."""
     kind, index, gpus = args
-    os.environ["CUDA_VISIBLE_DEVICES"] = str(index % gpus)
+    os.environ["CUDA_VISIBLE_DEVICES"] = str(index % max(gpus, 1))
     return _run_trial(kind)
 
 
-def process_pool(kinds: list[str], gpus: int) -> tuple[float, float, float]:
+def _watch_for_hang(folder: str | None) -> None:
+    """Pool worker initializer: with --hang-dump DIR, each worker writes its stacks there
+    if it is still running after 150 s (to see where a stuck worker waits)."""
+    if folder:
+        import faulthandler
+
+        handle = open(os.path.join(folder, f"pool-worker-{os.getpid()}.txt"), "w")
+        faulthandler.dump_traceback_later(150, repeat=False, file=handle)
+
+
+def process_pool(kinds: list[str], gpus: int, hang_dump: str | None = None) -> tuple[float, float, float]:
     os.environ.update(_env())
     start = time.time()
     # spawn: this process may have started CUDA already (a forked child could not use it)
-    with ProcessPoolExecutor(PAR, mp_context=multiprocessing.get_context("spawn")) as pool:
+    with ProcessPoolExecutor(PAR, mp_context=multiprocessing.get_context("spawn"),
+                             initializer=_watch_for_hang, initargs=(hang_dump,)) as pool:
         spans = list(pool.map(_round_robin_task, [(k, i, gpus) for i, k in enumerate(kinds)]))
     return max(e for _, e in spans) - min(s for s, _ in spans), start, time.time()
 
@@ -160,6 +186,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=16)
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--only", default="reuse,fresh,threads,pool",
+                        help="contenders to run (comma-separated)")
+    parser.add_argument("--hang-dump", help="folder for pool workers' stacks if they hang")
     args = parser.parse_args()
     kinds = workload(args.trials)
     sampler = GpuBusy()
@@ -173,20 +202,22 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         contenders = [
-            ("hpo-orchestrator, reuse mode", lambda: hpo(Path(tmp), "reuse", kinds)),
-            ("hpo-orchestrator, fresh mode", lambda: hpo(Path(tmp), "fresh", kinds)),
-            (f"Optuna n_jobs={PAR} (threads, one process)", lambda: optuna_threads(kinds)),
-            (f"process pool of {PAR}, GPUs round-robin inside the worker",
-             lambda: process_pool(kinds, gpus)),
+            ("reuse", "hpo-orchestrator, reuse mode", lambda: hpo(Path(tmp), "reuse", kinds)),
+            ("fresh", "hpo-orchestrator, fresh mode", lambda: hpo(Path(tmp), "fresh", kinds)),
+            ("threads", f"Optuna n_jobs={PAR} (threads, one process)", lambda: optuna_threads(kinds)),
+            ("pool", f"process pool of {PAR}, GPUs round-robin inside the worker",
+             lambda: process_pool(kinds, gpus, args.hang_dump)),
         ]
-        for name, run in contenders:
+        for key, name, run in contenders:
+            if key not in args.only.split(","):
+                continue
             makespan, lo, hi = run()
             busy = sampler.busy(lo, hi)
             rows.append((name, makespan, busy))
             print(f"{name}: makespan {makespan:.1f} s ({makespan / bound:.2f}x the bound), busy "
                   + ", ".join(f"gpu{i} {b:.0%}" for i, b in enumerate(busy)), flush=True)
     sampler.halt.set()
-    name = sampler.nvml.nvmlDeviceGetName(sampler.handles[0])
+    name = sampler.nvml.nvmlDeviceGetName(sampler.handles[0]) if gpus else "no GPU (dry run)"
     lines = [f"Command: `python scripts/bench_gpu.py --trials {args.trials}`; {gpus} x {name}, "
              f"{os.cpu_count()} CPUs, Python {platform.python_version()}, "
              f"{datetime.now():%Y-%m-%d}. Solo seconds per trial: "

@@ -236,6 +236,9 @@ def test_sigint_stops_gracefully(tmp_path: Path) -> None:
     rows = trial_rows(db)
     assert rows and all(r["state"] == "FAIL" for r in rows)
     assert all(r["attrs"]["hpo.fail_reason"] == "interrupted" for r in rows)
+    # scheduler.prefetch=1: a third trial was asked ahead of a free slot; it is not left RUNNING
+    assert len(rows) == 3
+    assert [r["attrs"]["hpo.error"] for r in rows].count("stopped before a slot took it") == 1
 
 
 def test_resume_finishes_exactly_n_trials_and_sql_contract(cli) -> None:  # type: ignore[no-untyped-def]

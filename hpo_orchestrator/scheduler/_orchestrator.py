@@ -683,16 +683,23 @@ class Orchestrator:
         """RUNNING trials started on this host by a process that no longer exists.
 
         After ``kill -9`` of an orchestrator its trials are found at once by a restart on the
-        same host, instead of after the heartbeat grace period.
+        same host, instead of after the heartbeat grace period. Plain SQL over the RUNNING
+        trials' two attrs: Optuna's get_trials would load every trial of the study through
+        the ORM first (11 s on a 20,000-trial study, at every heartbeat).
         """
+        with self.storage.engine.connect() as connection:
+            rows = connection.execute(text(
+                "SELECT t.trial_id, h.value_json, p.value_json FROM trials t "
+                "JOIN trial_user_attributes h ON h.trial_id = t.trial_id AND h.key = 'hpo.host' "
+                "JOIN trial_user_attributes p ON p.trial_id = t.trial_id AND p.key = 'hpo.pid' "
+                "WHERE t.study_id = :s AND t.state = 'RUNNING'"), {"s": self.study._study_id}).all()
         orphans = []
-        for frozen in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-            attrs = frozen.user_attrs
-            if frozen._trial_id in ours or attrs.get("hpo.host") != self.host:
+        for trial_id, host, pid in rows:
+            if trial_id in ours or json.loads(host) != self.host:
                 continue
-            pid = attrs.get("hpo.pid")
-            if isinstance(pid, int) and not psutil.pid_exists(pid):
-                orphans.append(frozen._trial_id)
+            number = json.loads(pid)
+            if isinstance(number, int) and not psutil.pid_exists(number):
+                orphans.append(int(trial_id))
         return orphans
 
     # --- finishing -------------------------------------------------------------------------
