@@ -58,11 +58,11 @@ def _rows_so_far(db: Path) -> list[dict]:  # type: ignore[type-arg]
 
 
 def _wait_for_running(db: Path, count: int, timeout: float = 60) -> None:
-    """Wait until ``count`` trials are RUNNING (or, with count 0, any trial exists)."""
+    """Wait until at least ``count`` trials are RUNNING (or, with count 0, any trial exists)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         rows = _rows_so_far(db)
-        if (len([r for r in rows if r["state"] == "RUNNING"]) == count) if count else rows:
+        if (len([r for r in rows if r["state"] == "RUNNING"]) >= count) if count else rows:
             return
         time.sleep(0.2)
 
