@@ -1,4 +1,4 @@
-"""The same run and status against a real PostgreSQL server.
+"""The same run, status, report and tune-pruner against a real PostgreSQL server.
 
 Set HPO_TEST_POSTGRES_URL (``.ci/run`` does, and also sets HPO_TEST_REQUIRE_POSTGRES=1 so an
 unreachable server fails CI instead of skipping).
@@ -46,3 +46,23 @@ def test_password_never_stored_or_printed(cli, postgres_url: str) -> None:  # ty
             "SELECT a.value_json FROM study_user_attributes a JOIN studies s USING (study_id) "
             "WHERE s.study_name = :n AND a.key = 'hpo.config'"), {"n": study}).scalar()
     assert stored and "s3cret-pw" not in stored and "***" in json.loads(stored)["storage"]["url"]
+
+
+def test_report_and_tune_pruner_on_postgres(cli, postgres_url: str, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    study = f"pg-{uuid.uuid4().hex[:8]}"
+    result = cli("run", "objective=custom",
+                 "objective.target=hpo_orchestrator.testing.objectives:curves",
+                 "pruner.min_resource=auto", "scheduler.parallel=2", "study.n_trials=6",
+                 f"study.name={study}", f"storage.url={postgres_url}", "telemetry.interval_s=0.05")
+    assert result.code == 0, result.stderr
+    html = tmp_path / "r.html"
+    report = cli("report", "--storage", postgres_url, "--study", study, "--out", str(html))
+    assert report.code == 0, report.stderr
+    assert "6 trials" in report.stdout and html.stat().st_size > 1_000_000
+    tuned = cli("tune-pruner", "--storage", postgres_url, "--study", study, "--json",
+                "--patience", "0,3", "--min-resource", "1", "--reduction-factor", "3")
+    assert tuned.code == 0, tuned.stderr
+    data = json.loads(tuned.stdout)
+    assert data["results"] and data["recommendation"]["reason"]
+    # the per-trial timings came through PostgreSQL's JSON attrs: a cost model, not zeros
+    assert any(r["gpu_s"] > 0 for r in data["results"])
