@@ -11,6 +11,11 @@ most ``share`` of the device time until then when
 The orchestrator feeds every finished trial's fit to :class:`AutoMinResource`, which answers
 with a new value when the medians move it, and the pruner is rebuilt with that value. Until a
 first trial has been measured nothing is pruned (there is nothing to base a value on).
+
+A new min_resource changes Hyperband's rungs and bracket count mid-study: trials judged
+before the change were judged on the old rungs. The value moves only when the medians do, so
+it settles after the first trials; each orchestrator of a study chooses its own value (the
+study attr holds the last one written).
 """
 
 from __future__ import annotations
