@@ -234,10 +234,11 @@ class Orchestrator:
         self._last_flush = 0.0
         self._icd_env = nvidia_icd_env()
         self._min_resource_history: list[list[int | None]] = []  # [at trial, value] per change
+        self.auto: AutoMinResource | None = None  # pruner.min_resource=auto
         pruner = config.pruner
-        self.auto = AutoMinResource(pruner.startup_share, max_step=pruner.max_resource if isinstance(
-            pruner.max_resource, int) else None) if getattr(pruner, "min_resource", None) == "auto" \
-            else None
+        if getattr(pruner, "min_resource", None) == "auto":
+            fixed_max = pruner.max_resource if isinstance(pruner.max_resource, int) else None
+            self.auto = AutoMinResource(pruner.startup_share, max_step=fixed_max)
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -271,8 +272,7 @@ class Orchestrator:
             if self.sampler is not None:
                 self.sampler.stop()
                 if failure is None:
-                    self._last_flush = 0.0
-                    self._flush_telemetry()
+                    self._flush_telemetry(force=True)
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
         if failure is not None:
@@ -870,11 +870,12 @@ class Orchestrator:
             {"index": g.index, "uuid": g.uuid, "name": g.name} for g in sorted(
                 gpus.values(), key=lambda g: g.index)])
 
-    def _flush_telemetry(self, connection: DbConnection | None = None) -> None:
+    def _flush_telemetry(self, connection: DbConnection | None = None, force: bool = False) -> None:
         """Write buffered samples: within ``connection`` (a trial's end), or on their own
-        every _TELEMETRY_FLUSH_S."""
+        every _TELEMETRY_FLUSH_S (now, with ``force``)."""
         now = time.monotonic()
-        if self.sampler is None or (connection is None and now - self._last_flush < _TELEMETRY_FLUSH_S):
+        due = force or connection is not None or now - self._last_flush >= _TELEMETRY_FLUSH_S
+        if self.sampler is None or not due:
             return
         self._last_flush = now
         rows = self.sampler.take_rows()
