@@ -165,8 +165,9 @@ def test_auto_min_resource_follows_the_medians() -> None:
     assert auto.value == 5  # medians of 30, 30, 3, 3: 16.5 s overhead
     auto.add(StepTiming(3.0, 10.0))  # most starts became cheap (reuse mode): prune earlier
     assert auto.value == 1
-    record = auto.record(at_trial=4)
+    record = auto.record()
     assert record["min_resource"] == 1 and record["measured_trials"] == 5
+    assert [value for _, value in record["history"]] == [9, 5, 1]
     assert "min_resource=1" in record["reason"] and "0.25" in record["reason"]
 
 
@@ -185,6 +186,17 @@ def test_run_with_auto_min_resource_records_choice_and_tune_pruner_reads_it(tmp_
                                "WHERE key IN ('hpo.step_s', 'hpo.overhead_s')").fetchone()[0]
     assert 1 <= record["min_resource"] <= 10 and record["reason"] and record["history"]
     assert measured == 20  # both, for every trial
+    # a restart starts from every stored trial's timing (the record is rewritten at each change)
+    again = run_cli(tmp_path, "run", "objective=custom",
+                    "objective.target=hpo_orchestrator.testing.objectives:curves",
+                    "scheduler.parallel=2", "study.n_trials=12", "pruner.min_resource=auto",
+                    "scheduler.gpus=none")
+    assert again.code == 0, again.stderr
+    with sqlite3.connect(result.db) as con:
+        record = json.loads(con.execute(
+            "SELECT value_json FROM study_user_attributes WHERE key = 'hpo.pruner.min_resource_auto'"
+        ).fetchone()[0])
+    assert record["measured_trials"] >= 10
     tuned = run_cli(tmp_path, "tune-pruner", "--json", "--patience", "0,2", "--min-resource", "1,3")
     assert tuned.code == 0, tuned.stderr
     report = json.loads(tuned.stdout)

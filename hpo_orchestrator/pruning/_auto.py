@@ -20,12 +20,16 @@ study attr holds the last one written).
 
 from __future__ import annotations
 
+import json
 import math
 import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["AutoMinResource", "StepTiming", "fit_step_timing", "min_resource_for"]
+from sqlalchemy import text
+from sqlalchemy.engine import Connection
+
+__all__ = ["AutoMinResource", "StepTiming", "fit_step_timing", "min_resource_for", "stored_timings"]
 
 
 @dataclass(frozen=True)
@@ -45,6 +49,18 @@ def fit_step_timing(reports: list[tuple[int, float]], startup_s: float | None) -
         return StepTiming(max(0.0, first_t - step_s * first_step), max(step_s, 0.0))
     overhead = min(startup_s or 0.0, first_t)
     return StepTiming(overhead, (first_t - overhead) / max(first_step, 1))
+
+
+def stored_timings(connection: Connection, study_id: int) -> dict[int, StepTiming]:
+    """trial_id -> the fit the orchestrator recorded (attrs hpo.overhead_s, hpo.step_s)."""
+    found: dict[int, dict[str, float]] = {}
+    for trial_id, key, value in connection.execute(text(
+            "SELECT a.trial_id, a.key, a.value_json FROM trial_user_attributes a JOIN trials t "
+            "ON t.trial_id = a.trial_id WHERE t.study_id = :s AND a.key IN "
+            "('hpo.overhead_s', 'hpo.step_s')"), {"s": study_id}):
+        found.setdefault(int(trial_id), {})[key] = float(json.loads(value))
+    return {trial_id: StepTiming(v["hpo.overhead_s"], v["hpo.step_s"])
+            for trial_id, v in found.items() if len(v) == 2}
 
 
 def min_resource_for(overhead_s: float, step_s: float, share: float,
@@ -67,9 +83,12 @@ class AutoMinResource:
     timings: list[StepTiming] = field(default_factory=list)
     max_step: int | None = None  # the last step a completed trial reached
     value: int | None = None
+    history: list[list[int | None]] = field(default_factory=list)  # [at trial, value] per change
 
-    def add(self, timing: StepTiming | None, completed_step: int | None = None) -> bool:
-        """Take one trial's measurements; True when min_resource changed."""
+    def add(self, timing: StepTiming | None, completed_step: int | None = None,
+            at_trial: int | None = None) -> bool:
+        """Take one trial's measurements; True when min_resource changed (the change is kept in
+        ``history`` with ``at_trial``)."""
         if timing is not None:
             self.timings.append(timing)
         if completed_step is not None:
@@ -80,13 +99,15 @@ class AutoMinResource:
         chosen = min_resource_for(overhead, step, self.share, self.max_step)
         changed = chosen != self.value
         self.value = chosen
+        if changed:
+            self.history.append([at_trial, chosen])
         return changed
 
     def medians(self) -> tuple[float, float]:
         return (statistics.median(t.overhead_s for t in self.timings),
                 statistics.median(t.step_s for t in self.timings))
 
-    def record(self, at_trial: int | None) -> dict[str, Any]:
+    def record(self) -> dict[str, Any]:
         """The study attr ``hpo.pruner.min_resource_auto``: the value and why."""
         overhead, step = self.medians()
         share_now = overhead / (overhead + step * (self.value or 1)) if overhead + step > 0 else 0.0
@@ -99,4 +120,5 @@ class AutoMinResource:
         return {"min_resource": self.value, "reason": reason, "overhead_s": round(overhead, 4),
                 "step_s": round(step, 5), "startup_share": self.share,
                 "measured_trials": len(self.timings), "max_step": self.max_step,
-                "at_trial": at_trial}
+                "at_trial": self.history[-1][0] if self.history else None,
+                "history": self.history[-50:]}

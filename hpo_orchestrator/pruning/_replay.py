@@ -26,6 +26,7 @@ from sqlalchemy import text
 from sqlalchemy.engine import Engine
 
 from hpo_orchestrator.errors import ConfigError
+from hpo_orchestrator.pruning._auto import StepTiming, stored_timings
 from hpo_orchestrator.status._queries import read_errors, study_id_of, trial_rows
 
 KEEP_CURRENT_WITHIN = 0.05  # of the study's device time: smaller savings don't justify a change
@@ -164,28 +165,23 @@ def load_curves(engine: Engine, study: str | None) -> StudyCurves:
                 "ORDER BY iv.trial_id, iv.step"), {"s": study_id}):
             steps.setdefault(int(trial_id), []).append(
                 (int(step), float("nan") if value is None else float(value)))
-        measured: dict[int, dict[str, float]] = {}
-        for trial_id, key, value in connection.execute(text(
-                "SELECT a.trial_id, a.key, a.value_json FROM trial_user_attributes a JOIN trials t "
-                "ON t.trial_id = a.trial_id WHERE t.study_id = :s AND a.key IN "
-                "('hpo.step_s', 'hpo.overhead_s')"), {"s": study_id}):
-            measured.setdefault(int(trial_id), {})[key] = float(json.loads(value))
+        measured = stored_timings(connection, study_id)
         times = {row.number: row for row in trial_rows(connection, study_id)}
     curves = []
     for trial_id, number, state, value in trials:
         curve = tuple(steps.get(int(trial_id), ()))
-        overhead, per_step = _timing(curve, measured.get(int(trial_id), {}), times.get(int(number)))
+        overhead, per_step = _timing(curve, measured.get(int(trial_id)), times.get(int(number)))
         curves.append(TrialCurve(int(number), str(state).split(".")[-1],
                                  None if value is None else float(value), curve, overhead, per_step))
     return StudyCurves(name, direction, json.loads(config_json) if config_json else {}, curves)
 
 
-def _timing(curve: tuple[tuple[int, float], ...], measured: dict[str, float],
+def _timing(curve: tuple[tuple[int, float], ...], measured: StepTiming | None,
             row: Any) -> tuple[float, float]:
     """(overhead_s, step_s): measured by the orchestrator (hpo.overhead_s, hpo.step_s) where it
     recorded them; else spread the trial's run time after start-up evenly over its steps."""
-    if "hpo.step_s" in measured and "hpo.overhead_s" in measured:
-        return measured["hpo.overhead_s"], measured["hpo.step_s"]
+    if measured is not None:
+        return measured.overhead_s, measured.step_s
     if row is None or row.start_s is None or row.end_s is None or not curve:
         return 0.0, 0.0
     startup = row.startup_s or 0.0

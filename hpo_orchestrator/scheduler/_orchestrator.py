@@ -40,7 +40,7 @@ from hpo_orchestrator.config import Config
 from hpo_orchestrator.errors import RuntimeFailure
 from hpo_orchestrator.gpu import GpuBackend
 from hpo_orchestrator.gpu._opencl import nvidia_icd_env
-from hpo_orchestrator.pruning._auto import AutoMinResource, StepTiming, fit_step_timing
+from hpo_orchestrator.pruning._auto import AutoMinResource, StepTiming, fit_step_timing, stored_timings
 from hpo_orchestrator.scheduler._budget import Budget
 from hpo_orchestrator.scheduler._slots import Slot, SlotPool
 from hpo_orchestrator.study import build_pruner
@@ -233,7 +233,6 @@ class Orchestrator:
         self._last_heartbeat = 0.0
         self._last_flush = 0.0
         self._icd_env = nvidia_icd_env()
-        self._min_resource_history: list[list[int | None]] = []  # [at trial, value] per change
         self.auto: AutoMinResource | None = None  # pruner.min_resource=auto
         pruner = config.pruner
         if getattr(pruner, "min_resource", None) == "auto":
@@ -828,29 +827,24 @@ class Orchestrator:
         if self.auto is None:
             return
         with self.storage.engine.connect() as connection:
-            rows = connection.execute(text(
-                "SELECT t.state, a.key, a.value_json, (SELECT MAX(iv.step) FROM "
-                "trial_intermediate_values iv WHERE iv.trial_id = t.trial_id) FROM trials t "
-                "JOIN trial_user_attributes a ON a.trial_id = t.trial_id WHERE t.study_id = :s "
-                "AND a.key IN ('hpo.overhead_s', 'hpo.step_s') ORDER BY t.trial_id"),
-                {"s": self.study._study_id}).all()
-        timings: dict[tuple[str, int | None], dict[str, float]] = {}
-        for state, key, value, last_step in rows:
-            timings.setdefault((str(state), last_step), {})[key] = float(json.loads(value))
+            timings = stored_timings(connection, self.study._study_id)
+            completed_step = connection.execute(text(
+                "SELECT MAX(iv.step) FROM trial_intermediate_values iv JOIN trials t "
+                "ON t.trial_id = iv.trial_id WHERE t.study_id = :s AND t.state = 'COMPLETE'"),
+                {"s": self.study._study_id}).scalar()
+        self.auto.max_step = max(self.auto.max_step or 0, completed_step or 0) or None
         changed = False
-        for (state, last_step), measured in timings.items():
-            if len(measured) == 2:
-                changed |= self.auto.add(StepTiming(measured["hpo.overhead_s"], measured["hpo.step_s"]),
-                                         last_step if state.endswith("COMPLETE") else None)
+        for timing in timings.values():
+            changed |= self.auto.add(timing)
         if changed:
-            self._apply_min_resource(None)
+            self._apply_min_resource()
 
     def _update_min_resource(self, number: int, timing: StepTiming, completed_step: int | None) -> None:
         assert self.auto is not None
-        if self.auto.add(timing, completed_step):
-            self._apply_min_resource(number)
+        if self.auto.add(timing, completed_step, at_trial=number):
+            self._apply_min_resource()
 
-    def _apply_min_resource(self, number: int | None) -> None:
+    def _apply_min_resource(self) -> None:
         """Rebuild the pruner with the new value; record the value and why in the study.
 
         Trials already running are judged by the new pruner from their next report on
@@ -858,10 +852,7 @@ class Orchestrator:
         """
         assert self.auto is not None and self.auto.value is not None
         self.study.pruner = build_pruner(self.config, self.auto.value)
-        record = self.auto.record(number)
-        self._min_resource_history.append([number, self.auto.value])
-        self.study.set_user_attr("hpo.pruner.min_resource_auto",
-                                 {**record, "history": self._min_resource_history[-50:]})
+        self.study.set_user_attr("hpo.pruner.min_resource_auto", self.auto.record())
 
     def _record_devices(self) -> None:
         """This host's devices as a study attr, so status can name a GPU that never got work."""
