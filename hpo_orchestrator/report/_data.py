@@ -17,7 +17,7 @@ from sqlalchemy import inspect, text
 from sqlalchemy.engine import Connection, Engine
 
 from hpo_orchestrator.status import StatusReport, collect_status
-from hpo_orchestrator.status._queries import TrialRow, read_errors, study_id_of, trial_rows
+from hpo_orchestrator.status._queries import TrialRow, device_label, read_errors, study_id_of, trial_rows
 
 __all__ = ["Bar", "ReportData", "Series", "collect_report", "prune_histogram"]
 
@@ -76,9 +76,9 @@ def collect_report(engine: Engine, study: str | None) -> ReportData:
                       started_utc=datetime.fromtimestamp(origin, tz=timezone.utc) if starts else None,
                       prune_steps=status.prune_steps)
     hosts = {r.host for r in rows if r.host}
-    data.lanes, data.bars = _timeline(rows, values, origin, len(hosts) > 1)
+    data.lanes, data.bars = _timeline(rows, values, origin, len(hosts))
     data.utilization_kind = "gpu" if any(s.gpu is not None for s in samples) else "cpu"
-    data.utilization = _utilization(samples, origin, data.utilization_kind, len(hosts) > 1)
+    data.utilization = _utilization(samples, origin, data.utilization_kind, len(hosts))
     data.history = sorted((r.number, values[r.number]) for r in rows
                           if r.state == "COMPLETE" and values.get(r.number) is not None)
     data.best_so_far = _best_so_far(data.history, status.direction)
@@ -116,13 +116,8 @@ def _samples(connection: Connection, study_id: int) -> list[_Sample]:
     return rows
 
 
-def _device(host: str | None, gpu: int | None, several_hosts: bool) -> str:
-    device = "cpu" if gpu is None else f"gpu{gpu}"
-    return f"{host}:{device}" if several_hosts and host else device
-
-
 def _timeline(rows: list[TrialRow], values: dict[int, float], origin: float,
-              several_hosts: bool) -> tuple[list[str], list[Bar]]:
+              hosts: int) -> tuple[list[str], list[Bar]]:
     """Trials per device, in lanes: a trial takes the first lane of its device that is free
     at its start, so trials sharing a GPU sit on parallel lanes and idle time shows as gaps."""
     now = max((r.end_s or r.start_s or 0.0) for r in rows) if rows else 0.0
@@ -130,7 +125,7 @@ def _timeline(rows: list[TrialRow], values: dict[int, float], origin: float,
     bars = []
     for row in sorted((r for r in rows if r.start_s is not None), key=lambda r: r.start_s or 0.0):
         assert row.start_s is not None
-        device = _device(row.host, row.gpu_index, several_hosts)
+        device = device_label(row.host, row.gpu_index, hosts)
         ends = lane_ends.setdefault(device, [])
         end = row.end_s if row.end_s is not None else now
         lane = next((i for i, busy_until in enumerate(ends) if busy_until <= row.start_s), len(ends))
@@ -147,7 +142,7 @@ def _timeline(rows: list[TrialRow], values: dict[int, float], origin: float,
 
 
 def _utilization(samples: list[_Sample], origin: float, kind: str,
-                 several_hosts: bool) -> list[Series]:
+                 hosts: int) -> list[Series]:
     """Bucket means per device, at most _MAX_POINTS buckets.
 
     GPU: the card's SM utilization; trials sharing a card read the same card, so their
@@ -163,7 +158,7 @@ def _utilization(samples: list[_Sample], origin: float, kind: str,
         reading = sample.sm_util if kind == "gpu" else sample.cpu_util
         if reading is None or (kind == "gpu" and sample.gpu is None):
             continue
-        device = _device(sample.host, sample.gpu if kind == "gpu" else None, several_hosts)
+        device = device_label(sample.host, sample.gpu if kind == "gpu" else None, hosts)
         bucket = int((sample.epoch - origin) // width)
         buckets.setdefault(device, {}).setdefault(bucket, {}).setdefault(
             sample.trial, []).append(float(reading))

@@ -25,7 +25,7 @@ from hpo_orchestrator.errors import ConfigError, StorageError
 from hpo_orchestrator.status._findings import Finding, find_all
 
 __all__ = ["DeviceUse", "StateStats", "StatusReport", "StudyFacts", "TrialRow", "collect_status",
-           "list_studies", "read_errors", "study_id_of", "trial_rows"]
+           "device_label", "list_studies", "read_errors", "study_id_of", "trial_rows"]
 
 _STATES = ("COMPLETE", "PRUNED", "FAIL", "RUNNING", "WAITING")
 # Per-trial attrs the status reads (one query for all of them).
@@ -364,14 +364,15 @@ def _running(connection: Connection, running: list[TrialRow], trial_id_of: dict[
             {"t": trial_id_of.get(row.number)}).scalar())
         age = (db_now - beat).total_seconds() if beat is not None and db_now is not None else None
         result.append({
-            "number": row.number, "device": _label(row.host, row.gpu_index, hosts), "host": row.host,
+            "number": row.number, "device": device_label(row.host, row.gpu_index, hosts), "host": row.host,
             "elapsed_s": now - row.start_s if row.start_s is not None else None,
             "last_step": row.last_step, "heartbeat_age_s": age,
             "stale": age is not None and age > grace, "grace_s": grace})
     return result
 
 
-def _label(host: str | None, gpu: int | None, hosts: int) -> str:
+def device_label(host: str | None, gpu: int | None, hosts: int) -> str:
+    """gpu0 / cpu, prefixed with the host when the study ran on several."""
     device = "cpu" if gpu is None else f"gpu{gpu}"
     return f"{host}:{device}" if hosts > 1 and host else device
 
@@ -429,7 +430,7 @@ def _device_use(rows: list[TrialRow], study_attrs: dict[str, Any], now: float,
             by_device.setdefault((row.host, row.gpu_index), []).append(row)
     inventory: dict[DeviceKey, DeviceUse] = {}
     for key in [*((h, g["index"]) for h, devices in listed.items() for g in devices), *by_device]:
-        inventory.setdefault(key, DeviceUse(_label(key[0], key[1], len(hosts)), key[0], key[1]))
+        inventory.setdefault(key, DeviceUse(device_label(key[0], key[1], len(hosts)), key[0], key[1]))
 
     if window is None:
         return sorted(inventory.values(), key=lambda d: d.device)
