@@ -137,11 +137,13 @@ def main(argv: list[str]) -> int:
         try:
             if objective is None:  # imports and the objective's setup: once per process
                 objective = build_objective(job.objective)
-                # What exists now (modules, the setup's data) lives as long as the process:
-                # freezing it keeps the full collection between trials to the trial's own
-                # objects (about 50 ms -> under 1 ms per trial with torch imported).
-                gc.collect()
-                gc.freeze()
+                if job.reuse:
+                    # What exists now (modules, the setup's data) lives as long as the process:
+                    # freezing it keeps the full collection between trials to the trial's own
+                    # objects (about 50 ms -> under 1 ms per trial with torch imported). A fresh
+                    # process runs one trial and never collects between trials: nothing to do.
+                    gc.collect()
+                    gc.freeze()
             outcome = run_trial(connection, job, objective)
         except Exception as exc:  # failure before the objective ran (import, setup)
             outcome = TrialOutcome(kind="error", fail_reason="oom" if is_oom(exc) else "exception",
