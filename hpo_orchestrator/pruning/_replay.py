@@ -192,10 +192,6 @@ def _timing(curve: tuple[tuple[int, float], ...], measured: StepTiming | None,
 # --- replaying -----------------------------------------------------------------------------
 
 
-def _better(a: float, b: float, direction: str) -> bool:
-    return a < b if direction == "minimize" else a > b
-
-
 def top_trials(curves: StudyCurves, k: int) -> list[int]:
     """The study's k best completed trials, best first."""
     sign = 1.0 if curves.direction == "minimize" else -1.0
@@ -263,12 +259,9 @@ def _score(curves: StudyCurves, setting: PrunerSetting, outcomes: dict[int, str]
     startup = sum(c.overhead_s for c in replayed)
     steps_run = sum(sum(1 for s, _ in by_number[n].steps if s <= step) if outcomes[n] != "unknown"
                     else len(by_number[n].steps) for n, step in reached.items())
-    best: float | None = None
-    for n, outcome in outcomes.items():
-        value = by_number[n].value
-        if outcome == "complete" and value is not None and (
-                best is None or _better(value, best, curves.direction)):
-            best = value
+    completed = [by_number[n].value for n, outcome in outcomes.items() if outcome == "complete"]
+    best = (min if curves.direction == "minimize" else max)(
+        (v for v in completed if v is not None), default=None)
     top = top_trials(curves, top_k)
     agree = sum(1 for c in replayed if (outcomes[c.number] == "complete" and c.state == "COMPLETE")
                 or (outcomes[c.number] == "pruned" and c.state == "PRUNED"
