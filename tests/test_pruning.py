@@ -9,6 +9,7 @@ import random
 import sqlite3
 import warnings
 from pathlib import Path
+from typing import Any
 
 import optuna
 import pytest
@@ -171,32 +172,34 @@ def test_auto_min_resource_follows_the_medians() -> None:
     assert "min_resource=1" in record["reason"] and "0.25" in record["reason"]
 
 
-@pytest.mark.slow
-def test_run_with_auto_min_resource_records_choice_and_tune_pruner_reads_it(tmp_path: Path) -> None:
+def _run_auto(tmp_path: Path, n_trials: int) -> Path:
     result = run_cli(tmp_path, "run", "objective=custom",
                      "objective.target=hpo_orchestrator.testing.objectives:curves",
-                     "scheduler.parallel=2", "study.n_trials=10", "pruner.min_resource=auto",
-                     "scheduler.gpus=none")
+                     "scheduler.parallel=2", f"study.n_trials={n_trials}",
+                     "pruner.min_resource=auto", "scheduler.gpus=none")
     assert result.code == 0, result.stderr
-    with sqlite3.connect(result.db) as con:
-        record = json.loads(con.execute(
+    return result.db
+
+
+def _auto_record(db: Path) -> dict[str, Any]:
+    with sqlite3.connect(db) as con:
+        return json.loads(con.execute(
             "SELECT value_json FROM study_user_attributes WHERE key = 'hpo.pruner.min_resource_auto'"
         ).fetchone()[0])
+
+
+@pytest.mark.slow
+def test_run_with_auto_min_resource_records_choice_and_tune_pruner_reads_it(tmp_path: Path) -> None:
+    db = _run_auto(tmp_path, 10)
+    record = _auto_record(db)
+    with sqlite3.connect(db) as con:
         measured = con.execute("SELECT COUNT(*) FROM trial_user_attributes "
                                "WHERE key IN ('hpo.step_s', 'hpo.overhead_s')").fetchone()[0]
     assert 1 <= record["min_resource"] <= 10 and record["reason"] and record["history"]
     assert measured == 20  # both, for every trial
     # a restart starts from every stored trial's timing (the record is rewritten at each change)
-    again = run_cli(tmp_path, "run", "objective=custom",
-                    "objective.target=hpo_orchestrator.testing.objectives:curves",
-                    "scheduler.parallel=2", "study.n_trials=12", "pruner.min_resource=auto",
-                    "scheduler.gpus=none")
-    assert again.code == 0, again.stderr
-    with sqlite3.connect(result.db) as con:
-        record = json.loads(con.execute(
-            "SELECT value_json FROM study_user_attributes WHERE key = 'hpo.pruner.min_resource_auto'"
-        ).fetchone()[0])
-    assert record["measured_trials"] >= 10
+    _run_auto(tmp_path, 12)
+    assert _auto_record(db)["measured_trials"] >= 10
     tuned = run_cli(tmp_path, "tune-pruner", "--json", "--patience", "0,2", "--min-resource", "1,3")
     assert tuned.code == 0, tuned.stderr
     report = json.loads(tuned.stdout)
