@@ -1,0 +1,8 @@
+"""The one gateway to the database: the only code that knows Optuna's tables and ours.
+
+Every SQL statement of the project lives in this package (see docs/DESIGN.md).
+"""
+
+from __future__ import annotations
+
+__all__: list[str] = []
