@@ -18,8 +18,8 @@ from typing import Any
 
 from rich.console import Console
 
+from hpo_orchestrator.db import mask_url
 from hpo_orchestrator.errors import ConfigError, HpoError
-from hpo_orchestrator.storage import mask_url
 
 __all__ = ["main"]
 
@@ -182,8 +182,8 @@ def _cmd_run(args: argparse.Namespace, console: Console) -> int:
 def _cmd_status(args: argparse.Namespace, console: Console) -> int:
     from rich.live import Live
 
+    from hpo_orchestrator.db import create_engine
     from hpo_orchestrator.status import collect_status, render_status
-    from hpo_orchestrator.storage import create_engine
 
     engine = create_engine(args.storage)
     if args.json:
@@ -243,7 +243,7 @@ def _cmd_gpus(args: argparse.Namespace, console: Console) -> int:
 
 
 def _cmd_telemetry(args: argparse.Namespace, console: Console) -> int:
-    from hpo_orchestrator.storage import create_engine
+    from hpo_orchestrator.db import create_engine
     from hpo_orchestrator.telemetry._export import export_csv
 
     count = export_csv(create_engine(args.storage), args.study, args.trial, args.csv)
@@ -253,8 +253,8 @@ def _cmd_telemetry(args: argparse.Namespace, console: Console) -> int:
 
 
 def _cmd_report(args: argparse.Namespace, console: Console) -> int:
+    from hpo_orchestrator.db import create_engine
     from hpo_orchestrator.report import write_report
-    from hpo_orchestrator.storage import create_engine
 
     data = write_report(create_engine(args.storage), args.study, args.out, args.png)
     written = " and ".join(str(p) for p in (args.out, args.png) if p is not None)
@@ -265,9 +265,9 @@ def _cmd_report(args: argparse.Namespace, console: Console) -> int:
 
 
 def _cmd_tune_pruner(args: argparse.Namespace, console: Console) -> int:
+    from hpo_orchestrator.db import create_engine
     from hpo_orchestrator.pruning import default_grid, load_curves, recommend, tune
     from hpo_orchestrator.pruning._render import LIMITS, render_tuning
-    from hpo_orchestrator.storage import create_engine
 
     if args.top_k < 1:
         raise ConfigError(f"--top-k: expected an integer >= 1, got {args.top_k}", "e.g. --top-k 5")

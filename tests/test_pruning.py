@@ -14,9 +14,9 @@ from typing import Any
 import optuna
 import pytest
 
+from hpo_orchestrator.db import create_engine
 from hpo_orchestrator.pruning import PrunerSetting, load_curves, recommend, replay, tune
 from hpo_orchestrator.pruning._auto import AutoMinResource, StepTiming, fit_step_timing, min_resource_for
-from hpo_orchestrator.storage import create_engine
 from tests.conftest import run_cli
 
 STEPS = 12

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from hpo_orchestrator.db import create_engine
 from hpo_orchestrator.report import CHART_IDS, collect_report
-from hpo_orchestrator.storage import create_engine
 from tests.conftest import RunResult, run_cli
 
 TARGET = "objective.target=hpo_orchestrator.testing.objectives:curves"

@@ -16,9 +16,9 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
+from hpo_orchestrator.db import create_engine
 from hpo_orchestrator.scheduler import params_mismatch
 from hpo_orchestrator.status import collect_status
-from hpo_orchestrator.storage import create_engine
 from hpo_orchestrator.telemetry import TrialTelemetry
 from tests.conftest import trial_rows
 

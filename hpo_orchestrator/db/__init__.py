@@ -1,8 +1,90 @@
 """The one gateway to the database: the only code that knows Optuna's tables and ours.
 
-Every SQL statement of the project lives in this package (see docs/DESIGN.md).
+Every SQL statement of the project lives in this package (see docs/DESIGN.md), as a
+module-level ``_..._SQL`` constant, so tests/test_db_contract.py can run each one against a
+database made by the installed Optuna. Modules by concern:
+
+- ``_engine``: URLs, engines (sqlite tuned for a long run), the locks between orchestrators;
+- ``_version``: the Optuna schema revision a database must have, checked at open;
+- ``_schema``: our own tables (``hpo_telemetry``, ``hpo_trial_summary``);
+- ``_study``: study lookup, direction, our study attrs, read errors;
+- ``_trials``: one narrow row per trial, counts, best trial, heartbeats (status, report);
+- ``_curves``: learning curves and step timings (tune-pruner, min_resource=auto);
+- ``_telemetry``: reads of the samples (report, telemetry export);
+- ``_budget``: the statements behind the shared trial budget.
+
+Readers take a SQLAlchemy ``Connection`` and return plain Python values (states as
+'COMPLETE', timestamps as naive UTC datetimes) whatever the backend.
 """
 
 from __future__ import annotations
 
-__all__: list[str] = []
+from hpo_orchestrator.db._budget import count_claimed, count_running, lock_study_budget
+from hpo_orchestrator.db._curves import CurveTrial, intermediate_values, step_timings, trials_with_values
+from hpo_orchestrator.db._engine import (
+    ADVISORY_NAMESPACE,
+    create_engine,
+    file_lock,
+    lock_file,
+    mask_url,
+    mask_url_in,
+    open_rdb_storage,
+    setup_lock,
+    sqlite_path,
+)
+from hpo_orchestrator.db._schema import (
+    TELEMETRY_COLUMNS,
+    ensure_tables,
+    insert_samples,
+    insert_summary,
+    summary_table,
+    telemetry_table,
+)
+from hpo_orchestrator.db._study import (
+    database_now,
+    list_studies,
+    read_errors,
+    state_name,
+    study_attrs,
+    study_config,
+    study_direction,
+    study_id_of,
+    to_datetime,
+)
+from hpo_orchestrator.db._telemetry import (
+    Sample,
+    has_telemetry_table,
+    has_trial,
+    telemetry_rows,
+    telemetry_samples,
+)
+from hpo_orchestrator.db._trials import (
+    SummaryFlags,
+    TrialRow,
+    UncoveredTrial,
+    best_trial,
+    has_summary_table,
+    heartbeat_of,
+    state_counts,
+    summary_flags,
+    summary_max_complete_step,
+    summary_prune_steps,
+    summary_rows,
+    trial_rows,
+    trial_values,
+    uncovered_trials,
+)
+from hpo_orchestrator.db._version import SCHEMA_REVISION, check_schema
+
+__all__ = [
+    "ADVISORY_NAMESPACE", "SCHEMA_REVISION", "TELEMETRY_COLUMNS", "CurveTrial", "Sample", "SummaryFlags",
+    "TrialRow", "UncoveredTrial", "best_trial", "check_schema", "count_claimed", "count_running",
+    "create_engine", "database_now", "ensure_tables", "file_lock", "has_summary_table",
+    "has_telemetry_table", "has_trial", "heartbeat_of", "insert_samples", "insert_summary",
+    "intermediate_values", "list_studies", "lock_file", "lock_study_budget", "mask_url", "mask_url_in",
+    "open_rdb_storage", "read_errors", "setup_lock", "sqlite_path", "state_counts", "state_name",
+    "step_timings", "study_attrs", "study_config", "study_direction", "study_id_of", "summary_flags",
+    "summary_max_complete_step", "summary_prune_steps", "summary_rows", "summary_table",
+    "telemetry_rows", "telemetry_samples", "telemetry_table", "to_datetime", "trial_rows",
+    "trial_values", "trials_with_values", "uncovered_trials",
+]

@@ -20,14 +20,14 @@ study attr holds the last one written).
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import text
 from sqlalchemy.engine import Connection
+
+from hpo_orchestrator.db import step_timings
 
 __all__ = ["AutoMinResource", "StepTiming", "fit_step_timing", "min_resource_for", "stored_timings"]
 
@@ -53,14 +53,8 @@ def fit_step_timing(reports: list[tuple[int, float]], startup_s: float | None) -
 
 def stored_timings(connection: Connection, study_id: int) -> dict[int, StepTiming]:
     """trial_id -> the fit the orchestrator recorded (attrs hpo.overhead_s, hpo.step_s)."""
-    found: dict[int, dict[str, float]] = {}
-    for trial_id, key, value in connection.execute(text(
-            "SELECT a.trial_id, a.key, a.value_json FROM trial_user_attributes a JOIN trials t "
-            "ON t.trial_id = a.trial_id WHERE t.study_id = :s AND a.key IN "
-            "('hpo.overhead_s', 'hpo.step_s')"), {"s": study_id}):
-        found.setdefault(int(trial_id), {})[key] = float(json.loads(value))
-    return {trial_id: StepTiming(v["hpo.overhead_s"], v["hpo.step_s"])
-            for trial_id, v in found.items() if len(v) == 2}
+    return {trial_id: StepTiming(overhead, step)
+            for trial_id, (overhead, step) in step_timings(connection, study_id).items()}
 
 
 def min_resource_for(overhead_s: float, step_s: float, share: float,

@@ -16,18 +16,16 @@ What a replay cannot know (the documented limits):
 
 from __future__ import annotations
 
-import json
 import statistics
 import warnings
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import text
 from sqlalchemy.engine import Engine
 
+from hpo_orchestrator import db
 from hpo_orchestrator.errors import ConfigError
 from hpo_orchestrator.pruning._auto import StepTiming, stored_timings
-from hpo_orchestrator.status._queries import read_errors, study_id_of, trial_rows
 
 KEEP_CURRENT_WITHIN = 0.05  # of the study's device time: smaller savings don't justify a change
 
@@ -145,39 +143,24 @@ class ReplayResult:
 
 def load_curves(engine: Engine, study: str | None) -> StudyCurves:
     """Every trial's intermediate values and timing, with plain SQL (no ORM load)."""
-    with read_errors(), engine.connect() as connection:
-        study_id, name = study_id_of(connection, study)
-        direction_row = connection.execute(text(
-            "SELECT direction FROM study_directions WHERE study_id = :s ORDER BY objective"),
-            {"s": study_id}).first()
-        direction = str(direction_row[0]).split(".")[-1].lower() if direction_row else "minimize"
-        config_json = connection.execute(text(
-            "SELECT value_json FROM study_user_attributes WHERE study_id = :s AND key = 'hpo.config'"),
-            {"s": study_id}).scalar()
-        trials = connection.execute(text(
-            "SELECT t.trial_id, t.number, t.state, v.value FROM trials t LEFT JOIN trial_values v "
-            "ON v.trial_id = t.trial_id AND v.objective = 0 WHERE t.study_id = :s ORDER BY t.number"),
-            {"s": study_id}).all()
-        steps: dict[int, list[tuple[int, float]]] = {}
-        for trial_id, step, value in connection.execute(text(
-                "SELECT iv.trial_id, iv.step, iv.intermediate_value FROM trial_intermediate_values iv "
-                "JOIN trials t ON t.trial_id = iv.trial_id WHERE t.study_id = :s "
-                "ORDER BY iv.trial_id, iv.step"), {"s": study_id}):
-            steps.setdefault(int(trial_id), []).append(
-                (int(step), float("nan") if value is None else float(value)))
+    with db.read_errors(), engine.connect() as connection:
+        study_id, name = db.study_id_of(connection, study)
+        direction = db.study_direction(connection, study_id)
+        config = db.study_config(connection, study_id)
+        trials = db.trials_with_values(connection, study_id)
+        steps = db.intermediate_values(connection, study_id)
         measured = stored_timings(connection, study_id)
-        times = {row.number: row for row in trial_rows(connection, study_id)}
+        times = {row.number: row for row in db.trial_rows(connection, study_id)}
     curves = []
-    for trial_id, number, state, value in trials:
-        curve = tuple(steps.get(int(trial_id), ()))
-        overhead, per_step = _timing(curve, measured.get(int(trial_id)), times.get(int(number)))
-        curves.append(TrialCurve(int(number), str(state).split(".")[-1],
-                                 None if value is None else float(value), curve, overhead, per_step))
-    return StudyCurves(name, direction, json.loads(config_json) if config_json else {}, curves)
+    for trial in trials:
+        curve = tuple(steps.get(trial.trial_id, ()))
+        overhead, per_step = _timing(curve, measured.get(trial.trial_id), times.get(trial.number))
+        curves.append(TrialCurve(trial.number, trial.state, trial.value, curve, overhead, per_step))
+    return StudyCurves(name, direction, config, curves)
 
 
 def _timing(curve: tuple[tuple[int, float], ...], measured: StepTiming | None,
-            row: Any) -> tuple[float, float]:
+            row: db.TrialRow | None) -> tuple[float, float]:
     """(overhead_s, step_s): measured by the orchestrator (hpo.overhead_s, hpo.step_s) where it
     recorded them; else spread the trial's run time after start-up evenly over its steps."""
     if measured is not None:

@@ -13,11 +13,11 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import NamedTuple
 
-from sqlalchemy import inspect, text
 from sqlalchemy.engine import Connection, Engine
 
-from hpo_orchestrator.status import StatusReport, collect_status
-from hpo_orchestrator.status._queries import TrialRow, device_label, read_errors, study_id_of, trial_rows
+from hpo_orchestrator import db
+from hpo_orchestrator.db import TrialRow
+from hpo_orchestrator.status import StatusReport, collect_with_rows, device_label
 
 __all__ = ["Bar", "ReportData", "Series", "collect_report", "prune_histogram"]
 
@@ -63,13 +63,11 @@ class ReportData:
 
 
 def collect_report(engine: Engine, study: str | None) -> ReportData:
-    status = collect_status(engine, study)
-    with read_errors(), engine.connect() as connection:
-        study_id, name = study_id_of(connection, status.study)
-        rows = trial_rows(connection, study_id)
-        values = _values(connection, study_id)
-        has_telemetry = inspect(connection).has_table("hpo_telemetry")
-        samples = _samples(connection, study_id) if has_telemetry else []
+    with db.read_errors(), engine.connect() as connection:
+        status, rows = collect_with_rows(connection, study)
+        study_id, name = db.study_id_of(connection, status.study)
+        values = db.trial_values(connection, study_id)
+        samples = _samples(connection, study_id) if db.has_telemetry_table(connection) else []
     starts = [r.start_s for r in rows if r.start_s is not None]
     origin = min(starts) if starts else 0.0
     data = ReportData(study=name, direction=status.direction, status=status,
@@ -85,12 +83,6 @@ def collect_report(engine: Engine, study: str | None) -> ReportData:
     return data
 
 
-def _values(connection: Connection, study_id: int) -> dict[int, float]:
-    return {int(number): float(value) for number, value in connection.execute(text(
-        "SELECT t.number, v.value FROM trials t JOIN trial_values v ON v.trial_id = t.trial_id "
-        "WHERE t.study_id = :s AND v.objective = 0 AND v.value IS NOT NULL"), {"s": study_id})}
-
-
 class _Sample(NamedTuple):
     epoch: float
     trial: int
@@ -101,19 +93,9 @@ class _Sample(NamedTuple):
 
 
 def _samples(connection: Connection, study_id: int) -> list[_Sample]:
-    has_summary = inspect(connection).has_table("hpo_trial_summary")
-    host = "(SELECT s.host FROM hpo_trial_summary s WHERE s.trial_id = h.trial_id)" \
-        if has_summary else "NULL"
-    result = connection.execute(text(
-        f"SELECT h.ts, h.trial_id, h.gpu_index, h.sm_util, h.cpu_util, {host} FROM hpo_telemetry h "
-        "JOIN trials t ON t.trial_id = h.trial_id WHERE t.study_id = :s ORDER BY h.ts"),
-        {"s": study_id})
-    rows = []
-    for ts, trial, gpu, sm, cpu, where in result:
-        moment = ts if isinstance(ts, datetime) else datetime.fromisoformat(str(ts))
-        epoch = moment.replace(tzinfo=timezone.utc).timestamp()  # stored as naive UTC
-        rows.append(_Sample(epoch, int(trial), None if gpu is None else int(gpu), sm, cpu, where))
-    return rows
+    return [_Sample(s.ts.replace(tzinfo=timezone.utc).timestamp(),  # stored as naive UTC
+                    s.trial_id, s.gpu_index, s.sm_util, s.cpu_util, s.host)
+            for s in db.telemetry_samples(connection, study_id)]
 
 
 def _timeline(rows: list[TrialRow], values: dict[int, float], origin: float,

@@ -21,20 +21,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TypeVar
 
-from sqlalchemy import text
 from sqlalchemy.engine import Connection, Engine
 
-from hpo_orchestrator.storage import ADVISORY_NAMESPACE, file_lock, lock_file
+from hpo_orchestrator.db import count_claimed, count_running, file_lock, lock_file, lock_study_budget
 
 __all__ = ["Budget"]
 
 T = TypeVar("T")
-
-_COUNT_SQL = (
-    "SELECT COUNT(*) FROM trials t WHERE t.study_id = :s AND t.state <> 'WAITING' "
-    "AND NOT EXISTS (SELECT 1 FROM trial_user_attributes a WHERE a.trial_id = t.trial_id "
-    "AND a.key = 'hpo.retried' AND a.value_json = 'true')")
-_RUNNING_SQL = "SELECT COUNT(*) FROM trials WHERE study_id = :s AND state = 'RUNNING'"
 
 
 class Budget:
@@ -47,7 +40,7 @@ class Budget:
 
     def claimed(self, connection: Connection | None = None) -> int:
         if connection is not None:
-            return int(connection.execute(text(_COUNT_SQL), {"s": self.study_id}).scalar() or 0)
+            return count_claimed(connection, self.study_id)
         with self.engine.connect() as fresh:
             return self.claimed(fresh)
 
@@ -57,7 +50,7 @@ class Budget:
     def running(self) -> int:
         """RUNNING trials of the study, whoever runs them."""
         with self.engine.connect() as connection:
-            return int(connection.execute(text(_RUNNING_SQL), {"s": self.study_id}).scalar() or 0)
+            return count_running(connection, self.study_id)
 
     def claim(self, ask: Callable[[], T]) -> T | None:
         """``ask()`` if the budget has room (under the study's lock), else None."""
@@ -73,8 +66,7 @@ class Budget:
                 yield None
         elif self.engine.dialect.name == "postgresql":
             with self.engine.connect() as connection, connection.begin():
-                connection.execute(text("SELECT pg_advisory_xact_lock(:ns, :s)"),
-                                   {"ns": ADVISORY_NAMESPACE, "s": self.study_id})
+                lock_study_budget(connection, self.study_id)
                 yield connection
         else:
             yield None

@@ -9,13 +9,11 @@ to argue about.
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from hpo_orchestrator.status._queries import StatusReport, StudyFacts
+from hpo_orchestrator.status._model import Finding, StatusReport, StudyFacts
 
-__all__ = ["Finding", "find_all"]
+__all__ = ["find_all"]
 
 IDLE_BUSY_BELOW = 0.75  # a GPU busy less than this share of the time trials were queued is idle
 LOW_UTIL_BELOW = 50.0  # % SM utilization in the compute phase that counts as underfed
@@ -23,15 +21,6 @@ STARTUP_SHARE_ABOVE = 0.25  # startup above this share of the time to the first 
 AGGRESSIVE_PRUNE_RATE = 0.6  # prune rate at or above which early pruning is looked at
 EARLY_STEP_SHARE = 0.25  # "early": pruned at or before this share of the steps a full trial runs
 MIN_TRIALS = 3  # fewer trials than this prove nothing about rates and medians
-
-
-@dataclass
-class Finding:
-    code: str  # stable identifier: idle_gpu, low_gpu_util, slow_startup, ...
-    severity: str  # warning / info
-    message: str
-    advice: str
-    evidence: dict[str, Any] = field(default_factory=dict)
 
 
 def find_all(report: StatusReport, facts: StudyFacts) -> list[Finding]:

@@ -6,7 +6,7 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from hpo_orchestrator.status._queries import StatusReport
+from hpo_orchestrator.status._model import StatusReport
 
 __all__ = ["print_status", "render_status"]
 

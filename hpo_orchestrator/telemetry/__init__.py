@@ -1,6 +1,6 @@
 """Telemetry: GPU/CPU sampling per trial and its per-trial, per-phase aggregates.
 
-The samples go to the ``hpo_telemetry`` table (hpo_orchestrator.tables).
+The samples go to the ``hpo_telemetry`` table (hpo_orchestrator.db).
 """
 
 from hpo_orchestrator.telemetry._aggregate import PhaseStats, TrialTelemetry

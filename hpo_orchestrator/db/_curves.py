@@ -1,0 +1,55 @@
+"""Learning curves and step timings: what ``tune-pruner`` replays and ``min_resource=auto``
+resumes from."""
+
+from __future__ import annotations
+
+import json
+from typing import NamedTuple
+
+from sqlalchemy import text
+from sqlalchemy.engine import Connection
+
+from hpo_orchestrator.db._study import state_name
+
+__all__ = ["CurveTrial", "intermediate_values", "step_timings", "trials_with_values"]
+
+_TRIALS_SQL = (
+    "SELECT t.trial_id, t.number, t.state, v.value FROM trials t LEFT JOIN trial_values v "
+    "ON v.trial_id = t.trial_id AND v.objective = 0 WHERE t.study_id = :s ORDER BY t.number")
+_INTERMEDIATE_SQL = (
+    "SELECT iv.trial_id, iv.step, iv.intermediate_value FROM trial_intermediate_values iv "
+    "JOIN trials t ON t.trial_id = iv.trial_id WHERE t.study_id = :s ORDER BY iv.trial_id, iv.step")
+_TIMINGS_SQL = (
+    "SELECT a.trial_id, a.key, a.value_json FROM trial_user_attributes a JOIN trials t "
+    "ON t.trial_id = a.trial_id WHERE t.study_id = :s AND a.key IN ('hpo.overhead_s', 'hpo.step_s')")
+
+
+class CurveTrial(NamedTuple):
+    trial_id: int
+    number: int
+    state: str
+    value: float | None  # the first objective's value, None unless COMPLETE
+
+
+def trials_with_values(connection: Connection, study_id: int) -> list[CurveTrial]:
+    """Every trial of the study in number order, with its value where it has one."""
+    return [CurveTrial(int(trial_id), int(number), state_name(state), None if value is None else float(value))
+            for trial_id, number, state, value in connection.execute(text(_TRIALS_SQL), {"s": study_id})]
+
+
+def intermediate_values(connection: Connection, study_id: int) -> dict[int, list[tuple[int, float]]]:
+    """trial_id -> its reported (step, value), by step (NaN where Optuna stored none)."""
+    steps: dict[int, list[tuple[int, float]]] = {}
+    for trial_id, step, value in connection.execute(text(_INTERMEDIATE_SQL), {"s": study_id}):
+        steps.setdefault(int(trial_id), []).append(
+            (int(step), float("nan") if value is None else float(value)))
+    return steps
+
+
+def step_timings(connection: Connection, study_id: int) -> dict[int, tuple[float, float]]:
+    """trial_id -> (overhead_s, step_s) the orchestrator recorded (attrs hpo.overhead_s,
+    hpo.step_s), for trials that have both."""
+    found: dict[int, dict[str, float]] = {}
+    for trial_id, key, value in connection.execute(text(_TIMINGS_SQL), {"s": study_id}):
+        found.setdefault(int(trial_id), {})[key] = float(json.loads(value))
+    return {trial_id: (v["hpo.overhead_s"], v["hpo.step_s"]) for trial_id, v in found.items() if len(v) == 2}

@@ -1,0 +1,213 @@
+"""Opening the Optuna RDB: URL checks, secret masking, sqlite made safe for a long run, the
+locks that serialize orchestrators, and the schema-version check (:mod:`._version`) at open."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import sqlalchemy
+from sqlalchemy import event
+from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.exc import ArgumentError, SQLAlchemyError
+
+from hpo_orchestrator.db._version import check_schema
+from hpo_orchestrator.errors import StorageError
+
+if TYPE_CHECKING:  # status and telemetry read with SQLAlchemy only: keep optuna's import off them
+    import optuna
+
+__all__ = ["ADVISORY_NAMESPACE", "create_engine", "file_lock", "lock_file", "mask_url", "mask_url_in",
+           "open_rdb_storage", "setup_lock", "sqlite_path"]
+
+# Keeps our PostgreSQL advisory lock keys apart from other applications' ("hp").
+ADVISORY_NAMESPACE = 0x6870
+
+_SQLITE_BUSY_TIMEOUT_S = 60.0
+_SQLITE_TABLES_SQL = "SELECT name FROM sqlite_master WHERE type='table'"
+_ADVISORY_LOCK_SQL = "SELECT pg_advisory_lock(:ns, 0)"
+_ADVISORY_UNLOCK_SQL = "SELECT pg_advisory_unlock(:ns, 0)"
+
+
+def mask_url(url: str) -> str:
+    """The URL with any password replaced by ***, for every message a user may see."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except (ArgumentError, ValueError):
+        return "<unparseable storage URL>"
+
+
+def sqlite_path(url: str) -> Path | None:
+    """The database file of a sqlite URL (None for other backends or in-memory sqlite)."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite" or not parsed.database or parsed.database == ":memory:":
+        return None
+    return Path(parsed.database)
+
+
+def _check_sqlite_file(path: Path, create: bool) -> None:
+    if not path.exists():
+        if not create:
+            raise StorageError(f"no database at {path}", "run a study first, or pass --storage URL")
+        if not path.parent.is_dir():
+            raise StorageError(f"folder {path.parent} does not exist",
+                               "create it or choose another storage.url")
+        return
+    try:
+        with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as connection:
+            tables = {row[0] for row in connection.execute(_SQLITE_TABLES_SQL)}
+    except sqlite3.DatabaseError as exc:
+        raise StorageError(f"{path} is not a sqlite database ({exc})",
+                           "point storage.url at an Optuna database or a new file") from None
+    if tables and "studies" not in tables:
+        raise StorageError(f"{path} is a sqlite database but not an Optuna one",
+                           "point storage.url at an Optuna database or a new file")
+
+
+def _tune_sqlite(engine: Engine) -> None:
+    """WAL + busy timeout + synchronous=NORMAL on every connection.
+
+    WAL lets readers (the sqlite3 shell, a dashboard, `status`) read while the orchestrator
+    writes; the busy timeout makes a writer wait instead of failing with 'database is locked'.
+    """
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: sqlite3.Connection, _record: object) -> None:
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute(f"PRAGMA busy_timeout={int(_SQLITE_BUSY_TIMEOUT_S * 1000)}")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.close()
+
+
+def create_engine(url: str, create: bool = False) -> Engine:
+    """A SQLAlchemy engine for the readers (status, report, telemetry, tune-pruner).
+
+    The file (sqlite) and the Optuna schema version are checked here, once, so a database our
+    SQL does not know fails with a hint before any command reads it.
+    """
+    path = _validated_path(url, create)
+    engine = sqlalchemy.create_engine(url)
+    if path is not None:
+        _tune_sqlite(engine)
+    _check_schema_of(engine, url)
+    return engine
+
+
+def _check_schema_of(engine: Engine, url: str) -> None:
+    try:
+        with engine.connect() as connection:
+            check_schema(connection, mask_url(url))
+    except SQLAlchemyError as exc:
+        raise _open_error(exc, url) from None
+
+
+def _open_error(exc: Exception, url: str) -> StorageError:
+    reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return StorageError(f"cannot open storage {mask_url(url)}: {mask_url_in(reason, url)}",
+                        "check the URL, that the server is up, and the credentials")
+
+
+def _validated_path(url: str, create: bool) -> Path | None:
+    try:
+        path = sqlite_path(url)
+    except ArgumentError:
+        raise StorageError(f"cannot parse storage URL {mask_url(url)!r}",
+                           "e.g. sqlite:///hpo.db or postgresql+psycopg://user@host/db") from None
+    if path is not None:
+        _check_sqlite_file(path, create)
+    return path
+
+
+def open_rdb_storage(url: str, heartbeat_interval_s: int | None = None,
+                     grace_period_s: int | None = None) -> optuna.storages.RDBStorage:
+    """Optuna's RDBStorage, creating the database (and its tables) if needed."""
+    import optuna
+
+    path = _validated_path(url, create=True)
+    if path is None or path.exists():  # Optuna would refuse an old schema with a RuntimeError (exit 1)
+        timeout = {"connect_args": {"timeout": _SQLITE_BUSY_TIMEOUT_S}} if path is not None else {}
+        probe = sqlalchemy.create_engine(url, poolclass=sqlalchemy.pool.NullPool, **timeout)
+        try:
+            _check_schema_of(probe, url)
+        finally:
+            probe.dispose()
+    engine_kwargs: dict[str, object] = {}
+    if path is not None:
+        # Set WAL before Optuna's first connection creates the tables; it persists in the file.
+        with sqlite3.connect(path, timeout=_SQLITE_BUSY_TIMEOUT_S) as connection:
+            connection.execute("PRAGMA journal_mode=WAL")
+        engine_kwargs["connect_args"] = {"timeout": _SQLITE_BUSY_TIMEOUT_S}
+    else:
+        engine_kwargs["pool_pre_ping"] = True
+    try:
+        storage = optuna.storages.RDBStorage(
+            url, engine_kwargs=engine_kwargs, heartbeat_interval=heartbeat_interval_s,
+            grace_period=grace_period_s)
+    except (SQLAlchemyError, ImportError, ValueError) as exc:
+        raise _open_error(exc, url) from None
+    if path is not None:
+        storage.engine.dispose()  # later connections get the pragmas from the listener
+        _tune_sqlite(storage.engine)
+    return storage
+
+
+def mask_url_in(text: str, url: str) -> str:
+    """``text`` with the URL's password, if any, replaced by ***."""
+    try:
+        password = make_url(url).password
+    except (ArgumentError, ValueError):
+        return text
+    return text.replace(str(password), "***") if password else text
+
+
+def lock_file(path: Path) -> Path:
+    """The file whose flock serializes the orchestrators of one sqlite database."""
+    return Path(f"{path}.hpo.lock")
+
+
+@contextmanager
+def file_lock(path: Path) -> Iterator[None]:
+    """An exclusive flock on ``path`` (created if missing); the kernel drops it if we die."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+@contextmanager
+def setup_lock(url: str) -> Iterator[None]:
+    """Held while an orchestrator creates or upgrades the schema and the study.
+
+    Two orchestrators starting together on a new database would otherwise both create
+    Optuna's tables (alembic_version's unique key fails the second) or ours.
+    """
+    path = _validated_path(url, create=True)  # a bad URL or folder is the user's error first
+    if path is not None:
+        with file_lock(lock_file(path)):
+            yield
+        return
+    if make_url(url).get_backend_name() != "postgresql":
+        yield
+        return
+    engine = sqlalchemy.create_engine(url, poolclass=sqlalchemy.pool.NullPool)
+    try:
+        with engine.connect() as connection:
+            connection.execute(sqlalchemy.text(_ADVISORY_LOCK_SQL), {"ns": ADVISORY_NAMESPACE})
+            connection.commit()
+            try:
+                yield
+            finally:
+                connection.execute(sqlalchemy.text(_ADVISORY_UNLOCK_SQL), {"ns": ADVISORY_NAMESPACE})
+                connection.commit()
+    except SQLAlchemyError as exc:
+        raise _open_error(exc, url) from None
+    finally:
+        engine.dispose()

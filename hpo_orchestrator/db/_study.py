@@ -1,0 +1,100 @@
+"""The reads every command starts with: which study, its direction and our study attrs, and
+the one translation of database errors into a StorageError.
+
+Values come back as Python values whatever the backend: states as 'COMPLETE' (PostgreSQL
+stores the enum's text, sqlite the name), timestamps as naive UTC datetimes (sqlite hands
+text() timestamps back as strings).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import text
+from sqlalchemy.engine import Connection
+
+from hpo_orchestrator.errors import ConfigError, StorageError
+
+__all__ = ["database_now", "list_studies", "read_errors", "state_name", "study_attrs", "study_config",
+           "study_direction", "study_id_of", "to_datetime"]
+
+_STUDIES_SQL = "SELECT study_name FROM studies ORDER BY study_id"
+_STUDY_ID_SQL = "SELECT study_id FROM studies WHERE study_name = :n"
+_DIRECTION_SQL = "SELECT direction FROM study_directions WHERE study_id = :s ORDER BY objective"
+_STUDY_ATTRS_SQL = ("SELECT key, value_json FROM study_user_attributes WHERE study_id = :s "
+                    "AND (key = 'hpo.config' OR key LIKE 'hpo.devices.%')")
+_NOW_SQL = "SELECT CURRENT_TIMESTAMP"
+
+
+@contextmanager
+def read_errors() -> Iterator[None]:
+    """Database errors while reading become one StorageError (the storage, not the user's
+    input); the user's own errors (a wrong study name) pass through."""
+    try:
+        yield
+    except ConfigError:
+        raise
+    except Exception as exc:  # sqlalchemy / driver errors
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise StorageError(f"cannot read the storage: {first}",
+                           "is it an Optuna database? (optuna trials --storage URL ...)") from None
+
+
+def to_datetime(value: Any) -> datetime | None:
+    """A naive UTC datetime from what the driver returned (a string on sqlite)."""
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        return value.replace(tzinfo=None) if value.tzinfo else value
+    return datetime.fromisoformat(str(value))
+
+
+def state_name(value: Any) -> str:
+    """'COMPLETE' on sqlite; PostgreSQL may hand back the TrialState enum's text."""
+    return str(value).split(".")[-1]
+
+
+def list_studies(connection: Connection) -> list[str]:
+    return [row[0] for row in connection.execute(text(_STUDIES_SQL))]
+
+
+def study_id_of(connection: Connection, study: str | None) -> tuple[int, str]:
+    """(study_id, name) of ``study``, or of the only study when None; ConfigError otherwise."""
+    names = list_studies(connection)
+    if study is None:
+        if len(names) == 1:
+            study = names[0]
+        else:
+            raise ConfigError("the storage holds several studies" if names else "the storage holds no study",
+                              f"pass --study NAME (studies: {', '.join(names) or 'none'})")
+    row = connection.execute(text(_STUDY_ID_SQL), {"n": study}).first()
+    if row is None:
+        raise ConfigError(f"no study named {study!r}",
+                          f"studies in this storage: {', '.join(names) or 'none'}")
+    return int(row[0]), study
+
+
+def study_direction(connection: Connection, study_id: int) -> str:
+    """'minimize' or 'maximize' (of the first objective)."""
+    row = connection.execute(text(_DIRECTION_SQL), {"s": study_id}).first()
+    return state_name(row[0]).lower() if row else "minimize"
+
+
+def study_attrs(connection: Connection, study_id: int) -> dict[str, Any]:
+    """Our study attrs: hpo.config and hpo.devices.<host>, decoded."""
+    rows = connection.execute(text(_STUDY_ATTRS_SQL), {"s": study_id})
+    return {key: json.loads(value) for key, value in rows}
+
+
+def study_config(connection: Connection, study_id: int) -> dict[str, Any]:
+    """The resolved config the study ran with (study attr hpo.config); {} when absent."""
+    return study_attrs(connection, study_id).get("hpo.config") or {}
+
+
+def database_now(connection: Connection) -> datetime | None:
+    """The database's clock: heartbeats are written with it, so their age is measured with it."""
+    return to_datetime(connection.execute(text(_NOW_SQL)).scalar())

@@ -1,0 +1,76 @@
+"""What ``status`` reports: plain dataclasses shared by the collector, the findings and the
+renderers (kept apart from all three so none of them imports another in a circle)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from hpo_orchestrator.db import TrialRow
+
+__all__ = ["DeviceUse", "Finding", "StateStats", "StatusReport", "StudyFacts"]
+
+
+@dataclass
+class Finding:
+    code: str  # stable identifier: idle_gpu, low_gpu_util, slow_startup, ...
+    severity: str  # warning / info
+    message: str
+    advice: str
+    evidence: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class StateStats:
+    count: int = 0
+    mean_s: float | None = None
+    median_s: float | None = None
+    max_s: float | None = None
+
+
+@dataclass
+class DeviceUse:
+    """One device (a GPU, or a host's CPU slots) over the study."""
+
+    device: str
+    host: str | None
+    gpu_index: int | None
+    trials: int = 0
+    states: dict[str, int] = field(default_factory=dict)
+    busy_fraction: float | None = None  # share of the study's wall time with >= 1 trial on it
+    busy_fraction_queued: float | None = None  # the same, while trials were still waiting to start
+    util_mean: float | None = None  # GPU utilization %, trial-time weighted
+    util_compute_mean: float | None = None  # ... in the compute phase only
+    energy_kj: float | None = None
+
+
+@dataclass
+class StudyFacts:
+    """What the findings need besides the report: a few per-trial facts, pre-filtered in SQL."""
+
+    config: dict[str, Any]
+    rows: list[TrialRow]
+    max_complete_step: int | None
+    unverified: list[tuple[int, str | None]]  # (number, OpenCL platform) with gpu_verified false
+    mismatches: list[tuple[int, dict[str, Any]]]  # (number, {param: [suggested, effective]})
+
+
+@dataclass
+class StatusReport:
+    study: str
+    direction: str
+    n_trials_target: int | None
+    states: dict[str, StateStats]
+    prune_rate: float | None
+    prune_steps: dict[int, int]  # step at which trials were pruned -> how many
+    best: dict[str, Any] | None
+    per_device: list[DeviceUse]
+    running: list[dict[str, Any]]
+    fail_reasons: dict[str, int] = field(default_factory=dict)
+    wall_s: float | None = None
+    findings: list[Finding] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["prune_steps"] = {str(k): v for k, v in self.prune_steps.items()}
+        return data

@@ -1,0 +1,513 @@
+"""Schema contract: every statement of hpo_orchestrator.db against a database that the
+installed Optuna made, on sqlite and PostgreSQL.
+
+An Optuna upgrade that renames a column or changes how a value is stored fails the one test
+named after the statement (``test_statement[sqlite-trials.BEST]``). Every module-level
+``_..._SQL`` constant of the db package must have a case here
+(``test_every_statement_has_a_case``); each case runs the statement through the function that
+uses it and checks what comes back against the study built below.
+
+The study: trials #0 COMPLETE 1.0 (summarized), #1 COMPLETE 0.25 (not summarized: run by
+something else), #2 PRUNED at step 1 (summarized), #3 FAIL oom, retried (summarized),
+#4 RUNNING with a heartbeat, #5 WAITING (enqueued).
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import os
+import pkgutil
+import sqlite3
+import subprocess
+import sys
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import optuna
+import pytest
+import sqlalchemy
+from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+from optuna.trial import TrialState, create_trial
+from sqlalchemy.engine import Connection, Engine
+
+import hpo_orchestrator.db as db
+from hpo_orchestrator.db import _trials, _version
+from hpo_orchestrator.errors import ConfigError, StorageError
+from tests.conftest import cli_env
+
+# Optuna warns that heartbeats are meant for Study.optimize; the RUNNING trial here records one.
+pytestmark = pytest.mark.filterwarnings("ignore:Heartbeat of storage is supposed to be used")
+
+STUDY = "contract"
+T0 = datetime(2024, 1, 1, 12, 0, 0)
+CONFIG = {"study": {"n_trials": 6}, "storage": {"heartbeat_interval_s": 60}}
+DEVICES = [{"index": 0, "uuid": "GPU-0"}]
+
+
+@dataclass
+class Built:
+    backend: str
+    url: str
+    engine: Engine
+    study_id: int
+    trial_ids: dict[int, int]  # number -> trial_id
+
+
+# --- building the database -----------------------------------------------------------------
+
+
+@contextmanager
+def _database(backend: str, tmp: Path) -> Iterator[str]:
+    """A new, empty database: a sqlite file, or a PostgreSQL database of its own (dropped after)."""
+    if backend == "sqlite":
+        yield f"sqlite:///{tmp / 'contract.db'}"
+        return
+    from tests.conftest import POSTGRES_URL, _postgres_unreachable
+
+    reason = _postgres_unreachable()
+    if reason and os.environ.get("HPO_TEST_REQUIRE_POSTGRES") == "1":
+        pytest.fail(reason)
+    if reason:
+        pytest.skip(reason)
+    assert POSTGRES_URL
+    name = f"hpo_contract_{uuid.uuid4().hex[:10]}"
+    admin = sqlalchemy.create_engine(POSTGRES_URL, isolation_level="AUTOCOMMIT")
+    with admin.connect() as connection:
+        connection.execute(sqlalchemy.text(f"CREATE DATABASE {name}"))
+    try:
+        url = sqlalchemy.engine.make_url(POSTGRES_URL).set(database=name)
+        yield url.render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as connection:
+            connection.execute(sqlalchemy.text(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+        admin.dispose()
+
+
+def _build(url: str) -> tuple[int, dict[int, int]]:
+    """The study of the module doc, written through Optuna's API and our tables' writers."""
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    storage = db.open_rdb_storage(url, heartbeat_interval_s=60, grace_period_s=120)
+    try:
+        study = optuna.create_study(storage=storage, study_name=STUDY, direction="minimize")
+        study.set_user_attr("hpo.config", CONFIG)
+        study.set_user_attr("hpo.devices.h1", DEVICES)
+        study.set_user_attr("not_ours", 1)
+        dists = {"x": FloatDistribution(0, 1), "c": CategoricalDistribution(["a", "b"]),
+                 "n": IntDistribution(1, 5)}
+
+        def add(state: TrialState, value: float | None, steps: dict[int, float],
+                attrs: dict[str, object]) -> None:
+            number = len(study.trials)
+            start = T0 + timedelta(seconds=20 * number)
+            study.add_trial(create_trial(
+                state=state, value=value, params={"x": 0.5, "c": "b", "n": 3}, distributions=dists,
+                intermediate_values=steps, user_attrs=attrs))
+            trial_id = study.trials[-1]._trial_id
+            with storage.engine.begin() as connection:  # add_trial stamps "now": make it known
+                connection.execute(sqlalchemy.text(
+                    "UPDATE trials SET datetime_start = :a, datetime_complete = :b WHERE trial_id = :t"),
+                    {"a": start, "b": start + timedelta(seconds=10), "t": trial_id})
+
+        add(TrialState.COMPLETE, 1.0, {s: 1.0 / (s + 1) for s in range(5)},
+            {"hpo.overhead_s": 2.0, "hpo.step_s": 0.5, "hpo.host": "h1", "hpo.gpu_index": 0})
+        add(TrialState.COMPLETE, 0.25, {0: math.nan, 1: 0.5},
+            {"hpo.overhead_s": 1.0, "hpo.host": "h2", "hpo.startup_s": 1.5, "hpo.gpu_verified": False,
+             "hpo.opencl_platform": "PoCL"})
+        add(TrialState.PRUNED, None, {0: 2.0, 1: 3.0}, {"hpo.host": "h1"})
+        add(TrialState.FAIL, None, {}, {"hpo.fail_reason": "oom", "hpo.retried": True})
+        running = study.ask()
+        running.set_user_attr("hpo.host", "h1")
+        running.set_user_attr("hpo.params_mismatch", {"lr": [0.1, 0.2]})
+        running.report(0.7, 3)
+        storage.record_heartbeat(running._trial_id)
+        study.enqueue_trial({"x": 0.1})
+        ids = {t.number: t._trial_id for t in study.get_trials(deepcopy=False)}
+        db.ensure_tables(storage.engine)
+        with storage.engine.begin() as connection:
+            for number, state, last_step, extra in (
+                    (0, "COMPLETE", 4, {"gpu_verified": False, "opencl_platform": "PoCL",
+                                        "params_mismatch": '{"lr": [0.1, 0.2]}', "fail_reason": None}),
+                    (2, "PRUNED", 1, {"gpu_verified": True, "opencl_platform": None,
+                                      "params_mismatch": None, "fail_reason": None}),
+                    (3, "FAIL", None, {"gpu_verified": None, "opencl_platform": None,
+                                       "params_mismatch": None, "fail_reason": "oom"})):
+                start = (T0 + timedelta(seconds=20 * number)).timestamp()
+                db.insert_summary(connection, {
+                    "trial_id": ids[number], "study_id": study._study_id, "number": number,
+                    "state": state, "host": "h1", "gpu_index": 0, "start_s": start,
+                    "end_s": start + 10, "startup_s": 1.0, "first_decision_s": 3.0,
+                    "last_step": last_step, "gpu_util_mean": 80.0, "gpu_util_compute_mean": 90.0,
+                    "gpu_energy_j": 500.0, **extra})
+            db.insert_samples(connection, [
+                {"trial_id": ids[0], "ts": T0 + timedelta(seconds=1), "gpu_index": 0, "sm_util": 50.0,
+                 "cpu_util": 100.0, "phase": "train"},
+                {"trial_id": ids[0], "ts": T0 + timedelta(seconds=2), "gpu_index": 0, "sm_util": 70.0,
+                 "cpu_util": 90.0, "phase": "train"},
+                {"trial_id": ids[4], "ts": T0 + timedelta(seconds=90), "gpu_index": None, "sm_util": None,
+                 "cpu_util": 40.0, "phase": None}])
+        return study._study_id, ids
+    finally:
+        storage.engine.dispose()
+
+
+@pytest.fixture(scope="module", params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def built(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Built]:
+    with _database(request.param, tmp_path_factory.mktemp("contract")) as url:
+        study_id, ids = _build(url)
+        engine = db.create_engine(url)
+        try:
+            yield Built(request.param, url, engine, study_id, ids)
+        finally:
+            engine.dispose()
+
+
+# --- one case per statement ----------------------------------------------------------------
+
+Case = Callable[[Built, Connection], None]
+CASES: dict[str, Case] = {}
+
+
+def case(name: str) -> Callable[[Case], Case]:
+    def register(function: Case) -> Case:
+        CASES[name] = function
+        return function
+    return register
+
+
+def _only(backend: str, built: Built) -> None:
+    if built.backend != backend:
+        pytest.skip(f"{backend} only")
+
+
+@case("engine.SQLITE_TABLES")
+def _(built: Built, connection: Connection) -> None:
+    _only("sqlite", built)
+    db.create_engine(built.url).dispose()  # an Optuna file passes
+    foreign = Path(sqlalchemy.engine.make_url(built.url).database or "").with_name("foreign.db")
+    with sqlite3.connect(foreign) as other:
+        other.execute("CREATE TABLE t (x)")
+    with pytest.raises(StorageError, match="not an Optuna one"):
+        db.create_engine(f"sqlite:///{foreign}")
+
+
+@case("engine.ADVISORY_LOCK")
+@case("engine.ADVISORY_UNLOCK")
+def _(built: Built, connection: Connection) -> None:
+    _only("postgresql", built)
+    held = ("SELECT COUNT(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = :ns "
+            "AND objid = 0 AND granted AND database = (SELECT oid FROM pg_database "
+            "WHERE datname = current_database())")
+    with db.setup_lock(built.url):
+        assert connection.execute(sqlalchemy.text(held), {"ns": db.ADVISORY_NAMESPACE}).scalar() == 1
+    assert connection.execute(sqlalchemy.text(held), {"ns": db.ADVISORY_NAMESPACE}).scalar() == 0
+
+
+@case("version.REVISION")
+@case("version.VERSION_INFO")
+def _(built: Built, connection: Connection) -> None:
+    assert _version.schema_of(connection) == (db.SCHEMA_REVISION, 12, optuna.__version__)
+
+
+@case("study.STUDIES")
+def _(built: Built, connection: Connection) -> None:
+    assert db.list_studies(connection) == [STUDY]
+
+
+@case("study.STUDY_ID")
+def _(built: Built, connection: Connection) -> None:
+    assert db.study_id_of(connection, STUDY) == (built.study_id, STUDY)
+    assert db.study_id_of(connection, None) == (built.study_id, STUDY)
+    with pytest.raises(ConfigError, match="no study named 'nope'"):
+        db.study_id_of(connection, "nope")
+
+
+@case("study.DIRECTION")
+def _(built: Built, connection: Connection) -> None:
+    assert db.study_direction(connection, built.study_id) == "minimize"
+    assert db.study_direction(connection, built.study_id + 1000) == "minimize"  # the default
+
+
+@case("study.STUDY_ATTRS")
+def _(built: Built, connection: Connection) -> None:
+    assert db.study_attrs(connection, built.study_id) == {"hpo.config": CONFIG, "hpo.devices.h1": DEVICES}
+    assert db.study_config(connection, built.study_id) == CONFIG
+
+
+@case("study.NOW")
+@case("trials.HEARTBEAT")
+def _(built: Built, connection: Connection) -> None:
+    beat = db.heartbeat_of(connection, built.trial_ids[4])
+    now = db.database_now(connection)
+    assert beat is not None and now is not None
+    assert 0 <= (now - beat).total_seconds() < 600  # one clock: the database's
+    assert db.heartbeat_of(connection, built.trial_ids[0]) is None
+
+
+@case("trials.SUMMARY_ROWS")
+def _(built: Built, connection: Connection) -> None:
+    rows = sorted(db.summary_rows(connection, built.study_id))
+    assert [(r.number, r.state, r.last_step) for r in rows] == [(0, "COMPLETE", 4), (2, "PRUNED", 1),
+                                                                 (3, "FAIL", None)]
+    assert rows[0].end_s - rows[0].start_s == pytest.approx(10.0)
+    assert (rows[0].host, rows[0].gpu_index, rows[0].util_mean, rows[0].energy_j) == ("h1", 0, 80.0, 500.0)
+
+
+@case("trials.UNCOVERED")
+def _(built: Built, connection: Connection) -> None:
+    every = db.uncovered_trials(connection, built.study_id, has_summary=False)
+    assert [u.row.number for u in sorted(every, key=lambda u: u.row.number)] == [0, 1, 2, 3, 4, 5]
+    by_number = {u.row.number: u for u in every}
+    assert [by_number[n].row.state for n in range(6)] == ["COMPLETE", "COMPLETE", "PRUNED", "FAIL",
+                                                          "RUNNING", "WAITING"]
+    assert by_number[0].row.last_step == 4 and by_number[5].row.last_step is None
+    one = by_number[1].row
+    assert one.start_s is not None and one.end_s is not None
+    assert one.end_s - one.start_s == pytest.approx(10.0)
+    assert by_number[4].row.end_s is None and by_number[4].trial_id == built.trial_ids[4]
+
+
+@case("trials.NOT_SUMMARIZED")
+def _(built: Built, connection: Connection) -> None:
+    rest = db.uncovered_trials(connection, built.study_id, has_summary=True)
+    assert sorted(u.row.number for u in rest) == [1, 4, 5]
+
+
+@case("trials.ATTRS_BY_ID")
+def _(built: Built, connection: Connection) -> None:
+    by_number = {u.row.number: u for u in db.uncovered_trials(connection, built.study_id, True)}
+    one = by_number[1]
+    assert (one.row.host, one.row.startup_s) == ("h2", 1.5)
+    assert one.attrs["hpo.gpu_verified"] is False and one.attrs["hpo.opencl_platform"] == "PoCL"
+    assert "hpo.overhead_s" not in one.attrs  # only the keys status reads
+    assert by_number[4].attrs == {"hpo.host": "h1", "hpo.params_mismatch": {"lr": [0.1, 0.2]}}
+
+
+@case("trials.ATTRS")
+def _(built: Built, connection: Connection) -> None:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_trials, "_ATTRS_BY_ID_UP_TO", 0)  # the whole-study branch (> 500 trials)
+        by_number = {u.row.number: u for u in db.uncovered_trials(connection, built.study_id, True)}
+    assert by_number[1].row.host == "h2" and by_number[4].row.host == "h1"
+    assert by_number[5].attrs == {}
+
+
+@case("trials.STATE_COUNTS")
+def _(built: Built, connection: Connection) -> None:
+    assert db.state_counts(connection, built.study_id) == {
+        "COMPLETE": 2, "PRUNED": 1, "FAIL": 1, "RUNNING": 1, "WAITING": 1}
+
+
+@case("trials.PRUNE_STEPS")
+def _(built: Built, connection: Connection) -> None:
+    assert db.summary_prune_steps(connection, built.study_id) == {1: 1}
+
+
+@case("trials.MAX_COMPLETE_STEP")
+def _(built: Built, connection: Connection) -> None:
+    assert db.summary_max_complete_step(connection, built.study_id) == 4
+
+
+@case("trials.FLAGS")
+def _(built: Built, connection: Connection) -> None:
+    assert sorted(db.summary_flags(connection, built.study_id)) == [
+        (0, False, "PoCL", {"lr": [0.1, 0.2]}, None), (3, None, None, None, "oom")]
+
+
+@case("trials.BEST")
+@case("trials.PARAMS")
+def _(built: Built, connection: Connection) -> None:
+    params = {"x": 0.5, "c": "b", "n": 3}
+    assert db.best_trial(connection, built.study_id, "minimize") == {"number": 1, "value": 0.25,
+                                                                       "params": params}
+    best = db.best_trial(connection, built.study_id, "maximize")
+    assert best is not None and best["number"] == 0 and isinstance(best["params"]["n"], int)
+
+
+@case("trials.VALUES")
+def _(built: Built, connection: Connection) -> None:
+    assert db.trial_values(connection, built.study_id) == {0: 1.0, 1: 0.25}
+
+
+@case("curves.TRIALS")
+def _(built: Built, connection: Connection) -> None:
+    trials = db.trials_with_values(connection, built.study_id)
+    assert [(t.number, t.state, t.value) for t in trials] == [
+        (0, "COMPLETE", 1.0), (1, "COMPLETE", 0.25), (2, "PRUNED", None), (3, "FAIL", None),
+        (4, "RUNNING", None), (5, "WAITING", None)]
+    assert [t.trial_id for t in trials] == [built.trial_ids[n] for n in range(6)]
+
+
+@case("curves.INTERMEDIATE")
+def _(built: Built, connection: Connection) -> None:
+    steps = db.intermediate_values(connection, built.study_id)
+    ids = built.trial_ids
+    assert steps[ids[0]] == [(s, 1.0 / (s + 1)) for s in range(5)]
+    assert steps[ids[1]][0][0] == 0 and math.isnan(steps[ids[1]][0][1]) and steps[ids[1]][1] == (1, 0.5)
+    assert steps[ids[2]] == [(0, 2.0), (1, 3.0)] and steps[ids[4]] == [(3, 0.7)]
+    assert ids[3] not in steps
+
+
+@case("curves.TIMINGS")
+def _(built: Built, connection: Connection) -> None:
+    assert db.step_timings(connection, built.study_id) == {built.trial_ids[0]: (2.0, 0.5)}
+
+
+@case("telemetry.HAS_TRIAL")
+def _(built: Built, connection: Connection) -> None:
+    assert db.has_trial(connection, built.study_id, 0) and not db.has_trial(connection, built.study_id, 99)
+
+
+@case("telemetry.EXPORT")
+def _(built: Built, connection: Connection) -> None:
+    rows = db.telemetry_rows(connection, built.study_id, None)
+    assert [r[0] for r in rows] == [0, 0, 4]
+    columns = dict(zip(["trial_number", *db.TELEMETRY_COLUMNS], rows[0], strict=True))
+    assert (columns["trial_id"], columns["sm_util"], columns["phase"]) == (built.trial_ids[0], 50.0, "train")
+
+
+@case("telemetry.ONE_TRIAL")
+def _(built: Built, connection: Connection) -> None:
+    assert [r[0] for r in db.telemetry_rows(connection, built.study_id, 4)] == [4]
+
+
+@case("telemetry.SAMPLES")
+@case("telemetry.HOST")
+def _(built: Built, connection: Connection) -> None:
+    samples = db.telemetry_samples(connection, built.study_id)
+    assert [(s.ts, s.trial_id, s.gpu_index, s.sm_util, s.cpu_util, s.host) for s in samples] == [
+        (T0 + timedelta(seconds=1), built.trial_ids[0], 0, 50.0, 100.0, "h1"),
+        (T0 + timedelta(seconds=2), built.trial_ids[0], 0, 70.0, 90.0, "h1"),
+        (T0 + timedelta(seconds=90), built.trial_ids[4], None, None, 40.0, None)]
+
+
+@case("budget.CLAIMED")
+def _(built: Built, connection: Connection) -> None:
+    assert db.count_claimed(connection, built.study_id) == 4  # not WAITING, not the retried FAIL
+
+
+@case("budget.RUNNING")
+def _(built: Built, connection: Connection) -> None:
+    assert db.count_running(connection, built.study_id) == 1
+
+
+@case("budget.LOCK")
+def _(built: Built, connection: Connection) -> None:
+    _only("postgresql", built)
+    held = ("SELECT COUNT(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = :ns "
+            "AND objid = :s AND granted AND pid = pg_backend_pid()")
+    params = {"ns": db.ADVISORY_NAMESPACE, "s": built.study_id}
+    with connection.begin():
+        db.lock_study_budget(connection, built.study_id)
+        assert connection.execute(sqlalchemy.text(held), params).scalar() == 1
+    assert connection.execute(sqlalchemy.text(held), params).scalar() == 0  # released with the transaction
+
+
+@case("design.USER_QUERIES")
+def _(built: Built, connection: Connection) -> None:
+    """The queries docs/DESIGN.md promises users on the sqlite file."""
+    _only("sqlite", built)
+    path = sqlalchemy.engine.make_url(built.url).database
+    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as plain:
+        counts = dict(plain.execute(
+            "SELECT state, COUNT(*) FROM trials WHERE study_id = (SELECT study_id FROM studies "
+            "WHERE study_name = ?) GROUP BY state", (STUDY,)).fetchall())
+        durations = {state: (avg, n) for state, avg, n in plain.execute(
+            "SELECT state, AVG((julianday(datetime_complete) - julianday(datetime_start)) * 86400) "
+            "AS avg_s, COUNT(*) FROM trials WHERE study_id = (SELECT study_id FROM studies "
+            "WHERE study_name = ?) AND datetime_complete IS NOT NULL GROUP BY state", (STUDY,))}
+    assert counts == {"COMPLETE": 2, "PRUNED": 1, "FAIL": 1, "RUNNING": 1, "WAITING": 1}
+    assert durations["COMPLETE"][0] == pytest.approx(10.0, abs=0.01) and durations["COMPLETE"][1] == 2
+
+
+def _statement_names() -> set[str]:
+    """Every ``_X_SQL`` constant of the db package, as '<module>.<X>'."""
+    names = set()
+    for info in pkgutil.iter_modules(db.__path__):
+        module = importlib.import_module(f"{db.__name__}.{info.name}")
+        names |= {f"{info.name.lstrip('_')}.{attr.strip('_').removesuffix('_SQL')}"
+                  for attr, value in vars(module).items()
+                  if attr.startswith("_") and attr.endswith("_SQL") and isinstance(value, str)}
+    return names
+
+
+def test_every_statement_has_a_case() -> None:
+    missing = _statement_names() - set(CASES)
+    assert not missing, f"statements of hpo_orchestrator.db without a contract case: {sorted(missing)}"
+    assert len(_statement_names()) >= 30  # the scan found the package's statements
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_statement(built: Built, name: str) -> None:
+    with built.engine.connect() as connection:
+        CASES[name](built, connection)
+
+
+# --- the schema version, checked at open ---------------------------------------------------
+
+
+def test_installed_optuna_writes_the_known_schema() -> None:
+    """A new Optuna migration must be looked at (and added to the db package) before use."""
+    from alembic.script import ScriptDirectory
+
+    script = ScriptDirectory(str(Path(optuna.storages.__file__).parent / "_rdb" / "alembic"))
+    assert script.get_current_head() == db.SCHEMA_REVISION
+    assert {r.revision for r in script.walk_revisions()} == {*_version.OLDER_REVISIONS, db.SCHEMA_REVISION}
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def optuna_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A database with one study, made by the installed Optuna."""
+    with _database(request.param, tmp_path) as url:
+        storage = db.open_rdb_storage(url)
+        optuna.create_study(storage=storage, study_name=STUDY)
+        storage.engine.dispose()
+        yield url
+
+
+def _set_revision(url: str, revision: str | None) -> None:
+    engine = sqlalchemy.create_engine(url, poolclass=sqlalchemy.pool.NullPool)
+    with engine.begin() as connection:
+        connection.execute(sqlalchemy.text("DELETE FROM alembic_version"))
+        if revision is not None:
+            connection.execute(sqlalchemy.text("INSERT INTO alembic_version VALUES (:r)"), {"r": revision})
+    engine.dispose()
+
+
+@pytest.mark.parametrize(("revision", "message", "hint"), [
+    ("v9.9.0.a", "has Optuna schema v9.9.0.a .*which this hpo-orchestrator does not know",
+     "hpo-orchestrator made for that Optuna"),
+    ("v3.0.0.d", "has an older Optuna schema \\(v3.0.0.d\\)", "optuna storage upgrade --storage"),
+])
+def test_unknown_schema_is_refused_at_open(optuna_url: str, revision: str, message: str, hint: str) -> None:
+    _set_revision(optuna_url, revision)
+    for open_ in (db.create_engine, db.open_rdb_storage):
+        with pytest.raises(StorageError, match=message) as raised:
+            open_(optuna_url)
+        assert raised.value.exit_code == 2 and hint in (raised.value.hint or "")
+        assert optuna.__version__ in raised.value.message  # who made it, from version_info
+
+
+def test_schema_being_stamped_is_let_through(optuna_url: str) -> None:
+    """Optuna writes its tables, then version_info, then the alembic stamp: a reader in between
+    must not be refused."""
+    _set_revision(optuna_url, None)
+    db.create_engine(optuna_url).dispose()
+
+
+def test_cli_says_unknown_schema_with_hint(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'hpo.db'}"
+    optuna.create_study(storage=url, study_name=STUDY)
+    _set_revision(url, "v9.9.0.a")
+    for command in (["status"], ["report", "--out", "r.html"], ["tune-pruner"],
+                    ["telemetry", "--csv", "-"]):
+        proc = subprocess.run([sys.executable, "-m", "hpo_orchestrator", *command, "--storage", url],
+                              cwd=tmp_path, env=cli_env(), capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 2, (command, proc.stderr)
+        assert "error:" in proc.stderr and "hint:" in proc.stderr and "Traceback" not in proc.stderr
+        assert "v9.9.0.a" in proc.stderr
+    assert not (tmp_path / "r.html").exists()
