@@ -10,7 +10,7 @@ from __future__ import annotations
 import statistics
 from collections import Counter
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import NamedTuple
 
 from sqlalchemy import inspect, text
@@ -73,7 +73,7 @@ def collect_report(engine: Engine, study: str | None) -> ReportData:
     starts = [r.start_s for r in rows if r.start_s is not None]
     origin = min(starts) if starts else 0.0
     data = ReportData(study=name, direction=status.direction, status=status,
-                      started_utc=datetime.fromtimestamp(origin, tz=timezone.utc) if starts else None,
+                      started_utc=datetime.fromtimestamp(origin, tz=UTC) if starts else None,
                       prune_steps=status.prune_steps)
     hosts = {r.host for r in rows if r.host}
     data.lanes, data.bars = _timeline(rows, values, origin, len(hosts))
@@ -111,7 +111,7 @@ def _samples(connection: Connection, study_id: int) -> list[_Sample]:
     rows = []
     for ts, trial, gpu, sm, cpu, where in result:
         moment = ts if isinstance(ts, datetime) else datetime.fromisoformat(str(ts))
-        epoch = moment.replace(tzinfo=timezone.utc).timestamp()  # stored as naive UTC
+        epoch = moment.replace(tzinfo=UTC).timestamp()  # stored as naive UTC
         rows.append(_Sample(epoch, int(trial), None if gpu is None else int(gpu), sm, cpu, where))
     return rows
 
