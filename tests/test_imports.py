@@ -1,5 +1,4 @@
-"""Production code loads the test fakes only when the user asks for them (docs/DESIGN.md,
-"GPU backends")."""
+"""Production code loads the test fakes only when the user asks for them (docs/DESIGN.md §3.4)."""
 
 from __future__ import annotations
 

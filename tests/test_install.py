@@ -1,6 +1,5 @@
 """The package as a user gets it: a wheel installed into a fresh virtual environment runs the
-default study from a folder that knows nothing of this repository (docs/DESIGN.md, "Configuration
-shipped with the package")."""
+default study from a folder that knows nothing of this repository (docs/DESIGN.md §2.7)."""
 
 from __future__ import annotations
 

@@ -34,7 +34,7 @@ _GROUP_SCHEMAS: dict[str, dict[str, type]] = {
 
 # The defaults ship inside the package, so a wheel installed anywhere finds them. In a
 # checkout, hpo_orchestrator/conf is a link to the top-level conf/ (one copy of each YAML);
-# the wheel build copies the files (docs/DESIGN.md, "Configuration shipped with the package").
+# the wheel build copies the files (docs/DESIGN.md §2.7).
 _PACKAGED_CONF = Path(__file__).resolve().parents[1] / "conf"
 
 
