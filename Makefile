@@ -11,7 +11,7 @@ VENV_FLAGS ?=
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: hpo install test test-gpu lint bench bench-gpu clean
+.PHONY: hpo install test test-fast test-gpu lint bench bench-gpu clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV_FLAGS) $(VENV)
@@ -27,6 +27,11 @@ hpo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not gpu" $(PYTEST_ARGS)
+
+# Unit tests only: no study in subprocesses (those are marked slow; tests/conftest.py fails an
+# unmarked test that runs one).
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not gpu and not slow" $(PYTEST_ARGS)
 
 test-gpu: $(STAMP)
 	$(BIN)/python -m pytest -q -m gpu -rs $(PYTEST_ARGS)

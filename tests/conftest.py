@@ -29,9 +29,26 @@ def cli_env(env: dict[str, str] | None = None) -> dict[str, str]:
     return {**inherited, "COLUMNS": "200", **(env or {})}
 
 
+_in_slow_test = False
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Noted before the test's fixtures are set up (a module-scoped fixture may run a study)."""
+    global _in_slow_test
+    _in_slow_test = item.get_closest_marker("slow") is not None
+
+
+def _require_slow(what: str) -> None:
+    """Keep `make test-fast` fast: a test that runs a study in real processes must say so."""
+    if not _in_slow_test:
+        pytest.fail(f"this test {what}: mark it @pytest.mark.slow (make test-fast leaves those out)")
+
+
 def start_cli(tmp_path: Path, *args: str,
               env: dict[str, str] | None = None) -> subprocess.Popen[str]:
     """Start ``hpo-orchestrator`` in ``tmp_path`` without waiting (to signal or kill it)."""
+    _require_slow(f"starts 'hpo-orchestrator {' '.join(args[:1])}'")
     return subprocess.Popen([sys.executable, "-m", "hpo_orchestrator", *args], cwd=tmp_path,
                             env=cli_env(env), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
@@ -42,6 +59,8 @@ def run_cli(tmp_path: Path, *args: str, env: dict[str, str] | None = None,
     """Run ``hpo-orchestrator`` as a real process in ``tmp_path`` (storage sqlite:///hpo.db)."""
     proc = subprocess.run([sys.executable, "-m", "hpo_orchestrator", *args], cwd=tmp_path,
                           env=cli_env(env), capture_output=True, text=True, timeout=timeout)
+    if args[:1] == ("run",) and "--show-config" not in args and proc.returncode == 0:
+        _require_slow("ran a study")  # bad-input runs stop before any study: fine in the fast tier
     return RunResult(proc.returncode, proc.stdout, proc.stderr, tmp_path / "hpo.db")
 
 

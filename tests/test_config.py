@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from hpo_orchestrator.config import load_config
+from hpo_orchestrator.config import config_dir, load_config
 from hpo_orchestrator.errors import ConfigError
+from tests.conftest import REPO
 
 
 def test_defaults_compose() -> None:
@@ -23,6 +26,30 @@ def test_overrides_apply() -> None:
     assert (config.objective.name, config.objective.batch_size) == ("torch_mlp", 256)
     assert config.scheduler.parallel == 8 and config.scheduler.gpus == [0, 1]
     assert (config.pruner.patience, config.pruner.min_resource) == (4, 3)
+
+
+def test_packaged_defaults_are_the_top_level_conf() -> None:
+    """One copy of each YAML: the package's conf/ is the checkout's conf/ (a link)."""
+    assert config_dir().resolve() == (REPO / "conf").resolve()
+
+
+def test_user_config_dir_on_top_adds_options_and_keeps_the_defaults(tmp_path: Path) -> None:
+    """Hydra's convention: a folder of the user's own group options on the search path."""
+    (tmp_path / "objective").mkdir()
+    (tmp_path / "objective" / "mine.yaml").write_text(
+        "defaults:\n  - base_custom\ntarget: mypkg.objective:objective\n")
+    config = load_config([f"hydra.searchpath=[file://{tmp_path}]", "objective=mine"])
+    assert config.objective.name == "custom" and config.objective.target == "mypkg.objective:objective"
+    assert config.pruner.name == "patient_hyperband" and config.study.n_trials == 40
+
+
+def test_conf_env_replaces_the_defaults(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "config.yaml").write_text(
+        (REPO / "conf" / "config.yaml").read_text().replace("n_trials: 40", "n_trials: 7"))
+    for group in ("objective", "pruner", "sampler"):
+        (tmp_path / group).symlink_to(REPO / "conf" / group)
+    monkeypatch.setenv("HPO_ORCHESTRATOR_CONF", str(tmp_path))
+    assert load_config([]).study.n_trials == 7
 
 
 BAD = [

@@ -1,4 +1,4 @@
-"""LightGBM's device choice for a pinned child (DESIGN.md section 4)."""
+"""LightGBM's device choice for a pinned child (docs/DESIGN.md §4)."""
 
 from __future__ import annotations
 

@@ -33,9 +33,12 @@ def _curve(number: int) -> list[float]:
 
 
 def _live_study(db: Path, setting: PrunerSetting | None) -> None:
-    """Optuna itself, one trial at a time, pruning with ``setting`` (None: never)."""
+    """Optuna itself, one trial at a time, pruning with ``setting`` (None: never). It runs in
+    memory and is then copied to the sqlite file the replay reads: the same trials, numbers
+    and values, about 4x faster than deciding against sqlite."""
     pruner = setting.build() if setting else optuna.pruners.NopPruner()
-    study = optuna.create_study(study_name="known", storage=f"sqlite:///{db}", pruner=pruner)
+    memory = optuna.storages.InMemoryStorage()
+    study = optuna.create_study(study_name="known", storage=memory, pruner=pruner)
     config = {"pruner": {"name": setting.kind, "patience": setting.patience,
                          "min_resource": setting.min_resource,
                          "reduction_factor": setting.reduction_factor,
@@ -53,6 +56,7 @@ def _live_study(db: Path, setting: PrunerSetting | None) -> None:
         return values[-1]
 
     study.optimize(objective, n_trials=N_TRIALS)
+    optuna.copy_study(from_study_name="known", from_storage=memory, to_storage=f"sqlite:///{db}")
 
 
 SETTINGS = [

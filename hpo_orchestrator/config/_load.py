@@ -32,10 +32,20 @@ _GROUP_SCHEMAS: dict[str, dict[str, type]] = {
 }
 
 
+# The defaults ship inside the package, so a wheel installed anywhere finds them. In a
+# checkout, hpo_orchestrator/conf is a link to the top-level conf/ (one copy of each YAML);
+# the wheel build copies the files (docs/DESIGN.md §2.7).
+_PACKAGED_CONF = Path(__file__).resolve().parents[1] / "conf"
+
+
 def config_dir() -> Path:
-    """The folder holding ``config.yaml``: $HPO_ORCHESTRATOR_CONF, else the repository's ``conf/``."""
+    """The folder holding ``config.yaml``: $HPO_ORCHESTRATOR_CONF, else the packaged defaults.
+
+    Folders of the user's own group options go on top with Hydra's
+    ``hydra.searchpath=[file:///path]`` override, which keeps the packaged defaults.
+    """
     override = os.environ.get("HPO_ORCHESTRATOR_CONF")
-    return Path(override) if override else Path(__file__).resolve().parents[2] / "conf"
+    return Path(override) if override else _PACKAGED_CONF
 
 
 def _register_schemas() -> None:

@@ -1,6 +1,6 @@
 """The one gateway to the database: the only code that knows Optuna's tables and ours.
 
-Every SQL statement of the project lives in this package (see docs/DESIGN.md), as a
+Every SQL statement of the project lives in this package (docs/DESIGN.md §3.2), as a
 module-level ``_..._SQL`` constant, so tests/test_db_contract.py can run each one against a
 database made by the installed Optuna. Modules by concern:
 

@@ -19,6 +19,7 @@ def open_backend() -> GpuBackend:
     """The fake backend if $HPO_ORCHESTRATOR_FAKE_GPUS is set, else NVML, else none."""
     fake_spec = os.environ.get(FAKE_GPUS_ENV)
     if fake_spec:
+        # The one place production code reaches into testing/, and only when the user asks.
         from hpo_orchestrator.testing.fake_gpu import FakeGpuBackend
 
         return FakeGpuBackend.from_spec(fake_spec)

@@ -2,7 +2,7 @@
 
 LightGBM's GPU learner is OpenCL. Its default platform (-1) means "the first one", which on
 hosts whose registry lists only PoCL (a CPU implementation) runs the "GPU" training on the
-CPU, 40x slower and without an error (DESIGN.md section 4). So: register NVIDIA's ICD when the
+CPU, 40x slower and without an error (docs/DESIGN.md §4). So: register NVIDIA's ICD when the
 registry lacks it (:func:`nvidia_icd_env`, applied at spawn, before any OpenCL call), then
 pick the platform by name (:func:`list_platforms`, :func:`choose_lightgbm_device`).
 """

@@ -10,7 +10,7 @@ from __future__ import annotations
 import statistics
 from collections import Counter
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import NamedTuple
 
 from sqlalchemy.engine import Connection, Engine
@@ -71,7 +71,7 @@ def collect_report(engine: Engine, study: str | None) -> ReportData:
     starts = [r.start_s for r in rows if r.start_s is not None]
     origin = min(starts) if starts else 0.0
     data = ReportData(study=name, direction=status.direction, status=status,
-                      started_utc=datetime.fromtimestamp(origin, tz=timezone.utc) if starts else None,
+                      started_utc=datetime.fromtimestamp(origin, tz=UTC) if starts else None,
                       prune_steps=status.prune_steps)
     hosts = {r.host for r in rows if r.host}
     data.lanes, data.bars = _timeline(rows, values, origin, len(hosts))
@@ -93,7 +93,7 @@ class _Sample(NamedTuple):
 
 
 def _samples(connection: Connection, study_id: int) -> list[_Sample]:
-    return [_Sample(s.ts.replace(tzinfo=timezone.utc).timestamp(),  # stored as naive UTC
+    return [_Sample(s.ts.replace(tzinfo=UTC).timestamp(),  # stored as naive UTC
                     s.trial_id, s.gpu_index, s.sm_util, s.cpu_util, s.host)
             for s in db.telemetry_samples(connection, study_id)]
 

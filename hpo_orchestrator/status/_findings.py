@@ -1,6 +1,6 @@
 """Findings: what went wrong with the GPU time of a study, each backed by numbers.
 
-Every rule here comes from a real incident (DESIGN.md §5). A finding says what was seen
+Every rule here comes from a real incident (docs/DESIGN.md §1, §5). A finding says what was seen
 (``message``), the numbers behind it (``evidence``), and what to change (``advice``), naming
 the configuration keys to turn. Thresholds are module constants, so they are easy to find and
 to argue about.

@@ -80,10 +80,6 @@ class FakeGpuBackend:
                 foreign.append(proc.pid)
         return ours, foreign
 
-    def pinned_pids(self, index: int) -> list[int]:
-        """Processes pinned to fake GPU ``index`` (what NVML's process list would show)."""
-        return self._processes(index)[0]
-
     def sample(self, index: int) -> GpuSample | None:
         if not 0 <= index < len(self._fakes):
             return None
