@@ -208,24 +208,31 @@ def _cmd_gpus(args: argparse.Namespace, console: Console) -> int:
     backend = open_backend()
     leases = LeaseDir(default_lease_dir(args.lease_dir))
     rows: list[dict[str, Any]] = []
-    for gpu in backend.gpus():
+    allocated = {gpu.index for gpu in backend.gpus()}
+    # GPUs outside this process's allocation are listed, but neither read nor offered
+    for gpu in backend.all_gpus():
         sample = backend.sample(gpu.index)
-        held = leases.holders(gpu.uuid)
+        held = leases.holders(gpu.uuid) if gpu.index in allocated else {}
         rows.append({
             "index": gpu.index, "name": gpu.name, "uuid": gpu.uuid,
+            "allocated": gpu.index in allocated,
             "util": sample.sm_util if sample else None,
             "mem_used_mib": sample.mem_used_mib if sample else None,
             "mem_total_mib": gpu.memory_total_mib,
             "slots": [{"slot": k, **holder} for k, holder in sorted(held.items())]})
     backend.close()
     if args.json:
-        print(json.dumps({"lease_dir": str(leases.path), "gpus": rows,
+        print(json.dumps({"lease_dir": str(leases.path), "allocation": backend.describe(),
+                          "cuda_visible_devices": backend.source, "gpus": rows,
                           "unavailable_reason": backend.unavailable_reason}, indent=2))
         return 0
     if not rows:
         console.print(f"no GPU: {backend.unavailable_reason or 'none found'}", highlight=False)
         return 0
-    table = Table(title=f"GPUs (slot leases in {leases.path})", title_justify="left")
+    title = f"GPUs (slot leases in {leases.path})"
+    if backend.restricted:
+        title += f"; this process may use {backend.describe()}"
+    table = Table(title=title, title_justify="left")
     for column in ("gpu", "name", "util", "memory MiB", "held slots"):
         table.add_column(column)
     for row in rows:
@@ -235,7 +242,7 @@ def _cmd_gpus(args: argparse.Namespace, console: Console) -> int:
         holders = "\n".join(
             f"{h['slot']}: study {h.get('study', '?')} trial {h.get('trial', '?')} "
             f"(pid {h.get('trial_pid', '?')}, orchestrator {h.get('pid', '?')} on {h.get('host', '?')})"
-            for h in row["slots"]) or "free"
+            for h in row["slots"]) or ("free" if row["allocated"] else "not allocated")
         table.add_row(str(row["index"]), row["name"], "-" if row["util"] is None else f"{row['util']:.0f}%",
                       memory, holders)
     console.print(table)
