@@ -1,4 +1,4 @@
-"""Command line: ``hpo-orchestrator run|status|report|tune-pruner|telemetry|gpus``.
+"""Command line: ``hpo-orchestrator run|submit|status|report|tune-pruner|telemetry|gpus``.
 
 The one place that turns an HpoError into ``error: ...`` / ``hint: ...`` and an exit code
 (0 done, 1 runtime failure, 2 bad usage or configuration, 130 interrupted). Tracebacks only
@@ -58,6 +58,11 @@ def _parser() -> argparse.ArgumentParser:
     status.add_argument("--json", action="store_true", help="machine-readable output")
     status.add_argument("--watch", action="store_true", help="refresh every --interval seconds")
     status.add_argument("--interval", type=float, default=2.0)
+
+    submit = commands.add_parser("submit", help="run the study as Slurm jobs, one orchestrator per "
+                                                 "node (slurm.* and run overrides)")
+    submit.add_argument("overrides", nargs="*", metavar="KEY=VALUE")
+    submit.add_argument("--dry-run", action="store_true", help="print the sbatch script, submit nothing")
 
     gpus = commands.add_parser("gpus", help="this host's GPUs and which trials hold their slots")
     gpus.add_argument("--json", action="store_true", help="machine-readable output")
@@ -177,6 +182,12 @@ def _cmd_run(args: argparse.Namespace, console: Console) -> int:
         console.print("[yellow]stopped: running trials were marked FAIL (interrupted); "
                       "run the same command again to resume[/]")
     return code
+
+
+def _cmd_submit(args: argparse.Namespace, console: Console) -> int:
+    from hpo_orchestrator.cluster import submit
+
+    return submit(args.overrides, args.dry_run, console)
 
 
 def _cmd_status(args: argparse.Namespace, console: Console) -> int:
@@ -306,7 +317,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = _parser().parse_args(argv)
         command = args.command
         commands = {"run": _cmd_run, "status": _cmd_status, "telemetry": _cmd_telemetry,
-                    "gpus": _cmd_gpus, "report": _cmd_report, "tune-pruner": _cmd_tune_pruner}
+                    "gpus": _cmd_gpus, "report": _cmd_report, "submit": _cmd_submit,
+                    "tune-pruner": _cmd_tune_pruner}
         return commands[command](args, console)
     except HpoError as exc:
         if debug:
