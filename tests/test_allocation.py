@@ -8,6 +8,7 @@ lands on the wrong GPU here.
 from __future__ import annotations
 
 import json
+import uuid
 from pathlib import Path
 
 import pytest
@@ -16,11 +17,13 @@ from hpo_orchestrator.errors import ConfigError
 from hpo_orchestrator.gpu import allocate
 from hpo_orchestrator.scheduler import resolve_gpus
 from hpo_orchestrator.testing import FakeGpuBackend
-from hpo_orchestrator.testing.fake_gpu import fake_uuid
+from hpo_orchestrator.testing.fake_gpu import FAKE_MACHINE_ENV, fake_uuid
 from tests.conftest import trial_rows
 
 TARGET = "objective.target=hpo_orchestrator.testing.objectives:"
-FOUR = {"HPO_ORCHESTRATOR_FAKE_GPUS": "4"}
+# A fake machine of its own: other tests' fake-GPU processes on this host would make its GPUs
+# look busy (and be skipped).
+FOUR = {"HPO_ORCHESTRATOR_FAKE_GPUS": "4", FAKE_MACHINE_ENV: f"allocation-{uuid.uuid4().hex[:8]}"}
 PCI = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
 
 

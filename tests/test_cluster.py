@@ -19,8 +19,12 @@ from typing import Any
 import pytest
 import sqlalchemy
 
+from hpo_orchestrator.testing.fake_gpu import FAKE_MACHINE_ENV
+
 TARGET = "objective.target=hpo_orchestrator.testing.objectives:"
 PG = "storage.url=postgresql+psycopg://u@db.example/hpo"
+# The jobs' fake node: 4 GPUs, apart from other tests' fake-GPU processes on this host.
+FAKE_NODE = {"HPO_ORCHESTRATOR_FAKE_GPUS": "4", FAKE_MACHINE_ENV: f"slurm-{uuid.uuid4().hex[:8]}"}
 
 
 @pytest.mark.parametrize(("args", "message"), [
@@ -82,7 +86,7 @@ def test_two_jobs_share_one_study_on_disjoint_gpus(cli, slurm: None, postgres_ur
     result = cli("submit", "slurm.nodes=2", "slurm.gpus_per_node=2", "slurm.cpus_per_task=1",
                  "slurm.time=10", "objective=custom", TARGET + "slurm_probe", "pruner=none",
                  "study.n_trials=12", f"study.name={study}", f"storage.url={postgres_url}",
-                 env={"HPO_ORCHESTRATOR_FAKE_GPUS": "4", "HPO_TEST_STEP_S": "0.2"})
+                 env={**FAKE_NODE, "HPO_TEST_STEP_S": "0.2"})
     assert result.code == 0, result.stderr
     array = _array_id(result.stdout)
     _wait_until_gone(array, timeout=200)
@@ -108,7 +112,7 @@ def test_scancel_of_one_job_leaves_no_trial_running(cli, slurm: None, postgres_u
     result = cli("submit", "slurm.nodes=2", "slurm.gpus_per_node=2", "slurm.cpus_per_task=1",
                  "slurm.time=10", "objective=custom", TARGET + "slurm_probe", "pruner=none",
                  "study.n_trials=40", f"study.name={study}", f"storage.url={postgres_url}",
-                 env={"HPO_ORCHESTRATOR_FAKE_GPUS": "4", "HPO_TEST_STEP_S": "20"})
+                 env={**FAKE_NODE, "HPO_TEST_STEP_S": "20"})
     assert result.code == 0, result.stderr
     array = _array_id(result.stdout)
     try:

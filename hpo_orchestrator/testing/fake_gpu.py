@@ -20,6 +20,10 @@ Phases: when ``HPO_FAKE_GPU_WORK_DIR`` is set, a pinned process works on its GPU
 the file ``$HPO_FAKE_GPU_WORK_DIR/<pid>`` exists (the test objective ``phased`` creates it
 for its ``train`` phase), so a data-loading phase reads 0 %, as on real hardware.
 
+One machine: every process on this host is looked at, as NVML would; a test that must not
+see the fake-GPU processes of other tests running at the same time on this host sets
+``HPO_FAKE_GPU_MACHINE`` to a name of its own, and only processes with the same value count.
+
 Foreign work: a process started with ``HPO_FAKE_FOREIGN_GPU=<index>`` in its environment
 (and no ``HPO_TRIAL_NUMBER``) uses ``foreign_mem_mib`` and 100 % of that GPU while it lives,
 like someone else's job on a shared machine.
@@ -38,10 +42,12 @@ from hpo_orchestrator.errors import ConfigError
 from hpo_orchestrator.gpu._allocation import ORDER_ENV, VISIBLE_ENV, cuda_order, parse_visible_devices
 from hpo_orchestrator.gpu._base import GpuInfo, GpuSample
 
-__all__ = ["FAKE_FOREIGN_ENV", "FAKE_WORK_DIR_ENV", "FakeGpu", "FakeGpuBackend", "fake_uuid"]
+__all__ = ["FAKE_FOREIGN_ENV", "FAKE_MACHINE_ENV", "FAKE_WORK_DIR_ENV", "FakeGpu", "FakeGpuBackend",
+           "fake_uuid"]
 
 FAKE_WORK_DIR_ENV = "HPO_FAKE_GPU_WORK_DIR"
 FAKE_FOREIGN_ENV = "HPO_FAKE_FOREIGN_GPU"
+FAKE_MACHINE_ENV = "HPO_FAKE_GPU_MACHINE"
 
 
 @dataclass(frozen=True)
@@ -108,10 +114,13 @@ class FakeGpuBackend:
     def _processes(self, index: int) -> tuple[list[int], list[int]]:
         """(our trial processes pinned to fake GPU ``index``, foreign processes on it)."""
         ours, foreign = [], []
+        machine = os.environ.get(FAKE_MACHINE_ENV)
         for proc in psutil.process_iter(["pid"]):
             try:
                 env = proc.environ()
             except (psutil.Error, OSError):
+                continue
+            if env.get(FAKE_MACHINE_ENV) != machine:
                 continue
             if "HPO_TRIAL_NUMBER" in env and self.device_of(env) == index:
                 ours.append(proc.pid)
