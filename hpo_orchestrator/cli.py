@@ -1,4 +1,4 @@
-"""Command line: ``hpo-orchestrator run|status|report|tune-pruner|telemetry|gpus``.
+"""Command line: ``hpo-orchestrator run|submit|status|report|tune-pruner|telemetry|gpus``.
 
 The one place that turns an HpoError into ``error: ...`` / ``hint: ...`` and an exit code
 (0 done, 1 runtime failure, 2 bad usage or configuration, 130 interrupted). Tracebacks only
@@ -58,6 +58,11 @@ def _parser() -> argparse.ArgumentParser:
     status.add_argument("--json", action="store_true", help="machine-readable output")
     status.add_argument("--watch", action="store_true", help="refresh every --interval seconds")
     status.add_argument("--interval", type=float, default=2.0)
+
+    submit = commands.add_parser("submit", help="run the study as Slurm jobs, one orchestrator per "
+                                                 "node (slurm.* and run overrides)")
+    submit.add_argument("overrides", nargs="*", metavar="KEY=VALUE")
+    submit.add_argument("--dry-run", action="store_true", help="print the sbatch script, submit nothing")
 
     gpus = commands.add_parser("gpus", help="this host's GPUs and which trials hold their slots")
     gpus.add_argument("--json", action="store_true", help="machine-readable output")
@@ -179,6 +184,12 @@ def _cmd_run(args: argparse.Namespace, console: Console) -> int:
     return code
 
 
+def _cmd_submit(args: argparse.Namespace, console: Console) -> int:
+    from hpo_orchestrator.cluster import submit
+
+    return submit(args.overrides, args.dry_run, console)
+
+
 def _cmd_status(args: argparse.Namespace, console: Console) -> int:
     from rich.live import Live
 
@@ -208,24 +219,31 @@ def _cmd_gpus(args: argparse.Namespace, console: Console) -> int:
     backend = open_backend()
     leases = LeaseDir(default_lease_dir(args.lease_dir))
     rows: list[dict[str, Any]] = []
-    for gpu in backend.gpus():
+    allocated = {gpu.index for gpu in backend.gpus()}
+    # GPUs outside this process's allocation are listed, but neither read nor offered
+    for gpu in backend.all_gpus():
         sample = backend.sample(gpu.index)
-        held = leases.holders(gpu.uuid)
+        held = leases.holders(gpu.uuid) if gpu.index in allocated else {}
         rows.append({
             "index": gpu.index, "name": gpu.name, "uuid": gpu.uuid,
+            "allocated": gpu.index in allocated,
             "util": sample.sm_util if sample else None,
             "mem_used_mib": sample.mem_used_mib if sample else None,
             "mem_total_mib": gpu.memory_total_mib,
             "slots": [{"slot": k, **holder} for k, holder in sorted(held.items())]})
     backend.close()
     if args.json:
-        print(json.dumps({"lease_dir": str(leases.path), "gpus": rows,
+        print(json.dumps({"lease_dir": str(leases.path), "allocation": backend.describe(),
+                          "cuda_visible_devices": backend.source, "gpus": rows,
                           "unavailable_reason": backend.unavailable_reason}, indent=2))
         return 0
     if not rows:
         console.print(f"no GPU: {backend.unavailable_reason or 'none found'}", highlight=False)
         return 0
-    table = Table(title=f"GPUs (slot leases in {leases.path})", title_justify="left")
+    title = f"GPUs (slot leases in {leases.path})"
+    if backend.restricted:
+        title += f"; this process may use {backend.describe()}"
+    table = Table(title=title, title_justify="left")
     for column in ("gpu", "name", "util", "memory MiB", "held slots"):
         table.add_column(column)
     for row in rows:
@@ -235,7 +253,7 @@ def _cmd_gpus(args: argparse.Namespace, console: Console) -> int:
         holders = "\n".join(
             f"{h['slot']}: study {h.get('study', '?')} trial {h.get('trial', '?')} "
             f"(pid {h.get('trial_pid', '?')}, orchestrator {h.get('pid', '?')} on {h.get('host', '?')})"
-            for h in row["slots"]) or "free"
+            for h in row["slots"]) or ("free" if row["allocated"] else "not allocated")
         table.add_row(str(row["index"]), row["name"], "-" if row["util"] is None else f"{row['util']:.0f}%",
                       memory, holders)
     console.print(table)
@@ -299,7 +317,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = _parser().parse_args(argv)
         command = args.command
         commands = {"run": _cmd_run, "status": _cmd_status, "telemetry": _cmd_telemetry,
-                    "gpus": _cmd_gpus, "report": _cmd_report, "tune-pruner": _cmd_tune_pruner}
+                    "gpus": _cmd_gpus, "report": _cmd_report, "submit": _cmd_submit,
+                    "tune-pruner": _cmd_tune_pruner}
         return commands[command](args, console)
     except HpoError as exc:
         if debug:

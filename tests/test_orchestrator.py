@@ -16,6 +16,7 @@ import optuna
 import psutil
 import pytest
 
+from hpo_orchestrator.testing.fake_gpu import fake_uuid
 from tests.conftest import max_overlap, run_cli, start_cli, trial_rows
 
 pytestmark = pytest.mark.slow
@@ -86,11 +87,12 @@ def test_pinning_and_placement_on_two_fake_gpus(cli, tmp_path: Path) -> None:  #
     for row in rows:
         attrs = row["attrs"]
         gpu = attrs["hpo.gpu_index"]
-        assert attrs["hpo.cuda_visible_devices"] == str(gpu)
-        assert attrs["hpo.gpu_uuid"] == f"GPU-fake-{gpu:04d}"
+        # pinned by UUID (an index would depend on CUDA's device order)
+        assert attrs["hpo.gpu_uuid"] == fake_uuid(gpu)
+        assert attrs["hpo.cuda_visible_devices"] == fake_uuid(gpu)
         # what the interpreter saw before any of our code ran, and what the objective saw
-        assert first_line[attrs["hpo.pid"]] == str(gpu)
-        assert attrs["test.cuda_visible_devices"] == str(gpu)
+        assert first_line[attrs["hpo.pid"]] == fake_uuid(gpu)
+        assert attrs["test.cuda_visible_devices"] == fake_uuid(gpu)
         for key in ("hpo.host", "hpo.slot", "hpo.startup_s", "hpo.exit_code", "hpo.num_threads"):
             assert key in attrs
         # a reused process lives on after its trial: no exit code to record

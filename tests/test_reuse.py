@@ -31,7 +31,7 @@ def test_reuse_workers_stay_pinned_and_run_many_trials(cli) -> None:  # type: ig
     for row in sorted(rows, key=lambda r: r["number"]):
         a = row["attrs"]
         assert a["test.pid"] == a["hpo.pid"]
-        assert a["test.cuda_visible_devices"] == str(a["hpo.gpu_index"])  # pinned at birth
+        assert a["test.cuda_visible_devices"] == a["hpo.gpu_uuid"]  # pinned at birth
         assert a["test.env_trial_number"] == str(row["number"])  # per-trial env is current
         assert a["test.phase_stack_empty"] is True and a["test.attempt"] == 1
         assert a["hpo.worker_mode"] == "reuse"

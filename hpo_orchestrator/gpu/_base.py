@@ -16,6 +16,7 @@ class GpuInfo:
     uuid: str
     name: str
     memory_total_mib: float | None = None
+    pci_bus_id: str | None = None  # e.g. 00000000:1B:00.0; the order of CUDA_DEVICE_ORDER=PCI_BUS_ID
 
 
 @dataclass(frozen=True)
@@ -37,12 +38,16 @@ class GpuBackend(Protocol):
     Thread safety: ``sample`` is called from the telemetry thread while the scheduler calls
     ``gpus``; implementations must allow that. ``gpus`` is stable for the backend's lifetime.
     ``unavailable_reason`` says once, for the user, why no GPU was found (None when fine).
+    ``fastest_first`` is CUDA's default numbering (CUDA_DEVICE_ORDER=FASTEST_FIRST) of
+    ``gpus()``, or None where only CUDA itself could tell (a host of different GPUs).
     """
 
     name: str
     unavailable_reason: str | None
 
     def gpus(self) -> list[GpuInfo]: ...
+
+    def fastest_first(self) -> list[GpuInfo] | None: ...
 
     def sample(self, index: int) -> GpuSample | None: ...
 

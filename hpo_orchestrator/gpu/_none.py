@@ -16,6 +16,9 @@ class NoGpuBackend:
     def gpus(self) -> list[GpuInfo]:
         return []
 
+    def fastest_first(self) -> list[GpuInfo] | None:
+        return []
+
     def sample(self, index: int) -> GpuSample | None:
         return None
 

@@ -28,6 +28,11 @@ def nvml_query(func: Callable[..., T], *args: Any, default: T | None = None) -> 
         return default
 
 
+def _text(value: str | bytes) -> str:
+    """nvidia-ml-py returns bytes from some versions' structs and str from others."""
+    return value.decode() if isinstance(value, bytes) else value
+
+
 class NvmlBackend:
     """GPUs read through NVML. Construct with :meth:`open`, which never raises."""
 
@@ -61,17 +66,26 @@ class NvmlBackend:
             if handle is None:
                 continue  # a lost card: the others keep working
             memory = nvml_query(pynvml.nvmlDeviceGetMemoryInfo, handle)
+            pci = nvml_query(pynvml.nvmlDeviceGetPciInfo, handle)
             handles[index] = handle
             gpus.append(GpuInfo(
                 index=index,
                 uuid=str(nvml_query(pynvml.nvmlDeviceGetUUID, handle, default=f"GPU-{index}")),
                 name=str(nvml_query(pynvml.nvmlDeviceGetName, handle, default="NVIDIA GPU")),
                 memory_total_mib=memory.total / _MIB if memory is not None else None,
+                pci_bus_id=_text(pci.busId) if pci is not None else None,
             ))
         return cls(gpus, handles)
 
     def gpus(self) -> list[GpuInfo]:
         return list(self._gpus)
+
+    def fastest_first(self) -> list[GpuInfo] | None:
+        """CUDA ranks GPUs by speed and breaks ties by PCI bus id: on a host of one model that
+        is PCI order; on a mixed host the ranking is CUDA's own, so None."""
+        if len({g.name for g in self._gpus}) > 1:
+            return None
+        return sorted(self._gpus, key=lambda g: (g.pci_bus_id or "", g.index))
 
     def sample(self, index: int) -> GpuSample | None:
         import pynvml

@@ -857,9 +857,11 @@ class Orchestrator:
     def _record_devices(self) -> None:
         """This host's devices as a study attr, so status can name a GPU that never got work."""
         gpus = {slot.gpu.index: slot.gpu for slot in self.slots.slots if slot.gpu is not None}
-        self.study.set_user_attr(f"hpo.devices.{self.host}", [
-            {"index": g.index, "uuid": g.uuid, "name": g.name} for g in sorted(
-                gpus.values(), key=lambda g: g.index)])
+        key = f"hpo.devices.{self.host}"
+        # Another orchestrator on this host (another Slurm job) may hold other GPUs of it.
+        known = {d["index"]: d for d in self.study.user_attrs.get(key) or []}
+        known.update({g.index: {"index": g.index, "uuid": g.uuid, "name": g.name} for g in gpus.values()})
+        self.study.set_user_attr(key, [known[i] for i in sorted(known)])
 
     def _flush_telemetry(self, connection: DbConnection | None = None, force: bool = False) -> None:
         """Write buffered samples: within ``connection`` (a trial's end), or on their own

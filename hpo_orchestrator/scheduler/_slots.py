@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hpo_orchestrator.errors import ConfigError
-from hpo_orchestrator.gpu import GpuBackend, GpuInfo
+from hpo_orchestrator.gpu import AllocatedBackend, GpuBackend, GpuInfo
 from hpo_orchestrator.scheduler._leases import Lease, LeaseDir
 
 __all__ = ["BusyRule", "Slot", "SlotPool", "resolve_gpus", "threads_per_trial"]
@@ -23,9 +23,16 @@ class Slot:
 
     @property
     def cuda_visible_devices(self) -> str:
-        """What the child's CUDA_VISIBLE_DEVICES is set to: the NVML index (the child also
-        gets CUDA_DEVICE_ORDER=PCI_BUS_ID, so CUDA numbers GPUs as NVML does), or empty."""
-        return str(self.gpu.index) if self.gpu is not None else ""
+        """What the child's CUDA_VISIBLE_DEVICES is set to: the GPU's UUID, or empty.
+
+        A UUID names one GPU whatever the numbering: CUDA's own order (FASTEST_FIRST unless
+        CUDA_DEVICE_ORDER says otherwise), NVML's, or the renumbering from 0 inside a device
+        cgroup (Slurm's ConstrainDevices) would each turn an index into another GPU. The CUDA
+        driver reads the variable (CUDA Programming Guide, "CUDA Environment Variables":
+        "GPU-<UUID>" entries), so the runtime (torch) and NVIDIA's OpenCL, built on the driver,
+        see the same single GPU; NVML ignores it and lists processes by NVML index.
+        """
+        return self.gpu.uuid if self.gpu is not None else ""
 
     @property
     def label(self) -> str:
@@ -33,7 +40,8 @@ class Slot:
 
 
 def resolve_gpus(wanted: Any, backend: GpuBackend) -> list[GpuInfo]:
-    """The GPUs to schedule on, from ``scheduler.gpus`` (auto, none, or NVML indices)."""
+    """The GPUs to schedule on, from ``scheduler.gpus`` (auto, none, or NVML indices), within
+    the backend's GPUs (the allocation, with an AllocatedBackend)."""
     found = backend.gpus()
     if wanted == "none":
         return []
@@ -41,6 +49,10 @@ def resolve_gpus(wanted: Any, backend: GpuBackend) -> list[GpuInfo]:
         return found
     by_index = {gpu.index: gpu for gpu in found}
     for index in wanted:
+        if index not in by_index and isinstance(backend, AllocatedBackend) and backend.restricted:
+            raise ConfigError(f"scheduler.gpus: GPU {index} is outside this process's allocation, "
+                              f"{backend.describe()}",
+                              "use scheduler.gpus=auto, or NVML indices from the allocation")
         if index not in by_index:
             have = ", ".join(str(i) for i in by_index) or "none"
             reason = f" ({backend.unavailable_reason})" if backend.unavailable_reason else ""

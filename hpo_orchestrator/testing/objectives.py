@@ -224,3 +224,15 @@ def gpu_mix(trial: Any) -> float:
                                                     batch_size=1024))
             _gpu_mix_objectives[kind] = TorchMLPObjective(config)
     return float(_gpu_mix_objectives[kind](_Preset(trial, GPU_MIX_PARAMS[kind])))
+
+
+def slurm_probe(trial: Any) -> float:
+    """Records the Slurm job and its GPUs first (so a cancelled trial is attributable), then
+    reports HPO_TEST_STEPS steps of HPO_TEST_STEP_S seconds."""
+    for key in ("SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_JOB_GPUS"):
+        trial.set_user_attr(f"test.{key.lower()}", os.environ.get(key))
+    x = trial.suggest_float("x", -1.0, 1.0)
+    for step in range(1, int(os.environ.get("HPO_TEST_STEPS", "3")) + 1):
+        time.sleep(float(os.environ.get("HPO_TEST_STEP_S", "0.3")))
+        trial.report(x * x + 1.0 / step, step)
+    return x * x

@@ -1,0 +1,111 @@
+"""``hpo-orchestrator submit``: one Slurm job per node, each one orchestrator, one study.
+
+The jobs are one submitit job array (a single sbatch call, so a refused submission leaves
+nothing queued). Every job runs ``hpo-orchestrator run`` with the same overrides on the GPUs
+Slurm gives it; they share the study through the storage, whose n_trials budget is claimed in
+a transaction, so the total stays exact across nodes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import shlex
+import shutil
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from hpo_orchestrator.cluster._config import SlurmConfig, load_slurm_config, split_overrides
+from hpo_orchestrator.cluster._job import NodeRun
+from hpo_orchestrator.config import load_config
+from hpo_orchestrator.errors import ConfigError
+from hpo_orchestrator.storage import mask_url, sqlite_path
+
+__all__ = ["submit"]
+
+_PYTHON = shlex.quote(sys.executable)  # the jobs run this interpreter (a shared filesystem)
+
+
+def submit(overrides: list[str], dry_run: bool, console: Console) -> int:
+    slurm_overrides, run_overrides = split_overrides(overrides)
+    slurm = load_slurm_config(slurm_overrides)
+    config = load_config(run_overrides)  # the job runs these: refuse them here, not on a node
+    url = config.storage.url
+    if slurm.nodes > 1 and (url.startswith("sqlite") or sqlite_path(url) is not None):
+        raise ConfigError(f"storage.url={mask_url(url)}: {slurm.nodes} nodes cannot share a sqlite "
+                          "file (its locking does not hold over network filesystems)",
+                          "use a server database, e.g. storage.url=postgresql+psycopg://user@dbhost/hpo")
+    if not any(o.startswith("scheduler.parallel=") for o in run_overrides) and slurm.gpus_per_node:
+        run_overrides = [*run_overrides, f"scheduler.parallel={slurm.gpus_per_node}"]
+    folder = Path(slurm.folder).resolve() / f"{slurm.job_name}-{uuid.uuid4().hex[:8]}"
+    job = NodeRun(run_overrides, slurm.gpus_per_node)
+    if dry_run:
+        sys.stdout.write(_sbatch_script(folder, slurm))
+        return 0
+    if shutil.which("sbatch") is None or shutil.which("srun") is None:
+        raise ConfigError("sbatch is not on PATH: this machine cannot submit Slurm jobs",
+                          "run it on a Slurm login node, or print the script with --dry-run")
+    import submitit
+
+    executor = submitit.SlurmExecutor(folder=folder, python=_PYTHON)
+    executor.update_parameters(**_parameters(slurm))
+    jobs = _submit_array(executor, job, slurm)
+    ids = [j.job_id for j in jobs]
+    array_id = ids[0].split("_", 1)[0]
+    study = config.study.name
+    console.print(f"submitted {len(ids)} job(s) to Slurm: {' '.join(ids)} "
+                  f"(study {study!r} in {mask_url(url)})", highlight=False, soft_wrap=True)
+    console.print(f"watch:  hpo-orchestrator status --storage {shlex.quote(mask_url(url))} "
+                  f"--study {shlex.quote(study)} --watch", highlight=False, soft_wrap=True)
+    console.print(f"queue:  squeue -j {array_id}    stop: scancel {array_id}    "
+                  f"logs: {folder}", highlight=False, soft_wrap=True)
+    return 0
+
+
+def _parameters(slurm: SlurmConfig) -> dict[str, Any]:
+    """submitit's SlurmExecutor parameters: one node and one task per job, the array's size."""
+    params: dict[str, Any] = {
+        "job_name": slurm.job_name, "time": slurm.minutes(), "nodes": 1, "ntasks_per_node": 1,
+        "cpus_per_task": slurm.cpus_per_task, "array_parallelism": slurm.nodes,
+        "additional_parameters": slurm.sbatch_options()}
+    if slurm.gpus_per_node:
+        params["gpus_per_node"] = slurm.gpus_per_node
+    for key in ("partition", "account", "mem"):
+        if getattr(slurm, key) is not None:
+            params[key] = getattr(slurm, key)
+    return params
+
+
+def _sbatch_script(folder: Path, slurm: SlurmConfig) -> str:
+    """The script submitit hands to sbatch. Written by submitit's own (private) function, so
+    the dry run shows exactly what a submission sends, without needing Slurm here."""
+    from submitit.slurm.slurm import _make_sbatch_string
+
+    params = _parameters(slurm)
+    if slurm.nodes > 1:
+        params["map_count"] = slurm.nodes  # submitit sets the array size at submission
+    command = f"{_PYTHON} -u -m submitit.core._submit {shlex.quote(str(folder))}"
+    return _make_sbatch_string(command=command, folder=folder, **params)
+
+
+def _submit_array(executor, job: NodeRun, slurm: SlurmConfig) -> list:  # type: ignore[no-untyped-def,type-arg]
+    from submitit.core.utils import FailedJobError
+
+    # submitit prints sbatch's stderr itself; it is passed on below, as one line
+    refused = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(refused):
+            return executor.map_array(job, list(range(slurm.nodes)))  # type: ignore[no-any-return]
+    except FailedJobError as exc:
+        shutil.rmtree(executor.folder, ignore_errors=True)  # its pickles would never run
+        with contextlib.suppress(OSError):
+            executor.folder.parent.rmdir()  # when this submission created it
+        said = [line.split("error:", 1)[1].strip() for line in str(exc).splitlines()
+                if "error:" in line] or [str(exc).strip().splitlines()[-1]]
+        raise ConfigError(f"sbatch refused the jobs: {said[0]}",
+                          "check slurm.partition, slurm.account and the other slurm.* keys "
+                          "('sinfo' lists partitions); nothing was submitted") from None
