@@ -26,17 +26,22 @@ class RunResult:
 def cli_env(env: dict[str, str] | None = None) -> dict[str, str]:
     """This process's environment without a fake-GPU spec (unless ``env`` sets one)."""
     inherited = {k: v for k, v in os.environ.items() if k != "HPO_ORCHESTRATOR_FAKE_GPUS"}
-    return {**inherited, "COLUMNS": "200", **(env or {})}
+    # A test's fake GPUs count only its own processes, not those of a test run beside it
+    # (another pytest on this host); the orchestrators of one test share one fake machine.
+    machine = {"HPO_FAKE_GPU_MACHINE": f"test-{os.getpid()}-{_test_serial}"}
+    return {**inherited, "COLUMNS": "200", **machine, **(env or {})}
 
 
 _in_slow_test = False
+_test_serial = 0
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
     """Noted before the test's fixtures are set up (a module-scoped fixture may run a study)."""
-    global _in_slow_test
+    global _in_slow_test, _test_serial
     _in_slow_test = item.get_closest_marker("slow") is not None
+    _test_serial += 1
 
 
 def _require_slow(what: str) -> None:
