@@ -409,7 +409,7 @@ def _(built: Built, connection: Connection) -> None:
 
 @case("design.USER_QUERIES")
 def _(built: Built, connection: Connection) -> None:
-    """The queries docs/DESIGN.md promises users on the sqlite file."""
+    """The queries docs/DESIGN.md §2.6 promises users on the sqlite file."""
     _only("sqlite", built)
     path = sqlalchemy.engine.make_url(built.url).database
     with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as plain:

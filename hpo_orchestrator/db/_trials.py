@@ -161,7 +161,7 @@ def _number(value: Any) -> float | None:
 
 
 def state_counts(connection: Connection, study_id: int) -> dict[str, int]:
-    """Trials per state (the contract's first query, docs/DESIGN.md)."""
+    """Trials per state (the contract's first query, docs/DESIGN.md §2.6)."""
     return {state_name(state): int(n)
             for state, n in connection.execute(text(_STATE_COUNTS_SQL), {"s": study_id})}
 

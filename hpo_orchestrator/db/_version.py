@@ -1,6 +1,6 @@
 """Which Optuna schema a database has, checked when it is opened.
 
-The db package reads and writes Optuna's tables with plain SQL (docs/DESIGN.md), so its
+The db package reads and writes Optuna's tables with plain SQL (docs/DESIGN.md §3.2), so its
 statements are written against one schema. Optuna records the schema as an alembic revision in
 ``alembic_version`` (and the Optuna version that set it up in ``version_info``); a database
 made by an Optuna whose schema we do not know is refused at open with a hint, instead of
