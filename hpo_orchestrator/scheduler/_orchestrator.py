@@ -80,6 +80,7 @@ class Orchestrator:
                  host: str | None = None) -> None:
         self.config = config
         self.study = study
+        self.storage = storage
         self.budget = budget
         self.slots = slots
         self.threads = threads
@@ -100,7 +101,6 @@ class Orchestrator:
         self.recovery = Recovery(storage, self.records, self.host, self._own_trial_ids,
                                  config.storage.heartbeat_interval_s, config.storage.grace_s,
                                  config.scheduler.max_retries)
-        self.storage = storage
         self.auto = AutoPruner.for_config(study, config.pruner)  # pruner.min_resource=auto
 
     # --- lifecycle -------------------------------------------------------------------------
