@@ -6,6 +6,7 @@ from contextlib import nullcontext
 from pathlib import Path
 
 import optuna
+import pytest
 
 from hpo_orchestrator import run_study
 from hpo_orchestrator.config import load_config
@@ -13,6 +14,8 @@ from hpo_orchestrator.gpu import NoGpuBackend
 from hpo_orchestrator.runner import PreparedRun
 from hpo_orchestrator.scheduler import FinishedTrial, RunningTrial
 from tests.conftest import trial_rows
+
+pytestmark = pytest.mark.slow  # trials run in real child processes
 
 
 def test_run_study_runs_a_cpu_study_in_process(tmp_path: Path) -> None:

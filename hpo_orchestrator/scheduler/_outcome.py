@@ -2,7 +2,7 @@
 
 The loop gathers the facts (what it did to the child, what the child said, how its process
 ended) and these functions decide: the state and ``hpo.fail_reason`` to record
-(docs/DESIGN.md lists the reasons), whether the params run again, whether a reuse worker
+(docs/DESIGN.md §2.3 lists the reasons), whether the params run again, whether a reuse worker
 runs the slot's next trial.
 """
 

@@ -2,7 +2,7 @@
 
 Optuna's API where it is cheap (ask, tell, enqueue); hpo_orchestrator.db where Optuna's
 would cost a transaction per attr or a load of every trial. Attr names are the user contract
-(docs/DESIGN.md). Storage errors propagate: the loop stops every child and exits 1.
+(docs/DESIGN.md §2.3). Storage errors propagate: the loop stops every child and exits 1.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The environment a trial's child process is born with: written by the orchestrator
 (hpo_orchestrator.scheduler._process), read by the child (``runtime.slot_info``, the worker
-bootstrap). The one place that knows the ``HPO_*`` names.
+bootstrap). The one place that knows the ``HPO_*`` names (docs/DESIGN.md §2.5).
 
 The environment is fixed before the child's interpreter starts, so CUDA, OpenMP and BLAS
 read their settings at their first import and the child never sees another GPU. In reuse
