@@ -11,7 +11,6 @@ import argparse
 import json
 import sys
 import time
-import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -99,24 +98,10 @@ def _cmd_run(args: argparse.Namespace, console: Console) -> int:
     from omegaconf import OmegaConf
 
     from hpo_orchestrator.config import load_config, to_plain_dict
-    from hpo_orchestrator.gpu import open_backend
+    from hpo_orchestrator.db import create_engine
     from hpo_orchestrator.progress import LiveReporter
-    from hpo_orchestrator.scheduler import (
-        Budget,
-        BusyRule,
-        LeaseDir,
-        Orchestrator,
-        SlotPool,
-        default_lease_dir,
-        resolve_gpus,
-        threads_per_trial,
-    )
+    from hpo_orchestrator.runner import PreparedRun, run_study
     from hpo_orchestrator.status import collect_status, print_status
-    from hpo_orchestrator.storage import create_engine, open_rdb_storage, setup_lock, sqlite_path
-    from hpo_orchestrator.study import create_or_load_study
-    from hpo_orchestrator.tables import ensure_tables
-    from hpo_orchestrator.telemetry import TelemetrySampler
-    from hpo_orchestrator.worker._child import import_target
 
     config = load_config(args.overrides)
     if args.show_config:
@@ -124,64 +109,30 @@ def _cmd_run(args: argparse.Namespace, console: Console) -> int:
         plain["storage"]["url"] = mask_url(plain["storage"]["url"])
         console.print(OmegaConf.to_yaml(plain), highlight=False, markup=False)
         return 0
-    if config.objective.name == "custom":
-        try:
-            import_target(config.objective.target)
-            if config.objective.setup:
-                import_target(config.objective.setup)
-        except Exception as exc:
-            raise ConfigError(f"objective.target: cannot import {config.objective.target!r} "
-                              f"({type(exc).__name__}: {exc})",
-                              "is the module on PYTHONPATH, and the name right?") from None
 
-    backend = open_backend()
-    gpus = resolve_gpus(config.scheduler.gpus, backend)
-    sched = config.scheduler
-    slots = SlotPool(gpus, sched.parallel, sched.trials_per_gpu,
-                     leases=LeaseDir(default_lease_dir(sched.lease_dir)),
-                     backend=backend if sched.avoid_busy_gpus else None,
-                     busy=BusyRule(sched.busy_gpu_mem_mib, sched.busy_gpu_util))
-    threads = threads_per_trial(config.scheduler.threads_per_trial, slots.concurrency)
-    if gpus:
-        where = ", ".join(f"gpu{g.index} ({g.name})" for g in gpus)
-        console.print(f"devices: {where}; {len(slots.slots)} slots, "
-                      f"{slots.concurrency} trials at a time, {threads} CPU threads each",
-                      highlight=False)
-    else:
-        why = f" ({backend.unavailable_reason})" if config.scheduler.gpus == "auto" \
-            and backend.unavailable_reason else ""
-        console.print(f"devices: no GPU{why}; {slots.concurrency} CPU slots, "
-                      f"{threads} CPU threads each", highlight=False)
+    def announce(run: PreparedRun) -> LiveReporter:
+        if run.gpus:
+            where = ", ".join(f"gpu{g.index} ({g.name})" for g in run.gpus)
+            console.print(f"devices: {where}; {run.slots} slots, {run.concurrency} trials at a "
+                          f"time, {run.threads} CPU threads each", highlight=False)
+        else:
+            why = f" ({run.unavailable_reason})" if config.scheduler.gpus == "auto" \
+                and run.unavailable_reason else ""
+            console.print(f"devices: no GPU{why}; {run.concurrency} CPU slots, "
+                          f"{run.threads} CPU threads each", highlight=False)
+        console.print(f"study {run.study_name!r} in {mask_url(config.storage.url)}: "
+                      f"objective {config.objective.name}, pruner {config.pruner.name}, "
+                      f"n_trials {config.study.n_trials}", highlight=False)
+        return LiveReporter(console, config.study.n_trials, run.already_claimed,
+                            config.study.direction)
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    # PatientPruner and heartbeats are marked experimental; and Optuna warns that heartbeats
-    # are meant for Study.optimize: under ask/tell this orchestrator records them itself.
-    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
-    warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used")
-    with setup_lock(config.storage.url):  # other orchestrators may be creating it right now
-        storage = open_rdb_storage(config.storage.url, config.storage.heartbeat_interval_s,
-                                   config.storage.grace_s)
-        study = create_or_load_study(config, storage)
-        ensure_tables(storage.engine)
-    console.print(f"study {study.study_name!r} in {mask_url(config.storage.url)}: "
-                  f"objective {config.objective.name}, pruner {config.pruner.name}, "
-                  f"n_trials {config.study.n_trials}", highlight=False)
-
-    budget = Budget(storage.engine, study._study_id, config.study.n_trials,
-                    sqlite_path(config.storage.url))
-    already = min(budget.claimed(), config.study.n_trials)
-    with LiveReporter(console, config.study.n_trials, already,
-                      config.study.direction) as reporter:
-        sampler = TelemetrySampler(backend, config.telemetry.interval_s) \
-            if config.telemetry.enabled else None
-        code = Orchestrator(config, study, storage, budget, slots, threads, reporter, sampler,
-                            backend).run()
-    backend.close()
-    print_status(collect_status(create_engine(config.storage.url), study.study_name), console)
-    if code == 130:
+    result = run_study(config, progress=announce)
+    print_status(collect_status(create_engine(config.storage.url), result.study_name), console)
+    if result.interrupted:
         console.print("[yellow]stopped: running trials were marked FAIL (interrupted); "
                       "run the same command again to resume[/]")
-    return code
+    return result.exit_code
 
 
 def _cmd_submit(args: argparse.Namespace, console: Console) -> int:

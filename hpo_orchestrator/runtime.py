@@ -22,6 +22,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 
+from hpo_orchestrator.worker._env import ChildEnv
+
 __all__ = ["SlotInfo", "phase", "slot_info"]
 
 # Set by the worker bootstrap; None outside an orchestrated child.
@@ -51,17 +53,14 @@ class SlotInfo:
 
 
 def slot_info() -> SlotInfo:
-    env = os.environ
-    gpu = env.get("HPO_GPU_INDEX", "")
-    slot = env.get("HPO_SLOT", "")
-    threads = env.get("HPO_NUM_THREADS") or str(len(os.sched_getaffinity(0)))
+    env = ChildEnv.parse(os.environ)
     return SlotInfo(
-        slot=int(slot) if slot else None,
-        gpu_index=int(gpu) if gpu else None,
-        gpu_uuid=env.get("HPO_GPU_UUID") or None,
-        cuda_visible_devices=env.get("CUDA_VISIBLE_DEVICES"),
-        num_threads=int(threads),
-        attempt=int(env.get("HPO_ATTEMPT") or 1),
+        slot=env.slot,
+        gpu_index=env.gpu_index,
+        gpu_uuid=env.gpu_uuid,
+        cuda_visible_devices=env.cuda_visible_devices,
+        num_threads=env.num_threads or len(os.sched_getaffinity(0)),
+        attempt=env.attempt,
     )
 
 

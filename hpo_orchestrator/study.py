@@ -5,35 +5,17 @@ from __future__ import annotations
 import optuna
 from optuna.study import StudyDirection
 
-from hpo_orchestrator.config import Config, to_plain_dict
+from hpo_orchestrator.config import Config, TPESamplerConfig, to_plain_dict
+from hpo_orchestrator.db import mask_url
 from hpo_orchestrator.errors import ConfigError
-from hpo_orchestrator.storage import mask_url
+from hpo_orchestrator.pruning._factory import build_pruner
 
-__all__ = ["build_pruner", "build_sampler", "create_or_load_study"]
-
-
-def build_pruner(config: Config, min_resource: int | None = None) -> optuna.pruners.BasePruner:
-    """The configured pruner. With ``pruner.min_resource=auto`` the orchestrator passes the
-    value it chose (hpo_orchestrator.pruning._auto); before it has one, nothing is pruned."""
-    cfg = config.pruner
-    if cfg.name == "patient_hyperband":
-        if cfg.min_resource == "auto" and min_resource is None:
-            return optuna.pruners.NopPruner()
-        hyperband = optuna.pruners.HyperbandPruner(
-            min_resource=min_resource or cfg.min_resource, max_resource=cfg.max_resource,
-            reduction_factor=cfg.reduction_factor)
-        return optuna.pruners.PatientPruner(hyperband, patience=cfg.patience,
-                                            min_delta=cfg.min_delta)
-    if cfg.name == "median":
-        return optuna.pruners.MedianPruner(n_startup_trials=cfg.n_startup_trials,
-                                           n_warmup_steps=cfg.n_warmup_steps,
-                                           interval_steps=cfg.interval_steps)
-    return optuna.pruners.NopPruner()
+__all__ = ["build_sampler", "create_or_load_study"]
 
 
 def build_sampler(config: Config) -> optuna.samplers.BaseSampler:
     cfg = config.sampler
-    if cfg.name == "tpe":
+    if isinstance(cfg, TPESamplerConfig):
         return optuna.samplers.TPESampler(n_startup_trials=cfg.n_startup_trials, seed=cfg.seed)
     return optuna.samplers.RandomSampler(seed=cfg.seed)
 
@@ -55,7 +37,7 @@ def create_or_load_study(config: Config, storage: optuna.storages.BaseStorage) -
                 f"study {name!r} already exists with direction {have}, not {config.study.direction}",
                 f"pass study.direction={have} or choose another study.name")
     study = optuna.create_study(storage=storage, study_name=name, direction=wanted,
-                                sampler=build_sampler(config), pruner=build_pruner(config),
+                                sampler=build_sampler(config), pruner=build_pruner(config.pruner),
                                 load_if_exists=True)
     resolved = to_plain_dict(config)
     resolved["storage"]["url"] = mask_url(resolved["storage"]["url"])  # never store a password

@@ -20,7 +20,7 @@ pip download --quiet --only-binary=:all: --python-version "$pyver" \
     --platform manylinux2014_x86_64 --platform manylinux_2_28_x86_64 \
     --platform manylinux_2_17_x86_64 \
     -d "$dest" "optuna>=5,<6" "sqlalchemy>=2,<3" "lightgbm>=4,<5" "psycopg[binary]>=3" PyYAML \
-    "plotly>=5.20" "matplotlib>=3.7"
+    "plotly>=5.20" "matplotlib>=3.7" "submitit>=1.5"
 # hydra-core needs antlr4-python3-runtime, which is published only as an sdist (pure Python,
 # builds offline), so the binary-only resolver above cannot take hydra-core with its deps.
 pip download --quiet --only-binary=:all: --no-deps --python-version "$pyver" -d "$dest" \

@@ -407,6 +407,72 @@ def _(built: Built, connection: Connection) -> None:
     assert connection.execute(sqlalchemy.text(held), params).scalar() == 0  # released with the transaction
 
 
+@case("run.TRIAL_STATE")
+@case("run.SET_START")
+def _(built: Built, connection: Connection) -> None:
+    """Rewrites the RUNNING trial's own values (the study stays as built); a finished trial refuses."""
+    from hpo_orchestrator.db import _run
+
+    running = built.trial_ids[4]
+    start = connection.execute(sqlalchemy.text(
+        "SELECT datetime_start FROM trials WHERE trial_id = :t"), {"t": running}).scalar()
+    with built.engine.begin() as writer:
+        _run.write_trial_attrs(writer, running, 4, {"hpo.host": "h1"}, started=db.to_datetime(start))
+        with pytest.raises(optuna.exceptions.UpdateFinishedTrialError, match="trial 3 is"):
+            _run.write_trial_attrs(writer, built.trial_ids[3], 3, {"hpo.host": "h1"})
+    with built.engine.connect() as reader:
+        assert reader.execute(sqlalchemy.text(
+            "SELECT value_json FROM trial_user_attributes WHERE trial_id = :t AND key = 'hpo.host'"),
+            {"t": running}).scalar() == '"h1"'
+
+
+@case("run.SET_END")
+def _(built: Built, connection: Connection) -> None:
+    from hpo_orchestrator.db import _run
+
+    with connection.begin() as transaction:
+        _run.set_trial_end(connection, built.trial_ids[0], T0 + timedelta(seconds=5))
+        end = connection.execute(sqlalchemy.text(
+            "SELECT datetime_complete FROM trials WHERE trial_id = :t"), {"t": built.trial_ids[0]}).scalar()
+        assert db.to_datetime(end) == T0 + timedelta(seconds=5)
+        transaction.rollback()
+
+
+@case("run.ATTEMPT")
+def _(built: Built, connection: Connection) -> None:
+    from hpo_orchestrator.db import _run
+
+    assert _run.attempt_of(connection, built.trial_ids[0]) == 1  # no hpo.attempt: not a retry
+
+
+@case("run.NEXT_RETRY_REASON")
+def _(built: Built, connection: Connection) -> None:
+    from hpo_orchestrator.db import _run
+
+    assert _run.next_waiting_retry_reason(connection, built.study_id) is None  # #5: enqueued, no reason
+
+
+@case("run.RUNNING_HOST_PID")
+def _(built: Built, connection: Connection) -> None:
+    from hpo_orchestrator.db import _run
+
+    assert _run.running_with_host_pid(connection, built.study_id) == []  # #4 has a host, no pid
+
+
+@case("run.NEVER_BEAT")
+def _(built: Built, connection: Connection) -> None:
+    from hpo_orchestrator.db import _run
+
+    assert _run.never_beat(connection, built.study_id, datetime.now() + timedelta(days=1)) == []  # #4 beat
+
+
+@case("run.MAX_COMPLETED_STEP")
+def _(built: Built, connection: Connection) -> None:
+    from hpo_orchestrator.db import _run
+
+    assert _run.max_completed_step(connection, built.study_id) == 4  # #0 reported steps 0-4
+
+
 @case("design.USER_QUERIES")
 def _(built: Built, connection: Connection) -> None:
     """The queries docs/DESIGN.md §2.6 promises users on the sqlite file."""

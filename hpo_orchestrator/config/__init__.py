@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
-from hpo_orchestrator.config._load import config_dir, load_config, to_plain_dict
+from typing import TYPE_CHECKING, Any
+
 from hpo_orchestrator.config._schema import (
     Config,
     CustomObjectiveConfig,
     LightGBMObjectiveConfig,
     MedianPrunerConfig,
     NoPrunerConfig,
+    ObjectiveConfig,
     PatientHyperbandPrunerConfig,
+    PrunerConfig,
     RandomSamplerConfig,
+    SamplerConfig,
     SchedulerConfig,
     StorageConfig,
     StudyConfig,
@@ -19,14 +23,20 @@ from hpo_orchestrator.config._schema import (
     TPESamplerConfig,
 )
 
+if TYPE_CHECKING:
+    from hpo_orchestrator.config._load import config_dir, load_config, to_plain_dict
+
 __all__ = [
     "Config",
     "CustomObjectiveConfig",
     "LightGBMObjectiveConfig",
     "MedianPrunerConfig",
     "NoPrunerConfig",
+    "ObjectiveConfig",
     "PatientHyperbandPrunerConfig",
+    "PrunerConfig",
     "RandomSamplerConfig",
+    "SamplerConfig",
     "SchedulerConfig",
     "StorageConfig",
     "StudyConfig",
@@ -37,3 +47,13 @@ __all__ = [
     "load_config",
     "to_plain_dict",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """Hydra is imported on first use of the loader: a trial's child process imports the
+    schema (its objective's config) and must not pay Hydra's import (about 0.4 s)."""
+    if name in ("config_dir", "load_config", "to_plain_dict"):
+        from hpo_orchestrator.config import _load
+
+        return getattr(_load, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

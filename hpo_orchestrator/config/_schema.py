@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from hpo_orchestrator.errors import ConfigError
 
@@ -19,8 +19,11 @@ __all__ = [
     "LightGBMObjectiveConfig",
     "MedianPrunerConfig",
     "NoPrunerConfig",
+    "ObjectiveConfig",
     "PatientHyperbandPrunerConfig",
+    "PrunerConfig",
     "RandomSamplerConfig",
+    "SamplerConfig",
     "SchedulerConfig",
     "StorageConfig",
     "StudyConfig",
@@ -328,11 +331,26 @@ class TelemetryConfig:
                  f"got {self.compute_phases!r}", "e.g. telemetry.compute_phases=[train,finetune]")
 
 
+if TYPE_CHECKING:
+    ObjectiveConfig: TypeAlias = LightGBMObjectiveConfig | TorchMLPObjectiveConfig | CustomObjectiveConfig
+    PrunerConfig: TypeAlias = PatientHyperbandPrunerConfig | MedianPrunerConfig | NoPrunerConfig
+    SamplerConfig: TypeAlias = TPESamplerConfig | RandomSamplerConfig
+else:
+    # OmegaConf cannot type a node as a union of dataclasses: at run time the node is untyped
+    # and the group's own schema (base_<option>, registered in config/_load.py) types it.
+    ObjectiveConfig = PrunerConfig = SamplerConfig = Any
+
+# omegaconf.MISSING: a value that composition must provide (here: the defaults list picks
+# one option per group). Spelled out so that a trial's child process, which unpickles the
+# objective's config from this module, does not import OmegaConf.
+_FROM_GROUP: Any = "???"
+
+
 @dataclass
 class Config:
-    objective: Any = None
-    pruner: Any = None
-    sampler: Any = None
+    objective: ObjectiveConfig = _FROM_GROUP
+    pruner: PrunerConfig = _FROM_GROUP
+    sampler: SamplerConfig = _FROM_GROUP
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     storage: StorageConfig = field(default_factory=StorageConfig)
     study: StudyConfig = field(default_factory=StudyConfig)

@@ -10,6 +10,7 @@ from typing import Any
 
 import optuna
 
+from hpo_orchestrator.config._schema import LightGBMObjectiveConfig
 from hpo_orchestrator.gpu._opencl import choose_lightgbm_device, list_platforms
 from hpo_orchestrator.objectives._data import binary_classification
 from hpo_orchestrator.runtime import phase, slot_info
@@ -45,7 +46,7 @@ def _parse_scalar(text: str) -> Any:
 class LightGBMObjective:
     """Built from ``objective.*`` config; called once per trial."""
 
-    def __init__(self, config: dict[str, Any]) -> None:
+    def __init__(self, config: LightGBMObjectiveConfig) -> None:
         # Imported here, not per call, so the import counts as start-up (hpo.startup_s).
         import lightgbm  # noqa: F401
 
@@ -58,11 +59,11 @@ class LightGBMObjective:
         slot = slot_info()
         with phase("data"):
             x_train, y_train, x_valid, y_valid = binary_classification(
-                cfg["n_rows"], cfg["n_features"], cfg["seed"])
-            train = lgb.Dataset(x_train, y_train, params={"max_bin": cfg["max_bin"]})
+                cfg.n_rows, cfg.n_features, cfg.seed)
+            train = lgb.Dataset(x_train, y_train, params={"max_bin": cfg.max_bin})
             valid = lgb.Dataset(x_valid, y_valid, reference=train)
 
-        choice = choose_lightgbm_device(slot.on_gpu, cfg["device"], cfg["gpu_platform"],
+        choice = choose_lightgbm_device(slot.on_gpu, cfg.device, cfg.gpu_platform,
                                         list_platforms() if slot.on_gpu else [])
         if choice.platform:
             trial.set_user_attr("hpo.opencl_platform", choice.platform)
@@ -74,8 +75,8 @@ class LightGBMObjective:
             "metric": "binary_logloss",
             "verbosity": -1,
             "num_threads": slot.num_threads,
-            "max_bin": cfg["max_bin"],
-            "seed": cfg["seed"],
+            "max_bin": cfg.max_bin,
+            "seed": cfg.seed,
             "num_leaves": trial.suggest_int("num_leaves", 8, 256, log=True),
             "max_depth": trial.suggest_int("max_depth", 3, 12),
             "learning_rate": trial.suggest_float("learning_rate", 0.01, 0.3, log=True),
@@ -87,7 +88,7 @@ class LightGBMObjective:
             "lambda_l2": trial.suggest_float("lambda_l2", 1e-8, 10.0, log=True),
             **choice.params,
         }
-        report_every = cfg["report_every"]
+        report_every = cfg.report_every
         best = float("inf")
 
         def report(env: Any) -> None:
@@ -103,7 +104,7 @@ class LightGBMObjective:
                 raise optuna.TrialPruned(f"pruned at round {env.iteration + 1}")
 
         with phase("train"):
-            booster = lgb.train(params, train, num_boost_round=cfg["num_boost_round"],
+            booster = lgb.train(params, train, num_boost_round=cfg.num_boost_round,
                                 valid_sets=[valid], callbacks=[report])
         trial.set_user_attr("hpo.params_effective",
                             effective_params(booster.model_to_string(num_iteration=1)))

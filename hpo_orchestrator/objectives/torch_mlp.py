@@ -11,6 +11,7 @@ from typing import Any
 
 import optuna
 
+from hpo_orchestrator.config._schema import TorchMLPObjectiveConfig
 from hpo_orchestrator.objectives._data import binary_classification
 from hpo_orchestrator.runtime import phase, slot_info
 
@@ -18,7 +19,7 @@ __all__ = ["TorchMLPObjective"]
 
 
 class TorchMLPObjective:
-    def __init__(self, config: dict[str, Any]) -> None:
+    def __init__(self, config: TorchMLPObjectiveConfig) -> None:
         # Imported here, not per call, so the import counts as start-up (hpo.startup_s).
         import torch  # noqa: F401
 
@@ -26,14 +27,14 @@ class TorchMLPObjective:
 
     def _loader_options(self, trial: Any) -> dict[str, Any]:
         cfg = self.config
-        sizes = cfg["batch_size"]
+        sizes = cfg.batch_size
         batch_size = trial.suggest_categorical("batch_size", sizes) if isinstance(sizes, list) \
             else sizes
-        options: dict[str, Any] = {"batch_size": batch_size, "num_workers": cfg["num_workers"]}
-        if cfg["num_workers"] > 0:
-            options["persistent_workers"] = cfg["persistent_workers"]
-            if cfg["prefetch_factor"] is not None:
-                options["prefetch_factor"] = cfg["prefetch_factor"]
+        options: dict[str, Any] = {"batch_size": batch_size, "num_workers": cfg.num_workers}
+        if cfg.num_workers > 0:
+            options["persistent_workers"] = cfg.persistent_workers
+            if cfg.prefetch_factor is not None:
+                options["prefetch_factor"] = cfg.prefetch_factor
         return options
 
     def __call__(self, trial: Any) -> float:
@@ -49,16 +50,16 @@ class TorchMLPObjective:
             trial.set_user_attr("hpo.warning",
                                 "slot has a GPU but torch.cuda.is_available() is False "
                                 "(CPU build of torch?); trained on CPU")
-        use_bf16 = cfg["bf16"] and device.type == "cuda"
-        torch.manual_seed(cfg["seed"] + trial.number)
+        use_bf16 = cfg.bf16 and device.type == "cuda"
+        torch.manual_seed(cfg.seed + trial.number)
 
         with phase("data"):
             x_train, y_train, x_valid, y_valid = binary_classification(
-                cfg["n_samples"], cfg["n_features"], cfg["seed"])
+                cfg.n_samples, cfg.n_features, cfg.seed)
             options = self._loader_options(trial)
             train_loader = DataLoader(
                 TensorDataset(torch.from_numpy(x_train), torch.from_numpy(y_train)),
-                shuffle=True, pin_memory=cfg["pin_memory"] and device.type == "cuda", **options)
+                shuffle=True, pin_memory=cfg.pin_memory and device.type == "cuda", **options)
             x_valid_t = torch.from_numpy(x_valid).to(device)
             y_valid_t = torch.from_numpy(y_valid).to(device)
 
@@ -68,7 +69,7 @@ class TorchMLPObjective:
         lr = trial.suggest_float("lr", 1e-4, 3e-2, log=True)
         weight_decay = trial.suggest_float("weight_decay", 1e-6, 1e-2, log=True)
         layers: list[nn.Module] = []
-        fan_in = cfg["n_features"]
+        fan_in = cfg.n_features
         for _ in range(depth):
             layers += [nn.Linear(fan_in, width), nn.ReLU(), nn.Dropout(dropout)]
             fan_in = width
@@ -85,7 +86,7 @@ class TorchMLPObjective:
         })
 
         best = float("inf")
-        for epoch in range(1, cfg["epochs"] + 1):
+        for epoch in range(1, cfg.epochs + 1):
             with phase("train"):
                 model.train()
                 for xb, yb in train_loader:

@@ -23,13 +23,20 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from sqlalchemy.engine import Connection
+from sqlalchemy.engine import Connection, Engine
 
+from hpo_orchestrator.config import PatientHyperbandPrunerConfig, PrunerConfig
 from hpo_orchestrator.db import step_timings
+from hpo_orchestrator.db._run import max_completed_step
+from hpo_orchestrator.pruning._factory import build_pruner
 
-__all__ = ["AutoMinResource", "StepTiming", "fit_step_timing", "min_resource_for", "stored_timings"]
+if TYPE_CHECKING:
+    import optuna
+
+__all__ = ["AutoMinResource", "AutoPruner", "StepTiming", "fit_step_timing", "min_resource_for",
+           "stored_timings"]
 
 
 @dataclass(frozen=True)
@@ -116,3 +123,52 @@ class AutoMinResource:
                 "measured_trials": len(self.timings), "max_step": self.max_step,
                 "at_trial": self.history[-1][0] if self.history else None,
                 "history": self.history[-50:]}
+
+
+class AutoPruner:
+    """``pruner.min_resource=auto`` applied to a live study: each change rebuilds the study's
+    pruner and records the value and why in the study attr ``hpo.pruner.min_resource_auto``.
+
+    Trials already running are judged by the new pruner from their next report on
+    (``trial.should_prune`` asks ``study.pruner``). Single-threaded: the orchestrator's loop.
+    """
+
+    def __init__(self, study: optuna.Study, config: PatientHyperbandPrunerConfig) -> None:
+        self.study = study
+        self.config = config
+        fixed_max = config.max_resource if isinstance(config.max_resource, int) else None
+        self.choice = AutoMinResource(config.startup_share, max_step=fixed_max)
+
+    @classmethod
+    def for_config(cls, study: optuna.Study, config: PrunerConfig) -> AutoPruner | None:
+        """One when the config asks for min_resource=auto, else None."""
+        if isinstance(config, PatientHyperbandPrunerConfig) and config.min_resource == "auto":
+            return cls(study, config)
+        return None
+
+    def seed(self, engine: Engine) -> None:
+        """On a study that already has measured trials (a restart, a second host): start from
+        their timings instead of from nothing."""
+        with engine.connect() as connection:
+            timings = stored_timings(connection, self.study._study_id)
+            completed_step = max_completed_step(connection, self.study._study_id)
+        self.choice.max_step = max(self.choice.max_step or 0, completed_step or 0) or None
+        changed = False
+        for timing in timings.values():
+            changed |= self.choice.add(timing)
+        if changed:
+            self._apply()
+
+    def observe(self, number: int, measured: dict[str, Any], completed_step: int | None) -> None:
+        """A finished trial's measured attrs (hpo.overhead_s, hpo.step_s) and, when it
+        completed, the last step it reached."""
+        if "hpo.step_s" not in measured:
+            return
+        timing = StepTiming(measured["hpo.overhead_s"], measured["hpo.step_s"])
+        if self.choice.add(timing, completed_step, at_trial=number):
+            self._apply()
+
+    def _apply(self) -> None:
+        assert self.choice.value is not None
+        self.study.pruner = build_pruner(self.config, self.choice.value)
+        self.study.set_user_attr("hpo.pruner.min_resource_auto", self.choice.record())

@@ -24,8 +24,10 @@ from typing import Any
 from sqlalchemy.engine import Engine
 
 from hpo_orchestrator import db
+from hpo_orchestrator.config import MedianPrunerConfig, PatientHyperbandPrunerConfig, PrunerConfig
 from hpo_orchestrator.errors import ConfigError
 from hpo_orchestrator.pruning._auto import StepTiming, stored_timings
+from hpo_orchestrator.pruning._factory import build_pruner
 
 KEEP_CURRENT_WITHIN = 0.05  # of the study's device time: smaller savings don't justify a change
 
@@ -95,16 +97,18 @@ class PrunerSetting:
                 f"pruner.min_resource={self.min_resource} "
                 f"pruner.reduction_factor={self.reduction_factor}")
 
-    def build(self, max_resource: Any = "auto") -> Any:
-        import optuna
-
+    def config(self, max_resource: Any = "auto", min_delta: float = 0.0) -> PrunerConfig:
+        """The run's pruner config for this setting; ``max_resource`` and ``min_delta`` are
+        not part of the grid and come from the study that is replayed."""
         if self.kind == "median":
-            return optuna.pruners.MedianPruner(n_startup_trials=self.n_startup_trials or 0,
-                                               n_warmup_steps=self.n_warmup_steps or 0)
-        hyperband = optuna.pruners.HyperbandPruner(
-            min_resource=self.min_resource or 1, max_resource=max_resource,
-            reduction_factor=self.reduction_factor or 3)
-        return optuna.pruners.PatientPruner(hyperband, patience=self.patience or 0)
+            return MedianPrunerConfig(n_startup_trials=self.n_startup_trials or 0,
+                                      n_warmup_steps=self.n_warmup_steps or 0)
+        return PatientHyperbandPrunerConfig(
+            patience=self.patience or 0, min_delta=min_delta, min_resource=self.min_resource or 1,
+            max_resource=max_resource, reduction_factor=self.reduction_factor or 3)
+
+    def build(self, max_resource: Any = "auto", min_delta: float = 0.0) -> Any:
+        return build_pruner(self.config(max_resource, min_delta))
 
 
 @dataclass
@@ -191,12 +195,14 @@ def replay(curves: StudyCurves, setting: PrunerSetting, top_k: int = 5,
 
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)  # PatientPruner
-    max_resource = curves.config.get("pruner", {}).get("max_resource", "auto")
+    ran_with = curves.config.get("pruner", {})
+    max_resource = ran_with.get("max_resource", "auto")
     study = optuna.create_study(
         storage=optuna.storages.InMemoryStorage(), study_name=curves.study,
         direction="maximize" if curves.direction == "maximize" else "minimize",
         sampler=optuna.samplers.RandomSampler(seed=0),
-        pruner=setting.build(max_resource if isinstance(max_resource, int) else "auto"))
+        pruner=setting.build(max_resource if isinstance(max_resource, int) else "auto",
+                             float(ran_with.get("min_delta", 0.0))))
     outcomes: dict[int, str] = {}
     pruned_at: dict[int, int] = {}
     reached: dict[int, int] = {}  # the step each replayed trial ran to

@@ -5,13 +5,8 @@ from __future__ import annotations
 
 from hpo_orchestrator.scheduler._budget import Budget
 from hpo_orchestrator.scheduler._leases import LeaseDir, default_lease_dir
-from hpo_orchestrator.scheduler._orchestrator import (
-    FinishedTrial,
-    Orchestrator,
-    Reporter,
-    RunningTrial,
-    params_mismatch,
-)
+from hpo_orchestrator.scheduler._orchestrator import Orchestrator
+from hpo_orchestrator.scheduler._outcome import params_mismatch
 from hpo_orchestrator.scheduler._slots import (
     BusyRule,
     Slot,
@@ -19,6 +14,7 @@ from hpo_orchestrator.scheduler._slots import (
     resolve_gpus,
     threads_per_trial,
 )
+from hpo_orchestrator.scheduler._trial import FinishedTrial, Reporter, RunningTrial
 
 __all__ = ["Budget", "BusyRule", "FinishedTrial", "LeaseDir", "Orchestrator", "Reporter",
            "RunningTrial", "Slot", "SlotPool", "default_lease_dir", "params_mismatch",

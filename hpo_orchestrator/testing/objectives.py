@@ -213,16 +213,13 @@ def gpu_mix(trial: Any) -> float:
 
     kind = trial.suggest_categorical("kind", ["lightgbm", "torch"])
     if kind not in _gpu_mix_objectives:
-        from dataclasses import asdict
-
         scale = float(os.environ.get("HPO_GPU_MIX_SCALE", "1"))  # < 1: a quick run on a CPU
         if kind == "lightgbm":
-            config = asdict(LightGBMObjectiveConfig(n_rows=int(400_000 * scale), num_boost_round=200))
-            _gpu_mix_objectives[kind] = LightGBMObjective(config)
+            _gpu_mix_objectives[kind] = LightGBMObjective(
+                LightGBMObjectiveConfig(n_rows=int(400_000 * scale), num_boost_round=200))
         else:
-            config = asdict(TorchMLPObjectiveConfig(n_samples=int(200_000 * scale), epochs=4,
-                                                    batch_size=1024))
-            _gpu_mix_objectives[kind] = TorchMLPObjective(config)
+            _gpu_mix_objectives[kind] = TorchMLPObjective(
+                TorchMLPObjectiveConfig(n_samples=int(200_000 * scale), epochs=4, batch_size=1024))
     return float(_gpu_mix_objectives[kind](_Preset(trial, GPU_MIX_PARAMS[kind])))
 
 

@@ -11,7 +11,6 @@ import ctypes
 import gc
 import importlib
 import math
-import os
 import signal
 import sys
 import traceback
@@ -22,6 +21,8 @@ from typing import Any
 import optuna
 
 from hpo_orchestrator import runtime
+from hpo_orchestrator.config import CustomObjectiveConfig, ObjectiveConfig
+from hpo_orchestrator.worker._env import begin_trial
 from hpo_orchestrator.worker._protocol import Job, TrialOutcome
 from hpo_orchestrator.worker._proxy import TrialProxy
 
@@ -50,14 +51,13 @@ def import_target(target: str) -> Any:
     return getattr(module, attribute)
 
 
-def build_objective(config: dict[str, Any]) -> Callable[[Any], Any]:
+def build_objective(config: ObjectiveConfig) -> Callable[[Any], Any]:
     """The callable for this objective config; built-ins are classes taking their config."""
-    name = config["name"]
-    if name == "custom":
-        if config.get("setup"):
-            import_target(config["setup"])()
-        return import_target(config["target"])  # type: ignore[no-any-return]
-    factory = import_target(BUILTIN_OBJECTIVES[name])
+    if isinstance(config, CustomObjectiveConfig):
+        if config.setup:
+            import_target(config.setup)()
+        return import_target(config.target)  # type: ignore[no-any-return]
+    factory = import_target(BUILTIN_OBJECTIVES[config.name])
     return factory(config)  # type: ignore[no-any-return]
 
 
@@ -108,8 +108,7 @@ def run_trial(connection: Connection, job: Job, objective: Callable[[Any], Any])
 
 def _begin(job: Job) -> None:
     """Per-trial state a reused process must not carry over from its previous trial."""
-    os.environ["HPO_TRIAL_NUMBER"] = str(job.trial_number)
-    os.environ["HPO_ATTEMPT"] = str(job.attempt)
+    begin_trial(job.trial_number, job.attempt)
     runtime._phase_stack.clear()
 
 

@@ -13,7 +13,10 @@ A fresh child runs one Job and exits. A reuse child (``Job.reuse``) builds the o
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from hpo_orchestrator.config import ObjectiveConfig
 
 __all__ = ["TRIAL_METHODS", "Job", "TrialOutcome"]
 
@@ -30,8 +33,7 @@ class Job:
     """What a child needs to run one trial."""
 
     trial_number: int
-    objective: dict[str, Any]  # the objective's resolved config (name, target, options)
-    study_direction: str = "minimize"
+    objective: ObjectiveConfig  # the objective's validated config, unpickled as the same dataclass
     attempt: int = 1  # 2 and up for a retry (slot_info().attempt)
     reuse: bool = False  # keep the process for the next trial
 

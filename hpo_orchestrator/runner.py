@@ -1,0 +1,153 @@
+"""The library entry point: :func:`run_study` assembles a run from a validated config and runs it.
+
+``hpo-orchestrator run`` is this plus printing; tests and benchmarks call it in-process::
+
+    from hpo_orchestrator import run_study
+    from hpo_orchestrator.config import load_config
+
+    result = run_study(load_config(["study.n_trials=20", "scheduler.parallel=2"]))
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
+
+import optuna
+
+from hpo_orchestrator.config import Config, CustomObjectiveConfig
+from hpo_orchestrator.db import ensure_tables, open_rdb_storage, setup_lock, sqlite_path
+from hpo_orchestrator.errors import ConfigError
+from hpo_orchestrator.gpu import GpuBackend, GpuInfo, open_backend
+from hpo_orchestrator.scheduler import (
+    Budget,
+    BusyRule,
+    FinishedTrial,
+    LeaseDir,
+    Orchestrator,
+    Reporter,
+    RunningTrial,
+    SlotPool,
+    default_lease_dir,
+    resolve_gpus,
+    threads_per_trial,
+)
+from hpo_orchestrator.study import create_or_load_study
+from hpo_orchestrator.telemetry import TelemetrySampler
+
+__all__ = ["PreparedRun", "RunResult", "run_study"]
+
+EXIT_INTERRUPTED = 130
+
+
+@dataclass(frozen=True)
+class PreparedRun:
+    """A run assembled and about to start: what the caller may want to show first."""
+
+    config: Config
+    gpus: list[GpuInfo]
+    slots: int  # slots in the pool
+    concurrency: int  # trials at a time
+    threads: int  # CPU threads per trial
+    unavailable_reason: str | None  # why no GPU was found (scheduler.gpus=auto)
+    study_name: str
+    already_claimed: int  # trials of n_trials claimed by earlier runs
+
+
+@dataclass(frozen=True)
+class RunResult:
+    exit_code: int  # 0 done, 130 stopped by SIGINT/SIGTERM
+    study_name: str
+
+    @property
+    def interrupted(self) -> bool:
+        return self.exit_code == EXIT_INTERRUPTED
+
+
+class _Silent:
+    """The reporter of a run nobody watches."""
+
+    def started(self, rt: RunningTrial) -> None:
+        pass
+
+    def finished(self, done: FinishedTrial) -> None:
+        pass
+
+    def tick(self, running: list[RunningTrial]) -> None:
+        pass
+
+
+def check_objective(config: Config) -> None:
+    """A custom objective that cannot be imported is a configuration error, found before a
+    study is created (ConfigError, exit 2), not in every trial's child."""
+    from hpo_orchestrator.worker._child import import_target
+
+    objective = config.objective
+    if not isinstance(objective, CustomObjectiveConfig):
+        return
+    try:
+        import_target(objective.target)
+        if objective.setup:
+            import_target(objective.setup)
+    except Exception as exc:
+        raise ConfigError(f"objective.target: cannot import {objective.target!r} "
+                          f"({type(exc).__name__}: {exc})",
+                          "is the module on PYTHONPATH, and the name right?") from None
+
+
+def run_study(config: Config, *, backend: GpuBackend | None = None,
+              progress: Callable[[PreparedRun], AbstractContextManager[Reporter]] | None = None,
+              ) -> RunResult:
+    """Run ``config``'s study on this host until n_trials are done (or SIGINT/SIGTERM).
+
+    ``backend``: the GPUs to use (default: NVML, or the fake one that
+    $HPO_ORCHESTRATOR_FAKE_GPUS selects, or none); closed at the end when opened here.
+    ``progress``: called once the run is assembled; returns the live reporter (entered for
+    the run's length). Raises ConfigError (exit 2) and RuntimeFailure (exit 1).
+    """
+    check_objective(config)
+    owned = backend is None
+    backend = open_backend() if backend is None else backend
+    try:
+        return _run(config, backend, progress)
+    finally:
+        if owned:
+            backend.close()
+
+
+def _run(config: Config, backend: GpuBackend,
+         progress: Callable[[PreparedRun], AbstractContextManager[Reporter]] | None) -> RunResult:
+    sched = config.scheduler
+    gpus = resolve_gpus(sched.gpus, backend)
+    slots = SlotPool(gpus, sched.parallel, sched.trials_per_gpu,
+                     leases=LeaseDir(default_lease_dir(sched.lease_dir)),
+                     backend=backend if sched.avoid_busy_gpus else None,
+                     busy=BusyRule(sched.busy_gpu_mem_mib, sched.busy_gpu_util))
+    threads = threads_per_trial(sched.threads_per_trial, slots.concurrency)
+    with warnings.catch_warnings():
+        # PatientPruner and heartbeats are marked experimental; and Optuna warns that heartbeats
+        # are meant for Study.optimize: under ask/tell the orchestrator records them itself.
+        warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+        warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used")
+        with setup_lock(config.storage.url):  # other orchestrators may be creating it right now
+            storage = open_rdb_storage(config.storage.url, config.storage.heartbeat_interval_s,
+                                       config.storage.grace_s)
+            study = create_or_load_study(config, storage)
+            ensure_tables(storage.engine)
+        budget = Budget(storage.engine, study._study_id, config.study.n_trials,
+                        sqlite_path(config.storage.url))
+        prepared = PreparedRun(
+            config=config, gpus=gpus, slots=len(slots.slots), concurrency=slots.concurrency,
+            threads=threads, unavailable_reason=backend.unavailable_reason,
+            study_name=study.study_name,
+            already_claimed=min(budget.claimed(), config.study.n_trials))
+        live: AbstractContextManager[Reporter] = progress(prepared) if progress is not None \
+            else nullcontext(_Silent())
+        with live as reporter:
+            sampler = TelemetrySampler(backend, config.telemetry.interval_s) \
+                if config.telemetry.enabled else None
+            code = Orchestrator(config, study, storage, budget, slots, threads, reporter, sampler,
+                                backend).run()
+    return RunResult(exit_code=code, study_name=study.study_name)

@@ -1,0 +1,101 @@
+"""Trial child processes: their birth (environment fixed, pinned to a slot), their end
+(asked, then killed with their whole tree), and what the kernel and their log say about
+how they died."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+from multiprocessing.connection import Connection
+from typing import IO
+
+import psutil
+
+from hpo_orchestrator.scheduler._trial import Worker
+from hpo_orchestrator.worker._env import ChildEnv
+
+__all__ = ["cgroup_oom_kills", "log_tail", "retire_worker", "signal_tree", "start_worker"]
+
+
+def start_worker(child: ChildEnv, extra_env: dict[str, str], slot_id: int) -> Worker:
+    """A new child process pinned to the slot: its environment is fixed here, at birth, on
+    top of ours (``extra_env``: e.g. the NVIDIA OpenCL registration on a GPU slot)."""
+    env = {**os.environ, **child.render(), **extra_env}
+    ours, theirs = socket.socketpair()
+    log = tempfile.TemporaryFile(prefix=f"hpo-worker-{slot_id}-")
+    try:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "hpo_orchestrator.worker", str(theirs.fileno())],
+            env=env, pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, stdout=log,
+            stderr=subprocess.STDOUT, start_new_session=True)
+    except BaseException:
+        ours.close()
+        log.close()
+        raise
+    finally:
+        theirs.close()
+    return Worker(process=process, connection=Connection(ours.detach()), log=log,
+                  cuda_visible_devices=env["CUDA_VISIBLE_DEVICES"])
+
+
+def retire_worker(worker: Worker, grace_s: float) -> None:
+    """Stop a worker process: ask it to exit, kill its tree if it does not within ``grace_s``."""
+    try:
+        worker.connection.send(None)
+    except OSError:
+        pass
+    worker.connection.close()
+    try:
+        worker.process.wait(timeout=max(1.0, grace_s))
+    except subprocess.TimeoutExpired:
+        signal_tree(worker.process.pid, signal.SIGKILL)
+        worker.process.wait()
+    worker.log.close()
+
+
+def signal_tree(pid: int, sig: int) -> None:
+    """Signal a child, its process group and every descendant (DataLoader workers...)."""
+    try:
+        targets = psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        targets = []
+    try:
+        os.killpg(pid, sig)  # children run in their own session: pgid == pid
+    except OSError:
+        pass
+    for proc in targets:
+        try:
+            proc.send_signal(sig)
+        except psutil.Error:
+            pass
+
+
+def cgroup_oom_kills() -> int | None:
+    """The kernel OOM killer's count for our cgroup (v2), to tell 'oom' from 'killed'."""
+    try:
+        with open("/proc/self/cgroup") as handle:
+            path = handle.read().strip().split("::", 1)[-1]
+        with open(f"/sys/fs/cgroup{path}/memory.events") as handle:
+            for line in handle:
+                key, _, value = line.partition(" ")
+                if key == "oom_kill":
+                    return int(value)
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def log_tail(log: IO[bytes], limit: int = 4096) -> str:
+    """The last non-empty line a child printed (native crashes only say it there)."""
+    try:
+        log.flush()
+        size = log.seek(0, os.SEEK_END)
+        log.seek(max(0, size - limit))
+        lines = [ln for ln in log.read().decode(errors="replace").splitlines() if ln.strip()]
+    except (OSError, ValueError):
+        return ""
+    return lines[-1].strip() if lines else ""

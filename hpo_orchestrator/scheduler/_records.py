@@ -1,0 +1,187 @@
+"""Everything the orchestrator's loop writes to the storage, and the few values it reads.
+
+Optuna's API where it is cheap (ask, tell, enqueue); hpo_orchestrator.db where Optuna's
+would cost a transaction per attr or a load of every trial. Attr names are the user contract
+(docs/DESIGN.md §2.3). Storage errors propagate: the loop stops every child and exits 1.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import datetime
+from typing import Any
+
+import optuna
+from optuna.trial import TrialState
+from sqlalchemy.engine import Connection
+
+from hpo_orchestrator.db import _run, insert_samples, insert_summary
+from hpo_orchestrator.gpu import GpuInfo
+from hpo_orchestrator.pruning._auto import fit_step_timing
+from hpo_orchestrator.scheduler._outcome import Verdict, params_mismatch
+from hpo_orchestrator.scheduler._trial import Asked, RunningTrial
+from hpo_orchestrator.telemetry import TelemetrySampler, TrialTelemetry
+
+__all__ = ["RunRecords"]
+
+_TELEMETRY_FLUSH_S = 5.0  # how often buffered samples are written (and at every trial's end)
+
+
+class RunRecords:
+    """The loop's writer (single-threaded: the orchestrator's loop is its only caller)."""
+
+    def __init__(self, storage: optuna.storages.RDBStorage, study: optuna.Study, host: str,
+                 sampler: TelemetrySampler | None, compute_phases: list[str]) -> None:
+        self.storage = storage
+        self.study = study
+        self.host = host
+        self.sampler = sampler
+        self.compute_phases = compute_phases
+        self._last_flush = 0.0
+
+    # --- reads ---------------------------------------------------------------------------
+
+    def attempt_of(self, trial: optuna.Trial) -> int:
+        """1 for a new trial, 2 and up for a retry (one row, not the whole trial)."""
+        with self.storage.engine.connect() as connection:
+            return _run.attempt_of(connection, trial._trial_id)
+
+    def next_is_oom_retry(self) -> bool:
+        """Is the next trial to ask a retry of one that ran out of GPU memory? (one SQL read;
+        Optuna's get_trials would load every WAITING trial through the ORM)"""
+        with self.storage.engine.connect() as connection:
+            return _run.next_waiting_retry_reason(connection, self.study._study_id) == "oom"
+
+    # --- writes --------------------------------------------------------------------------
+
+    def write_attrs(self, trial_id: int, number: int, attrs: dict[str, Any],
+                    started: datetime | None = None) -> None:
+        """Several user attrs of a RUNNING trial in one transaction (see db._run)."""
+        if attrs:
+            with self.storage.engine.begin() as connection:
+                _run.write_trial_attrs(connection, trial_id, number, attrs, started)
+
+    def record_devices(self, gpus: list[GpuInfo]) -> None:
+        """This host's devices as a study attr, so status can name a GPU that never got work."""
+        key = f"hpo.devices.{self.host}"
+        # Another orchestrator on this host (another Slurm job) may hold other GPUs of it.
+        known = {d["index"]: d for d in self.study.user_attrs.get(key) or []}
+        known.update({g.index: {"index": g.index, "uuid": g.uuid, "name": g.name} for g in gpus})
+        self.study.set_user_attr(key, [known[i] for i in sorted(known)])
+
+    def trial_started(self, rt: RunningTrial, threads: int, worker_mode: str) -> None:
+        """Where the trial runs. Optuna's datetime_start is local time and was set at ask();
+        a trial asked ahead (scheduler.prefetch) waited since, so its start moves to now."""
+        slot, worker = rt.slot, rt.worker
+        self.write_attrs(rt.trial._trial_id, rt.number, {
+            "hpo.host": self.host,
+            "hpo.pid": worker.process.pid,
+            "hpo.slot": slot.id,
+            "hpo.gpu_index": slot.gpu.index if slot.gpu else None,
+            "hpo.gpu_uuid": slot.gpu.uuid if slot.gpu else None,
+            "hpo.cuda_visible_devices": worker.cuda_visible_devices,
+            "hpo.num_threads": threads,
+            "hpo.worker_mode": worker_mode,
+            "hpo.worker_trial": worker.trials,  # 1: the process was started for this trial
+        }, started=datetime.fromtimestamp(rt.spawned_epoch))
+
+    def measure(self, rt: RunningTrial) -> dict[str, Any]:
+        """Telemetry aggregates, time to the first pruning decision, params that did not
+        apply; stops sampling the trial's slot for this trial."""
+        attrs: dict[str, Any] = {}
+        telemetry: TrialTelemetry | None = None
+        if self.sampler is not None:
+            telemetry = self.sampler.unwatch(rt.slot.id)
+        if telemetry is not None:
+            attrs.update(telemetry.attrs(self.compute_phases))
+        if rt.started_at is not None:
+            attrs["hpo.startup_s"] = round(rt.started_at - rt.spawned_at, 4)
+        if rt.first_decision_at is not None:
+            attrs["hpo.first_decision_s"] = round(rt.first_decision_at - rt.spawned_at, 4)
+        timing = fit_step_timing(rt.reports, None if rt.started_at is None
+                                 else rt.started_at - rt.spawned_at)
+        if timing is not None:  # for pruner.min_resource=auto and tune-pruner's cost model
+            attrs["hpo.overhead_s"] = round(timing.overhead_s, 4)
+            attrs["hpo.step_s"] = round(timing.step_s, 5)
+        if rt.params_effective is not None:
+            mismatch = params_mismatch(rt.trial.params, rt.params_effective)
+            if mismatch:
+                attrs["hpo.params_mismatch"] = mismatch
+        return attrs
+
+    def trial_ended(self, rt: RunningTrial, verdict: Verdict, measured: dict[str, Any],
+                    ended_at: float, retry: bool) -> None:
+        """The trial's attrs, then tell, then its retry (the failed attempt is marked
+        ``hpo.retried`` before it is told), then the summary row, its real end time and the
+        buffered telemetry in one transaction."""
+        trial = rt.trial
+        attrs = {"hpo.exit_code": rt.process.returncode, **measured}
+        if verdict.fail_reason is not None:
+            attrs.update({"hpo.fail_reason": verdict.fail_reason, "hpo.error": verdict.error})
+        if retry:
+            attrs["hpo.retried"] = True
+        self.write_attrs(trial._trial_id, trial.number, attrs)
+        if verdict.state == TrialState.COMPLETE:
+            self.study.tell(trial, verdict.value)
+        else:
+            self.study.tell(trial, state=verdict.state)
+        if retry and verdict.fail_reason is not None:
+            self.enqueue_retry(trial.number, trial.params, rt.attempt, verdict.fail_reason)
+        summary = {
+            "trial_id": trial._trial_id, "study_id": self.study._study_id, "number": trial.number,
+            "state": verdict.state.name, "host": self.host,
+            "gpu_index": rt.slot.gpu.index if rt.slot.gpu else None,
+            "start_s": rt.spawned_epoch, "end_s": ended_at,
+            "startup_s": None if rt.started_at is None else rt.started_at - rt.spawned_at,
+            "first_decision_s": measured.get("hpo.first_decision_s"), "last_step": rt.last_step,
+            "gpu_util_mean": measured.get("hpo.gpu_util_mean"),
+            "gpu_util_compute_mean": measured.get("hpo.gpu_util_compute_mean"),
+            "gpu_energy_j": measured.get("hpo.gpu_energy_j"),
+            "gpu_verified": measured.get("hpo.gpu_verified"), "fail_reason": verdict.fail_reason,
+            "opencl_platform": rt.opencl_platform,
+            "params_mismatch": json.dumps(measured["hpo.params_mismatch"])
+            if "hpo.params_mismatch" in measured else None}
+        with self.storage.engine.begin() as connection:  # one transaction for the rest
+            insert_summary(connection, summary)
+            # Optuna set datetime_complete at tell(); the trial ended when its result came
+            # (its slot may already run the next trial), so the stored duration is the trial's.
+            _run.set_trial_end(connection, trial._trial_id, datetime.fromtimestamp(ended_at))
+            self.flush_telemetry(connection)
+
+    def enqueue_retry(self, number: int, params: dict[str, Any], attempt: int, reason: str) -> None:
+        """The same params again, as a WAITING trial that the next ask() picks first.
+
+        The failed attempt is marked ``hpo.retried`` (before it was told) and stops counting
+        against n_trials; the retry counts instead.
+        """
+        self.study.enqueue_trial(params, user_attrs={
+            "hpo.retry_of": number, "hpo.retry_reason": reason,
+            "hpo.attempt": attempt + 1}, skip_if_exists=False)
+
+    def fail_unstarted(self, asked: list[Asked]) -> None:
+        """Trials asked ahead that no slot took: FAIL (interrupted), never left RUNNING."""
+        while asked:
+            trial = asked.pop(0).trial
+            try:
+                self.write_attrs(trial._trial_id, trial.number, {
+                    "hpo.host": self.host, "hpo.fail_reason": "interrupted",
+                    "hpo.error": "stopped before a slot took it"})
+                self.study.tell(trial, state=TrialState.FAIL)
+            except optuna.exceptions.UpdateFinishedTrialError:
+                continue  # reaped by another orchestrator meanwhile
+
+    def flush_telemetry(self, connection: Connection | None = None, force: bool = False) -> None:
+        """Write buffered samples: within ``connection`` (a trial's end), or on their own
+        every _TELEMETRY_FLUSH_S (now, with ``force``)."""
+        now = time.monotonic()
+        due = force or connection is not None or now - self._last_flush >= _TELEMETRY_FLUSH_S
+        if self.sampler is None or not due:
+            return
+        self._last_flush = now
+        rows = self.sampler.take_rows()
+        if connection is not None:
+            insert_samples(connection, rows)
+        elif rows:
+            with self.storage.engine.begin() as fresh:
+                insert_samples(fresh, rows)

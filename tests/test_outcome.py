@@ -1,0 +1,106 @@
+"""Outcome rules (scheduler/_outcome.py) and the child's environment (worker/_env.py): pure
+functions, no processes."""
+
+from __future__ import annotations
+
+import signal
+
+import pytest
+from optuna.trial import TrialState
+
+from hpo_orchestrator.scheduler._outcome import Verdict, classify, keep_worker, retry_allowed
+from hpo_orchestrator.worker import TrialOutcome
+from hpo_orchestrator.worker._env import ChildEnv, begin_trial
+
+ERROR = TrialOutcome(kind="error", fail_reason="oom", error="OutOfMemoryError: CUDA")
+
+
+@pytest.mark.parametrize(("stop_reason", "outcome", "returncode", "oom", "expected"), [
+    ("timeout", TrialOutcome(kind="value", value=1.0), -15, False,
+     Verdict(TrialState.FAIL, None, "timeout", "ran past scheduler.trial_timeout_s=5.0")),
+    (None, TrialOutcome(kind="value", value=0.5), 0, False, Verdict(TrialState.COMPLETE, 0.5)),
+    ("interrupted", TrialOutcome(kind="pruned"), 0, False, Verdict(TrialState.PRUNED)),
+    ("interrupted", None, -15, False,
+     Verdict(TrialState.FAIL, None, "interrupted", "stopped by SIGINT/SIGTERM")),
+    (None, ERROR, 0, False, Verdict(TrialState.FAIL, None, "oom", "OutOfMemoryError: CUDA")),
+    (None, None, -signal.SIGKILL, True,
+     Verdict(TrialState.FAIL, None, "oom", "killed by the kernel OOM killer")),
+    (None, None, -signal.SIGKILL, False,
+     Verdict(TrialState.FAIL, None, "killed", "died by SIGKILL: last words")),
+    (None, None, -signal.SIGSEGV, True,
+     Verdict(TrialState.FAIL, None, "killed", "died by SIGSEGV: last words")),
+    (None, None, 3, False,
+     Verdict(TrialState.FAIL, None, "exception", "exited with code 3: last words")),
+], ids=["timeout-wins", "value", "pruned-despite-stop", "interrupted", "child-error",
+        "oom-killer", "killed", "segv-not-oom", "exit-code"])
+def test_classify(stop_reason: str | None, outcome: TrialOutcome | None, returncode: int,
+                  oom: bool, expected: Verdict) -> None:
+    verdict = classify(stop_reason=stop_reason, outcome=outcome, returncode=returncode,
+                       timeout_s=5.0, oom_killed=lambda: oom, log_tail=lambda: "last words")
+    assert verdict == expected
+
+
+def test_classify_without_last_words() -> None:
+    asked: list[str] = []
+
+    def tail() -> str:
+        asked.append("tail")
+        return ""
+
+    assert classify(stop_reason=None, outcome=None, returncode=1, timeout_s=None,
+                    oom_killed=lambda: False, log_tail=tail).error == "exited with code 1: no result"
+    assert classify(stop_reason=None, outcome=TrialOutcome(kind="value", value=1.0), returncode=0,
+                    timeout_s=None, oom_killed=lambda: False, log_tail=tail).state == TrialState.COMPLETE
+    assert asked == ["tail"]  # the log is read only for a child that died without a result
+
+
+@pytest.mark.parametrize(("reason", "attempt", "max_retries", "expected"), [
+    ("oom", 1, 1, True), ("killed", 1, 1, True), ("lost", 2, 1, False), ("lost", 2, 2, True),
+    ("exception", 1, 5, False), ("timeout", 1, 5, False), ("interrupted", 1, 5, False),
+    (None, 1, 1, False), ("oom", 1, 0, False),
+])
+def test_retry_allowed(reason: str | None, attempt: int, max_retries: int, expected: bool) -> None:
+    assert retry_allowed(reason, attempt, max_retries) is expected
+
+
+def _keep(**change: object) -> bool:
+    facts: dict[str, object] = {"reuse": True, "alive": True, "connection_open": True,
+                                "stopping": False, "state": TrialState.COMPLETE, "trials_run": 3,
+                                "max_trials": 100, **change}
+    return keep_worker(**facts)  # type: ignore[arg-type]
+
+
+def test_keep_worker() -> None:
+    assert _keep() and _keep(state=TrialState.PRUNED)
+    assert not _keep(reuse=False)
+    assert not _keep(alive=False)
+    assert not _keep(connection_open=False)
+    assert not _keep(stopping=True)
+    assert not _keep(state=TrialState.FAIL)
+    assert not _keep(trials_run=100)
+
+
+def test_child_env_round_trips() -> None:
+    env = ChildEnv(trial_number=7, attempt=2, slot=3, gpu_index=1, gpu_uuid="GPU-abc",
+                   cuda_visible_devices="GPU-abc", num_threads=4)
+    rendered = env.render()
+    assert rendered["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
+    assert rendered["OMP_NUM_THREADS"] == rendered["MKL_NUM_THREADS"] == "4"
+    assert ChildEnv.parse(rendered) == env
+
+
+def test_child_env_of_a_cpu_slot_and_outside_a_child() -> None:
+    cpu = ChildEnv(trial_number=0, attempt=1, slot=0, gpu_index=None, gpu_uuid=None,
+                   cuda_visible_devices="", num_threads=2)
+    assert ChildEnv.parse(cpu.render()) == cpu
+    assert ChildEnv.parse({}) == ChildEnv(trial_number=None, attempt=1, slot=None, gpu_index=None,
+                                          gpu_uuid=None, cuda_visible_devices=None,
+                                          num_threads=None)
+
+
+def test_begin_trial_moves_a_reused_process_to_its_next_trial() -> None:
+    environ = ChildEnv(trial_number=0, attempt=1, slot=0, gpu_index=None, gpu_uuid=None,
+                       cuda_visible_devices="", num_threads=1).render()
+    begin_trial(5, 2, environ)
+    parsed = ChildEnv.parse(environ)
+    assert (parsed.trial_number, parsed.attempt, parsed.slot) == (5, 2, 0)
