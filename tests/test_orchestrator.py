@@ -23,9 +23,29 @@ pytestmark = pytest.mark.slow
 
 TARGET = "objective.target=hpo_orchestrator.testing.objectives:"
 
-# Makes the sqlite database "full" HPO_TEST_DB_FULL_AFTER_S seconds after the orchestrator
-# starts: every SQLAlchemy connection made after that gets max_page_count = its page count.
+# Makes the sqlite database "full" once HPO_TEST_DB_FULL_AFTER_COMPLETE trials are COMPLETE
+# (counted by events, not seconds: a loaded machine starts slower): every SQLAlchemy
+# connection made after that gets max_page_count = its page count.
 DB_FULL_SITECUSTOMIZE = """
+import os
+after = os.environ.get("HPO_TEST_DB_FULL_AFTER_COMPLETE")
+if after and "HPO_TRIAL_NUMBER" not in os.environ:
+    import sqlalchemy
+    from sqlalchemy import event
+
+    @event.listens_for(sqlalchemy.engine.Engine, "engine_connect")
+    def _full(connection):
+        raw = connection.connection.dbapi_connection
+        try:
+            done = raw.execute("SELECT COUNT(*) FROM trials WHERE state = 'COMPLETE'").fetchone()[0]
+        except Exception:  # no schema yet
+            return
+        if done >= int(after):
+            pages = raw.execute("PRAGMA page_count").fetchone()[0]
+            raw.execute(f"PRAGMA max_page_count = {pages}")
+"""
+
+SITECUSTOMIZE = """
 import os, time
 after = os.environ.get("HPO_TEST_DB_FULL_AFTER_S")
 if after and "HPO_TRIAL_NUMBER" not in os.environ:
@@ -212,7 +232,7 @@ def test_full_database_stops_cleanly_with_exit_1(tmp_path: Path) -> None:
     site.mkdir()
     (site / "sitecustomize.py").write_text(DB_FULL_SITECUSTOMIZE)
     env = {"PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]),
-           "HPO_TEST_DB_FULL_AFTER_S": "6", "HPO_TEST_STEP_S": "0.5"}
+           "HPO_TEST_DB_FULL_AFTER_COMPLETE": "3", "HPO_TEST_STEP_S": "0.5"}
     result = run_cli(tmp_path, "run", "objective=custom", TARGET + "pinned", "scheduler.parallel=2",
                      "study.n_trials=40", "pruner=none", env=env, timeout=120)
     assert result.code == 1, result.stdout + result.stderr
