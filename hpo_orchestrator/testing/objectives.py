@@ -233,3 +233,23 @@ def slurm_probe(trial: Any) -> float:
         time.sleep(float(os.environ.get("HPO_TEST_STEP_S", "0.3")))
         trial.report(x * x + 1.0 / step, step)
     return x * x
+
+
+def pinning_probe(trial: Any) -> float:
+    """On a real GPU host (scripts/gpu_pinning_check.py): even trials do torch work and record
+    the UUID torch computes on; odd trials train LightGBM on the GPU through OpenCL. The script
+    watches NVML's process lists meanwhile, so all three views of "which GPU" can be compared."""
+    if trial.number % 2:
+        return gpu_mix(_Preset(trial, {"kind": "lightgbm"}))
+    import torch
+
+    trial.suggest_float("x", 0.0, 1.0)
+    props = torch.cuda.get_device_properties(0)
+    trial.set_user_attr("test.torch_uuid", str(getattr(props, "uuid", "")))
+    trial.set_user_attr("test.torch_device_count", torch.cuda.device_count())
+    a = torch.randn(4096, 4096, device="cuda")
+    deadline = time.monotonic() + 3.0  # long enough for the watcher to see the process
+    while time.monotonic() < deadline:
+        b = a @ a
+        torch.cuda.synchronize()
+    return float(b.float().mean().item())
