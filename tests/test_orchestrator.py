@@ -74,7 +74,10 @@ def test_pinning_and_placement_on_two_fake_gpus(cli, tmp_path: Path) -> None:  #
     (site / "sitecustomize.py").write_text(SITECUSTOMIZE)
     envlog = tmp_path / "envlog"
     envlog.mkdir()
+    # CUDA's own default order (fastest first) in the user's shell: the children must still
+    # number GPUs as NVML does, or CUDA_VISIBLE_DEVICES=1 can name another card than gpu1.
     env = {"HPO_ORCHESTRATOR_FAKE_GPUS": "2", "HPO_TEST_ENV_LOG": str(envlog),
+           "CUDA_DEVICE_ORDER": "FASTEST_FIRST",
            "PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])}
     result = cli("run", "objective=custom", TARGET + "pinned", "scheduler.parallel=4",
                  "scheduler.trials_per_gpu=2", "study.n_trials=12", "pruner=none", env=env)
@@ -93,6 +96,7 @@ def test_pinning_and_placement_on_two_fake_gpus(cli, tmp_path: Path) -> None:  #
         # what the interpreter saw before any of our code ran, and what the objective saw
         assert first_line[attrs["hpo.pid"]] == fake_uuid(gpu)
         assert attrs["test.cuda_visible_devices"] == fake_uuid(gpu)
+        assert attrs["test.cuda_device_order"] == "PCI_BUS_ID"
         for key in ("hpo.host", "hpo.slot", "hpo.startup_s", "hpo.exit_code", "hpo.num_threads"):
             assert key in attrs
         # a reused process lives on after its trial: no exit code to record
