@@ -301,8 +301,12 @@ def test_long_reader_causes_no_failure(tmp_path: Path) -> None:
 
 
 def test_restart_after_kill_9_recovers_and_finishes_exactly_n(tmp_path: Path) -> None:
+    """A restart on the same host fails the killed run's trials at once (their orchestrator's
+    pid is gone), before it starts a trial of its own. The heartbeat grace is set far beyond
+    the test, so only that check can recover them in time."""
     args = ("run", "objective=custom", TARGET + "pinned", "scheduler.parallel=2",
-            "study.n_trials=6", "pruner=none")
+            "study.n_trials=6", "pruner=none", "storage.heartbeat_interval_s=1",
+            "storage.grace_period_s=3600")
     env = {"HPO_TEST_STEP_S": "1.0"}
     first = start_cli(tmp_path, *args, env=env)
     db = tmp_path / "hpo.db"
@@ -310,9 +314,20 @@ def test_restart_after_kill_9_recovers_and_finishes_exactly_n(tmp_path: Path) ->
     first.kill()
     first.communicate()
     time.sleep(1.0)  # its children get SIGTERM from the kernel (PR_SET_PDEATHSIG)
-    assert [r for r in trial_rows(db) if r["state"] == "RUNNING"]
-    second = run_cli(tmp_path, *args, env=env, timeout=120)
-    assert second.code == 0, second.stderr
+    orphans = {r["number"] for r in trial_rows(db) if r["state"] == "RUNNING"}
+    assert orphans
+    known = {r["number"] for r in trial_rows(db)}
+    second = start_cli(tmp_path, *args, env=env)
+    # The first trial the restart starts is the event to check against (not a time bound).
+    while second.poll() is None and not {r["number"] for r in _rows_so_far(db)} - known:
+        time.sleep(0.1)
+    states = {r["number"]: r["state"] for r in _rows_so_far(db) if r["number"] in orphans}
+    if set(states.values()) != {"FAIL"}:
+        second.kill()
+        second.communicate()
+        raise AssertionError(f"the restart started a trial with the killed run's still {states}")
+    _, err = second.communicate(timeout=120)
+    assert second.returncode == 0, err
     rows = trial_rows(db)
     assert not [r for r in rows if r["state"] == "RUNNING"]
     lost = [r for r in rows if r["state"] == "FAIL"]
