@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import signal
 import sqlite3
 import threading
@@ -249,9 +250,13 @@ def test_sigint_stops_gracefully(tmp_path: Path) -> None:
 
 def test_resume_finishes_exactly_n_trials_and_sql_contract(cli) -> None:  # type: ignore[no-untyped-def]
     args = ("run", "objective=custom", TARGET + "quadratic", "scheduler.parallel=2")
-    assert cli(*args, "study.n_trials=3").code == 0
+    first = cli(*args, "study.n_trials=3")
+    assert first.code == 0, first.stderr
+    assert sorted(r["number"] for r in trial_rows(first.db)) == [0, 1, 2]
     result = cli(*args, "study.n_trials=5")
     assert result.code == 0, result.stderr
+    # the resume ran only the 2 missing trials, and the first run's trials are untouched
+    assert sorted(r["number"] for r in trial_rows(result.db)) == [0, 1, 2, 3, 4]
     with sqlite3.connect(result.db) as con:
         counts = dict(con.execute(
             "SELECT state, COUNT(*) FROM trials WHERE study_id = (SELECT study_id FROM studies "
@@ -271,7 +276,12 @@ def test_resume_finishes_exactly_n_trials_and_sql_contract(cli) -> None:  # type
     report = json.loads(status.stdout)
     assert report["states"]["COMPLETE"]["count"] == 5
     assert report["best"]["params"]["x"] == pytest.approx(0.5, abs=1.0)
-    assert cli("status").code == 0
+    text = cli("status")
+    assert text.code == 0, text.stderr
+    # the table says what the JSON says: 5 of 5 finished, all COMPLETE, the same best trial
+    assert "finished 5 of 5" in text.stdout
+    assert re.search(r"COMPLETE\W+5\W", text.stdout), text.stdout
+    assert f"best trial {report['best']['number']}: " in text.stdout
 
 
 def test_direction_conflict_is_exit_2(cli) -> None:  # type: ignore[no-untyped-def]
