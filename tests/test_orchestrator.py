@@ -128,6 +128,20 @@ def test_lightgbm_study_prunes_and_logs_effective_params(cli) -> None:  # type: 
     assert len(study.trials) == 8
 
 
+def test_torch_study_logs_what_ran(cli) -> None:  # type: ignore[no-untyped-def]
+    """hpo.params_effective is read from torch and the DataLoader during the first step: on a
+    CPU slot no autocast ran (the config's bf16 applies on GPUs only), float32 came out."""
+    result = cli("run", "objective=torch_mlp", "study.n_trials=2", "objective.n_samples=2000",
+                 "objective.epochs=1", "objective.batch_size=[64,128]", "objective.bf16=true")
+    assert result.code == 0, result.stderr
+    for row in trial_rows(result.db):
+        effective = row["attrs"]["hpo.params_effective"]
+        assert effective["device"] == "cpu" and effective["autocast_dtype"] is None
+        assert effective["output_dtype"] == "float32" and effective["pin_memory"] is False
+        assert effective["num_workers"] == 0 and effective["prefetch_factor"] is None
+        assert "hpo.params_mismatch" not in row["attrs"]  # batch_size ran as suggested
+
+
 def test_pruning_with_median(cli) -> None:  # type: ignore[no-untyped-def]
     result = cli("run", "objective=custom", TARGET + "curves", "pruner=median",
                  "pruner.n_startup_trials=3", "pruner.n_warmup_steps=1", "scheduler.parallel=2",
