@@ -1,6 +1,10 @@
 #!/usr/bin/env python3
 """Benchmarks of the scheduler itself, contenders side by side in one run (CPU slots).
 
+Fair by construction: the orchestrator and Optuna's processes run the same sampler (random),
+no pruner, the same storage (a sqlite file, WAL, synchronous=NORMAL), the same thread variables
+and no telemetry; each table prints this above it, and a row that differs says so.
+
 1. Overhead: N trials of an objective that sleeps 0.2 s, PAR=4: makespan over the ideal
    (N x 0.2 / 4) for this product in fresh and reuse mode, Optuna's own 4 processes sharing
    one sqlite storage (WAL), and Ray Tune with 4 concurrent trials when ``ray[tune]`` is
@@ -31,15 +35,50 @@ from datetime import datetime
 from pathlib import Path
 
 OBJECTIVES = "hpo_orchestrator.testing.objectives"
+OFF = ("telemetry.enabled=false",)
 ENV = {**os.environ, "HPO_TEST_SLEEP_S": "0.2", "COLUMNS": "120"}
 
+# Optuna's processes get what the orchestrator's trials get: the random sampler, no pruner, a
+# sqlite file in WAL mode with synchronous=NORMAL and a busy timeout (what the orchestrator sets
+# on each connection, hpo_orchestrator/storage.py), and the same thread variables.
 OPTUNA_WORKER = """
-import sys, optuna
+import sqlite3, sys, optuna, sqlalchemy
+from sqlalchemy import event
 from {module} import {name} as objective
+
+@event.listens_for(sqlalchemy.engine.Engine, "connect")
+def _tune(dbapi_connection, _record):
+    if isinstance(dbapi_connection, sqlite3.Connection):
+        for pragma in ("journal_mode=WAL", "busy_timeout=30000", "synchronous=NORMAL"):
+            dbapi_connection.execute("PRAGMA " + pragma)
+
 optuna.logging.set_verbosity(optuna.logging.WARNING)
-study = optuna.load_study(study_name="bench", storage=sys.argv[1])
+study = optuna.load_study(study_name="bench", storage=sys.argv[1],
+                          sampler=optuna.samplers.RandomSampler(),
+                          pruner=optuna.pruners.NopPruner())
 study.optimize(objective, n_trials=int(sys.argv[2]))
 """
+
+
+def _threads(par: int) -> str:
+    """Threads per trial as the orchestrator sets them (scheduler.threads_per_trial unset)."""
+    from hpo_orchestrator.scheduler import threads_per_trial
+
+    return str(threads_per_trial(None, par))
+
+
+def contenders_said(par: int, telemetry_rows: bool) -> str:
+    """What each contender runs with, printed above its table."""
+    threads = _threads(par)
+    lines = [
+        f"- every contender: sampler=random (seed unset), no pruner, a sqlite file (WAL, "
+        f"synchronous=NORMAL), PAR={par}, OMP/MKL/OPENBLAS_NUM_THREADS={threads} per trial",
+        "- hpo-orchestrator: one orchestrator process, telemetry off (Optuna's processes have "
+        "none)" + ("; the 'telemetry on' row adds the default 1 s sampler, the difference being "
+                   "the point of that row" if telemetry_rows else ""),
+        f"- Optuna: {par} processes, each `load_study` + `optimize`, n_trials / {par} each",
+    ]
+    return "\n".join(lines)
 
 ATTACH_AND_DECIDE = """
 import sys, time, optuna
@@ -94,8 +133,11 @@ def optuna_processes(work: Path, objective: str, n: int, par: int) -> tuple[floa
     url = _wal_db(db)
     optuna.create_study(study_name="bench", storage=url, sampler=optuna.samplers.RandomSampler())
     code = OPTUNA_WORKER.format(module=OBJECTIVES, name=objective)
+    threads = _threads(par)
+    env = {**ENV, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads,
+           "OPENBLAS_NUM_THREADS": threads}
     start = time.perf_counter()
-    procs = [subprocess.Popen([sys.executable, "-c", code, url, str(n // par)], env=ENV)
+    procs = [subprocess.Popen([sys.executable, "-c", code, url, str(n // par)], env=env)
              for _ in range(par)]
     for proc in procs:
         proc.wait()
@@ -177,11 +219,15 @@ def main() -> int:
     if "1" in which:
         ideal = args.trials * 0.2 / 4
         print(f"\n1. {args.trials} trials x 0.2 s sleep, PAR=4; ideal {ideal:.1f} s\n")
+        print(contenders_said(4, telemetry_rows=True) + "\n- Ray Tune: its own random search, "
+              "in-memory results, 4 concurrent actors\n")
         print("| contender | makespan s | over ideal | trials | wall s (incl. start-up) |")
         print("|---|---:|---:|---:|---:|")
         contenders = {
-            "hpo-orchestrator reuse": lambda: hpo_run(work, "reuse", "sleepy", args.trials, 4),
-            "hpo-orchestrator fresh": lambda: hpo_run(work, "fresh", "sleepy", args.trials, 4),
+            "hpo-orchestrator reuse": lambda: hpo_run(work, "reuse", "sleepy", args.trials, 4, OFF),
+            "hpo-orchestrator reuse, telemetry on":
+                lambda: hpo_run(work, "reuse", "sleepy", args.trials, 4),
+            "hpo-orchestrator fresh": lambda: hpo_run(work, "fresh", "sleepy", args.trials, 4, OFF),
             "Optuna, 4 processes, one sqlite (WAL)":
                 lambda: optuna_processes(work, "sleepy", args.trials, 4),
             "Ray Tune, 4 concurrent": lambda: ray_tune(args.trials, 4),
@@ -196,15 +242,15 @@ def main() -> int:
     if "2" in which:
         n = args.throughput_trials
         print(f"\n2. {n} trials of a trivial objective with 10 reports, PAR=8, sqlite\n")
+        print(contenders_said(8, telemetry_rows=True) + "\n")
         print("| contender | trials/s | vs Optuna's processes |")
         print("|---|---:|---:|")
         base_makespan, base_done, _ = optuna_processes(work, "reports10", n, 8)
         base = base_done / base_makespan
         for name, (makespan, done, _wall) in (
-                ("hpo-orchestrator reuse", hpo_run(work, "reuse", "reports10", n, 8,
-                                                   ("telemetry.enabled=false",))),
-                ("hpo-orchestrator fresh", hpo_run(work, "fresh", "reports10", n, 8,
-                                                   ("telemetry.enabled=false",)))):
+                ("hpo-orchestrator reuse", hpo_run(work, "reuse", "reports10", n, 8, OFF)),
+                ("hpo-orchestrator reuse, telemetry on", hpo_run(work, "reuse", "reports10", n, 8)),
+                ("hpo-orchestrator fresh", hpo_run(work, "fresh", "reports10", n, 8, OFF))):
             print(f"| {name} | {done / makespan:.1f} | {done / makespan / base:.2f}x |")
         print(f"| Optuna, 8 processes, one sqlite (WAL) | {base:.1f} | 1x |")
     if "3" in which:
