@@ -16,7 +16,7 @@ and no telemetry; each table prints this above it, and a row that differs says s
    attaches to the study itself.
 
 Makespans come from the trials' own timestamps in the database (first start to last end).
-Usage: python scripts/bench_scheduling.py [--trials 200] [--only 1,2,3]
+Usage: python scripts/bench_scheduling.py [--trials 200] [--only 1,2,3] [--rounds 1]
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ import tempfile
 import time
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 OBJECTIVES = "hpo_orchestrator.testing.objectives"
 OFF = ("telemetry.enabled=false",)
@@ -171,6 +172,21 @@ def ray_tune(n: int, par: int) -> tuple[float, int, float] | str:
     return float(ends.max() - starts.min()), len(results), wall
 
 
+def _tag(round_no: int, rounds: int) -> str:
+    return f" (round {round_no})" if rounds > 1 else ""
+
+
+def _interleaved(contenders: dict[str, Any], rounds: int) -> list[tuple[str, str, Any]]:
+    """(round tag, name, run) for every round, the order rotated each round, so that a load
+    that comes and goes on a shared machine does not fall on one contender only."""
+    names = list(contenders)
+    order = []
+    for r in range(rounds):
+        shift = r % len(names)
+        order += [(_tag(r + 1, rounds), n, contenders[n]) for n in names[shift:] + names[:shift]]
+    return order
+
+
 def first_decision(work: Path, n_trials: int) -> dict[str, float]:
     sys.path.insert(0, str(Path(__file__).parent))
     from bench_status import build
@@ -203,6 +219,14 @@ def first_decision(work: Path, n_trials: int) -> dict[str, float]:
     return results
 
 
+def _commit() -> str:
+    out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                         cwd=Path(__file__).parent)
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                           capture_output=True, text=True, cwd=Path(__file__).parent).stdout
+    return out.stdout.strip() + (" (with uncommitted changes)" if dirty.strip() else "")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -210,12 +234,16 @@ def main() -> int:
     parser.add_argument("--throughput-trials", type=int, default=400)
     parser.add_argument("--study-trials", type=int, default=20_000)
     parser.add_argument("--only", default="1,2,3")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="run 1 and 2 this many times, contenders interleaved (shared machines)")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="hpo-bench-sched-"))
     which = set(args.only.split(","))
     print(f"machine: {platform.node()}, {os.cpu_count()} cores, Python {platform.python_version()}; "
           f"{time.strftime('%Y-%m-%d')}; command: python scripts/bench_scheduling.py "
-          f"--trials {args.trials} --throughput-trials {args.throughput_trials} --only {args.only}")
+          f"--trials {args.trials} --throughput-trials {args.throughput_trials} --only {args.only} "
+          f"--rounds {args.rounds}; commit {_commit()}; load average {os.getloadavg()[0]:.1f} "
+          "at start (other processes share this machine when it is above 0)")
     if "1" in which:
         ideal = args.trials * 0.2 / 4
         print(f"\n1. {args.trials} trials x 0.2 s sleep, PAR=4; ideal {ideal:.1f} s\n")
@@ -232,27 +260,31 @@ def main() -> int:
                 lambda: optuna_processes(work, "sleepy", args.trials, 4),
             "Ray Tune, 4 concurrent": lambda: ray_tune(args.trials, 4),
         }
-        for name, run in contenders.items():
+        for round_no, name, run in _interleaved(contenders, args.rounds):
             result = run()
             if isinstance(result, str):
                 print(f"| {name} | {result} | | | |")
                 continue
             makespan, done, wall = result
-            print(f"| {name} | {makespan:.2f} | {makespan / ideal - 1:+.1%} | {done} | {wall:.2f} |")
+            print(f"| {name}{round_no} | {makespan:.2f} | {makespan / ideal - 1:+.1%} | {done} "
+                  f"| {wall:.2f} |", flush=True)
     if "2" in which:
         n = args.throughput_trials
         print(f"\n2. {n} trials of a trivial objective with 10 reports, PAR=8, sqlite\n")
         print(contenders_said(8, telemetry_rows=True) + "\n")
-        print("| contender | trials/s | vs Optuna's processes |")
+        print("| contender | trials/s | vs Optuna's processes (same round) |")
         print("|---|---:|---:|")
-        base_makespan, base_done, _ = optuna_processes(work, "reports10", n, 8)
-        base = base_done / base_makespan
-        for name, (makespan, done, _wall) in (
-                ("hpo-orchestrator reuse", hpo_run(work, "reuse", "reports10", n, 8, OFF)),
-                ("hpo-orchestrator reuse, telemetry on", hpo_run(work, "reuse", "reports10", n, 8)),
-                ("hpo-orchestrator fresh", hpo_run(work, "fresh", "reports10", n, 8, OFF))):
-            print(f"| {name} | {done / makespan:.1f} | {done / makespan / base:.2f}x |")
-        print(f"| Optuna, 8 processes, one sqlite (WAL) | {base:.1f} | 1x |")
+        for round_no in range(1, args.rounds + 1):
+            base_makespan, base_done, _ = optuna_processes(work, "reports10", n, 8)
+            base = base_done / base_makespan
+            print(f"| Optuna, 8 processes, one sqlite (WAL){_tag(round_no, args.rounds)} "
+                  f"| {base:.1f} | 1x |", flush=True)
+            for name, extra, mode in (("hpo-orchestrator reuse", OFF, "reuse"),
+                                      ("hpo-orchestrator reuse, telemetry on", (), "reuse"),
+                                      ("hpo-orchestrator fresh", OFF, "fresh")):
+                makespan, done, _wall = hpo_run(work, mode, "reports10", n, 8, extra)
+                print(f"| {name}{_tag(round_no, args.rounds)} | {done / makespan:.1f} "
+                      f"| {done / makespan / base:.2f}x |", flush=True)
     if "3" in which:
         print(f"\n3. first pruning decision on a study of {args.study_trials:,} trials "
               "(objective start to first should_prune answer, median of 5 trials)\n")
