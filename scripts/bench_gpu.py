@@ -10,9 +10,18 @@ same enqueued list for every contender, PAR=4:
 - a process pool of 4 that assigns GPUs round-robin and sets CUDA_VISIBLE_DEVICES inside the
   worker, per task (the incident's pattern).
 
-Lower bound: max(total GPU work / GPUs, longest trial), where a trial's GPU work is its
-duration alone on a GPU in a warm process (measured first, one trial at a time). Each GPU's
-busy fraction (NVML utilization > 0) is sampled every 0.2 s while the contender runs.
+Fair by construction: every contender runs the same enqueued trials with fixed params (the
+sampler decides nothing), on a sqlite file (WAL, synchronous=NORMAL; Optuna's threads too, not
+in-memory storage), with cores / PAR threads per trial (HPO_NUM_THREADS and OMP/MKL/OPENBLAS,
+as the orchestrator sets for its children) and no telemetry (the orchestrator's is turned off).
+The output says this above the table.
+
+Lower bound: the longest trial alone on a GPU in a warm process, the faster of cores / PAR
+threads and every core (measured first, one trial at a time): no schedule finishes sooner,
+if sharing a GPU never makes a trial faster than running alone. Beside it, "serial per GPU":
+total solo work / GPUs, what one trial at a time per GPU would take; not a bound, since PAR=4
+puts 2-4 trials on a GPU at once and they may overlap profitably. Each GPU's busy fraction
+(NVML utilization > 0) is sampled every 0.2 s while the contender runs.
 
 Usage (on a GPU host): python scripts/bench_gpu.py [--trials 16] [--out FILE.md]
 """
@@ -32,6 +41,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 TARGET = "hpo_orchestrator.testing.objectives:gpu_mix"
 PAR = 4
@@ -76,7 +86,32 @@ def _env() -> dict[str, str]:
     # The naive contenders get the NVIDIA OpenCL platform too (else LightGBM falls back to CPU)
     # and the "GPU slot" flag the built-in objectives read; they pin nothing.
     gpu = {"HPO_GPU_INDEX": "0"} if _gpu_count() else {}  # none: a dry run on a CPU machine
-    return {**os.environ, **nvidia_icd_env(), **gpu, "PYTHONUNBUFFERED": "1"}
+    return {**os.environ, **nvidia_icd_env(), **gpu, "PYTHONUNBUFFERED": "1", **_threads()}
+
+
+def _threads() -> dict[str, str]:
+    """cores / PAR threads per trial, as the orchestrator gives each of its children."""
+    from hpo_orchestrator.scheduler import threads_per_trial
+
+    threads = str(threads_per_trial(None, PAR))
+    return {"HPO_NUM_THREADS": threads, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads,
+            "OPENBLAS_NUM_THREADS": threads}
+
+
+def _tune_sqlite(dbapi_connection: Any, _record: Any) -> None:
+    if isinstance(dbapi_connection, sqlite3.Connection):
+        for pragma in ("journal_mode=WAL", "busy_timeout=30000", "synchronous=NORMAL"):
+            dbapi_connection.execute("PRAGMA " + pragma)
+
+
+def _sqlite(db: Path) -> str:
+    """A sqlite file tuned as the orchestrator tunes its own (hpo_orchestrator/storage.py)."""
+    from sqlalchemy import event
+    from sqlalchemy.engine import Engine
+
+    if not event.contains(Engine, "connect", _tune_sqlite):
+        event.listen(Engine, "connect", _tune_sqlite)
+    return f"sqlite:///{db}"
 
 
 def _gpu_count() -> int:
@@ -100,9 +135,19 @@ def _run_trial(kind: str) -> tuple[float, float]:
 
 
 def solo_durations(kinds: list[str]) -> dict[str, float]:
-    """Each kind alone on GPU 0 in a warm process (one untimed run first)."""
-    env = _env()
-    env["CUDA_VISIBLE_DEVICES"] = "0"
+    """Each kind alone on GPU 0 in a warm process (one untimed run first), the faster of
+    cores / PAR threads (as in the contenders) and every core: more threads are not always
+    faster, and the bound needs the fastest a trial runs alone."""
+    shared = _solo_durations(kinds, every_core=False)
+    alone = _solo_durations(kinds, every_core=True)
+    return {kind: min(shared[kind], alone[kind]) for kind in shared}
+
+
+def _solo_durations(kinds: list[str], every_core: bool) -> dict[str, float]:
+    env = {**_env(), "CUDA_VISIBLE_DEVICES": "0"}
+    if every_core:
+        for key in _threads():
+            env.pop(key)
     code = ("import sys, time; sys.path.insert(0, '.'); from scripts.bench_gpu import _run_trial;"
             "k = sys.argv[1]; _run_trial(k); s, e = _run_trial(k); print(e - s)")
     return {kind: float(subprocess.run([sys.executable, "-c", code, kind], env=env, check=True,
@@ -129,19 +174,21 @@ def hpo(work: Path, mode: str, kinds: list[str]) -> tuple[float, float, float]:
     subprocess.run([sys.executable, "-m", "hpo_orchestrator", "run", "objective=custom",
                     f"objective.target={TARGET}", f"scheduler.parallel={PAR}",
                     f"scheduler.worker_mode={mode}", f"study.n_trials={len(kinds)}", "study.name=bench",
-                    "pruner=none", f"storage.url={url}"], check=True, stdout=subprocess.DEVNULL,
+                    "pruner=none", "telemetry.enabled=false", f"storage.url={url}"],
+                   check=True, stdout=subprocess.DEVNULL,
                    cwd=work)
     return _makespan(db), start, time.time()
 
 
-def optuna_threads(kinds: list[str]) -> tuple[float, float, float]:
+def optuna_threads(work: Path, kinds: list[str]) -> tuple[float, float, float]:
     import optuna
 
     from hpo_orchestrator.testing.objectives import gpu_mix
 
     os.environ.update(_env())
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = optuna.create_study(pruner=optuna.pruners.NopPruner())  # the same work as the others
+    study = optuna.create_study(study_name="bench", storage=_sqlite(work / "optuna-threads.db"),
+                                pruner=optuna.pruners.NopPruner())  # the same work as the others
     for kind in kinds:
         study.enqueue_trial({"kind": kind})
     start = time.time()
@@ -196,16 +243,22 @@ def main() -> None:
     gpus = len(sampler.handles)
     solo = solo_durations(kinds)
     work_s = sum(solo[k] for k in kinds)
-    bound = max(work_s / max(gpus, 1), max(solo.values()))
-    print(f"solo seconds per trial: {solo}; total GPU work {work_s:.1f} s on {gpus} GPU(s); "
-          f"lower bound {bound:.1f} s", flush=True)
+    bound = max(solo.values())
+    serial = work_s / max(gpus, 1)
+    said = (f"Every contender: the same {len(kinds)} enqueued trials, fixed params, no pruner, a "
+            f"sqlite file (WAL, synchronous=NORMAL), {_threads()['OMP_NUM_THREADS']} threads per "
+            f"trial (cores / PAR={PAR}), no telemetry. Lower bound = longest solo trial "
+            f"{bound:.1f} s; serial per GPU (total solo work {work_s:.1f} s / {gpus} GPU(s), not "
+            f"a bound) {serial:.1f} s.")
+    print(f"solo seconds per trial: {solo}\n{said}", flush=True)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         contenders = [
             ("reuse", "hpo-orchestrator, reuse mode", lambda: hpo(Path(tmp), "reuse", kinds)),
             ("fresh", "hpo-orchestrator, fresh mode", lambda: hpo(Path(tmp), "fresh", kinds)),
-            ("threads", f"Optuna n_jobs={PAR} (threads, one process)", lambda: optuna_threads(kinds)),
-            ("pool", f"process pool of {PAR}, GPUs round-robin inside the worker",
+            ("threads", f"Optuna n_jobs={PAR} (threads, one process)",
+             lambda: optuna_threads(Path(tmp), kinds)),
+            ("pool", f"process pool of {PAR}, GPUs round-robin inside the worker (no storage)",
              lambda: process_pool(kinds, gpus, args.hang_dump)),
         ]
         for key, name, run in contenders:
@@ -214,20 +267,20 @@ def main() -> None:
             makespan, lo, hi = run()
             busy = sampler.busy(lo, hi)
             rows.append((name, makespan, busy))
-            print(f"{name}: makespan {makespan:.1f} s ({makespan / bound:.2f}x the bound), busy "
+            print(f"{name}: makespan {makespan:.1f} s ({makespan / bound:.2f}x the lower bound, "
+                  f"{makespan / serial:.2f}x serial per GPU), busy "
                   + ", ".join(f"gpu{i} {b:.0%}" for i, b in enumerate(busy)), flush=True)
     sampler.halt.set()
     name = sampler.nvml.nvmlDeviceGetName(sampler.handles[0]) if gpus else "no GPU (dry run)"
     lines = [f"Command: `python scripts/bench_gpu.py --trials {args.trials}`; {gpus} x {name}, "
              f"{os.cpu_count()} CPUs, Python {platform.python_version()}, "
              f"{datetime.now():%Y-%m-%d}. Solo seconds per trial: "
-             + ", ".join(f"{k} {v:.2f}" for k, v in solo.items())
-             + f"; lower bound {bound:.1f} s.", "",
-             "| contender | makespan s | vs lower bound | " + " | ".join(
+             + ", ".join(f"{k} {v:.2f}" for k, v in solo.items()) + ". " + said, "",
+             "| contender | makespan s | vs lower bound | vs serial per GPU | " + " | ".join(
                  f"gpu{i} busy" for i in range(gpus)) + " |",
-             "|---|---:|---:|" + "---:|" * gpus]
+             "|---|---:|---:|---:|" + "---:|" * gpus]
     for label, makespan, busy in rows:
-        lines.append(f"| {label} | {makespan:.1f} | {makespan / bound:.2f}x | "
+        lines.append(f"| {label} | {makespan:.1f} | {makespan / bound:.2f}x | {makespan / serial:.2f}x | "
                      + " | ".join(f"{b:.0%}" for b in busy) + " |")
     table = "\n".join(lines)
     print(table)

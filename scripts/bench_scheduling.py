@@ -1,6 +1,10 @@
 #!/usr/bin/env python3
 """Benchmarks of the scheduler itself, contenders side by side in one run (CPU slots).
 
+Fair by construction: the orchestrator and Optuna's processes run the same sampler (random),
+no pruner, the same storage (a sqlite file, WAL, synchronous=NORMAL), the same thread variables
+and no telemetry; each table prints this above it, and a row that differs says so.
+
 1. Overhead: N trials of an objective that sleeps 0.2 s, PAR=4: makespan over the ideal
    (N x 0.2 / 4) for this product in fresh and reuse mode, Optuna's own 4 processes sharing
    one sqlite storage (WAL), and Ray Tune with 4 concurrent trials when ``ray[tune]`` is
@@ -12,7 +16,7 @@
    attaches to the study itself.
 
 Makespans come from the trials' own timestamps in the database (first start to last end).
-Usage: python scripts/bench_scheduling.py [--trials 200] [--only 1,2,3]
+Usage: python scripts/bench_scheduling.py [--trials 200] [--only 1,2,3] [--rounds 1]
 """
 
 from __future__ import annotations
@@ -29,17 +33,53 @@ import tempfile
 import time
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 OBJECTIVES = "hpo_orchestrator.testing.objectives"
+OFF = ("telemetry.enabled=false",)
 ENV = {**os.environ, "HPO_TEST_SLEEP_S": "0.2", "COLUMNS": "120"}
 
+# Optuna's processes get what the orchestrator's trials get: the random sampler, no pruner, a
+# sqlite file in WAL mode with synchronous=NORMAL and a busy timeout (what the orchestrator sets
+# on each connection, hpo_orchestrator/storage.py), and the same thread variables.
 OPTUNA_WORKER = """
-import sys, optuna
+import sqlite3, sys, optuna, sqlalchemy
+from sqlalchemy import event
 from {module} import {name} as objective
+
+@event.listens_for(sqlalchemy.engine.Engine, "connect")
+def _tune(dbapi_connection, _record):
+    if isinstance(dbapi_connection, sqlite3.Connection):
+        for pragma in ("journal_mode=WAL", "busy_timeout=30000", "synchronous=NORMAL"):
+            dbapi_connection.execute("PRAGMA " + pragma)
+
 optuna.logging.set_verbosity(optuna.logging.WARNING)
-study = optuna.load_study(study_name="bench", storage=sys.argv[1])
+study = optuna.load_study(study_name="bench", storage=sys.argv[1],
+                          sampler=optuna.samplers.RandomSampler(),
+                          pruner=optuna.pruners.NopPruner())
 study.optimize(objective, n_trials=int(sys.argv[2]))
 """
+
+
+def _threads(par: int) -> str:
+    """Threads per trial as the orchestrator sets them (scheduler.threads_per_trial unset)."""
+    from hpo_orchestrator.scheduler import threads_per_trial
+
+    return str(threads_per_trial(None, par))
+
+
+def contenders_said(par: int, telemetry_rows: bool) -> str:
+    """What each contender runs with, printed above its table."""
+    threads = _threads(par)
+    lines = [
+        f"- every contender: sampler=random (seed unset), no pruner, a sqlite file (WAL, "
+        f"synchronous=NORMAL), PAR={par}, OMP/MKL/OPENBLAS_NUM_THREADS={threads} per trial",
+        "- hpo-orchestrator: one orchestrator process, telemetry off (Optuna's processes have "
+        "none)" + ("; the 'telemetry on' row adds the default 1 s sampler, the difference being "
+                   "the point of that row" if telemetry_rows else ""),
+        f"- Optuna: {par} processes, each `load_study` + `optimize`, n_trials / {par} each",
+    ]
+    return "\n".join(lines)
 
 ATTACH_AND_DECIDE = """
 import sys, time, optuna
@@ -94,8 +134,11 @@ def optuna_processes(work: Path, objective: str, n: int, par: int) -> tuple[floa
     url = _wal_db(db)
     optuna.create_study(study_name="bench", storage=url, sampler=optuna.samplers.RandomSampler())
     code = OPTUNA_WORKER.format(module=OBJECTIVES, name=objective)
+    threads = _threads(par)
+    env = {**ENV, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads,
+           "OPENBLAS_NUM_THREADS": threads}
     start = time.perf_counter()
-    procs = [subprocess.Popen([sys.executable, "-c", code, url, str(n // par)], env=ENV)
+    procs = [subprocess.Popen([sys.executable, "-c", code, url, str(n // par)], env=env)
              for _ in range(par)]
     for proc in procs:
         proc.wait()
@@ -127,6 +170,21 @@ def ray_tune(n: int, par: int) -> tuple[float, int, float] | str:
     ends = results["timestamp"].astype(float)
     starts = ends - results["time_total_s"].astype(float)
     return float(ends.max() - starts.min()), len(results), wall
+
+
+def _tag(round_no: int, rounds: int) -> str:
+    return f" (round {round_no})" if rounds > 1 else ""
+
+
+def _interleaved(contenders: dict[str, Any], rounds: int) -> list[tuple[str, str, Any]]:
+    """(round tag, name, run) for every round, the order rotated each round, so that a load
+    that comes and goes on a shared machine does not fall on one contender only."""
+    names = list(contenders)
+    order = []
+    for r in range(rounds):
+        shift = r % len(names)
+        order += [(_tag(r + 1, rounds), n, contenders[n]) for n in names[shift:] + names[:shift]]
+    return order
 
 
 def first_decision(work: Path, n_trials: int) -> dict[str, float]:
@@ -161,6 +219,14 @@ def first_decision(work: Path, n_trials: int) -> dict[str, float]:
     return results
 
 
+def _commit() -> str:
+    out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                         cwd=Path(__file__).parent)
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                           capture_output=True, text=True, cwd=Path(__file__).parent).stdout
+    return out.stdout.strip() + (" (with uncommitted changes)" if dirty.strip() else "")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -168,45 +234,57 @@ def main() -> int:
     parser.add_argument("--throughput-trials", type=int, default=400)
     parser.add_argument("--study-trials", type=int, default=20_000)
     parser.add_argument("--only", default="1,2,3")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="run 1 and 2 this many times, contenders interleaved (shared machines)")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="hpo-bench-sched-"))
     which = set(args.only.split(","))
     print(f"machine: {platform.node()}, {os.cpu_count()} cores, Python {platform.python_version()}; "
           f"{time.strftime('%Y-%m-%d')}; command: python scripts/bench_scheduling.py "
-          f"--trials {args.trials} --throughput-trials {args.throughput_trials} --only {args.only}")
+          f"--trials {args.trials} --throughput-trials {args.throughput_trials} --only {args.only} "
+          f"--rounds {args.rounds}; commit {_commit()}; load average {os.getloadavg()[0]:.1f} "
+          "at start (other processes share this machine when it is above 0)")
     if "1" in which:
         ideal = args.trials * 0.2 / 4
         print(f"\n1. {args.trials} trials x 0.2 s sleep, PAR=4; ideal {ideal:.1f} s\n")
+        print(contenders_said(4, telemetry_rows=True) + "\n- Ray Tune: its own random search, "
+              "in-memory results, 4 concurrent actors\n")
         print("| contender | makespan s | over ideal | trials | wall s (incl. start-up) |")
         print("|---|---:|---:|---:|---:|")
         contenders = {
-            "hpo-orchestrator reuse": lambda: hpo_run(work, "reuse", "sleepy", args.trials, 4),
-            "hpo-orchestrator fresh": lambda: hpo_run(work, "fresh", "sleepy", args.trials, 4),
+            "hpo-orchestrator reuse": lambda: hpo_run(work, "reuse", "sleepy", args.trials, 4, OFF),
+            "hpo-orchestrator reuse, telemetry on":
+                lambda: hpo_run(work, "reuse", "sleepy", args.trials, 4),
+            "hpo-orchestrator fresh": lambda: hpo_run(work, "fresh", "sleepy", args.trials, 4, OFF),
             "Optuna, 4 processes, one sqlite (WAL)":
                 lambda: optuna_processes(work, "sleepy", args.trials, 4),
             "Ray Tune, 4 concurrent": lambda: ray_tune(args.trials, 4),
         }
-        for name, run in contenders.items():
+        for round_no, name, run in _interleaved(contenders, args.rounds):
             result = run()
             if isinstance(result, str):
                 print(f"| {name} | {result} | | | |")
                 continue
             makespan, done, wall = result
-            print(f"| {name} | {makespan:.2f} | {makespan / ideal - 1:+.1%} | {done} | {wall:.2f} |")
+            print(f"| {name}{round_no} | {makespan:.2f} | {makespan / ideal - 1:+.1%} | {done} "
+                  f"| {wall:.2f} |", flush=True)
     if "2" in which:
         n = args.throughput_trials
         print(f"\n2. {n} trials of a trivial objective with 10 reports, PAR=8, sqlite\n")
-        print("| contender | trials/s | vs Optuna's processes |")
+        print(contenders_said(8, telemetry_rows=True) + "\n")
+        print("| contender | trials/s | vs Optuna's processes (same round) |")
         print("|---|---:|---:|")
-        base_makespan, base_done, _ = optuna_processes(work, "reports10", n, 8)
-        base = base_done / base_makespan
-        for name, (makespan, done, _wall) in (
-                ("hpo-orchestrator reuse", hpo_run(work, "reuse", "reports10", n, 8,
-                                                   ("telemetry.enabled=false",))),
-                ("hpo-orchestrator fresh", hpo_run(work, "fresh", "reports10", n, 8,
-                                                   ("telemetry.enabled=false",)))):
-            print(f"| {name} | {done / makespan:.1f} | {done / makespan / base:.2f}x |")
-        print(f"| Optuna, 8 processes, one sqlite (WAL) | {base:.1f} | 1x |")
+        for round_no in range(1, args.rounds + 1):
+            base_makespan, base_done, _ = optuna_processes(work, "reports10", n, 8)
+            base = base_done / base_makespan
+            print(f"| Optuna, 8 processes, one sqlite (WAL){_tag(round_no, args.rounds)} "
+                  f"| {base:.1f} | 1x |", flush=True)
+            for name, extra, mode in (("hpo-orchestrator reuse", OFF, "reuse"),
+                                      ("hpo-orchestrator reuse, telemetry on", (), "reuse"),
+                                      ("hpo-orchestrator fresh", OFF, "fresh")):
+                makespan, done, _wall = hpo_run(work, mode, "reports10", n, 8, extra)
+                print(f"| {name}{_tag(round_no, args.rounds)} | {done / makespan:.1f} "
+                      f"| {done / makespan / base:.2f}x |", flush=True)
     if "3" in which:
         print(f"\n3. first pruning decision on a study of {args.study_trials:,} trials "
               "(objective start to first should_prune answer, median of 5 trials)\n")

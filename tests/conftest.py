@@ -130,3 +130,22 @@ def postgres_url() -> str:
         pytest.skip(reason)
     assert POSTGRES_URL
     return POSTGRES_URL
+
+
+# `make test-gpu` sets HPO_TEST_REQUIRE_GPU=1: a run where every GPU test skipped (no GPU, no
+# CUDA torch) or was deselected proves nothing about the GPUs, so it must not exit 0.
+_gpu_tests_passed = 0
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    global _gpu_tests_passed
+    if report.when == "call" and report.passed and "gpu" in report.keywords:
+        _gpu_tests_passed += 1
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if os.environ.get("HPO_TEST_REQUIRE_GPU") == "1" and exitstatus in (0, 5) \
+            and not _gpu_tests_passed:
+        session.exitstatus = 1
+        sys.stderr.write("error: no GPU test ran (HPO_TEST_REQUIRE_GPU=1): see the skip reasons "
+                         "above (-rs)\n")

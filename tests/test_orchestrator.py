@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import signal
 import sqlite3
 import threading
@@ -94,7 +95,10 @@ def test_pinning_and_placement_on_two_fake_gpus(cli, tmp_path: Path) -> None:  #
     (site / "sitecustomize.py").write_text(SITECUSTOMIZE)
     envlog = tmp_path / "envlog"
     envlog.mkdir()
+    # CUDA's own default order (fastest first) in the user's shell: the children must still
+    # number GPUs as NVML does, or CUDA_VISIBLE_DEVICES=1 can name another card than gpu1.
     env = {"HPO_ORCHESTRATOR_FAKE_GPUS": "2", "HPO_TEST_ENV_LOG": str(envlog),
+           "CUDA_DEVICE_ORDER": "FASTEST_FIRST",
            "PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])}
     result = cli("run", "objective=custom", TARGET + "pinned", "scheduler.parallel=4",
                  "scheduler.trials_per_gpu=2", "study.n_trials=12", "pruner=none", env=env)
@@ -113,6 +117,7 @@ def test_pinning_and_placement_on_two_fake_gpus(cli, tmp_path: Path) -> None:  #
         # what the interpreter saw before any of our code ran, and what the objective saw
         assert first_line[attrs["hpo.pid"]] == fake_uuid(gpu)
         assert attrs["test.cuda_visible_devices"] == fake_uuid(gpu)
+        assert attrs["test.cuda_device_order"] == "PCI_BUS_ID"
         for key in ("hpo.host", "hpo.slot", "hpo.startup_s", "hpo.exit_code", "hpo.num_threads"):
             assert key in attrs
         # a reused process lives on after its trial: no exit code to record
@@ -141,6 +146,20 @@ def test_lightgbm_study_prunes_and_logs_effective_params(cli) -> None:  # type: 
     assert "trials by state" in result.stdout  # ends with the status summary
     study = optuna.load_study(study_name="hpo", storage=f"sqlite:///{result.db}")
     assert len(study.trials) == 8
+
+
+def test_torch_study_logs_what_ran(cli) -> None:  # type: ignore[no-untyped-def]
+    """hpo.params_effective is read from torch and the DataLoader during the first step: on a
+    CPU slot no autocast ran (the config's bf16 applies on GPUs only), float32 came out."""
+    result = cli("run", "objective=torch_mlp", "study.n_trials=2", "objective.n_samples=2000",
+                 "objective.epochs=1", "objective.batch_size=[64,128]", "objective.bf16=true")
+    assert result.code == 0, result.stderr
+    for row in trial_rows(result.db):
+        effective = row["attrs"]["hpo.params_effective"]
+        assert effective["device"] == "cpu" and effective["autocast_dtype"] is None
+        assert effective["output_dtype"] == "float32" and effective["pin_memory"] is False
+        assert effective["num_workers"] == 0 and effective["prefetch_factor"] is None
+        assert "hpo.params_mismatch" not in row["attrs"]  # batch_size ran as suggested
 
 
 def test_pruning_with_median(cli) -> None:  # type: ignore[no-untyped-def]
@@ -265,9 +284,13 @@ def test_sigint_stops_gracefully(tmp_path: Path) -> None:
 
 def test_resume_finishes_exactly_n_trials_and_sql_contract(cli) -> None:  # type: ignore[no-untyped-def]
     args = ("run", "objective=custom", TARGET + "quadratic", "scheduler.parallel=2")
-    assert cli(*args, "study.n_trials=3").code == 0
+    first = cli(*args, "study.n_trials=3")
+    assert first.code == 0, first.stderr
+    assert sorted(r["number"] for r in trial_rows(first.db)) == [0, 1, 2]
     result = cli(*args, "study.n_trials=5")
     assert result.code == 0, result.stderr
+    # the resume ran only the 2 missing trials, and the first run's trials are untouched
+    assert sorted(r["number"] for r in trial_rows(result.db)) == [0, 1, 2, 3, 4]
     with sqlite3.connect(result.db) as con:
         counts = dict(con.execute(
             "SELECT state, COUNT(*) FROM trials WHERE study_id = (SELECT study_id FROM studies "
@@ -287,7 +310,12 @@ def test_resume_finishes_exactly_n_trials_and_sql_contract(cli) -> None:  # type
     report = json.loads(status.stdout)
     assert report["states"]["COMPLETE"]["count"] == 5
     assert report["best"]["params"]["x"] == pytest.approx(0.5, abs=1.0)
-    assert cli("status").code == 0
+    text = cli("status")
+    assert text.code == 0, text.stderr
+    # the table says what the JSON says: 5 of 5 finished, all COMPLETE, the same best trial
+    assert "finished 5 of 5" in text.stdout
+    assert re.search(r"COMPLETE\W+5\W", text.stdout), text.stdout
+    assert f"best trial {report['best']['number']}: " in text.stdout
 
 
 def test_direction_conflict_is_exit_2(cli) -> None:  # type: ignore[no-untyped-def]
@@ -317,8 +345,12 @@ def test_long_reader_causes_no_failure(tmp_path: Path) -> None:
 
 
 def test_restart_after_kill_9_recovers_and_finishes_exactly_n(tmp_path: Path) -> None:
+    """A restart on the same host fails the killed run's trials at once (their orchestrator's
+    pid is gone), before it starts a trial of its own. The heartbeat grace is set far beyond
+    the test, so only that check can recover them in time."""
     args = ("run", "objective=custom", TARGET + "pinned", "scheduler.parallel=2",
-            "study.n_trials=6", "pruner=none")
+            "study.n_trials=6", "pruner=none", "storage.heartbeat_interval_s=1",
+            "storage.grace_period_s=3600")
     env = {"HPO_TEST_STEP_S": "1.0"}
     first = start_cli(tmp_path, *args, env=env)
     db = tmp_path / "hpo.db"
@@ -326,9 +358,20 @@ def test_restart_after_kill_9_recovers_and_finishes_exactly_n(tmp_path: Path) ->
     first.kill()
     first.communicate()
     time.sleep(1.0)  # its children get SIGTERM from the kernel (PR_SET_PDEATHSIG)
-    assert [r for r in trial_rows(db) if r["state"] == "RUNNING"]
-    second = run_cli(tmp_path, *args, env=env, timeout=120)
-    assert second.code == 0, second.stderr
+    orphans = {r["number"] for r in trial_rows(db) if r["state"] == "RUNNING"}
+    assert orphans
+    known = {r["number"] for r in trial_rows(db)}
+    second = start_cli(tmp_path, *args, env=env)
+    # The first trial the restart starts is the event to check against (not a time bound).
+    while second.poll() is None and not {r["number"] for r in _rows_so_far(db)} - known:
+        time.sleep(0.1)
+    states = {r["number"]: r["state"] for r in _rows_so_far(db) if r["number"] in orphans}
+    if set(states.values()) != {"FAIL"}:
+        second.kill()
+        second.communicate()
+        raise AssertionError(f"the restart started a trial with the killed run's still {states}")
+    _, err = second.communicate(timeout=120)
+    assert second.returncode == 0, err
     rows = trial_rows(db)
     assert not [r for r in rows if r["state"] == "RUNNING"]
     lost = [r for r in rows if r["state"] == "FAIL"]

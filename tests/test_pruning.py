@@ -15,7 +15,7 @@ import optuna
 import pytest
 
 from hpo_orchestrator.db import create_engine
-from hpo_orchestrator.pruning import PrunerSetting, load_curves, recommend, replay, tune
+from hpo_orchestrator.pruning import PrunerSetting, ReplayResult, load_curves, recommend, replay, tune
 from hpo_orchestrator.pruning._auto import AutoMinResource, StepTiming, fit_step_timing, min_resource_for
 from tests.conftest import run_cli
 
@@ -129,7 +129,46 @@ def test_recommendation_keeps_the_best_trials(tmp_path: Path) -> None:
     assert len(choice.top_k_kept) == max(len(r.top_k_kept) for r in results)
     keeping = [r for r in results if len(r.top_k_kept) == len(choice.top_k_kept)]
     assert choice.gpu_s_saved == max(r.gpu_s_saved for r in keeping)
-    assert choice.setting.label() not in reason or "keeps" in reason
+    top = ", ".join(f"#{n}" for n in choice.top_k)
+    assert reason.startswith(f"keeps {'all' if len(choice.top_k_kept) == 3 else len(choice.top_k_kept)}")
+    assert f"best completed trials ({top})" in reason and f"{choice.gpu_s_saved:.0f} s" in reason
+
+
+def _result(setting: PrunerSetting, kept: list[int], saved: float, current: bool = False,
+            prune_rate: float = 0.5) -> ReplayResult:
+    """A replay outcome for recommend(): 100 s of device time run, ``saved`` s saved."""
+    return ReplayResult(setting=setting, current=current, outcomes={}, prune_steps={}, trials=10,
+                        prune_rate=prune_rate, median_prune_step=None, steps_run=0,
+                        gpu_s=100.0 - saved, gpu_s_saved=saved, startup_share=None,
+                        top_k=[1, 2, 3], top_k_kept=kept, best_value=None)
+
+
+GENTLE, HARSH, MEDIAN = SETTINGS[1], SETTINGS[0], SETTINGS[3]
+
+
+@pytest.mark.parametrize(("results", "chosen", "starts", "contains"), [
+    pytest.param([_result(GENTLE, [1, 2, 3], 10.0), _result(HARSH, [1, 2, 3], 30.0)], HARSH,
+                 "keeps all the 3 best completed trials (#1, #2, #3) and saves the most",
+                 ["30 s against the study as run"], id="no-current-most-saved"),
+    pytest.param([_result(GENTLE, [1, 2, 3], 5.0), _result(HARSH, [1, 2], 60.0)], GENTLE,
+                 "keeps all the 3 best", ["5 s against"], id="keeping-beats-saving"),
+    pytest.param([_result(GENTLE, [1, 2], 5.0), _result(HARSH, [1], 60.0)], GENTLE,
+                 "keeps 2 of the 3 best", [], id="none-keeps-all"),
+    pytest.param([_result(MEDIAN, [1, 2, 3], 20.0, current=True), _result(HARSH, [1, 2, 3], 23.0)],
+                 MEDIAN, "the setting the study ran with keeps all the 3 best",
+                 [f"the most: {HARSH.label()}, 3 s more): keep it"], id="current-within-5pc"),
+    pytest.param([_result(MEDIAN, [1, 2], 20.0, current=True), _result(HARSH, [1, 2, 3], 10.0)],
+                 HARSH, "keeps all the 3 best",
+                 [f"the setting the study ran with ({MEDIAN.label()}) keeps 2 of 3, losing #3, "
+                  "and saves 20 s"], id="current-loses-a-best-trial"),
+])
+def test_recommendation_reason_names_what_decided(results: list[ReplayResult], chosen: PrunerSetting,
+                                                  starts: str, contains: list[str]) -> None:
+    choice, reason = recommend(results)
+    assert choice.setting == chosen
+    assert reason.startswith(starts), reason
+    for part in contains:
+        assert part in reason, reason
 
 
 # --- min_resource=auto ---------------------------------------------------------------------

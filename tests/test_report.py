@@ -4,8 +4,12 @@ bad input, and the page drawn by headless Chromium."""
 from __future__ import annotations
 
 import itertools
+import json
 import os
+import re
+import sqlite3
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -14,16 +18,34 @@ from hpo_orchestrator.report import CHART_IDS, collect_report
 from tests.conftest import RunResult, run_cli
 
 TARGET = "objective.target=hpo_orchestrator.testing.objectives:curves"
+FAKE_GPUS = {"gpus": [{"busy_util": 37}, {"busy_util": 53}]}
+SM_UTIL = {"gpu0": 37.0, "gpu1": 53.0}
+
+
+def _plotly_traces(page: str) -> dict[str, list[dict[str, Any]]]:
+    """chart id -> the traces plotly was given (the JSON of each Plotly.newPlot call)."""
+    charts = {}
+    for call in re.finditer(r'Plotly\.newPlot\(\s*"([\w-]+)-plot",\s*', page):
+        charts[call.group(1)], _ = json.JSONDecoder().raw_decode(page, call.end())
+    return charts
+
+
+def _trial_values(db: Path) -> list[tuple[int, float]]:
+    with sqlite3.connect(db) as con:
+        return con.execute("SELECT t.number, v.value FROM trials t JOIN trial_values v "
+                           "USING (trial_id) WHERE t.state = 'COMPLETE' ORDER BY t.number").fetchall()
 
 
 @pytest.fixture(scope="module")
 def study(tmp_path_factory: pytest.TempPathFactory) -> RunResult:
-    """16 trials on 2 fake GPUs, half of them pruned by the median rule, sampled at 20 Hz."""
+    """16 trials on 2 fake GPUs, half of them pruned by the median rule, sampled at 20 Hz.
+
+    The GPUs read 37 % and 53 % while a trial runs: SM readings no CPU % would match."""
     work = tmp_path_factory.mktemp("report")
     result = run_cli(work, "run", "objective=custom", TARGET, "scheduler.parallel=2",
                      "study.n_trials=16", "pruner=median", "pruner.n_startup_trials=2",
                      "pruner.n_warmup_steps=1", "telemetry.interval_s=0.05", "sampler=random",
-                     "sampler.seed=1", env={"HPO_ORCHESTRATOR_FAKE_GPUS": "2"})
+                     "sampler.seed=1", env={"HPO_ORCHESTRATOR_FAKE_GPUS": json.dumps(FAKE_GPUS)})
     assert result.code == 0, result.stderr
     return result
 
@@ -61,6 +83,37 @@ def test_report_cli_writes_html_and_png(study: RunResult, tmp_path: Path) -> Non
     assert len(page) > 1_000_000  # plotly.js is inlined: the page opens on an offline node
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temp file left
+
+    # What the charts were given, read back from the page: the GPUs' SM %, and the values
+    charts = _plotly_traces(page)
+    assert set(charts) == set(CHART_IDS)
+    utilization = {t["name"]: t["y"] for t in charts["utilization"]}
+    assert set(utilization) == set(SM_UTIL)
+    for device, util in utilization.items():
+        assert util and set(util) == {SM_UTIL[device]}, (device, util)
+    points = {t["name"]: list(zip(t["x"], t["y"], strict=True)) for t in charts["history"]}
+    values = _trial_values(study.db)
+    assert len(values) >= 3 and [tuple(p) for p in points["objective value"]] == values
+
+
+@pytest.mark.slow
+def test_png_draws_the_same_data(study: RunResult, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The PNG's axes hold the SM % and the objective values (the figure, caught as it is saved)."""
+    from matplotlib.figure import Figure
+
+    from hpo_orchestrator.report import render_png
+
+    saved: list[Figure] = []
+    save = Figure.savefig
+    monkeypatch.setattr(Figure, "savefig", lambda self, *a, **k: (saved.append(self), save(self, *a, **k)))
+    render_png(collect_report(create_engine(f"sqlite:///{study.db}"), None), tmp_path / "r.png")
+    _timeline, utilization, _prune, history = saved[0].axes
+    lines = {line.get_label(): list(line.get_ydata()) for line in utilization.get_lines()}
+    assert set(lines) == set(SM_UTIL)
+    for device, util in lines.items():
+        assert util and set(util) == {SM_UTIL[device]}, (device, util)
+    [scatter] = history.collections
+    assert [tuple(p) for p in scatter.get_offsets().tolist()] == _trial_values(study.db)
 
 
 @pytest.mark.parametrize(("args", "message"), [

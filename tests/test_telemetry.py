@@ -59,12 +59,38 @@ def test_energy_is_split_between_trials_sharing_a_gpu() -> None:
     assert t.attrs(["train"])["hpo.gpu_energy_j"] == 200.0
 
 
+def _nvml_row(sm_util: float | None, proc_sm_util: float | None, proc_mem_mib: float | None,
+              phase: str = "train") -> dict[str, object]:
+    """One sample as the sampler builds it from NVML: ``sm_util`` from
+    nvmlDeviceGetUtilizationRates (None where unsupported, as on MIG), ``proc_mem_mib`` from
+    nvmlDeviceGetComputeRunningProcesses (None: not listed), ``proc_sm_util`` from
+    nvmlDeviceGetProcessUtilization, which has a sample only for a process that ran kernels
+    since the last query: a listed process that did nothing has None, never 0."""
+    return {**_row(sm_util, phase), "proc_sm_util": proc_sm_util, "proc_mem_mib": proc_mem_mib}
+
+
+IDLE_CONTEXT = _nvml_row(0.0, None, 300.0)  # listed (a CUDA context), no sample, GPU at 0 %
+
+
 @pytest.mark.parametrize(("rows", "share", "expected"), [
-    ([_row(0.0, "train", proc=False)] * 3, 1, False),  # never listed, GPU idle: CPU did the work
-    ([_row(0.0, "train", proc=True)] * 3, 1, False),  # context created, but no work
-    ([_row(60.0, "train", proc=False)] * 3, 1, True),  # alone on a busy GPU
-    ([_row(60.0, "train", proc=False)] * 3, 2, None),  # busy, shared, not listed: can't tell
-    ([_row(0.0, "data", proc=False)] * 3, 1, None),  # no compute-phase sample at all
+    # the seed incident: the process holds a context on the GPU, the GPU reads 0 % throughout
+    pytest.param([IDLE_CONTEXT] * 3, 1, False, id="listed-no-sample-idle-gpu"),
+    pytest.param([_nvml_row(0.0, None, None)] * 3, 1, False, id="not-listed-idle-gpu"),
+    # a sample whose SM share is 0 (the process had memory-copy or codec time only)
+    pytest.param([_nvml_row(0.0, 0.0, 300.0)] * 3, 1, False, id="zero-sample-idle-gpu"),
+    # the driver attributes SM time to the process: its work, shared GPU or not
+    pytest.param([IDLE_CONTEXT, _nvml_row(70.0, 65.0, 300.0)], 2, True, id="sample-shared"),
+    pytest.param([_nvml_row(None, 40.0, 300.0)] * 2, 1, True, id="sample-no-device-util"),
+    # busy GPU, no sample of ours (missed by the timestamp, or per-process unsupported)
+    pytest.param([_nvml_row(60.0, None, 300.0)] * 3, 1, True, id="listed-busy-alone"),
+    pytest.param([_nvml_row(60.0, None, None)] * 3, 1, True, id="not-listed-busy-alone"),
+    pytest.param([_nvml_row(60.0, None, 300.0)] * 3, 2, None, id="listed-busy-shared"),
+    pytest.param([_nvml_row(60.0, None, None)] * 3, 2, None, id="not-listed-busy-shared"),
+    pytest.param([_nvml_row(None, None, 300.0)] * 3, 1, None, id="no-device-util-no-sample"),
+    # only the compute phase counts: work while loading data does not verify idle training
+    pytest.param([_nvml_row(50.0, 50.0, 300.0, "data"), *[IDLE_CONTEXT] * 3], 1, False,
+                 id="work-in-data-phase-only"),
+    pytest.param([_nvml_row(0.0, None, 300.0, "data")] * 3, 1, None, id="no-compute-sample"),
 ])
 def test_gpu_verified(rows: list[dict[str, object]], share: int, expected: bool | None) -> None:
     t = TrialTelemetry(on_gpu=True)
@@ -72,6 +98,7 @@ def test_gpu_verified(rows: list[dict[str, object]], share: int, expected: bool 
     for row in rows:
         t.add(row, dt=1.0, gpu_share=share)
     assert t.gpu_verified(["train"]) is expected
+    assert t.attrs(["train"]).get("hpo.gpu_verified") is expected
 
 
 def test_params_mismatch_tolerates_text_round_trips_only() -> None:
@@ -168,6 +195,32 @@ def test_phases_gpu_verification_table_findings_and_csv(cli, tmp_path: Path) -> 
     missing = cli("telemetry", "--trial", "99", "--csv", str(tmp_path / "none.csv"))
     assert missing.code == 2 and "no trial 99" in missing.stderr
     assert not (tmp_path / "none.csv").exists()
+
+
+@pytest.mark.slow
+def test_trials_sharing_a_gpu_get_their_own_process_stats(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Two trials on one fake GPU at once, the driver giving each process its own SM share
+    (trial n: 10 * (n + 1) %): each trial's samples and attrs carry its own share, not the
+    sum over the GPU's processes."""
+    work = tmp_path / "work"
+    work.mkdir()
+    env = {"HPO_ORCHESTRATOR_FAKE_GPUS": json.dumps({"gpus": [{"busy_util": 90}]}),
+           "HPO_FAKE_GPU_WORK_DIR": str(work), "HPO_TEST_SHARERS": "2", "HPO_TEST_STEP_S": "0.3"}
+    result = cli("run", "objective=custom", TARGET + "shared_gpu", "scheduler.parallel=2",
+                 "scheduler.trials_per_gpu=2", "study.n_trials=2", "pruner=none",
+                 "telemetry.interval_s=0.1", env=env)
+    assert result.code == 0, result.stderr
+    rows = trial_rows(result.db)
+    assert sorted(r["number"] for r in rows) == [0, 1]
+    with sqlite3.connect(result.db) as con:
+        samples = con.execute("SELECT trial_id, proc_sm_util FROM hpo_telemetry "
+                              "WHERE proc_sm_util IS NOT NULL").fetchall()
+    for row in rows:
+        own = 10.0 * (row["number"] + 1)
+        mine = [util for trial_id, util in samples if trial_id == row["trial_id"]]
+        assert len(mine) >= 5 and set(mine) == {own}, (row["number"], mine)
+        assert row["attrs"]["hpo.gpu_proc_util_mean"] == own
+        assert row["attrs"]["hpo.gpu_index"] == 0 and row["attrs"]["hpo.gpu_verified"] is True
 
 
 @pytest.mark.slow

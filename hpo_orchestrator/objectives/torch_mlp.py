@@ -77,23 +77,21 @@ class TorchMLPObjective:
         optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
         loss_fn = nn.BCEWithLogitsLoss()
 
-        trial.set_user_attr("hpo.params_effective", {
-            "device": str(device),
-            "autocast_dtype": "bfloat16" if use_bf16 else None,
-            "torch_threads": torch.get_num_threads(),
-            "pin_memory": train_loader.pin_memory,
-            **options,
-        })
-
         best = float("inf")
+        effective: dict[str, Any] | None = None
         for epoch in range(1, cfg.epochs + 1):
             with phase("train"):
                 model.train()
                 for xb, yb in train_loader:
+                    pinned = xb.is_pinned()
                     xb = xb.to(device, non_blocking=True)
                     yb = yb.to(device, non_blocking=True)
                     with torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_bf16):
-                        loss = loss_fn(model(xb).squeeze(1), yb)
+                        out = model(xb).squeeze(1)
+                        if effective is None:  # what ran, read during the first step
+                            effective = _effective(train_loader, xb, out, pinned)
+                            trial.set_user_attr("hpo.params_effective", effective)
+                        loss = loss_fn(out, yb)
                     optimizer.zero_grad(set_to_none=True)
                     loss.backward()
                     optimizer.step()
@@ -107,3 +105,24 @@ class TorchMLPObjective:
             if trial.should_prune():
                 raise optuna.TrialPruned(f"pruned after epoch {epoch}")
         return best
+
+
+def _effective(loader: Any, batch: Any, output: Any, pinned: bool) -> dict[str, Any]:
+    """What the first training step ran with, read from torch and the DataLoader in use
+    (not copied from the config): inside the autocast context, on the first batch."""
+    import torch
+
+    device_type = output.device.type
+    autocast = torch.is_autocast_enabled(device_type)
+    return {
+        "device": str(output.device),
+        "autocast_dtype": str(torch.get_autocast_dtype(device_type)).removeprefix("torch.")
+        if autocast else None,
+        "output_dtype": str(output.dtype).removeprefix("torch."),
+        "torch_threads": torch.get_num_threads(),
+        "pin_memory": pinned,
+        "batch_size": int(batch.shape[0]),
+        "num_workers": loader.num_workers,
+        "persistent_workers": loader.persistent_workers,
+        "prefetch_factor": loader.prefetch_factor,
+    }

@@ -17,6 +17,7 @@ remaining children and fails their trials as ``interrupted``.
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
 import sqlite3
@@ -214,6 +215,10 @@ class Orchestrator:
             if asked is None:
                 return
             self.ready.append(asked)
+            # Until a slot takes it, this process holds it: a restart after kill -9 then finds
+            # it an orphan at once (hpo.pid becomes the worker's at spawn).
+            self.records.write_attrs(asked.trial._trial_id, asked.trial.number,
+                                     {"hpo.host": self.host, "hpo.pid": os.getpid()})
 
     def _study_done(self) -> bool:
         """Budget spent and no trial RUNNING anywhere: trials of a dead orchestrator are

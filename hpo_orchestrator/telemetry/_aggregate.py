@@ -29,6 +29,7 @@ class PhaseStats:
     gpu_util_max: float | None = None
     proc_util_sum: float = 0.0
     proc_util_n: int = 0
+    proc_util_max: float | None = None
     power_sum: float = 0.0
     power_n: int = 0
     energy_j: float = 0.0
@@ -36,7 +37,6 @@ class PhaseStats:
     cpu_n: int = 0
     gpu_mem_peak: float | None = None
     rss_peak: float | None = None
-    seen_on_gpu: bool = False  # the driver listed one of the trial's processes on its GPU
 
     def add(self, row: dict[str, Any], dt: float, gpu_share: int) -> None:
         self.samples += 1
@@ -45,9 +45,11 @@ class PhaseStats:
             self.gpu_util_sum += util
             self.gpu_util_n += 1
             self.gpu_util_max = util if self.gpu_util_max is None else max(self.gpu_util_max, util)
-        if row.get("proc_sm_util") is not None:
-            self.proc_util_sum += row["proc_sm_util"]
+        proc_util = row.get("proc_sm_util")
+        if proc_util is not None:
+            self.proc_util_sum += proc_util
             self.proc_util_n += 1
+            self.proc_util_max = max(self.proc_util_max or 0.0, proc_util)
         power = row.get("power_w")
         if power is not None:
             self.power_sum += power
@@ -63,8 +65,6 @@ class PhaseStats:
         rss = row.get("rss_mib")
         if rss is not None:
             self.rss_peak = rss if self.rss_peak is None else max(self.rss_peak, rss)
-        if row.get("proc_mem_mib") is not None or row.get("proc_sm_util") is not None:
-            self.seen_on_gpu = True
 
     @property
     def gpu_util_mean(self) -> float | None:
@@ -116,19 +116,29 @@ class TrialTelemetry:
     def gpu_verified(self, compute_phases: list[str]) -> bool | None:
         """Did the assigned GPU do this trial's work? None when the evidence cannot tell.
 
-        Yes if the driver listed the trial's process on the GPU during compute, or the GPU was
-        busy while this trial ran on it alone. No if the GPU read 0 % throughout compute.
+        NVML gives a process a utilization sample only when it ran kernels since the last
+        query (nvmlDeviceGetProcessUtilization: no sample, or NOT_FOUND, for a process that
+        holds a context and does nothing), so a process listed with memory but without a
+        sample is idle, not "seen working". Hence:
+
+        - yes if the driver gave one of the trial's processes a non-zero SM sample in compute;
+        - no if the GPU read 0 % throughout compute, whether or not the process was listed
+          (a CUDA context alone is the seed incident: a GPU "used" at 0 %);
+        - yes if the GPU was busy while this trial ran on it alone;
+        - otherwise (busy, shared, no sample of ours) the readings cannot tell whose work it was.
         """
         if not self.on_gpu:
             return None
         compute = self.compute(compute_phases)
-        if compute.samples == 0 or compute.gpu_util_n == 0:
+        if compute.samples == 0:
             return None
-        if compute.seen_on_gpu and (compute.proc_util_n == 0 or (compute.gpu_util_max or 0) > 0):
+        if (compute.proc_util_max or 0) > 0:
             return True
-        if (compute.gpu_util_max or 0) > 0:
-            return True if self.alone_on_gpu else None
-        return False
+        if compute.gpu_util_n == 0:
+            return None
+        if (compute.gpu_util_max or 0) == 0:
+            return False
+        return True if self.alone_on_gpu else None
 
     def attrs(self, compute_phases: list[str]) -> dict[str, Any]:
         """The trial's telemetry user attrs (absent metrics are left out, not written as 0)."""
@@ -170,10 +180,8 @@ def _round(value: float | None) -> float | None:
 
 def _merge(into: PhaseStats, key: str, value: Any) -> None:
     current = getattr(into, key)
-    if key in ("gpu_util_max", "gpu_mem_peak", "rss_peak"):
+    if key in ("gpu_util_max", "proc_util_max", "gpu_mem_peak", "rss_peak"):
         if value is not None:
             setattr(into, key, value if current is None else max(current, value))
-    elif key == "seen_on_gpu":
-        setattr(into, key, current or value)
     else:
         setattr(into, key, current + value)

@@ -18,7 +18,8 @@ that GPU. While one runs, the GPU reports
 
 Phases: when ``HPO_FAKE_GPU_WORK_DIR`` is set, a pinned process works on its GPU only while
 the file ``$HPO_FAKE_GPU_WORK_DIR/<pid>`` exists (the test objective ``phased`` creates it
-for its ``train`` phase), so a data-loading phase reads 0 %, as on real hardware.
+for its ``train`` phase), so a data-loading phase reads 0 %, as on real hardware. A number
+written in the file is that process's own SM % (trials sharing a GPU with different loads).
 
 One machine: every process on this host is looked at, as NVML would; a test that must not
 see the fake-GPU processes of other tests running at the same time on this host sets
@@ -135,11 +136,12 @@ class FakeGpuBackend:
         ours, foreign = self._processes(index)
         pids = ours if fake.busy_util > 0 else []
         work_dir = os.environ.get(FAKE_WORK_DIR_ENV)
-        working = [pid for pid in pids
-                   if not work_dir or os.path.exists(os.path.join(work_dir, str(pid)))]
+        scripted = {pid: _scripted_util(work_dir, pid, fake.busy_util) for pid in pids}
+        working = {pid: util for pid, util in scripted.items() if util is not None}
         busy = bool(working) or bool(foreign)
+        # As NVML: a listed process that ran no kernels since the last query has no sample.
         processes: dict[int, tuple[float | None, float | None]] = {
-            pid: (fake.busy_util if pid in working else 0.0, fake.busy_mem_mib) for pid in pids}
+            pid: (working.get(pid), fake.busy_mem_mib) for pid in pids}
         processes.update({pid: (100.0, fake.foreign_mem_mib) for pid in foreign})
         return GpuSample(
             index=index,
@@ -152,3 +154,16 @@ class FakeGpuBackend:
 
     def close(self) -> None:
         pass
+
+
+def _scripted_util(work_dir: str | None, pid: int, busy_util: float) -> float | None:
+    """The process's SM % while it works (None: idle). Without a work folder it always works;
+    with one, while its marker file exists, at the % written in the file if any."""
+    if not work_dir:
+        return busy_util
+    try:
+        with open(os.path.join(work_dir, str(pid))) as handle:
+            text = handle.read().strip()
+    except OSError:
+        return None
+    return float(text) if text else busy_util

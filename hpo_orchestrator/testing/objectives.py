@@ -15,7 +15,7 @@ from hpo_orchestrator import runtime
 from hpo_orchestrator.runtime import phase, slot_info
 
 __all__ = ["chaos", "cuda_oom_once", "cuda_probe", "curves", "phased", "pinned", "quadratic",
-           "reports10", "reuse_probe", "sleepy"]
+           "reports10", "reuse_probe", "shared_gpu", "sleepy"]
 
 
 def quadratic(trial: Any) -> float:
@@ -26,6 +26,7 @@ def quadratic(trial: Any) -> float:
 def pinned(trial: Any) -> float:
     """Records what this process was pinned to, and overlaps with other trials for a while."""
     trial.set_user_attr("test.cuda_visible_devices", os.environ.get("CUDA_VISIBLE_DEVICES"))
+    trial.set_user_attr("test.cuda_device_order", os.environ.get("CUDA_DEVICE_ORDER"))
     x = trial.suggest_float("x", -1.0, 1.0)
     with phase("train"):
         for step in range(1, 4):
@@ -75,6 +76,33 @@ def phased(trial: Any) -> float:
     with phase("validate"):
         time.sleep(step_s)
     return x
+
+
+def shared_gpu(trial: Any) -> float:
+    """Trials that work on one fake GPU at the same time, each at its own SM share.
+
+    Trial n writes ``10 * (n + 1)`` into its marker file (the fake GPU reports that as the
+    process's utilization), then waits until ``HPO_TEST_SHARERS`` markers exist, so that every
+    sample of its training phase is taken while the others work too.
+    """
+    work_dir = os.environ["HPO_FAKE_GPU_WORK_DIR"]
+    sharers = int(os.environ.get("HPO_TEST_SHARERS", "2"))
+    marker = os.path.join(work_dir, str(os.getpid()))
+    with phase("train"):
+        with open(marker + ".tmp", "w") as handle:
+            handle.write(str(10.0 * (trial.number + 1)))
+        os.replace(marker + ".tmp", marker)  # the fake never reads a half-written file
+        try:
+            deadline = time.monotonic() + 60
+            while sum(name.isdigit() for name in os.listdir(work_dir)) < sharers \
+                    and time.monotonic() < deadline:
+                time.sleep(0.02)
+            for step in range(1, 4):
+                time.sleep(float(os.environ.get("HPO_TEST_STEP_S", "0.3")))
+                trial.report(1.0 / step, step)
+        finally:
+            os.unlink(marker)
+    return float(trial.number)
 
 
 def sleepy(trial: Any) -> float:
@@ -157,6 +185,7 @@ def reuse_probe(trial: Any) -> float:
     trial.set_user_attr("test.calls_in_process", _calls_in_this_process)
     trial.set_user_attr("test.env_trial_number", os.environ.get("HPO_TRIAL_NUMBER"))
     trial.set_user_attr("test.cuda_visible_devices", os.environ.get("CUDA_VISIBLE_DEVICES"))
+    trial.set_user_attr("test.cuda_device_order", os.environ.get("CUDA_DEVICE_ORDER"))
     trial.set_user_attr("test.phase_stack_empty", not runtime._phase_stack)
     trial.set_user_attr("test.attempt", slot_info().attempt)
     x = trial.suggest_float("x", -1.0, 1.0)
