@@ -133,3 +133,17 @@ def test_cuda_oom_is_classified_and_retried(cli) -> None:  # type: ignore[no-unt
     assert "OutOfMemoryError" in first["hpo.error"] and first["hpo.retried"] is True
     assert rows[1]["state"] == "COMPLETE" and retry["hpo.retry_of"] == 0, retry
     assert retry["hpo.attempt"] == 2 and retry["hpo.retry_reason"] == "oom"
+
+
+@needs_gpus
+def test_a_context_that_does_no_work_is_not_verified(cli) -> None:  # type: ignore[no-untyped-def]
+    """NVML lists a process that only holds a context, with no utilization sample for it:
+    that must not count as the GPU doing the trial's work (hpo.gpu_verified)."""
+    result = cli("run", "objective=custom",
+                 "objective.target=hpo_orchestrator.testing.objectives:idle_context",
+                 "scheduler.parallel=1", "study.n_trials=1", "pruner=none",
+                 "telemetry.interval_s=0.2")
+    assert result.code == 0, result.stderr + result.stdout
+    a = trial_rows(result.db)[0]["attrs"]
+    assert a["hpo.telemetry_samples"] >= 5, a
+    assert a["hpo.gpu_verified"] is False, a

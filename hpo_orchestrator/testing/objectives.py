@@ -282,3 +282,16 @@ def pinning_probe(trial: Any) -> float:
         b = a @ a
         torch.cuda.synchronize()
     return float(b.float().mean().item())
+
+
+def idle_context(trial: Any) -> float:
+    """On a real GPU: holds a CUDA context (NVML lists the process) through a `train` phase
+    in which it launches no kernel: the seed incident's "GPU used at 0 %"."""
+    import torch
+
+    x = trial.suggest_float("x", 0.0, 1.0)
+    torch.zeros(1, device="cuda")
+    torch.cuda.synchronize()
+    with phase("train"):
+        time.sleep(3.0)
+    return x
