@@ -12,7 +12,7 @@ from hpo_orchestrator.gpu import NvmlBackend
 from hpo_orchestrator.gpu._opencl import list_platforms, nvidia_icd_env
 from tests.conftest import trial_rows
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.slow]  # real studies on real GPUs
 
 
 def _gpu_count() -> int:
@@ -145,5 +145,8 @@ def test_a_context_that_does_no_work_is_not_verified(cli) -> None:  # type: igno
                  "telemetry.interval_s=0.2")
     assert result.code == 0, result.stderr + result.stdout
     a = trial_rows(result.db)[0]["attrs"]
+    with sqlite3.connect(result.db) as con:
+        samples = con.execute("SELECT ts, phase, sm_util, proc_sm_util, proc_mem_mib "
+                              "FROM hpo_telemetry ORDER BY ts").fetchall()
     assert a["hpo.telemetry_samples"] >= 5, a
-    assert a["hpo.gpu_verified"] is False, a
+    assert a["hpo.gpu_verified"] is False, samples

@@ -101,6 +101,33 @@ def test_gpu_verified(rows: list[dict[str, object]], share: int, expected: bool 
     assert t.attrs(["train"]).get("hpo.gpu_verified") is expected
 
 
+def _at(seconds: float, row: dict[str, object]) -> dict[str, object]:
+    return {**row, "ts": datetime(2026, 1, 1) + timedelta(seconds=seconds)}
+
+
+@pytest.mark.parametrize(("rows", "expected"), [
+    # A kernel just before `train`, then nothing: NVML's readings within its window after the
+    # phase began still show that kernel (seen on an H100); the later ones tell the truth.
+    pytest.param([_at(0.0, _nvml_row(30.0, 30.0, 300.0, "data")),
+                  _at(0.2, _nvml_row(25.0, 20.0, 300.0)), _at(0.6, _nvml_row(10.0, None, 300.0)),
+                  *[_at(1.2 + i / 5, IDLE_CONTEXT) for i in range(8)]], False,
+                 id="previous-phase-kernel-bleeds-into-train"),
+    pytest.param([_at(0.0, _nvml_row(0.0, None, 300.0, "data")),
+                  *[_at(0.2 + i / 5, _nvml_row(60.0, 55.0, 300.0)) for i in range(10)]], True,
+                 id="train-works-throughout"),
+    # a train phase shorter than the window: its only readings are used, as they are
+    pytest.param([_at(0.0, _nvml_row(0.0, None, 300.0, "data")),
+                  _at(0.3, _nvml_row(60.0, 55.0, 300.0))], True, id="short-train-phase"),
+])
+def test_gpu_verified_leaves_out_readings_from_before_the_phase(
+        rows: list[dict[str, object]], expected: bool) -> None:
+    t = TrialTelemetry(on_gpu=True)
+    t.add_phase_time("data", 0.1)
+    for row in rows:
+        t.add(row, dt=0.2, gpu_share=1)
+    assert t.gpu_verified(["train"]) is expected
+
+
 def test_params_mismatch_tolerates_text_round_trips_only() -> None:
     suggested = {"lambda_l2": 0.00025035165558988685, "num_leaves": 31, "boosting": "gbdt",
                  "max_bin": 255}

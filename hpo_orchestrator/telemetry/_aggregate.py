@@ -8,11 +8,18 @@ compute time only for objectives that never mark a phase.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 __all__ = ["PhaseStats", "TrialTelemetry"]
 
 UNMARKED = "unmarked"
+# NVML's utilization readings cover a window before the read (up to 1 s: 1/6 s to 1 s by
+# product, nvmlDeviceGetUtilizationRates; per-process samples are buffered likewise), so the
+# first readings after a phase starts can show the previous phase's kernels. Measured on an
+# H100 (docs/GPU.md): a process that made one small kernel and then idled through its
+# `train` phase read as working from those first samples alone.
+NVML_WINDOW_S = 1.0
 
 
 def _mean(total: float, count: int) -> float | None:
@@ -89,12 +96,26 @@ class TrialTelemetry:
     phase_seconds: dict[str, float] = field(default_factory=dict)
     marked_phases: bool = False
     alone_on_gpu: bool = True  # False once a sample saw another trial on the same GPU
+    # Per phase, the samples taken past NVML's window after the phase began: the evidence
+    # for gpu_verified (their readings cannot include another phase's work).
+    settled: dict[str, PhaseStats] = field(default_factory=dict)
+    _phase: str | None = None
+    _phase_floor: datetime | None = None  # the last sample before the current phase
+    _last_ts: datetime | None = None
 
     def add(self, row: dict[str, Any], dt: float, gpu_share: int) -> None:
+        phase = row.get("phase") or UNMARKED
         self.overall.add(row, dt, gpu_share)
-        self.phases.setdefault(row.get("phase") or UNMARKED, PhaseStats()).add(row, dt, gpu_share)
+        self.phases.setdefault(phase, PhaseStats()).add(row, dt, gpu_share)
         if gpu_share > 1:
             self.alone_on_gpu = False
+        ts = row.get("ts")
+        if phase != self._phase:
+            self._phase, self._phase_floor = phase, self._last_ts
+        if not isinstance(ts, datetime) or self._phase_floor is None \
+                or (ts - self._phase_floor).total_seconds() > NVML_WINDOW_S:
+            self.settled.setdefault(phase, PhaseStats()).add(row, dt, gpu_share)
+        self._last_ts = ts if isinstance(ts, datetime) else None
 
     def add_phase_time(self, phase: str | None, seconds: float) -> None:
         key = phase or UNMARKED
@@ -102,12 +123,14 @@ class TrialTelemetry:
             self.marked_phases = True
         self.phase_seconds[key] = self.phase_seconds.get(key, 0.0) + seconds
 
-    def compute(self, compute_phases: list[str]) -> PhaseStats:
-        """The samples taken while the trial did its real work."""
+    def compute(self, compute_phases: list[str], settled: bool = False) -> PhaseStats:
+        """The samples taken while the trial did its real work (``settled``: only those past
+        NVML's window after their phase began)."""
+        phases = self.settled if settled else self.phases
         if not self.marked_phases:
-            return self.overall
+            return phases.get(UNMARKED, PhaseStats()) if settled else self.overall
         merged = PhaseStats()
-        for name, stats in self.phases.items():
+        for name, stats in phases.items():
             if name in compute_phases:
                 for key, value in vars(stats).items():
                     _merge(merged, key, value)
@@ -126,10 +149,14 @@ class TrialTelemetry:
           (a CUDA context alone is the seed incident: a GPU "used" at 0 %);
         - yes if the GPU was busy while this trial ran on it alone;
         - otherwise (busy, shared, no sample of ours) the readings cannot tell whose work it was.
+
+        Readings within NVML_WINDOW_S of a phase's start are left out where later ones exist.
         """
         if not self.on_gpu:
             return None
-        compute = self.compute(compute_phases)
+        compute = self.compute(compute_phases, settled=True)
+        if compute.samples == 0:  # compute phases shorter than NVML's window: all we have
+            compute = self.compute(compute_phases)
         if compute.samples == 0:
             return None
         if (compute.proc_util_max or 0) > 0:
