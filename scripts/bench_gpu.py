@@ -105,7 +105,7 @@ def _tune_sqlite(dbapi_connection: Any, _record: Any) -> None:
 
 
 def _sqlite(db: Path) -> str:
-    """A sqlite file tuned as the orchestrator tunes its own (hpo_orchestrator/storage.py)."""
+    """A sqlite file tuned as the orchestrator tunes its own (hpo_orchestrator/db/_engine.py)."""
     from sqlalchemy import event
     from sqlalchemy.engine import Engine
 

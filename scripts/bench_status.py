@@ -33,7 +33,7 @@ from pathlib import Path
 
 import sqlalchemy
 
-from hpo_orchestrator.tables import ensure_tables, summary_table
+from hpo_orchestrator.db import ensure_tables, summary_table
 
 STUDY = "bench"
 N_PARAMS, N_STEPS = 5, 20
@@ -139,8 +139,8 @@ def main() -> int:
         with sqlite3.connect(plain) as con:
             con.execute("DROP TABLE hpo_trial_summary")
 
+    from hpo_orchestrator.db import create_engine
     from hpo_orchestrator.status import collect_status
-    from hpo_orchestrator.storage import create_engine
 
     def query_seconds(db: Path) -> float:
         engine = create_engine(f"sqlite:///{db}")

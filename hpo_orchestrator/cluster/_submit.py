@@ -22,8 +22,8 @@ from rich.console import Console
 from hpo_orchestrator.cluster._config import SlurmConfig, load_slurm_config, split_overrides
 from hpo_orchestrator.cluster._job import NodeRun
 from hpo_orchestrator.config import load_config
+from hpo_orchestrator.db import mask_url, sqlite_path
 from hpo_orchestrator.errors import ConfigError
-from hpo_orchestrator.storage import mask_url, sqlite_path
 
 __all__ = ["submit"]
 

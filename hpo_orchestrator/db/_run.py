@@ -11,7 +11,6 @@ import json
 from datetime import datetime
 from typing import Any
 
-import optuna
 from sqlalchemy import Column, Integer, MetaData, String, Table, Text, text
 from sqlalchemy.engine import Connection
 
@@ -62,7 +61,9 @@ def write_trial_attrs(connection: Connection, trial_id: int, number: int, attrs:
     """
     state = connection.execute(text(_TRIAL_STATE_SQL), {"t": trial_id}).scalar()
     if state_name(state) != "RUNNING":
-        raise optuna.exceptions.UpdateFinishedTrialError(
+        from optuna.exceptions import UpdateFinishedTrialError  # off the readers' import path
+
+        raise UpdateFinishedTrialError(
             f"trial {number} is {state}; its attrs cannot change")
     connection.execute(_user_attrs.delete().where(_user_attrs.c.trial_id == trial_id,
                                                   _user_attrs.c.key.in_(list(attrs))))

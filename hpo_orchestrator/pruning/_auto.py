@@ -28,8 +28,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy.engine import Connection, Engine
 
 from hpo_orchestrator.config import PatientHyperbandPrunerConfig, PrunerConfig
-from hpo_orchestrator.db import step_timings
-from hpo_orchestrator.db._run import max_completed_step
+from hpo_orchestrator.db import max_completed_step, step_timings
 from hpo_orchestrator.pruning._factory import build_pruner
 
 if TYPE_CHECKING:
