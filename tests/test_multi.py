@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import sqlalchemy
 
-from hpo_orchestrator.testing.hooks import BUDGET_RACE_ENV
+from hpo_orchestrator.scheduler._race_hooks import BUDGET_RACE_ENV
 from tests.conftest import cli_env, max_overlap, run_cli, start_cli
 
 pytestmark = pytest.mark.slow
@@ -106,7 +106,7 @@ def test_two_hosts_finish_exactly_n_trials(tmp_path: Path, shared_url: str) -> N
 
 def test_a_forced_budget_race_still_starts_exactly_n_trials(tmp_path: Path, shared_url: str) -> None:
     """Three hosts count the budget at the same moment and hold their ask until all three
-    have counted (testing/hooks.py): only the study's lock keeps them to n_trials. Not left
+    have counted (scheduler/_race_hooks.py): only the study's lock keeps them to n_trials. Not left
     to luck: without the lock every host counts 0 and asks, 3 trials for 2."""
     study = f"race-{uuid.uuid4().hex[:8]}"
     race = tmp_path / "race"

@@ -24,7 +24,7 @@ from typing import TypeVar
 from sqlalchemy.engine import Connection, Engine
 
 from hpo_orchestrator.db import count_claimed, count_running, file_lock, lock_file, lock_study_budget
-from hpo_orchestrator.testing.hooks import budget_claim_started, budget_counted
+from hpo_orchestrator.scheduler._race_hooks import budget_claim_started, budget_counted
 
 __all__ = ["Budget"]
 
@@ -55,7 +55,7 @@ class Budget:
 
     def claim(self, ask: Callable[[], T]) -> T | None:
         """``ask()`` if the budget has room (under the study's lock), else None."""
-        budget_claim_started()  # no-ops unless a test forces a race (testing/hooks.py)
+        budget_claim_started()  # no-ops unless a test forces a race (scheduler/_race_hooks.py)
         with self._locked() as connection:
             if self.claimed(connection) >= self.n_trials:
                 return None

@@ -1,4 +1,5 @@
-"""Test-only hooks in production code paths: no-ops unless a test sets their variable.
+"""Test-only hooks in the budget's code path, no-ops unless a test sets their variable
+(here, not in testing/, which production code never imports).
 
 ``HPO_TEST_BUDGET_RACE=<folder>:<parties>:<window_s>`` makes a budget race certain instead of
 lucky. Each orchestrator, at its first claim, waits until ``parties`` orchestrators have
