@@ -201,6 +201,10 @@ class Orchestrator:
             return None
         self._exhausted_at = None
         self.storage.record_heartbeat(trial._trial_id)  # ours from the start
+        # Until its worker starts, this process holds it: a restart after kill -9 then finds
+        # it an orphan at once, not after the heartbeat grace (hpo.pid becomes the worker's).
+        self.records.write_attrs(trial._trial_id, trial.number,
+                                 {"hpo.host": self.host, "hpo.pid": os.getpid()})
         return Asked(trial, self.records.attempt_of(trial), oom_retry)
 
     def _prefetch(self) -> None:
@@ -215,10 +219,6 @@ class Orchestrator:
             if asked is None:
                 return
             self.ready.append(asked)
-            # Until a slot takes it, this process holds it: a restart after kill -9 then finds
-            # it an orphan at once (hpo.pid becomes the worker's at spawn).
-            self.records.write_attrs(asked.trial._trial_id, asked.trial.number,
-                                     {"hpo.host": self.host, "hpo.pid": os.getpid()})
 
     def _study_done(self) -> bool:
         """Budget spent and no trial RUNNING anywhere: trials of a dead orchestrator are
