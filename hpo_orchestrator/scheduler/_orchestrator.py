@@ -35,6 +35,7 @@ from hpo_orchestrator.gpu._opencl import nvidia_icd_env
 from hpo_orchestrator.pruning._auto import AutoPruner
 from hpo_orchestrator.scheduler import _channel, _outcome
 from hpo_orchestrator.scheduler._budget import Budget
+from hpo_orchestrator.scheduler._packer import Packer
 from hpo_orchestrator.scheduler._process import (
     cgroup_oom_kills,
     log_tail,
@@ -103,6 +104,8 @@ class Orchestrator:
                                  config.storage.heartbeat_interval_s, config.storage.grace_s,
                                  config.scheduler.max_retries)
         self.auto = AutoPruner.for_config(study, config.pruner)  # pruner.min_resource=auto
+        # scheduler.trials_per_gpu=auto (and the study attr hpo.packing.<host> on GPU hosts)
+        self.packer = Packer(config, slots, sampler, study, self.host) if slots.limits else None
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -130,6 +133,7 @@ class Orchestrator:
                 for rt in self._ended():
                     self._finish(rt)
                 self.reporter.tick(list(self.running.values()))
+                self._pack()
                 self._enforce_deadlines()
                 self.recovery.beat()
                 self.records.flush_telemetry()
@@ -137,6 +141,8 @@ class Orchestrator:
             failure = exc
         finally:
             self._stop_all(storage_failed=failure is not None)
+            if self.packer is not None and failure is None:
+                self.packer.close()
             if self.sampler is not None:
                 self.sampler.stop()
                 if failure is None:
@@ -278,6 +284,21 @@ class Orchestrator:
         self.records.trial_started(rt, self.threads, self.config.scheduler.worker_mode)
         self.reporter.started(rt)
 
+    def _pack(self) -> None:
+        """scheduler.trials_per_gpu=auto (scheduler/_packer.py): when a GPU's level changed,
+        new workers get the cores re-divided, and idle workers above a lowered level go (they
+        hold GPU memory)."""
+        if self.packer is None or not self.packer.tick():
+            return
+        self.threads = self.packer.threads
+        for slot_id, worker in list(self.idle.items()):
+            gpu = self.slots.slots[slot_id].gpu
+            if gpu is not None:
+                idle_here = sum(1 for i in self.idle if self.slots.slots[i].gpu == gpu)
+                if self.slots.busy_on(gpu.index) + idle_here > self.slots.limits[gpu.index]:
+                    del self.idle[slot_id]
+                    self._retire(worker, slot_id)
+
     def _retire_idle(self) -> None:
         for slot_id, worker in list(self.idle.items()):
             del self.idle[slot_id]
@@ -340,6 +361,8 @@ class Orchestrator:
         retry = _outcome.retry_allowed(verdict.fail_reason, rt.attempt,
                                        self.config.scheduler.max_retries)
         self.records.trial_ended(rt, verdict, measured, ended_at, retry)
+        if self.packer is not None:
+            self.packer.trial_ended(rt, verdict.fail_reason, measured)
         if self.auto is not None:
             self.auto.observe(rt.number, measured,
                               rt.last_step if verdict.state == TrialState.COMPLETE else None)

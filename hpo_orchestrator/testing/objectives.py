@@ -36,15 +36,17 @@ def pinned(trial: Any) -> float:
 
 
 def curves(trial: Any) -> float:
-    """Learning curves whose level is set by ``x``: bad trials are easy to prune."""
+    """Learning curves whose level is set by ``x``: bad trials are easy to prune. Steps take
+    ``HPO_TEST_STEP_S`` seconds (default 0.02)."""
     x = trial.suggest_float("x", 0.0, 1.0)
+    step_s = float(os.environ.get("HPO_TEST_STEP_S", "0.02"))
     value = 0.0
     for step in range(1, 11):
         value = x + 1.0 / step
         trial.report(value, step)
         if trial.should_prune():
             raise optuna.TrialPruned()
-        time.sleep(0.02)
+        time.sleep(step_s)
     return value
 
 
