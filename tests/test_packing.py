@@ -149,3 +149,75 @@ def test_bad_packing_keys_are_config_errors(override: str) -> None:
 def test_auto_keys_load() -> None:
     config = load_config(["scheduler.parallel=auto", "scheduler.trials_per_gpu=auto"])
     assert config.scheduler.parallel == "auto" and config.scheduler.trials_per_gpu == "auto"
+
+
+# --- whole studies on scripted fake GPUs (slow) ---------------------------------------------
+
+TARGET = "objective.target=hpo_orchestrator.testing.objectives:"
+AUTO = ("scheduler.parallel=auto", "scheduler.max_trials_per_gpu=3", "scheduler.host_cores=8",
+        "telemetry.interval_s=0.2", "pruner=none", "objective=custom")
+
+
+def _packing(db: Path) -> dict[str, Any]:
+    with sqlite3.connect(db) as con:
+        (value,) = con.execute("SELECT value_json FROM study_user_attributes "
+                               "WHERE key LIKE 'hpo.packing.%'").fetchone()
+    return json.loads(value)
+
+
+def _overlap_per_gpu(db: Path) -> dict[int, int]:
+    spans: dict[int, list[Any]] = {}
+    for row in trial_rows(db):
+        if row["end"] is not None:
+            from datetime import datetime
+            spans.setdefault(row["attrs"]["hpo.gpu_index"], []).append(
+                (datetime.fromisoformat(row["start"]), datetime.fromisoformat(row["end"])))
+    return {gpu: max_overlap(s) for gpu, s in spans.items()}
+
+
+@pytest.mark.slow
+def test_auto_adds_trials_only_where_the_gpu_has_room(cli) -> None:  # type: ignore[no-untyped-def]
+    """GPU0 at 20 % with memory to spare gets a second and a third trial; GPU1 at 95 % and
+    GPU2 (20 %, but 2.5 GiB for trials of 1 GiB) stay at one. The recorded history says so, and
+    the trials' real overlap per GPU matches it."""
+    gpus = {"gpus": [{"busy_util": 20}, {"busy_util": 95},
+                     {"busy_util": 20, "memory_total_mib": 2500}]}
+    result = cli("run", *AUTO, TARGET + "pinned", "study.n_trials=24",
+                 env={"HPO_ORCHESTRATOR_FAKE_GPUS": json.dumps(gpus), "HPO_TEST_STEP_S": "0.4"})
+    assert result.code == 0, result.stderr
+    packing = _packing(result.db)
+    assert packing["mode"] == "auto" and packing["mps"]["active"] is False
+    levels = {entry["gpu"]: entry for entry in packing["levels"]}
+    assert levels[0]["limit"] == 3 and "max_trials_per_gpu=3" in levels[0]["held"]
+    assert levels[1]["limit"] == 1 and "utilization >= scheduler.target_gpu_util" in levels[1]["held"]
+    assert levels[2]["limit"] == 1 and "GPU memory" in levels[2]["held"]
+    changes = [(c["gpu"], c["from"], c["to"]) for c in packing["changes"]]
+    assert changes == [(0, 1, 2), (0, 2, 3)]
+    assert all("20% utilization < 80%" in c["reason"] for c in packing["changes"])
+    overlap = _overlap_per_gpu(result.db)
+    assert overlap[0] >= 2 and overlap[1] == 1 and overlap[2] == 1
+
+    status = cli("status", "--json")
+    assert status.code == 0, status.stderr
+    shown = json.loads(status.stdout)["packing"]
+    assert [(c["gpu"], c["from"], c["to"]) for c in shown[0]["changes"]] == changes
+    text = cli("status").stdout
+    assert "trials_per_gpu=auto" in text and "gpu0 1 -> 2" in text
+
+
+@pytest.mark.slow
+def test_an_oom_makes_auto_back_off(cli) -> None:  # type: ignore[no-untyped-def]
+    """A GPU with room for one trial: auto tries a second (utilization is low), the trial
+    runs out of memory, the level goes back to one for good; its retry succeeds."""
+    result = cli("run", *AUTO, TARGET + "oom_when_shared", "study.n_trials=10",
+                 env={"HPO_ORCHESTRATOR_FAKE_GPUS": '{"gpus": [{"busy_util": 20}]}',
+                      "HPO_TEST_STEP_S": "0.3"})
+    assert result.code == 0, result.stderr
+    packing = _packing(result.db)
+    changes = [(c["from"], c["to"]) for c in packing["changes"]]
+    assert changes == [(1, 2), (2, 1)]
+    assert "out of GPU memory" in packing["changes"][1]["reason"]
+    assert packing["levels"][0]["limit"] == 1
+    rows = trial_rows(result.db)
+    assert any(r["attrs"].get("hpo.fail_reason") == "oom" for r in rows)
+    assert sum(r["state"] == "COMPLETE" for r in rows) == 10  # retries don't count against n_trials

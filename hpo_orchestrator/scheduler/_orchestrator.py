@@ -285,19 +285,21 @@ class Orchestrator:
         self.reporter.started(rt)
 
     def _pack(self) -> None:
-        """scheduler.trials_per_gpu=auto (scheduler/_packer.py): when a GPU's level changed,
-        new workers get the cores re-divided, and idle workers above a lowered level go (they
-        hold GPU memory)."""
-        if self.packer is None or not self.packer.tick():
+        """scheduler.trials_per_gpu=auto (scheduler/_packer.py): when a GPU's level changes,
+        new workers get the cores re-divided; idle workers above a GPU's level go (they hold
+        GPU memory that its running trials may need)."""
+        if self.packer is None or not self.slots.auto:
             return
+        self.packer.tick()
         self.threads = self.packer.threads
         for slot_id, worker in list(self.idle.items()):
             gpu = self.slots.slots[slot_id].gpu
-            if gpu is not None:
-                idle_here = sum(1 for i in self.idle if self.slots.slots[i].gpu == gpu)
-                if self.slots.busy_on(gpu.index) + idle_here > self.slots.limits[gpu.index]:
-                    del self.idle[slot_id]
-                    self._retire(worker, slot_id)
+            if gpu is None:
+                continue
+            idle_here = sum(1 for i in self.idle if self.slots.slots[i].gpu == gpu)
+            if self.slots.busy_on(gpu.index) + idle_here > self.slots.limits[gpu.index]:
+                del self.idle[slot_id]
+                self._retire(worker, slot_id)
 
     def _retire_idle(self) -> None:
         for slot_id, worker in list(self.idle.items()):
@@ -346,6 +348,8 @@ class Orchestrator:
             signal_tree(rt.process.pid, signal.SIGKILL)  # leftovers in its group, if any
         measured = self.records.measure(rt)
         del self.running[rt.slot.id]
+        if self.packer is not None:  # before the slot is handed on: an OOM lowers its GPU's level
+            self.packer.trial_ended(rt, verdict.fail_reason, measured)
         if _outcome.keep_worker(reuse=self.reuse, alive=rt.process.poll() is None,
                                 connection_open=rt.connection_open, stopping=bool(self._signals),
                                 state=verdict.state, trials_run=rt.worker.trials,
@@ -361,8 +365,6 @@ class Orchestrator:
         retry = _outcome.retry_allowed(verdict.fail_reason, rt.attempt,
                                        self.config.scheduler.max_retries)
         self.records.trial_ended(rt, verdict, measured, ended_at, retry)
-        if self.packer is not None:
-            self.packer.trial_ended(rt, verdict.fail_reason, measured)
         if self.auto is not None:
             self.auto.observe(rt.number, measured,
                               rt.last_step if verdict.state == TrialState.COMPLETE else None)

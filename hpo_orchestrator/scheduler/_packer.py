@@ -116,9 +116,13 @@ class Packer:
         peak = measured.get("hpo.gpu_mem_peak_mib")
         if isinstance(peak, (int, float)):
             self._mem_peaks.append(float(peak))
+        if fail_reason == "oom":  # decided now, before the slot takes its next trial
+            self._decided_at = -float("inf")
+            self.tick()
 
     def tick(self) -> bool:
-        """Decide every GPU's level (at most every _DECIDE_EVERY_S); True when one changed."""
+        """Decide every GPU's level (at most every _DECIDE_EVERY_S, at once after an OOM);
+        True when one changed."""
         now = time.monotonic()
         if not self.pool.auto or now - self._decided_at < _DECIDE_EVERY_S:
             return False

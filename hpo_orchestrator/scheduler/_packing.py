@@ -148,8 +148,8 @@ def _held(policy: PackingPolicy, state: GpuLevel, obs: GpuObservation,
         return f"at scheduler.parallel={host.cap} trials on this host"
     if host.concurrency + 1 > host.cores:
         return f"no CPU core for one more trial ({host.cores} cores, {host.concurrency} trials)"
-    if obs.running < level:
-        return f"{obs.running} of its {level} places busy"  # another place would idle too
+    if obs.running < level:  # another place would idle too; the last real reason still holds
+        return state.held or f"{obs.running} of its {level} places busy"
     if obs.util is None or obs.readings < policy.min_readings:
         return "measuring utilization"
     if obs.util >= policy.target_util:

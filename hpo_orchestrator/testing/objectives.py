@@ -14,8 +14,8 @@ import optuna
 from hpo_orchestrator import runtime
 from hpo_orchestrator.runtime import phase, slot_info
 
-__all__ = ["chaos", "cuda_oom_once", "cuda_probe", "curves", "phased", "pinned", "quadratic",
-           "reports10", "reuse_probe", "shared_gpu", "sleepy"]
+__all__ = ["chaos", "cuda_oom_once", "cuda_probe", "curves", "oom_when_shared", "phased", "pinned",
+           "quadratic", "reports10", "reuse_probe", "shared_gpu", "sleepy"]
 
 
 def quadratic(trial: Any) -> float:
@@ -160,6 +160,20 @@ def cuda_probe(trial: Any) -> float:
     trial.set_user_attr("test.nvml_gpus_with_my_pid", seen)
     time.sleep(1.0)
     return float(b.float().mean().item())
+
+
+def oom_when_shared(trial: Any) -> float:
+    """Like ``pinned``, but "runs out of GPU memory" (a CUDA-like OOM error) when another trial
+    process of this study is pinned to the same fake GPU: a GPU with room for one trial."""
+    from hpo_orchestrator.testing.fake_gpu import FakeGpuBackend
+
+    spec = os.environ.get("HPO_ORCHESTRATOR_FAKE_GPUS")
+    index = slot_info().gpu_index
+    if spec and index is not None:
+        ours, _ = FakeGpuBackend.from_spec(spec)._processes(index)
+        if len(ours) > 1:
+            raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB (fake GPU)")
+    return pinned(trial)
 
 
 def cuda_oom_once(trial: Any) -> float:
