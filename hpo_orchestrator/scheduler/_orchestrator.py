@@ -47,7 +47,7 @@ from hpo_orchestrator.scheduler._records import RunRecords
 from hpo_orchestrator.scheduler._recovery import Recovery
 from hpo_orchestrator.scheduler._slots import Slot, SlotPool
 from hpo_orchestrator.scheduler._trial import Asked, FinishedTrial, Reporter, RunningTrial, Worker
-from hpo_orchestrator.telemetry import TelemetrySampler
+from hpo_orchestrator.telemetry import TelemetryRetention, TelemetrySampler
 from hpo_orchestrator.worker import Job
 from hpo_orchestrator.worker._env import ChildEnv
 
@@ -106,6 +106,10 @@ class Orchestrator:
         self.auto = AutoPruner.for_config(study, config.pruner)  # pruner.min_resource=auto
         # scheduler.trials_per_gpu=auto (and the study attr hpo.packing.<host> on GPU hosts)
         self.packer = Packer(config, slots, sampler, study, self.host) if slots.limits else None
+        self.retention = TelemetryRetention(storage.engine, study._study_id, self.host,
+                                            config.telemetry.keep_full_s,
+                                            config.telemetry.max_rows_per_trial) \
+            if sampler is not None else None  # old trials' samples averaged down (db/_retention)
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -137,6 +141,8 @@ class Orchestrator:
                 self._enforce_deadlines()
                 self.recovery.beat()
                 self.records.flush_telemetry()
+                if self.retention is not None:
+                    self.retention.maybe_run()
         except _STORAGE_ERRORS as exc:
             failure = exc
         finally:
@@ -147,6 +153,8 @@ class Orchestrator:
                 self.sampler.stop()
                 if failure is None:
                     self.records.flush_telemetry(force=True)
+                    if self.retention is not None:
+                        self.retention.maybe_run(force=True)
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
         if failure is not None:
