@@ -114,8 +114,8 @@ def _summary(data: ReportData) -> str:
     findings = "".join(
         f"<li><b>{html.escape(f.code)}</b>: {html.escape(f.message)}<br>"
         f"<i>{html.escape(f.advice)}</i></li>" for f in status.findings) or "<li>none</li>"
-    packing = "".join(f"<pre>{html.escape(chr(10).join(packing_lines(entry)))}</pre>"
-                      for entry in status.packing)
+    packing = "".join(f"<pre>{html.escape(chr(10).join(lines))}</pre>"
+                      for lines in map(packing_lines, status.packing) if lines)
     return (f"<h1>Study {html.escape(data.study)}</h1>"
             f"<p>{counts}; first trial started {started}; wall time {wall}</p>"
             f"<h3>Devices</h3><ul>{devices or '<li>none recorded</li>'}</ul>"

@@ -8,5 +8,6 @@ from hpo_orchestrator.status._model import DeviceUse, Finding, StateStats, Statu
 from hpo_orchestrator.status._packing import packing_lines
 from hpo_orchestrator.status._render import print_status, render_status
 
-__all__ = ["DeviceUse", "Finding", "StateStats", "StatusReport", "StudyFacts", "collect_status", "packing_lines",
-           "collect_with_rows", "device_label", "list_studies", "print_status", "render_status"]
+__all__ = ["DeviceUse", "Finding", "StateStats", "StatusReport", "StudyFacts", "collect_status",
+           "collect_with_rows", "device_label", "list_studies", "packing_lines", "print_status",
+           "render_status"]

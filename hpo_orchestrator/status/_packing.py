@@ -12,10 +12,11 @@ _SHOWN_CHANGES = 12  # the latest changes a terminal shows (--json and the attr 
 
 def packing_lines(entry: dict[str, Any]) -> list[str]:
     """A heading, one line per GPU (its levels over time, where it stands and why), then the
-    latest changes with their reasons."""
-    mps = "CUDA MPS on" if (entry.get("mps") or {}).get("active") else "CUDA MPS off"
+    latest changes with their reasons. Fixed trials per GPU: nothing to say, unless MPS ran."""
+    mps_on = bool((entry.get("mps") or {}).get("active"))
+    mps = "CUDA MPS on" if mps_on else "CUDA MPS off"
     if entry.get("mode") != "auto":
-        return [f"packing on {entry['host']}: fixed trials per GPU ({mps})"]
+        return [f"packing on {entry['host']}: fixed trials per GPU ({mps})"] if mps_on else []
     lines = [f"packing on {entry['host']}: scheduler.trials_per_gpu=auto (target "
              f"{entry.get('target_gpu_util', '-')}% GPU utilization, at most "
              f"{entry.get('max_trials_per_gpu', '-')} per GPU; {mps})"]

@@ -63,7 +63,9 @@ def render_status(report: StatusReport) -> Group:
         parts.append(devices)
 
     for entry in report.packing:
-        parts.append(Text("\n".join(packing_lines(entry))))
+        lines = packing_lines(entry)
+        if lines:
+            parts.append(Text("\n".join(lines)))
 
     if report.running:
         running = _table("running", ("trial", "device", "elapsed s", "last step", "heartbeat age s"))
