@@ -385,6 +385,28 @@ def _(built: Built, connection: Connection) -> None:
         (T0 + timedelta(seconds=90), built.trial_ids[4], None, None, 40.0, None)]
 
 
+@case("retention.CANDIDATES")
+def _(built: Built, connection: Connection) -> None:
+    ended = db.retention_candidates(connection, built.study_id, "h1", 0.0, 4e9, 10)
+    assert [trial for trial, _ in ended] == [built.trial_ids[n] for n in (0, 2, 3)]
+    assert db.retention_candidates(connection, built.study_id, "h1", ended[0][1], 4e9, 1) \
+        == [ended[1]]
+
+
+@case("retention.COUNTS")
+@case("retention.ROWS")
+@case("retention.DELETE")
+def _(built: Built, connection: Connection) -> None:
+    """Trial #0's two samples become one: means of utilization, its first time (the case's
+    connection is never committed, so the other cases still see both)."""
+    assert not db.downsample_trial(connection, built.trial_ids[0], max_rows=2)
+    assert db.downsample_trial(connection, built.trial_ids[0], max_rows=1)
+    rows = db.telemetry_rows(connection, built.study_id, 0)
+    columns = [dict(zip(["trial_number", *db.TELEMETRY_COLUMNS], r, strict=True)) for r in rows]
+    assert [(db.to_datetime(c["ts"]), c["sm_util"], c["cpu_util"], c["phase"]) for c in columns] == [
+        (T0 + timedelta(seconds=1), 60.0, 95.0, "train")]
+
+
 @case("budget.CLAIMED")
 def _(built: Built, connection: Connection) -> None:
     assert db.count_claimed(connection, built.study_id) == 4  # not WAITING, not the retried FAIL

@@ -215,11 +215,24 @@ class RandomSamplerConfig:
 
 @dataclass
 class SchedulerConfig:
-    parallel: int = 1
+    # Trials at once on this host. auto: "use these GPUs as well as you can": every GPU at the
+    # level trials_per_gpu sets (measured, when trials_per_gpu is auto or unset); on a host
+    # without GPUs, one trial per CPU core.
+    parallel: Any = 1
     # auto: every GPU NVML finds (CPU slots when none); none: CPU slots; or a list of NVML indices.
     gpus: Any = "auto"
-    # Trials sharing one GPU at a time; null: ceil(parallel / number of GPUs).
-    trials_per_gpu: int | None = None
+    # Trials sharing one GPU at a time; null: ceil(parallel / number of GPUs), or auto with
+    # parallel=auto. auto: start at 1 per GPU and add one while the GPU's measured
+    # utilization stays under target_gpu_util, the next trial's memory fits and the trials
+    # finished per minute rise (README, "Filling the GPUs").
+    trials_per_gpu: Any = None
+    max_trials_per_gpu: int = 4  # the most trials_per_gpu=auto puts on one GPU
+    # trials_per_gpu=auto adds a trial on a GPU only while its utilization is under this (%):
+    # one more trial can raise throughput by at most 100/util, 1.25x at 80 %.
+    target_gpu_util: float = 80.0
+    # CPU cores this orchestrator may use (threads per trial, trials_per_gpu=auto's core
+    # check, parallel=auto without GPUs); null: its CPU affinity.
+    host_cores: int | None = None
     # null: no limit. A trial past it is stopped (its process tree terminated, then killed).
     trial_timeout_s: float | None = None
     # Seconds between SIGTERM and SIGKILL when stopping a trial.
@@ -249,7 +262,13 @@ class SchedulerConfig:
     host: str | None = None
 
     def validate(self, path: str) -> None:
-        _positive_int(self.parallel, f"{path}.parallel")
+        for key in ("parallel", "trials_per_gpu"):
+            value = getattr(self, key)
+            if value not in ("auto", None) or key == "parallel":
+                _require(value == "auto" or (isinstance(value, int) and not isinstance(value, bool)
+                                             and value >= 1),
+                         f"{path}.{key}", f"expected an integer >= 1 or auto, got {value!r}",
+                         f"e.g. scheduler.{key}=2 or scheduler.{key}=auto")
         _positive_int(self.max_retries, f"{path}.max_retries", minimum=0)
         _require(self.worker_mode in ("fresh", "reuse"), f"{path}.worker_mode",
                  f"expected fresh or reuse, got {self.worker_mode!r}")
@@ -266,8 +285,11 @@ class SchedulerConfig:
         _require(gpus_ok, f"{path}.gpus",
                  f"expected auto, none or a list of GPU indices, got {self.gpus!r}",
                  "e.g. scheduler.gpus=[0,1]")
-        if self.trials_per_gpu is not None:
-            _positive_int(self.trials_per_gpu, f"{path}.trials_per_gpu")
+        _positive_int(self.max_trials_per_gpu, f"{path}.max_trials_per_gpu")
+        _require(isinstance(self.target_gpu_util, (int, float)) and 0 < self.target_gpu_util <= 100,
+                 f"{path}.target_gpu_util", f"expected a percentage 1-100, got {self.target_gpu_util!r}")
+        if self.host_cores is not None:
+            _positive_int(self.host_cores, f"{path}.host_cores")
         if self.trial_timeout_s is not None:
             _require(self.trial_timeout_s > 0, f"{path}.trial_timeout_s",
                      f"expected seconds > 0 or null, got {self.trial_timeout_s!r}")
@@ -321,8 +343,16 @@ class TelemetryConfig:
     # Phases (marked with hpo_orchestrator.phase) in which the GPU is expected to work: low
     # utilization there is a finding; in other phases (data, validate) it is not.
     compute_phases: list[str] = field(default_factory=lambda: ["train"])
+    # Retention of hpo_telemetry: a trial's samples are kept at full resolution until its last
+    # sample is keep_full_s old, then averaged down to at most max_rows_per_trial rows per GPU
+    # (its hpo.* aggregates never change). README, "Telemetry retention".
+    keep_full_s: float = 3600.0
+    max_rows_per_trial: int = 300
 
     def validate(self, path: str) -> None:
+        _require(isinstance(self.keep_full_s, (int, float)) and self.keep_full_s >= 0,
+                 f"{path}.keep_full_s", f"expected seconds >= 0, got {self.keep_full_s!r}")
+        _positive_int(self.max_rows_per_trial, f"{path}.max_rows_per_trial", minimum=2)
         _require(isinstance(self.interval_s, (int, float)) and math.isfinite(self.interval_s)
                  and self.interval_s >= 0.05, f"{path}.interval_s",
                  f"expected seconds >= 0.05, got {self.interval_s!r}")

@@ -35,6 +35,7 @@ from hpo_orchestrator.gpu._opencl import nvidia_icd_env
 from hpo_orchestrator.pruning._auto import AutoPruner
 from hpo_orchestrator.scheduler import _channel, _outcome
 from hpo_orchestrator.scheduler._budget import Budget
+from hpo_orchestrator.scheduler._packer import Packer
 from hpo_orchestrator.scheduler._process import (
     cgroup_oom_kills,
     log_tail,
@@ -46,7 +47,7 @@ from hpo_orchestrator.scheduler._records import RunRecords
 from hpo_orchestrator.scheduler._recovery import Recovery
 from hpo_orchestrator.scheduler._slots import Slot, SlotPool
 from hpo_orchestrator.scheduler._trial import Asked, FinishedTrial, Reporter, RunningTrial, Worker
-from hpo_orchestrator.telemetry import TelemetrySampler
+from hpo_orchestrator.telemetry import TelemetryRetention, TelemetrySampler
 from hpo_orchestrator.worker import Job
 from hpo_orchestrator.worker._env import ChildEnv
 
@@ -103,6 +104,12 @@ class Orchestrator:
                                  config.storage.heartbeat_interval_s, config.storage.grace_s,
                                  config.scheduler.max_retries)
         self.auto = AutoPruner.for_config(study, config.pruner)  # pruner.min_resource=auto
+        # scheduler.trials_per_gpu=auto (and the study attr hpo.packing.<host> on GPU hosts)
+        self.packer = Packer(config, slots, sampler, study, self.host) if slots.limits else None
+        self.retention = TelemetryRetention(storage.engine, study._study_id, self.host,
+                                            config.telemetry.keep_full_s,
+                                            config.telemetry.max_rows_per_trial) \
+            if sampler is not None else None  # old trials' samples averaged down (db/_retention)
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -130,17 +137,24 @@ class Orchestrator:
                 for rt in self._ended():
                     self._finish(rt)
                 self.reporter.tick(list(self.running.values()))
+                self._pack()
                 self._enforce_deadlines()
                 self.recovery.beat()
                 self.records.flush_telemetry()
+                if self.retention is not None:
+                    self.retention.maybe_run()
         except _STORAGE_ERRORS as exc:
             failure = exc
         finally:
             self._stop_all(storage_failed=failure is not None)
+            if self.packer is not None and failure is None:
+                self.packer.close()
             if self.sampler is not None:
                 self.sampler.stop()
                 if failure is None:
                     self.records.flush_telemetry(force=True)
+                    if self.retention is not None:
+                        self.retention.maybe_run(force=True)
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
         if failure is not None:
@@ -278,6 +292,23 @@ class Orchestrator:
         self.records.trial_started(rt, self.threads, self.config.scheduler.worker_mode)
         self.reporter.started(rt)
 
+    def _pack(self) -> None:
+        """scheduler.trials_per_gpu=auto (scheduler/_packer.py): when a GPU's level changes,
+        new workers get the cores re-divided; idle workers above a GPU's level go (they hold
+        GPU memory that its running trials may need)."""
+        if self.packer is None or not self.slots.auto:
+            return
+        self.packer.tick()
+        self.threads = self.packer.threads
+        for slot_id, worker in list(self.idle.items()):
+            gpu = self.slots.slots[slot_id].gpu
+            if gpu is None:
+                continue
+            idle_here = sum(1 for i in self.idle if self.slots.slots[i].gpu == gpu)
+            if self.slots.busy_on(gpu.index) + idle_here > self.slots.limits[gpu.index]:
+                del self.idle[slot_id]
+                self._retire(worker, slot_id)
+
     def _retire_idle(self) -> None:
         for slot_id, worker in list(self.idle.items()):
             del self.idle[slot_id]
@@ -325,6 +356,8 @@ class Orchestrator:
             signal_tree(rt.process.pid, signal.SIGKILL)  # leftovers in its group, if any
         measured = self.records.measure(rt)
         del self.running[rt.slot.id]
+        if self.packer is not None:  # before the slot is handed on: an OOM lowers its GPU's level
+            self.packer.trial_ended(rt, verdict.fail_reason, measured)
         if _outcome.keep_worker(reuse=self.reuse, alive=rt.process.poll() is None,
                                 connection_open=rt.connection_open, stopping=bool(self._signals),
                                 state=verdict.state, trials_run=rt.worker.trials,

@@ -69,6 +69,9 @@ class StatusReport:
     fail_reasons: dict[str, int] = field(default_factory=dict)
     wall_s: float | None = None
     findings: list[Finding] = field(default_factory=list)
+    # Per host, hpo.packing.<host> with "host" added: trials per GPU, and every change that
+    # scheduler.trials_per_gpu=auto made (docs/DESIGN.md §2.3).
+    packing: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
