@@ -35,6 +35,7 @@ from hpo_orchestrator.scheduler import (
     threads_per_trial,
 )
 from hpo_orchestrator.study import create_or_load_study
+from hpo_orchestrator.study_storage import MirrorStorage
 from hpo_orchestrator.telemetry import TelemetrySampler
 
 __all__ = ["PreparedRun", "RunResult", "run_study"]
@@ -135,7 +136,11 @@ def _run(config: Config, backend: GpuBackend,
         with setup_lock(config.storage.url):  # other orchestrators may be creating it right now
             storage = open_rdb_storage(config.storage.url, config.storage.heartbeat_interval_s,
                                        config.storage.grace_s)
-            study = create_or_load_study(config, storage)
+            # Samplers and pruners read a mirror of the study; every write goes to storage.
+            mirror = MirrorStorage(storage, max_history=config.sampler.max_history,
+                                   keep_best=config.sampler.keep_best,
+                                   refresh_s=config.storage.refresh_s)
+            study = create_or_load_study(config, mirror)
             ensure_tables(storage.engine)
         budget = Budget(storage.engine, study._study_id, config.study.n_trials,
                         sqlite_path(config.storage.url))

@@ -196,18 +196,31 @@ class TPESamplerConfig:
     name: str = "tpe"
     n_startup_trials: int = 10
     seed: int | None = None
+    # The history the sampler and pruner see (hpo_orchestrator/study_storage.py): the newest
+    # max_history trials plus the keep_best best COMPLETE ones; null: every trial of the study.
+    max_history: int | None = 10000
+    keep_best: int = 100
 
     def validate(self, path: str) -> None:
         _positive_int(self.n_startup_trials, f"{path}.n_startup_trials", minimum=0)
+        _validate_history(self, path)
 
 
 @dataclass
 class RandomSamplerConfig:
     name: str = "random"
     seed: int | None = None
+    max_history: int | None = 10000  # as for tpe (the pruner reads the same history)
+    keep_best: int = 100
 
     def validate(self, path: str) -> None:
-        pass
+        _validate_history(self, path)
+
+
+def _validate_history(cfg: TPESamplerConfig | RandomSamplerConfig, path: str) -> None:
+    if cfg.max_history is not None:
+        _positive_int(cfg.max_history, f"{path}.max_history")
+    _positive_int(cfg.keep_best, f"{path}.keep_best", minimum=0)
 
 
 # --- the rest -----------------------------------------------------------------------------
@@ -305,6 +318,9 @@ class StorageConfig:
     # Heartbeats let any orchestrator find trials whose owner died (they become FAIL, 'lost').
     heartbeat_interval_s: int = 10
     grace_period_s: int | None = None  # null: 3 x heartbeat_interval_s
+    # How stale the run loop's mirror of the study may get: the longest before another
+    # orchestrator's trials reach this one's sampler (hpo_orchestrator/study_storage.py).
+    refresh_s: float = 1.0
 
     @property
     def grace_s(self) -> int:
@@ -315,6 +331,9 @@ class StorageConfig:
         _require("://" in self.url, f"{path}.url", "expected a SQLAlchemy URL",
                  "e.g. storage.url=sqlite:///hpo.db or postgresql+psycopg://user@host/db")
         _positive_int(self.heartbeat_interval_s, f"{path}.heartbeat_interval_s")
+        _require(isinstance(self.refresh_s, (int, float)) and not isinstance(self.refresh_s, bool)
+                 and self.refresh_s >= 0, f"{path}.refresh_s",
+                 f"expected seconds >= 0, got {self.refresh_s!r}")
         if self.grace_period_s is not None:
             _require(self.grace_period_s > self.heartbeat_interval_s, f"{path}.grace_period_s",
                      "must be longer than storage.heartbeat_interval_s")
