@@ -195,3 +195,37 @@ def shared_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'shared.db'}"
     return str(request.getfixturevalue("postgres_url"))
+
+
+def test_the_budget_count_stays_exact_across_its_checkpoint(url: str) -> None:
+    """Settled trials are counted once, recent ones on every claim: always the full count."""
+    from datetime import datetime, timedelta
+
+    import sqlalchemy
+
+    from hpo_orchestrator.db import count_claimed
+    from hpo_orchestrator.scheduler import Budget
+
+    storage = open_rdb_storage(url)
+    study = optuna.create_study(study_name="s", storage=storage)
+    study.optimize(lambda t: t.suggest_float("x", 0, 1), n_trials=150)
+    with storage.engine.begin() as connection:  # the first 100 finished long ago
+        connection.execute(sqlalchemy.text(
+            "UPDATE trials SET datetime_complete = :d WHERE number < 100"),
+            {"d": datetime.now() - timedelta(hours=1)})
+    budget = Budget(storage.engine, study._study_id, 1000, None)
+    assert budget.claimed() == 150
+    assert budget._upto == 100  # trial ids start at 1
+    study.enqueue_trial({"x": 0.5})  # WAITING: not counted until asked
+    failed = study.ask()
+    storage.set_trial_user_attr(failed._trial_id, "hpo.retried", True)
+    study.tell(failed, state=TrialState.FAIL)  # retried: its retry counts instead
+    study.optimize(lambda t: t.suggest_float("x", 0, 1), n_trials=80)
+    with storage.engine.begin() as connection:
+        connection.execute(sqlalchemy.text("UPDATE trials SET datetime_complete = :d"),
+                           {"d": datetime.now() - timedelta(hours=1)})
+    assert budget.claimed() == 230
+    assert budget.claimed() == 230 and budget._upto == 231  # moved up past the recent ones
+    study.enqueue_trial({"x": 0.25})
+    with storage.engine.connect() as connection:
+        assert budget.claimed() == count_claimed(connection, study._study_id) == 230
