@@ -75,6 +75,9 @@ class _StudyMirror:
         self.max_id = -1
         self.refreshed_at = -float("inf")
         self.distributions: dict[str, BaseDistribution] = {}
+        # The history is read on the first read that needs it (a sampler's or pruner's), not
+        # at start: asking a random trial needs only the WAITING ones.
+        self.history_loaded = False
 
     def put(self, trial: FrozenTrial) -> None:
         old = self.by_id.get(trial._trial_id)
@@ -82,6 +85,8 @@ class _StudyMirror:
         if old is not None:
             index = bisect.bisect_left(self.ordered, trial.number, key=_number)
             self.ordered[index] = trial
+        elif not self.ordered or self.ordered[-1].number < trial.number:
+            self.ordered.append(trial)  # the usual case: a newer trial
         else:
             bisect.insort(self.ordered, trial, key=_number)
         if trial.state.is_finished():
@@ -297,6 +302,8 @@ class MirrorStorage(BaseStorage, BaseHeartbeat):
                 trials = sorted((mirror.by_id[i] for i in mirror.unfinished
                                  if mirror.by_id[i].state == TrialState.WAITING), key=_number)
             else:
+                if not mirror.history_loaded:
+                    self._load_history(study_id, mirror)
                 trials = mirror.view()
                 if states is not None:
                     trials = [t for t in trials if t.state in states]
@@ -328,26 +335,37 @@ class MirrorStorage(BaseStorage, BaseHeartbeat):
         return mirror, None if mirror is None else mirror.by_id.get(trial_id)
 
     def _mirror(self, study_id: int) -> _StudyMirror:
-        """The study's mirror, loaded on first use: the window, the best and unfinished."""
+        """The study's mirror, started on first use with its unfinished trials only."""
         mirror = self._studies.get(study_id)
         if mirror is not None:
             return mirror
         maximize = self.get_study_directions(study_id)[0] == StudyDirection.MAXIMIZE
         mirror = _StudyMirror(maximize, self.max_history, self.keep_best)
         with self.backend.engine.connect() as connection, connection.begin():
+            newest = recent_trial_ids(connection, study_id, 1)
+            last = newest[0] if newest else -1
+            unfinished = unfinished_trial_ids_before(connection, study_id, last + 1)
+            trials = read_trials(connection, study_id, after=last, ids=unfinished)
+        with self._lock:
+            mirror.max_id = last  # everything older is history, read when needed
+            self._put_read(study_id, mirror, trials)
+            self._studies[study_id] = mirror
+        return mirror
+
+    def _load_history(self, study_id: int, mirror: _StudyMirror) -> None:
+        """The window (all trials without a bound), the best trials older than it."""
+        with self.backend.engine.connect() as connection, connection.begin():
             if self.max_history is None:
                 trials = read_trials(connection, study_id, after=-1)
             else:
                 recent = recent_trial_ids(connection, study_id, self.max_history)
                 first = min(recent, default=0)
-                extra = set(best_trial_ids(connection, study_id, self.keep_best, maximize))
-                extra |= set(unfinished_trial_ids_before(connection, study_id, first))
+                best = best_trial_ids(connection, study_id, self.keep_best, mirror.maximize)
                 trials = read_trials(connection, study_id, after=first - 1,
-                                     ids={i for i in extra if i < first})
+                                     ids={i for i in best if i < first})
         with self._lock:
             self._put_read(study_id, mirror, trials)
-            self._studies[study_id] = mirror
-        return mirror
+            mirror.history_loaded = True
 
     def _refresh(self, study_id: int, mirror: _StudyMirror) -> None:
         """New trials (any process's) and the current state of the unfinished ones."""

@@ -198,7 +198,7 @@ class TPESamplerConfig:
     seed: int | None = None
     # The history the sampler and pruner see (hpo_orchestrator/study_storage.py): the newest
     # max_history trials plus the keep_best best COMPLETE ones; null: every trial of the study.
-    max_history: int | None = 10000
+    max_history: int | None = 5000
     keep_best: int = 100
 
     def validate(self, path: str) -> None:
@@ -210,7 +210,7 @@ class TPESamplerConfig:
 class RandomSamplerConfig:
     name: str = "random"
     seed: int | None = None
-    max_history: int | None = 10000  # as for tpe (the pruner reads the same history)
+    max_history: int | None = 5000  # as for tpe (the pruner reads the same history)
     keep_best: int = 100
 
     def validate(self, path: str) -> None:
