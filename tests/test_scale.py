@@ -209,10 +209,13 @@ def test_the_budget_count_stays_exact_across_its_checkpoint(url: str) -> None:
     storage = open_rdb_storage(url)
     study = optuna.create_study(study_name="s", storage=storage)
     study.optimize(lambda t: t.suggest_float("x", 0, 1), n_trials=150)
-    with storage.engine.begin() as connection:  # the first 100 finished long ago
+    with storage.engine.begin() as connection:  # the first 100 finished long ago, the rest now
         connection.execute(sqlalchemy.text(
             "UPDATE trials SET datetime_complete = :d WHERE number < 100"),
             {"d": datetime.now() - timedelta(hours=1)})
+        connection.execute(sqlalchemy.text(
+            "UPDATE trials SET datetime_complete = :d WHERE number >= 100"),
+            {"d": datetime.now() + timedelta(hours=1)})
     budget = Budget(storage.engine, study._study_id, 1000, None)
     assert budget.claimed() == 150
     assert budget._upto == 100  # trial ids start at 1
