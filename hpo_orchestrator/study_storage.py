@@ -12,6 +12,10 @@ Here:
   so another orchestrator's trials reach the sampler within ``refresh_s`` of its ask;
 - writes go to RDBStorage first (durable, in Optuna's own representation, before the call
   returns) and are then applied to the mirror, so this process sees its own writes at once;
+- a running trial's reports are written in batches (at most ``refresh_s`` late: pruning
+  reads them from the mirror at once), and its end (last reports, attrs the orchestrator
+  staged, value, state, and the orchestrator's own rows) in one transaction, through
+  hpo_orchestrator.db._batch: a trial is told completely or not at all;
 - the history is bounded: with ``max_history=N`` the sampler and pruner see the N newest
   trials plus the ``keep_best`` best COMPLETE ones (and any unfinished trial), never the whole
   study, so ask/tell cost stays flat as the study grows. ``max_history=None``: every trial.
@@ -30,6 +34,7 @@ import copy
 import threading
 import time
 from collections.abc import Callable, Container, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -41,7 +46,9 @@ from optuna.storages._heartbeat import BaseHeartbeat
 from optuna.study import StudyDirection
 from optuna.study._frozen import FrozenStudy
 from optuna.trial import FrozenTrial, TrialState
+from sqlalchemy.engine import Connection
 
+from hpo_orchestrator.db._batch import finish_trial, write_steps
 from hpo_orchestrator.db._mirror import (
     best_trial_ids,
     read_trials,
@@ -52,6 +59,15 @@ from hpo_orchestrator.db._mirror import (
 __all__ = ["MirrorStorage"]
 
 _FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
+
+
+@dataclass
+class _End:
+    """What a trial's end writes besides its state and values (RunRecords stages it)."""
+
+    attrs: dict[str, Any] = field(default_factory=dict)
+    ended: datetime | None = None
+    then: Callable[[Connection], None] | None = None  # more writes in the same transaction
 
 
 def _number(trial: FrozenTrial) -> int:
@@ -153,6 +169,9 @@ class MirrorStorage(BaseStorage, BaseHeartbeat):
         self._ids_by_name: dict[str, int] = {}
         self._directions: dict[int, list[StudyDirection]] = {}
         self._lock = threading.RLock()
+        self._pending: dict[int, dict[int, float]] = {}  # trial id -> reports not yet written
+        self._flushed_at = clock()
+        self._ends: dict[int, _End] = {}
 
     @property
     def engine(self) -> Any:
@@ -225,15 +244,24 @@ class MirrorStorage(BaseStorage, BaseHeartbeat):
                 trial._distributions = {**trial.distributions, param_name: distribution}
                 mirror.put(trial)
 
+    def stage_end(self, trial_id: int, attrs: dict[str, Any], ended: datetime | None = None,
+                  then: Callable[[Connection], None] | None = None) -> None:
+        """Attrs, the true end time and more writes for the transaction that finishes the
+        trial (its ``tell``); forgotten if that tell fails."""
+        self._ends[trial_id] = _End(dict(attrs), ended, then)
+
     def set_trial_state_values(self, trial_id: int, state: TrialState,
                                values: Sequence[float] | None = None) -> bool:
         mirror, trial = self._mirrored(trial_id)
-        try:
-            changed = self.backend.set_trial_state_values(trial_id, state, values)
-        except optuna.exceptions.UpdateFinishedTrialError:
-            if mirror is not None:
-                mirror.refreshed_at = -float("inf")  # finished elsewhere: read it again
-            raise
+        if state.is_finished():
+            changed = self._finish(trial_id, state, values, mirror)
+        else:
+            try:
+                changed = self.backend.set_trial_state_values(trial_id, state, values)
+            except optuna.exceptions.UpdateFinishedTrialError:
+                if mirror is not None:
+                    mirror.refreshed_at = -float("inf")  # finished elsewhere: read it again
+                raise
         if mirror is None or trial is None:
             return changed
         with self._lock:
@@ -252,10 +280,42 @@ class MirrorStorage(BaseStorage, BaseHeartbeat):
             mirror.put(trial)
         return changed
 
+    def _finish(self, trial_id: int, state: TrialState, values: Sequence[float] | None,
+                mirror: _StudyMirror | None) -> bool:
+        end = self._ends.pop(trial_id, None) or _End()
+        steps = self._pending.pop(trial_id, {})
+        try:
+            with self.backend.engine.begin() as connection:
+                finish_trial(connection, trial_id, state, values, steps, end.attrs,
+                             end.ended or datetime.now())
+                if end.then is not None:
+                    end.then(connection)
+        except optuna.exceptions.UpdateFinishedTrialError:
+            if mirror is not None:
+                mirror.refreshed_at = -float("inf")  # finished elsewhere: read it again
+            raise
+        return True
+
     def set_trial_intermediate_value(self, trial_id: int, step: int,
                                      intermediate_value: float) -> None:
-        self.backend.set_trial_intermediate_value(trial_id, step, intermediate_value)
+        mirror, trial = self._mirrored(trial_id)
+        if trial is None or trial.state != TrialState.RUNNING:
+            self.backend.set_trial_intermediate_value(trial_id, step, intermediate_value)
+            return
         self._update(trial_id, "intermediate_values", step, intermediate_value)
+        self._pending.setdefault(trial_id, {})[step] = intermediate_value
+        if self._clock() - self._flushed_at >= self.refresh_s:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write the reports kept back (one transaction); those of a trial that another
+        process finished meanwhile are dropped, as Optuna would refuse them."""
+        self._flushed_at = self._clock()
+        pending, self._pending = self._pending, {}
+        if pending:
+            with self.backend.engine.begin() as connection:
+                for trial_id, steps in pending.items():
+                    write_steps(connection, trial_id, steps)
 
     def set_trial_user_attr(self, trial_id: int, key: str, value: Any) -> None:
         self.backend.set_trial_user_attr(trial_id, key, value)
@@ -369,6 +429,7 @@ class MirrorStorage(BaseStorage, BaseHeartbeat):
 
     def _refresh(self, study_id: int, mirror: _StudyMirror) -> None:
         """New trials (any process's) and the current state of the unfinished ones."""
+        self.flush()  # else the reread of our running trials would lack their latest reports
         with self.backend.engine.connect() as connection, connection.begin():
             trials = read_trials(connection, study_id, after=mirror.max_id,
                                  ids=set(mirror.unfinished))
