@@ -48,6 +48,7 @@ from optuna.study._frozen import FrozenStudy
 from optuna.trial import FrozenTrial, TrialState
 from sqlalchemy.engine import Connection
 
+from hpo_orchestrator._mirror import StudyMirror, by_number
 from hpo_orchestrator.db._batch import finish_trial, write_steps
 from hpo_orchestrator.db._mirror import (
     best_trial_ids,
@@ -58,8 +59,6 @@ from hpo_orchestrator.db._mirror import (
 
 __all__ = ["MirrorStorage"]
 
-_FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
-
 
 @dataclass
 class _End:
@@ -68,83 +67,6 @@ class _End:
     attrs: dict[str, Any] = field(default_factory=dict)
     ended: datetime | None = None
     then: Callable[[Connection], None] | None = None  # more writes in the same transaction
-
-
-def _number(trial: FrozenTrial) -> int:
-    return trial.number
-
-
-class _StudyMirror:
-    """The trials of one study that the sampler sees, ordered by number."""
-
-    def __init__(self, maximize: bool, max_history: int | None, keep_best: int) -> None:
-        self.maximize = maximize
-        self.max_history = max_history
-        self.keep_best = keep_best
-        self.by_id: dict[int, FrozenTrial] = {}
-        self.ordered: list[FrozenTrial] = []
-        self.unfinished: set[int] = set()
-        self.best: list[FrozenTrial] = []  # the keep_best best COMPLETE trials
-        # The highest trial id read from the database: every lower one has been read (or
-        # was outside the window). Trials this process creates do not move it, since another
-        # process's trial may have a lower id yet be unread.
-        self.max_id = -1
-        self.refreshed_at = -float("inf")
-        self.distributions: dict[str, BaseDistribution] = {}
-        # The history is read on the first read that needs it (a sampler's or pruner's), not
-        # at start: asking a random trial needs only the WAITING ones.
-        self.history_loaded = False
-
-    def put(self, trial: FrozenTrial) -> None:
-        old = self.by_id.get(trial._trial_id)
-        self.by_id[trial._trial_id] = trial
-        if old is not None:
-            index = bisect.bisect_left(self.ordered, trial.number, key=_number)
-            self.ordered[index] = trial
-        elif not self.ordered or self.ordered[-1].number < trial.number:
-            self.ordered.append(trial)  # the usual case: a newer trial
-        else:
-            bisect.insort(self.ordered, trial, key=_number)
-        if trial.state.is_finished():
-            self.unfinished.discard(trial._trial_id)
-            if trial.state == TrialState.COMPLETE and trial.values:
-                self._consider_best(trial)
-        else:
-            self.unfinished.add(trial._trial_id)
-        for name, dist in trial.distributions.items():
-            self.distributions.setdefault(name, dist)
-
-    def _consider_best(self, trial: FrozenTrial) -> None:
-        if self.keep_best <= 0:
-            return
-        sign = -1.0 if self.maximize else 1.0
-        self.best = [t for t in self.best if t._trial_id != trial._trial_id]
-        bisect.insort(self.best, trial, key=lambda t: sign * t.values[0])
-        del self.best[self.keep_best:]
-
-    def trim(self) -> None:
-        """Forget finished trials older than the window that are not among the best (memory
-        stays bounded; they are still in the database)."""
-        if self.max_history is None or len(self.ordered) <= self.max_history * 5 // 4:
-            return
-        keep = {t._trial_id for t in self.best} | self.unfinished
-        window = self.ordered[-self.max_history:]
-        old = [t for t in self.ordered[:-self.max_history] if t._trial_id in keep]
-        for t in self.ordered[:-self.max_history]:
-            if t._trial_id not in keep:
-                del self.by_id[t._trial_id]
-        self.ordered = old + window
-
-    def view(self) -> list[FrozenTrial]:
-        """What the sampler sees: the window, the best older trials and unfinished ones."""
-        if self.max_history is None or len(self.ordered) <= self.max_history:
-            return list(self.ordered)
-        window = self.ordered[-self.max_history:]
-        first = window[0].number
-        keep = {t._trial_id for t in self.best} | self.unfinished
-        older = [t for t in self.ordered[:-self.max_history] if t._trial_id in keep]
-        assert all(t.number < first for t in older)
-        return older + window
 
 
 class MirrorStorage(BaseStorage, BaseHeartbeat):
@@ -164,7 +86,7 @@ class MirrorStorage(BaseStorage, BaseHeartbeat):
         self.keep_best = keep_best
         self.refresh_s = refresh_s
         self._clock = clock
-        self._studies: dict[int, _StudyMirror] = {}
+        self._studies: dict[int, StudyMirror] = {}
         self._trial_study: dict[int, int] = {}  # trial id -> study id, for the trials mirrored
         self._ids_by_name: dict[str, int] = {}
         self._directions: dict[int, list[StudyDirection]] = {}
@@ -281,7 +203,7 @@ class MirrorStorage(BaseStorage, BaseHeartbeat):
         return changed
 
     def _finish(self, trial_id: int, state: TrialState, values: Sequence[float] | None,
-                mirror: _StudyMirror | None) -> bool:
+                mirror: StudyMirror | None) -> bool:
         end = self._ends.pop(trial_id, None) or _End()
         steps = self._pending.pop(trial_id, {})
         try:
@@ -298,7 +220,7 @@ class MirrorStorage(BaseStorage, BaseHeartbeat):
 
     def set_trial_intermediate_value(self, trial_id: int, step: int,
                                      intermediate_value: float) -> None:
-        mirror, trial = self._mirrored(trial_id)
+        _, trial = self._mirrored(trial_id)
         if trial is None or trial.state != TrialState.RUNNING:
             self.backend.set_trial_intermediate_value(trial_id, step, intermediate_value)
             return
@@ -339,7 +261,7 @@ class MirrorStorage(BaseStorage, BaseHeartbeat):
     def get_trial_id_from_study_id_trial_number(self, study_id: int, trial_number: int) -> int:
         mirror = self._studies.get(study_id)
         if mirror is not None:
-            index = bisect.bisect_left(mirror.ordered, trial_number, key=_number)
+            index = bisect.bisect_left(mirror.ordered, trial_number, key=by_number)
             if index < len(mirror.ordered) and mirror.ordered[index].number == trial_number:
                 return mirror.ordered[index]._trial_id
         return self.backend.get_trial_id_from_study_id_trial_number(study_id, trial_number)
@@ -357,10 +279,10 @@ class MirrorStorage(BaseStorage, BaseHeartbeat):
         if self._clock() - mirror.refreshed_at >= self.refresh_s:
             self._refresh(study_id, mirror)
         with self._lock:
-            if states is not None and tuple(states) == (TrialState.WAITING,):
+            if isinstance(states, tuple) and states == (TrialState.WAITING,):
                 # ask() scans for WAITING trials every time: only the unfinished are candidates.
                 trials = sorted((mirror.by_id[i] for i in mirror.unfinished
-                                 if mirror.by_id[i].state == TrialState.WAITING), key=_number)
+                                 if mirror.by_id[i].state == TrialState.WAITING), key=by_number)
             else:
                 if not mirror.history_loaded:
                     self._load_history(study_id, mirror)
@@ -389,18 +311,18 @@ class MirrorStorage(BaseStorage, BaseHeartbeat):
 
     # --- the mirror ----------------------------------------------------------------------
 
-    def _mirrored(self, trial_id: int) -> tuple[_StudyMirror | None, FrozenTrial | None]:
+    def _mirrored(self, trial_id: int) -> tuple[StudyMirror | None, FrozenTrial | None]:
         study_id = self._trial_study.get(trial_id)
         mirror = self._studies.get(study_id) if study_id is not None else None
         return mirror, None if mirror is None else mirror.by_id.get(trial_id)
 
-    def _mirror(self, study_id: int) -> _StudyMirror:
+    def _mirror(self, study_id: int) -> StudyMirror:
         """The study's mirror, started on first use with its unfinished trials only."""
         mirror = self._studies.get(study_id)
         if mirror is not None:
             return mirror
         maximize = self.get_study_directions(study_id)[0] == StudyDirection.MAXIMIZE
-        mirror = _StudyMirror(maximize, self.max_history, self.keep_best)
+        mirror = StudyMirror(maximize, self.max_history, self.keep_best)
         with self.backend.engine.connect() as connection, connection.begin():
             newest = recent_trial_ids(connection, study_id, 1)
             last = newest[0] if newest else -1
@@ -412,7 +334,7 @@ class MirrorStorage(BaseStorage, BaseHeartbeat):
             self._studies[study_id] = mirror
         return mirror
 
-    def _load_history(self, study_id: int, mirror: _StudyMirror) -> None:
+    def _load_history(self, study_id: int, mirror: StudyMirror) -> None:
         """The window (all trials without a bound), the best trials older than it."""
         with self.backend.engine.connect() as connection, connection.begin():
             if self.max_history is None:
@@ -427,7 +349,7 @@ class MirrorStorage(BaseStorage, BaseHeartbeat):
             self._put_read(study_id, mirror, trials)
             mirror.history_loaded = True
 
-    def _refresh(self, study_id: int, mirror: _StudyMirror) -> None:
+    def _refresh(self, study_id: int, mirror: StudyMirror) -> None:
         """New trials (any process's) and the current state of the unfinished ones."""
         self.flush()  # else the reread of our running trials would lack their latest reports
         with self.backend.engine.connect() as connection, connection.begin():
@@ -440,7 +362,7 @@ class MirrorStorage(BaseStorage, BaseHeartbeat):
             for gone in before - set(mirror.by_id):
                 self._trial_study.pop(gone, None)
 
-    def _put_read(self, study_id: int, mirror: _StudyMirror, trials: list[FrozenTrial]) -> None:
+    def _put_read(self, study_id: int, mirror: StudyMirror, trials: list[FrozenTrial]) -> None:
         for trial in trials:
             mirror.put(trial)
             self._trial_study[trial._trial_id] = study_id

@@ -13,6 +13,12 @@
    20th and the last trial: this orchestrator against Optuna's own ``study.optimize`` on the
    same objective (10 reports), on sqlite and, with ``--postgres URL``, on PostgreSQL.
 
+4. ``cluster`` (with ``--postgres``): 8 orchestrators x 4 CPU slots (separate processes,
+   hosts and lease folders) on one PostgreSQL study of trivial trials: wall time, trials/s,
+   the server's commits and statements per trial (pg_stat_database, pg_stat_statements when
+   installed), the most connections held at once (pg_stat_activity), and the check that the
+   study has exactly n_trials trials, none RUNNING and none ``lost``.
+
 Usage: python scripts/bench_scale.py [--trials 100000] [--run 200] [--only startup,cpu,db]
        [--optuna-startup] [--postgres postgresql+psycopg://postgres@127.0.0.1:5432/test]
 Prints Markdown tables (paste them into docs/BENCHMARKS.md).
@@ -129,7 +135,7 @@ class _Marks:
             self.marks[self.done] = self.counts.snapshot()
 
     def per_trial(self) -> tuple[float, float, int, float]:
-        (s0, c0, k0, t0), (s1, c1, k1, t1) = self.marks[20], self.marks[self.n]
+        (s0, c0, _, t0), (s1, c1, k1, t1) = self.marks[20], self.marks[self.n]
         trials = self.n - 20
         return (s1 - s0) / trials, (c1 - c0) / trials, k1, (t1 - t0) / trials * 1000
 
@@ -226,7 +232,70 @@ def main() -> int:
                 stmts, commits, connects, cpu = marks.per_trial()
                 print(f"| {name} | {backend} | {stmts:.1f} | {commits:.1f} | {connects} | "
                       f"{cpu:.1f} |")
+    if "cluster" in only and args.postgres:
+        print(f"\n8 orchestrators x 4 slots, one PostgreSQL study of {args.run * 4} trials:")
+        for key, value in cluster(_fresh_pg(args.postgres), args.run * 4).items():
+            print(f"- {key}: {value}")
     return 0
+
+
+def cluster(url: str, n: int, hosts: int = 8, par: int = 4) -> dict[str, Any]:
+    import threading
+
+    import sqlalchemy
+
+    engine = sqlalchemy.create_engine(url)
+    db_name = sqlalchemy.engine.make_url(url).database
+
+    def server() -> tuple[int, int]:
+        with engine.connect() as con:
+            commits = con.execute(sqlalchemy.text(
+                "SELECT xact_commit FROM pg_stat_database WHERE datname = :d"), {"d": db_name}).scalar()
+            return int(commits or 0), 0
+
+    peak = [0]
+    stop = threading.Event()
+
+    def watch() -> None:
+        with engine.connect() as con:
+            while not stop.wait(0.2):
+                held = con.execute(sqlalchemy.text(
+                    "SELECT COUNT(*) FROM pg_stat_activity WHERE datname = :d"), {"d": db_name}).scalar()
+                peak[0] = max(peak[0], int(held or 0))
+
+    study = f"cluster-{uuid.uuid4().hex[:6]}"
+    work = Path(tempfile.mkdtemp(prefix="hpo-cluster-"))
+    commits0, _ = server()
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    start = time.perf_counter()
+    procs = [subprocess.Popen(
+        [sys.executable, "-m", "hpo_orchestrator", "run", "objective=custom",
+         f"objective.target={OBJECTIVE}", f"study.name={study}", f"study.n_trials={n}",
+         f"scheduler.parallel={par}", "scheduler.gpus=none", f"scheduler.host=node{i}",
+         f"scheduler.lease_dir={work / f'leases{i}'}", "sampler=random", "pruner=none",
+         f"storage.url={url}"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        for i in range(hosts)]
+    codes = [proc.wait() for proc in procs]
+    wall = time.perf_counter() - start
+    stop.set()
+    watcher.join()
+    commits1, _ = server()
+    with engine.connect() as con:
+        states = dict(con.execute(sqlalchemy.text(
+            "SELECT t.state, COUNT(*) FROM trials t JOIN studies s ON s.study_id = t.study_id "
+            "WHERE s.study_name = :n GROUP BY t.state"), {"n": study}).all())
+        lost = con.execute(sqlalchemy.text(
+            "SELECT COUNT(*) FROM trial_user_attributes a JOIN trials t ON t.trial_id = a.trial_id "
+            "JOIN studies s ON s.study_id = t.study_id WHERE s.study_name = :n "
+            "AND a.key = 'hpo.fail_reason' AND a.value_json = '\"lost\"'"), {"n": study}).scalar()
+    engine.dispose()
+    total = sum(states.values())
+    return {"exit codes": codes, "states": {str(k).split(".")[-1]: v for k, v in states.items()},
+            "trials": total, "lost": lost, "wall s": round(wall, 1),
+            "trials/s": round(total / wall, 1),
+            "server commits per trial (all clients)": round((commits1 - commits0) / total, 1),
+            "connections held at most": peak[0]}
 
 
 def _fresh_pg(url: str) -> str:
