@@ -232,3 +232,44 @@ def test_the_budget_count_stays_exact_across_its_checkpoint(url: str) -> None:
     study.enqueue_trial({"x": 0.25})
     with storage.engine.connect() as connection:
         assert budget.claimed() == count_claimed(connection, study._study_id) == 230
+
+
+def test_a_trial_end_is_written_whole_or_not_at_all(url: str) -> None:
+    """Everything of a trial's end is one transaction: a failure in its middle (here: the
+    orchestrator's own rows) leaves the trial RUNNING with nothing of its end written."""
+    storage = MirrorStorage(open_rdb_storage(url), refresh_s=60.0)
+    study = optuna.create_study(study_name="s", storage=storage)
+    trial = study.ask()
+    trial.suggest_float("x", 0.0, 1.0)
+    trial.report(0.5, 1)  # kept back: refresh_s has not passed
+
+    def crash(connection: Any) -> None:
+        raise RuntimeError("killed in the middle of the end")
+
+    storage.stage_end(trial._trial_id, {"hpo.exit_code": 0}, then=crash)
+    with pytest.raises(RuntimeError):
+        study.tell(trial, 0.25)
+    [stored] = optuna.load_study(study_name="s", storage=url).get_trials()
+    assert stored.state == TrialState.RUNNING and stored.values is None
+    assert stored.user_attrs == {} and stored.intermediate_values == {}
+    storage.stage_end(trial._trial_id, {"hpo.exit_code": 0})
+    trial.report(0.5, 1)  # the reports of a failed end are the caller's to repeat
+    study.tell(trial, 0.25)
+    [stored] = optuna.load_study(study_name="s", storage=url).get_trials()
+    assert (stored.state, stored.value, stored.user_attrs) == (TrialState.COMPLETE, 0.25,
+                                                               {"hpo.exit_code": 0})
+
+
+def test_reports_reach_the_database_within_refresh_s(url: str) -> None:
+    clock = _Clock()
+    storage = MirrorStorage(open_rdb_storage(url), refresh_s=1.0, clock=clock)
+    study = optuna.create_study(study_name="s", storage=storage,
+                                pruner=optuna.pruners.MedianPruner(n_startup_trials=0))
+    trial = study.ask()
+    trial.report(0.5, 1)
+    assert not trial.should_prune()  # the pruner reads the report from the mirror
+    plain = optuna.load_study(study_name="s", storage=url)
+    assert plain.get_trials()[0].intermediate_values == {}
+    clock.now += 1.0
+    trial.report(0.25, 2)
+    assert plain.get_trials()[0].intermediate_values == {1: 0.5, 2: 0.25}
