@@ -253,7 +253,6 @@ def test_a_trial_end_is_written_whole_or_not_at_all(url: str) -> None:
     assert stored.state == TrialState.RUNNING and stored.values is None
     assert stored.user_attrs == {} and stored.intermediate_values == {}
     storage.stage_end(trial._trial_id, {"hpo.exit_code": 0})
-    trial.report(0.5, 1)  # the reports of a failed end are the caller's to repeat
     study.tell(trial, 0.25)
     [stored] = optuna.load_study(study_name="s", storage=url).get_trials()
     assert (stored.state, stored.value, stored.user_attrs) == (TrialState.COMPLETE, 0.25,
