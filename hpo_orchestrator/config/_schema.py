@@ -11,6 +11,14 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeAlias
 
+from hpo_orchestrator.config._datafile import check_data_file
+from hpo_orchestrator.config._space import (
+    LIGHTGBM_SPACE,
+    TORCH_MLP_SPACE,
+    SpaceEntry,
+    as_config,
+    check_space,
+)
 from hpo_orchestrator.errors import ConfigError
 
 __all__ = [
@@ -50,7 +58,8 @@ def _positive_int(value: Any, key: str, minimum: int = 1) -> None:
 
 @dataclass
 class LightGBMObjectiveConfig:
-    """Binary classification on a generated data set (fixed seed), GBDT with pruning."""
+    """GBDT with pruning: binary classification on a generated data set (fixed seed), or the
+    user's own table (``data``, ``target_column``)."""
 
     name: str = "lightgbm"
     n_rows: int = 40_000
@@ -63,8 +72,30 @@ class LightGBMObjectiveConfig:
     gpu_platform: Any = "auto"
     max_bin: int = 63  # the value LightGBM recommends for its GPU learner
     seed: int = 0
+    # Your own data instead of the generated set: a CSV (or Parquet, with pyarrow) file with a
+    # header, and the column to predict; n_rows and n_features then do not apply.
+    data: str | None = None
+    target_column: str | None = None
+    # auto: binary, multiclass or regression from the target's values.
+    task: str = "auto"
+    valid_fraction: float = 0.2  # rows held out (seeded shuffle) for the validation metric
+    # Per parameter (config/_space.py): low/high (log, step), or choices, or a fixed value.
+    search_space: dict[str, SpaceEntry] = field(default_factory=lambda: as_config(LIGHTGBM_SPACE))
 
     def validate(self, path: str) -> None:
+        check_space(LIGHTGBM_SPACE, self.search_space, path, self.name)
+        _require(self.task in ("auto", "binary", "multiclass", "regression"), f"{path}.task",
+                 f"expected auto, binary, multiclass or regression, got {self.task!r}")
+        _require(isinstance(self.valid_fraction, (int, float)) and 0 < self.valid_fraction < 1,
+                 f"{path}.valid_fraction",
+                 f"expected a share between 0 and 1, got {self.valid_fraction!r}")
+        if self.data is not None:
+            # Made absolute here, once: the children and hpo.config then name the same file.
+            self.data = check_data_file(self.data, self.target_column, path)
+        else:
+            _require(self.target_column is None, f"{path}.target_column",
+                     "applies only with objective.data", "e.g. objective.data=train.csv "
+                     "objective.target_column=label")
         for key in ("n_rows", "n_features", "num_boost_round", "report_every", "max_bin"):
             _positive_int(getattr(self, key), f"{path}.{key}")
         _require(self.n_rows >= 100, f"{path}.n_rows", f"expected at least 100 rows, got {self.n_rows}")
@@ -92,8 +123,10 @@ class TorchMLPObjectiveConfig:
     prefetch_factor: int | None = None
     bf16: bool = True
     seed: int = 0
+    search_space: dict[str, SpaceEntry] = field(default_factory=lambda: as_config(TORCH_MLP_SPACE))
 
     def validate(self, path: str) -> None:
+        check_space(TORCH_MLP_SPACE, self.search_space, path, self.name)
         for key in ("n_samples", "n_features", "epochs"):
             _positive_int(getattr(self, key), f"{path}.{key}")
         sizes = self.batch_size if isinstance(self.batch_size, list) else [self.batch_size]
