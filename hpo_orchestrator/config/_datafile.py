@@ -31,9 +31,14 @@ def columns_of(path: Path) -> list[str]:
     return list(pq.read_schema(path).names)
 
 
-def check_data_file(data: str, target_column: str | None, path: str) -> str:
+def check_data_file(data: str | None, target_column: str | None, path: str) -> str | None:
     """The absolute path of ``data`` (children and hpo.config then name the same file);
     ConfigError when it cannot be used."""
+    if data is None:
+        if target_column is not None:
+            raise ConfigError(f"{path}.target_column: applies only with {path}.data",
+                              f"e.g. {path}.data=train.csv {path}.target_column=label")
+        return None
     file = Path(data).expanduser()
     if not file.is_file():
         raise ConfigError(f"{path}.data: no file {data!r}",

@@ -17,6 +17,7 @@ from hpo_orchestrator.config._space import (
     TORCH_MLP_SPACE,
     SpaceEntry,
     as_config,
+    check_params,
     check_space,
 )
 from hpo_orchestrator.errors import ConfigError
@@ -89,13 +90,8 @@ class LightGBMObjectiveConfig:
         _require(isinstance(self.valid_fraction, (int, float)) and 0 < self.valid_fraction < 1,
                  f"{path}.valid_fraction",
                  f"expected a share between 0 and 1, got {self.valid_fraction!r}")
-        if self.data is not None:
-            # Made absolute here, once: the children and hpo.config then name the same file.
-            self.data = check_data_file(self.data, self.target_column, path)
-        else:
-            _require(self.target_column is None, f"{path}.target_column",
-                     "applies only with objective.data", "e.g. objective.data=train.csv "
-                     "objective.target_column=label")
+        # Made absolute here, once: the children and hpo.config then name the same file.
+        self.data = check_data_file(self.data, self.target_column, path)
         for key in ("n_rows", "n_features", "num_boost_round", "report_every", "max_bin"):
             _positive_int(getattr(self, key), f"{path}.{key}")
         _require(self.n_rows >= 100, f"{path}.n_rows", f"expected at least 100 rows, got {self.n_rows}")
@@ -359,12 +355,26 @@ class StudyConfig:
     direction: str = "minimize"
     # Trials that must end (COMPLETE, PRUNED or FAIL) in the study as a whole; a restart resumes.
     n_trials: int = 40
+    # A limit on this run's wall time: no trial starts after it; running ones finish, or are
+    # stopped timeout_grace_s later (null: they finish however long they take).
+    timeout_s: float | None = None
+    timeout_grace_s: float | None = None
+    # Param sets the study tries first (Optuna's enqueue_trial), each once per study.
+    enqueue: list[dict[str, Any]] = field(default_factory=list)
 
     def validate(self, path: str) -> None:
         _require(bool(self.name.strip()), f"{path}.name", "must not be empty")
         _require(self.direction in ("minimize", "maximize"), f"{path}.direction",
                  f"expected minimize or maximize, got {self.direction!r}")
         _positive_int(self.n_trials, f"{path}.n_trials")
+        for key in ("timeout_s", "timeout_grace_s"):
+            value = getattr(self, key)
+            _require(value is None or (isinstance(value, (int, float)) and math.isfinite(value)
+                                       and value > 0), f"{path}.{key}",
+                     f"expected seconds > 0 or null, got {value!r}")
+        _require(self.timeout_grace_s is None or self.timeout_s is not None,
+                 f"{path}.timeout_grace_s", "applies only with study.timeout_s",
+                 "e.g. study.timeout_s=3600 study.timeout_grace_s=60")
 
 
 @dataclass
@@ -422,4 +432,6 @@ class Config:
     def validate(self) -> Config:
         for key in ("objective", "pruner", "sampler", "scheduler", "storage", "study", "telemetry"):
             getattr(self, key).validate(key)
+        check_params(self.study.enqueue, self.objective.name,
+                     getattr(self.objective, "search_space", None), "study.enqueue")
         return self

@@ -23,8 +23,8 @@ from typing import Any
 
 from hpo_orchestrator.errors import ConfigError
 
-__all__ = ["LIGHTGBM_SPACE", "TORCH_MLP_SPACE", "ParamSpec", "SpaceEntry", "as_config",
-           "check_space", "fixed_overrides", "resolve_space"]
+__all__ = ["LIGHTGBM_SPACE", "SPACES", "TORCH_MLP_SPACE", "ParamSpec", "SpaceEntry", "as_config",
+           "check_entries", "check_params", "check_space", "resolve_space"]
 
 
 @dataclass
@@ -79,6 +79,8 @@ TORCH_MLP_SPACE: dict[str, ParamSpec] = {s.name: s for s in (
     _range("lr", "float", 1e-4, 3e-2, log=True),
     _range("weight_decay", "float", 1e-6, 1e-2, log=True),
 )}
+
+SPACES = {"lightgbm": LIGHTGBM_SPACE, "torch_mlp": TORCH_MLP_SPACE}
 
 _EXAMPLE = ("e.g. objective.search_space.learning_rate.low=0.02, "
             "objective.search_space.max_depth.choices=[4,6,8] or "
@@ -168,6 +170,57 @@ def check_space(defaults: dict[str, ParamSpec], overrides: Any, path: str, objec
     resolve_space(defaults, overrides, path, objective)
 
 
-def fixed_overrides(params: dict[str, Any]) -> list[str]:
-    """``objective.search_space.NAME=VALUE`` for each param: the run that fixes them all."""
-    return [f"objective.search_space.{name}.value={value!r}" for name, value in params.items()]
+def check_entries(entries: Any, where: str) -> None:
+    """Each entry a non-empty mapping of param names to numbers, strings or booleans."""
+    if not isinstance(entries, list) or not entries:
+        raise ConfigError(f"{where}: expected a mapping of params or a list of them, got {entries!r}",
+                          "e.g. {\"x\": 1.5, \"n\": 3}")
+    for i, entry in enumerate(entries):
+        label = f"{where}[{i}]" if len(entries) > 1 else where
+        if not isinstance(entry, dict) or not entry:
+            raise ConfigError(f"{label}: expected a mapping of param names to values, got {entry!r}",
+                              "e.g. {\"x\": 1.5, \"n\": 3}")
+        for name, value in entry.items():
+            ok = isinstance(value, (str, bool, int)) or (isinstance(value, float) and math.isfinite(value))
+            if not isinstance(name, str) or not ok:
+                raise ConfigError(f"{label}: {name!r}: expected a number, string or boolean, "
+                                  f"got {value!r}", "params are the values a trial suggests")
+
+
+def check_params(entries: Any, objective: str | None, search_space: Any, where: str) -> None:
+    """Enqueued params (``study.enqueue``, ``hpo-orchestrator enqueue``): mappings of names to
+    scalars; for a built-in objective, every name a parameter of its space, of the right kind,
+    within the range (a custom objective's space is in its code: not checked)."""
+    if where == "study.enqueue" and entries == []:
+        return
+    check_entries(entries, where)
+    defaults = SPACES.get(objective or "")
+    if defaults is None:
+        return
+    space = resolve_space(defaults, search_space, "objective", objective or "")
+    extra = {"batch_size"} if objective == "torch_mlp" else set()
+    for i, entry in enumerate(entries):
+        label = f"{where}[{i}]" if len(entries) > 1 else where
+        for name, value in entry.items():
+            if name in extra:
+                continue
+            if name not in space:
+                raise ConfigError(f"{label}: {name!r} is not a parameter of the {objective} objective",
+                                  f"its parameters: {', '.join(space)}")
+            problem = _outside(space[name], value)
+            if problem:
+                raise ConfigError(f"{label}: {name}={value!r} {problem}",
+                                  "enqueue values the study's search space allows "
+                                  "(objective.search_space in its config)")
+
+
+def _outside(spec: ParamSpec, value: Any) -> str | None:
+    if spec.kind == "categorical":
+        return None if value in spec.choices else f"is not one of {list(spec.choices)}"
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return f"is not a number ({spec.kind} parameter)"
+    if spec.kind == "int" and float(value) != int(value):
+        return "is not an integer"
+    low, high = spec.low, spec.high
+    assert low is not None and high is not None
+    return None if low <= value <= high else f"is outside the range [{low}, {high}]"

@@ -66,7 +66,9 @@ def load_table(path: str, target_column: str) -> Table:
     columns = _read_columns(Path(path))
     y, target_labels = _column(columns.pop(target_column))
     keep = ~np.isnan(y)  # a row without a target teaches nothing
-    features, arrays, categorical = [], [], []
+    features: list[str] = []
+    arrays: list[np.ndarray] = []
+    categorical: list[int] = []
     for name, cells in columns.items():
         array, labels = _column(cells)
         if labels is not None:

@@ -8,7 +8,7 @@ the pinned child; the effective parameters LightGBM really used are logged from 
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import optuna
@@ -91,7 +91,8 @@ class LightGBMObjective:
                 cfg.n_rows, cfg.n_features, cfg.seed)
         else:
             x_train, y_train, x_valid, y_valid = self.arrays
-        categorical = self.categorical or "auto"
+        # Text columns of the user's table, coded; LightGBM splits them as categories.
+        categorical: list[int] | Literal["auto"] = self.categorical or "auto"
         train = lgb.Dataset(x_train, y_train, params={"max_bin": cfg.max_bin},
                             categorical_feature=categorical)
         return train, lgb.Dataset(x_valid, y_valid, reference=train, categorical_feature=categorical)
