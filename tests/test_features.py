@@ -174,10 +174,11 @@ def test_lightgbm_trains_on_the_users_table(tmp_path: Path, monkeypatch: pytest.
     _write_csv(tmp_path / "d.csv", regression=regression)
     config = load_config(["objective.data=d.csv", "objective.target_column=label",
                           "objective.num_boost_round=20", f"{SPACE}.max_depth.value=4",
-                          f"{SPACE}.learning_rate.value=0.2"])
+                          f"{SPACE}.learning_rate.value=0.2", f"{SPACE}.min_child_samples.value=5",
+                          f"{SPACE}.lambda_l1.high=0.01", f"{SPACE}.lambda_l2.high=0.01"])
     objective = LightGBMObjective(config.objective)
     assert objective.task == task and objective.categorical == [2]
-    study = optuna.create_study()
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
     trial = study.ask()
     value = objective(trial)
     assert trial.params["max_depth"] == 4
