@@ -36,6 +36,7 @@ from hpo_orchestrator.scheduler import (
 )
 from hpo_orchestrator.study import create_or_load_study
 from hpo_orchestrator.study_storage import MirrorStorage
+from hpo_orchestrator.study_tools import enqueue_configured
 from hpo_orchestrator.telemetry import TelemetrySampler
 
 __all__ = ["PreparedRun", "RunResult", "run_study"]
@@ -61,6 +62,8 @@ class PreparedRun:
 class RunResult:
     exit_code: int  # 0 done, 130 stopped by SIGINT/SIGTERM
     study_name: str
+    timed_out: bool = False  # study.timeout_s ended the run (exit code 0)
+    enqueued: int = 0  # study.enqueue entries added to the study by this run
 
     @property
     def interrupted(self) -> bool:
@@ -142,6 +145,7 @@ def _run(config: Config, backend: GpuBackend,
                                    refresh_s=config.storage.refresh_s)
             study = create_or_load_study(config, mirror)
             ensure_tables(storage.engine)
+            enqueued = enqueue_configured(study, config.study.enqueue)
         budget = Budget(storage.engine, study._study_id, config.study.n_trials,
                         sqlite_path(config.storage.url))
         prepared = PreparedRun(
@@ -154,6 +158,8 @@ def _run(config: Config, backend: GpuBackend,
         with live as reporter:
             sampler = TelemetrySampler(backend, config.telemetry.interval_s) \
                 if config.telemetry.enabled else None
-            code = Orchestrator(config, study, storage, budget, slots, threads, reporter, sampler,
-                                backend).run()
-    return RunResult(exit_code=code, study_name=study.study_name)
+            orchestrator = Orchestrator(config, study, storage, budget, slots, threads, reporter,
+                                        sampler, backend)
+            code = orchestrator.run()
+    return RunResult(exit_code=code, study_name=study.study_name,
+                     timed_out=orchestrator.timed_out and code == 0, enqueued=enqueued)

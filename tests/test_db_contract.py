@@ -328,6 +328,19 @@ def _(built: Built, connection: Connection) -> None:
     assert best is not None and best["number"] == 0 and isinstance(best["params"]["n"], int)
 
 
+@case("best.DIRECTIONS")
+@case("best.COMPLETE_VALUES")
+@case("best.PARAMS")
+def _(built: Built, connection: Connection) -> None:
+    assert db.study_directions(connection, built.study_id) == ["minimize"]
+    directions, front = db.best_trials(connection, built.study_id)
+    assert (directions, [(t.number, t.values) for t in front]) == (["minimize"], [(1, (0.25,))])
+    assert front[0].trial_id == built.trial_ids[1]
+    params = db.trial_params(connection, built.trial_ids[1])
+    assert params == {"x": 0.5, "c": "b", "n": 3} and list(params) == ["x", "c", "n"]
+    assert isinstance(params["n"], int)
+
+
 @case("trials.VALUES")
 def _(built: Built, connection: Connection) -> None:
     assert db.trial_values(connection, built.study_id) == {0: 1.0, 1: 0.25}

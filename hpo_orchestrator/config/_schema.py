@@ -11,7 +11,13 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeAlias
 
-from hpo_orchestrator.errors import ConfigError
+from hpo_orchestrator.config._checks import _positive_int, _require
+from hpo_orchestrator.config._objectives import (
+    CustomObjectiveConfig,
+    LightGBMObjectiveConfig,
+    TorchMLPObjectiveConfig,
+)
+from hpo_orchestrator.config._space import check_params
 
 __all__ = [
     "Config",
@@ -31,99 +37,6 @@ __all__ = [
     "TelemetryConfig",
     "TorchMLPObjectiveConfig",
 ]
-
-
-def _require(ok: bool, key: str, message: str, hint: str | None = None) -> None:
-    if not ok:
-        raise ConfigError(f"{key}: {message}", hint or
-                          f"set {key}=... on the command line; 'hpo-orchestrator run "
-                          f"--show-config' prints the resolved configuration")
-
-
-def _positive_int(value: Any, key: str, minimum: int = 1) -> None:
-    _require(isinstance(value, int) and not isinstance(value, bool) and value >= minimum,
-             key, f"expected an integer >= {minimum}, got {value!r}")
-
-
-# --- objectives ---------------------------------------------------------------------------
-
-
-@dataclass
-class LightGBMObjectiveConfig:
-    """Binary classification on a generated data set (fixed seed), GBDT with pruning."""
-
-    name: str = "lightgbm"
-    n_rows: int = 40_000
-    n_features: int = 40
-    num_boost_round: int = 200
-    report_every: int = 10  # boosting rounds between two pruning checks (one "step")
-    # auto: GPU (OpenCL, NVIDIA platform) on a GPU slot, CPU otherwise; cpu / gpu force it.
-    device: str = "auto"
-    # auto: find the NVIDIA OpenCL platform by name; an integer forces a platform id.
-    gpu_platform: Any = "auto"
-    max_bin: int = 63  # the value LightGBM recommends for its GPU learner
-    seed: int = 0
-
-    def validate(self, path: str) -> None:
-        for key in ("n_rows", "n_features", "num_boost_round", "report_every", "max_bin"):
-            _positive_int(getattr(self, key), f"{path}.{key}")
-        _require(self.n_rows >= 100, f"{path}.n_rows", f"expected at least 100 rows, got {self.n_rows}")
-        _require(self.device in ("auto", "cpu", "gpu"), f"{path}.device",
-                 f"expected auto, cpu or gpu, got {self.device!r}")
-        _require(self.gpu_platform == "auto" or (isinstance(self.gpu_platform, int)
-                                                 and self.gpu_platform >= 0),
-                 f"{path}.gpu_platform",
-                 f"expected auto or a platform id >= 0, got {self.gpu_platform!r}")
-
-
-@dataclass
-class TorchMLPObjectiveConfig:
-    """An MLP trained on generated data with a real DataLoader loop; bf16 autocast on GPU."""
-
-    name: str = "torch_mlp"
-    n_samples: int = 20_000
-    n_features: int = 64
-    epochs: int = 12
-    # A list is searched (categorical); a single value is fixed.
-    batch_size: Any = field(default_factory=lambda: [64, 128, 256, 512])
-    num_workers: int = 0
-    pin_memory: bool = True
-    persistent_workers: bool = False
-    prefetch_factor: int | None = None
-    bf16: bool = True
-    seed: int = 0
-
-    def validate(self, path: str) -> None:
-        for key in ("n_samples", "n_features", "epochs"):
-            _positive_int(getattr(self, key), f"{path}.{key}")
-        sizes = self.batch_size if isinstance(self.batch_size, list) else [self.batch_size]
-        _require(bool(sizes) and all(isinstance(b, int) and b >= 1 for b in sizes),
-                 f"{path}.batch_size",
-                 f"expected a positive integer or a list of them, got {self.batch_size!r}")
-        _positive_int(self.num_workers, f"{path}.num_workers", minimum=0)
-        if self.prefetch_factor is not None:
-            _positive_int(self.prefetch_factor, f"{path}.prefetch_factor")
-            _require(self.num_workers > 0, f"{path}.prefetch_factor",
-                     "only applies with num_workers > 0",
-                     "set objective.num_workers=2 (or more), or drop prefetch_factor")
-        _require(not self.persistent_workers or self.num_workers > 0,
-                 f"{path}.persistent_workers", "only applies with num_workers > 0")
-
-
-@dataclass
-class CustomObjectiveConfig:
-    """A plain Optuna ``def objective(trial)`` given as ``package.module:function``."""
-
-    name: str = "custom"
-    target: str = ""
-    # Optional per-worker set-up, ``package.module:function``, called once before the trial.
-    setup: str | None = None
-
-    def validate(self, path: str) -> None:
-        _require(bool(self.target), f"{path}.target", "is required for objective=custom",
-                 "pass objective.target=package.module:function")
-        _require(self.target.count(":") == 1, f"{path}.target",
-                 f"expected package.module:function, got {self.target!r}")
 
 
 # --- pruners ------------------------------------------------------------------------------
@@ -345,12 +258,26 @@ class StudyConfig:
     direction: str = "minimize"
     # Trials that must end (COMPLETE, PRUNED or FAIL) in the study as a whole; a restart resumes.
     n_trials: int = 40
+    # A limit on this run's wall time: no trial starts after it; running ones finish, or are
+    # stopped timeout_grace_s later (null: they finish however long they take).
+    timeout_s: float | None = None
+    timeout_grace_s: float | None = None
+    # Param sets the study tries first (Optuna's enqueue_trial), each once per study.
+    enqueue: list[dict[str, Any]] = field(default_factory=list)
 
     def validate(self, path: str) -> None:
         _require(bool(self.name.strip()), f"{path}.name", "must not be empty")
         _require(self.direction in ("minimize", "maximize"), f"{path}.direction",
                  f"expected minimize or maximize, got {self.direction!r}")
         _positive_int(self.n_trials, f"{path}.n_trials")
+        for key in ("timeout_s", "timeout_grace_s"):
+            value = getattr(self, key)
+            _require(value is None or (isinstance(value, (int, float)) and math.isfinite(value)
+                                       and value > 0), f"{path}.{key}",
+                     f"expected seconds > 0 or null, got {value!r}")
+        _require(self.timeout_grace_s is None or self.timeout_s is not None,
+                 f"{path}.timeout_grace_s", "applies only with study.timeout_s",
+                 "e.g. study.timeout_s=3600 study.timeout_grace_s=60")
 
 
 @dataclass
@@ -408,4 +335,6 @@ class Config:
     def validate(self) -> Config:
         for key in ("objective", "pruner", "sampler", "scheduler", "storage", "study", "telemetry"):
             getattr(self, key).validate(key)
+        check_params(self.study.enqueue, self.objective.name,
+                     getattr(self.objective, "search_space", None), "study.enqueue")
         return self

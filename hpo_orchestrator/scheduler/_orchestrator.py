@@ -97,6 +97,8 @@ class Orchestrator:
         self._stopping = False  # shutting down: nothing new is started
         self._signals = 0
         self._exhausted_at: float | None = None  # when a claim last found the budget spent
+        self.timed_out = False  # study.timeout_s passed: nothing new starts
+        self._deadline: float | None = None
         self._icd_env = nvidia_icd_env()
         self.records = RunRecords(storage, study, self.host, sampler,
                                   config.telemetry.compute_phases)
@@ -128,10 +130,13 @@ class Orchestrator:
                 self.auto.seed(self.storage.engine)
             if self.sampler is not None:
                 self.sampler.start()
+            if self.config.study.timeout_s is not None:
+                self._deadline = time.monotonic() + self.config.study.timeout_s
             while True:
+                self._check_study_deadline()
                 if not self._signals:
                     self._launch_ready()
-                if not self.running and (self._signals or self._study_done()):
+                if not self.running and (self._signals or self.timed_out or self._study_done()):
                     break
                 _channel.serve(list(self.running.values()), _POLL_S, self.sampler)
                 for rt in self._ended():
@@ -225,7 +230,12 @@ class Orchestrator:
         """Ask ahead (scheduler.prefetch trials) while every slot is busy, so that a slot that
         frees up gets its next trial at once instead of after Optuna's ask (10-30 ms of ORM
         work on the one loop that serves every slot). The sampler then decides a trial before
-        the latest results are told, as with one more parallel trial."""
+        the latest results are told, as with one more parallel trial.
+
+        Not under study.timeout_s: a trial asked ahead when the limit passes would have to be
+        failed unstarted (as on Ctrl-C); asked on demand, the limit leaves none behind."""
+        if self._deadline is not None:
+            return
         now = time.monotonic()
         while len(self.ready) < self.config.scheduler.prefetch and not self._stopping \
                 and (self._exhausted_at is None or now - self._exhausted_at >= _RECHECK_BUDGET_S):
@@ -393,6 +403,24 @@ class Orchestrator:
                 rt.kill_at = now + self.config.scheduler.kill_grace_s
             if rt.kill_at is not None and now >= rt.kill_at:
                 signal_tree(rt.process.pid, signal.SIGKILL)
+
+    def _check_study_deadline(self) -> None:
+        """study.timeout_s: past it nothing new starts (the loop ends once the running trials
+        end); past study.timeout_grace_s more, those still running are stopped."""
+        if self._deadline is None:
+            return
+        now = time.monotonic()
+        if now >= self._deadline and not self.timed_out:
+            self.timed_out = True
+            self._stopping = True
+        grace = self.config.study.timeout_grace_s
+        if not self.timed_out or grace is None or now < self._deadline + grace:
+            return
+        for rt in self.running.values():
+            if rt.stop_reason is None:
+                rt.stop_reason = "study_timeout"
+                signal_tree(rt.process.pid, signal.SIGTERM)
+                rt.kill_at = now + self.config.scheduler.kill_grace_s
 
     def _own_trial_ids(self) -> set[int]:
         """Trials this orchestrator holds RUNNING: on a slot, or asked ahead of one."""
