@@ -211,17 +211,22 @@ def test_auto_adds_trials_only_where_the_gpu_has_room(cli) -> None:  # type: ign
 
 @pytest.mark.slow
 def test_an_oom_makes_auto_back_off(cli) -> None:  # type: ignore[no-untyped-def]
-    """A GPU with room for one trial: auto tries a second (utilization is low), the trial
-    runs out of memory, the level goes back to one for good; its retry succeeds."""
+    """A GPU with room for one trial: auto tries a second (utilization is low), a trial runs
+    out of memory, the level goes back down and never above that again; retries finish the
+    study."""
     result = cli("run", *AUTO, TARGET + "oom_when_shared", "study.n_trials=10",
                  env={"HPO_ORCHESTRATOR_FAKE_GPUS": '{"gpus": [{"busy_util": 20}]}',
                       "HPO_TEST_STEP_S": "0.3"})
     assert result.code == 0, result.stderr
     packing = _packing(result.db)
-    changes = [(c["from"], c["to"]) for c in packing["changes"]]
-    assert changes == [(1, 2), (2, 1)]
-    assert "out of GPU memory" in packing["changes"][1]["reason"]
-    assert packing["levels"][0]["limit"] == 1
+    changes = [(c["from"], c["to"], c["reason"]) for c in packing["changes"]]
+    assert changes[0][:2] == (1, 2)
+    first_oom = next(i for i, c in enumerate(changes) if "out of GPU memory" in c[2])
+    old, new, _ = changes[first_oom]
+    assert new == old - 1
+    assert all(to <= new for _, to, _ in changes[first_oom:])  # capped from then on
+    assert packing["levels"][0]["limit"] <= new
     rows = trial_rows(result.db)
     assert any(r["attrs"].get("hpo.fail_reason") == "oom" for r in rows)
-    assert sum(r["state"] == "COMPLETE" for r in rows) == 10  # retries don't count against n_trials
+    counted = [r for r in rows if not r["attrs"].get("hpo.retried")]
+    assert len(counted) == 10  # failed attempts that were retried don't count against n_trials
