@@ -20,18 +20,18 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from multiprocessing.connection import Connection
 
 from hpo_orchestrator.worker._env import ChildEnv
+from hpo_orchestrator.worker._link import Link
 
 __all__ = ["SlotInfo", "phase", "slot_info"]
 
 # Set by the worker bootstrap; None outside an orchestrated child.
-_connection: Connection | None = None
+_connection: Link | None = None
 _phase_stack: list[str] = []
 
 
-def _attach(connection: Connection) -> None:
+def _attach(connection: Link) -> None:
     global _connection
     _connection = connection
 

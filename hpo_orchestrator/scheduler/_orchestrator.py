@@ -60,6 +60,7 @@ _POLL_S = 0.1
 # SQLAlchemy's errors (which Optuna lets through elsewhere) and the sqlite driver's own.
 _STORAGE_ERRORS = (optuna.exceptions.StorageInternalError, SQLAlchemyError, sqlite3.Error)
 _RECHECK_BUDGET_S = 1.0  # once spent, how often to look again (retries may be enqueued)
+_STALL_S = 2.0  # a loop iteration this much longer than a poll: we were stopped (SIGSTOP)
 
 
 def _first_line(exc: BaseException) -> str:
@@ -99,6 +100,7 @@ class Orchestrator:
         self._exhausted_at: float | None = None  # when a claim last found the budget spent
         self.timed_out = False  # study.timeout_s passed: nothing new starts
         self._deadline: float | None = None
+        self._last_tick = time.monotonic()  # the loop's last deadline check
         self._icd_env = nvidia_icd_env()
         self.records = RunRecords(storage, study, self.host, sampler,
                                   config.telemetry.compute_phases)
@@ -139,10 +141,12 @@ class Orchestrator:
                 if not self.running and (self._signals or self.timed_out or self._study_done()):
                     break
                 _channel.serve(list(self.running.values()), _POLL_S, self.sampler)
+                self._stop_faulty()
                 for rt in self._ended():
                     self._finish(rt)
                 self.reporter.tick(list(self.running.values()))
                 self._pack()
+                self._discount_stall()
                 self._enforce_deadlines()
                 self.recovery.beat()
                 self.records.flush_telemetry()
@@ -270,8 +274,11 @@ class Orchestrator:
     def _spawn(self, asked: Asked, slot: Slot) -> None:
         trial = asked.trial
         worker = self.idle.pop(slot.id, None)
-        if worker is not None and worker.process.poll() is not None:
-            self._retire(worker, slot.id, keep_lease=True)  # died while idle (killed from outside)
+        if worker is not None and (worker.process.poll() is not None
+                                   or worker.connection.pending()):
+            # Died while idle (killed from outside), or wrote after its trial ended (a thread
+            # of the objective that lived on): the next trial gets a fresh process.
+            self._retire(worker, slot.id, keep_lease=True)
             worker = None
         try:
             if worker is None:
@@ -294,12 +301,14 @@ class Orchestrator:
         if self.sampler is not None:
             self.sampler.watch(slot.id, trial._trial_id, worker.process.pid,
                                slot.gpu.index if slot.gpu else None, fresh=worker.trials == 1)
-        try:  # the job first, the records after: the worker starts while we write
-            rt.connection.send(Job(trial_number=trial.number, objective=self.config.objective,
-                                   attempt=asked.attempt, reuse=self.reuse))
-        except OSError:  # it died at birth (killed from outside): classified once it is reaped
-            rt.connection_open = False
-        self.records.trial_started(rt, self.threads, self.config.scheduler.worker_mode)
+        # The job first, the records after: the worker starts while we write. A child that
+        # died at birth (killed from outside) is classified once it is reaped.
+        rt.connection.send(Job(trial_number=trial.number, objective=self.config.objective,
+                               attempt=asked.attempt, reuse=self.reuse))
+        try:
+            self.records.trial_started(rt, self.threads, self.config.scheduler.worker_mode)
+        except optuna.exceptions.UpdateFinishedTrialError:
+            rt.reaped = True  # asked ahead, then reaped while we were stopped: _stop_faulty
         self.reporter.started(rt)
 
     def _pack(self) -> None:
@@ -360,7 +369,7 @@ class Orchestrator:
             stop_reason=rt.stop_reason, outcome=rt.outcome, returncode=rt.process.returncode,
             timeout_s=self.config.scheduler.trial_timeout_s,
             oom_killed=lambda: _oom_killed_since(rt.oom_kills_at_spawn),
-            log_tail=lambda: log_tail(rt.log))
+            log_tail=lambda: log_tail(rt.log), protocol_error=rt.protocol_error)
         ended_at = time.time()
         if rt.process.poll() is not None:
             signal_tree(rt.process.pid, signal.SIGKILL)  # leftovers in its group, if any
@@ -368,7 +377,8 @@ class Orchestrator:
         del self.running[rt.slot.id]
         if self.packer is not None:  # before the slot is handed on: an OOM lowers its GPU's level
             self.packer.trial_ended(rt, verdict.fail_reason, measured)
-        if _outcome.keep_worker(reuse=self.reuse, alive=rt.process.poll() is None,
+        alive = rt.process.poll() is None and rt.stop_reason is None  # not one we signalled
+        if _outcome.keep_worker(reuse=self.reuse, alive=alive,
                                 connection_open=rt.connection_open, stopping=bool(self._signals),
                                 state=verdict.state, trials_run=rt.worker.trials,
                                 max_trials=self.config.scheduler.max_trials_per_worker):
@@ -382,8 +392,18 @@ class Orchestrator:
                 ended_at: float) -> None:
         retry = _outcome.retry_allowed(verdict.fail_reason, rt.attempt,
                                        self.config.scheduler.max_retries)
-        self.records.trial_ended(rt, verdict, measured, ended_at, retry)
-        if self.auto is not None:
+        if not rt.reaped:
+            try:
+                self.records.trial_ended(rt, verdict, measured, ended_at, retry)
+            except optuna.exceptions.UpdateFinishedTrialError:
+                rt.reaped = True
+        if rt.reaped:
+            # Another orchestrator reaped it while we were stopped ('lost', retried by it):
+            # its record is that one; ours is dropped, never told a second time.
+            verdict = _outcome.Verdict(TrialState.FAIL, None, "lost",
+                                       "finished by another orchestrator while this one was "
+                                       "stopped; its result was dropped")
+        elif self.auto is not None:
             self.auto.observe(rt.number, measured,
                               rt.last_step if verdict.state == TrialState.COMPLETE else None)
         self.reporter.finished(FinishedTrial(
@@ -393,11 +413,41 @@ class Orchestrator:
 
     # --- deadlines, heartbeats, stopping ---------------------------------------------------
 
+    def _stop_faulty(self) -> None:
+        """Stop the children whose bytes broke the protocol (at once: their process state is
+        unknown) and those whose trial another orchestrator has finished."""
+        now = time.monotonic()
+        for rt in self.running.values():
+            if rt.stop_reason is not None:
+                continue
+            if rt.protocol_error is not None:
+                rt.stop_reason = "protocol"
+                signal_tree(rt.process.pid, signal.SIGKILL)
+            elif rt.reaped:
+                rt.stop_reason = "reaped"
+                signal_tree(rt.process.pid, signal.SIGTERM)
+                rt.kill_at = now + self.config.scheduler.kill_grace_s
+
+    def _discount_stall(self) -> None:
+        """A loop that stood still (the orchestrator was stopped: SIGSTOP, a suspended job)
+        froze its trials too (they wait for its answers): the time does not count against
+        their timeout or their kill grace. The trial is timed by its child, not our clock."""
+        now = time.monotonic()
+        stalled = now - self._last_tick - _POLL_S
+        self._last_tick = now
+        if stalled < _STALL_S:
+            return
+        for rt in self.running.values():
+            rt.paused_s += stalled
+            if rt.kill_at is not None:
+                rt.kill_at += stalled
+
     def _enforce_deadlines(self) -> None:
         now = time.monotonic()
         timeout = self.config.scheduler.trial_timeout_s
         for rt in self.running.values():
-            if rt.stop_reason is None and timeout is not None and now - rt.spawned_at > timeout:
+            running_s = now - rt.spawned_at - rt.paused_s
+            if rt.stop_reason is None and timeout is not None and running_s > timeout:
                 rt.stop_reason = "timeout"
                 signal_tree(rt.process.pid, signal.SIGTERM)
                 rt.kill_at = now + self.config.scheduler.kill_grace_s
