@@ -8,6 +8,7 @@ with the misbehaving objectives of hpo_orchestrator.testing.objectives (``misbeh
 
 from __future__ import annotations
 
+import contextlib
 import pickle
 import signal
 import socket
@@ -64,7 +65,7 @@ def test_a_partial_frame_never_blocks_and_stalls_into_a_protocol_error(
     channel.check_stall()  # not stalled yet
     monkeypatch.setattr(_channel, "STALL_S", 0.0)
     time.sleep(0.01)
-    with pytest.raises(ProtocolError, match="^protocol: .*middle of a message"):
+    with pytest.raises(ProtocolError, match=r"^protocol: .*middle of a message"):
         channel.check_stall()
 
 
@@ -108,7 +109,7 @@ def test_whole_messages_arrive_in_order_however_they_are_split(pipe: Any) -> Non
 
 def test_replies_a_child_never_reads_are_a_protocol_error(pipe: Any) -> None:
     channel, _child = pipe
-    with pytest.raises(ProtocolError, match="^protocol: .*unread"):
+    with pytest.raises(ProtocolError, match=r"^protocol: .*unread"):
         for _ in range(1000):
             channel.send(("ok", "z" * 100_000))  # never blocks, however full the socket
 
@@ -183,7 +184,7 @@ def test_the_proxy_refuses_hpo_attrs_except_the_objective_ones(pipe: Any) -> Non
     link = Link(child)
     link.open_trial(0)
     proxy = TrialProxy(link, 0)
-    with pytest.raises(ValueError, match="'hpo.retried'.*orchestrator's"):
+    with pytest.raises(ValueError, match=r"'hpo\.retried'.*orchestrator's"):
         proxy.set_user_attr("hpo.retried", True)
     assert channel.receive() == []  # nothing was sent
     stop, seen = threading.Event(), []  # type: ignore[var-annotated]
@@ -384,8 +385,8 @@ def test_a_paused_orchestrator_survives_its_partner_reaping_its_trial(tmp_path: 
             finally:
                 paused.send_signal(signal.SIGCONT)
             time.sleep(0.5)
-        out_a, err_a = paused.communicate(timeout=180)
-        out_b, err_b = partner.communicate(timeout=180)
+        _out_a, err_a = paused.communicate(timeout=180)
+        _out_b, err_b = partner.communicate(timeout=180)
     finally:
         for proc in (paused, partner):
             if proc is not None and proc.poll() is None:
@@ -422,3 +423,59 @@ def test_grandchildren_do_not_outlive_the_run(tmp_path: Path, mode: str) -> None
     pids = _by_number(result.db)[0]["attrs"]["test.grandchildren"]
     assert len(pids) == 3
     _wait_for(lambda: not any(_alive(p) for p in pids), timeout=30)
+
+
+@pytest.mark.slow
+def test_workers_die_with_a_killed_orchestrator_even_ignoring_sigterm(tmp_path: Path) -> None:
+    proc = start_cli(tmp_path, "run", "objective=custom", TARGET + "misbehave", "pruner=none",
+                     "study.n_trials=1", env={"HPO_TEST_MISBEHAVE": "ignore_term"})
+    grandchildren: list[int] = []
+    try:
+        _wait_for(lambda: any("test.grandchildren" in r["attrs"] for r in _rows(tmp_path)))
+        (row,) = _rows(tmp_path)
+        grandchildren = row["attrs"]["test.grandchildren"]
+        proc.kill()
+        proc.communicate()
+        worker = row["attrs"]["hpo.pid"]
+        _wait_for(lambda: not _alive(worker), timeout=30)  # PR_SET_PDEATHSIG: SIGKILL
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+        for pid in grandchildren:  # its own child is beyond reach (README: not contained)
+            with contextlib.suppress(psutil.Error):
+                psutil.Process(pid).kill()
+
+
+@pytest.mark.slow
+def test_chaos_every_misbehaving_trial_fails_alone_with_its_reason(tmp_path: Path) -> None:
+    """One study, a different misbehaviour per trial: the run ends with exit 0, every
+    misbehaving trial that must fail fails with its reason, the others complete."""
+    expected = {  # mode: (state, fail_reason, start of hpo.error)
+        "junk": ("FAIL", "exception", "protocol: "),
+        "threads": ("COMPLETE", None, None),
+        "runs_code": ("FAIL", "exception", "protocol: "),
+        "grandchildren": ("COMPLETE", None, None),
+        "hpo_attr": ("FAIL", "exception", "ValueError: trial.set_user_attr('hpo.retried')"),
+        "oversized": ("FAIL", "exception", "protocol: "),
+        "stray_thread": ("COMPLETE", None, None),
+        "hpo_attr_raw": ("FAIL", "exception", "ValueError: trial.set_user_attr('hpo.retried')"),
+        "unpicklable": ("FAIL", "exception", "protocol: "),
+        "ok": ("COMPLETE", None, None),
+    }
+    modes = list(expected)
+    result = _misbehave(tmp_path, ",".join(modes), f"study.n_trials={len(modes)}",
+                        "scheduler.parallel=2", "scheduler.worker_mode=reuse",
+                        "scheduler.kill_grace_s=1", timeout=300)
+    assert result.code == 0, result.stderr
+    trials = _by_number(result.db)
+    assert sorted(trials) == list(range(len(modes)))
+    for number, mode in enumerate(modes):
+        state, reason, error = expected[mode]
+        attrs = trials[number]["attrs"]
+        assert (trials[number]["state"], attrs.get("hpo.fail_reason")) == (state, reason), \
+            (mode, attrs.get("hpo.error"))
+        if error is not None:
+            assert attrs["hpo.error"].startswith(error), (mode, attrs["hpo.error"])
+    leftover = _by_number(result.db)[modes.index("grandchildren")]["attrs"]["test.grandchildren"]
+    _wait_for(lambda: not any(_alive(p) for p in leftover), timeout=30)

@@ -46,6 +46,7 @@ from hpo_orchestrator.scheduler._process import (
 from hpo_orchestrator.scheduler._records import RunRecords
 from hpo_orchestrator.scheduler._recovery import Recovery
 from hpo_orchestrator.scheduler._slots import Slot, SlotPool
+from hpo_orchestrator.scheduler._tree import ProcessTrees, become_subreaper, restore_subreaper
 from hpo_orchestrator.scheduler._trial import Asked, FinishedTrial, Reporter, RunningTrial, Worker
 from hpo_orchestrator.telemetry import TelemetryRetention, TelemetrySampler
 from hpo_orchestrator.worker import Job
@@ -114,6 +115,7 @@ class Orchestrator:
                                             config.telemetry.keep_full_s,
                                             config.telemetry.max_rows_per_trial) \
             if sampler is not None else None  # old trials' samples averaged down (db/_retention)
+        self.trees = ProcessTrees()  # what the trials' processes started (docs: README)
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -125,6 +127,7 @@ class Orchestrator:
         """
         previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
         failure: BaseException | None = None
+        subreaper = become_subreaper()  # orphans of the trials' processes come to us
         try:
             self.recovery.reap()
             self.records.record_devices([s.gpu for s in self.slots.slots if s.gpu is not None])
@@ -149,6 +152,7 @@ class Orchestrator:
                 self._discount_stall()
                 self._enforce_deadlines()
                 self.recovery.beat()
+                self.trees.scan(self._worker_pids())
                 self.records.flush_telemetry()
                 if self.retention is not None:
                     self.retention.maybe_run()
@@ -158,6 +162,8 @@ class Orchestrator:
             self._stop_all(storage_failed=failure is not None)
             if self.packer is not None and failure is None:
                 self.packer.close()
+            self.trees.sweep_all()
+            restore_subreaper(subreaper)
             if self.sampler is not None:
                 self.sampler.stop()
                 if failure is None:
@@ -336,7 +342,9 @@ class Orchestrator:
     def _retire(self, worker: Worker, slot_id: int, keep_lease: bool = False) -> None:
         """An idle reuse worker holds its slot's host-wide lease (its process holds GPU
         memory); retiring it gives the lease back, unless a trial is about to take the slot."""
+        self.trees.scan(self._worker_pids(), force=True)  # its tree, before it comes apart
         retire_worker(worker, self.config.scheduler.kill_grace_s)
+        self.trees.sweep(slot_id)
         if not keep_lease:
             self.slots.drop_lease(slot_id)
 
@@ -383,6 +391,11 @@ class Orchestrator:
                                 state=verdict.state, trials_run=rt.worker.trials,
                                 max_trials=self.config.scheduler.max_trials_per_worker):
             self.idle[rt.slot.id] = rt.worker
+            if rt.worker.trials > 1:  # what the trial started goes (the first trial's stays:
+                # it includes the objective's setup); the worker and its older children stay
+                self.trees.scan(self._worker_pids(), force=True)
+                self.trees.sweep(rt.slot.id, since_epoch=rt.spawned_epoch,
+                                 keep=frozenset({rt.process.pid}))
         else:  # fresh mode; or after a failure, or max_trials_per_worker trials
             self._retire(rt.worker, rt.slot.id, keep_lease=True)
         self.slots.release(rt.slot, keep_lease=rt.slot.id in self.idle)
@@ -471,6 +484,12 @@ class Orchestrator:
                 rt.stop_reason = "study_timeout"
                 signal_tree(rt.process.pid, signal.SIGTERM)
                 rt.kill_at = now + self.config.scheduler.kill_grace_s
+
+    def _worker_pids(self) -> dict[int, int]:
+        """{slot id: pid} of every worker process, running a trial or idle."""
+        pids = {slot_id: w.process.pid for slot_id, w in self.idle.items()}
+        pids.update({slot_id: rt.process.pid for slot_id, rt in self.running.items()})
+        return pids
 
     def _own_trial_ids(self) -> set[int]:
         """Trials this orchestrator holds RUNNING: on a slot, or asked ahead of one."""
