@@ -35,6 +35,7 @@ from hpo_orchestrator.gpu._opencl import nvidia_icd_env
 from hpo_orchestrator.pruning._auto import AutoPruner
 from hpo_orchestrator.scheduler import _channel, _outcome
 from hpo_orchestrator.scheduler._budget import Budget
+from hpo_orchestrator.scheduler._deadlines import LoopClock, enforce_deadlines, stop_faulty
 from hpo_orchestrator.scheduler._packer import Packer
 from hpo_orchestrator.scheduler._process import (
     cgroup_oom_kills,
@@ -61,7 +62,6 @@ _POLL_S = 0.1
 # SQLAlchemy's errors (which Optuna lets through elsewhere) and the sqlite driver's own.
 _STORAGE_ERRORS = (optuna.exceptions.StorageInternalError, SQLAlchemyError, sqlite3.Error)
 _RECHECK_BUDGET_S = 1.0  # once spent, how often to look again (retries may be enqueued)
-_STALL_S = 2.0  # a loop iteration this much longer than a poll: we were stopped (SIGSTOP)
 
 
 def _first_line(exc: BaseException) -> str:
@@ -101,7 +101,7 @@ class Orchestrator:
         self._exhausted_at: float | None = None  # when a claim last found the budget spent
         self.timed_out = False  # study.timeout_s passed: nothing new starts
         self._deadline: float | None = None
-        self._last_tick = time.monotonic()  # the loop's last deadline check
+        self.clock = LoopClock(_POLL_S)  # the loop's pauses do not count against trials
         self._icd_env = nvidia_icd_env()
         self.records = RunRecords(storage, study, self.host, sampler,
                                   config.telemetry.compute_phases)
@@ -144,13 +144,14 @@ class Orchestrator:
                 if not self.running and (self._signals or self.timed_out or self._study_done()):
                     break
                 _channel.serve(list(self.running.values()), _POLL_S, self.sampler)
-                self._stop_faulty()
+                stop_faulty(self.running.values(), self.config.scheduler.kill_grace_s)
                 for rt in self._ended():
                     self._finish(rt)
                 self.reporter.tick(list(self.running.values()))
                 self._pack()
-                self._discount_stall()
-                self._enforce_deadlines()
+                self.clock.discount_stall(self.running.values())
+                enforce_deadlines(self.running.values(), self.config.scheduler.trial_timeout_s,
+                                  self.config.scheduler.kill_grace_s)
                 self.recovery.beat()
                 self.trees.scan(self._worker_pids())
                 self.records.flush_telemetry()
@@ -314,7 +315,7 @@ class Orchestrator:
         try:
             self.records.trial_started(rt, self.threads, self.config.scheduler.worker_mode)
         except optuna.exceptions.UpdateFinishedTrialError:
-            rt.reaped = True  # asked ahead, then reaped while we were stopped: _stop_faulty
+            rt.reaped = True  # asked ahead, then reaped while we were stopped: stop_faulty
         self.reporter.started(rt)
 
     def _pack(self) -> None:
@@ -391,11 +392,9 @@ class Orchestrator:
                                 state=verdict.state, trials_run=rt.worker.trials,
                                 max_trials=self.config.scheduler.max_trials_per_worker):
             self.idle[rt.slot.id] = rt.worker
-            if rt.worker.trials > 1:  # what the trial started goes (the first trial's stays:
-                # it includes the objective's setup); the worker and its older children stay
+            if rt.worker.trials > 1:  # what the trial started goes (the first's ran the setup)
                 self.trees.scan(self._worker_pids(), force=True)
-                self.trees.sweep(rt.slot.id, since_epoch=rt.spawned_epoch,
-                                 keep=frozenset({rt.process.pid}))
+                self.trees.sweep(rt.slot.id, rt.spawned_epoch, keep=frozenset({rt.process.pid}))
         else:  # fresh mode; or after a failure, or max_trials_per_worker trials
             self._retire(rt.worker, rt.slot.id, keep_lease=True)
         self.slots.release(rt.slot, keep_lease=rt.slot.id in self.idle)
@@ -410,12 +409,9 @@ class Orchestrator:
                 self.records.trial_ended(rt, verdict, measured, ended_at, retry)
             except optuna.exceptions.UpdateFinishedTrialError:
                 rt.reaped = True
-        if rt.reaped:
-            # Another orchestrator reaped it while we were stopped ('lost', retried by it):
-            # its record is that one; ours is dropped, never told a second time.
-            verdict = _outcome.Verdict(TrialState.FAIL, None, "lost",
-                                       "finished by another orchestrator while this one was "
-                                       "stopped; its result was dropped")
+        if rt.reaped:  # reaped by a partner while we were stopped: its record stands, not ours
+            verdict = _outcome.Verdict(TrialState.FAIL, None, "lost", "reaped by another "
+                                       "orchestrator while this one was stopped; result dropped")
         elif self.auto is not None:
             self.auto.observe(rt.number, measured,
                               rt.last_step if verdict.state == TrialState.COMPLETE else None)
@@ -425,47 +421,6 @@ class Orchestrator:
             error=verdict.error))
 
     # --- deadlines, heartbeats, stopping ---------------------------------------------------
-
-    def _stop_faulty(self) -> None:
-        """Stop the children whose bytes broke the protocol (at once: their process state is
-        unknown) and those whose trial another orchestrator has finished."""
-        now = time.monotonic()
-        for rt in self.running.values():
-            if rt.stop_reason is not None:
-                continue
-            if rt.protocol_error is not None:
-                rt.stop_reason = "protocol"
-                signal_tree(rt.process.pid, signal.SIGKILL)
-            elif rt.reaped:
-                rt.stop_reason = "reaped"
-                signal_tree(rt.process.pid, signal.SIGTERM)
-                rt.kill_at = now + self.config.scheduler.kill_grace_s
-
-    def _discount_stall(self) -> None:
-        """A loop that stood still (the orchestrator was stopped: SIGSTOP, a suspended job)
-        froze its trials too (they wait for its answers): the time does not count against
-        their timeout or their kill grace. The trial is timed by its child, not our clock."""
-        now = time.monotonic()
-        stalled = now - self._last_tick - _POLL_S
-        self._last_tick = now
-        if stalled < _STALL_S:
-            return
-        for rt in self.running.values():
-            rt.paused_s += stalled
-            if rt.kill_at is not None:
-                rt.kill_at += stalled
-
-    def _enforce_deadlines(self) -> None:
-        now = time.monotonic()
-        timeout = self.config.scheduler.trial_timeout_s
-        for rt in self.running.values():
-            running_s = now - rt.spawned_at - rt.paused_s
-            if rt.stop_reason is None and timeout is not None and running_s > timeout:
-                rt.stop_reason = "timeout"
-                signal_tree(rt.process.pid, signal.SIGTERM)
-                rt.kill_at = now + self.config.scheduler.kill_grace_s
-            if rt.kill_at is not None and now >= rt.kill_at:
-                signal_tree(rt.process.pid, signal.SIGKILL)
 
     def _check_study_deadline(self) -> None:
         """study.timeout_s: past it nothing new starts (the loop ends once the running trials
