@@ -70,9 +70,9 @@ def phase(name: str) -> Iterator[None]:
 
     A 0 % GPU reading during ``data`` is expected; during ``train`` it is a finding.
     """
-    _phase_stack.append(name)
+    _phase_stack.append(str(name))  # a message carries plain values only
     if _connection is not None:
-        _connection.send(("phase", name))
+        _connection.send(("phase", _phase_stack[-1]))
     try:
         yield
     finally:

@@ -67,10 +67,13 @@ def test_a_partial_frame_never_blocks_and_stalls_into_a_protocol_error(
     (_frame(b"cnonexistent_module_of_hpo_tests\nThing\n)R."), "not part of a message"),
     (_frame(pickle.dumps(("phase", _RunsCode()))), "not part of a message"),
     (_frame(pickle.dumps(("result", "not an outcome"))), "not a message"),
+    (_frame(pickle.dumps(("result", TrialOutcome(kind="value", value="1.5")))), "not a message"),
+    (_frame(pickle.dumps(("result", TrialOutcome(kind="error", fail_reason="lost")))),
+     "not a message"),
     (_frame(pickle.dumps(["call", "suggest_float"])), "not a message"),
     (_frame(pickle.dumps(("exit",))), "not a message"),
 ], ids=["junk", "oversized", "oversized-long-header", "negative", "unpicklable", "runs-code",
-        "bad-result", "not-a-tuple", "unknown-kind"])
+        "bad-result", "text-value", "foreign-reason", "not-a-tuple", "unknown-kind"])
 def test_bad_bytes_are_a_protocol_error(pipe: Any, data: bytes, match: str) -> None:
     channel, child = pipe
     raw = socket.socket(fileno=child.fileno())

@@ -16,6 +16,7 @@ error starting with "protocol:") and the worker is replaced; the loop never wait
 from __future__ import annotations
 
 import io
+import math
 import pickle
 import selectors
 import socket
@@ -195,11 +196,24 @@ def _well_formed(message: Any) -> bool:
     if kind == "phase":
         return len(rest) == 1 and (rest[0] is None or isinstance(rest[0], str))
     if kind == "result":
-        return len(rest) == 1 and isinstance(rest[0], TrialOutcome)
+        return len(rest) == 1 and _well_formed_outcome(rest[0])
     if kind == "call":
         return (len(rest) == 3 and isinstance(rest[0], str) and isinstance(rest[1], tuple)
                 and isinstance(rest[2], dict) and all(isinstance(k, str) for k in rest[2]))
     return False
+
+
+def _well_formed_outcome(outcome: Any) -> bool:
+    """What the loop will tell Optuna and write: a number for a value, a known reason."""
+    if not isinstance(outcome, TrialOutcome):
+        return False
+    texts = all(v is None or isinstance(v, str) for v in (outcome.error, outcome.traceback))
+    if outcome.kind == "value":
+        return (texts and isinstance(outcome.value, (int, float))
+                and not isinstance(outcome.value, bool) and math.isfinite(outcome.value))
+    if outcome.kind == "error":
+        return texts and outcome.fail_reason in ("exception", "oom")
+    return texts and outcome.kind == "pruned"
 
 
 def serve(running: Sequence[RunningTrial], timeout: float, sampler: TelemetrySampler | None) -> None:
