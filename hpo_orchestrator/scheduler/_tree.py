@@ -33,7 +33,7 @@ __all__ = ["ProcessTrees", "become_subreaper", "restore_subreaper"]
 
 _PR_SET_CHILD_SUBREAPER = 36
 _PR_GET_CHILD_SUBREAPER = 37
-_SCAN_S = 1.0  # how often the trees are walked (a few ms for a few hundred processes)
+_SCAN_S = 1.0  # how often the trees are walked (also at every trial's end)
 
 
 def become_subreaper() -> bool | None:
@@ -78,9 +78,7 @@ class ProcessTrees:
         if not force and now - self._last_scan < _SCAN_S:
             return
         self._last_scan = now
-        children: dict[int, list[int]] = {}
-        for proc in psutil.process_iter(["ppid"]):
-            children.setdefault(proc.info["ppid"], []).append(proc.pid)
+        children = _children_table()
         worker_pids = set(workers.values())
         for slot, pid in workers.items():
             stack = list(children.get(pid, []))
@@ -151,6 +149,29 @@ class ProcessTrees:
             else:
                 alive += 1
         return alive
+
+
+def _children_table() -> dict[int, list[int]]:
+    """{ppid: [pid, ...]} of every process: on Linux straight from /proc/PID/stat (about 5 ms
+    for a hundred processes; psutil.process_iter takes about 35), elsewhere through psutil."""
+    table: dict[int, list[int]] = {}
+    try:
+        entries = [e for e in os.listdir("/proc") if e.isdigit()]
+    except OSError:
+        entries = []
+    if not entries:
+        for proc in psutil.process_iter(["ppid"]):
+            table.setdefault(proc.info["ppid"], []).append(proc.pid)
+        return table
+    for entry in entries:
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as handle:
+                stat = handle.read()
+            ppid = int(stat.rpartition(b")")[2].split()[1])  # the name may hold ") "
+        except (OSError, ValueError, IndexError):  # it exited meanwhile
+            continue
+        table.setdefault(ppid, []).append(int(entry))
+    return table
 
 
 def _slot_of(pid: int) -> int | None:
