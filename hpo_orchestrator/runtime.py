@@ -20,18 +20,18 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from multiprocessing.connection import Connection
 
 from hpo_orchestrator.worker._env import ChildEnv
+from hpo_orchestrator.worker._link import Link
 
 __all__ = ["SlotInfo", "phase", "slot_info"]
 
 # Set by the worker bootstrap; None outside an orchestrated child.
-_connection: Connection | None = None
+_connection: Link | None = None
 _phase_stack: list[str] = []
 
 
-def _attach(connection: Connection) -> None:
+def _attach(connection: Link) -> None:
     global _connection
     _connection = connection
 
@@ -70,9 +70,9 @@ def phase(name: str) -> Iterator[None]:
 
     A 0 % GPU reading during ``data`` is expected; during ``train`` it is a finding.
     """
-    _phase_stack.append(name)
+    _phase_stack.append(str(name))  # a message carries plain values only
     if _connection is not None:
-        _connection.send(("phase", name))
+        _connection.send(("phase", _phase_stack[-1]))
     try:
         yield
     finally:

@@ -35,6 +35,7 @@ from hpo_orchestrator.gpu._opencl import nvidia_icd_env
 from hpo_orchestrator.pruning._auto import AutoPruner
 from hpo_orchestrator.scheduler import _channel, _outcome
 from hpo_orchestrator.scheduler._budget import Budget
+from hpo_orchestrator.scheduler._deadlines import LoopClock, enforce_deadlines, stop_faulty
 from hpo_orchestrator.scheduler._packer import Packer
 from hpo_orchestrator.scheduler._process import (
     cgroup_oom_kills,
@@ -46,6 +47,7 @@ from hpo_orchestrator.scheduler._process import (
 from hpo_orchestrator.scheduler._records import RunRecords
 from hpo_orchestrator.scheduler._recovery import Recovery
 from hpo_orchestrator.scheduler._slots import Slot, SlotPool
+from hpo_orchestrator.scheduler._tree import ProcessTrees, become_subreaper, restore_subreaper
 from hpo_orchestrator.scheduler._trial import Asked, FinishedTrial, Reporter, RunningTrial, Worker
 from hpo_orchestrator.telemetry import TelemetryRetention, TelemetrySampler
 from hpo_orchestrator.worker import Job
@@ -99,6 +101,7 @@ class Orchestrator:
         self._exhausted_at: float | None = None  # when a claim last found the budget spent
         self.timed_out = False  # study.timeout_s passed: nothing new starts
         self._deadline: float | None = None
+        self.clock = LoopClock(_POLL_S)  # the loop's pauses do not count against trials
         self._icd_env = nvidia_icd_env()
         self.records = RunRecords(storage, study, self.host, sampler,
                                   config.telemetry.compute_phases)
@@ -112,6 +115,7 @@ class Orchestrator:
                                             config.telemetry.keep_full_s,
                                             config.telemetry.max_rows_per_trial) \
             if sampler is not None else None  # old trials' samples averaged down (db/_retention)
+        self.trees = ProcessTrees()  # what the trials' processes started (docs: README)
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -123,6 +127,7 @@ class Orchestrator:
         """
         previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
         failure: BaseException | None = None
+        subreaper = become_subreaper()  # orphans of the trials' processes come to us
         try:
             self.recovery.reap()
             self.records.record_devices([s.gpu for s in self.slots.slots if s.gpu is not None])
@@ -139,12 +144,16 @@ class Orchestrator:
                 if not self.running and (self._signals or self.timed_out or self._study_done()):
                     break
                 _channel.serve(list(self.running.values()), _POLL_S, self.sampler)
+                stop_faulty(self.running.values(), self.config.scheduler.kill_grace_s)
                 for rt in self._ended():
                     self._finish(rt)
                 self.reporter.tick(list(self.running.values()))
                 self._pack()
-                self._enforce_deadlines()
+                self.clock.discount_stall(self.running.values())
+                enforce_deadlines(self.running.values(), self.config.scheduler.trial_timeout_s,
+                                  self.config.scheduler.kill_grace_s)
                 self.recovery.beat()
+                self.trees.scan(self._worker_pids())
                 self.records.flush_telemetry()
                 if self.retention is not None:
                     self.retention.maybe_run()
@@ -154,6 +163,8 @@ class Orchestrator:
             self._stop_all(storage_failed=failure is not None)
             if self.packer is not None and failure is None:
                 self.packer.close()
+            self.trees.sweep_all()
+            restore_subreaper(subreaper)
             if self.sampler is not None:
                 self.sampler.stop()
                 if failure is None:
@@ -270,8 +281,11 @@ class Orchestrator:
     def _spawn(self, asked: Asked, slot: Slot) -> None:
         trial = asked.trial
         worker = self.idle.pop(slot.id, None)
-        if worker is not None and worker.process.poll() is not None:
-            self._retire(worker, slot.id, keep_lease=True)  # died while idle (killed from outside)
+        if worker is not None and (worker.process.poll() is not None
+                                   or worker.connection.pending()):
+            # Died while idle (killed from outside), or wrote after its trial ended (a thread
+            # of the objective that lived on): the next trial gets a fresh process.
+            self._retire(worker, slot.id, keep_lease=True)
             worker = None
         try:
             if worker is None:
@@ -294,12 +308,14 @@ class Orchestrator:
         if self.sampler is not None:
             self.sampler.watch(slot.id, trial._trial_id, worker.process.pid,
                                slot.gpu.index if slot.gpu else None, fresh=worker.trials == 1)
-        try:  # the job first, the records after: the worker starts while we write
-            rt.connection.send(Job(trial_number=trial.number, objective=self.config.objective,
-                                   attempt=asked.attempt, reuse=self.reuse))
-        except OSError:  # it died at birth (killed from outside): classified once it is reaped
-            rt.connection_open = False
-        self.records.trial_started(rt, self.threads, self.config.scheduler.worker_mode)
+        # The job first, the records after: the worker starts while we write. A child that
+        # died at birth (killed from outside) is classified once it is reaped.
+        rt.connection.send(Job(trial_number=trial.number, objective=self.config.objective,
+                               attempt=asked.attempt, reuse=self.reuse))
+        try:
+            self.records.trial_started(rt, self.threads, self.config.scheduler.worker_mode)
+        except optuna.exceptions.UpdateFinishedTrialError:
+            rt.reaped = True  # asked ahead, then reaped while we were stopped: stop_faulty
         self.reporter.started(rt)
 
     def _pack(self) -> None:
@@ -327,7 +343,9 @@ class Orchestrator:
     def _retire(self, worker: Worker, slot_id: int, keep_lease: bool = False) -> None:
         """An idle reuse worker holds its slot's host-wide lease (its process holds GPU
         memory); retiring it gives the lease back, unless a trial is about to take the slot."""
+        self.trees.scan(self._worker_pids(), force=True)  # its tree, before it comes apart
         retire_worker(worker, self.config.scheduler.kill_grace_s)
+        self.trees.sweep(slot_id)
         if not keep_lease:
             self.slots.drop_lease(slot_id)
 
@@ -360,7 +378,7 @@ class Orchestrator:
             stop_reason=rt.stop_reason, outcome=rt.outcome, returncode=rt.process.returncode,
             timeout_s=self.config.scheduler.trial_timeout_s,
             oom_killed=lambda: _oom_killed_since(rt.oom_kills_at_spawn),
-            log_tail=lambda: log_tail(rt.log))
+            log_tail=lambda: log_tail(rt.log), protocol_error=rt.protocol_error)
         ended_at = time.time()
         if rt.process.poll() is not None:
             signal_tree(rt.process.pid, signal.SIGKILL)  # leftovers in its group, if any
@@ -368,11 +386,15 @@ class Orchestrator:
         del self.running[rt.slot.id]
         if self.packer is not None:  # before the slot is handed on: an OOM lowers its GPU's level
             self.packer.trial_ended(rt, verdict.fail_reason, measured)
-        if _outcome.keep_worker(reuse=self.reuse, alive=rt.process.poll() is None,
+        alive = rt.process.poll() is None and rt.stop_reason is None  # not one we signalled
+        if _outcome.keep_worker(reuse=self.reuse, alive=alive,
                                 connection_open=rt.connection_open, stopping=bool(self._signals),
                                 state=verdict.state, trials_run=rt.worker.trials,
                                 max_trials=self.config.scheduler.max_trials_per_worker):
             self.idle[rt.slot.id] = rt.worker
+            if rt.worker.trials > 1:  # what the trial started goes (the first's ran the setup)
+                self.trees.scan(self._worker_pids(), force=True)
+                self.trees.sweep(rt.slot.id, rt.spawned_epoch, keep=frozenset({rt.process.pid}))
         else:  # fresh mode; or after a failure, or max_trials_per_worker trials
             self._retire(rt.worker, rt.slot.id, keep_lease=True)
         self.slots.release(rt.slot, keep_lease=rt.slot.id in self.idle)
@@ -382,8 +404,15 @@ class Orchestrator:
                 ended_at: float) -> None:
         retry = _outcome.retry_allowed(verdict.fail_reason, rt.attempt,
                                        self.config.scheduler.max_retries)
-        self.records.trial_ended(rt, verdict, measured, ended_at, retry)
-        if self.auto is not None:
+        if not rt.reaped:
+            try:
+                self.records.trial_ended(rt, verdict, measured, ended_at, retry)
+            except optuna.exceptions.UpdateFinishedTrialError:
+                rt.reaped = True
+        if rt.reaped:  # reaped by a partner while we were stopped: its record stands, not ours
+            verdict = _outcome.Verdict(TrialState.FAIL, None, "lost", "reaped by another "
+                                       "orchestrator while this one was stopped; result dropped")
+        elif self.auto is not None:
             self.auto.observe(rt.number, measured,
                               rt.last_step if verdict.state == TrialState.COMPLETE else None)
         self.reporter.finished(FinishedTrial(
@@ -392,17 +421,6 @@ class Orchestrator:
             error=verdict.error))
 
     # --- deadlines, heartbeats, stopping ---------------------------------------------------
-
-    def _enforce_deadlines(self) -> None:
-        now = time.monotonic()
-        timeout = self.config.scheduler.trial_timeout_s
-        for rt in self.running.values():
-            if rt.stop_reason is None and timeout is not None and now - rt.spawned_at > timeout:
-                rt.stop_reason = "timeout"
-                signal_tree(rt.process.pid, signal.SIGTERM)
-                rt.kill_at = now + self.config.scheduler.kill_grace_s
-            if rt.kill_at is not None and now >= rt.kill_at:
-                signal_tree(rt.process.pid, signal.SIGKILL)
 
     def _check_study_deadline(self) -> None:
         """study.timeout_s: past it nothing new starts (the loop ends once the running trials
@@ -421,6 +439,12 @@ class Orchestrator:
                 rt.stop_reason = "study_timeout"
                 signal_tree(rt.process.pid, signal.SIGTERM)
                 rt.kill_at = now + self.config.scheduler.kill_grace_s
+
+    def _worker_pids(self) -> dict[int, int]:
+        """{slot id: pid} of every worker process, running a trial or idle."""
+        pids = {slot_id: w.process.pid for slot_id, w in self.idle.items()}
+        pids.update({slot_id: rt.process.pid for slot_id, rt in self.running.items()})
+        return pids
 
     def _own_trial_ids(self) -> set[int]:
         """Trials this orchestrator holds RUNNING: on a slot, or asked ahead of one."""

@@ -33,15 +33,19 @@ class Verdict:
 
 def classify(*, stop_reason: str | None, outcome: TrialOutcome | None, returncode: int | None,
              timeout_s: float | None, oom_killed: Callable[[], bool],
-             log_tail: Callable[[], str]) -> Verdict:
-    """The verdict from what we did (``stop_reason``: timeout / interrupted / study_timeout), what the child
-    said (``outcome``) and how its process ended (``returncode``, None while it lives).
+             log_tail: Callable[[], str], protocol_error: str | None = None) -> Verdict:
+    """The verdict from what we did (``stop_reason``: timeout / interrupted / study_timeout),
+    what the child said (``outcome``; ``protocol_error`` when its bytes broke the protocol:
+    the objective's fault, whatever it said before) and how its process ended
+    (``returncode``, None while it lives).
 
     ``oom_killed`` (did the kernel's OOM killer act since the spawn?) and ``log_tail`` (the
     last line the child printed) are asked only for a child that died without a result.
     """
     if stop_reason == "timeout":
         return Verdict(TrialState.FAIL, None, "timeout", f"ran past scheduler.trial_timeout_s={timeout_s}")
+    if protocol_error is not None:
+        return Verdict(TrialState.FAIL, None, "exception", protocol_error)
     if outcome is not None and outcome.kind == "value":
         return Verdict(TrialState.COMPLETE, outcome.value)
     if outcome is not None and outcome.kind == "pruned":

@@ -10,11 +10,11 @@ import socket
 import subprocess
 import sys
 import tempfile
-from multiprocessing.connection import Connection
 from typing import IO
 
 import psutil
 
+from hpo_orchestrator.scheduler._channel import Channel, ProtocolError
 from hpo_orchestrator.scheduler._trial import Worker
 from hpo_orchestrator.worker._env import ChildEnv
 
@@ -29,7 +29,8 @@ def start_worker(child: ChildEnv, extra_env: dict[str, str], slot_id: int) -> Wo
     log = tempfile.TemporaryFile(prefix=f"hpo-worker-{slot_id}-")
     try:
         process = subprocess.Popen(
-            [sys.executable, "-m", "hpo_orchestrator.worker", str(theirs.fileno())],
+            [sys.executable, "-m", "hpo_orchestrator.worker", str(theirs.fileno()),
+             str(os.getpid())],  # the child dies with us (PR_SET_PDEATHSIG), even if we go first
             env=env, pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, stdout=log,
             stderr=subprocess.STDOUT, start_new_session=True)
     except BaseException:
@@ -38,15 +39,15 @@ def start_worker(child: ChildEnv, extra_env: dict[str, str], slot_id: int) -> Wo
         raise
     finally:
         theirs.close()
-    return Worker(process=process, connection=Connection(ours.detach()), log=log,
+    return Worker(process=process, connection=Channel(ours), log=log,
                   cuda_visible_devices=env["CUDA_VISIBLE_DEVICES"])
 
 
 def retire_worker(worker: Worker, grace_s: float) -> None:
     """Stop a worker process: ask it to exit, kill its tree if it does not within ``grace_s``."""
     try:
-        worker.connection.send(None)
-    except OSError:
+        worker.connection.send(None)  # never blocks: a child that reads nothing is killed below
+    except ProtocolError:
         pass
     worker.connection.close()
     try:

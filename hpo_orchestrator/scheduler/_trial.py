@@ -8,14 +8,16 @@ from __future__ import annotations
 
 import subprocess
 from dataclasses import dataclass, field
-from multiprocessing.connection import Connection
-from typing import IO, Any, Protocol
+from typing import IO, TYPE_CHECKING, Any, Protocol
 
 import optuna
 from optuna.trial import TrialState
 
 from hpo_orchestrator.scheduler._slots import Slot
 from hpo_orchestrator.worker import TrialOutcome
+
+if TYPE_CHECKING:
+    from hpo_orchestrator.scheduler._channel import Channel
 
 __all__ = ["Asked", "FinishedTrial", "Reporter", "RunningTrial", "Worker"]
 
@@ -25,7 +27,7 @@ class Worker:
     """A child process of one slot. Fresh mode: one trial. Reuse mode: many, one at a time."""
 
     process: subprocess.Popen[bytes]
-    connection: Connection
+    connection: Channel
     log: IO[bytes]
     cuda_visible_devices: str
     trials: int = 0  # trials started in it so far
@@ -50,9 +52,12 @@ class RunningTrial:
     params_effective: dict[str, Any] | None = None
     opencl_platform: str | None = None
     outcome: TrialOutcome | None = None
-    stop_reason: str | None = None  # timeout / interrupted: we stopped it
+    stop_reason: str | None = None  # timeout / interrupted / protocol / reaped: we stopped it
     kill_at: float | None = None  # when SIGTERM's grace runs out
     connection_open: bool = True
+    protocol_error: str | None = None  # "protocol: ...": the child's bytes broke the protocol
+    reaped: bool = False  # another orchestrator finished the trial (we were stopped too long)
+    paused_s: float = 0.0  # time the loop stood still (SIGSTOP): not counted against the timeout
 
     @property
     def number(self) -> int:
@@ -63,7 +68,7 @@ class RunningTrial:
         return self.worker.process
 
     @property
-    def connection(self) -> Connection:
+    def connection(self) -> Channel:
         return self.worker.connection
 
     @property

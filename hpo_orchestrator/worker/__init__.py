@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hpo_orchestrator.worker._protocol import TRIAL_METHODS, Job, TrialOutcome
+from hpo_orchestrator.worker._protocol import OBJECTIVE_ATTRS, TRIAL_METHODS, Job, TrialOutcome
 from hpo_orchestrator.worker._proxy import TrialProxy
 
-__all__ = ["TRIAL_METHODS", "Job", "TrialOutcome", "TrialProxy"]
+__all__ = ["OBJECTIVE_ATTRS", "TRIAL_METHODS", "Job", "TrialOutcome", "TrialProxy"]

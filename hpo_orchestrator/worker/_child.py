@@ -11,6 +11,7 @@ import ctypes
 import gc
 import importlib
 import math
+import os
 import signal
 import sys
 import traceback
@@ -23,6 +24,7 @@ import optuna
 from hpo_orchestrator import runtime
 from hpo_orchestrator.config import CustomObjectiveConfig, ObjectiveConfig
 from hpo_orchestrator.worker._env import begin_trial
+from hpo_orchestrator.worker._link import Link
 from hpo_orchestrator.worker._protocol import Job, TrialOutcome
 from hpo_orchestrator.worker._proxy import TrialProxy
 
@@ -34,14 +36,17 @@ BUILTIN_OBJECTIVES = {
 }
 
 
-def _die_with_parent() -> None:
-    """Ask the kernel to SIGTERM us when the orchestrator dies, so no orphan trains on."""
+def _die_with_parent(parent_pid: int | None) -> None:
+    """Ask the kernel to SIGKILL us when the orchestrator dies, so no orphan trains on (an
+    objective may ignore SIGTERM). If it died before we asked, go now."""
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         pr_set_pdeathsig = 1
-        libc.prctl(pr_set_pdeathsig, signal.SIGTERM)
+        libc.prctl(pr_set_pdeathsig, signal.SIGKILL)
     except (OSError, AttributeError):
         pass
+    if parent_pid is not None and os.getppid() != parent_pid:
+        os._exit(1)
 
 
 def import_target(target: str) -> Any:
@@ -89,9 +94,9 @@ def check_value(value: Any) -> float:
     return number
 
 
-def run_trial(connection: Connection, job: Job, objective: Callable[[Any], Any]) -> TrialOutcome:
-    trial = TrialProxy(connection, job.trial_number)
-    connection.send(("started",))
+def run_trial(link: Link, job: Job, objective: Callable[[Any], Any]) -> TrialOutcome:
+    trial = TrialProxy(link, job.trial_number)
+    link.send(("started",))
     try:
         value = check_value(objective(trial))
     except optuna.TrialPruned:
@@ -121,18 +126,20 @@ def _release_trial_memory() -> None:
 
 
 def main(argv: list[str]) -> int:
-    _die_with_parent()
-    connection = Connection(int(argv[0]))
-    runtime._attach(connection)
+    """``FD [ORCHESTRATOR_PID]``: the socket to the orchestrator, and who it is."""
+    _die_with_parent(int(argv[1]) if len(argv) > 1 else None)
+    link = Link(Connection(int(argv[0])))
+    runtime._attach(link)
     objective: Callable[[Any], Any] | None = None
     while True:
         try:
-            job: Job | None = connection.recv()
+            job: Job | None = link.recv_job()
         except EOFError:  # the orchestrator closed our pipe: nothing more to do
             return 0
         if job is None:
             return 0
         _begin(job)
+        link.open_trial(job.trial_number)
         try:
             if objective is None:  # imports and the objective's setup: once per process
                 objective = build_objective(job.objective)
@@ -143,12 +150,13 @@ def main(argv: list[str]) -> int:
                     # process runs one trial and never collects between trials: nothing to do.
                     gc.collect()
                     gc.freeze()
-            outcome = run_trial(connection, job, objective)
+            outcome = run_trial(link, job, objective)
         except Exception as exc:  # failure before the objective ran (import, setup)
             outcome = TrialOutcome(kind="error", fail_reason="oom" if is_oom(exc) else "exception",
                                    error=last_line(exc), traceback=traceback.format_exc())
-        connection.send(("result", outcome))
+        link.close_trial()  # a call in flight from another thread completes first
+        link.send(("result", outcome))
         if not job.reuse:
-            connection.close()
+            link.close()
             return 0
         _release_trial_memory()

@@ -3,6 +3,7 @@
 child -> orchestrator                      orchestrator -> child
   ("started",)   objective about to run       Job (starts a trial)
   ("call", method, args, kwargs)            ("ok", value) / ("err", exception)
+     (args/kwargs plain values only: the orchestrator unpickles nothing else)
   ("phase", name)  the objective's phase     None (reuse mode: exit now)
   ("result", TrialOutcome)  end of a trial
 
@@ -18,7 +19,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from hpo_orchestrator.config import ObjectiveConfig
 
-__all__ = ["TRIAL_METHODS", "Job", "TrialOutcome"]
+__all__ = ["OBJECTIVE_ATTRS", "TRIAL_METHODS", "Job", "TrialOutcome"]
 
 # The optuna.Trial methods a child may call; everything else stays in the orchestrator.
 TRIAL_METHODS = frozenset({
@@ -26,6 +27,10 @@ TRIAL_METHODS = frozenset({
     "suggest_loguniform", "suggest_discrete_uniform", "report", "should_prune",
     "set_user_attr",
 })
+
+# The ``hpo.*`` attrs an objective may set (the built-ins do: docs/DESIGN.md §2.3, "objective");
+# every other ``hpo.`` key is the orchestrator's, and a write from a child is refused.
+OBJECTIVE_ATTRS = frozenset({"hpo.params_effective", "hpo.opencl_platform", "hpo.warning"})
 
 
 @dataclass(frozen=True)

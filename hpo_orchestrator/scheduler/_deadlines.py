@@ -1,0 +1,73 @@
+"""When the loop stops a running child: its trial ran past ``scheduler.trial_timeout_s``, its
+bytes broke the protocol, or another orchestrator finished its trial; SIGKILL once SIGTERM's
+grace (``scheduler.kill_grace_s``) runs out.
+
+A trial is timed by what its child could do, not by the loop's wall clock: while the
+orchestrator stood still (SIGSTOP, a suspended job), its trials waited for its answers, so
+that time does not count against them (:class:`LoopClock`).
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Iterable
+
+from hpo_orchestrator.scheduler._process import signal_tree
+from hpo_orchestrator.scheduler._trial import RunningTrial
+
+__all__ = ["LoopClock", "enforce_deadlines", "stop_faulty"]
+
+_STALL_S = 2.0  # a loop iteration this much longer than its poll: the loop was stopped
+
+
+class LoopClock:
+    """Notices a loop iteration that took far longer than its poll, and gives the time back
+    to the running trials (their timeout and their kill grace move by it)."""
+
+    def __init__(self, poll_s: float) -> None:
+        self.poll_s = poll_s
+        self._last_tick = time.monotonic()
+
+    def discount_stall(self, running: Iterable[RunningTrial]) -> float:
+        """Call once per iteration; returns the seconds given back (0 most of the time)."""
+        now = time.monotonic()
+        stalled = now - self._last_tick - self.poll_s
+        self._last_tick = now
+        if stalled < _STALL_S:
+            return 0.0
+        for rt in running:
+            rt.paused_s += stalled
+            if rt.kill_at is not None:
+                rt.kill_at += stalled
+        return stalled
+
+
+def stop_faulty(running: Iterable[RunningTrial], kill_grace_s: float) -> None:
+    """Stop the children whose bytes broke the protocol (SIGKILL at once: the state of their
+    process is unknown) and those whose trial another orchestrator finished (SIGTERM)."""
+    now = time.monotonic()
+    for rt in running:
+        if rt.stop_reason is not None:
+            continue
+        if rt.protocol_error is not None:
+            rt.stop_reason = "protocol"
+            signal_tree(rt.process.pid, signal.SIGKILL)
+        elif rt.reaped:
+            rt.stop_reason = "reaped"
+            signal_tree(rt.process.pid, signal.SIGTERM)
+            rt.kill_at = now + kill_grace_s
+
+
+def enforce_deadlines(running: Iterable[RunningTrial], timeout_s: float | None,
+                      kill_grace_s: float) -> None:
+    """SIGTERM a trial past its timeout (paused time left out); SIGKILL past its grace."""
+    now = time.monotonic()
+    for rt in running:
+        running_s = now - rt.spawned_at - rt.paused_s
+        if rt.stop_reason is None and timeout_s is not None and running_s > timeout_s:
+            rt.stop_reason = "timeout"
+            signal_tree(rt.process.pid, signal.SIGTERM)
+            rt.kill_at = now + kill_grace_s
+        if rt.kill_at is not None and now >= rt.kill_at:
+            signal_tree(rt.process.pid, signal.SIGKILL)

@@ -1,0 +1,155 @@
+"""Trials that misbehave towards the orchestrator, for tests/test_reliability_children.py:
+importable in child processes as ``hpo_orchestrator.testing.misbehaving:NAME``.
+
+Each breaks a rule of the pipe or the trial API the way a careless (or unlucky) objective
+could; the orchestrator must fail that trial alone and carry on.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import signal
+import struct
+import subprocess
+import sys
+import threading
+import time
+from typing import Any
+
+from hpo_orchestrator import runtime
+from hpo_orchestrator.runtime import phase
+
+__all__ = ["misbehave", "stopwatch"]
+
+class _RunsCode:
+    """Pickles as a call of os._exit(3): unpickled in the orchestrator, it would end it."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (os._exit, (3,))
+
+
+def _frame(payload: bytes) -> bytes:
+    return struct.pack("!i", len(payload)) + payload
+
+
+def _pipe_fd() -> int:
+    """The child's end of its pipe to the orchestrator, as a careless objective could find it."""
+    assert runtime._connection is not None, "not in an orchestrated child"
+    return runtime._connection.fileno()
+
+
+def _threads(trial: Any) -> None:
+    """3 threads x 20 suggest_float on disjoint ranges, 4 threads x 40 KB set_user_attr."""
+    wrong: list[str] = []
+
+    def suggest(k: int) -> None:
+        for i in range(20):
+            value = trial.suggest_float(f"t{k}_{i}", 10.0 * k, 10.0 * k + 1)
+            if not 10.0 * k <= value <= 10.0 * k + 1:
+                wrong.append(f"t{k}_{i}={value}")
+
+    def attrs(k: int) -> None:
+        for i in range(3):
+            trial.set_user_attr(f"test.blob{k}_{i}", str(k) * 40_000)
+
+    workers = [threading.Thread(target=suggest, args=(k,)) for k in range(3)]
+    workers += [threading.Thread(target=attrs, args=(k,)) for k in range(4)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    if wrong:
+        raise AssertionError(f"replies reached the wrong thread: {wrong[:3]}")
+
+
+def _grandchildren(trial: Any) -> None:
+    """A plain subprocess, one in its own session, and a double-forked one, all left running;
+    their pids are recorded in ``test.grandchildren``."""
+    plain = subprocess.Popen(["sleep", "600"])
+    session = subprocess.Popen(["sleep", "601"], start_new_session=True)
+    read_end, write_end = os.pipe()
+    middle = os.fork()
+    if middle == 0:  # the middle process forks the grandchild and exits at once
+        os.setsid()
+        if os.fork() == 0:
+            os.write(write_end, str(os.getpid()).encode())
+            os.execvp("sleep", ["sleep", "602"])
+        os._exit(0)
+    os.waitpid(middle, 0)
+    os.close(write_end)
+    double = int(os.read(read_end, 32))
+    os.close(read_end)
+    trial.set_user_attr("test.grandchildren", [plain.pid, session.pid, double])
+
+
+def _stray_thread(trial: Any) -> None:
+    """A thread that outlives the objective and still calls its trial and phase()."""
+    def late() -> None:
+        time.sleep(0.3)
+        try:
+            trial.suggest_float("late", 0.0, 1.0)
+        except Exception:  # the trial has ended: refused, nothing sent
+            pass
+        with phase("late"):
+            pass
+
+    threading.Thread(target=late, daemon=True).start()
+
+
+def misbehave(trial: Any) -> float:
+    """Breaks the rules in one of the ways HPO_TEST_MISBEHAVE lists (comma-separated, picked
+    by trial number), then goes on as a normal trial would (or sleeps, where the parent
+    must act). Modes: ok, partial, junk, oversized, unpicklable, runs_code, threads,
+    grandchildren, hpo_attr, hpo_attr_raw, stray_thread, ignore_term."""
+    modes = os.environ.get("HPO_TEST_MISBEHAVE", "ok").split(",")
+    mode = modes[trial.number % len(modes)]
+    x = trial.suggest_float("x", 0.0, 1.0)
+    fd = _pipe_fd()
+    if mode == "partial":  # a frame's header and part of its body, then nothing (not even
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # SIGTERM ends it)
+        os.write(fd, b"\x00\x01\x00\x00" + b"0123456789")
+        time.sleep(3600)
+    elif mode == "junk":  # a frame of 16 bytes that are no pickle, then a normal call
+        os.write(fd, _frame(b"\xde\xad\xbe\xef" * 4))
+        trial.suggest_float("y", 0.0, 1.0)
+        time.sleep(3600)
+    elif mode == "oversized":  # a header announcing 2 GiB
+        os.write(fd, struct.pack("!i", 0x7FFFFFF0) + b"x" * 1000)
+        time.sleep(3600)
+    elif mode == "unpicklable":  # names a module that does not exist
+        os.write(fd, _frame(b"cnonexistent_module_of_hpo_tests\nThing\n)R."))
+        time.sleep(3600)
+    elif mode == "runs_code":
+        os.write(fd, _frame(pickle.dumps(("phase", _RunsCode()))))
+        time.sleep(3600)
+    elif mode == "threads":
+        _threads(trial)
+    elif mode == "grandchildren":
+        _grandchildren(trial)
+    elif mode == "hpo_attr":  # raises: the namespace is the orchestrator's
+        trial.set_user_attr("hpo.retried", True)
+    elif mode == "hpo_attr_raw":  # past the proxy: the orchestrator refuses it too
+        assert runtime._connection is not None
+        status, error = runtime._connection.call(
+            trial.number, ("call", "set_user_attr", ("hpo.retried", True), {}))
+        if status == "err":
+            raise error
+    elif mode == "stray_thread":
+        _stray_thread(trial)
+    elif mode == "ignore_term":  # a trial (and its subprocess) that ignore SIGTERM
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        child = subprocess.Popen([sys.executable, "-c", "import signal, time; "
+                                  "signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"])
+        trial.set_user_attr("test.grandchildren", [child.pid])
+        time.sleep(3600)
+    return x
+
+
+def stopwatch(trial: Any) -> float:
+    """HPO_TEST_STEPS reports HPO_TEST_STEP_S apart (each waits for the orchestrator)."""
+    x = trial.suggest_float("x", 0.0, 1.0)
+    for step in range(1, int(os.environ.get("HPO_TEST_STEPS", "10")) + 1):
+        time.sleep(float(os.environ.get("HPO_TEST_STEP_S", "0.5")))
+        trial.report(x, step)
+    return x

@@ -1,0 +1,294 @@
+"""What a trial's process can do to the orchestrator (issue 15): bad frames, threads, a
+partner that reaps while we are stopped, ``hpo.*`` writes, grandchildren. Whatever a trial
+does fails that trial alone, with the right reason; the orchestrator carries on.
+
+Whole studies with the misbehaving objectives of hpo_orchestrator.testing.misbehaving; the
+pipe's unit tests are in tests/test_channel.py.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from tests.conftest import run_cli, start_cli, trial_rows
+
+TARGET = "objective.target=hpo_orchestrator.testing.misbehaving:"
+
+
+# --- whole studies -----------------------------------------------------------------------
+
+def _misbehave(tmp_path: Path, modes: str, *args: str, timeout: float = 240) -> Any:
+    return run_cli(tmp_path, "run", "objective=custom", TARGET + "misbehave", "pruner=none",
+                   "sampler=random", *args, env={"HPO_TEST_MISBEHAVE": modes}, timeout=timeout)
+
+
+def _by_number(db: Path) -> dict[int, dict[str, Any]]:
+    return {r["number"]: r for r in trial_rows(db)}
+
+
+@pytest.mark.slow
+def test_bad_frames_fail_only_their_trial_and_replace_the_worker(tmp_path: Path) -> None:
+    modes = "junk,oversized,unpicklable,runs_code,ok,partial,ok,ok"
+    result = _misbehave(tmp_path, modes, "study.n_trials=8", "scheduler.parallel=2",
+                        "scheduler.worker_mode=reuse", "scheduler.kill_grace_s=1")
+    assert result.code == 0, result.stderr
+    trials = _by_number(result.db)
+    assert sorted(trials) == list(range(8))
+    for number, mode in enumerate(modes.split(",")):
+        row = trials[number]
+        if mode == "ok":
+            assert row["state"] == "COMPLETE", row
+            continue
+        assert row["state"] == "FAIL", row
+        assert row["attrs"]["hpo.fail_reason"] == "exception"
+        assert row["attrs"]["hpo.error"].startswith("protocol: "), row["attrs"]["hpo.error"]
+        assert "hpo.retried" not in row["attrs"]  # the objective's fault: not retried
+        # its worker was replaced: no other trial ran in that process
+        pid = row["attrs"]["hpo.pid"]
+        assert [t["number"] for t in trials.values() if t["attrs"]["hpo.pid"] == pid] == [number]
+
+
+@pytest.mark.slow
+def test_a_half_written_frame_still_times_out(tmp_path: Path) -> None:
+    """The trial writes half a frame, ignores SIGTERM and sleeps: the timeout still fires."""
+    result = _misbehave(tmp_path, "partial", "study.n_trials=1", "scheduler.trial_timeout_s=3",
+                        "scheduler.kill_grace_s=1", timeout=90)
+    assert result.code == 0, result.stderr
+    (row,) = trial_rows(result.db)
+    assert row["state"] == "FAIL" and row["attrs"]["hpo.fail_reason"] == "timeout"
+
+
+@pytest.mark.slow
+def test_sigterm_stops_a_run_whose_child_wrote_half_a_frame(tmp_path: Path) -> None:
+    proc = start_cli(tmp_path, "run", "objective=custom", TARGET + "misbehave", "pruner=none",
+                     "study.n_trials=2", "scheduler.kill_grace_s=1",
+                     env={"HPO_TEST_MISBEHAVE": "partial"})
+    try:
+        _wait_for(lambda: any("x" in _params(tmp_path / "hpo.db", r) for r in _rows(tmp_path)))
+        time.sleep(1.0)  # the frame is written right after the suggest
+        proc.send_signal(signal.SIGTERM)
+        _out, err = proc.communicate(timeout=90)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 130, err
+    assert {r["attrs"].get("hpo.fail_reason") for r in _rows(tmp_path)} <= {"interrupted"}
+
+
+@pytest.mark.slow
+def test_threads_in_a_trial_get_their_own_replies_in_reuse_mode(tmp_path: Path) -> None:
+    modes = "threads,ok,stray_thread,ok,ok"
+    result = _misbehave(tmp_path, modes, "study.n_trials=5", "scheduler.parallel=1",
+                        "scheduler.worker_mode=reuse")
+    assert result.code == 0, result.stderr
+    trials = _by_number(result.db)
+    assert [trials[n]["state"] for n in range(5)] == ["COMPLETE"] * 5, \
+        [trials[n]["attrs"].get("hpo.error") for n in range(5)]
+    blobs = {k: v for k, v in trials[0]["attrs"].items() if k.startswith("test.blob")}
+    assert len(blobs) == 12 and all(v == k[9] * 40_000 for k, v in blobs.items())
+    # the trial after the threads ran in the same process: nothing was left over
+    assert trials[1]["attrs"]["hpo.pid"] == trials[0]["attrs"]["hpo.pid"]
+
+
+@pytest.mark.slow
+def test_hpo_attrs_from_an_objective_are_refused_and_the_budget_holds(tmp_path: Path) -> None:
+    result = _misbehave(tmp_path, "hpo_attr,hpo_attr_raw,ok", "study.n_trials=3",
+                        "scheduler.parallel=1", timeout=120)
+    assert result.code == 0, result.stderr
+    trials = _by_number(result.db)
+    assert sorted(trials) == [0, 1, 2]
+    for number in (0, 1):
+        attrs = trials[number]["attrs"]
+        assert trials[number]["state"] == "FAIL" and attrs["hpo.fail_reason"] == "exception"
+        assert "hpo.retried" in attrs["hpo.error"] and "orchestrator's" in attrs["hpo.error"]
+        assert "hpo.retried" not in attrs
+    assert trials[2]["state"] == "COMPLETE"
+
+
+# --- a paused orchestrator -----------------------------------------------------------------
+
+def _rows(tmp_path: Path) -> list[dict[str, Any]]:
+    db = tmp_path / "hpo.db"
+    try:
+        return trial_rows(db) if db.exists() else []
+    except Exception:  # the database is being created
+        return []
+
+
+def _params(db: Path, row: dict[str, Any]) -> set[str]:
+    import sqlite3
+
+    with sqlite3.connect(db) as con:
+        return {name for (name,) in con.execute(
+            "SELECT param_name FROM trial_params WHERE trial_id = ?", (row["trial_id"],))}
+
+
+def _reached(condition: Any, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def _wait_for(condition: Any, timeout: float = 120) -> None:
+    if not _reached(condition, timeout):
+        raise AssertionError("condition not reached")
+
+
+def _stop_for(proc: Any, seconds: float) -> None:
+    proc.send_signal(signal.SIGSTOP)
+    try:
+        time.sleep(seconds)
+    finally:
+        proc.send_signal(signal.SIGCONT)
+
+
+@pytest.mark.slow
+def test_a_stopped_orchestrator_does_not_time_out_its_trials(tmp_path: Path) -> None:
+    """SIGSTOP for longer than trial_timeout_s: the trial waited for us, it did not run."""
+    proc = start_cli(tmp_path, "run", "objective=custom", TARGET + "stopwatch", "pruner=none",
+                     "study.n_trials=1", "scheduler.trial_timeout_s=20",
+                     env={"HPO_TEST_STEPS": "6", "HPO_TEST_STEP_S": "0.5"})
+    try:
+        _wait_for(lambda: any(r["state"] == "RUNNING" for r in _rows(tmp_path)))
+        _stop_for(proc, 25)
+        _out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, err
+    (row,) = _rows(tmp_path)
+    assert row["state"] == "COMPLETE", row["attrs"].get("hpo.error")
+
+
+@pytest.mark.slow
+def test_a_paused_orchestrator_survives_its_partner_reaping_its_trial(tmp_path: Path) -> None:
+    """Two orchestrators on one study; one is stopped past the heartbeat grace, its partner
+    reaps its trial ('lost', retried); resumed, it drops that trial and finishes the study."""
+    common = ("run", "objective=custom", TARGET + "stopwatch", "pruner=none", "study.n_trials=6",
+              "scheduler.parallel=1", "storage.heartbeat_interval_s=1",
+              "storage.grace_period_s=3")
+    env = {"HPO_TEST_STEPS": "10", "HPO_TEST_STEP_S": "0.5"}
+    paused = start_cli(tmp_path, *common, "scheduler.host=paused",
+                       f"scheduler.lease_dir={tmp_path / 'leases-a'}", env=env)
+    partner = None
+    try:
+        _wait_for(lambda: any(r["state"] == "RUNNING" for r in _rows(tmp_path)))
+        partner = start_cli(tmp_path, *common, "scheduler.host=partner",
+                            f"scheduler.lease_dir={tmp_path / 'leases-b'}", env=env)
+        _wait_for(lambda: len(_rows(tmp_path)) > 0 and any(
+            "partner" == r["attrs"].get("hpo.host") for r in _rows(tmp_path)), timeout=120)
+        for _ in range(5):  # stopped while writing, it holds sqlite's lock: try another moment
+            paused.send_signal(signal.SIGSTOP)
+            try:
+                if _reached(lambda: any(r["attrs"].get("hpo.fail_reason") == "lost"
+                                        for r in _rows(tmp_path)), timeout=20):
+                    break
+            finally:
+                paused.send_signal(signal.SIGCONT)
+            time.sleep(0.5)
+        _out_a, err_a = paused.communicate(timeout=180)
+        _out_b, err_b = partner.communicate(timeout=180)
+    finally:
+        for proc in (paused, partner):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+    assert paused.returncode == 0, err_a
+    assert partner.returncode == 0, err_b
+    rows = _rows(tmp_path)
+    assert not [r for r in rows if r["state"] == "RUNNING"]
+    lost = [r for r in rows if r["attrs"].get("hpo.fail_reason") == "lost"]
+    # (one asked ahead and reaped before a slot took it has no hpo.host: it was ours too)
+    assert lost and all(r["attrs"].get("hpo.host", "paused") == "paused" for r in lost)
+    assert all(r["state"] == "FAIL" and r["attrs"].get("hpo.retried") for r in lost)
+    retried = {r["attrs"]["hpo.retry_of"] for r in rows if "hpo.retry_of" in r["attrs"]}
+    assert retried == {r["number"] for r in lost}
+    assert len([r for r in rows if r["state"] == "COMPLETE"]) == 6
+
+
+# --- grandchildren --------------------------------------------------------------------------
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["reuse", "fresh"])
+def test_grandchildren_do_not_outlive_the_run(tmp_path: Path, mode: str) -> None:
+    result = _misbehave(tmp_path, "grandchildren,ok", "study.n_trials=2", "scheduler.parallel=1",
+                        f"scheduler.worker_mode={mode}")
+    assert result.code == 0, result.stderr
+    pids = _by_number(result.db)[0]["attrs"]["test.grandchildren"]
+    assert len(pids) == 3
+    _wait_for(lambda: not any(_alive(p) for p in pids), timeout=30)
+
+
+@pytest.mark.slow
+def test_workers_die_with_a_killed_orchestrator_even_ignoring_sigterm(tmp_path: Path) -> None:
+    proc = start_cli(tmp_path, "run", "objective=custom", TARGET + "misbehave", "pruner=none",
+                     "study.n_trials=1", env={"HPO_TEST_MISBEHAVE": "ignore_term"})
+    grandchildren: list[int] = []
+    try:
+        _wait_for(lambda: any("test.grandchildren" in r["attrs"] for r in _rows(tmp_path)))
+        (row,) = _rows(tmp_path)
+        grandchildren = row["attrs"]["test.grandchildren"]
+        proc.kill()
+        proc.communicate()
+        worker = row["attrs"]["hpo.pid"]
+        _wait_for(lambda: not _alive(worker), timeout=30)  # PR_SET_PDEATHSIG: SIGKILL
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+        for pid in grandchildren:  # its own child is beyond reach (README: not contained)
+            with contextlib.suppress(psutil.Error):
+                psutil.Process(pid).kill()
+
+
+@pytest.mark.slow
+def test_chaos_every_misbehaving_trial_fails_alone_with_its_reason(tmp_path: Path) -> None:
+    """One study, a different misbehaviour per trial: the run ends with exit 0, every
+    misbehaving trial that must fail fails with its reason, the others complete."""
+    expected = {  # mode: (state, fail_reason, start of hpo.error)
+        "junk": ("FAIL", "exception", "protocol: "),
+        "threads": ("COMPLETE", None, None),
+        "runs_code": ("FAIL", "exception", "protocol: "),
+        "grandchildren": ("COMPLETE", None, None),
+        "hpo_attr": ("FAIL", "exception", "ValueError: trial.set_user_attr('hpo.retried')"),
+        "oversized": ("FAIL", "exception", "protocol: "),
+        "stray_thread": ("COMPLETE", None, None),
+        "hpo_attr_raw": ("FAIL", "exception", "ValueError: trial.set_user_attr('hpo.retried')"),
+        "unpicklable": ("FAIL", "exception", "protocol: "),
+        "ok": ("COMPLETE", None, None),
+    }
+    modes = list(expected)
+    result = _misbehave(tmp_path, ",".join(modes), f"study.n_trials={len(modes)}",
+                        "scheduler.parallel=2", "scheduler.worker_mode=reuse",
+                        "scheduler.kill_grace_s=1", timeout=300)
+    assert result.code == 0, result.stderr
+    trials = _by_number(result.db)
+    assert sorted(trials) == list(range(len(modes)))
+    for number, mode in enumerate(modes):
+        state, reason, error = expected[mode]
+        attrs = trials[number]["attrs"]
+        assert (trials[number]["state"], attrs.get("hpo.fail_reason")) == (state, reason), \
+            (mode, attrs.get("hpo.error"))
+        if error is not None:
+            assert attrs["hpo.error"].startswith(error), (mode, attrs["hpo.error"])
+    leftover = _by_number(result.db)[modes.index("grandchildren")]["attrs"]["test.grandchildren"]
+    _wait_for(lambda: not any(_alive(p) for p in leftover), timeout=30)
