@@ -275,11 +275,14 @@ def test_sigint_stops_gracefully(tmp_path: Path) -> None:
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
     rows = trial_rows(db)
-    assert rows and all(r["state"] == "FAIL" for r in rows)
-    assert all(r["attrs"]["hpo.fail_reason"] == "interrupted" for r in rows)
+    failed = [r for r in rows if r["state"] == "FAIL"]
+    assert all(r["attrs"]["hpo.fail_reason"] == "interrupted" for r in failed)
     # scheduler.prefetch=1: a third trial was asked ahead of a free slot; it is not left RUNNING
-    assert len(rows) == 3
-    assert [r["attrs"]["hpo.error"] for r in rows].count("stopped before a slot took it") == 1
+    assert len(failed) == 3
+    assert [r["attrs"]["hpo.error"] for r in failed].count("stopped before a slot took it") == 1
+    # each goes back to the queue for the next run (tests/test_reliability_storage.py)
+    assert sorted(r["attrs"]["hpo.retry_of"] for r in rows if r["state"] == "WAITING") == \
+        sorted(r["number"] for r in failed)
 
 
 def test_resume_finishes_exactly_n_trials_and_sql_contract(cli) -> None:  # type: ignore[no-untyped-def]

@@ -17,7 +17,6 @@ remaining children and fails their trials as ``interrupted``.
 
 from __future__ import annotations
 
-import os
 import signal
 import socket
 import sqlite3
@@ -216,9 +215,8 @@ class Orchestrator:
         self._exhausted_at = None
         self.storage.record_heartbeat(trial._trial_id)  # ours from the start
         # Until its worker starts, this process holds it: a restart after kill -9 then finds
-        # it an orphan at once, not after the heartbeat grace (hpo.pid becomes the worker's).
-        self.records.write_attrs(trial._trial_id, trial.number,
-                                 {"hpo.host": self.host, "hpo.pid": os.getpid()})
+        # it an orphan at once, not after the heartbeat grace (hpo.orchestrator_pid).
+        self.records.asked(trial)
         return Asked(trial, self.records.attempt_of(trial), oom_retry)
 
     def _prefetch(self) -> None:
@@ -370,7 +368,7 @@ class Orchestrator:
 
     def _record(self, rt: RunningTrial, verdict: _outcome.Verdict, measured: dict[str, object],
                 ended_at: float) -> None:
-        retry = _outcome.retry_allowed(verdict.fail_reason, rt.attempt,
+        retry = _outcome.retry_attempt(verdict.fail_reason, rt.attempt,
                                        self.config.scheduler.max_retries)
         self.records.trial_ended(rt, verdict, measured, ended_at, retry)
         if self.auto is not None:

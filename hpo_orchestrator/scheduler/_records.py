@@ -8,12 +8,14 @@ would cost a transaction per attr or a load of every trial. Attr names are the u
 from __future__ import annotations
 
 import json
+import os
 import time
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 import optuna
-from optuna.trial import TrialState
+from optuna.trial import FrozenTrial, TrialState
 from sqlalchemy.engine import Connection
 
 from hpo_orchestrator.db import _run, insert_samples, insert_summary
@@ -23,9 +25,33 @@ from hpo_orchestrator.scheduler._outcome import Verdict, params_mismatch
 from hpo_orchestrator.scheduler._trial import Asked, RunningTrial
 from hpo_orchestrator.telemetry import TelemetrySampler, TrialTelemetry
 
-__all__ = ["RunRecords"]
+__all__ = ["Retry", "RunRecords", "trial_params"]
 
 _TELEMETRY_FLUSH_S = 5.0  # how often buffered samples are written (and at every trial's end)
+
+
+@dataclass(frozen=True)
+class Retry:
+    """The params of a failed or interrupted trial, to run again as a WAITING trial."""
+
+    number: int  # the trial it retries (hpo.retry_of)
+    params: dict[str, Any]
+    reason: str  # hpo.retry_reason
+    attempt: int  # hpo.attempt of the retry
+
+    def user_attrs(self) -> dict[str, Any]:
+        attrs: dict[str, Any] = {"hpo.retry_of": self.number, "hpo.retry_reason": self.reason}
+        if self.attempt > 1:  # absent: 1 (docs/DESIGN.md §2.3)
+            attrs["hpo.attempt"] = self.attempt
+        return attrs
+
+
+def trial_params(trial: optuna.Trial | FrozenTrial) -> dict[str, Any]:
+    """The params to run again: those suggested so far, and for a trial that was itself
+    enqueued, the fixed params it was not asked for yet (none, when no slot took it)."""
+    system = trial.storage.get_trial_system_attrs(trial._trial_id) \
+        if isinstance(trial, optuna.Trial) else trial.system_attrs
+    return {**(system.get("fixed_params") or {}), **trial.params}
 
 
 class RunRecords:
@@ -56,11 +82,40 @@ class RunRecords:
     # --- writes --------------------------------------------------------------------------
 
     def write_attrs(self, trial_id: int, number: int, attrs: dict[str, Any],
-                    started: datetime | None = None) -> None:
-        """Several user attrs of a RUNNING trial in one transaction (see db._run)."""
-        if attrs:
-            with self.storage.engine.begin() as connection:
-                _run.write_trial_attrs(connection, trial_id, number, attrs, started)
+                    started: datetime | None = None, retry: Retry | None = None) -> None:
+        """Several user attrs of a RUNNING trial in one transaction (see db._run); with
+        ``retry``, the trial is also marked ``hpo.retried`` and its retry enqueued in that
+        transaction, so a crash leaves both or neither (issue 15: a retry was lost between
+        Optuna's enqueue and the mark)."""
+        if retry is not None:
+            attrs = {**attrs, "hpo.retried": True}
+        if not attrs:
+            return
+        with self.storage.engine.begin() as connection:
+            _run.write_trial_attrs(connection, trial_id, number, attrs, started)
+            if retry is not None:
+                _run.enqueue_waiting_trial(connection, self.study._study_id, retry.params,
+                                           retry.user_attrs())
+
+    def asked(self, trial: optuna.Trial) -> None:
+        """Who asked the trial, written at once: if this orchestrator dies before a slot
+        takes it, a restart on this host recovers it without waiting out the grace period."""
+        self.write_attrs(trial._trial_id, trial.number,
+                         {"hpo.host": self.host, "hpo.orchestrator_pid": os.getpid()})
+
+    def reap(self, trial_id: int, number: int, attrs: dict[str, Any], retry: Retry | None) -> bool:
+        """Fail another orchestrator's RUNNING trial, with its attrs and retry, in one
+        transaction; False when it had finished meanwhile (reaped by someone else)."""
+        with self.storage.engine.begin() as connection:
+            try:
+                _run.write_trial_attrs(connection, trial_id, number,
+                                       {**attrs, "hpo.retried": True} if retry else attrs)
+            except optuna.exceptions.UpdateFinishedTrialError:
+                return False
+            if retry is not None:
+                _run.enqueue_waiting_trial(connection, self.study._study_id, retry.params,
+                                           retry.user_attrs())
+            return _run.fail_running_trial(connection, trial_id)
 
     def record_devices(self, gpus: list[GpuInfo]) -> None:
         """This host's devices as a study attr, so status can name a GPU that never got work."""
@@ -111,23 +166,22 @@ class RunRecords:
         return attrs
 
     def trial_ended(self, rt: RunningTrial, verdict: Verdict, measured: dict[str, Any],
-                    ended_at: float, retry: bool) -> None:
-        """The trial's attrs, then tell, then its retry (the failed attempt is marked
-        ``hpo.retried`` before it is told), then the summary row, its real end time and the
-        buffered telemetry in one transaction."""
+                    ended_at: float, retry_attempt: int | None) -> None:
+        """The trial's attrs with its retry (``retry_attempt``: the retry's hpo.attempt; None:
+        no retry), then tell, then the summary row, its real end time and the buffered
+        telemetry in one transaction."""
         trial = rt.trial
         attrs = {"hpo.exit_code": rt.process.returncode, **measured}
         if verdict.fail_reason is not None:
             attrs.update({"hpo.fail_reason": verdict.fail_reason, "hpo.error": verdict.error})
-        if retry:
-            attrs["hpo.retried"] = True
-        self.write_attrs(trial._trial_id, trial.number, attrs)
+        retry = None
+        if retry_attempt is not None and verdict.fail_reason is not None:
+            retry = Retry(trial.number, trial_params(trial), verdict.fail_reason, retry_attempt)
+        self.write_attrs(trial._trial_id, trial.number, attrs, retry=retry)
         if verdict.state == TrialState.COMPLETE:
             self.study.tell(trial, verdict.value)
         else:
             self.study.tell(trial, state=verdict.state)
-        if retry and verdict.fail_reason is not None:
-            self.enqueue_retry(trial.number, trial.params, rt.attempt, verdict.fail_reason)
         summary = {
             "trial_id": trial._trial_id, "study_id": self.study._study_id, "number": trial.number,
             "state": verdict.state.name, "host": self.host,
@@ -149,24 +203,18 @@ class RunRecords:
             _run.set_trial_end(connection, trial._trial_id, datetime.fromtimestamp(ended_at))
             self.flush_telemetry(connection)
 
-    def enqueue_retry(self, number: int, params: dict[str, Any], attempt: int, reason: str) -> None:
-        """The same params again, as a WAITING trial that the next ask() picks first.
-
-        The failed attempt is marked ``hpo.retried`` (before it was told) and stops counting
-        against n_trials; the retry counts instead.
-        """
-        self.study.enqueue_trial(params, user_attrs={
-            "hpo.retry_of": number, "hpo.retry_reason": reason,
-            "hpo.attempt": attempt + 1}, skip_if_exists=False)
-
     def fail_unstarted(self, asked: list[Asked]) -> None:
-        """Trials asked ahead that no slot took: FAIL (interrupted), never left RUNNING."""
+        """Trials asked ahead that no slot took: back to the queue (their params, if any,
+        enqueued again with the same attempt number) and FAIL ``interrupted`` marked
+        ``hpo.retried``, so they do not count against n_trials; never left RUNNING."""
         while asked:
-            trial = asked.pop(0).trial
+            first = asked.pop(0)
+            trial = first.trial
+            retry = Retry(trial.number, trial_params(trial), "interrupted", first.attempt)
             try:
                 self.write_attrs(trial._trial_id, trial.number, {
                     "hpo.host": self.host, "hpo.fail_reason": "interrupted",
-                    "hpo.error": "stopped before a slot took it"})
+                    "hpo.error": "stopped before a slot took it"}, retry=retry)
                 self.study.tell(trial, state=TrialState.FAIL)
             except optuna.exceptions.UpdateFinishedTrialError:
                 continue  # reaped by another orchestrator meanwhile

@@ -1,0 +1,325 @@
+"""Issue 15, the storage half: interrupted work is re-run, not spent; asked-ahead trials of a
+dead orchestrator are recovered at once; a retry and its mark commit together; storage
+trouble is retried, then named; read commands change nothing.
+
+The unit tests drive RunRecords and Recovery against a real sqlite database (and PostgreSQL
+where the test server is there); the slow ones run studies through the CLI.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from hpo_orchestrator.db import _run, count_claimed, open_rdb_storage
+from hpo_orchestrator.scheduler._records import Retry, RunRecords
+from hpo_orchestrator.scheduler._recovery import Recovery
+from hpo_orchestrator.scheduler._trial import Asked
+from tests.conftest import run_cli, start_cli, trial_rows
+
+pytestmark = pytest.mark.filterwarnings("ignore:Heartbeat of storage is supposed to be used",
+                                        "ignore::optuna.exceptions.ExperimentalWarning")
+
+TARGET = "objective.target=hpo_orchestrator.testing.objectives:"
+HOST = "test-host"
+
+
+def _dead_pid() -> int:
+    """A pid that no process has (a child that already exited and was reaped)."""
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
+
+
+class Run:
+    """An orchestrator's storage side without its loop: records and recovery of one study."""
+
+    def __init__(self, url: str, grace_s: int = 3600) -> None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            self.storage = open_rdb_storage(url, heartbeat_interval_s=grace_s // 3,
+                                            grace_period_s=grace_s)
+        self.study = optuna.create_study(storage=self.storage, study_name="rel",
+                                         load_if_exists=True)
+        self.records = RunRecords(self.storage, self.study, HOST, None, [])
+        self.own: set[int] = set()
+        self.recovery = Recovery(self.storage, self.records, HOST, lambda: self.own,
+                                 interval_s=1, grace_s=grace_s, max_retries=1)
+
+    def trials(self) -> list[optuna.trial.FrozenTrial]:
+        return self.storage.get_all_trials(self.study._study_id)
+
+    def retries_of(self, number: int) -> list[optuna.trial.FrozenTrial]:
+        return [t for t in self.trials() if t.user_attrs.get("hpo.retry_of") == number]
+
+    def claimed(self) -> int:
+        with self.storage.engine.connect() as connection:
+            return count_claimed(connection, self.study._study_id)
+
+    def asked_by(self, pid: int) -> optuna.Trial:
+        """A trial asked by the orchestrator ``pid`` (on this test's host), no slot yet."""
+        trial = self.study.ask()
+        self.storage.record_heartbeat(trial._trial_id)
+        self.records.write_attrs(trial._trial_id, trial.number,
+                                 {"hpo.host": HOST, "hpo.orchestrator_pid": pid})
+        return trial
+
+    def started(self, trial: optuna.Trial, pid: int) -> None:
+        """A slot took it: its child's pid is known and it has params."""
+        trial.suggest_float("x", 0.0, 1.0)
+        self.records.write_attrs(trial._trial_id, trial.number, {"hpo.pid": pid})
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'rel.db'}"
+        return
+    postgres_url = request.getfixturevalue("postgres_url")
+    import uuid
+
+    import sqlalchemy
+
+    name = f"hpo_rel_{uuid.uuid4().hex[:10]}"
+    admin = sqlalchemy.create_engine(postgres_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as connection:
+        connection.execute(sqlalchemy.text(f'CREATE DATABASE "{name}"'))
+    try:
+        yield str(sqlalchemy.engine.make_url(postgres_url).set(database=name))
+    finally:
+        with admin.connect() as connection:
+            connection.execute(sqlalchemy.text(f'DROP DATABASE "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+# --- Medium 7: a retry and its mark are one step -------------------------------------------
+
+
+def test_an_enqueued_retry_is_asked_like_optunas_enqueue(url: str) -> None:
+    run = Run(url)
+    run.study.enqueue_trial({"x": 0.25})  # Optuna's own, for comparison: asked first
+    with run.storage.engine.begin() as connection:
+        _run.enqueue_waiting_trial(connection, run.study._study_id, {"x": 0.75, "c": "b"},
+                                   {"hpo.retry_of": 0})
+    first, second = run.study.ask(), run.study.ask()
+    assert first.suggest_float("x", 0, 1) == 0.25
+    assert (second.number, second.suggest_float("x", 0, 1)) == (1, 0.75)
+    assert second.suggest_categorical("c", ["a", "b"]) == "b"
+    assert run.study.ask().number == 2  # numbering goes on after ours
+
+
+def test_failing_between_the_mark_and_the_enqueue_leaves_neither(url: str,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """A crash inside the step rolls the whole step back: the trial stays RUNNING and counted,
+    and recovery retries it later, once."""
+    run = Run(url)
+    trial = run.asked_by(_dead_pid())
+    run.started(trial, _dead_pid())
+    real = _run.enqueue_waiting_trial
+
+    def enqueue_then_crash(*args: Any, **kwargs: Any) -> int:
+        real(*args, **kwargs)
+        raise RuntimeError("crashed between the two steps")
+
+    monkeypatch.setattr(_run, "enqueue_waiting_trial", enqueue_then_crash)
+    with pytest.raises(RuntimeError):
+        run.records.write_attrs(trial._trial_id, trial.number, {"hpo.fail_reason": "oom"},
+                                retry=Retry(trial.number, {"x": 0.5}, "oom", 2))
+    monkeypatch.setattr(_run, "enqueue_waiting_trial", real)
+    frozen = run.storage.get_trial(trial._trial_id)
+    assert frozen.state == TrialState.RUNNING and "hpo.retried" not in frozen.user_attrs
+    assert [t for t in run.trials() if t.state == TrialState.WAITING] == []
+
+    run.recovery.reap()  # the next run on this host
+    frozen = run.storage.get_trial(trial._trial_id)
+    assert frozen.state == TrialState.FAIL and frozen.user_attrs["hpo.retried"] is True
+    assert len(run.retries_of(trial.number)) == 1
+
+
+def test_dying_after_the_step_before_tell_keeps_one_retry(url: str) -> None:
+    """Mark and retry committed, the orchestrator died before tell(): recovery fails the trial
+    with its own reason and enqueues no second retry."""
+    run = Run(url)
+    trial = run.asked_by(_dead_pid())
+    run.started(trial, _dead_pid())
+    run.records.write_attrs(trial._trial_id, trial.number, {"hpo.fail_reason": "oom"},
+                            retry=Retry(trial.number, {"x": 0.5}, "oom", 2))
+    run.recovery.reap()
+    run.recovery.reap()
+    frozen = run.storage.get_trial(trial._trial_id)
+    assert frozen.state == TrialState.FAIL and frozen.user_attrs["hpo.fail_reason"] == "oom"
+    [retry] = run.retries_of(trial.number)
+    assert retry.state == TrialState.WAITING and retry.user_attrs["hpo.attempt"] == 2
+    assert retry.system_attrs["fixed_params"] == {"x": 0.5}
+
+
+def test_two_reapers_enqueue_one_retry(url: str) -> None:
+    first, second = Run(url), Run(url)
+    trial = first.asked_by(_dead_pid())
+    first.started(trial, _dead_pid())
+    first.recovery.reap()
+    second.recovery.reap()
+    assert len(first.retries_of(trial.number)) == 1
+
+
+# --- Medium 6: a restart recovers its dead predecessor's trials at once ---------------------
+
+
+def test_a_dead_orchestrators_trials_are_recovered_at_once(url: str) -> None:
+    """Heartbeats are fresh and the grace period an hour: only the dead orchestrator's pid
+    tells. The trial that never ran goes back to the queue as attempt 1."""
+    run = Run(url)
+    dead = _dead_pid()
+    ran, ahead = run.asked_by(dead), run.asked_by(dead)
+    run.started(ran, _dead_pid())
+    alive = run.asked_by(os.getppid())  # an orchestrator that lives: left alone
+    run.recovery.reap()
+    assert run.storage.get_trial(alive._trial_id).state == TrialState.RUNNING
+    for trial in (ran, ahead):
+        frozen = run.storage.get_trial(trial._trial_id)
+        assert frozen.state == TrialState.FAIL and frozen.user_attrs["hpo.fail_reason"] == "lost"
+    [again] = run.retries_of(ran.number)
+    assert again.user_attrs["hpo.attempt"] == 2 and again.system_attrs["fixed_params"] == ran.params
+    [queued] = run.retries_of(ahead.number)
+    assert "hpo.attempt" not in queued.user_attrs  # it never ran: not an attempt
+    assert queued.system_attrs["fixed_params"] == {}
+    assert run.claimed() == 1  # only the live orchestrator's trial counts
+
+
+def test_a_reused_pid_is_not_mistaken_for_the_orchestrator(url: str) -> None:
+    """A live process holds the recorded pid: the trial stays while that process was there
+    before the trial; a process created after the trial's start cannot have asked it."""
+    run = Run(url)
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        trial = run.study.ask()
+        run.records.write_attrs(trial._trial_id, trial.number, {"hpo.host": HOST,
+                                                                 "hpo.orchestrator_pid": child.pid})
+        run.recovery.reap()
+        assert run.storage.get_trial(trial._trial_id).state == TrialState.RUNNING  # it lives
+        with run.storage.engine.begin() as connection:  # as if asked long before that process
+            connection.exec_driver_sql(
+                "UPDATE trials SET datetime_start = '2000-01-01 00:00:00' WHERE trial_id = "
+                f"{trial._trial_id}")
+        run.recovery.reap()
+        assert run.storage.get_trial(trial._trial_id).state == TrialState.FAIL
+    finally:
+        child.kill()
+        child.wait()
+
+
+# --- Medium 5: interrupted work is re-run, not spent ----------------------------------------
+
+
+def test_a_trial_no_slot_took_goes_back_to_the_queue(url: str) -> None:
+    run = Run(url)
+    run.study.enqueue_trial({"x": 0.125}, user_attrs={"hpo.retry_of": 7, "hpo.attempt": 2})
+    fresh, fixed = run.study.ask(), run.study.ask()
+    fixed, fresh = (fresh, fixed) if fresh.number == 0 else (fixed, fresh)
+    run.records.fail_unstarted([Asked(fixed, 2, False), Asked(fresh, 1, False)])
+    for trial in (fixed, fresh):
+        frozen = run.storage.get_trial(trial._trial_id)
+        assert frozen.state == TrialState.FAIL and frozen.user_attrs["hpo.fail_reason"] == "interrupted"
+        assert frozen.user_attrs["hpo.retried"] is True
+    [again] = run.retries_of(fixed.number)
+    assert again.system_attrs["fixed_params"] == {"x": 0.125}
+    assert again.user_attrs["hpo.attempt"] == 2  # not bumped: it never ran
+    assert again.user_attrs["hpo.retry_reason"] == "interrupted"
+    assert run.retries_of(fresh.number)[0].system_attrs["fixed_params"] == {}
+    assert run.claimed() == 0  # neither counts against n_trials
+    assert run.study.ask().number == again.number  # the queue's head
+
+
+def _params(db: Path, trial_id: int) -> dict[str, float]:
+    with sqlite3.connect(db) as con:
+        return dict(con.execute("SELECT param_name, param_value FROM trial_params WHERE trial_id = ?",
+                                (trial_id,)).fetchall())
+
+
+def _fixed_params(db: Path, trial_id: int) -> dict[str, float]:
+    with sqlite3.connect(db) as con:
+        row = con.execute("SELECT value_json FROM trial_system_attributes WHERE trial_id = ? "
+                          "AND key = 'fixed_params'", (trial_id,)).fetchone()
+    return {} if row is None else json.loads(row[0])
+
+
+def _wait_for(db: Path, running: int, deadline_s: float = 120) -> None:
+    import time
+
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        try:
+            rows = trial_rows(db) if db.exists() else []
+        except Exception:  # the database is being created
+            rows = []
+        if len([r for r in rows if r["state"] == "RUNNING"]) >= running:
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"fewer than {running} RUNNING trials")
+
+
+@pytest.mark.slow
+def test_interrupted_twice_then_rerun_finishes_every_trial(tmp_path: Path) -> None:
+    """The issue's run: SIGTERM twice and rerun, n_trials=6, PAR=2: 6 COMPLETE at the end,
+    each interrupted trial re-run with its params."""
+    args = ("run", "objective=custom", TARGET + "sleepy", "scheduler.parallel=2",
+            "study.n_trials=6", "scheduler.kill_grace_s=2")
+    db = tmp_path / "hpo.db"
+    for _ in range(2):
+        proc = start_cli(tmp_path, *args, env={"HPO_TEST_SLEEP_S": "120"})
+        _wait_for(db, 3)  # two on slots, one asked ahead
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 130, err
+    rows = trial_rows(db)
+    assert len([r for r in rows if r["state"] == "WAITING"]) == 3
+    assert all(r["attrs"].get("hpo.retried") for r in rows if r["state"] == "FAIL")
+    final = run_cli(tmp_path, *args, env={"HPO_TEST_SLEEP_S": "0.1"})
+    assert final.code == 0, final.stderr
+    rows = {r["number"]: r for r in trial_rows(db)}
+    assert [r["state"] for r in rows.values()].count("COMPLETE") == 6
+    assert not [r for r in rows.values() if r["state"] in ("RUNNING", "WAITING")]
+    for row in rows.values():
+        if row["state"] == "FAIL":
+            assert row["attrs"]["hpo.fail_reason"] == "interrupted"
+            assert row["attrs"]["hpo.retried"] is True
+        if "hpo.retry_of" in row["attrs"]:
+            assert row["attrs"]["hpo.retry_reason"] == "interrupted"
+            assert "hpo.attempt" not in row["attrs"]  # interruptions use up no attempt
+            of = rows[row["attrs"]["hpo.retry_of"]]
+            assert _fixed_params(db, row["trial_id"]) == _params(db, of["trial_id"]) \
+                or _fixed_params(db, row["trial_id"]) == _fixed_params(db, of["trial_id"])
+
+
+@pytest.mark.slow
+def test_a_restart_recovers_asked_ahead_trials_without_the_grace_period(tmp_path: Path) -> None:
+    """kill -9 with two trials on slots and one asked ahead; the restart's grace period is
+    30 minutes, so only the dead orchestrator's pid can let it finish."""
+    args = ("run", "objective=custom", TARGET + "sleepy", "scheduler.parallel=2",
+            "study.n_trials=4", "storage.heartbeat_interval_s=600")
+    db = tmp_path / "hpo.db"
+    first = start_cli(tmp_path, *args, env={"HPO_TEST_SLEEP_S": "120"})
+    _wait_for(db, 3)
+    first.kill()
+    first.communicate()
+    second = run_cli(tmp_path, *args, env={"HPO_TEST_SLEEP_S": "0.1"}, timeout=300)
+    assert second.code == 0, second.stderr
+    rows = {r["number"]: r for r in trial_rows(db)}
+    lost = [r for r in rows.values() if r["state"] == "FAIL"]
+    assert len(lost) == 3 and all(r["attrs"]["hpo.fail_reason"] == "lost" for r in lost)
+    [ahead] = [r for r in lost if "hpo.pid" not in r["attrs"]]
+    [queued] = [r for r in rows.values() if r["attrs"].get("hpo.retry_of") == ahead["number"]]
+    assert queued["state"] == "COMPLETE" and "hpo.attempt" not in queued["attrs"]
+    assert [r["state"] for r in rows.values()].count("COMPLETE") == 4
