@@ -14,8 +14,12 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import threading
+import time
+import uuid
 import warnings
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -82,14 +86,9 @@ class Run:
         self.records.write_attrs(trial._trial_id, trial.number, {"hpo.pid": pid})
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'rel.db'}"
-        return
-    postgres_url = request.getfixturevalue("postgres_url")
-    import uuid
-
+@contextmanager
+def _fresh_postgres(postgres_url: str) -> Iterator[str]:
+    """A PostgreSQL database of the test's own (dropped after)."""
     import sqlalchemy
 
     name = f"hpo_rel_{uuid.uuid4().hex[:10]}"
@@ -97,11 +96,21 @@ def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     with admin.connect() as connection:
         connection.execute(sqlalchemy.text(f'CREATE DATABASE "{name}"'))
     try:
-        yield str(sqlalchemy.engine.make_url(postgres_url).set(database=name))
+        yield sqlalchemy.engine.make_url(postgres_url).set(database=name) \
+            .render_as_string(hide_password=False)
     finally:
         with admin.connect() as connection:
             connection.execute(sqlalchemy.text(f'DROP DATABASE "{name}" WITH (FORCE)'))
         admin.dispose()
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'rel.db'}"
+        return
+    with _fresh_postgres(request.getfixturevalue("postgres_url")) as fresh:
+        yield fresh
 
 
 # --- Medium 7: a retry and its mark are one step -------------------------------------------
@@ -323,3 +332,256 @@ def test_a_restart_recovers_asked_ahead_trials_without_the_grace_period(tmp_path
     [queued] = [r for r in rows.values() if r["attrs"].get("hpo.retry_of") == ahead["number"]]
     assert queued["state"] == "COMPLETE" and "hpo.attempt" not in queued["attrs"]
     assert [r["state"] for r in rows.values()].count("COMPLETE") == 4
+
+
+# --- Medium 8: storage trouble is retried, then named; never the objective's fault ---------
+
+
+def _wrapped(driver_error: BaseException) -> BaseException:
+    """The error as the orchestrator sees it: Optuna's wrapper around SQLAlchemy's."""
+    import sqlalchemy
+
+    sa_error = sqlalchemy.exc.OperationalError("UPDATE trials ...", {}, driver_error)
+    try:
+        raise optuna.exceptions.StorageInternalError("commit failed") from sa_error
+    except optuna.exceptions.StorageInternalError as exc:
+        return exc
+
+
+class _PgError(Exception):
+    __module__ = "psycopg.errors"
+
+    def __init__(self, message: str, sqlstate: str) -> None:
+        super().__init__(message)
+        self.sqlstate = sqlstate
+
+
+@pytest.mark.parametrize(("error", "cause"), [
+    (sqlite3.OperationalError("database is locked"), "locked"),
+    (sqlite3.OperationalError("database or disk is full"), "disk full"),
+    (sqlite3.OperationalError("attempt to write a readonly database"), "read-only"),
+    (_PgError("terminating connection due to administrator command", "57P01"), "connection lost"),
+    (_PgError("server closed the connection unexpectedly", "08006"), "connection lost"),
+    (_PgError("canceling statement due to lock timeout", "55P03"), "locked"),
+    (_PgError("cannot execute UPDATE in a read-only transaction", "25006"), "read-only"),
+    (_PgError("could not extend file: No space left on device", "53100"), "disk full"),
+    (_PgError("value too long for type character varying(512)", "22001"), "unknown"),
+])
+def test_storage_trouble_is_named_by_its_cause(error: BaseException, cause: str) -> None:
+    from hpo_orchestrator.db import trouble_of
+
+    assert trouble_of(_wrapped(error)) == cause
+    assert trouble_of(ValueError("not a database error")) is None
+
+
+def test_a_lock_held_past_the_busy_timeout_is_waited_out(tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """sqlite's busy timeout (here 0.1 s) runs out while another process holds the write
+    lock; the call is retried until the lock is gone, or fails naming the lock."""
+
+    from hpo_orchestrator.db import StorageUnavailable, _engine, retrying_rdb_storage
+
+    monkeypatch.setattr(_engine, "_SQLITE_BUSY_TIMEOUT_S", 0.1)
+    run = Run(f"sqlite:///{tmp_path / 'rel.db'}")
+    retrying = retrying_rdb_storage(run.storage, retry_s=60)
+    trial = run.study.ask()
+    locked, release = threading.Event(), threading.Event()
+
+    def hold_lock() -> None:
+        holder = sqlite3.connect(tmp_path / "rel.db", isolation_level=None)
+        holder.execute("BEGIN IMMEDIATE")
+        locked.set()
+        release.wait(60)
+        holder.execute("COMMIT")
+        holder.close()
+
+    def set_attr_while_locked(retry_s: float) -> BaseException | None:
+        retrying.retry_s = retry_s
+        holder = threading.Thread(target=hold_lock)
+        holder.start()
+        locked.wait(30)
+        timer = threading.Timer(1.5, release.set)  # releases the lock 1.5 s in (15 busy timeouts)
+        timer.start()
+        try:
+            run.storage.set_trial_user_attr(trial._trial_id, "k", retry_s)
+            return None
+        except StorageUnavailable as exc:
+            return exc
+        finally:
+            release.set()
+            timer.cancel()
+            holder.join()
+            locked.clear()
+            release.clear()
+
+    assert set_attr_while_locked(retry_s=60) is None
+    assert run.storage.get_trial(trial._trial_id).user_attrs["k"] == 60
+    failure = set_attr_while_locked(retry_s=0)
+    assert isinstance(failure, StorageUnavailable) and failure.cause == "locked"
+    assert "database is locked" in failure.message and "lock" in (failure.hint or "")
+
+
+@pytest.mark.postgres
+def test_a_terminated_postgresql_connection_is_reopened(postgres_url: str) -> None:
+    """pg_terminate_backend in the middle of a step: the step runs again on a new connection."""
+    import sqlalchemy
+
+    from hpo_orchestrator.db import retrying_rdb_storage
+
+    run = Run(postgres_url)
+    retrying = retrying_rdb_storage(run.storage, retry_s=60)
+    attempts = []
+
+    def step() -> int:
+        with run.storage.engine.connect() as connection:
+            pid = connection.execute(sqlalchemy.text("SELECT pg_backend_pid()")).scalar_one()
+            attempts.append(pid)
+            if len(attempts) == 1:
+                with run.storage.engine.connect() as killer:
+                    killer.execute(sqlalchemy.text("SELECT pg_terminate_backend(:p)"), {"p": pid})
+                    killer.commit()
+            return int(connection.execute(sqlalchemy.text("SELECT 1")).scalar_one())
+
+    assert retrying.call(step) == 1
+    assert len(attempts) == 2 and attempts[0] != attempts[1]
+    run.storage.engine.dispose()
+    optuna.delete_study(study_name="rel", storage=run.storage)
+
+
+# The orchestrator (not its trials) gets a sqlite busy timeout of HPO_TEST_BUSY_TIMEOUT_S, so a
+# test's lock outlasts it in seconds instead of a minute.
+BUSY_SITECUSTOMIZE = """
+import os
+if os.environ.get("HPO_TEST_BUSY_TIMEOUT_S") and "HPO_TRIAL_NUMBER" not in os.environ:
+    from hpo_orchestrator.db import _engine
+    _engine._SQLITE_BUSY_TIMEOUT_S = float(os.environ["HPO_TEST_BUSY_TIMEOUT_S"])
+"""
+
+
+def _busy_env(tmp_path: Path) -> dict[str, str]:
+    site = tmp_path / "site"
+    site.mkdir(exist_ok=True)
+    (site / "sitecustomize.py").write_text(BUSY_SITECUSTOMIZE)
+    return {"PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]),
+            "HPO_TEST_BUSY_TIMEOUT_S": "0.2", "HPO_TEST_STEP_S": "0.2"}
+
+
+def _hold_write_lock(db: Path, seconds: float) -> None:
+    import time
+
+    holder = sqlite3.connect(db, isolation_level=None, timeout=60)
+    holder.execute("BEGIN IMMEDIATE")
+    time.sleep(seconds)
+    holder.execute("COMMIT")
+    holder.close()
+
+
+@pytest.mark.slow
+def test_a_lock_during_a_run_fails_no_trial(tmp_path: Path) -> None:
+    """The issue's run: a lock held far past the busy timeout while trials report. Before:
+    trial.report failed in the child (FAIL exception). Now the orchestrator waits it out."""
+    args = ("run", "objective=custom", TARGET + "pinned", "scheduler.parallel=2",
+            "study.n_trials=6", "pruner=none")
+    proc = start_cli(tmp_path, *args, env=_busy_env(tmp_path))
+    db = tmp_path / "hpo.db"
+    _wait_for(db, 2)
+    _hold_write_lock(db, 4.0)  # 20 busy timeouts
+    _, err = proc.communicate(timeout=240)
+    assert proc.returncode == 0, err
+    rows = trial_rows(db)
+    assert [r["state"] for r in rows] == ["COMPLETE"] * 6, [r["attrs"].get("hpo.error") for r in rows]
+    assert "storage trouble (locked" in err
+
+
+@pytest.mark.slow
+def test_a_lock_longer_than_retry_s_stops_the_run_naming_it(tmp_path: Path) -> None:
+    """Past storage.retry_s: exit 1, the cause named, no trial blamed; the rerun recovers."""
+    args = ("run", "objective=custom", TARGET + "pinned", "scheduler.parallel=2",
+            "study.n_trials=4", "pruner=none")
+    proc = start_cli(tmp_path, *args, "storage.retry_s=1", env=_busy_env(tmp_path))
+    db = tmp_path / "hpo.db"
+    _wait_for(db, 2)
+
+    holder = threading.Thread(target=_hold_write_lock, args=(db, 8.0))
+    holder.start()
+    _, err = proc.communicate(timeout=240)
+    holder.join()
+    assert proc.returncode == 1, err
+    assert "error: the storage stopped accepting writes (locked" in err
+    assert "hint: another process holds a write lock" in err and "Traceback" not in err
+    assert not [r for r in trial_rows(db) if r["attrs"].get("hpo.fail_reason") == "exception"]
+    rerun = run_cli(tmp_path, *args, env={"HPO_TEST_STEP_S": "0.2"})
+    assert rerun.code == 0, rerun.stderr
+    rows = trial_rows(db)
+    assert not [r for r in rows if r["state"] in ("RUNNING", "WAITING")]
+    assert len([r for r in rows if not r["attrs"].get("hpo.retried")]) == 4
+
+
+def _wait_for_postgres_running(url: str) -> None:
+    import sqlalchemy
+
+    engine = sqlalchemy.create_engine(url)
+    deadline = time.monotonic() + 120
+    try:
+        while time.monotonic() < deadline:
+            try:
+                with engine.connect() as connection:
+                    if connection.execute(sqlalchemy.text(
+                            "SELECT COUNT(*) FROM trials WHERE state = 'RUNNING'")).scalar_one():
+                        return
+            except sqlalchemy.exc.DBAPIError:
+                pass  # the tables are being created
+            time.sleep(0.2)
+    finally:
+        engine.dispose()
+    raise AssertionError("no trial started")
+
+
+@pytest.mark.slow
+@pytest.mark.postgres
+def test_terminated_postgresql_connections_during_a_run(tmp_path: Path, postgres_url: str) -> None:
+    """The issue's run: pg_terminate_backend on the orchestrator's connections, three times
+    while trials run. Before: exit 1 with a hint about disk space. Now: every trial completes."""
+    import sqlalchemy
+
+    app = f"hpo-rel-{uuid.uuid4().hex[:8]}"
+    with _fresh_postgres(postgres_url) as fresh:
+        url = f"{fresh}?application_name={app}"
+        proc = start_cli(tmp_path, "run", "objective=custom", TARGET + "pinned",
+                         "scheduler.parallel=2", "study.n_trials=8", "pruner=none",
+                         f"storage.url='{url}'", env={"HPO_TEST_STEP_S": "0.3"})
+        admin = sqlalchemy.create_engine(postgres_url, isolation_level="AUTOCOMMIT")
+        terminated = 0
+        try:
+            _wait_for_postgres_running(fresh)  # storage trouble at start-up is exit 2 (not here)
+            with admin.connect() as connection:
+                deadline = time.monotonic() + 120
+                while terminated < 3 and proc.poll() is None and time.monotonic() < deadline:
+                    time.sleep(1.5)
+                    terminated += int(connection.execute(sqlalchemy.text(
+                        "SELECT COUNT(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                        "WHERE application_name = :a"), {"a": app}).scalar_one() > 0)
+            _, err = proc.communicate(timeout=240)
+            assert proc.returncode == 0, err
+            assert terminated == 3
+            engine = sqlalchemy.create_engine(fresh)
+            with engine.connect() as connection:
+                states = [str(s).split(".")[-1] for (s,) in connection.execute(
+                    sqlalchemy.text("SELECT state FROM trials"))]
+            engine.dispose()
+            assert states == ["COMPLETE"] * 8, err
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+            admin.dispose()
+
+
+@pytest.mark.parametrize("value", ["-1", "abc", "100000", "true"])
+def test_storage_retry_s_is_validated(value: str) -> None:
+    from hpo_orchestrator.config import load_config
+    from hpo_orchestrator.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"storage\.retry_s"):
+        load_config([f"storage.retry_s={value}"])
+    assert load_config(["storage.retry_s=0"]).storage.retry_s == 0

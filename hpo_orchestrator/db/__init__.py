@@ -13,7 +13,8 @@ database made by the installed Optuna. Modules by concern:
 - ``_telemetry``: reads of the samples (report, telemetry export);
 - ``_budget``: the statements behind the shared trial budget;
 - ``_run``: what the orchestrator reads and writes beside Optuna's storage API during a run;
-- ``_retention``: old trials' telemetry averaged down to a bounded number of rows.
+- ``_retention``: old trials' telemetry averaged down to a bounded number of rows;
+- ``_retry``: storage trouble during a run: its cause, retries for ``storage.retry_s``.
 
 Readers take a SQLAlchemy ``Connection`` and return plain Python values (states as
 'COMPLETE', timestamps as naive UTC datetimes) whatever the backend.
@@ -35,12 +36,20 @@ from hpo_orchestrator.db._engine import (
     sqlite_path,
 )
 from hpo_orchestrator.db._retention import RetentionRaced, downsample_trial, retention_candidates
+from hpo_orchestrator.db._retry import (
+    Retrying,
+    StorageUnavailable,
+    first_line,
+    retrying_of,
+    retrying_rdb_storage,
+    trouble_of,
+)
 from hpo_orchestrator.db._run import (
     attempt_of,
     max_completed_step,
     never_beat,
     next_waiting_retry_reason,
-    running_with_host_pid,
+    running_on_host,
     set_trial_end,
     write_trial_attrs,
 )
@@ -90,15 +99,16 @@ from hpo_orchestrator.db._version import SCHEMA_REVISION, check_schema
 
 __all__ = [
     "ADVISORY_NAMESPACE", "SCHEMA_REVISION", "TELEMETRY_COLUMNS", "CurveTrial", "RetentionRaced",
-    "Sample", "SummaryFlags", "TrialRow", "UncoveredTrial", "attempt_of", "best_trial", "check_schema",
-    "count_claimed", "count_running", "create_engine", "database_now", "downsample_trial",
-    "ensure_tables", "file_lock", "has_summary_table", "has_telemetry_table", "has_trial",
-    "heartbeat_of", "insert_samples", "insert_summary", "intermediate_values", "list_studies",
-    "lock_file", "lock_study_budget", "mask_url", "mask_url_in", "max_completed_step", "never_beat",
-    "next_waiting_retry_reason", "open_rdb_storage", "read_errors", "retention_candidates",
-    "running_with_host_pid", "set_trial_end", "setup_lock", "sqlite_path", "state_counts", "state_name",
-    "step_timings", "study_attrs", "study_config", "study_direction", "study_id_of", "summary_flags",
-    "summary_max_complete_step", "summary_prune_steps", "summary_rows", "summary_table",
-    "telemetry_rows", "telemetry_samples", "telemetry_table", "to_datetime", "trial_rows",
-    "trial_values", "trials_with_values", "uncovered_trials", "write_trial_attrs",
+    "Retrying", "Sample", "StorageUnavailable", "SummaryFlags", "TrialRow", "UncoveredTrial", "attempt_of",
+    "best_trial", "check_schema", "count_claimed", "count_running", "create_engine", "database_now",
+    "downsample_trial", "ensure_tables", "file_lock", "first_line", "has_summary_table",
+    "has_telemetry_table", "has_trial", "heartbeat_of", "insert_samples", "insert_summary",
+    "intermediate_values", "list_studies", "lock_file", "lock_study_budget", "mask_url", "mask_url_in",
+    "max_completed_step", "never_beat", "next_waiting_retry_reason", "open_rdb_storage", "read_errors",
+    "retention_candidates", "retrying_of", "retrying_rdb_storage", "running_on_host", "set_trial_end",
+    "setup_lock", "sqlite_path", "state_counts", "state_name", "step_timings", "study_attrs",
+    "study_config", "study_direction", "study_id_of", "summary_flags", "summary_max_complete_step",
+    "summary_prune_steps", "summary_rows", "summary_table", "telemetry_rows", "telemetry_samples",
+    "telemetry_table", "to_datetime", "trial_rows", "trial_values", "trials_with_values", "trouble_of",
+    "uncovered_trials", "write_trial_attrs"
 ]

@@ -23,7 +23,14 @@ from typing import TypeVar
 
 from sqlalchemy.engine import Connection, Engine
 
-from hpo_orchestrator.db import count_claimed, count_running, file_lock, lock_file, lock_study_budget
+from hpo_orchestrator.db import (
+    Retrying,
+    count_claimed,
+    count_running,
+    file_lock,
+    lock_file,
+    lock_study_budget,
+)
 from hpo_orchestrator.scheduler._race_hooks import budget_claim_started, budget_counted
 
 __all__ = ["Budget"]
@@ -33,34 +40,43 @@ T = TypeVar("T")
 
 class Budget:
     def __init__(self, engine: Engine, study_id: int, n_trials: int,
-                 sqlite_file: Path | None) -> None:
+                 sqlite_file: Path | None, retrying: Retrying | None = None) -> None:
         self.engine = engine
         self.study_id = study_id
         self.n_trials = n_trials
         self._lock_file = None if sqlite_file is None else lock_file(sqlite_file)
+        # each step again through transient storage trouble (db._retry); none: no retries
+        self.retrying = retrying or Retrying(0.0, engine.dialect.name)
 
     def claimed(self, connection: Connection | None = None) -> int:
         if connection is not None:
             return count_claimed(connection, self.study_id)
-        with self.engine.connect() as fresh:
-            return self.claimed(fresh)
+
+        def read() -> int:
+            with self.engine.connect() as fresh:
+                return self.claimed(fresh)
+        return self.retrying.call(read)
 
     def left(self) -> int:
         return max(0, self.n_trials - self.claimed())
 
     def running(self) -> int:
         """RUNNING trials of the study, whoever runs them."""
-        with self.engine.connect() as connection:
-            return count_running(connection, self.study_id)
+        def read() -> int:
+            with self.engine.connect() as connection:
+                return count_running(connection, self.study_id)
+        return self.retrying.call(read)
 
     def claim(self, ask: Callable[[], T]) -> T | None:
         """``ask()`` if the budget has room (under the study's lock), else None."""
-        budget_claim_started()  # no-ops unless a test forces a race (scheduler/_race_hooks.py)
-        with self._locked() as connection:
-            if self.claimed(connection) >= self.n_trials:
-                return None
-            budget_counted()
-            return ask()
+        def step() -> T | None:
+            budget_claim_started()  # no-ops unless a test forces a race (scheduler/_race_hooks.py)
+            with self._locked() as connection:
+                if self.claimed(connection) >= self.n_trials:
+                    return None
+                budget_counted()
+                return ask()
+        return self.retrying.call(step)
 
     @contextmanager
     def _locked(self) -> Iterator[Connection | None]:

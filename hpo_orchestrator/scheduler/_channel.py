@@ -12,6 +12,7 @@ import time
 from multiprocessing.connection import wait
 from typing import Any
 
+from hpo_orchestrator.db import StorageUnavailable
 from hpo_orchestrator.scheduler._trial import RunningTrial
 from hpo_orchestrator.telemetry import TelemetrySampler
 from hpo_orchestrator.worker import TRIAL_METHODS
@@ -81,6 +82,8 @@ def _answer(rt: RunningTrial, method: str, args: tuple[Any, ...], kwargs: dict[s
                 rt.params_effective = args[1] if isinstance(args[1], dict) else None
             elif method == "set_user_attr" and args and args[0] == "hpo.opencl_platform":
                 rt.opencl_platform = str(args[1])
+        except StorageUnavailable:
+            raise  # the orchestrator's trouble, not the trial's: the run stops, recovery follows
         except Exception as exc:  # the objective's misuse (bad range...) is its error
             reply = ("err", exc)
     try:

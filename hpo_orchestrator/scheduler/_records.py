@@ -2,7 +2,8 @@
 
 Optuna's API where it is cheap (ask, tell, enqueue); hpo_orchestrator.db where Optuna's
 would cost a transaction per attr or a load of every trial. Attr names are the user contract
-(docs/DESIGN.md §2.3). Storage errors propagate: the loop stops every child and exits 1.
+(docs/DESIGN.md §2.3). Each storage step is retried through transient trouble (db._retry);
+what remains propagates: the loop stops every child and exits 1.
 """
 
 from __future__ import annotations
@@ -16,9 +17,8 @@ from typing import Any
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
-from sqlalchemy.engine import Connection
 
-from hpo_orchestrator.db import _run, insert_samples, insert_summary
+from hpo_orchestrator.db import _run, insert_samples, insert_summary, retrying_of
 from hpo_orchestrator.gpu import GpuInfo
 from hpo_orchestrator.pruning._auto import fit_step_timing
 from hpo_orchestrator.scheduler._outcome import Verdict, params_mismatch
@@ -65,19 +65,24 @@ class RunRecords:
         self.sampler = sampler
         self.compute_phases = compute_phases
         self._last_flush = 0.0
+        self.retrying = retrying_of(storage)
 
     # --- reads ---------------------------------------------------------------------------
 
     def attempt_of(self, trial: optuna.Trial) -> int:
         """1 for a new trial, 2 and up for a retry (one row, not the whole trial)."""
-        with self.storage.engine.connect() as connection:
-            return _run.attempt_of(connection, trial._trial_id)
+        def read() -> int:
+            with self.storage.engine.connect() as connection:
+                return _run.attempt_of(connection, trial._trial_id)
+        return self.retrying.call(read)
 
     def next_is_oom_retry(self) -> bool:
         """Is the next trial to ask a retry of one that ran out of GPU memory? (one SQL read;
         Optuna's get_trials would load every WAITING trial through the ORM)"""
-        with self.storage.engine.connect() as connection:
-            return _run.next_waiting_retry_reason(connection, self.study._study_id) == "oom"
+        def read() -> bool:
+            with self.storage.engine.connect() as connection:
+                return _run.next_waiting_retry_reason(connection, self.study._study_id) == "oom"
+        return self.retrying.call(read)
 
     # --- writes --------------------------------------------------------------------------
 
@@ -91,11 +96,14 @@ class RunRecords:
             attrs = {**attrs, "hpo.retried": True}
         if not attrs:
             return
-        with self.storage.engine.begin() as connection:
-            _run.write_trial_attrs(connection, trial_id, number, attrs, started)
-            if retry is not None:
-                _run.enqueue_waiting_trial(connection, self.study._study_id, retry.params,
-                                           retry.user_attrs())
+
+        def step() -> None:
+            with self.storage.engine.begin() as connection:
+                _run.write_trial_attrs(connection, trial_id, number, attrs, started)
+                if retry is not None:
+                    _run.enqueue_waiting_trial(connection, self.study._study_id, retry.params,
+                                               retry.user_attrs())
+        self.retrying.call(step)
 
     def asked(self, trial: optuna.Trial) -> None:
         """Who asked the trial, written at once: if this orchestrator dies before a slot
@@ -106,16 +114,18 @@ class RunRecords:
     def reap(self, trial_id: int, number: int, attrs: dict[str, Any], retry: Retry | None) -> bool:
         """Fail another orchestrator's RUNNING trial, with its attrs and retry, in one
         transaction; False when it had finished meanwhile (reaped by someone else)."""
-        with self.storage.engine.begin() as connection:
-            try:
-                _run.write_trial_attrs(connection, trial_id, number,
-                                       {**attrs, "hpo.retried": True} if retry else attrs)
-            except optuna.exceptions.UpdateFinishedTrialError:
-                return False
-            if retry is not None:
-                _run.enqueue_waiting_trial(connection, self.study._study_id, retry.params,
-                                           retry.user_attrs())
-            return _run.fail_running_trial(connection, trial_id)
+        def step() -> bool:
+            with self.storage.engine.begin() as connection:
+                try:
+                    _run.write_trial_attrs(connection, trial_id, number,
+                                           {**attrs, "hpo.retried": True} if retry else attrs)
+                except optuna.exceptions.UpdateFinishedTrialError:
+                    return False
+                if retry is not None:
+                    _run.enqueue_waiting_trial(connection, self.study._study_id, retry.params,
+                                               retry.user_attrs())
+                return _run.fail_running_trial(connection, trial_id)
+        return self.retrying.call(step)
 
     def record_devices(self, gpus: list[GpuInfo]) -> None:
         """This host's devices as a study attr, so status can name a GPU that never got work."""
@@ -196,12 +206,17 @@ class RunRecords:
             "opencl_platform": rt.opencl_platform,
             "params_mismatch": json.dumps(measured["hpo.params_mismatch"])
             if "hpo.params_mismatch" in measured else None}
-        with self.storage.engine.begin() as connection:  # one transaction for the rest
-            insert_summary(connection, summary)
-            # Optuna set datetime_complete at tell(); the trial ended when its result came
-            # (its slot may already run the next trial), so the stored duration is the trial's.
-            _run.set_trial_end(connection, trial._trial_id, datetime.fromtimestamp(ended_at))
-            self.flush_telemetry(connection)
+        rows = self.sampler.take_rows() if self.sampler is not None else []
+
+        def rest() -> None:
+            with self.storage.engine.begin() as connection:  # one transaction for the rest
+                insert_summary(connection, summary)
+                # Optuna set datetime_complete at tell(); the trial ended when its result came
+                # (its slot may already run the next trial): the stored duration is the trial's.
+                _run.set_trial_end(connection, trial._trial_id, datetime.fromtimestamp(ended_at))
+                insert_samples(connection, rows)
+        self._last_flush = time.monotonic()
+        self.retrying.call(rest)
 
     def fail_unstarted(self, asked: list[Asked]) -> None:
         """Trials asked ahead that no slot took: back to the queue (their params, if any,
@@ -219,17 +234,18 @@ class RunRecords:
             except optuna.exceptions.UpdateFinishedTrialError:
                 continue  # reaped by another orchestrator meanwhile
 
-    def flush_telemetry(self, connection: Connection | None = None, force: bool = False) -> None:
-        """Write buffered samples: within ``connection`` (a trial's end), or on their own
-        every _TELEMETRY_FLUSH_S (now, with ``force``)."""
+    def flush_telemetry(self, force: bool = False) -> None:
+        """Write buffered samples every _TELEMETRY_FLUSH_S (now, with ``force``); a trial's
+        end writes them with its summary."""
         now = time.monotonic()
-        due = force or connection is not None or now - self._last_flush >= _TELEMETRY_FLUSH_S
+        due = force or now - self._last_flush >= _TELEMETRY_FLUSH_S
         if self.sampler is None or not due:
             return
         self._last_flush = now
         rows = self.sampler.take_rows()
-        if connection is not None:
-            insert_samples(connection, rows)
-        elif rows:
+
+        def step() -> None:
             with self.storage.engine.begin() as fresh:
                 insert_samples(fresh, rows)
+        if rows:
+            self.retrying.call(step)

@@ -71,9 +71,11 @@ class Recovery:
         """RUNNING trials asked on this host by an orchestrator that no longer exists: found
         at once after a ``kill -9``, asked-ahead trials included (hpo.orchestrator_pid is
         written at ask). Trials of an older version have only their child's pid."""
+        def read() -> list[_run.RunningOnHost]:
+            with self.storage.engine.connect() as connection:
+                return _run.running_on_host(connection, self.records.study._study_id, self.host)
         orphans = []
-        with self.storage.engine.connect() as connection:
-            running = _run.running_on_host(connection, self.records.study._study_id, self.host)
+        running = self.records.retrying.call(read)
         for trial in running:
             if trial.trial_id in ours:
                 continue
@@ -86,8 +88,10 @@ class Recovery:
         """RUNNING trials without any heartbeat, started longer than the grace period ago
         (Optuna's stale check only looks at trials that have a heartbeat row)."""
         cutoff = datetime.now() - timedelta(seconds=self.grace_s)  # datetime_start is local time
-        with self.storage.engine.connect() as connection:
-            found = _run.never_beat(connection, self.records.study._study_id, cutoff)
+        def read() -> list[int]:
+            with self.storage.engine.connect() as connection:
+                return _run.never_beat(connection, self.records.study._study_id, cutoff)
+        found = self.records.retrying.call(read)
         return [tid for tid in found if tid not in ours]
 
 
