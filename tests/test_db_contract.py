@@ -159,7 +159,7 @@ def _build(url: str) -> tuple[int, dict[int, int]]:
 def built(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Built]:
     with _database(request.param, tmp_path_factory.mktemp("contract")) as url:
         study_id, ids = _build(url)
-        engine = db.create_engine(url)
+        engine = db.create_engine(url, read_only=False)  # some cases write (rolled back)
         try:
             yield Built(request.param, url, engine, study_id, ids)
         finally:

@@ -585,3 +585,107 @@ def test_storage_retry_s_is_validated(value: str) -> None:
     with pytest.raises(ConfigError, match=r"storage\.retry_s"):
         load_config([f"storage.retry_s={value}"])
     assert load_config(["storage.retry_s=0"]).storage.retry_s == 0
+
+
+# --- Medium 10: read commands change nothing -----------------------------------------------
+
+
+def _plain_optuna_db(path: Path) -> None:
+    """A database made by Optuna alone (journal mode delete), with one finished trial."""
+    study = optuna.create_study(storage=f"sqlite:///{path}", study_name="plain")
+    study.optimize(lambda t: t.suggest_float("x", 0, 1), n_trials=1)
+
+
+def _as_nobody_if_root() -> list[str]:
+    """Root reads any file: run the command as nobody so a read-only file is really one."""
+    return ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"] if os.geteuid() == 0 else []
+
+
+READ_COMMANDS = [["status"], ["status", "--json"], ["tune-pruner"],
+                 ["telemetry", "--csv", "-"], ["report", "--out", "{tmp}/r.html"]]
+
+
+@pytest.mark.parametrize("command", READ_COMMANDS, ids=lambda c: " ".join(c))
+def test_read_commands_leave_a_plain_optuna_database_as_it_was(tmp_path: Path, command: list[str]) -> None:
+    db = tmp_path / "plain.db"
+    _plain_optuna_db(db)
+    before = db.read_bytes()
+    args = [a.replace("{tmp}", str(tmp_path)) for a in command]
+    result = run_cli(tmp_path, *args, "--storage", f"sqlite:///{db}")
+    assert result.code in (0, 2), result.stderr  # 2: nothing to export or tune in one trial
+    assert "Traceback" not in result.stderr
+    with sqlite3.connect(f"{db.as_uri()}?mode=ro", uri=True) as con:
+        assert con.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
+    assert db.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("plain")) == ["plain.db"]
+
+
+def test_status_reads_a_database_the_user_can_only_read() -> None:
+    import tempfile
+
+    with tempfile.TemporaryDirectory(dir="/tmp") as shared:  # pytest's tmp is root's own
+        _status_as_reader(Path(shared))
+
+
+def _status_as_reader(folder: Path) -> None:
+    folder.chmod(0o755)
+    db = folder / "plain.db"
+    _plain_optuna_db(db)
+    db.chmod(0o444)
+    folder.chmod(0o555)  # not even a journal or -shm file can be made beside it
+    try:
+        proc = subprocess.run([*_as_nobody_if_root(), sys.executable, "-m", "hpo_orchestrator",
+                               "status", "--json", "--storage", f"sqlite:///{db}"],
+                              capture_output=True, text=True, timeout=120, cwd="/",
+                              env={**os.environ, "HOME": "/tmp"})
+    finally:
+        folder.chmod(0o755)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["states"]["COMPLETE"]["count"] == 1
+
+
+@pytest.mark.parametrize("content", [None, b""], ids=["missing", "empty"])
+def test_status_on_no_database_is_exit_2_and_creates_nothing(tmp_path: Path, content: bytes | None) -> None:
+    db = tmp_path / "none.db"
+    if content is not None:
+        db.write_bytes(content)
+    result = run_cli(tmp_path, "status", "--storage", f"sqlite:///{db}")
+    assert result.code == 2 and "hint:" in result.stderr and "Traceback" not in result.stderr
+    assert (db.read_bytes() if db.exists() else None) == content
+    assert sorted(p.name for p in tmp_path.iterdir()) == ([] if content is None else ["none.db"])
+
+
+@pytest.mark.postgres
+def test_postgresql_readers_cannot_write(postgres_url: str) -> None:
+    import sqlalchemy
+
+    from hpo_orchestrator.db import create_engine
+
+    with _fresh_postgres(postgres_url) as fresh:
+        optuna.create_study(storage=fresh, study_name="plain")
+        engine = create_engine(fresh)
+        try:
+            with engine.connect() as connection, pytest.raises(sqlalchemy.exc.DBAPIError,
+                                                              match="read-only transaction"):
+                connection.execute(sqlalchemy.text("UPDATE studies SET study_name = 'x'"))
+        finally:
+            engine.dispose()
+
+
+def test_status_on_a_database_the_user_cannot_reach_is_exit_2() -> None:
+    import tempfile
+
+    with tempfile.TemporaryDirectory(dir="/tmp") as top:
+        Path(top).chmod(0o755)
+        closed = Path(top) / "closed"
+        closed.mkdir(mode=0o700)
+        _plain_optuna_db(closed / "plain.db")
+        if os.geteuid() != 0:
+            closed.chmod(0o000)
+        proc = subprocess.run([*_as_nobody_if_root(), sys.executable, "-m", "hpo_orchestrator",
+                               "status", "--storage", f"sqlite:///{closed / 'plain.db'}"],
+                              capture_output=True, text=True, timeout=120, cwd="/",
+                              env={**os.environ, "HOME": "/tmp"})
+        closed.chmod(0o700)
+    assert proc.returncode == 2, proc.stderr
+    assert "permission denied" in proc.stderr and "Traceback" not in proc.stderr
