@@ -463,7 +463,7 @@ def _busy_env(tmp_path: Path) -> dict[str, str]:
     site.mkdir(exist_ok=True)
     (site / "sitecustomize.py").write_text(BUSY_SITECUSTOMIZE)
     return {"PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]),
-            "HPO_TEST_BUSY_TIMEOUT_S": "0.2", "HPO_TEST_STEP_S": "0.2"}
+            "HPO_TEST_BUSY_TIMEOUT_S": "0.2", "HPO_TEST_STEP_S": "1.0"}
 
 
 def _hold_write_lock(db: Path, seconds: float) -> None:
@@ -568,8 +568,10 @@ def test_terminated_postgresql_connections_during_a_run(tmp_path: Path, postgres
             with engine.connect() as connection:
                 states = [str(s).split(".")[-1] for (s,) in connection.execute(
                     sqlalchemy.text("SELECT state FROM trials"))]
+                errors = connection.execute(sqlalchemy.text(
+                    "SELECT value_json FROM trial_user_attributes WHERE key = 'hpo.error'")).all()
             engine.dispose()
-            assert states == ["COMPLETE"] * 8, err
+            assert states == ["COMPLETE"] * 8, (errors, err)
         finally:
             if proc.poll() is None:
                 proc.kill()
