@@ -691,3 +691,15 @@ def test_status_on_a_database_the_user_cannot_reach_is_exit_2() -> None:
         closed.chmod(0o700)
     assert proc.returncode == 2, proc.stderr
     assert "permission denied" in proc.stderr and "Traceback" not in proc.stderr
+
+
+# --- Low: refused up front -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("url", ["sqlite://", "sqlite:///:memory:"])
+def test_an_in_memory_sqlite_storage_is_refused_up_front(tmp_path: Path, url: str) -> None:
+    result = run_cli(tmp_path, "run", "objective=custom", TARGET + "quadratic",
+                     "study.n_trials=1", f"storage.url={url}")
+    assert result.code == 2, result.stderr
+    assert "in-memory sqlite database" in result.stderr and "hint: use a file" in result.stderr
+    assert list(tmp_path.iterdir()) == []

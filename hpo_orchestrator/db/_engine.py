@@ -176,6 +176,10 @@ def _validated_path(url: str, create: bool) -> Path | None:
     except ArgumentError:
         raise StorageError(f"cannot parse storage URL {mask_url(url)!r}",
                            "e.g. sqlite:///hpo.db or postgresql+psycopg://user@host/db") from None
+    if path is None and make_url(url).get_backend_name() == "sqlite":
+        # each connection would get a database of its own, gone when the run ends (issue 15)
+        raise StorageError(f"{mask_url(url)} is an in-memory sqlite database: the study would "
+                           "be gone when the run ends", "use a file, e.g. sqlite:///hpo.db")
     if path is not None:
         _check_sqlite_file(path, create)
     return path
