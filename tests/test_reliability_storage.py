@@ -646,12 +646,16 @@ def _status_as_reader(folder: Path) -> None:
     assert json.loads(proc.stdout)["states"]["COMPLETE"]["count"] == 1
 
 
+@pytest.mark.parametrize("command", [["status"], ["telemetry", "--csv", "-"], ["tune-pruner"]],
+                         ids=lambda c: c[0])
 @pytest.mark.parametrize("content", [None, b""], ids=["missing", "empty"])
-def test_status_on_no_database_is_exit_2_and_creates_nothing(tmp_path: Path, content: bytes | None) -> None:
+def test_reading_no_database_is_exit_2_and_creates_nothing(tmp_path: Path, content: bytes | None,
+                                                          command: list[str]) -> None:
+    """telemetry on an empty file was exit 1 ('unexpected OperationalError')."""
     db = tmp_path / "none.db"
     if content is not None:
         db.write_bytes(content)
-    result = run_cli(tmp_path, "status", "--storage", f"sqlite:///{db}")
+    result = run_cli(tmp_path, *command, "--storage", f"sqlite:///{db}")
     assert result.code == 2 and "hint:" in result.stderr and "Traceback" not in result.stderr
     assert (db.read_bytes() if db.exists() else None) == content
     assert sorted(p.name for p in tmp_path.iterdir()) == ([] if content is None else ["none.db"])
