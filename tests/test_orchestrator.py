@@ -363,7 +363,7 @@ def test_restart_after_kill_9_recovers_and_finishes_exactly_n(tmp_path: Path) ->
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         running = [r for r in _rows_so_far(db) if r["state"] == "RUNNING"]
-        if len(running) >= 3 and all("hpo.pid" in r["attrs"] for r in running):
+        if len(running) >= 3 and all("hpo.orchestrator_pid" in r["attrs"] for r in running):
             break
         time.sleep(0.1)
     first.kill()
