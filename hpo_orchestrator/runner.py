@@ -18,7 +18,13 @@ from dataclasses import dataclass
 import optuna
 
 from hpo_orchestrator.config import Config, CustomObjectiveConfig
-from hpo_orchestrator.db import ensure_tables, open_rdb_storage, retrying_rdb_storage, setup_lock, sqlite_path
+from hpo_orchestrator.db import (
+    ensure_tables,
+    open_rdb_storage,
+    retrying_rdb_storage,
+    setup_lock,
+    sqlite_path,
+)
 from hpo_orchestrator.errors import ConfigError
 from hpo_orchestrator.gpu import GpuBackend, GpuInfo, open_backend
 from hpo_orchestrator.scheduler import (
@@ -35,6 +41,7 @@ from hpo_orchestrator.scheduler import (
     threads_per_trial,
 )
 from hpo_orchestrator.study import create_or_load_study
+from hpo_orchestrator.study_storage import MirrorStorage
 from hpo_orchestrator.telemetry import TelemetrySampler
 
 __all__ = ["PreparedRun", "RunResult", "run_study"]
@@ -126,7 +133,7 @@ def _run(config: Config, backend: GpuBackend,
                      backend=backend if sched.avoid_busy_gpus else None,
                      busy=BusyRule(sched.busy_gpu_mem_mib, sched.busy_gpu_util),
                      max_per_gpu=sched.max_trials_per_gpu, cores=sched.host_cores)
-    threads = threads_per_trial(sched.threads_per_trial, slots.concurrency, sched.host_cores)
+    threads = threads_per_trial(sched.threads_per_trial, slots.most_at_once, sched.host_cores)
     with warnings.catch_warnings():
         # PatientPruner and heartbeats are marked experimental; and Optuna warns that heartbeats
         # are meant for Study.optimize: under ask/tell the orchestrator records them itself.
@@ -135,10 +142,14 @@ def _run(config: Config, backend: GpuBackend,
         with setup_lock(config.storage.url):  # other orchestrators may be creating it right now
             storage = open_rdb_storage(config.storage.url, config.storage.heartbeat_interval_s,
                                        config.storage.grace_s)
-            study = create_or_load_study(config, storage)
+            # Samplers and pruners read a mirror of the study; every write goes to storage.
+            mirror = MirrorStorage(storage, max_history=config.sampler.max_history,
+                                   keep_best=config.sampler.keep_best,
+                                   refresh_s=config.storage.refresh_s)
+            study = create_or_load_study(config, mirror)
             ensure_tables(storage.engine)
         # from here on, transient storage trouble is waited out (storage.retry_s)
-        retrying = retrying_rdb_storage(storage, config.storage.retry_s)
+        retrying = retrying_rdb_storage(storage, config.storage.retry_s, mirror)
         budget = Budget(storage.engine, study._study_id, config.study.n_trials,
                         sqlite_path(config.storage.url), retrying)
         prepared = PreparedRun(

@@ -412,6 +412,67 @@ def _(built: Built, connection: Connection) -> None:
     assert db.count_claimed(connection, built.study_id) == 4  # not WAITING, not the retried FAIL
 
 
+@case("budget.CLAIMED_UPTO")
+def _(built: Built, connection: Connection) -> None:
+    assert db.count_claimed_upto(connection, built.study_id, built.trial_ids[3]) == 3
+
+
+@case("budget.ROWS_AFTER")
+def _(built: Built, connection: Connection) -> None:
+    ids = built.trial_ids
+    assert db.claimed_rows_after(connection, built.study_id, ids[2]) == [
+        (ids[3], "FAIL", T0 + timedelta(seconds=70), True), (ids[4], "RUNNING", None, False),
+        (ids[5], "WAITING", None, False)]
+
+
+@case("budget.UNSETTLED")
+@case("budget.MAX_ID")
+def _(built: Built, connection: Connection) -> None:
+    later = T0 + timedelta(hours=1)
+    assert db.settled_upto(connection, built.study_id, later) == built.trial_ids[3]  # #4 RUNNING
+    assert db.settled_upto(connection, built.study_id, T0 + timedelta(seconds=35)) == built.trial_ids[1]
+    assert db.settled_upto(connection, built.study_id + 999, later) == -1  # no trial at all
+
+
+@case("mirror.TRIALS")
+@case("mirror.PARAMS")
+@case("mirror.VALUES")
+@case("mirror.STEPS")
+@case("mirror.USER_ATTRS")
+@case("mirror.SYSTEM_ATTRS")
+def _(built: Built, connection: Connection) -> None:
+    from hpo_orchestrator.db._mirror import read_trials
+
+    ids = built.trial_ids
+    storage = optuna.storages.RDBStorage(built.url)
+    try:
+        expected = {t.number: t for t in storage.get_all_trials(built.study_id)}
+    finally:
+        storage.engine.dispose()
+    read = read_trials(connection, built.study_id, after=ids[3], ids={ids[1]})
+    assert [t.number for t in read] == [1, 4, 5]
+    for trial in read:
+        want = expected[trial.number]
+        assert (trial.state, trial.values, trial.params, trial.distributions, trial.user_attrs,
+                trial.system_attrs, trial.datetime_start, trial.datetime_complete) == (
+            want.state, want.values, want.params, want.distributions, want.user_attrs,
+            want.system_attrs, want.datetime_start, want.datetime_complete)
+        assert repr(trial.intermediate_values) == repr(want.intermediate_values)  # NaN too
+
+
+@case("mirror.RECENT_IDS")
+@case("mirror.BEST_IDS")
+@case("mirror.UNFINISHED_BEFORE")
+def _(built: Built, connection: Connection) -> None:
+    from hpo_orchestrator.db import _mirror
+
+    ids = built.trial_ids
+    assert _mirror.recent_trial_ids(connection, built.study_id, 2) == [ids[5], ids[4]]
+    assert _mirror.best_trial_ids(connection, built.study_id, 1, maximize=False) == [ids[1]]
+    assert _mirror.best_trial_ids(connection, built.study_id, 5, maximize=True) == [ids[0], ids[1]]
+    assert _mirror.unfinished_trial_ids_before(connection, built.study_id, ids[5]) == [ids[4]]
+
+
 @case("budget.RUNNING")
 def _(built: Built, connection: Connection) -> None:
     assert db.count_running(connection, built.study_id) == 1

@@ -31,6 +31,7 @@ from hpo_orchestrator.db import _run, count_claimed, open_rdb_storage
 from hpo_orchestrator.scheduler._records import Retry, RunRecords
 from hpo_orchestrator.scheduler._recovery import Recovery
 from hpo_orchestrator.scheduler._trial import Asked
+from hpo_orchestrator.study_storage import MirrorStorage
 from tests.conftest import run_cli, start_cli, trial_rows
 
 pytestmark = pytest.mark.filterwarnings("ignore:Heartbeat of storage is supposed to be used",
@@ -55,7 +56,7 @@ class Run:
             warnings.simplefilter("ignore")
             self.storage = open_rdb_storage(url, heartbeat_interval_s=grace_s // 3,
                                             grace_period_s=grace_s)
-        self.study = optuna.create_study(storage=self.storage, study_name="rel",
+        self.study = optuna.create_study(storage=MirrorStorage(self.storage), study_name="rel",
                                          load_if_exists=True)
         self.records = RunRecords(self.storage, self.study, HOST, None, [])
         self.own: set[int] = set()
@@ -122,6 +123,7 @@ def test_an_enqueued_retry_is_asked_like_optunas_enqueue(url: str) -> None:
     with run.storage.engine.begin() as connection:
         _run.enqueue_waiting_trial(connection, run.study._study_id, {"x": 0.75, "c": "b"},
                                    {"hpo.retry_of": 0})
+    run.study._storage.refresh_soon(run.study._study_id)  # written behind the mirror's back
     first, second = run.study.ask(), run.study.ask()
     assert first.suggest_float("x", 0, 1) == 0.25
     assert (second.number, second.suggest_float("x", 0, 1)) == (1, 0.75)
@@ -131,11 +133,10 @@ def test_an_enqueued_retry_is_asked_like_optunas_enqueue(url: str) -> None:
 
 def test_failing_between_the_mark_and_the_enqueue_leaves_neither(url: str,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    """A crash inside the step rolls the whole step back: the trial stays RUNNING and counted,
-    and recovery retries it later, once."""
+    """The retried mark, the FAIL and the retry are one transaction (the tell): a crash inside
+    it rolls all back; the trial stays RUNNING and counted, and recovery retries it once."""
     run = Run(url)
     trial = run.asked_by(_dead_pid())
-    run.started(trial, _dead_pid())
     real = _run.enqueue_waiting_trial
 
     def enqueue_then_crash(*args: Any, **kwargs: Any) -> int:
@@ -144,8 +145,7 @@ def test_failing_between_the_mark_and_the_enqueue_leaves_neither(url: str,
 
     monkeypatch.setattr(_run, "enqueue_waiting_trial", enqueue_then_crash)
     with pytest.raises(RuntimeError):
-        run.records.write_attrs(trial._trial_id, trial.number, {"hpo.fail_reason": "oom"},
-                                retry=Retry(trial.number, {"x": 0.5}, "oom", 2))
+        run.records.fail_unstarted([Asked(trial, 1, False)])
     monkeypatch.setattr(_run, "enqueue_waiting_trial", real)
     frozen = run.storage.get_trial(trial._trial_id)
     assert frozen.state == TrialState.RUNNING and "hpo.retried" not in frozen.user_attrs
@@ -157,14 +157,17 @@ def test_failing_between_the_mark_and_the_enqueue_leaves_neither(url: str,
     assert len(run.retries_of(trial.number)) == 1
 
 
-def test_dying_after_the_step_before_tell_keeps_one_retry(url: str) -> None:
-    """Mark and retry committed, the orchestrator died before tell(): recovery fails the trial
-    with its own reason and enqueues no second retry."""
+def test_a_running_trial_already_marked_retried_gets_no_second_retry(url: str) -> None:
+    """Left by an older version, which marked and enqueued before tell(): recovery fails the
+    trial with its own reason and enqueues no second retry."""
     run = Run(url)
     trial = run.asked_by(_dead_pid())
     run.started(trial, _dead_pid())
-    run.records.write_attrs(trial._trial_id, trial.number, {"hpo.fail_reason": "oom"},
-                            retry=Retry(trial.number, {"x": 0.5}, "oom", 2))
+    with run.storage.engine.begin() as connection:
+        _run.write_trial_attrs(connection, trial._trial_id, trial.number,
+                               {"hpo.fail_reason": "oom", "hpo.retried": True})
+        _run.enqueue_waiting_trial(connection, run.study._study_id, {"x": 0.5},
+                                   Retry(trial.number, {"x": 0.5}, "oom", 2).user_attrs())
     run.recovery.reap()
     run.recovery.reap()
     frozen = run.storage.get_trial(trial._trial_id)

@@ -196,18 +196,31 @@ class TPESamplerConfig:
     name: str = "tpe"
     n_startup_trials: int = 10
     seed: int | None = None
+    # The history the sampler and pruner see (hpo_orchestrator/study_storage.py): the newest
+    # max_history trials plus the keep_best best COMPLETE ones; null: every trial of the study.
+    max_history: int | None = 5000
+    keep_best: int = 100
 
     def validate(self, path: str) -> None:
         _positive_int(self.n_startup_trials, f"{path}.n_startup_trials", minimum=0)
+        _validate_history(self, path)
 
 
 @dataclass
 class RandomSamplerConfig:
     name: str = "random"
     seed: int | None = None
+    max_history: int | None = 5000  # as for tpe (the pruner reads the same history)
+    keep_best: int = 100
 
     def validate(self, path: str) -> None:
-        pass
+        _validate_history(self, path)
+
+
+def _validate_history(cfg: TPESamplerConfig | RandomSamplerConfig, path: str) -> None:
+    if cfg.max_history is not None:
+        _positive_int(cfg.max_history, f"{path}.max_history")
+    _positive_int(cfg.keep_best, f"{path}.keep_best", minimum=0)
 
 
 # --- the rest -----------------------------------------------------------------------------
@@ -308,6 +321,9 @@ class StorageConfig:
     # How long a run waits out transient storage trouble (a lock, a dropped connection, a
     # failover), retrying with backoff, before it stops with exit 1 and names the cause.
     retry_s: float = 120.0
+    # How stale the run loop's mirror of the study may get: the longest before another
+    # orchestrator's trials reach this one's sampler (hpo_orchestrator/study_storage.py).
+    refresh_s: float = 1.0
 
     @property
     def grace_s(self) -> int:
@@ -322,6 +338,9 @@ class StorageConfig:
                  and 0 <= self.retry_s <= 86400, f"{path}.retry_s",
                  f"expected seconds between 0 and 86400, got {self.retry_s!r}",
                  "e.g. storage.retry_s=120 (0: stop at the first storage error)")
+        _require(isinstance(self.refresh_s, (int, float)) and not isinstance(self.refresh_s, bool)
+                 and self.refresh_s >= 0, f"{path}.refresh_s",
+                 f"expected seconds >= 0, got {self.refresh_s!r}")
         if self.grace_period_s is not None:
             _require(self.grace_period_s > self.heartbeat_interval_s, f"{path}.grace_period_s",
                      "must be longer than storage.heartbeat_interval_s")

@@ -22,7 +22,14 @@ Readers take a SQLAlchemy ``Connection`` and return plain Python values (states 
 
 from __future__ import annotations
 
-from hpo_orchestrator.db._budget import count_claimed, count_running, lock_study_budget
+from hpo_orchestrator.db._budget import (
+    claimed_rows_after,
+    count_claimed,
+    count_claimed_upto,
+    count_running,
+    lock_study_budget,
+    settled_upto,
+)
 from hpo_orchestrator.db._curves import CurveTrial, intermediate_values, step_timings, trials_with_values
 from hpo_orchestrator.db._engine import (
     ADVISORY_NAMESPACE,
@@ -100,15 +107,15 @@ from hpo_orchestrator.db._version import SCHEMA_REVISION, check_schema
 __all__ = [
     "ADVISORY_NAMESPACE", "SCHEMA_REVISION", "TELEMETRY_COLUMNS", "CurveTrial", "RetentionRaced",
     "Retrying", "Sample", "StorageUnavailable", "SummaryFlags", "TrialRow", "UncoveredTrial", "attempt_of",
-    "best_trial", "check_schema", "count_claimed", "count_running", "create_engine", "database_now",
-    "downsample_trial", "ensure_tables", "file_lock", "first_line", "has_summary_table",
-    "has_telemetry_table", "has_trial", "heartbeat_of", "insert_samples", "insert_summary",
-    "intermediate_values", "list_studies", "lock_file", "lock_study_budget", "mask_url", "mask_url_in",
-    "max_completed_step", "never_beat", "next_waiting_retry_reason", "open_rdb_storage", "read_errors",
-    "retention_candidates", "retrying_of", "retrying_rdb_storage", "running_on_host", "set_trial_end",
-    "setup_lock", "sqlite_path", "state_counts", "state_name", "step_timings", "study_attrs",
-    "study_config", "study_direction", "study_id_of", "summary_flags", "summary_max_complete_step",
-    "summary_prune_steps", "summary_rows", "summary_table", "telemetry_rows", "telemetry_samples",
-    "telemetry_table", "to_datetime", "trial_rows", "trial_values", "trials_with_values", "trouble_of",
-    "uncovered_trials", "write_trial_attrs"
+    "best_trial", "check_schema", "claimed_rows_after", "count_claimed", "count_claimed_upto",
+    "count_running", "create_engine", "database_now", "downsample_trial", "ensure_tables", "file_lock",
+    "first_line", "has_summary_table", "has_telemetry_table", "has_trial", "heartbeat_of", "insert_samples",
+    "insert_summary", "intermediate_values", "list_studies", "lock_file", "lock_study_budget", "mask_url",
+    "mask_url_in", "max_completed_step", "never_beat", "next_waiting_retry_reason", "open_rdb_storage",
+    "read_errors", "retention_candidates", "retrying_of", "retrying_rdb_storage", "running_on_host",
+    "set_trial_end", "settled_upto", "setup_lock", "sqlite_path", "state_counts", "state_name",
+    "step_timings", "study_attrs", "study_config", "study_direction", "study_id_of", "summary_flags",
+    "summary_max_complete_step", "summary_prune_steps", "summary_rows", "summary_table", "telemetry_rows",
+    "telemetry_samples", "telemetry_table", "to_datetime", "trial_rows", "trial_values",
+    "trials_with_values", "trouble_of", "uncovered_trials", "write_trial_attrs"
 ]

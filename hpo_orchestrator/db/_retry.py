@@ -176,27 +176,40 @@ class Retrying:
                 delay = min(delay * 2, _BACKOFF_MAX_S)
 
 
-# The RDBStorage calls a run makes (study set-up excluded: its errors are exit 2).
+    def wrap(self, target: Any, names: tuple[str, ...]) -> None:
+        """Make each named method of ``target`` (an instance) a retried step."""
+        for name in names:
+            method = getattr(target, name)
+
+            def wrapped(*args: Any, _method: Callable[..., Any] = method, **kwargs: Any) -> Any:
+                return self.call(lambda: _method(*args, **kwargs))
+
+            setattr(target, name, wrapped)
+
+
+# The RDBStorage calls a run makes (study set-up excluded: its errors are exit 2), and those of
+# the run's MirrorStorage (hpo_orchestrator/study_storage.py) that reach the database.
 _RETRIED = ("set_study_user_attr", "set_study_system_attr", "get_study_id_from_name",
             "get_study_name_from_id", "get_study_directions", "get_study_user_attrs",
             "get_study_system_attrs", "get_trial_user_attrs", "get_trial_system_attrs",
-            "get_all_studies", "create_new_trial", "set_trial_param", "get_trial_param",
-            "set_trial_state_values", "set_trial_intermediate_value", "set_trial_user_attr",
-            "set_trial_system_attr", "get_trial_id_from_study_id_trial_number", "get_trial",
-            "get_all_trials", "get_best_trial", "record_heartbeat", "_get_stale_trial_ids")
+            "get_all_studies", "create_new_trial", "_create_new_trial", "set_trial_param",
+            "_set_trial_param", "get_trial_param", "set_trial_state_values",
+            "set_trial_intermediate_value", "set_trial_user_attr", "set_trial_system_attr",
+            "get_trial_id_from_study_id_trial_number", "get_trial", "get_all_trials",
+            "get_best_trial", "record_heartbeat", "_get_stale_trial_ids")
+_MIRROR_RETRIED = ("create_new_trial", "set_trial_param", "set_trial_state_values",
+                   "set_trial_intermediate_value", "flush", "set_trial_user_attr",
+                   "set_trial_system_attr", "get_trial", "get_all_trials")
 
 
-def retrying_rdb_storage(storage: optuna.storages.RDBStorage, retry_s: float) -> Retrying:
-    """Make each of ``storage``'s calls in _RETRIED retry transient trouble (in place: the
-    study, Optuna's cache and our own steps share the one instance); returns the retrier."""
+def retrying_rdb_storage(storage: optuna.storages.RDBStorage, retry_s: float,
+                         mirror: Any = None) -> Retrying:
+    """Make ``storage``'s calls (and its ``mirror``'s) retry transient trouble, in place: the
+    study, the mirror and our own steps share the one instance; returns the retrier."""
     retrying = Retrying(retry_s, storage.engine.dialect.name)
-    for name in _RETRIED:
-        method = getattr(storage, name)
-
-        def wrapped(*args: Any, _method: Callable[..., Any] = method, **kwargs: Any) -> Any:
-            return retrying.call(lambda: _method(*args, **kwargs))
-
-        setattr(storage, name, wrapped)
+    retrying.wrap(storage, _RETRIED)
+    if mirror is not None:
+        retrying.wrap(mirror, _MIRROR_RETRIED)
     storage.retrying = retrying  # type: ignore[attr-defined]
     return retrying
 

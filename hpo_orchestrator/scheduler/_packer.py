@@ -98,8 +98,9 @@ class Packer:
 
     @property
     def threads(self) -> int:
-        """CPU threads for a new worker: the cores over the trials at once now."""
-        return threads_per_trial(self._threads_configured, self.pool.concurrency, self.cores)
+        """CPU threads for a new worker: the cores over the most trials at once (see
+        SlotPool.most_at_once)."""
+        return threads_per_trial(self._threads_configured, self.pool.most_at_once, self.cores)
 
     def trial_ended(self, rt: RunningTrial, fail_reason: str | None,
                     measured: dict[str, object]) -> None:

@@ -17,12 +17,14 @@ from typing import Any
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
+from sqlalchemy.engine import Connection
 
 from hpo_orchestrator.db import _run, insert_samples, insert_summary, retrying_of
 from hpo_orchestrator.gpu import GpuInfo
 from hpo_orchestrator.pruning._auto import fit_step_timing
 from hpo_orchestrator.scheduler._outcome import Verdict, params_mismatch
 from hpo_orchestrator.scheduler._trial import Asked, RunningTrial
+from hpo_orchestrator.study_storage import MirrorStorage
 from hpo_orchestrator.telemetry import TelemetrySampler, TrialTelemetry
 
 __all__ = ["Retry", "RunRecords", "trial_params"]
@@ -66,15 +68,15 @@ class RunRecords:
         self.compute_phases = compute_phases
         self._last_flush = 0.0
         self.retrying = retrying_of(storage)
+        if not isinstance(study._storage, MirrorStorage):
+            raise TypeError("the run's study must use a MirrorStorage (runner.run_study makes it)")
+        self.mirror = study._storage
 
     # --- reads ---------------------------------------------------------------------------
 
     def attempt_of(self, trial: optuna.Trial) -> int:
-        """1 for a new trial, 2 and up for a retry (one row, not the whole trial)."""
-        def read() -> int:
-            with self.storage.engine.connect() as connection:
-                return _run.attempt_of(connection, trial._trial_id)
-        return self.retrying.call(read)
+        """1 for a new trial, 2 and up for a retry (from the mirror: no statement)."""
+        return int(self.mirror.get_trial(trial._trial_id).user_attrs.get("hpo.attempt", 1))
 
     def next_is_oom_retry(self) -> bool:
         """Is the next trial to ask a retry of one that ran out of GPU memory? (one SQL read;
@@ -87,22 +89,14 @@ class RunRecords:
     # --- writes --------------------------------------------------------------------------
 
     def write_attrs(self, trial_id: int, number: int, attrs: dict[str, Any],
-                    started: datetime | None = None, retry: Retry | None = None) -> None:
-        """Several user attrs of a RUNNING trial in one transaction (see db._run); with
-        ``retry``, the trial is also marked ``hpo.retried`` and its retry enqueued in that
-        transaction, so a crash leaves both or neither (issue 15: a retry was lost between
-        Optuna's enqueue and the mark)."""
-        if retry is not None:
-            attrs = {**attrs, "hpo.retried": True}
+                    started: datetime | None = None) -> None:
+        """Several user attrs of a RUNNING trial in one transaction (see db._run)."""
         if not attrs:
             return
 
         def step() -> None:
             with self.storage.engine.begin() as connection:
                 _run.write_trial_attrs(connection, trial_id, number, attrs, started)
-                if retry is not None:
-                    _run.enqueue_waiting_trial(connection, self.study._study_id, retry.params,
-                                               retry.user_attrs())
         self.retrying.call(step)
 
     def asked(self, trial: optuna.Trial) -> None:
@@ -125,7 +119,9 @@ class RunRecords:
                     _run.enqueue_waiting_trial(connection, self.study._study_id, retry.params,
                                                retry.user_attrs())
                 return _run.fail_running_trial(connection, trial_id)
-        return self.retrying.call(step)
+        reaped = self.retrying.call(step)
+        self.mirror.refresh_soon(self.study._study_id)  # its state and its retry, if any
+        return reaped
 
     def record_devices(self, gpus: list[GpuInfo]) -> None:
         """This host's devices as a study attr, so status can name a GPU that never got work."""
@@ -177,9 +173,10 @@ class RunRecords:
 
     def trial_ended(self, rt: RunningTrial, verdict: Verdict, measured: dict[str, Any],
                     ended_at: float, retry_attempt: int | None) -> None:
-        """The trial's attrs with its retry (``retry_attempt``: the retry's hpo.attempt; None:
-        no retry), then tell, then the summary row, its real end time and the buffered
-        telemetry in one transaction."""
+        """Tell the trial: its attrs, last reports, value, state and real end time, the
+        summary row, the buffered telemetry and its retry (``retry_attempt``: the retry's
+        hpo.attempt; None: no retry) in one transaction (the study's MirrorStorage runs it at
+        tell): the ``hpo.retried`` mark and the retry commit together or not at all."""
         trial = rt.trial
         attrs = {"hpo.exit_code": rt.process.returncode, **measured}
         if verdict.fail_reason is not None:
@@ -187,11 +184,7 @@ class RunRecords:
         retry = None
         if retry_attempt is not None and verdict.fail_reason is not None:
             retry = Retry(trial.number, trial_params(trial), verdict.fail_reason, retry_attempt)
-        self.write_attrs(trial._trial_id, trial.number, attrs, retry=retry)
-        if verdict.state == TrialState.COMPLETE:
-            self.study.tell(trial, verdict.value)
-        else:
-            self.study.tell(trial, state=verdict.state)
+            attrs["hpo.retried"] = True
         summary = {
             "trial_id": trial._trial_id, "study_id": self.study._study_id, "number": trial.number,
             "state": verdict.state.name, "host": self.host,
@@ -207,16 +200,25 @@ class RunRecords:
             "params_mismatch": json.dumps(measured["hpo.params_mismatch"])
             if "hpo.params_mismatch" in measured else None}
         rows = self.sampler.take_rows() if self.sampler is not None else []
-
-        def rest() -> None:
-            with self.storage.engine.begin() as connection:  # one transaction for the rest
-                insert_summary(connection, summary)
-                # Optuna set datetime_complete at tell(); the trial ended when its result came
-                # (its slot may already run the next trial): the stored duration is the trial's.
-                _run.set_trial_end(connection, trial._trial_id, datetime.fromtimestamp(ended_at))
-                insert_samples(connection, rows)
         self._last_flush = time.monotonic()
-        self.retrying.call(rest)
+
+        def with_the_end(connection: Connection) -> None:
+            insert_summary(connection, summary)
+            insert_samples(connection, rows)
+            if retry is not None:
+                _run.enqueue_waiting_trial(connection, self.study._study_id, retry.params,
+                                           retry.user_attrs())
+
+        # Optuna would stamp datetime_complete at tell(); the trial ended when its result came
+        # (its slot may already run the next trial), so the stored duration is the trial's.
+        self.mirror.stage_end(trial._trial_id, attrs, datetime.fromtimestamp(ended_at),
+                              with_the_end)
+        if verdict.state == TrialState.COMPLETE:
+            self.study.tell(trial, verdict.value)
+        else:
+            self.study.tell(trial, state=verdict.state)
+        if retry is not None:
+            self.mirror.refresh_soon(self.study._study_id)  # the next ask() takes the retry
 
     def fail_unstarted(self, asked: list[Asked]) -> None:
         """Trials asked ahead that no slot took: back to the queue (their params, if any,
@@ -226,13 +228,19 @@ class RunRecords:
             first = asked.pop(0)
             trial = first.trial
             retry = Retry(trial.number, trial_params(trial), "interrupted", first.attempt)
+
+            def requeue(connection: Connection, retry: Retry = retry) -> None:
+                _run.enqueue_waiting_trial(connection, self.study._study_id, retry.params,
+                                           retry.user_attrs())
+
+            self.mirror.stage_end(trial._trial_id, {  # with the FAIL, in its transaction
+                "hpo.host": self.host, "hpo.fail_reason": "interrupted",
+                "hpo.error": "stopped before a slot took it", "hpo.retried": True}, then=requeue)
             try:
-                self.write_attrs(trial._trial_id, trial.number, {
-                    "hpo.host": self.host, "hpo.fail_reason": "interrupted",
-                    "hpo.error": "stopped before a slot took it"}, retry=retry)
                 self.study.tell(trial, state=TrialState.FAIL)
             except optuna.exceptions.UpdateFinishedTrialError:
                 continue  # reaped by another orchestrator meanwhile
+            self.mirror.refresh_soon(self.study._study_id)  # its place in the queue
 
     def flush_telemetry(self, force: bool = False) -> None:
         """Write buffered samples every _TELEMETRY_FLUSH_S (now, with ``force``); a trial's
