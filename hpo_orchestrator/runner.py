@@ -18,7 +18,13 @@ from dataclasses import dataclass
 import optuna
 
 from hpo_orchestrator.config import Config, CustomObjectiveConfig
-from hpo_orchestrator.db import ensure_tables, open_rdb_storage, setup_lock, sqlite_path
+from hpo_orchestrator.db import (
+    ensure_tables,
+    open_rdb_storage,
+    retrying_rdb_storage,
+    setup_lock,
+    sqlite_path,
+)
 from hpo_orchestrator.errors import ConfigError
 from hpo_orchestrator.gpu import GpuBackend, GpuInfo, open_backend
 from hpo_orchestrator.scheduler import (
@@ -146,8 +152,10 @@ def _run(config: Config, backend: GpuBackend,
             study = create_or_load_study(config, mirror)
             ensure_tables(storage.engine)
             enqueued = enqueue_configured(study, config.study.enqueue)
+        # from here on, transient storage trouble is waited out (storage.retry_s)
+        retrying = retrying_rdb_storage(storage, config.storage.retry_s, mirror)
         budget = Budget(storage.engine, study._study_id, config.study.n_trials,
-                        sqlite_path(config.storage.url))
+                        sqlite_path(config.storage.url), retrying)
         prepared = PreparedRun(
             config=config, gpus=gpus, slots=len(slots.slots), concurrency=slots.concurrency,
             threads=threads, unavailable_reason=backend.unavailable_reason,

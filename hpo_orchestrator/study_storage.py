@@ -204,8 +204,10 @@ class MirrorStorage(BaseStorage, BaseHeartbeat):
 
     def _finish(self, trial_id: int, state: TrialState, values: Sequence[float] | None,
                 mirror: StudyMirror | None) -> bool:
-        end = self._ends.pop(trial_id, None) or _End()
-        steps = self._pending.pop(trial_id, {})
+        # Kept until the transaction commits: a storage error leaves them for the retry
+        # (hpo_orchestrator.db._retry runs this call again).
+        end = self._ends.get(trial_id) or _End()
+        steps = self._pending.get(trial_id, {})
         try:
             with self.backend.engine.begin() as connection:
                 finish_trial(connection, trial_id, state, values, steps, end.attrs,
@@ -213,9 +215,13 @@ class MirrorStorage(BaseStorage, BaseHeartbeat):
                 if end.then is not None:
                     end.then(connection)
         except optuna.exceptions.UpdateFinishedTrialError:
+            self._ends.pop(trial_id, None)
+            self._pending.pop(trial_id, None)
             if mirror is not None:
                 mirror.refreshed_at = -float("inf")  # finished elsewhere: read it again
             raise
+        self._ends.pop(trial_id, None)
+        self._pending.pop(trial_id, None)
         return True
 
     def set_trial_intermediate_value(self, trial_id: int, step: int,
@@ -235,9 +241,21 @@ class MirrorStorage(BaseStorage, BaseHeartbeat):
         self._flushed_at = self._clock()
         pending, self._pending = self._pending, {}
         if pending:
-            with self.backend.engine.begin() as connection:
+            try:
+                with self.backend.engine.begin() as connection:
+                    for trial_id, steps in pending.items():
+                        write_steps(connection, trial_id, steps)
+            except Exception:  # kept for the retry (db._retry), newer reports first
                 for trial_id, steps in pending.items():
-                    write_steps(connection, trial_id, steps)
+                    self._pending[trial_id] = {**steps, **self._pending.get(trial_id, {})}
+                raise
+
+    def refresh_soon(self, study_id: int) -> None:
+        """The next read looks for new trials at once: one was written behind the storage
+        API (a retry the orchestrator enqueued in the transaction of its failed attempt)."""
+        mirror = self._studies.get(study_id)
+        if mirror is not None:
+            mirror.refreshed_at = -float("inf")
 
     def set_trial_user_attr(self, trial_id: int, key: str, value: Any) -> None:
         self.backend.set_trial_user_attr(trial_id, key, value)

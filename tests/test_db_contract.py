@@ -159,7 +159,7 @@ def _build(url: str) -> tuple[int, dict[int, int]]:
 def built(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Built]:
     with _database(request.param, tmp_path_factory.mktemp("contract")) as url:
         study_id, ids = _build(url)
-        engine = db.create_engine(url)
+        engine = db.create_engine(url, read_only=False)  # some cases write (rolled back)
         try:
             yield Built(request.param, url, engine, study_id, ids)
         finally:
@@ -504,6 +504,7 @@ def _(built: Built, connection: Connection) -> None:
 
 
 @case("run.TRIAL_STATE")
+@case("run.HOLD_RUNNING")
 @case("run.SET_START")
 def _(built: Built, connection: Connection) -> None:
     """Rewrites the RUNNING trial's own values (the study stays as built); a finished trial refuses."""
@@ -548,11 +549,56 @@ def _(built: Built, connection: Connection) -> None:
     assert _run.next_waiting_retry_reason(connection, built.study_id) is None  # #5: enqueued, no reason
 
 
-@case("run.RUNNING_HOST_PID")
+@case("run.RUNNING_ON_HOST")
 def _(built: Built, connection: Connection) -> None:
     from hpo_orchestrator.db import _run
 
-    assert _run.running_with_host_pid(connection, built.study_id) == []  # #4 has a host, no pid
+    found = _run.running_on_host(connection, built.study_id, "h1")  # #4: a host, no pids
+    assert [(t.trial_id, t.pid, t.orchestrator_pid) for t in found] == [(built.trial_ids[4], None, None)]
+    assert found[0].started is not None
+    assert _run.running_on_host(connection, built.study_id, "h2") == []  # #1 is COMPLETE
+
+
+@case("run.FAIL_RUNNING")
+def _(built: Built, connection: Connection) -> None:
+    from hpo_orchestrator.db import _run
+
+    with connection.begin() as transaction:
+        assert _run.fail_running_trial(connection, built.trial_ids[4]) is True
+        assert _run.fail_running_trial(connection, built.trial_ids[4]) is False  # finished now
+        assert _run.fail_running_trial(connection, built.trial_ids[3]) is False
+        row = connection.execute(sqlalchemy.text(
+            "SELECT state, datetime_complete FROM trials WHERE trial_id = :t"),
+            {"t": built.trial_ids[4]}).one()
+        assert db.state_name(row[0]) == "FAIL" and row[1] is not None
+        transaction.rollback()
+
+
+@case("run.LOCK_STUDY_ROW")
+@case("run.INSERT_WAITING")
+@case("run.PAST_TRIALS")
+@case("run.SET_NUMBER")
+@case("run.INSERT_SYSTEM_ATTR")
+def _(built: Built, connection: Connection) -> None:
+    """A WAITING trial written as Optuna's enqueue_trial wrote #5 (rolled back; the ask that
+    takes it is tested in tests/test_reliability_storage.py)."""
+    from hpo_orchestrator.db import _run
+
+    columns = "SELECT number, state, datetime_start, datetime_complete FROM trials WHERE trial_id = :t"
+    system = "SELECT key, value_json FROM trial_system_attributes WHERE trial_id = :t"
+    with connection.begin() as transaction:
+        trial_id = _run.enqueue_waiting_trial(connection, built.study_id, {"x": 0.1},
+                                              {"hpo.retry_of": 3, "hpo.attempt": 2})
+        ours = connection.execute(sqlalchemy.text(columns), {"t": trial_id}).one()
+        optunas = connection.execute(sqlalchemy.text(columns), {"t": built.trial_ids[5]}).one()
+        assert ours[0] == 6 and db.state_name(ours[1]) == db.state_name(optunas[1]) == "WAITING"
+        assert (ours[2], ours[3]) == (optunas[2], optunas[3]) == (None, None)
+        assert connection.execute(sqlalchemy.text(system), {"t": trial_id}).all() == \
+            connection.execute(sqlalchemy.text(system), {"t": built.trial_ids[5]}).all()
+        attrs = dict(connection.execute(sqlalchemy.text(
+            "SELECT key, value_json FROM trial_user_attributes WHERE trial_id = :t"), {"t": trial_id}).all())
+        assert attrs == {"hpo.retry_of": "3", "hpo.attempt": "2"}
+        transaction.rollback()
 
 
 @case("run.NEVER_BEAT")

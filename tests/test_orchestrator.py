@@ -275,11 +275,14 @@ def test_sigint_stops_gracefully(tmp_path: Path) -> None:
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
     rows = trial_rows(db)
-    assert rows and all(r["state"] == "FAIL" for r in rows)
-    assert all(r["attrs"]["hpo.fail_reason"] == "interrupted" for r in rows)
+    failed = [r for r in rows if r["state"] == "FAIL"]
+    assert all(r["attrs"]["hpo.fail_reason"] == "interrupted" for r in failed)
     # scheduler.prefetch=1: a third trial was asked ahead of a free slot; it is not left RUNNING
-    assert len(rows) == 3
-    assert [r["attrs"]["hpo.error"] for r in rows].count("stopped before a slot took it") == 1
+    assert len(failed) == 3
+    assert [r["attrs"]["hpo.error"] for r in failed].count("stopped before a slot took it") == 1
+    # each goes back to the queue for the next run (tests/test_reliability_storage.py)
+    assert sorted(r["attrs"]["hpo.retry_of"] for r in rows if r["state"] == "WAITING") == \
+        sorted(r["number"] for r in failed)
 
 
 def test_resume_finishes_exactly_n_trials_and_sql_contract(cli) -> None:  # type: ignore[no-untyped-def]
@@ -360,7 +363,7 @@ def test_restart_after_kill_9_recovers_and_finishes_exactly_n(tmp_path: Path) ->
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         running = [r for r in _rows_so_far(db) if r["state"] == "RUNNING"]
-        if len(running) >= 3 and all("hpo.pid" in r["attrs"] for r in running):
+        if len(running) >= 3 and all("hpo.orchestrator_pid" in r["attrs"] for r in running):
             break
         time.sleep(0.1)
     first.kill()

@@ -8,7 +8,7 @@ import signal
 import pytest
 from optuna.trial import TrialState
 
-from hpo_orchestrator.scheduler._outcome import Verdict, classify, keep_worker, retry_allowed
+from hpo_orchestrator.scheduler._outcome import Verdict, classify, keep_worker, retry_allowed, retry_attempt
 from hpo_orchestrator.worker import TrialOutcome
 from hpo_orchestrator.worker._env import ChildEnv, begin_trial
 
@@ -61,6 +61,14 @@ def test_classify_without_last_words() -> None:
 ])
 def test_retry_allowed(reason: str | None, attempt: int, max_retries: int, expected: bool) -> None:
     assert retry_allowed(reason, attempt, max_retries) is expected
+
+
+@pytest.mark.parametrize(("reason", "attempt", "max_retries", "expected"), [
+    ("oom", 1, 1, 2), ("lost", 2, 1, None), ("exception", 1, 5, None),
+    ("interrupted", 1, 0, 1), ("interrupted", 3, 1, 3),  # always again, no attempt used up
+])
+def test_retry_attempt(reason: str, attempt: int, max_retries: int, expected: int | None) -> None:
+    assert retry_attempt(reason, attempt, max_retries) == expected
 
 
 def _keep(**change: object) -> bool:

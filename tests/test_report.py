@@ -11,6 +11,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+import optuna
 import pytest
 
 from hpo_orchestrator.db import create_engine
@@ -122,7 +123,8 @@ def test_png_draws_the_same_data(study: RunResult, tmp_path: Path, monkeypatch: 
     ([], "nothing to write"),
 ])
 def test_report_bad_input_writes_nothing(tmp_path: Path, args: list[str], message: str) -> None:
-    (tmp_path / "hpo.db").touch()  # an empty file: the targets are checked before the storage
+    # Optuna's tables and no study: the targets are checked before the storage is read
+    optuna.storages.RDBStorage(f"sqlite:///{tmp_path / 'hpo.db'}").engine.dispose()
     result = run_cli(tmp_path, "report", *args)
     assert result.code == 2
     assert result.stderr.startswith("error: ") and message in result.stderr

@@ -231,6 +231,9 @@ class StorageConfig:
     # Heartbeats let any orchestrator find trials whose owner died (they become FAIL, 'lost').
     heartbeat_interval_s: int = 10
     grace_period_s: int | None = None  # null: 3 x heartbeat_interval_s
+    # How long a run waits out transient storage trouble (a lock, a dropped connection, a
+    # failover), retrying with backoff, before it stops with exit 1 and names the cause.
+    retry_s: float = 120.0
     # How stale the run loop's mirror of the study may get: the longest before another
     # orchestrator's trials reach this one's sampler (hpo_orchestrator/study_storage.py).
     refresh_s: float = 1.0
@@ -244,6 +247,10 @@ class StorageConfig:
         _require("://" in self.url, f"{path}.url", "expected a SQLAlchemy URL",
                  "e.g. storage.url=sqlite:///hpo.db or postgresql+psycopg://user@host/db")
         _positive_int(self.heartbeat_interval_s, f"{path}.heartbeat_interval_s")
+        _require(isinstance(self.retry_s, (int, float)) and not isinstance(self.retry_s, bool)
+                 and 0 <= self.retry_s <= 86400, f"{path}.retry_s",
+                 f"expected seconds between 0 and 86400, got {self.retry_s!r}",
+                 "e.g. storage.retry_s=120 (0: stop at the first storage error)")
         _require(isinstance(self.refresh_s, (int, float)) and not isinstance(self.refresh_s, bool)
                  and self.refresh_s >= 0, f"{path}.refresh_s",
                  f"expected seconds >= 0, got {self.refresh_s!r}")

@@ -15,6 +15,7 @@ database made by the installed Optuna. Modules by concern:
 - ``_run``: what the orchestrator reads and writes beside Optuna's storage API during a run;
 - ``_retention``: old trials' telemetry averaged down to a bounded number of rows;
 - ``_best``: directions, the best trial or Pareto front, a trial's params (``best``).
+- ``_retry``: storage trouble during a run: its cause, retries for ``storage.retry_s``.
 
 Readers take a SQLAlchemy ``Connection`` and return plain Python values (states as
 'COMPLETE', timestamps as naive UTC datetimes) whatever the backend.
@@ -44,12 +45,20 @@ from hpo_orchestrator.db._engine import (
     sqlite_path,
 )
 from hpo_orchestrator.db._retention import RetentionRaced, downsample_trial, retention_candidates
+from hpo_orchestrator.db._retry import (
+    Retrying,
+    StorageUnavailable,
+    first_line,
+    retrying_of,
+    retrying_rdb_storage,
+    trouble_of,
+)
 from hpo_orchestrator.db._run import (
     attempt_of,
     max_completed_step,
     never_beat,
     next_waiting_retry_reason,
-    running_with_host_pid,
+    running_on_host,
     set_trial_end,
     write_trial_attrs,
 )
@@ -103,8 +112,10 @@ __all__ = [
     "TELEMETRY_COLUMNS",
     "CurveTrial",
     "RetentionRaced",
+    "Retrying",
     "Sample",
     "ScoredTrial",
+    "StorageUnavailable",
     "SummaryFlags",
     "TrialRow",
     "UncoveredTrial",
@@ -121,6 +132,7 @@ __all__ = [
     "downsample_trial",
     "ensure_tables",
     "file_lock",
+    "first_line",
     "has_summary_table",
     "has_telemetry_table",
     "has_trial",
@@ -140,6 +152,9 @@ __all__ = [
     "pareto_front",
     "read_errors",
     "retention_candidates",
+    "retrying_of",
+    "retrying_rdb_storage",
+    "running_on_host",
     "running_with_host_pid",
     "set_trial_end",
     "settled_upto",
@@ -166,6 +181,7 @@ __all__ = [
     "trial_rows",
     "trial_values",
     "trials_with_values",
+    "trouble_of",
     "uncovered_trials",
     "write_trial_attrs",
 ]

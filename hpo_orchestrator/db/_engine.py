@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import sqlalchemy
-from sqlalchemy import event
+from sqlalchemy import event, inspect
 from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
@@ -51,7 +51,12 @@ def sqlite_path(url: str) -> Path | None:
 
 
 def _check_sqlite_file(path: Path, create: bool) -> None:
-    if not path.exists():
+    try:
+        exists = path.exists()
+    except PermissionError:  # a folder on the way that this user may not enter
+        raise StorageError(f"cannot read {path}: permission denied",
+                           "check the permissions of the file and its folders") from None
+    if not exists:
         if not create:
             raise StorageError(f"no database at {path}", "run a study first, or pass --storage URL")
         if not path.parent.is_dir():
@@ -69,8 +74,9 @@ def _check_sqlite_file(path: Path, create: bool) -> None:
                            "point storage.url at an Optuna database or a new file")
 
 
-def _tune_sqlite(engine: Engine) -> None:
-    """WAL + busy timeout + synchronous=NORMAL on every connection.
+def _tune_sqlite(engine: Engine, read_only: bool = False) -> None:
+    """WAL + busy timeout + synchronous=NORMAL on every connection (a reader: the busy
+    timeout only; WAL would be written into the file, issue 15).
 
     WAL lets readers (the sqlite3 shell, a dashboard, `status`) read while the orchestrator
     writes; the busy timeout makes a writer wait instead of failing with 'database is locked'.
@@ -79,24 +85,75 @@ def _tune_sqlite(engine: Engine) -> None:
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection: sqlite3.Connection, _record: object) -> None:
         cursor = dbapi_connection.cursor()
-        cursor.execute("PRAGMA journal_mode=WAL")
         cursor.execute(f"PRAGMA busy_timeout={int(_SQLITE_BUSY_TIMEOUT_S * 1000)}")
-        cursor.execute("PRAGMA synchronous=NORMAL")
+        if not read_only:
+            cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute("PRAGMA synchronous=NORMAL")
         cursor.close()
 
 
-def create_engine(url: str, create: bool = False) -> Engine:
+def create_engine(url: str, read_only: bool = True) -> Engine:
     """A SQLAlchemy engine for the readers (status, report, telemetry, tune-pruner).
 
-    The file (sqlite) and the Optuna schema version are checked here, once, so a database our
-    SQL does not know fails with a hint before any command reads it.
+    Read-only (the default) changes nothing, so a read command may look at any database: a
+    sqlite file is opened with ``mode=ro`` (its journal mode stays, a file the user can only
+    read is readable, a missing one is exit 2, never created); PostgreSQL sessions are
+    ``default_transaction_read_only``. The file (sqlite) and the Optuna schema version are
+    checked here, once, so a database our SQL does not know fails with a hint before any
+    command reads it. ``read_only=False``: a writer (tests of the db package).
     """
-    path = _validated_path(url, create)
-    engine = sqlalchemy.create_engine(url)
-    if path is not None:
+    path = _validated_path(url, create=False)
+    if path is not None and read_only:
+        engine = sqlalchemy.create_engine(_sqlite_read_only_url(path))
+        _tune_sqlite(engine, read_only=True)
+    elif path is not None:
+        engine = sqlalchemy.create_engine(url)
         _tune_sqlite(engine)
+    elif read_only and make_url(url).get_backend_name() == "postgresql":
+        engine = _create_or_refuse(url, connect_args={
+            "options": "-c default_transaction_read_only=on"})
+    else:
+        engine = _create_or_refuse(url)
     _check_schema_of(engine, url)
+    if read_only:
+        _require_studies(engine, url)
     return engine
+
+
+def _create_or_refuse(url: str, **kwargs: object) -> Engine:
+    """An engine, or exit 2 when the URL names a dialect or driver that is not there."""
+    try:
+        return sqlalchemy.create_engine(url, **kwargs)  # type: ignore[arg-type]
+    except (ImportError, ArgumentError, ValueError) as exc:
+        raise _open_error(exc, url) from None
+
+
+def _sqlite_read_only_url(path: Path) -> str:
+    """``mode=ro`` opens without writing; a WAL database whose -shm file is missing in a folder
+    the user cannot write is only readable as ``immutable`` (nobody can be writing it then:
+    a writer would have created the file)."""
+    uri = path.absolute().as_uri()
+    try:
+        with sqlite3.connect(f"{uri}?mode=ro", uri=True) as probe:
+            probe.execute(_SQLITE_TABLES_SQL).fetchall()
+    except sqlite3.OperationalError as exc:
+        if "unable to open" not in str(exc):
+            raise StorageError(f"cannot read {path}: {exc}",
+                               "check that the file is a database this user can read") from None
+        return f"sqlite:///{uri}?mode=ro&immutable=1&uri=true"
+    return f"sqlite:///{uri}?mode=ro&uri=true"
+
+
+def _require_studies(engine: Engine, url: str) -> None:
+    """A reader has nothing to read in a database without Optuna's tables (an empty file)."""
+    try:
+        with engine.connect() as connection:
+            if inspect(connection).has_table("studies"):
+                return
+    except SQLAlchemyError as exc:
+        raise _open_error(exc, url) from None
+    raise StorageError(f"{mask_url(url)} holds no study yet",
+                       "run a study first (hpo-orchestrator run), or pass --storage URL")
 
 
 def _check_schema_of(engine: Engine, url: str) -> None:
@@ -119,6 +176,10 @@ def _validated_path(url: str, create: bool) -> Path | None:
     except ArgumentError:
         raise StorageError(f"cannot parse storage URL {mask_url(url)!r}",
                            "e.g. sqlite:///hpo.db or postgresql+psycopg://user@host/db") from None
+    if path is None and make_url(url).get_backend_name() == "sqlite":
+        # each connection would get a database of its own, gone when the run ends (issue 15)
+        raise StorageError(f"{mask_url(url)} is an in-memory sqlite database: the study would "
+                           "be gone when the run ends", "use a file, e.g. sqlite:///hpo.db")
     if path is not None:
         _check_sqlite_file(path, create)
     return path

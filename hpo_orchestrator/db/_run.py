@@ -8,18 +8,34 @@ a 20,000-trial study). Rows are written exactly as Optuna writes them (key, JSON
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Column, Integer, MetaData, String, Table, Text, text
 from sqlalchemy.engine import Connection
 
-from hpo_orchestrator.db._study import state_name
+from hpo_orchestrator.db._study import state_name, to_datetime
 
-__all__ = ["attempt_of", "max_completed_step", "never_beat", "next_waiting_retry_reason",
-           "running_with_host_pid", "set_trial_end", "write_trial_attrs"]
+__all__ = ["RunningOnHost", "attempt_of", "enqueue_waiting_trial", "fail_running_trial",
+           "max_completed_step", "never_beat", "next_waiting_retry_reason", "running_on_host",
+           "set_trial_end", "write_trial_attrs"]
 
 _TRIAL_STATE_SQL = "SELECT state FROM trials WHERE trial_id = :t"
+# A no-op update that holds the trial's row (PostgreSQL: until the transaction ends) while
+# it is RUNNING, so a reaper on another host cannot fail it between the check and the writes.
+_HOLD_RUNNING_SQL = "UPDATE trials SET state = state WHERE trial_id = :t AND state = 'RUNNING'"
+_FAIL_RUNNING_SQL = (
+    "UPDATE trials SET state = 'FAIL', datetime_complete = :d WHERE trial_id = :t "
+    "AND state = 'RUNNING'")
+# Optuna's _create_new_trial: the study's row locked (PostgreSQL), the trial inserted, its
+# number = the study's trials before it. sqlite's write lock serializes the same steps.
+_LOCK_STUDY_ROW_SQL = "SELECT study_id FROM studies WHERE study_id = :s FOR UPDATE"
+_INSERT_WAITING_SQL = "INSERT INTO trials (study_id, state) VALUES (:s, 'WAITING') RETURNING trial_id"
+_PAST_TRIALS_SQL = "SELECT COUNT(*) FROM trials WHERE study_id = :s AND trial_id < :t"
+_SET_NUMBER_SQL = "UPDATE trials SET number = :n WHERE trial_id = :t"
+_INSERT_SYSTEM_ATTR_SQL = (
+    "INSERT INTO trial_system_attributes (trial_id, key, value_json) VALUES (:t, :k, :v)")
 _SET_START_SQL = "UPDATE trials SET datetime_start = :d WHERE trial_id = :t"
 _SET_END_SQL = "UPDATE trials SET datetime_complete = :d WHERE trial_id = :t"
 _ATTEMPT_SQL = "SELECT value_json FROM trial_user_attributes WHERE trial_id = :t AND key = 'hpo.attempt'"
@@ -27,11 +43,13 @@ _NEXT_RETRY_REASON_SQL = (
     "SELECT a.value_json FROM trials t LEFT JOIN trial_user_attributes a "
     "ON a.trial_id = t.trial_id AND a.key = 'hpo.retry_reason' "
     "WHERE t.study_id = :s AND t.state = 'WAITING' ORDER BY t.trial_id LIMIT 1")
-_RUNNING_HOST_PID_SQL = (
-    "SELECT t.trial_id, h.value_json, p.value_json FROM trials t "
+_RUNNING_ON_HOST_SQL = (
+    "SELECT t.trial_id, t.datetime_start, p.value_json, o.value_json FROM trials t "
     "JOIN trial_user_attributes h ON h.trial_id = t.trial_id AND h.key = 'hpo.host' "
-    "JOIN trial_user_attributes p ON p.trial_id = t.trial_id AND p.key = 'hpo.pid' "
-    "WHERE t.study_id = :s AND t.state = 'RUNNING'")
+    "LEFT JOIN trial_user_attributes p ON p.trial_id = t.trial_id AND p.key = 'hpo.pid' "
+    "LEFT JOIN trial_user_attributes o ON o.trial_id = t.trial_id "
+    "AND o.key = 'hpo.orchestrator_pid' "
+    "WHERE t.study_id = :s AND t.state = 'RUNNING' AND h.value_json = :h")
 _NEVER_BEAT_SQL = (
     "SELECT t.trial_id FROM trials t WHERE t.study_id = :s AND t.state = 'RUNNING' "
     "AND t.datetime_start < :cutoff AND NOT EXISTS (SELECT 1 FROM trial_heartbeats h "
@@ -57,21 +75,52 @@ def write_trial_attrs(connection: Connection, trial_id: int, number: int, attrs:
 
     Optuna's set_user_attr costs one transaction (about 5 ms through its ORM) per key; a
     trial gets about 15 keys, and the orchestrator's loop is the one writer for all slots.
-    Like Optuna, only while the trial is RUNNING: else UpdateFinishedTrialError.
+    Like Optuna, only while the trial is RUNNING: else UpdateFinishedTrialError. The trial's
+    row stays held until the caller's transaction ends (see _HOLD_RUNNING_SQL).
     """
-    state = connection.execute(text(_TRIAL_STATE_SQL), {"t": trial_id}).scalar()
-    if state_name(state) != "RUNNING":
+    if connection.execute(text(_HOLD_RUNNING_SQL), {"t": trial_id}).rowcount != 1:
         from optuna.exceptions import UpdateFinishedTrialError  # off the readers' import path
 
-        raise UpdateFinishedTrialError(
-            f"trial {number} is {state}; its attrs cannot change")
-    connection.execute(_user_attrs.delete().where(_user_attrs.c.trial_id == trial_id,
-                                                  _user_attrs.c.key.in_(list(attrs))))
-    connection.execute(_user_attrs.insert(), [
-        {"trial_id": trial_id, "key": key, "value_json": json.dumps(value)}
-        for key, value in attrs.items()])
+        state = connection.execute(text(_TRIAL_STATE_SQL), {"t": trial_id}).scalar()
+        raise UpdateFinishedTrialError(f"trial {number} is {state_name(state)}; its attrs cannot change")
+    if attrs:
+        connection.execute(_user_attrs.delete().where(_user_attrs.c.trial_id == trial_id,
+                                                      _user_attrs.c.key.in_(list(attrs))))
+        connection.execute(_user_attrs.insert(), [
+            {"trial_id": trial_id, "key": key, "value_json": json.dumps(value)}
+            for key, value in attrs.items()])
     if started is not None:
         connection.execute(text(_SET_START_SQL), {"d": started, "t": trial_id})
+
+
+def fail_running_trial(connection: Connection, trial_id: int) -> bool:
+    """RUNNING -> FAIL, as Optuna's set_trial_state_values does; False when the trial had
+    already finished (another orchestrator reaped it first)."""
+    done = connection.execute(text(_FAIL_RUNNING_SQL), {"t": trial_id, "d": datetime.now()})
+    return done.rowcount == 1
+
+
+def enqueue_waiting_trial(connection: Connection, study_id: int, params: dict[str, Any],
+                          user_attrs: dict[str, Any]) -> int:
+    """A WAITING trial with fixed params, written as Optuna's ``Study.enqueue_trial`` writes
+    it (system attr ``fixed_params``), within the caller's transaction; its trial_id.
+
+    Optuna's enqueue commits on its own: a retry enqueued that way and the ``hpo.retried``
+    mark of the failed attempt could be split by a crash (a retried trial without a retry,
+    issue 15). Here both commit together.
+    """
+    if connection.dialect.name != "sqlite":
+        connection.execute(text(_LOCK_STUDY_ROW_SQL), {"s": study_id})
+    trial_id = int(connection.execute(text(_INSERT_WAITING_SQL), {"s": study_id}).scalar_one())
+    number = connection.execute(text(_PAST_TRIALS_SQL), {"s": study_id, "t": trial_id}).scalar()
+    connection.execute(text(_SET_NUMBER_SQL), {"n": int(number or 0), "t": trial_id})
+    connection.execute(text(_INSERT_SYSTEM_ATTR_SQL), {
+        "t": trial_id, "k": "fixed_params", "v": json.dumps(params)})
+    if user_attrs:
+        connection.execute(_user_attrs.insert(), [
+            {"trial_id": trial_id, "key": key, "value_json": json.dumps(value)}
+            for key, value in user_attrs.items()])
+    return trial_id
 
 
 def set_trial_end(connection: Connection, trial_id: int, ended: datetime) -> None:
@@ -92,10 +141,23 @@ def next_waiting_retry_reason(connection: Connection, study_id: int) -> Any:
     return None if row is None or row[0] is None else json.loads(row[0])
 
 
-def running_with_host_pid(connection: Connection, study_id: int) -> list[tuple[int, Any, Any]]:
-    """(trial_id, hpo.host, hpo.pid) of the study's RUNNING trials that have both attrs."""
-    rows = connection.execute(text(_RUNNING_HOST_PID_SQL), {"s": study_id}).all()
-    return [(int(trial_id), json.loads(host), json.loads(pid)) for trial_id, host, pid in rows]
+@dataclass(frozen=True)
+class RunningOnHost:
+    """A RUNNING trial asked or started on one host: who holds it."""
+
+    trial_id: int
+    started: datetime | None  # local time, as Optuna stores it
+    pid: Any  # hpo.pid: its child (None: no slot took it yet)
+    orchestrator_pid: Any  # hpo.orchestrator_pid (None: recorded by an older version)
+
+
+def running_on_host(connection: Connection, study_id: int, host: str) -> list[RunningOnHost]:
+    """The study's RUNNING trials whose ``hpo.host`` is ``host``."""
+    rows = connection.execute(text(_RUNNING_ON_HOST_SQL), {"s": study_id, "h": json.dumps(host)})
+    return [RunningOnHost(int(trial_id), None if start is None else to_datetime(start),
+                          None if pid is None else json.loads(pid),
+                          None if orchestrator is None else json.loads(orchestrator))
+            for trial_id, start, pid, orchestrator in rows]
 
 
 def never_beat(connection: Connection, study_id: int, started_before: datetime) -> list[int]:

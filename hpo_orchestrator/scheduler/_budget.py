@@ -32,6 +32,7 @@ from typing import TypeVar
 from sqlalchemy.engine import Connection, Engine
 
 from hpo_orchestrator.db import (
+    Retrying,
     claimed_rows_after,
     count_claimed_upto,
     count_running,
@@ -52,22 +53,27 @@ _ADVANCE_AT = 64  # trials above the checkpoint before it moves up
 
 class Budget:
     def __init__(self, engine: Engine, study_id: int, n_trials: int,
-                 sqlite_file: Path | None) -> None:
+                 sqlite_file: Path | None, retrying: Retrying | None = None) -> None:
         self.engine = engine
         self.study_id = study_id
         self.n_trials = n_trials
         self._lock_file = None if sqlite_file is None else lock_file(sqlite_file)
+        # each step again through transient storage trouble (db._retry); none: no retries
+        self.retrying = retrying or Retrying(0.0, engine.dialect.name)
         self._upto: int | None = None  # the checkpoint: trials up to this id are settled
         self._base = 0  # what they count against the budget
 
     def claimed(self, connection: Connection | None = None) -> int:
         if connection is None:
-            with self.engine.connect() as fresh:
-                return self.claimed(fresh)
+            def read() -> int:
+                with self.engine.connect() as fresh:
+                    return self.claimed(fresh)
+            return self.retrying.call(read)
         since = datetime.now() - timedelta(seconds=_SETTLE_S)  # Optuna stores local time
-        if self._upto is None:
-            self._upto = settled_upto(connection, self.study_id, since)
-            self._base = count_claimed_upto(connection, self.study_id, self._upto)
+        if self._upto is None:  # both read before either is kept: a failed read may be retried
+            upto = settled_upto(connection, self.study_id, since)
+            self._base = count_claimed_upto(connection, self.study_id, upto)
+            self._upto = upto
         rows = claimed_rows_after(connection, self.study_id, self._upto)
         counted = self._base + sum(1 for _, state, _, retried in rows
                                    if state != "WAITING" and not retried)
@@ -88,17 +94,21 @@ class Budget:
 
     def running(self) -> int:
         """RUNNING trials of the study, whoever runs them."""
-        with self.engine.connect() as connection:
-            return count_running(connection, self.study_id)
+        def read() -> int:
+            with self.engine.connect() as connection:
+                return count_running(connection, self.study_id)
+        return self.retrying.call(read)
 
     def claim(self, ask: Callable[[], T]) -> T | None:
         """``ask()`` if the budget has room (under the study's lock), else None."""
-        budget_claim_started()  # no-ops unless a test forces a race (scheduler/_race_hooks.py)
-        with self._locked() as connection:
-            if self.claimed(connection) >= self.n_trials:
-                return None
-            budget_counted()
-            return ask()
+        def step() -> T | None:
+            budget_claim_started()  # no-ops unless a test forces a race (scheduler/_race_hooks.py)
+            with self._locked() as connection:
+                if self.claimed(connection) >= self.n_trials:
+                    return None
+                budget_counted()
+                return ask()
+        return self.retrying.call(step)
 
     @contextmanager
     def _locked(self) -> Iterator[Connection | None]:

@@ -28,6 +28,7 @@ from typing import Any
 
 import optuna
 
+from hpo_orchestrator.db import StorageUnavailable
 from hpo_orchestrator.scheduler._trial import RunningTrial
 from hpo_orchestrator.telemetry import TelemetrySampler
 from hpo_orchestrator.worker import OBJECTIVE_ATTRS, TRIAL_METHODS, TrialOutcome
@@ -314,6 +315,8 @@ def _answer(rt: RunningTrial, method: str, args: tuple[Any, ...], kwargs: dict[s
             rt.reaped = True
             reply = ("err", RuntimeError(f"trial {rt.number} was finished by another "
                                          "orchestrator (its heartbeats had stopped)"))
+        except StorageUnavailable:
+            raise  # the orchestrator's trouble, not the trial's: the run stops, recovery follows
         except Exception as exc:  # the objective's misuse (bad range...) is its error
             reply = ("err", _sendable(exc))
     rt.connection.send(reply)

@@ -17,7 +17,6 @@ remaining children and fails their trials as ``interrupted``.
 
 from __future__ import annotations
 
-import os
 import signal
 import socket
 import sqlite3
@@ -29,7 +28,7 @@ from optuna.trial import TrialState
 from sqlalchemy.exc import SQLAlchemyError
 
 from hpo_orchestrator.config import Config
-from hpo_orchestrator.errors import RuntimeFailure
+from hpo_orchestrator.db import StorageUnavailable, first_line, retrying_of, trouble_of
 from hpo_orchestrator.gpu import GpuBackend
 from hpo_orchestrator.gpu._opencl import nvidia_icd_env
 from hpo_orchestrator.pruning._auto import AutoPruner
@@ -60,21 +59,9 @@ EXIT_INTERRUPTED = 130
 _POLL_S = 0.1
 # What the storage raises when it cannot write: Optuna's wrapper for failed commits,
 # SQLAlchemy's errors (which Optuna lets through elsewhere) and the sqlite driver's own.
-_STORAGE_ERRORS = (optuna.exceptions.StorageInternalError, SQLAlchemyError, sqlite3.Error)
+_STORAGE_ERRORS = (optuna.exceptions.StorageInternalError, SQLAlchemyError, sqlite3.Error,
+                   StorageUnavailable)
 _RECHECK_BUDGET_S = 1.0  # once spent, how often to look again (retries may be enqueued)
-
-
-def _first_line(exc: BaseException) -> str:
-    """The database driver's own message (e.g. 'database or disk is full'), found under
-    Optuna's and SQLAlchemy's wrappers, without the SQL statement and its parameters."""
-    origin: BaseException = exc
-    while True:
-        inner = getattr(origin, "orig", None) or origin.__cause__
-        if not isinstance(inner, BaseException):
-            break
-        origin = inner
-    text = str(origin).strip().splitlines()
-    return text[0] if text else type(origin).__name__
 
 
 class Orchestrator:
@@ -173,11 +160,11 @@ class Orchestrator:
                         self.retention.maybe_run(force=True)
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
-        if failure is not None:
-            raise RuntimeFailure(
-                f"the storage stopped accepting writes: {_first_line(failure)}",
-                "free disk space or fix the database's permissions, then run the same command "
-                "again: finished trials are kept, interrupted ones are recovered") from failure
+        if isinstance(failure, StorageUnavailable):
+            raise failure
+        if failure is not None:  # a step that is not retried: named the same way
+            cause = trouble_of(failure) or "unknown"
+            raise StorageUnavailable(cause, first_line(failure), None) from failure
         return EXIT_INTERRUPTED if self._signals else EXIT_OK
 
     def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
@@ -191,6 +178,8 @@ class Orchestrator:
                 rt.kill_at = now + self.config.scheduler.kill_grace_s
             if self._signals > 1:  # a second Ctrl-C: no more grace
                 signal_tree(rt.process.pid, signal.SIGKILL)
+        if self._signals > 1:  # nor waiting for the storage to come back
+            retrying_of(self.storage).give_up()
 
     # --- launching -------------------------------------------------------------------------
 
@@ -232,9 +221,8 @@ class Orchestrator:
         self._exhausted_at = None
         self.storage.record_heartbeat(trial._trial_id)  # ours from the start
         # Until its worker starts, this process holds it: a restart after kill -9 then finds
-        # it an orphan at once, not after the heartbeat grace (hpo.pid becomes the worker's).
-        self.records.write_attrs(trial._trial_id, trial.number,
-                                 {"hpo.host": self.host, "hpo.pid": os.getpid()})
+        # it an orphan at once, not after the heartbeat grace (hpo.orchestrator_pid).
+        self.records.asked(trial)
         return Asked(trial, self.records.attempt_of(trial), oom_retry)
 
     def _prefetch(self) -> None:
@@ -402,7 +390,7 @@ class Orchestrator:
 
     def _record(self, rt: RunningTrial, verdict: _outcome.Verdict, measured: dict[str, object],
                 ended_at: float) -> None:
-        retry = _outcome.retry_allowed(verdict.fail_reason, rt.attempt,
+        retry = _outcome.retry_attempt(verdict.fail_reason, rt.attempt,
                                        self.config.scheduler.max_retries)
         if not rt.reaped:
             try:

@@ -18,7 +18,8 @@ from optuna.trial import TrialState
 
 from hpo_orchestrator.worker import TrialOutcome
 
-__all__ = ["RETRYABLE", "Verdict", "classify", "keep_worker", "params_mismatch", "retry_allowed"]
+__all__ = ["RETRYABLE", "Verdict", "classify", "keep_worker", "params_mismatch", "retry_allowed",
+           "retry_attempt"]
 
 RETRYABLE = ("oom", "killed", "lost")  # failures that were not the objective's fault
 
@@ -71,6 +72,18 @@ def classify(*, stop_reason: str | None, outcome: TrialOutcome | None, returncod
 def retry_allowed(reason: str | None, attempt: int, max_retries: int) -> bool:
     """Run the same params again? Only after a failure that was not the objective's fault."""
     return reason in RETRYABLE and attempt <= max_retries
+
+
+def retry_attempt(reason: str | None, attempt: int, max_retries: int) -> int | None:
+    """The ``hpo.attempt`` of the trial's retry, or None when its params do not run again.
+
+    An interrupted trial (SIGINT/SIGTERM of its orchestrator) always runs again, first in
+    the next run, under the same attempt number: stopping a run is not the trial's failure
+    and must not use up its retries (issue 15: reruns were spent on interrupted trials).
+    """
+    if reason == "interrupted":
+        return attempt
+    return attempt + 1 if retry_allowed(reason, attempt, max_retries) else None
 
 
 def keep_worker(*, reuse: bool, alive: bool, connection_open: bool, stopping: bool,

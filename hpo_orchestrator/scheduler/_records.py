@@ -2,21 +2,24 @@
 
 Optuna's API where it is cheap (ask, tell, enqueue); hpo_orchestrator.db where Optuna's
 would cost a transaction per attr or a load of every trial. Attr names are the user contract
-(docs/DESIGN.md §2.3). Storage errors propagate: the loop stops every child and exits 1.
+(docs/DESIGN.md §2.3). Each storage step is retried through transient trouble (db._retry);
+what remains propagates: the loop stops every child and exits 1.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import time
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 import optuna
-from optuna.trial import TrialState
+from optuna.trial import FrozenTrial, TrialState
 from sqlalchemy.engine import Connection
 
-from hpo_orchestrator.db import _run, insert_samples, insert_summary
+from hpo_orchestrator.db import _run, insert_samples, insert_summary, retrying_of
 from hpo_orchestrator.gpu import GpuInfo
 from hpo_orchestrator.pruning._auto import fit_step_timing
 from hpo_orchestrator.scheduler._outcome import Verdict, params_mismatch
@@ -24,9 +27,33 @@ from hpo_orchestrator.scheduler._trial import Asked, RunningTrial
 from hpo_orchestrator.study_storage import MirrorStorage
 from hpo_orchestrator.telemetry import TelemetrySampler, TrialTelemetry
 
-__all__ = ["RunRecords"]
+__all__ = ["Retry", "RunRecords", "trial_params"]
 
 _TELEMETRY_FLUSH_S = 5.0  # how often buffered samples are written (and at every trial's end)
+
+
+@dataclass(frozen=True)
+class Retry:
+    """The params of a failed or interrupted trial, to run again as a WAITING trial."""
+
+    number: int  # the trial it retries (hpo.retry_of)
+    params: dict[str, Any]
+    reason: str  # hpo.retry_reason
+    attempt: int  # hpo.attempt of the retry
+
+    def user_attrs(self) -> dict[str, Any]:
+        attrs: dict[str, Any] = {"hpo.retry_of": self.number, "hpo.retry_reason": self.reason}
+        if self.attempt > 1:  # absent: 1 (docs/DESIGN.md §2.3)
+            attrs["hpo.attempt"] = self.attempt
+        return attrs
+
+
+def trial_params(trial: optuna.Trial | FrozenTrial) -> dict[str, Any]:
+    """The params to run again: those suggested so far, and for a trial that was itself
+    enqueued, the fixed params it was not asked for yet (none, when no slot took it)."""
+    system = trial.storage.get_trial_system_attrs(trial._trial_id) \
+        if isinstance(trial, optuna.Trial) else trial.system_attrs
+    return {**(system.get("fixed_params") or {}), **trial.params}
 
 
 class RunRecords:
@@ -40,6 +67,7 @@ class RunRecords:
         self.sampler = sampler
         self.compute_phases = compute_phases
         self._last_flush = 0.0
+        self.retrying = retrying_of(storage)
         if not isinstance(study._storage, MirrorStorage):
             raise TypeError("the run's study must use a MirrorStorage (runner.run_study makes it)")
         self.mirror = study._storage
@@ -53,17 +81,47 @@ class RunRecords:
     def next_is_oom_retry(self) -> bool:
         """Is the next trial to ask a retry of one that ran out of GPU memory? (one SQL read;
         Optuna's get_trials would load every WAITING trial through the ORM)"""
-        with self.storage.engine.connect() as connection:
-            return _run.next_waiting_retry_reason(connection, self.study._study_id) == "oom"
+        def read() -> bool:
+            with self.storage.engine.connect() as connection:
+                return _run.next_waiting_retry_reason(connection, self.study._study_id) == "oom"
+        return self.retrying.call(read)
 
     # --- writes --------------------------------------------------------------------------
 
     def write_attrs(self, trial_id: int, number: int, attrs: dict[str, Any],
                     started: datetime | None = None) -> None:
         """Several user attrs of a RUNNING trial in one transaction (see db._run)."""
-        if attrs:
+        if not attrs:
+            return
+
+        def step() -> None:
             with self.storage.engine.begin() as connection:
                 _run.write_trial_attrs(connection, trial_id, number, attrs, started)
+        self.retrying.call(step)
+
+    def asked(self, trial: optuna.Trial) -> None:
+        """Who asked the trial, written at once: if this orchestrator dies before a slot
+        takes it, a restart on this host recovers it without waiting out the grace period."""
+        self.write_attrs(trial._trial_id, trial.number,
+                         {"hpo.host": self.host, "hpo.orchestrator_pid": os.getpid()})
+
+    def reap(self, trial_id: int, number: int, attrs: dict[str, Any], retry: Retry | None) -> bool:
+        """Fail another orchestrator's RUNNING trial, with its attrs and retry, in one
+        transaction; False when it had finished meanwhile (reaped by someone else)."""
+        def step() -> bool:
+            with self.storage.engine.begin() as connection:
+                try:
+                    _run.write_trial_attrs(connection, trial_id, number,
+                                           {**attrs, "hpo.retried": True} if retry else attrs)
+                except optuna.exceptions.UpdateFinishedTrialError:
+                    return False
+                if retry is not None:
+                    _run.enqueue_waiting_trial(connection, self.study._study_id, retry.params,
+                                               retry.user_attrs())
+                return _run.fail_running_trial(connection, trial_id)
+        reaped = self.retrying.call(step)
+        self.mirror.refresh_soon(self.study._study_id)  # its state and its retry, if any
+        return reaped
 
     def record_devices(self, gpus: list[GpuInfo]) -> None:
         """This host's devices as a study attr, so status can name a GPU that never got work."""
@@ -114,15 +172,18 @@ class RunRecords:
         return attrs
 
     def trial_ended(self, rt: RunningTrial, verdict: Verdict, measured: dict[str, Any],
-                    ended_at: float, retry: bool) -> None:
-        """Tell the trial: its attrs (a failed attempt marked ``hpo.retried``), last reports,
-        value, state and real end time, the summary row and the buffered telemetry in one
-        transaction (the study's MirrorStorage runs it at tell); then its retry, if any."""
+                    ended_at: float, retry_attempt: int | None) -> None:
+        """Tell the trial: its attrs, last reports, value, state and real end time, the
+        summary row, the buffered telemetry and its retry (``retry_attempt``: the retry's
+        hpo.attempt; None: no retry) in one transaction (the study's MirrorStorage runs it at
+        tell): the ``hpo.retried`` mark and the retry commit together or not at all."""
         trial = rt.trial
         attrs = {"hpo.exit_code": rt.process.returncode, **measured}
         if verdict.fail_reason is not None:
             attrs.update({"hpo.fail_reason": verdict.fail_reason, "hpo.error": verdict.error})
-        if retry:
+        retry = None
+        if retry_attempt is not None and verdict.fail_reason is not None:
+            retry = Retry(trial.number, trial_params(trial), verdict.fail_reason, retry_attempt)
             attrs["hpo.retried"] = True
         summary = {
             "trial_id": trial._trial_id, "study_id": self.study._study_id, "number": trial.number,
@@ -138,10 +199,15 @@ class RunRecords:
             "opencl_platform": rt.opencl_platform,
             "params_mismatch": json.dumps(measured["hpo.params_mismatch"])
             if "hpo.params_mismatch" in measured else None}
+        rows = self.sampler.take_rows() if self.sampler is not None else []
+        self._last_flush = time.monotonic()
 
         def with_the_end(connection: Connection) -> None:
             insert_summary(connection, summary)
-            self.flush_telemetry(connection)
+            insert_samples(connection, rows)
+            if retry is not None:
+                _run.enqueue_waiting_trial(connection, self.study._study_id, retry.params,
+                                           retry.user_attrs())
 
         # Optuna would stamp datetime_complete at tell(); the trial ended when its result came
         # (its slot may already run the next trial), so the stored duration is the trial's.
@@ -151,42 +217,43 @@ class RunRecords:
             self.study.tell(trial, verdict.value)
         else:
             self.study.tell(trial, state=verdict.state)
-        if retry and verdict.fail_reason is not None:
-            self.enqueue_retry(trial.number, trial.params, rt.attempt, verdict.fail_reason)
-
-    def enqueue_retry(self, number: int, params: dict[str, Any], attempt: int, reason: str) -> None:
-        """The same params again, as a WAITING trial that the next ask() picks first.
-
-        The failed attempt is marked ``hpo.retried`` (before it was told) and stops counting
-        against n_trials; the retry counts instead.
-        """
-        self.study.enqueue_trial(params, user_attrs={
-            "hpo.retry_of": number, "hpo.retry_reason": reason,
-            "hpo.attempt": attempt + 1}, skip_if_exists=False)
+        if retry is not None:
+            self.mirror.refresh_soon(self.study._study_id)  # the next ask() takes the retry
 
     def fail_unstarted(self, asked: list[Asked]) -> None:
-        """Trials asked ahead that no slot took: FAIL (interrupted), never left RUNNING."""
+        """Trials asked ahead that no slot took: back to the queue (their params, if any,
+        enqueued again with the same attempt number) and FAIL ``interrupted`` marked
+        ``hpo.retried``, so they do not count against n_trials; never left RUNNING."""
         while asked:
-            trial = asked.pop(0).trial
+            first = asked.pop(0)
+            trial = first.trial
+            retry = Retry(trial.number, trial_params(trial), "interrupted", first.attempt)
+
+            def requeue(connection: Connection, retry: Retry = retry) -> None:
+                _run.enqueue_waiting_trial(connection, self.study._study_id, retry.params,
+                                           retry.user_attrs())
+
+            self.mirror.stage_end(trial._trial_id, {  # with the FAIL, in its transaction
+                "hpo.host": self.host, "hpo.fail_reason": "interrupted",
+                "hpo.error": "stopped before a slot took it", "hpo.retried": True}, then=requeue)
             try:
-                self.write_attrs(trial._trial_id, trial.number, {
-                    "hpo.host": self.host, "hpo.fail_reason": "interrupted",
-                    "hpo.error": "stopped before a slot took it"})
                 self.study.tell(trial, state=TrialState.FAIL)
             except optuna.exceptions.UpdateFinishedTrialError:
                 continue  # reaped by another orchestrator meanwhile
+            self.mirror.refresh_soon(self.study._study_id)  # its place in the queue
 
-    def flush_telemetry(self, connection: Connection | None = None, force: bool = False) -> None:
-        """Write buffered samples: within ``connection`` (a trial's end), or on their own
-        every _TELEMETRY_FLUSH_S (now, with ``force``)."""
+    def flush_telemetry(self, force: bool = False) -> None:
+        """Write buffered samples every _TELEMETRY_FLUSH_S (now, with ``force``); a trial's
+        end writes them with its summary."""
         now = time.monotonic()
-        due = force or connection is not None or now - self._last_flush >= _TELEMETRY_FLUSH_S
+        due = force or now - self._last_flush >= _TELEMETRY_FLUSH_S
         if self.sampler is None or not due:
             return
         self._last_flush = now
         rows = self.sampler.take_rows()
-        if connection is not None:
-            insert_samples(connection, rows)
-        elif rows:
+
+        def step() -> None:
             with self.storage.engine.begin() as fresh:
                 insert_samples(fresh, rows)
+        if rows:
+            self.retrying.call(step)

@@ -2,9 +2,9 @@
 reaping of everyone else's that stopped beating ('lost', retried when allowed).
 
 Three ways a trial is found lost: Optuna's stale check (a heartbeat older than the grace
-period), an orphan on this host (its recorded pid no longer exists: found at once after a
-``kill -9`` of its orchestrator), and a trial that never beat (its orchestrator died between
-ask() and the first heartbeat).
+period), an orphan on this host (the orchestrator that asked it no longer exists: found at
+once after a ``kill -9``, trials asked ahead included), and a trial that never beat (its
+orchestrator died between ask() and the first heartbeat).
 """
 
 from __future__ import annotations
@@ -12,16 +12,17 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from datetime import datetime, timedelta
+from typing import Any
 
 import optuna
 import psutil
-from optuna.trial import TrialState
+from optuna.trial import FrozenTrial
 
 from hpo_orchestrator.db import _run
 from hpo_orchestrator.scheduler._outcome import retry_allowed
-from hpo_orchestrator.scheduler._records import RunRecords
+from hpo_orchestrator.scheduler._records import Retry, RunRecords, trial_params
 
-__all__ = ["Recovery"]
+__all__ = ["Recovery", "lost_attrs"]
 
 
 class Recovery:
@@ -53,7 +54,9 @@ class Recovery:
     def reap(self) -> None:
         """Fail RUNNING trials whose orchestrator stopped sending heartbeats ('lost').
 
-        Mirrors optuna.storages.fail_stale_trials, but records why before the state changes.
+        Mirrors optuna.storages.fail_stale_trials, but records why, and enqueues the retry,
+        in the transaction that changes the state. A trial no slot took (asked ahead) goes
+        back to the queue as it was: not an attempt, so its attempt number stays.
         """
         study_id = self.records.study._study_id
         ours = self.own_trials()
@@ -61,35 +64,62 @@ class Recovery:
                  *self._never_beat(ours)}
         for trial_id in sorted(stale):
             frozen = self.storage.get_trial(trial_id)
-            attempt = int(frozen.user_attrs.get("hpo.attempt", 1))
-            retry = retry_allowed("lost", attempt, self.max_retries)
-            attrs = {"hpo.fail_reason": "lost",
-                     "hpo.error": "its orchestrator stopped sending heartbeats"}
-            try:
-                self.records.write_attrs(trial_id, frozen.number,
-                                         {**attrs, "hpo.retried": True} if retry else attrs)
-                self.storage.set_trial_state_values(trial_id, state=TrialState.FAIL)
-            except optuna.exceptions.UpdateFinishedTrialError:
-                continue  # another orchestrator reaped it first
-            if retry:
-                self.records.enqueue_retry(frozen.number, frozen.params, attempt, "lost")
+            attrs, retry = lost_attrs(frozen, self.max_retries)
+            self.records.reap(trial_id, frozen.number, attrs, retry)
 
     def _orphans_here(self, ours: set[int]) -> list[int]:
-        """RUNNING trials started on this host by a process that no longer exists."""
+        """RUNNING trials asked on this host by an orchestrator that no longer exists: found
+        at once after a ``kill -9``, asked-ahead trials included (hpo.orchestrator_pid is
+        written at ask). Trials of an older version have only their child's pid."""
+        def read() -> list[_run.RunningOnHost]:
+            with self.storage.engine.connect() as connection:
+                return _run.running_on_host(connection, self.records.study._study_id, self.host)
         orphans = []
-        with self.storage.engine.connect() as connection:
-            running = _run.running_with_host_pid(connection, self.records.study._study_id)
-        for trial_id, host, pid in running:
-            if trial_id in ours or host != self.host:
+        running = self.records.retrying.call(read)
+        for trial in running:
+            if trial.trial_id in ours:
                 continue
-            if isinstance(pid, int) and not psutil.pid_exists(pid):
-                orphans.append(trial_id)
+            owner = trial.orchestrator_pid if trial.orchestrator_pid is not None else trial.pid
+            if isinstance(owner, int) and not _alive_since(owner, trial.started):
+                orphans.append(trial.trial_id)
         return orphans
 
     def _never_beat(self, ours: set[int]) -> list[int]:
         """RUNNING trials without any heartbeat, started longer than the grace period ago
         (Optuna's stale check only looks at trials that have a heartbeat row)."""
         cutoff = datetime.now() - timedelta(seconds=self.grace_s)  # datetime_start is local time
-        with self.storage.engine.connect() as connection:
-            found = _run.never_beat(connection, self.records.study._study_id, cutoff)
+        def read() -> list[int]:
+            with self.storage.engine.connect() as connection:
+                return _run.never_beat(connection, self.records.study._study_id, cutoff)
+        found = self.records.retrying.call(read)
         return [tid for tid in found if tid not in ours]
+
+
+def lost_attrs(frozen: FrozenTrial, max_retries: int) -> tuple[dict[str, Any], Retry | None]:
+    """What a reaped trial records, and its retry (None: its params do not run again).
+
+    A trial already marked ``hpo.retried`` has its retry enqueued (in the same transaction
+    as the mark): its orchestrator died before telling it, so only the state changes.
+    """
+    if frozen.user_attrs.get("hpo.retried") is True:
+        return {}, None
+    attempt = int(frozen.user_attrs.get("hpo.attempt", 1))
+    ran = "hpo.pid" in frozen.user_attrs  # written when a slot took it
+    attrs: dict[str, Any] = {
+        "hpo.fail_reason": "lost",
+        "hpo.error": "its orchestrator stopped sending heartbeats" if ran
+        else "its orchestrator stopped before a slot took it"}
+    if ran and not retry_allowed("lost", attempt, max_retries):
+        return attrs, None
+    return attrs, Retry(number=frozen.number, params=trial_params(frozen), reason="lost",
+                        attempt=attempt + 1 if ran else attempt)
+
+
+def _alive_since(pid: int, started: datetime | None) -> bool:
+    """Does ``pid`` still name the process that held the trial? A process created after the
+    trial started is another one that got the pid."""
+    try:
+        created = psutil.Process(pid).create_time()
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return psutil.pid_exists(pid)
+    return started is None or created <= started.timestamp() + 1.0  # local time, like Optuna's

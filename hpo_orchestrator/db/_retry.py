@@ -1,0 +1,220 @@
+"""Storage trouble during a run: what it is, how long to wait it out, and what to say.
+
+A sqlite lock held past the busy timeout, a PostgreSQL connection terminated or a server
+failing over are transient: the orchestrator retries the failed step with backoff (and a new
+connection: PostgreSQL engines ping before each checkout) for ``storage.retry_s``. Only then,
+or at once for a full disk or a read-only sqlite file, the run stops with exit 1 and a hint
+that names the cause (issue 15: a lock failed a trial as the objective's ``exception``, and a
+dropped connection ended the run with a hint about disk space).
+
+What is retried: each call of Optuna's RDBStorage the run makes (ask, tell, heartbeats, the
+trial proxy's calls), and each transaction of ours (:meth:`Retrying.call`). A step whose
+commit reached the server but whose answer was lost may run twice: harmless for writes of
+attrs and values; an ask may leave one extra RUNNING trial without a heartbeat, which
+recovery fails as ``lost`` (not counted against n_trials) after the grace period.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from sqlalchemy.exc import DBAPIError
+
+from hpo_orchestrator.errors import RuntimeFailure
+
+if TYPE_CHECKING:
+    import optuna
+
+__all__ = ["Retrying", "StorageUnavailable", "first_line", "retrying_of", "retrying_rdb_storage",
+           "trouble_of"]
+
+T = TypeVar("T")
+_log = logging.getLogger("hpo_orchestrator")
+_BACKOFF_FIRST_S = 0.2
+_BACKOFF_MAX_S = 5.0
+
+# Causes, from what the drivers say (lowercase message fragments; PostgreSQL SQLSTATEs).
+_LOCKED = ("database is locked", "database table is locked", "lock timeout", "deadlock detected",
+           "could not serialize", "lock not available", "could not obtain lock")
+_DISK_FULL = ("database or disk is full", "no space left", "could not extend file", "disk full")
+_READ_ONLY = ("readonly database", "read-only transaction", "read only transaction")
+_CONNECTION = ("server closed the connection", "terminating connection", "connection refused",
+               "could not connect", "connection is closed", "connection reset", "broken pipe",
+               "consuming input failed", "connection timed out", "the database system is",
+               "ssl connection has been closed", "no connection to the server",
+               "connection already closed", "server conn crashed", "lost connection")
+_SQLSTATE = {"40001": "locked", "40P01": "locked", "55P03": "locked", "53100": "disk full",
+             "25006": "read-only", "57P01": "connection lost", "57P02": "connection lost",
+             "57P03": "connection lost"}
+
+_HINTS = {
+    "locked": "another process holds a write lock on the database (a sqlite3 shell or a "
+              "dashboard in an open transaction?): end it, or raise storage.retry_s",
+    "connection lost": "the database server went away (restart, failover, network): check that "
+                       "it is up and reachable, or raise storage.retry_s",
+    "disk full": "free disk space on the database's volume",
+    "read-only": "the database is read-only (file or folder permissions, a read-only mount, a "
+                 "server in recovery): make it writable",
+    "unknown": "the database's own message above names the cause",
+}
+_AFTER = "; then run the same command again: finished trials are kept, interrupted ones are recovered"
+
+
+class StorageUnavailable(RuntimeFailure):
+    """The storage failed the run (exit 1): retries ran out, or the trouble cannot pass."""
+
+    def __init__(self, cause: str, detail: str, waited_s: float | None) -> None:
+        waited = "" if waited_s is None else f" for {waited_s:.0f} s"
+        super().__init__(f"the storage stopped accepting writes ({cause}{waited}): {detail}",
+                         _HINTS.get(cause, _HINTS["unknown"]) + _AFTER)
+        self.cause = cause
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    """The error and what it wraps (Optuna's StorageInternalError, SQLAlchemy's, the driver's)."""
+    found: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and current not in found:
+        found.append(current)
+        inner = getattr(current, "orig", None) or current.__cause__
+        current = inner if isinstance(inner, BaseException) else None
+    return found
+
+
+def first_line(exc: BaseException) -> str:
+    """The driver's own message (e.g. 'database or disk is full'), without SQL or parameters."""
+    origin = _chain(exc)[-1]
+    lines = str(origin).strip().splitlines()
+    return lines[0] if lines else type(origin).__name__
+
+
+def trouble_of(exc: BaseException) -> str | None:
+    """'locked', 'connection lost', 'disk full', 'read-only', 'unknown' for a database error
+    that is not the caller's (bad data is); None when ``exc`` is no database error at all."""
+    chain = _chain(exc)
+    if not any(isinstance(e, DBAPIError) or type(e).__module__.split(".")[0] in
+               ("sqlite3", "psycopg", "psycopg2") for e in chain):
+        return None
+    for error in chain:
+        state = getattr(error, "sqlstate", None) or getattr(error, "pgcode", None)
+        if state in _SQLSTATE:
+            return _SQLSTATE[state]
+        if str(state or "").startswith("08"):  # PostgreSQL's connection exceptions
+            return "connection lost"
+    text = " ".join(str(e).lower() for e in chain)
+    for cause, fragments in (("disk full", _DISK_FULL), ("read-only", _READ_ONLY),
+                             ("locked", _LOCKED), ("connection lost", _CONNECTION)):
+        if any(fragment in text for fragment in fragments):
+            return cause
+    if any(isinstance(e, DBAPIError) and e.connection_invalidated for e in chain):
+        return "connection lost"
+    return "unknown"
+
+
+class Retrying:
+    """Runs storage steps, retrying transient trouble for ``retry_s`` seconds.
+
+    Thread safety: one instance serves the orchestrator's loop; nested steps (an Optuna call
+    inside one of our steps) are retried once, by the outermost.
+    """
+
+    def __init__(self, retry_s: float, dialect: str) -> None:
+        self.retry_s = retry_s
+        self.dialect = dialect
+        self._depth = threading.local()
+        self._give_up = threading.Event()
+
+    def give_up(self) -> None:
+        """Stop waiting (a second Ctrl-C): the step in progress fails at its next retry."""
+        self._give_up.set()
+
+    def transient(self, cause: str) -> bool:
+        # sqlite read-only is a permission or a mount; on a server it is a failover
+        return cause in ("locked", "connection lost") or (cause == "read-only"
+                                                          and self.dialect != "sqlite")
+
+    def call(self, step: Callable[[], T]) -> T:
+        depth = getattr(self._depth, "value", 0)
+        if depth:
+            return step()
+        self._depth.value = 1
+        try:
+            return self._with_retries(step)
+        finally:
+            self._depth.value = 0
+
+    def _with_retries(self, step: Callable[[], T]) -> T:
+        first_failure: float | None = None
+        delay = _BACKOFF_FIRST_S
+        while True:
+            try:
+                return step()
+            except StorageUnavailable:
+                raise
+            except Exception as exc:
+                cause = trouble_of(exc)
+                if cause is None:
+                    raise
+                now = time.monotonic()
+                if first_failure is None:
+                    first_failure = now
+                    if self.transient(cause) and self.retry_s > 0:
+                        _log.warning("storage trouble (%s: %s): retrying for up to %.0f s",
+                                     cause, first_line(exc), self.retry_s)
+                waited = now - first_failure
+                if not self.transient(cause) or waited >= self.retry_s or self._give_up.is_set():
+                    if cause == "unknown" and not self.transient(cause):
+                        raise  # bad data (too long a value...): the caller's error, as before
+                    raise StorageUnavailable(cause, first_line(exc),
+                                             waited if self.transient(cause) else None) from exc
+                time.sleep(min(delay * (0.5 + random.random()), self.retry_s - waited))
+                delay = min(delay * 2, _BACKOFF_MAX_S)
+
+
+    def wrap(self, target: Any, names: tuple[str, ...]) -> None:
+        """Make each named method of ``target`` (an instance) a retried step."""
+        for name in names:
+            method = getattr(target, name)
+
+            def wrapped(*args: Any, _method: Callable[..., Any] = method, **kwargs: Any) -> Any:
+                return self.call(lambda: _method(*args, **kwargs))
+
+            setattr(target, name, wrapped)
+
+
+# The RDBStorage calls a run makes (study set-up excluded: its errors are exit 2), and those of
+# the run's MirrorStorage (hpo_orchestrator/study_storage.py) that reach the database.
+_RETRIED = ("set_study_user_attr", "set_study_system_attr", "get_study_id_from_name",
+            "get_study_name_from_id", "get_study_directions", "get_study_user_attrs",
+            "get_study_system_attrs", "get_trial_user_attrs", "get_trial_system_attrs",
+            "get_all_studies", "create_new_trial", "_create_new_trial", "set_trial_param",
+            "_set_trial_param", "get_trial_param", "set_trial_state_values",
+            "set_trial_intermediate_value", "set_trial_user_attr", "set_trial_system_attr",
+            "get_trial_id_from_study_id_trial_number", "get_trial", "get_all_trials",
+            "get_best_trial", "record_heartbeat", "_get_stale_trial_ids")
+_MIRROR_RETRIED = ("create_new_trial", "set_trial_param", "set_trial_state_values",
+                   "set_trial_intermediate_value", "flush", "set_trial_user_attr",
+                   "set_trial_system_attr", "get_trial", "get_all_trials")
+
+
+def retrying_rdb_storage(storage: optuna.storages.RDBStorage, retry_s: float,
+                         mirror: Any = None) -> Retrying:
+    """Make ``storage``'s calls (and its ``mirror``'s) retry transient trouble, in place: the
+    study, the mirror and our own steps share the one instance; returns the retrier."""
+    retrying = Retrying(retry_s, storage.engine.dialect.name)
+    retrying.wrap(storage, _RETRIED)
+    if mirror is not None:
+        retrying.wrap(mirror, _MIRROR_RETRIED)
+    storage.retrying = retrying  # type: ignore[attr-defined]
+    return retrying
+
+
+def retrying_of(storage: Any) -> Retrying:
+    """The retrier of a storage opened for a run; one that never retries otherwise."""
+    found = getattr(storage, "retrying", None)
+    return found if isinstance(found, Retrying) else Retrying(0.0, storage.engine.dialect.name)
