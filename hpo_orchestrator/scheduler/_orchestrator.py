@@ -35,6 +35,16 @@ from hpo_orchestrator.gpu._opencl import nvidia_icd_env
 from hpo_orchestrator.pruning._auto import AutoPruner
 from hpo_orchestrator.scheduler import _channel, _outcome
 from hpo_orchestrator.scheduler._budget import Budget
+from hpo_orchestrator.scheduler._failures import FailurePolicy, Halt
+from hpo_orchestrator.scheduler._logs import (
+    TRACEBACK_CAP,
+    append_traceback,
+    cap_log,
+    ensure_run_dir,
+    run_dir,
+    trial_log_path,
+    user_frames,
+)
 from hpo_orchestrator.scheduler._process import (
     cgroup_oom_kills,
     log_tail,
@@ -53,8 +63,10 @@ from hpo_orchestrator.worker._env import ChildEnv
 __all__ = ["Orchestrator"]
 
 EXIT_OK = 0
+EXIT_FAILED = 1
 EXIT_INTERRUPTED = 130
 _POLL_S = 0.1
+_LOG_CHECK_S = 2.0  # how often running trials' logs are checked against their size cap
 # What the storage raises when it cannot write: Optuna's wrapper for failed commits,
 # SQLAlchemy's errors (which Optuna lets through elsewhere) and the sqlite driver's own.
 _STORAGE_ERRORS = (optuna.exceptions.StorageInternalError, SQLAlchemyError, sqlite3.Error)
@@ -103,6 +115,11 @@ class Orchestrator:
                                  config.storage.heartbeat_interval_s, config.storage.grace_s,
                                  config.scheduler.max_retries)
         self.auto = AutoPruner.for_config(study, config.pruner)  # pruner.min_resource=auto
+        self.log_dir = run_dir(config.storage.url, study.study_name, config.scheduler.log_dir)
+        self._log_cap = int(config.scheduler.log_max_mib * 2**20)
+        self._logs_checked = 0.0
+        self.failures = FailurePolicy(config.study.fail_fast, config.study.max_failures)
+        self.halted: Halt | None = None  # the failure policy stopped the run (exit 1)
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -115,6 +132,7 @@ class Orchestrator:
         previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
         failure: BaseException | None = None
         try:
+            ensure_run_dir(self.log_dir)
             self.recovery.reap()
             self.records.record_devices([s.gpu for s in self.slots.slots if s.gpu is not None])
             if self.auto is not None:
@@ -122,15 +140,16 @@ class Orchestrator:
             if self.sampler is not None:
                 self.sampler.start()
             while True:
-                if not self._signals:
+                if not self._signals and self.halted is None:
                     self._launch_ready()
-                if not self.running and (self._signals or self._study_done()):
+                if not self.running and (self._signals or self.halted or self._study_done()):
                     break
                 _channel.serve(list(self.running.values()), _POLL_S, self.sampler)
                 for rt in self._ended():
                     self._finish(rt)
                 self.reporter.tick(list(self.running.values()))
                 self._enforce_deadlines()
+                self._cap_logs()
                 self.recovery.beat()
                 self.records.flush_telemetry()
         except _STORAGE_ERRORS as exc:
@@ -148,7 +167,10 @@ class Orchestrator:
                 f"the storage stopped accepting writes: {_first_line(failure)}",
                 "free disk space or fix the database's permissions, then run the same command "
                 "again: finished trials are kept, interrupted ones are recovered") from failure
-        return EXIT_INTERRUPTED if self._signals else EXIT_OK
+        if self._signals:
+            return EXIT_INTERRUPTED
+        self.halted = self.halted or self.failures.at_end()
+        return EXIT_FAILED if self.halted else EXIT_OK
 
     def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
         self._signals += 1
@@ -161,6 +183,18 @@ class Orchestrator:
                 rt.kill_at = now + self.config.scheduler.kill_grace_s
             if self._signals > 1:  # a second Ctrl-C: no more grace
                 signal_tree(rt.process.pid, signal.SIGKILL)
+
+    def _halt(self, halt: Halt) -> None:
+        """The failure policy says stop: nothing new starts, running trials are stopped as on
+        Ctrl-C (FAIL, interrupted: the same command resumes), and run() returns 1."""
+        self.halted = halt
+        self._stopping = True
+        now = time.monotonic()
+        for rt in self.running.values():
+            if rt.stop_reason is None:
+                rt.stop_reason = "interrupted"
+                signal_tree(rt.process.pid, signal.SIGTERM)
+                rt.kill_at = now + self.config.scheduler.kill_grace_s
 
     # --- launching -------------------------------------------------------------------------
 
@@ -246,6 +280,7 @@ class Orchestrator:
     def _spawn(self, asked: Asked, slot: Slot) -> None:
         trial = asked.trial
         worker = self.idle.pop(slot.id, None)
+        log_path = trial_log_path(self.log_dir, trial.number)
         if worker is not None and worker.process.poll() is not None:
             self._retire(worker, slot.id, keep_lease=True)  # died while idle (killed from outside)
             worker = None
@@ -256,14 +291,15 @@ class Orchestrator:
                                  gpu_uuid=slot.gpu.uuid if slot.gpu else None,
                                  cuda_visible_devices=slot.cuda_visible_devices,
                                  num_threads=self.threads)
-                worker = start_worker(child, self._icd_env if slot.gpu is not None else {}, slot.id)
+                worker = start_worker(child, self._icd_env if slot.gpu is not None else {}, slot.id,
+                                      log_path)
         except BaseException:
             self.study.tell(trial, state=TrialState.FAIL)
             raise
         worker.trials += 1
         rt = RunningTrial(trial=trial, slot=slot, worker=worker, attempt=asked.attempt,
                           spawned_at=time.monotonic(), spawned_epoch=time.time(),
-                          oom_kills_at_spawn=cgroup_oom_kills())
+                          oom_kills_at_spawn=cgroup_oom_kills(), log_path=log_path)
         self.running[slot.id] = rt
         self.slots.describe(slot, study=self.study.study_name, trial=trial.number,
                             trial_pid=worker.process.pid)
@@ -272,7 +308,8 @@ class Orchestrator:
                                slot.gpu.index if slot.gpu else None, fresh=worker.trials == 1)
         try:  # the job first, the records after: the worker starts while we write
             rt.connection.send(Job(trial_number=trial.number, objective=self.config.objective,
-                                   attempt=asked.attempt, reuse=self.reuse))
+                                   attempt=asked.attempt, reuse=self.reuse,
+                                   log_path=str(log_path)))
         except OSError:  # it died at birth (killed from outside): classified once it is reaped
             rt.connection_open = False
         self.records.trial_started(rt, self.threads, self.config.scheduler.worker_mode)
@@ -319,11 +356,17 @@ class Orchestrator:
             stop_reason=rt.stop_reason, outcome=rt.outcome, returncode=rt.process.returncode,
             timeout_s=self.config.scheduler.trial_timeout_s,
             oom_killed=lambda: _oom_killed_since(rt.oom_kills_at_spawn),
-            log_tail=lambda: log_tail(rt.log))
+            log_tail=lambda: log_tail(rt.log_path) if rt.log_path else "")
         ended_at = time.time()
         if rt.process.poll() is not None:
             signal_tree(rt.process.pid, signal.SIGKILL)  # leftovers in its group, if any
         measured = self.records.measure(rt)
+        traceback = user_frames(rt.outcome.traceback) \
+            if rt.outcome is not None and rt.outcome.traceback else None
+        if verdict.state == TrialState.FAIL and traceback:
+            measured["hpo.traceback"] = traceback[-TRACEBACK_CAP:]
+            if rt.log_path is not None:
+                append_traceback(rt.log_path, traceback)
         del self.running[rt.slot.id]
         if _outcome.keep_worker(reuse=self.reuse, alive=rt.process.poll() is None,
                                 connection_open=rt.connection_open, stopping=bool(self._signals),
@@ -346,7 +389,11 @@ class Orchestrator:
         self.reporter.finished(FinishedTrial(
             number=rt.number, slot=rt.slot.label, state=verdict.state, value=verdict.value,
             duration_s=time.monotonic() - rt.spawned_at, fail_reason=verdict.fail_reason,
-            error=verdict.error))
+            error=verdict.error, log_path=str(rt.log_path) if rt.log_path else None))
+        halt = self.failures.observe(rt.number, verdict.state == TrialState.FAIL,
+                                     verdict.fail_reason, verdict.error, retry)
+        if halt is not None and self.halted is None and not self._signals:
+            self._halt(halt)
 
     # --- deadlines, heartbeats, stopping ---------------------------------------------------
 
@@ -360,6 +407,16 @@ class Orchestrator:
                 rt.kill_at = now + self.config.scheduler.kill_grace_s
             if rt.kill_at is not None and now >= rt.kill_at:
                 signal_tree(rt.process.pid, signal.SIGKILL)
+
+    def _cap_logs(self) -> None:
+        """Rotate running trials' logs that grew over scheduler.log_max_mib (every few s)."""
+        now = time.monotonic()
+        if now - self._logs_checked < _LOG_CHECK_S:
+            return
+        self._logs_checked = now
+        for rt in self.running.values():
+            if rt.log_path is not None:
+                cap_log(rt.log_path, self._log_cap)
 
     def _own_trial_ids(self) -> set[int]:
         """Trials this orchestrator holds RUNNING: on a slot, or asked ahead of one."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 import subprocess
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
+from pathlib import Path
 from typing import IO, Any, Protocol
 
 import optuna
@@ -53,6 +54,7 @@ class RunningTrial:
     stop_reason: str | None = None  # timeout / interrupted: we stopped it
     kill_at: float | None = None  # when SIGTERM's grace runs out
     connection_open: bool = True
+    log_path: Path | None = None  # the trial's own log (scheduler/_logs.py)
 
     @property
     def number(self) -> int:
@@ -89,6 +91,7 @@ class FinishedTrial:
     duration_s: float
     fail_reason: str | None = None
     error: str | None = None
+    log_path: str | None = None  # the trial's log: its last lines are shown for a failure
 
 
 class Reporter(Protocol):

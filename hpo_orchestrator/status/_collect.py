@@ -26,7 +26,7 @@ from hpo_orchestrator.status._model import DeviceUse, StateStats, StatusReport, 
 
 __all__ = ["collect_status", "collect_with_rows", "device_label"]
 
-_STATES = ("COMPLETE", "PRUNED", "FAIL", "RUNNING", "WAITING")
+_STATES = ("COMPLETE", "PRUNED", "FAIL", "RUNNING", "QUEUED", "WAITING")
 
 
 @contextmanager
@@ -66,6 +66,14 @@ def _collect(connection: Connection, study: str | None) -> tuple[StatusReport, l
     rows = db.summary_rows(connection, study_id) if has_summary else []
     uncovered = db.uncovered_trials(connection, study_id, has_summary)
     rows += [u.row for u in uncovered]
+    # A trial asked ahead of a free slot (scheduler.prefetch) is RUNNING to Optuna but has no
+    # process yet: the orchestrator records where it runs (hpo.host) when a slot takes it.
+    on_slot = [u for u in uncovered if u.row.state == "RUNNING" and (u.row.host or not config)]
+    queued = sorted(u.row.number for u in uncovered if u.row.state == "RUNNING"
+                    and not u.row.host and config)
+    if queued:
+        counts["RUNNING"] -= len(queued)
+        counts["QUEUED"] = len(queued)
 
     durations: dict[str, list[float]] = {}
     for row in rows:
@@ -113,8 +121,9 @@ def _collect(connection: Connection, study: str | None) -> tuple[StatusReport, l
 
     window = _window(rows, now)
     hosts = len(_hosts(rows, _listed_devices(study_attrs)))
-    running = _running(connection, [u for u in uncovered if u.row.state == "RUNNING"],
-                       db_now, now, config, hosts)
+    running = _running(connection, on_slot, db_now, now, config, hosts)
+    failures = db.fail_errors(connection, study_id)
+    objective_failures = [n for n, reason, _ in failures if reason != "interrupted"]
     report = StatusReport(
         study=name, direction=direction,
         n_trials_target=config.get("study", {}).get("n_trials"),
@@ -122,10 +131,13 @@ def _collect(connection: Connection, study: str | None) -> tuple[StatusReport, l
         best=db.best_trial(connection, study_id, direction),
         per_device=_device_use(rows, study_attrs, now, window),
         running=running, fail_reasons=dict(sorted(reasons.items())),
-        wall_s=None if window is None else window[2] - window[0])
+        wall_s=None if window is None else window[2] - window[0], queued=queued,
+        min_resource_auto=study_attrs.get("hpo.pruner.min_resource_auto"),
+        last_failed=max(objective_failures) if objective_failures else None)
     report.findings = find_all(report, StudyFacts(
         config=config, rows=rows, unverified=sorted(unverified), mismatches=sorted(mismatches),
-        max_complete_step=None if max_complete_step is None else int(max_complete_step)))
+        max_complete_step=None if max_complete_step is None else int(max_complete_step),
+        failures=failures))
     return report, rows
 
 
