@@ -10,7 +10,7 @@ from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
 from hpo_orchestrator.db._study import state_name, to_datetime
-from hpo_orchestrator.db._trials import _PARAMS_SQL, _param_value
+from hpo_orchestrator.db import _trials
 
 __all__ = ["fail_errors", "latest_study", "trial_detail"]
 
@@ -36,12 +36,12 @@ def trial_detail(connection: Connection, study_id: int, number: int) -> dict[str
     if row is None:
         return None
     trial_id = row[0]
-    params = connection.execute(text(_PARAMS_SQL), {"t": trial_id}).all()
+    params = connection.execute(text(_trials._PARAMS_SQL), {"t": trial_id}).all()
     return {
         "number": number, "state": state_name(row[1]), "start": to_datetime(row[2]),
         "end": to_datetime(row[3]),
         "value": connection.execute(text(_TRIAL_VALUE_SQL), {"t": trial_id}).scalar(),
-        "params": {p: _param_value(v, d) for p, v, d in params},
+        "params": {p: _trials._param_value(v, d) for p, v, d in params},
         "attrs": {k: json.loads(v) for k, v in connection.execute(text(_TRIAL_ATTRS_SQL), {"t": trial_id})},
     }
 

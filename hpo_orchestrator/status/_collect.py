@@ -67,10 +67,10 @@ def _collect(connection: Connection, study: str | None) -> tuple[StatusReport, l
     uncovered = db.uncovered_trials(connection, study_id, has_summary)
     rows += [u.row for u in uncovered]
     # A trial asked ahead of a free slot (scheduler.prefetch) is RUNNING to Optuna but has no
-    # process yet: the orchestrator records where it runs (hpo.host) when a slot takes it.
-    on_slot = [u for u in uncovered if u.row.state == "RUNNING" and (u.row.host or not config)]
-    queued = sorted(u.row.number for u in uncovered if u.row.state == "RUNNING"
-                    and not u.row.host and config)
+    # process yet: the orchestrator records its slot (hpo.slot) when a slot takes it.
+    queued = sorted(u.row.number for u in uncovered if u.row.state == "RUNNING" and config
+                    and u.attrs.get("hpo.slot") is None)
+    on_slot = [u for u in uncovered if u.row.state == "RUNNING" and u.row.number not in queued]
     if queued:
         counts["RUNNING"] -= len(queued)
         counts["QUEUED"] = len(queued)
@@ -129,7 +129,8 @@ def _collect(connection: Connection, study: str | None) -> tuple[StatusReport, l
         n_trials_target=config.get("study", {}).get("n_trials"),
         states=states, prune_rate=prune_rate, prune_steps=dict(sorted(prune_steps.items())),
         best=db.best_trial(connection, study_id, direction),
-        per_device=_device_use(rows, study_attrs, now, window),
+        per_device=_device_use([r for r in rows if r.state != "RUNNING" or r.number not in queued],
+                               study_attrs, now, window),
         running=running, fail_reasons=dict(sorted(reasons.items())),
         wall_s=None if window is None else window[2] - window[0], queued=queued,
         min_resource_auto=study_attrs.get("hpo.pruner.min_resource_auto"),
