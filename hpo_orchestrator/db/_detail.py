@@ -9,8 +9,8 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
-from hpo_orchestrator.db._study import state_name, to_datetime
 from hpo_orchestrator.db import _trials
+from hpo_orchestrator.db._study import state_name, to_datetime
 
 __all__ = ["fail_errors", "latest_study", "trial_detail"]
 
