@@ -224,6 +224,36 @@ def test_3_reused_workers_split_their_output_per_trial(cli: Any) -> None:
         assert text.count("chatty trial") == 2, text  # nothing of another trial
 
 
+def test_3_logs_follow_prints_until_the_trial_ends(tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    import threading
+    import time
+
+    url = f"sqlite:///{tmp_path / 'hpo.db'}"
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    study = optuna.create_study(storage=url, study_name="s")
+    trial = study.ask()
+    log = tmp_path / "trial-0.log"
+    log.write_text("first line\n")
+    trial.set_user_attr("hpo.log_path", str(log))
+
+    def later() -> None:
+        time.sleep(1.0)
+        with open(log, "a") as handle:
+            handle.write("second line\n")
+        time.sleep(1.0)
+        study.tell(trial, 1.0)
+
+    writer = threading.Thread(target=later)
+    writer.start()
+    try:
+        assert main(["logs", "0", "--storage", url, "--follow"]) == 0
+    finally:
+        writer.join()
+    out, err = capsys.readouterr()
+    assert out == "first line\nsecond line\n" and "trial 0 ended: COMPLETE" in err
+
+
 # --- 2: the current folder is importable ----------------------------------------------------
 
 
