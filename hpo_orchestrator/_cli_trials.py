@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.markup import escape
 from sqlalchemy.engine import Engine
 
-from hpo_orchestrator.errors import ConfigError
+from hpo_orchestrator.errors import ConfigError, HpoError
 
 __all__ = ["add_logs_parser", "as_typed", "cmd_logs", "next_steps", "print_trial", "prog", "resolve_study",
            "run_again"]
@@ -87,11 +87,14 @@ def resolve_study(engine: Engine, study: str | None, errors: Console) -> str | N
 
     if study is not None:
         return study
-    with db.read_errors(), engine.connect() as connection:
-        names = db.list_studies(connection)
-        if len(names) < 2:
-            return None
-        latest = db.latest_study(connection)
+    try:
+        with db.read_errors(), engine.connect() as connection:
+            names = db.list_studies(connection)
+            latest = db.latest_study(connection) if len(names) > 1 else None
+    except HpoError:
+        return None  # the command's own checks come first, then its read says what is wrong
+    if latest is None:
+        return None
     errors.print(f"study {latest!r}: the most recently run of {len(names)} in this storage "
                  f"(--study NAME for another: {', '.join(names)})", markup=False)
     return latest

@@ -67,10 +67,15 @@ def _collect(connection: Connection, study: str | None) -> tuple[StatusReport, l
     uncovered = db.uncovered_trials(connection, study_id, has_summary)
     rows += [u.row for u in uncovered]
     # A trial asked ahead of a free slot (scheduler.prefetch) is RUNNING to Optuna but has no
-    # process yet: the orchestrator records its slot (hpo.slot) when a slot takes it.
-    queued = sorted(u.row.number for u in uncovered if u.row.state == "RUNNING" and config
-                    and u.attrs.get("hpo.slot") is None)
-    on_slot = [u for u in uncovered if u.row.state == "RUNNING" and u.row.number not in queued]
+    # process yet: the orchestrator records its slot (hpo.slot) when a slot takes it. Its
+    # heartbeat is kept up meanwhile; a stale one stays with the running (stale_running).
+    hosts = len(_hosts(rows, _listed_devices(study_attrs)))
+    running = _running(connection, [u for u in uncovered if u.row.state == "RUNNING"],
+                       db_now, now, config, hosts)
+    slotless = {u.row.number for u in uncovered if u.row.state == "RUNNING" and config
+                and u.attrs.get("hpo.slot") is None}
+    queued = sorted(r["number"] for r in running if r["number"] in slotless and not r["stale"])
+    running = [r for r in running if r["number"] not in queued]
     if queued:
         counts["RUNNING"] -= len(queued)
         counts["QUEUED"] = len(queued)
@@ -120,8 +125,6 @@ def _collect(connection: Connection, study: str | None) -> tuple[StatusReport, l
             reasons[str(u.attrs["hpo.fail_reason"])] += 1
 
     window = _window(rows, now)
-    hosts = len(_hosts(rows, _listed_devices(study_attrs)))
-    running = _running(connection, on_slot, db_now, now, config, hosts)
     failures = db.fail_errors(connection, study_id)
     objective_failures = [n for n, reason, _ in failures if reason != "interrupted"]
     report = StatusReport(
