@@ -62,6 +62,12 @@ def test_1_next_steps_are_typable(monkeypatch: pytest.MonkeyPatch, under_make: b
     assert _cli_trials.next_steps(storage, "sqlite:///hpo.db", 7) == expected
 
 
+def test_1_next_steps_never_print_a_password(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("MAKELEVEL", raising=False)
+    line = _cli_trials.next_steps("postgresql+psycopg://me:s3cret@db/hpo", "sqlite:///hpo.db", None)
+    assert "s3cret" not in line and "--storage 'postgresql+psycopg://me:***@db/hpo'" in line
+
+
 def test_1_a_venv_path_is_suggested_as_typed(monkeypatch: pytest.MonkeyPatch) -> None:
     """Before activation the command is not on PATH: suggest the path the user typed."""
     monkeypatch.setattr(sys, "argv", [".venv/bin/hpo-orchestrator"])

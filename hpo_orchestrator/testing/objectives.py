@@ -15,7 +15,7 @@ from hpo_orchestrator import runtime
 from hpo_orchestrator.runtime import phase, slot_info
 
 __all__ = ["chaos", "chatty", "cuda_oom_once", "cuda_probe", "curves", "phased", "pinned", "quadratic",
-           "reports10", "reuse_probe", "shared_gpu", "sleepy"]
+           "reports10", "reuse_probe", "shared_gpu", "sleepy", "slow_setup"]
 
 
 def quadratic(trial: Any) -> float:
@@ -303,3 +303,9 @@ def chatty(trial: Any) -> float:
     print(f"chatty trial {trial.number} stdout", flush=True)
     os.write(2, f"chatty trial {trial.number} stderr\n".encode())
     return float(trial.suggest_float("x", 0.0, 1.0))
+
+
+def slow_setup() -> None:
+    """An ``objective.setup`` that takes a while (data loading, say): start-up above the
+    slow_startup finding's floor of 1 s."""
+    time.sleep(float(os.environ.get("HPO_TEST_SETUP_S", "1.5")))
