@@ -17,7 +17,7 @@ TRIAL ?=
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: hpo status report logs install test test-fast test-gpu lint bench bench-gpu clean
+.PHONY: hpo status report logs install test test-fast test-gpu lint bench bench-gpu bench-packing clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV_FLAGS) $(VENV)
@@ -66,6 +66,12 @@ bench: $(STAMP)
 # Benchmark 4 (needs NVIDIA GPUs; see docs/BENCHMARKS.md).
 bench-gpu: $(STAMP)
 	$(BIN)/python scripts/bench_gpu.py --trials 12
+
+# trials_per_gpu = 1, 2, 3, 4 and auto on the same fixed workloads (needs NVIDIA GPUs; about 8
+# minutes on one H100). OUT: the results folder (results.md, results.json, one log per run).
+OUT ?= bench-packing
+bench-packing: $(STAMP)
+	$(BIN)/python scripts/bench_packing.py --out $(OUT)
 
 lint: $(STAMP)
 	$(BIN)/ruff check hpo_orchestrator tests scripts

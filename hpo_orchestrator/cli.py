@@ -1,4 +1,4 @@
-"""Command line: ``hpo-orchestrator run|submit|status|logs|report|tune-pruner|telemetry|gpus``.
+"""Command line: ``hpo-orchestrator run|submit|status|logs|best|enqueue|report|tune-pruner|telemetry|gpus``.
 
 The one place that turns an HpoError into ``error: ...`` / ``hint: ...`` and an exit code
 (0 done, 1 runtime failure, 2 bad usage or configuration, 130 interrupted). Tracebacks only
@@ -113,6 +113,7 @@ def _parser() -> argparse.ArgumentParser:
     tune.add_argument("--min-resource", type=_int_list, help="grid, e.g. 1,2,3,5,8,13")
     tune.add_argument("--reduction-factor", type=_int_list, help="grid, e.g. 2,3,4")
     tune.add_argument("--all", action="store_true", help="show every setting, not the best 15")
+    _add_study_tool_parsers(commands)
     return parser
 
 
@@ -123,6 +124,22 @@ def _version() -> str:
         return version("hpo-orchestrator")
     except PackageNotFoundError:
         return "unknown (not installed)"
+
+
+def _add_study_tool_parsers(commands: Any) -> None:
+    best = commands.add_parser("best", help="the best trial's params, ready to paste as "
+                                            "overrides (the Pareto front of a multi-objective study)")
+    best.add_argument("--storage", default=DEFAULT_STORAGE, help=f"default {DEFAULT_STORAGE}")
+    best.add_argument("--study", help="study name (default: the most recently run)")
+    best.add_argument("--json", action="store_true", help="machine-readable output")
+
+    enqueue = commands.add_parser("enqueue", help="queue known params: the next run of the "
+                                                  "study tries them first")
+    enqueue.add_argument("--storage", default=DEFAULT_STORAGE, help=f"default {DEFAULT_STORAGE}")
+    enqueue.add_argument("--study", help="study name (optional when the storage has one)")
+    enqueue.add_argument("--params", metavar="JSON", help='one set, e.g. \'{"x": 1.5}\'')
+    enqueue.add_argument("--file", type=Path, metavar="FILE",
+                         help="JSON or YAML: one mapping of params, or a list of them")
 
 
 def _cmd_run(args: argparse.Namespace, console: Console) -> int:
@@ -177,6 +194,10 @@ def _cmd_run(args: argparse.Namespace, console: Console) -> int:
     if result.interrupted:
         console.print("[yellow]stopped: running trials were marked FAIL (interrupted); "
                       "run the same command again to resume[/]")
+    if result.timed_out:
+        console.print(f"time limit reached: study.timeout_s={config.study.timeout_s:g}, no "
+                      "new trial started after it; run the same command again to continue",
+                      highlight=False)
     failed = report.last_failed
     console.print(_cli_trials.next_steps(config.storage.url, DEFAULT_STORAGE, failed),
                   highlight=False, markup=False)
@@ -342,6 +363,56 @@ def _console() -> Console:
     return Console(width=200, soft_wrap=True)
 
 
+def _cmd_best(args: argparse.Namespace, console: Console) -> int:
+    from hpo_orchestrator.db import create_engine
+    from hpo_orchestrator.study_tools import enqueue_command, find_best, override_line
+
+    engine = create_engine(args.storage)
+    best = find_best(engine, _cli_trials.resolve_study(engine, args.study, _errors()))
+    if args.json:
+        print(json.dumps(best.to_json(), indent=2))
+        return 0
+    directions = ", ".join(best.directions)
+    if not best.trials:
+        console.print(f"study {best.study!r} ({directions}): no COMPLETE trial yet", highlight=False)
+        return 0
+    several = len(best.directions) > 1
+    console.print(f"study {best.study!r} ({directions}): " + (
+        f"Pareto front, {len(best.trials)} trial(s)" if several else
+        f"best trial #{best.trials[0].number}, value {best.trials[0].values[0]!r}"), highlight=False)
+    for trial in best.trials:
+        if several:
+            values = ", ".join(repr(v) for v in trial.values)
+            console.print(f"\ntrial #{trial.number}: values {values}", highlight=False)
+        width = max((len(n) for n in trial.params), default=0)
+        for name, value in trial.params.items():
+            console.print(f"  {name:<{width}}  {value!r}", highlight=False, markup=False)
+        line = override_line(trial.params, best.objective)
+        if line:
+            console.print(f"overrides: {line}", highlight=False, markup=False, soft_wrap=True)
+        console.print(f"enqueue:   {enqueue_command(best.study, trial.params)}", highlight=False,
+                      markup=False, soft_wrap=True)
+    return 0
+
+
+def _cmd_enqueue(args: argparse.Namespace, console: Console) -> int:
+    from hpo_orchestrator.study_tools import enqueue_params, load_params
+
+    done = enqueue_params(args.storage, args.study, load_params(args.params, args.file))
+    added = ", ".join(f"#{n}" for n in done.added) or "none"
+    console.print(f"study {done.study!r}: enqueued {len(done.added)} trial(s) ({added}) as WAITING"
+                  + (f"; {done.skipped} already in the study, skipped" if done.skipped else ""),
+                  highlight=False)
+    if done.added and done.n_trials is not None and done.claimed >= done.n_trials:
+        console.print(f"the study's budget is spent ({done.claimed} of study.n_trials="
+                      f"{done.n_trials} trials ended): run it with a higher study.n_trials to "
+                      f"try them", highlight=False)
+    elif done.added:
+        console.print("the next run of the study tries them first (they count against "
+                      "study.n_trials once they run)", highlight=False)
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
@@ -353,7 +424,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         command = args.command
         commands = {"run": _cmd_run, "status": _cmd_status, "telemetry": _cmd_telemetry,
                     "gpus": _cmd_gpus, "report": _cmd_report, "submit": _cmd_submit,
-                    "tune-pruner": _cmd_tune_pruner,
+                    "tune-pruner": _cmd_tune_pruner, "best": _cmd_best, "enqueue": _cmd_enqueue,
                     "logs": lambda a, c: _cli_trials.cmd_logs(a, c, errors)}
         return commands[command](args, console)
     except HpoError as exc:
@@ -367,7 +438,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         # `status --json | head`: the reader left
-        if command in ("status", "telemetry", "gpus", "report", "tune-pruner", "logs"):
+        if command in ("status", "telemetry", "gpus", "report", "tune-pruner", "best", "logs"):
             sys.stderr.close()
             return 0
         if debug:

@@ -38,6 +38,8 @@ from hpo_orchestrator.scheduler import (
     threads_per_trial,
 )
 from hpo_orchestrator.study import create_or_load_study, record_config
+from hpo_orchestrator.study_storage import MirrorStorage
+from hpo_orchestrator.study_tools import enqueue_configured
 from hpo_orchestrator.telemetry import TelemetrySampler
 
 __all__ = ["PreparedRun", "RunResult", "run_study"]
@@ -73,6 +75,8 @@ class RunResult:
     study_name: str
     error: str | None = None  # why the failure policy stopped the run (exit 1)
     hint: str | None = None
+    timed_out: bool = False  # study.timeout_s ended the run (exit code 0)
+    enqueued: int = 0  # study.enqueue entries added to the study by this run
 
     @property
     def interrupted(self) -> bool:
@@ -155,8 +159,9 @@ def _run(config: Config, backend: GpuBackend,
     slots = SlotPool(gpus, sched.parallel, sched.trials_per_gpu,
                      leases=LeaseDir(default_lease_dir(sched.lease_dir)),
                      backend=backend if sched.avoid_busy_gpus else None,
-                     busy=BusyRule(sched.busy_gpu_mem_mib, sched.busy_gpu_util))
-    threads = threads_per_trial(sched.threads_per_trial, slots.concurrency)
+                     busy=BusyRule(sched.busy_gpu_mem_mib, sched.busy_gpu_util),
+                     max_per_gpu=sched.max_trials_per_gpu, cores=sched.host_cores)
+    threads = threads_per_trial(sched.threads_per_trial, slots.most_at_once, sched.host_cores)
     with warnings.catch_warnings():
         # PatientPruner and heartbeats are marked experimental; and Optuna warns that heartbeats
         # are meant for Study.optimize: under ask/tell the orchestrator records them itself.
@@ -165,8 +170,13 @@ def _run(config: Config, backend: GpuBackend,
         with setup_lock(config.storage.url):  # other orchestrators may be creating it right now
             storage = open_rdb_storage(config.storage.url, config.storage.heartbeat_interval_s,
                                        config.storage.grace_s)
-            study = create_or_load_study(config, storage)
+            # Samplers and pruners read a mirror of the study; every write goes to storage.
+            mirror = MirrorStorage(storage, max_history=config.sampler.max_history,
+                                   keep_best=config.sampler.keep_best,
+                                   refresh_s=config.storage.refresh_s)
+            study = create_or_load_study(config, mirror)
             ensure_tables(storage.engine)
+            enqueued = enqueue_configured(study, config.study.enqueue)
         budget = Budget(storage.engine, study._study_id, config.study.n_trials,
                         sqlite_path(config.storage.url))
         claimed = budget.claimed()
@@ -192,4 +202,5 @@ def _run(config: Config, backend: GpuBackend,
             code = orchestrator.run()
     halted = orchestrator.halted
     return RunResult(exit_code=code, study_name=study.study_name,
+                     timed_out=orchestrator.timed_out and code == 0, enqueued=enqueued,
                      error=halted.message if halted else None, hint=halted.hint if halted else None)

@@ -328,6 +328,19 @@ def _(built: Built, connection: Connection) -> None:
     assert best is not None and best["number"] == 0 and isinstance(best["params"]["n"], int)
 
 
+@case("best.DIRECTIONS")
+@case("best.COMPLETE_VALUES")
+@case("best.PARAMS")
+def _(built: Built, connection: Connection) -> None:
+    assert db.study_directions(connection, built.study_id) == ["minimize"]
+    directions, front = db.best_trials(connection, built.study_id)
+    assert (directions, [(t.number, t.values) for t in front]) == (["minimize"], [(1, (0.25,))])
+    assert front[0].trial_id == built.trial_ids[1]
+    params = db.trial_params(connection, built.trial_ids[1])
+    assert params == {"x": 0.5, "c": "b", "n": 3} and list(params) == ["x", "c", "n"]
+    assert isinstance(params["n"], int)
+
+
 @case("trials.VALUES")
 def _(built: Built, connection: Connection) -> None:
     assert db.trial_values(connection, built.study_id) == {0: 1.0, 1: 0.25}
@@ -385,9 +398,92 @@ def _(built: Built, connection: Connection) -> None:
         (T0 + timedelta(seconds=90), built.trial_ids[4], None, None, 40.0, None)]
 
 
+@case("retention.CANDIDATES")
+def _(built: Built, connection: Connection) -> None:
+    ended = db.retention_candidates(connection, built.study_id, "h1", 0.0, 4e9, 10)
+    assert [trial for trial, _ in ended] == [built.trial_ids[n] for n in (0, 2, 3)]
+    assert db.retention_candidates(connection, built.study_id, "h1", ended[0][1], 4e9, 1) \
+        == [ended[1]]
+
+
+@case("retention.COUNTS")
+@case("retention.ROWS")
+@case("retention.DELETE")
+def _(built: Built, connection: Connection) -> None:
+    """Trial #0's two samples become one: means of utilization, its first time (the case's
+    connection is never committed, so the other cases still see both)."""
+    assert not db.downsample_trial(connection, built.trial_ids[0], max_rows=2)
+    assert db.downsample_trial(connection, built.trial_ids[0], max_rows=1)
+    rows = db.telemetry_rows(connection, built.study_id, 0)
+    columns = [dict(zip(["trial_number", *db.TELEMETRY_COLUMNS], r, strict=True)) for r in rows]
+    assert [(db.to_datetime(c["ts"]), c["sm_util"], c["cpu_util"], c["phase"]) for c in columns] == [
+        (T0 + timedelta(seconds=1), 60.0, 95.0, "train")]
+
+
 @case("budget.CLAIMED")
 def _(built: Built, connection: Connection) -> None:
     assert db.count_claimed(connection, built.study_id) == 4  # not WAITING, not the retried FAIL
+
+
+@case("budget.CLAIMED_UPTO")
+def _(built: Built, connection: Connection) -> None:
+    assert db.count_claimed_upto(connection, built.study_id, built.trial_ids[3]) == 3
+
+
+@case("budget.ROWS_AFTER")
+def _(built: Built, connection: Connection) -> None:
+    ids = built.trial_ids
+    assert db.claimed_rows_after(connection, built.study_id, ids[2]) == [
+        (ids[3], "FAIL", T0 + timedelta(seconds=70), True), (ids[4], "RUNNING", None, False),
+        (ids[5], "WAITING", None, False)]
+
+
+@case("budget.UNSETTLED")
+@case("budget.MAX_ID")
+def _(built: Built, connection: Connection) -> None:
+    later = T0 + timedelta(hours=1)
+    assert db.settled_upto(connection, built.study_id, later) == built.trial_ids[3]  # #4 RUNNING
+    assert db.settled_upto(connection, built.study_id, T0 + timedelta(seconds=35)) == built.trial_ids[1]
+    assert db.settled_upto(connection, built.study_id + 999, later) == -1  # no trial at all
+
+
+@case("mirror.TRIALS")
+@case("mirror.PARAMS")
+@case("mirror.VALUES")
+@case("mirror.STEPS")
+@case("mirror.USER_ATTRS")
+@case("mirror.SYSTEM_ATTRS")
+def _(built: Built, connection: Connection) -> None:
+    from hpo_orchestrator.db._mirror import read_trials
+
+    ids = built.trial_ids
+    storage = optuna.storages.RDBStorage(built.url)
+    try:
+        expected = {t.number: t for t in storage.get_all_trials(built.study_id)}
+    finally:
+        storage.engine.dispose()
+    read = read_trials(connection, built.study_id, after=ids[3], ids={ids[1]})
+    assert [t.number for t in read] == [1, 4, 5]
+    for trial in read:
+        want = expected[trial.number]
+        assert (trial.state, trial.values, trial.params, trial.distributions, trial.user_attrs,
+                trial.system_attrs, trial.datetime_start, trial.datetime_complete) == (
+            want.state, want.values, want.params, want.distributions, want.user_attrs,
+            want.system_attrs, want.datetime_start, want.datetime_complete)
+        assert repr(trial.intermediate_values) == repr(want.intermediate_values)  # NaN too
+
+
+@case("mirror.RECENT_IDS")
+@case("mirror.BEST_IDS")
+@case("mirror.UNFINISHED_BEFORE")
+def _(built: Built, connection: Connection) -> None:
+    from hpo_orchestrator.db import _mirror
+
+    ids = built.trial_ids
+    assert _mirror.recent_trial_ids(connection, built.study_id, 2) == [ids[5], ids[4]]
+    assert _mirror.best_trial_ids(connection, built.study_id, 1, maximize=False) == [ids[1]]
+    assert _mirror.best_trial_ids(connection, built.study_id, 5, maximize=True) == [ids[0], ids[1]]
+    assert _mirror.unfinished_trial_ids_before(connection, built.study_id, ids[5]) == [ids[4]]
 
 
 @case("budget.RUNNING")

@@ -349,12 +349,20 @@ def test_restart_after_kill_9_recovers_and_finishes_exactly_n(tmp_path: Path) ->
     pid is gone), before it starts a trial of its own. The heartbeat grace is set far beyond
     the test, so only that check can recover them in time."""
     args = ("run", "objective=custom", TARGET + "pinned", "scheduler.parallel=2",
-            "study.n_trials=6", "pruner=none", "storage.heartbeat_interval_s=1",
-            "storage.grace_period_s=3600")
+            "study.n_trials=6", "pruner=none", "scheduler.prefetch=1",
+            "storage.heartbeat_interval_s=1", "storage.grace_period_s=3600")
     env = {"HPO_TEST_STEP_S": "1.0"}
     first = start_cli(tmp_path, *args, env=env)
     db = tmp_path / "hpo.db"
-    _wait_for_running(db, 2)
+    # Two trials on slots and one asked ahead (scheduler.prefetch=1), each with its owner
+    # recorded: nothing is asked while the slots stay busy, so the kill lands between asks
+    # (a kill in the milliseconds between an ask and its first attrs is left to the heartbeat).
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        running = [r for r in _rows_so_far(db) if r["state"] == "RUNNING"]
+        if len(running) >= 3 and all("hpo.pid" in r["attrs"] for r in running):
+            break
+        time.sleep(0.1)
     first.kill()
     first.communicate()
     time.sleep(1.0)  # its children get SIGTERM from the kernel (PR_SET_PDEATHSIG)
@@ -363,9 +371,12 @@ def test_restart_after_kill_9_recovers_and_finishes_exactly_n(tmp_path: Path) ->
     known = {r["number"] for r in trial_rows(db)}
     second = start_cli(tmp_path, *args, env=env)
     # The first trial the restart starts is the event to check against (not a time bound).
-    while second.poll() is None and not {r["number"] for r in _rows_so_far(db)} - known:
+    # (not a WAITING retry: the recovery enqueues those while it goes)
+    while second.poll() is None and not {r["number"] for r in _rows_so_far(db)
+                                         if r["state"] != "WAITING"} - known:
         time.sleep(0.1)
-    states = {r["number"]: r["state"] for r in _rows_so_far(db) if r["number"] in orphans}
+    rows = [r for r in _rows_so_far(db) if r["number"] in orphans]
+    states = {r["number"]: r["state"] for r in rows}
     if set(states.values()) != {"FAIL"}:
         second.kill()
         second.communicate()

@@ -34,7 +34,6 @@ def test_run_and_status_on_postgres(cli, postgres_url: str) -> None:  # type: ig
     # decision: the slow_startup finding must come out of PostgreSQL's rows, over all 6 trials
     codes = {f["code"]: f for f in report["findings"]}
     assert codes["slow_startup"]["evidence"]["trials"] == 6
-    assert codes["slow_startup"]["evidence"]["share"] > 0.5
     assert not set(codes) & {"stale_running", "idle_gpu", "low_gpu_util", "gpu_unused"}
     assert report["states"]["COMPLETE"]["mean_s"] > 0
 

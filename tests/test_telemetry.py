@@ -323,3 +323,50 @@ def test_a_healthy_study_has_no_findings(tmp_path: Path) -> None:
             user_attrs={"hpo.startup_s": 1.0, "hpo.first_decision_s": 30.0}))
     report = collect_status(create_engine(f"sqlite:///{db}"), "ok")
     assert report.findings == []
+
+
+@pytest.mark.slow
+def test_every_trial_gets_telemetry_however_short(cli) -> None:  # type: ignore[no-untyped-def]
+    """Issue 17: pruned trials shorter than telemetry.interval_s had no CPU/RSS aggregates and
+    no samples. Steps of 0.3 s, a 1 s interval, a pruner that prunes at the first step it may:
+    every trial, pruned or not, in a fresh process or a reused one, is sampled."""
+    result = cli("run", "objective=custom", TARGET + "curves", "pruner=median",
+                 "pruner.n_startup_trials=2", "pruner.n_warmup_steps=0", "study.n_trials=8",
+                 "scheduler.parallel=2", "scheduler.gpus=none", "telemetry.interval_s=1.0",
+                 env={"HPO_TEST_STEP_S": "0.3"})
+    assert result.code == 0, result.stderr
+    rows = trial_rows(result.db)
+    assert len(rows) == 8
+    assert any(r["state"] == "PRUNED" for r in rows)
+    for row in rows:
+        attrs = row["attrs"]
+        assert attrs.get("hpo.cpu_util_mean") is not None, (row["number"], row["state"], attrs)
+        assert attrs.get("hpo.rss_peak_mib", 0) > 0, (row["number"], attrs)
+        assert attrs["hpo.telemetry_samples"] >= 1
+    with sqlite3.connect(result.db) as con:
+        sampled = {t for (t,) in con.execute("SELECT DISTINCT trial_id FROM hpo_telemetry")}
+    assert sampled == {r["trial_id"] for r in rows}
+
+
+@pytest.mark.slow
+def test_old_trials_samples_are_downsampled_to_the_bound(cli) -> None:  # type: ignore[no-untyped-def]
+    """Retention with tiny thresholds: ~20 samples per trial at 0.05 s; a trial over for more
+    than telemetry.keep_full_s=0.5 keeps at most max_rows_per_trial=3 rows; the last ones
+    keep all theirs; the trials' aggregates (hpo.* attrs) are those of every sample."""
+    result = cli("run", "objective=custom", TARGET + "pinned", "study.n_trials=8",
+                 "scheduler.parallel=2", "scheduler.gpus=none", "telemetry.interval_s=0.05",
+                 "telemetry.keep_full_s=0.5", "telemetry.max_rows_per_trial=3",
+                 env={"HPO_TEST_STEP_S": "0.4"})
+    assert result.code == 0, result.stderr
+    rows = {r["trial_id"]: r for r in trial_rows(result.db)}
+    with sqlite3.connect(result.db) as con:
+        ends = dict(con.execute("SELECT trial_id, end_s FROM hpo_trial_summary").fetchall())
+        counts = dict(con.execute("SELECT trial_id, COUNT(*) FROM hpo_telemetry GROUP BY trial_id"))
+    last_end = max(ends.values())
+    old = [t for t, end in ends.items() if end < last_end - 0.5]
+    assert old, ends
+    for trial_id in old:
+        assert counts[trial_id] <= 3, (trial_id, counts[trial_id])
+        assert rows[trial_id]["attrs"]["hpo.telemetry_samples"] > 3  # it had more: cut down
+    recent = [t for t in ends if t not in old]
+    assert any(counts[t] > 3 for t in recent)  # the last trials keep full resolution

@@ -78,12 +78,20 @@ def _explain(exc: BaseException, overrides: list[str]) -> ConfigError:
     message = _one_line(cause)
     if "not in" in message or "Could not override" in text or "Key '" in message:
         key = full_key or message
-        return ConfigError(f"unknown configuration key {key!r}",
-                           "see conf/ or README 'Configuration' for the valid keys")
+        return ConfigError(f"unknown configuration key {key!r}", _unknown_key_hint(str(key)))
     if full_key:
         return ConfigError(f"{full_key}: {message}",
                            "check the value's type (see conf/ for the defaults)")
     return ConfigError(message, "overrides look like key=value, e.g. scheduler.parallel=4")
+
+
+def _unknown_key_hint(key: str) -> str:
+    if key.startswith("objective.search_space."):
+        from hpo_orchestrator.config._space import LIGHTGBM_SPACE, TORCH_MLP_SPACE
+
+        return (f"fields: low, high, log, step, choices, value; parameters: lightgbm "
+                f"{', '.join(LIGHTGBM_SPACE)}; torch_mlp {', '.join(TORCH_MLP_SPACE)}")
+    return "see conf/ or README 'Configuration' for the valid keys"
 
 
 def load_config(overrides: list[str]) -> schema.Config:

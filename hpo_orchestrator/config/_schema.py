@@ -11,7 +11,13 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeAlias
 
-from hpo_orchestrator.errors import ConfigError
+from hpo_orchestrator.config._checks import _positive_int, _require
+from hpo_orchestrator.config._objectives import (
+    CustomObjectiveConfig,
+    LightGBMObjectiveConfig,
+    TorchMLPObjectiveConfig,
+)
+from hpo_orchestrator.config._space import check_params
 
 __all__ = [
     "Config",
@@ -31,99 +37,6 @@ __all__ = [
     "TelemetryConfig",
     "TorchMLPObjectiveConfig",
 ]
-
-
-def _require(ok: bool, key: str, message: str, hint: str | None = None) -> None:
-    if not ok:
-        raise ConfigError(f"{key}: {message}", hint or
-                          f"set {key}=... on the command line; 'hpo-orchestrator run "
-                          f"--show-config' prints the resolved configuration")
-
-
-def _positive_int(value: Any, key: str, minimum: int = 1) -> None:
-    _require(isinstance(value, int) and not isinstance(value, bool) and value >= minimum,
-             key, f"expected an integer >= {minimum}, got {value!r}")
-
-
-# --- objectives ---------------------------------------------------------------------------
-
-
-@dataclass
-class LightGBMObjectiveConfig:
-    """Binary classification on a generated data set (fixed seed), GBDT with pruning."""
-
-    name: str = "lightgbm"
-    n_rows: int = 40_000
-    n_features: int = 40
-    num_boost_round: int = 200
-    report_every: int = 10  # boosting rounds between two pruning checks (one "step")
-    # auto: GPU (OpenCL, NVIDIA platform) on a GPU slot, CPU otherwise; cpu / gpu force it.
-    device: str = "auto"
-    # auto: find the NVIDIA OpenCL platform by name; an integer forces a platform id.
-    gpu_platform: Any = "auto"
-    max_bin: int = 63  # the value LightGBM recommends for its GPU learner
-    seed: int = 0
-
-    def validate(self, path: str) -> None:
-        for key in ("n_rows", "n_features", "num_boost_round", "report_every", "max_bin"):
-            _positive_int(getattr(self, key), f"{path}.{key}")
-        _require(self.n_rows >= 100, f"{path}.n_rows", f"expected at least 100 rows, got {self.n_rows}")
-        _require(self.device in ("auto", "cpu", "gpu"), f"{path}.device",
-                 f"expected auto, cpu or gpu, got {self.device!r}")
-        _require(self.gpu_platform == "auto" or (isinstance(self.gpu_platform, int)
-                                                 and self.gpu_platform >= 0),
-                 f"{path}.gpu_platform",
-                 f"expected auto or a platform id >= 0, got {self.gpu_platform!r}")
-
-
-@dataclass
-class TorchMLPObjectiveConfig:
-    """An MLP trained on generated data with a real DataLoader loop; bf16 autocast on GPU."""
-
-    name: str = "torch_mlp"
-    n_samples: int = 20_000
-    n_features: int = 64
-    epochs: int = 12
-    # A list is searched (categorical); a single value is fixed.
-    batch_size: Any = field(default_factory=lambda: [64, 128, 256, 512])
-    num_workers: int = 0
-    pin_memory: bool = True
-    persistent_workers: bool = False
-    prefetch_factor: int | None = None
-    bf16: bool = True
-    seed: int = 0
-
-    def validate(self, path: str) -> None:
-        for key in ("n_samples", "n_features", "epochs"):
-            _positive_int(getattr(self, key), f"{path}.{key}")
-        sizes = self.batch_size if isinstance(self.batch_size, list) else [self.batch_size]
-        _require(bool(sizes) and all(isinstance(b, int) and b >= 1 for b in sizes),
-                 f"{path}.batch_size",
-                 f"expected a positive integer or a list of them, got {self.batch_size!r}")
-        _positive_int(self.num_workers, f"{path}.num_workers", minimum=0)
-        if self.prefetch_factor is not None:
-            _positive_int(self.prefetch_factor, f"{path}.prefetch_factor")
-            _require(self.num_workers > 0, f"{path}.prefetch_factor",
-                     "only applies with num_workers > 0",
-                     "set objective.num_workers=2 (or more), or drop prefetch_factor")
-        _require(not self.persistent_workers or self.num_workers > 0,
-                 f"{path}.persistent_workers", "only applies with num_workers > 0")
-
-
-@dataclass
-class CustomObjectiveConfig:
-    """A plain Optuna ``def objective(trial)`` given as ``package.module:function``."""
-
-    name: str = "custom"
-    target: str = ""
-    # Optional per-worker set-up, ``package.module:function``, called once before the trial.
-    setup: str | None = None
-
-    def validate(self, path: str) -> None:
-        _require(bool(self.target), f"{path}.target", "is required for objective=custom",
-                 "pass objective.target=package.module:function")
-        _require(self.target.count(":") == 1, f"{path}.target",
-                 f"expected package.module:function, got {self.target!r}")
 
 
 # --- pruners ------------------------------------------------------------------------------
@@ -196,18 +109,31 @@ class TPESamplerConfig:
     name: str = "tpe"
     n_startup_trials: int = 10
     seed: int | None = None
+    # The history the sampler and pruner see (hpo_orchestrator/study_storage.py): the newest
+    # max_history trials plus the keep_best best COMPLETE ones; null: every trial of the study.
+    max_history: int | None = 5000
+    keep_best: int = 100
 
     def validate(self, path: str) -> None:
         _positive_int(self.n_startup_trials, f"{path}.n_startup_trials", minimum=0)
+        _validate_history(self, path)
 
 
 @dataclass
 class RandomSamplerConfig:
     name: str = "random"
     seed: int | None = None
+    max_history: int | None = 5000  # as for tpe (the pruner reads the same history)
+    keep_best: int = 100
 
     def validate(self, path: str) -> None:
-        pass
+        _validate_history(self, path)
+
+
+def _validate_history(cfg: TPESamplerConfig | RandomSamplerConfig, path: str) -> None:
+    if cfg.max_history is not None:
+        _positive_int(cfg.max_history, f"{path}.max_history")
+    _positive_int(cfg.keep_best, f"{path}.keep_best", minimum=0)
 
 
 # --- the rest -----------------------------------------------------------------------------
@@ -215,11 +141,24 @@ class RandomSamplerConfig:
 
 @dataclass
 class SchedulerConfig:
-    parallel: int = 1
+    # Trials at once on this host. auto: "use these GPUs as well as you can": every GPU at the
+    # level trials_per_gpu sets (measured, when trials_per_gpu is auto or unset); on a host
+    # without GPUs, one trial per CPU core.
+    parallel: Any = 1
     # auto: every GPU NVML finds (CPU slots when none); none: CPU slots; or a list of NVML indices.
     gpus: Any = "auto"
-    # Trials sharing one GPU at a time; null: ceil(parallel / number of GPUs).
-    trials_per_gpu: int | None = None
+    # Trials sharing one GPU at a time; null: ceil(parallel / number of GPUs), or auto with
+    # parallel=auto. auto: start at 1 per GPU and add one while the GPU's measured
+    # utilization stays under target_gpu_util, the next trial's memory fits and the trials
+    # finished per minute rise (README, "Filling the GPUs").
+    trials_per_gpu: Any = None
+    max_trials_per_gpu: int = 4  # the most trials_per_gpu=auto puts on one GPU
+    # trials_per_gpu=auto adds a trial on a GPU only while its utilization is under this (%):
+    # one more trial can raise throughput by at most 100/util, 1.25x at 80 %.
+    target_gpu_util: float = 80.0
+    # CPU cores this orchestrator may use (threads per trial, trials_per_gpu=auto's core
+    # check, parallel=auto without GPUs); null: its CPU affinity.
+    host_cores: int | None = None
     # null: no limit. A trial past it is stopped (its process tree terminated, then killed).
     trial_timeout_s: float | None = None
     # Seconds between SIGTERM and SIGKILL when stopping a trial.
@@ -254,7 +193,13 @@ class SchedulerConfig:
     log_max_mib: float = 10.0
 
     def validate(self, path: str) -> None:
-        _positive_int(self.parallel, f"{path}.parallel")
+        for key in ("parallel", "trials_per_gpu"):
+            value = getattr(self, key)
+            if value not in ("auto", None) or key == "parallel":
+                _require(value == "auto" or (isinstance(value, int) and not isinstance(value, bool)
+                                             and value >= 1),
+                         f"{path}.{key}", f"expected an integer >= 1 or auto, got {value!r}",
+                         f"e.g. scheduler.{key}=2 or scheduler.{key}=auto")
         _positive_int(self.max_retries, f"{path}.max_retries", minimum=0)
         _require(self.worker_mode in ("fresh", "reuse"), f"{path}.worker_mode",
                  f"expected fresh or reuse, got {self.worker_mode!r}")
@@ -271,8 +216,11 @@ class SchedulerConfig:
         _require(gpus_ok, f"{path}.gpus",
                  f"expected auto, none or a list of GPU indices, got {self.gpus!r}",
                  "e.g. scheduler.gpus=[0,1]")
-        if self.trials_per_gpu is not None:
-            _positive_int(self.trials_per_gpu, f"{path}.trials_per_gpu")
+        _positive_int(self.max_trials_per_gpu, f"{path}.max_trials_per_gpu")
+        _require(isinstance(self.target_gpu_util, (int, float)) and 0 < self.target_gpu_util <= 100,
+                 f"{path}.target_gpu_util", f"expected a percentage 1-100, got {self.target_gpu_util!r}")
+        if self.host_cores is not None:
+            _positive_int(self.host_cores, f"{path}.host_cores")
         if self.trial_timeout_s is not None:
             _require(self.trial_timeout_s > 0, f"{path}.trial_timeout_s",
                      f"expected seconds > 0 or null, got {self.trial_timeout_s!r}")
@@ -290,6 +238,9 @@ class StorageConfig:
     # Heartbeats let any orchestrator find trials whose owner died (they become FAIL, 'lost').
     heartbeat_interval_s: int = 10
     grace_period_s: int | None = None  # null: 3 x heartbeat_interval_s
+    # How stale the run loop's mirror of the study may get: the longest before another
+    # orchestrator's trials reach this one's sampler (hpo_orchestrator/study_storage.py).
+    refresh_s: float = 1.0
 
     @property
     def grace_s(self) -> int:
@@ -300,6 +251,9 @@ class StorageConfig:
         _require("://" in self.url, f"{path}.url", "expected a SQLAlchemy URL",
                  "e.g. storage.url=sqlite:///hpo.db or postgresql+psycopg://user@host/db")
         _positive_int(self.heartbeat_interval_s, f"{path}.heartbeat_interval_s")
+        _require(isinstance(self.refresh_s, (int, float)) and not isinstance(self.refresh_s, bool)
+                 and self.refresh_s >= 0, f"{path}.refresh_s",
+                 f"expected seconds >= 0, got {self.refresh_s!r}")
         if self.grace_period_s is not None:
             _require(self.grace_period_s > self.heartbeat_interval_s, f"{path}.grace_period_s",
                      "must be longer than storage.heartbeat_interval_s")
@@ -319,6 +273,12 @@ class StudyConfig:
     max_failures: int | None = None
     # Allow a run whose objective or search space differs from the study's recorded one.
     allow_mixed: bool = False
+    # A limit on this run's wall time: no trial starts after it; running ones finish, or are
+    # stopped timeout_grace_s later (null: they finish however long they take).
+    timeout_s: float | None = None
+    timeout_grace_s: float | None = None
+    # Param sets the study tries first (Optuna's enqueue_trial), each once per study.
+    enqueue: list[dict[str, Any]] = field(default_factory=list)
 
     def validate(self, path: str) -> None:
         _require(bool(self.name.strip()), f"{path}.name", "must not be empty")
@@ -330,6 +290,14 @@ class StudyConfig:
         _positive_int(self.fail_fast, f"{path}.fail_fast", minimum=0)
         if self.max_failures is not None:
             _positive_int(self.max_failures, f"{path}.max_failures", minimum=0)
+        for key in ("timeout_s", "timeout_grace_s"):
+            value = getattr(self, key)
+            _require(value is None or (isinstance(value, (int, float)) and math.isfinite(value)
+                                       and value > 0), f"{path}.{key}",
+                     f"expected seconds > 0 or null, got {value!r}")
+        _require(self.timeout_grace_s is None or self.timeout_s is not None,
+                 f"{path}.timeout_grace_s", "applies only with study.timeout_s",
+                 "e.g. study.timeout_s=3600 study.timeout_grace_s=60")
 
 
 @dataclass
@@ -341,8 +309,16 @@ class TelemetryConfig:
     # Phases (marked with hpo_orchestrator.phase) in which the GPU is expected to work: low
     # utilization there is a finding; in other phases (data, validate) it is not.
     compute_phases: list[str] = field(default_factory=lambda: ["train"])
+    # Retention of hpo_telemetry: a trial's samples are kept at full resolution until its last
+    # sample is keep_full_s old, then averaged down to at most max_rows_per_trial rows per GPU
+    # (its hpo.* aggregates never change). README, "Telemetry retention".
+    keep_full_s: float = 3600.0
+    max_rows_per_trial: int = 300
 
     def validate(self, path: str) -> None:
+        _require(isinstance(self.keep_full_s, (int, float)) and self.keep_full_s >= 0,
+                 f"{path}.keep_full_s", f"expected seconds >= 0, got {self.keep_full_s!r}")
+        _positive_int(self.max_rows_per_trial, f"{path}.max_rows_per_trial", minimum=2)
         _require(isinstance(self.interval_s, (int, float)) and math.isfinite(self.interval_s)
                  and self.interval_s >= 0.05, f"{path}.interval_s",
                  f"expected seconds >= 0.05, got {self.interval_s!r}")
@@ -379,4 +355,6 @@ class Config:
     def validate(self) -> Config:
         for key in ("objective", "pruner", "sampler", "scheduler", "storage", "study", "telemetry"):
             getattr(self, key).validate(key)
+        check_params(self.study.enqueue, self.objective.name,
+                     getattr(self.objective, "search_space", None), "study.enqueue")
         return self

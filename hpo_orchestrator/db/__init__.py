@@ -13,6 +13,8 @@ database made by the installed Optuna. Modules by concern:
 - ``_telemetry``: reads of the samples (report, telemetry export);
 - ``_budget``: the statements behind the shared trial budget;
 - ``_run``: what the orchestrator reads and writes beside Optuna's storage API during a run;
+- ``_retention``: old trials' telemetry averaged down to a bounded number of rows;
+- ``_best``: directions, the best trial or Pareto front, a trial's params (``best``);
 - ``_detail``: one trial in full, the failures' errors, the most recently run study.
 
 Readers take a SQLAlchemy ``Connection`` and return plain Python values (states as
@@ -21,7 +23,15 @@ Readers take a SQLAlchemy ``Connection`` and return plain Python values (states 
 
 from __future__ import annotations
 
-from hpo_orchestrator.db._budget import count_claimed, count_running, lock_study_budget
+from hpo_orchestrator.db._best import ScoredTrial, best_trials, pareto_front, study_directions, trial_params
+from hpo_orchestrator.db._budget import (
+    claimed_rows_after,
+    count_claimed,
+    count_claimed_upto,
+    count_running,
+    lock_study_budget,
+    settled_upto,
+)
 from hpo_orchestrator.db._curves import CurveTrial, intermediate_values, step_timings, trials_with_values
 from hpo_orchestrator.db._detail import fail_errors, latest_study, trial_detail
 from hpo_orchestrator.db._engine import (
@@ -35,6 +45,7 @@ from hpo_orchestrator.db._engine import (
     setup_lock,
     sqlite_path,
 )
+from hpo_orchestrator.db._retention import RetentionRaced, downsample_trial, retention_candidates
 from hpo_orchestrator.db._run import (
     attempt_of,
     max_completed_step,
@@ -89,18 +100,77 @@ from hpo_orchestrator.db._trials import (
 from hpo_orchestrator.db._version import SCHEMA_REVISION, check_schema
 
 __all__ = [
-    "ADVISORY_NAMESPACE", "SCHEMA_REVISION", "TELEMETRY_COLUMNS", "CurveTrial", "Sample",
-    "SummaryFlags", "TrialRow", "UncoveredTrial", "attempt_of", "best_trial", "check_schema",
-    "count_claimed", "count_running", "create_engine", "database_now", "ensure_tables",
-    "fail_errors", "file_lock",
-    "has_summary_table", "has_telemetry_table", "has_trial", "heartbeat_of", "insert_samples",
-    "insert_summary", "intermediate_values", "latest_study", "list_studies", "lock_file",
+    "ADVISORY_NAMESPACE",
+    "SCHEMA_REVISION",
+    "TELEMETRY_COLUMNS",
+    "CurveTrial",
+    "RetentionRaced",
+    "Sample",
+    "ScoredTrial",
+    "SummaryFlags",
+    "TrialRow",
+    "UncoveredTrial",
+    "attempt_of",
+    "best_trial",
+    "best_trials",
+    "check_schema",
+    "claimed_rows_after",
+    "count_claimed",
+    "count_claimed_upto",
+    "count_running",
+    "create_engine",
+    "database_now",
+    "downsample_trial",
+    "ensure_tables",
+    "fail_errors",
+    "file_lock",
+    "has_summary_table",
+    "has_telemetry_table",
+    "has_trial",
+    "heartbeat_of",
+    "insert_samples",
+    "insert_summary",
+    "intermediate_values",
+    "latest_study",
+    "list_studies",
+    "lock_file",
     "lock_study_budget",
-    "mask_url", "mask_url_in", "max_completed_step", "never_beat", "next_waiting_retry_reason",
-    "open_rdb_storage", "read_errors", "running_with_host_pid", "set_trial_end", "setup_lock",
-    "sqlite_path", "state_counts", "state_name", "step_timings", "study_attrs", "study_config",
-    "study_direction", "study_id_of", "summary_flags", "summary_max_complete_step",
-    "summary_prune_steps", "summary_rows", "summary_table", "telemetry_rows", "telemetry_samples",
-    "telemetry_table", "to_datetime", "trial_detail", "trial_rows", "trial_values", "trials_with_values",
-    "uncovered_trials", "write_trial_attrs",
+    "mask_url",
+    "mask_url_in",
+    "max_completed_step",
+    "never_beat",
+    "next_waiting_retry_reason",
+    "open_rdb_storage",
+    "pareto_front",
+    "read_errors",
+    "retention_candidates",
+    "running_with_host_pid",
+    "set_trial_end",
+    "settled_upto",
+    "setup_lock",
+    "sqlite_path",
+    "state_counts",
+    "state_name",
+    "step_timings",
+    "study_attrs",
+    "study_config",
+    "study_direction",
+    "study_directions",
+    "study_id_of",
+    "summary_flags",
+    "summary_max_complete_step",
+    "summary_prune_steps",
+    "summary_rows",
+    "summary_table",
+    "telemetry_rows",
+    "telemetry_samples",
+    "telemetry_table",
+    "to_datetime",
+    "trial_detail",
+    "trial_params",
+    "trial_rows",
+    "trial_values",
+    "trials_with_values",
+    "uncovered_trials",
+    "write_trial_attrs",
 ]

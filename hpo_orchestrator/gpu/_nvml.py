@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -12,6 +13,10 @@ __all__ = ["NvmlBackend"]
 
 T = TypeVar("T")
 _MIB = 1024 * 1024
+# nvmlDeviceGetProcessUtilization is slow on some drivers (tens of ms per call, issue 17): it
+# is called at most as often as keeps its measured cost under this share of one core; at the
+# ~1 ms it takes on an H200 with driver 580 that is every sample.
+_PROC_UTIL_SHARE = 0.005
 
 
 def nvml_query(func: Callable[..., T], *args: Any, default: T | None = None) -> T | None:
@@ -45,6 +50,8 @@ class NvmlBackend:
         # NVML's per-process utilization returns samples newer than a timestamp (µs); asking
         # from the last sample we saw gives each process's recent SM share.
         self._last_process_sample_us: dict[int, int] = {}
+        self._proc_util_next: dict[int, float] = {}  # GPU index -> time.monotonic() of next call
+        self.proc_util_cost_s: float | None = None  # the call's last measured duration
         self.unavailable_reason: str | None = None if gpus else "NVML lists no GPU"
 
     @classmethod
@@ -101,9 +108,15 @@ class NvmlBackend:
             procs: list[Any] = nvml_query(pynvml.nvmlDeviceGetComputeRunningProcesses, handle,
                                           default=[]) or []
             since = self._last_process_sample_us.get(index, 0)
-            # Raises NOT_FOUND while no process has run recently: that means "no samples".
-            proc_util: list[Any] = nvml_query(pynvml.nvmlDeviceGetProcessUtilization, handle,
-                                              since, default=[]) or []
+            proc_util: list[Any] = []
+            started = time.monotonic()
+            if started >= self._proc_util_next.get(index, 0.0):
+                # Raises NOT_FOUND while no process has run recently: that means "no samples".
+                proc_util = nvml_query(pynvml.nvmlDeviceGetProcessUtilization, handle,
+                                       since, default=[]) or []
+                cost = time.monotonic() - started
+                self.proc_util_cost_s = cost
+                self._proc_util_next[index] = started + cost / _PROC_UTIL_SHARE
         sm_by_pid: dict[int, float] = {}
         for entry in proc_util:
             sm_by_pid[entry.pid] = max(sm_by_pid.get(entry.pid, 0.0), float(entry.smUtil))

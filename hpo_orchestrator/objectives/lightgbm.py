@@ -1,4 +1,5 @@
-"""LightGBM binary classification, pruned every ``report_every`` boosting rounds.
+"""LightGBM on generated data (binary) or the user's table (``objective.data``: binary,
+multiclass or regression), pruned every ``report_every`` boosting rounds.
 
 On a GPU slot it trains with ``device_type=gpu`` on NVIDIA's OpenCL platform, device 0 of
 the pinned child; the effective parameters LightGBM really used are logged from the model.
@@ -7,13 +8,18 @@ the pinned child; the effective parameters LightGBM really used are logged from 
 from __future__ import annotations
 
 import functools
-from typing import Any
+from dataclasses import replace
+from typing import Any, Literal
 
+import numpy as np
 import optuna
 
 from hpo_orchestrator.config._schema import LightGBMObjectiveConfig
+from hpo_orchestrator.config._space import LIGHTGBM_SPACE, resolve_space
 from hpo_orchestrator.gpu._opencl import choose_lightgbm_device, list_platforms
 from hpo_orchestrator.objectives._data import binary_classification
+from hpo_orchestrator.objectives._space import suggest_all
+from hpo_orchestrator.objectives._table import infer_task, load_table, split
 from hpo_orchestrator.runtime import phase, slot_info
 
 __all__ = ["LightGBMObjective", "compact_params", "effective_params"]
@@ -73,14 +79,53 @@ def _parse_scalar(text: str) -> Any:
     return text
 
 
+# LightGBM's objective and validation metric per task (all minimized).
+_TASKS = {"binary": ("binary", "binary_logloss"), "multiclass": ("multiclass", "multi_logloss"),
+          "regression": ("regression", "l2")}
+
+
 class LightGBMObjective:
-    """Built from ``objective.*`` config; called once per trial."""
+    """Built from ``objective.*`` config; called once per trial. The user's table is read once
+    per worker process (in reuse mode: once per slot), the generated data per trial."""
 
     def __init__(self, config: LightGBMObjectiveConfig) -> None:
         # Imported here, not per call, so the import counts as start-up (hpo.startup_s).
         import lightgbm  # noqa: F401
 
         self.config = config
+        self.space = resolve_space(LIGHTGBM_SPACE, config.search_space, "objective", config.name)
+        self.task = "binary" if config.task == "auto" else config.task
+        self.categorical: list[int] = []
+        self.num_class = 1
+        self.arrays: tuple[np.ndarray, ...] | None = None
+        if config.data is not None:  # before the trial starts: counted in hpo.startup_s
+            self._load(config.data, config.target_column or "")
+
+    def _load(self, data: str, target_column: str) -> None:
+        table = load_table(data, target_column)
+        self.task = infer_task(table) if self.config.task == "auto" else self.config.task
+        y = table.y
+        if self.task != "regression":  # LightGBM wants classes coded 0..K-1
+            classes, y = np.unique(y, return_inverse=True)
+            self.num_class = len(classes)
+        self.categorical = table.categorical
+        self.arrays = split(replace(table, y=y.astype(np.float64)), self.config.valid_fraction,
+                            self.config.seed)
+
+    def _datasets(self) -> tuple[Any, Any]:
+        import lightgbm as lgb
+
+        cfg = self.config
+        if self.arrays is None:
+            x_train, y_train, x_valid, y_valid = binary_classification(
+                cfg.n_rows, cfg.n_features, cfg.seed)
+        else:
+            x_train, y_train, x_valid, y_valid = self.arrays
+        # Text columns of the user's table, coded; LightGBM splits them as categories.
+        categorical: list[int] | Literal["auto"] = self.categorical or "auto"
+        train = lgb.Dataset(x_train, y_train, params={"max_bin": cfg.max_bin},
+                            categorical_feature=categorical)
+        return train, lgb.Dataset(x_valid, y_valid, reference=train, categorical_feature=categorical)
 
     def __call__(self, trial: Any) -> float:
         import lightgbm as lgb
@@ -88,10 +133,7 @@ class LightGBMObjective:
         cfg = self.config
         slot = slot_info()
         with phase("data"):
-            x_train, y_train, x_valid, y_valid = binary_classification(
-                cfg.n_rows, cfg.n_features, cfg.seed)
-            train = lgb.Dataset(x_train, y_train, params={"max_bin": cfg.max_bin})
-            valid = lgb.Dataset(x_valid, y_valid, reference=train)
+            train, valid = self._datasets()
 
         choice = choose_lightgbm_device(slot.on_gpu, cfg.device, cfg.gpu_platform,
                                         list_platforms() if slot.on_gpu else [])
@@ -100,24 +142,20 @@ class LightGBMObjective:
         if choice.warning:
             trial.set_user_attr("hpo.warning", choice.warning)
 
+        objective, metric = _TASKS[self.task]
         params: dict[str, Any] = {
-            "objective": "binary",
-            "metric": "binary_logloss",
+            "objective": objective,
+            "metric": metric,
             "verbosity": -1,
             "num_threads": slot.num_threads,
             "max_bin": cfg.max_bin,
             "seed": cfg.seed,
-            "num_leaves": trial.suggest_int("num_leaves", 8, 256, log=True),
-            "max_depth": trial.suggest_int("max_depth", 3, 12),
-            "learning_rate": trial.suggest_float("learning_rate", 0.01, 0.3, log=True),
-            "min_child_samples": trial.suggest_int("min_child_samples", 5, 100, log=True),
-            "feature_fraction": trial.suggest_float("feature_fraction", 0.4, 1.0),
-            "bagging_fraction": trial.suggest_float("bagging_fraction", 0.4, 1.0),
+            **suggest_all(trial, self.space),
             "bagging_freq": 1,
-            "lambda_l1": trial.suggest_float("lambda_l1", 1e-8, 10.0, log=True),
-            "lambda_l2": trial.suggest_float("lambda_l2", 1e-8, 10.0, log=True),
             **choice.params,
         }
+        if self.task == "multiclass":
+            params["num_class"] = self.num_class
         report_every = cfg.report_every
         best = float("inf")
 

@@ -12,7 +12,9 @@ from typing import Any
 import optuna
 
 from hpo_orchestrator.config._schema import TorchMLPObjectiveConfig
+from hpo_orchestrator.config._space import TORCH_MLP_SPACE, resolve_space
 from hpo_orchestrator.objectives._data import binary_classification
+from hpo_orchestrator.objectives._space import suggest_all
 from hpo_orchestrator.runtime import phase, slot_info
 
 __all__ = ["TorchMLPObjective"]
@@ -24,6 +26,7 @@ class TorchMLPObjective:
         import torch  # noqa: F401
 
         self.config = config
+        self.space = resolve_space(TORCH_MLP_SPACE, config.search_space, "objective", config.name)
 
     def _loader_options(self, trial: Any) -> dict[str, Any]:
         cfg = self.config
@@ -63,11 +66,9 @@ class TorchMLPObjective:
             x_valid_t = torch.from_numpy(x_valid).to(device)
             y_valid_t = torch.from_numpy(y_valid).to(device)
 
-        width = trial.suggest_int("width", 32, 512, log=True)
-        depth = trial.suggest_int("depth", 1, 4)
-        dropout = trial.suggest_float("dropout", 0.0, 0.5)
-        lr = trial.suggest_float("lr", 1e-4, 3e-2, log=True)
-        weight_decay = trial.suggest_float("weight_decay", 1e-6, 1e-2, log=True)
+        chosen = suggest_all(trial, self.space)
+        width, depth, dropout = chosen["width"], chosen["depth"], chosen["dropout"]
+        lr, weight_decay = chosen["lr"], chosen["weight_decay"]
         layers: list[nn.Module] = []
         fan_in = cfg.n_features
         for _ in range(depth):

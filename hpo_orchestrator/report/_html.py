@@ -10,6 +10,7 @@ import html
 from typing import Any
 
 from hpo_orchestrator.report._data import ReportData, prune_histogram
+from hpo_orchestrator.status import packing_lines
 
 __all__ = ["STATE_COLORS", "render_html"]
 
@@ -116,10 +117,13 @@ def _summary(data: ReportData) -> str:
     auto = status.min_resource_auto
     pruner = (f"<p>pruner.min_resource=auto chose <b>{auto.get('min_resource')}</b>: "
               f"{html.escape(str(auto.get('reason', '')))}</p>") if auto else ""
+    packing = "".join(f"<pre>{html.escape(chr(10).join(lines))}</pre>"
+                      for lines in map(packing_lines, status.packing) if lines)
     return (f"<h1>Study {html.escape(data.study)}</h1>"
             f"<p>{counts}; first trial started {started}; wall time {wall}</p>{pruner}"
             f"<h3>Devices</h3><ul>{devices or '<li>none recorded</li>'}</ul>"
-            f"<h3>Findings</h3><ul>{findings}</ul>")
+            + (f"<h3>Trials per GPU</h3>{packing}" if packing else "")
+            + f"<h3>Findings</h3><ul>{findings}</ul>")
 
 
 def render_html(data: ReportData) -> str:

@@ -12,23 +12,42 @@ exactly n_trials trials:
 
 Counting in the database instead of keeping a counter means nothing can drift: a claimer that
 dies between its count and its ask leaves nothing behind.
+
+Counting every trial costs O(study) per claim (0.26 s at 100,000 trials on the 2-core VM), so
+the count is split at a checkpoint: below it every trial finished more than _SETTLE_S ago, and
+a finished trial's contribution never changes (its state is final; ``hpo.retried`` is written
+while it is RUNNING, just before its state), so that part is counted once and kept; above it the
+few recent trials are counted on each claim by a range on the primary key. Still exact, still
+in the database, whichever process wrote the trials.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TypeVar
 
 from sqlalchemy.engine import Connection, Engine
 
-from hpo_orchestrator.db import count_claimed, count_running, file_lock, lock_file, lock_study_budget
+from hpo_orchestrator.db import (
+    claimed_rows_after,
+    count_claimed_upto,
+    count_running,
+    file_lock,
+    lock_file,
+    lock_study_budget,
+    settled_upto,
+)
 from hpo_orchestrator.scheduler._race_hooks import budget_claim_started, budget_counted
 
 __all__ = ["Budget"]
 
 T = TypeVar("T")
+
+_SETTLE_S = 10.0  # a retry mark lands before its trial finishes; this covers racing writers
+_ADVANCE_AT = 64  # trials above the checkpoint before it moves up
 
 
 class Budget:
@@ -38,12 +57,31 @@ class Budget:
         self.study_id = study_id
         self.n_trials = n_trials
         self._lock_file = None if sqlite_file is None else lock_file(sqlite_file)
+        self._upto: int | None = None  # the checkpoint: trials up to this id are settled
+        self._base = 0  # what they count against the budget
 
     def claimed(self, connection: Connection | None = None) -> int:
-        if connection is not None:
-            return count_claimed(connection, self.study_id)
-        with self.engine.connect() as fresh:
-            return self.claimed(fresh)
+        if connection is None:
+            with self.engine.connect() as fresh:
+                return self.claimed(fresh)
+        since = datetime.now() - timedelta(seconds=_SETTLE_S)  # Optuna stores local time
+        if self._upto is None:
+            self._upto = settled_upto(connection, self.study_id, since)
+            self._base = count_claimed_upto(connection, self.study_id, self._upto)
+        rows = claimed_rows_after(connection, self.study_id, self._upto)
+        counted = self._base + sum(1 for _, state, _, retried in rows
+                                   if state != "WAITING" and not retried)
+        if len(rows) >= _ADVANCE_AT:
+            self._advance(rows, since)
+        return counted
+
+    def _advance(self, rows: list[tuple[int, str, datetime | None, bool]], since: datetime) -> None:
+        """Move the checkpoint over the settled prefix of ``rows`` (sorted here by id)."""
+        for trial_id, state, done, retried in sorted(rows):
+            if state in ("RUNNING", "WAITING") or done is None or done > since:
+                return
+            self._upto = trial_id
+            self._base += 0 if retried else 1
 
     def left(self) -> int:
         return max(0, self.n_trials - self.claimed())

@@ -45,6 +45,7 @@ from hpo_orchestrator.scheduler._logs import (
     trial_log_path,
     user_frames,
 )
+from hpo_orchestrator.scheduler._packer import Packer
 from hpo_orchestrator.scheduler._process import (
     cgroup_oom_kills,
     log_tail,
@@ -56,7 +57,7 @@ from hpo_orchestrator.scheduler._records import RunRecords
 from hpo_orchestrator.scheduler._recovery import Recovery
 from hpo_orchestrator.scheduler._slots import Slot, SlotPool
 from hpo_orchestrator.scheduler._trial import Asked, FinishedTrial, Reporter, RunningTrial, Worker
-from hpo_orchestrator.telemetry import TelemetrySampler
+from hpo_orchestrator.telemetry import TelemetryRetention, TelemetrySampler
 from hpo_orchestrator.worker import Job
 from hpo_orchestrator.worker._env import ChildEnv
 
@@ -108,6 +109,8 @@ class Orchestrator:
         self._stopping = False  # shutting down: nothing new is started
         self._signals = 0
         self._exhausted_at: float | None = None  # when a claim last found the budget spent
+        self.timed_out = False  # study.timeout_s passed: nothing new starts
+        self._deadline: float | None = None
         self._icd_env = nvidia_icd_env()
         self.records = RunRecords(storage, study, self.host, sampler,
                                   config.telemetry.compute_phases)
@@ -120,6 +123,12 @@ class Orchestrator:
         self._logs_checked = 0.0
         self.failures = FailurePolicy(config.study.fail_fast, config.study.max_failures)
         self.halted: Halt | None = None  # the failure policy stopped the run (exit 1)
+        # scheduler.trials_per_gpu=auto (and the study attr hpo.packing.<host> on GPU hosts)
+        self.packer = Packer(config, slots, sampler, study, self.host) if slots.limits else None
+        self.retention = TelemetryRetention(storage.engine, study._study_id, self.host,
+                                            config.telemetry.keep_full_s,
+                                            config.telemetry.max_rows_per_trial) \
+            if sampler is not None else None  # old trials' samples averaged down (db/_retention)
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -139,27 +148,38 @@ class Orchestrator:
                 self.auto.seed(self.storage.engine)
             if self.sampler is not None:
                 self.sampler.start()
+            if self.config.study.timeout_s is not None:
+                self._deadline = time.monotonic() + self.config.study.timeout_s
             while True:
+                self._check_study_deadline()
                 if not self._signals and self.halted is None:
                     self._launch_ready()
-                if not self.running and (self._signals or self.halted or self._study_done()):
+                if not self.running and (self._signals or self.halted or self.timed_out
+                                         or self._study_done()):
                     break
                 _channel.serve(list(self.running.values()), _POLL_S, self.sampler)
                 for rt in self._ended():
                     self._finish(rt)
                 self.reporter.tick(list(self.running.values()))
+                self._pack()
                 self._enforce_deadlines()
                 self._cap_logs()
                 self.recovery.beat()
                 self.records.flush_telemetry()
+                if self.retention is not None:
+                    self.retention.maybe_run()
         except _STORAGE_ERRORS as exc:
             failure = exc
         finally:
             self._stop_all(storage_failed=failure is not None)
+            if self.packer is not None and failure is None:
+                self.packer.close()
             if self.sampler is not None:
                 self.sampler.stop()
                 if failure is None:
                     self.records.flush_telemetry(force=True)
+                    if self.retention is not None:
+                        self.retention.maybe_run(force=True)
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
         if failure is not None:
@@ -235,13 +255,22 @@ class Orchestrator:
             return None
         self._exhausted_at = None
         self.storage.record_heartbeat(trial._trial_id)  # ours from the start
+        # Until its worker starts, this process holds it: a restart after kill -9 then finds
+        # it an orphan at once, not after the heartbeat grace (hpo.pid becomes the worker's).
+        self.records.write_attrs(trial._trial_id, trial.number,
+                                 {"hpo.host": self.host, "hpo.pid": os.getpid()})
         return Asked(trial, self.records.attempt_of(trial), oom_retry)
 
     def _prefetch(self) -> None:
         """Ask ahead (scheduler.prefetch trials) while every slot is busy, so that a slot that
         frees up gets its next trial at once instead of after Optuna's ask (10-30 ms of ORM
         work on the one loop that serves every slot). The sampler then decides a trial before
-        the latest results are told, as with one more parallel trial."""
+        the latest results are told, as with one more parallel trial.
+
+        Not under study.timeout_s: a trial asked ahead when the limit passes would have to be
+        failed unstarted (as on Ctrl-C); asked on demand, the limit leaves none behind."""
+        if self._deadline is not None:
+            return
         now = time.monotonic()
         while len(self.ready) < self.config.scheduler.prefetch and not self._stopping \
                 and (self._exhausted_at is None or now - self._exhausted_at >= _RECHECK_BUDGET_S):
@@ -249,10 +278,6 @@ class Orchestrator:
             if asked is None:
                 return
             self.ready.append(asked)
-            # Until a slot takes it, this process holds it: a restart after kill -9 then finds
-            # it an orphan at once (hpo.pid becomes the worker's at spawn).
-            self.records.write_attrs(asked.trial._trial_id, asked.trial.number,
-                                     {"hpo.host": self.host, "hpo.pid": os.getpid()})
 
     def _study_done(self) -> bool:
         """Budget spent and no trial RUNNING anywhere: trials of a dead orchestrator are
@@ -315,6 +340,23 @@ class Orchestrator:
         self.records.trial_started(rt, self.threads, self.config.scheduler.worker_mode)
         self.reporter.started(rt)
 
+    def _pack(self) -> None:
+        """scheduler.trials_per_gpu=auto (scheduler/_packer.py): when a GPU's level changes,
+        new workers get the cores re-divided; idle workers above a GPU's level go (they hold
+        GPU memory that its running trials may need)."""
+        if self.packer is None or not self.slots.auto:
+            return
+        self.packer.tick()
+        self.threads = self.packer.threads
+        for slot_id, worker in list(self.idle.items()):
+            gpu = self.slots.slots[slot_id].gpu
+            if gpu is None:
+                continue
+            idle_here = sum(1 for i in self.idle if self.slots.slots[i].gpu == gpu)
+            if self.slots.busy_on(gpu.index) + idle_here > self.slots.limits[gpu.index]:
+                del self.idle[slot_id]
+                self._retire(worker, slot_id)
+
     def _retire_idle(self) -> None:
         for slot_id, worker in list(self.idle.items()):
             del self.idle[slot_id]
@@ -368,6 +410,8 @@ class Orchestrator:
             if rt.log_path is not None:
                 append_traceback(rt.log_path, traceback)
         del self.running[rt.slot.id]
+        if self.packer is not None:  # before the slot is handed on: an OOM lowers its GPU's level
+            self.packer.trial_ended(rt, verdict.fail_reason, measured)
         if _outcome.keep_worker(reuse=self.reuse, alive=rt.process.poll() is None,
                                 connection_open=rt.connection_open, stopping=bool(self._signals),
                                 state=verdict.state, trials_run=rt.worker.trials,
@@ -417,6 +461,24 @@ class Orchestrator:
         for rt in self.running.values():
             if rt.log_path is not None:
                 cap_log(rt.log_path, self._log_cap)
+
+    def _check_study_deadline(self) -> None:
+        """study.timeout_s: past it nothing new starts (the loop ends once the running trials
+        end); past study.timeout_grace_s more, those still running are stopped."""
+        if self._deadline is None:
+            return
+        now = time.monotonic()
+        if now >= self._deadline and not self.timed_out:
+            self.timed_out = True
+            self._stopping = True
+        grace = self.config.study.timeout_grace_s
+        if not self.timed_out or grace is None or now < self._deadline + grace:
+            return
+        for rt in self.running.values():
+            if rt.stop_reason is None:
+                rt.stop_reason = "study_timeout"
+                signal_tree(rt.process.pid, signal.SIGTERM)
+                rt.kill_at = now + self.config.scheduler.kill_grace_s
 
     def _own_trial_ids(self) -> set[int]:
         """Trials this orchestrator holds RUNNING: on a slot, or asked ahead of one."""

@@ -34,7 +34,7 @@ class Verdict:
 def classify(*, stop_reason: str | None, outcome: TrialOutcome | None, returncode: int | None,
              timeout_s: float | None, oom_killed: Callable[[], bool],
              log_tail: Callable[[], str]) -> Verdict:
-    """The verdict from what we did (``stop_reason``: timeout / interrupted), what the child
+    """The verdict from what we did (``stop_reason``: timeout / interrupted / study_timeout), what the child
     said (``outcome``) and how its process ended (``returncode``, None while it lives).
 
     ``oom_killed`` (did the kernel's OOM killer act since the spawn?) and ``log_tail`` (the
@@ -48,6 +48,9 @@ def classify(*, stop_reason: str | None, outcome: TrialOutcome | None, returncod
         return Verdict(TrialState.PRUNED)
     if stop_reason == "interrupted":
         return Verdict(TrialState.FAIL, None, "interrupted", "stopped by SIGINT/SIGTERM")
+    if stop_reason == "study_timeout":
+        return Verdict(TrialState.FAIL, None, "timeout",
+                       "still running study.timeout_grace_s after study.timeout_s")
     if outcome is not None:
         return Verdict(TrialState.FAIL, None, outcome.fail_reason, outcome.error)
     if returncode is not None and returncode < 0:

@@ -21,6 +21,7 @@ from hpo_orchestrator.gpu import GpuInfo
 from hpo_orchestrator.pruning._auto import fit_step_timing
 from hpo_orchestrator.scheduler._outcome import Verdict, params_mismatch
 from hpo_orchestrator.scheduler._trial import Asked, RunningTrial
+from hpo_orchestrator.study_storage import MirrorStorage
 from hpo_orchestrator.telemetry import TelemetrySampler, TrialTelemetry
 
 __all__ = ["RunRecords"]
@@ -39,13 +40,15 @@ class RunRecords:
         self.sampler = sampler
         self.compute_phases = compute_phases
         self._last_flush = 0.0
+        if not isinstance(study._storage, MirrorStorage):
+            raise TypeError("the run's study must use a MirrorStorage (runner.run_study makes it)")
+        self.mirror = study._storage
 
     # --- reads ---------------------------------------------------------------------------
 
     def attempt_of(self, trial: optuna.Trial) -> int:
-        """1 for a new trial, 2 and up for a retry (one row, not the whole trial)."""
-        with self.storage.engine.connect() as connection:
-            return _run.attempt_of(connection, trial._trial_id)
+        """1 for a new trial, 2 and up for a retry (from the mirror: no statement)."""
+        return int(self.mirror.get_trial(trial._trial_id).user_attrs.get("hpo.attempt", 1))
 
     def next_is_oom_retry(self) -> bool:
         """Is the next trial to ask a retry of one that ran out of GPU memory? (one SQL read;
@@ -113,22 +116,15 @@ class RunRecords:
 
     def trial_ended(self, rt: RunningTrial, verdict: Verdict, measured: dict[str, Any],
                     ended_at: float, retry: bool) -> None:
-        """The trial's attrs, then tell, then its retry (the failed attempt is marked
-        ``hpo.retried`` before it is told), then the summary row, its real end time and the
-        buffered telemetry in one transaction."""
+        """Tell the trial: its attrs (a failed attempt marked ``hpo.retried``), last reports,
+        value, state and real end time, the summary row and the buffered telemetry in one
+        transaction (the study's MirrorStorage runs it at tell); then its retry, if any."""
         trial = rt.trial
         attrs = {"hpo.exit_code": rt.process.returncode, **measured}
         if verdict.fail_reason is not None:
             attrs.update({"hpo.fail_reason": verdict.fail_reason, "hpo.error": verdict.error})
         if retry:
             attrs["hpo.retried"] = True
-        self.write_attrs(trial._trial_id, trial.number, attrs)
-        if verdict.state == TrialState.COMPLETE:
-            self.study.tell(trial, verdict.value)
-        else:
-            self.study.tell(trial, state=verdict.state)
-        if retry and verdict.fail_reason is not None:
-            self.enqueue_retry(trial.number, trial.params, rt.attempt, verdict.fail_reason)
         summary = {
             "trial_id": trial._trial_id, "study_id": self.study._study_id, "number": trial.number,
             "state": verdict.state.name, "host": self.host,
@@ -143,12 +139,21 @@ class RunRecords:
             "opencl_platform": rt.opencl_platform,
             "params_mismatch": json.dumps(measured["hpo.params_mismatch"])
             if "hpo.params_mismatch" in measured else None}
-        with self.storage.engine.begin() as connection:  # one transaction for the rest
+
+        def with_the_end(connection: Connection) -> None:
             insert_summary(connection, summary)
-            # Optuna set datetime_complete at tell(); the trial ended when its result came
-            # (its slot may already run the next trial), so the stored duration is the trial's.
-            _run.set_trial_end(connection, trial._trial_id, datetime.fromtimestamp(ended_at))
             self.flush_telemetry(connection)
+
+        # Optuna would stamp datetime_complete at tell(); the trial ended when its result came
+        # (its slot may already run the next trial), so the stored duration is the trial's.
+        self.mirror.stage_end(trial._trial_id, attrs, datetime.fromtimestamp(ended_at),
+                              with_the_end)
+        if verdict.state == TrialState.COMPLETE:
+            self.study.tell(trial, verdict.value)
+        else:
+            self.study.tell(trial, state=verdict.state)
+        if retry and verdict.fail_reason is not None:
+            self.enqueue_retry(trial.number, trial.params, rt.attempt, verdict.fail_reason)
 
     def enqueue_retry(self, number: int, params: dict[str, Any], attempt: int, reason: str) -> None:
         """The same params again, as a WAITING trial that the next ask() picks first.

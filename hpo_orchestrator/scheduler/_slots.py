@@ -12,7 +12,8 @@ from hpo_orchestrator.errors import ConfigError
 from hpo_orchestrator.gpu import AllocatedBackend, GpuBackend, GpuInfo
 from hpo_orchestrator.scheduler._leases import Lease, LeaseDir
 
-__all__ = ["BusyRule", "Slot", "SlotPool", "resolve_gpus", "threads_per_trial"]
+__all__ = ["BusyRule", "Slot", "SlotPool", "host_cores", "is_auto_packing", "resolve_gpus",
+           "threads_per_trial"]
 
 
 @dataclass(frozen=True)
@@ -61,12 +62,23 @@ def resolve_gpus(wanted: Any, backend: GpuBackend) -> list[GpuInfo]:
     return [by_index[i] for i in dict.fromkeys(wanted)]
 
 
-def threads_per_trial(configured: int | None, concurrency: int) -> int:
+def host_cores(configured: int | None = None) -> int:
+    """CPU cores this orchestrator may use: ``scheduler.host_cores``, else its CPU affinity
+    (what a Slurm job or taskset gave it)."""
+    return configured if configured is not None else len(os.sched_getaffinity(0))
+
+
+def threads_per_trial(configured: int | None, concurrency: int, cores: int | None = None) -> int:
     """CPU threads one trial may use so that ``concurrency`` trials do not oversubscribe."""
     if configured is not None:
         return configured
-    cores = len(os.sched_getaffinity(0))
-    return max(1, cores // concurrency)
+    return max(1, host_cores(cores) // max(concurrency, 1))
+
+
+def is_auto_packing(parallel: Any, trials_per_gpu: Any) -> bool:
+    """scheduler.trials_per_gpu=auto, or parallel=auto with trials_per_gpu left unset: the
+    per-GPU level is measured (scheduler/_packing.py)."""
+    return trials_per_gpu == "auto" or (trials_per_gpu is None and parallel == "auto")
 
 
 @dataclass(frozen=True)
@@ -87,19 +99,36 @@ class SlotPool:
     host never push a GPU past trials_per_gpu. With a backend and a BusyRule, a GPU that no
     trial of ours (any orchestrator's) holds but that is busy anyway (a foreign process) is
     skipped, and looked at again after ``recheck_s``.
+
+    Each GPU has a level (``limits``): trials of ours at once on it. Fixed, it is
+    trials_per_gpu; with ``auto`` (scheduler.trials_per_gpu=auto, or parallel=auto alone) it
+    starts at 1 and the packer moves it (:meth:`set_limit`) within ``max_per_gpu`` slots per
+    GPU. ``parallel="auto"``: every GPU at its level (no further cap); on CPU slots, one trial
+    per core.
     """
 
-    def __init__(self, gpus: list[GpuInfo], parallel: int, trials_per_gpu: int | None,
+    def __init__(self, gpus: list[GpuInfo], parallel: int | str, trials_per_gpu: int | str | None,
                  leases: LeaseDir | None = None, backend: GpuBackend | None = None,
-                 busy: BusyRule | None = None) -> None:
+                 busy: BusyRule | None = None, max_per_gpu: int = 4,
+                 cores: int | None = None) -> None:
+        self.auto = bool(gpus) and is_auto_packing(parallel, trials_per_gpu)
         if gpus:
-            self.per_gpu = trials_per_gpu or math.ceil(parallel / len(gpus))
+            if self.auto:
+                self.per_gpu = max_per_gpu
+            elif isinstance(trials_per_gpu, int):
+                self.per_gpu = trials_per_gpu
+            else:
+                assert isinstance(parallel, int)  # parallel=auto alone is auto packing
+                self.per_gpu = math.ceil(parallel / len(gpus))
             self.slots = [Slot(id=i, gpu=gpu, k=k) for i, (k, gpu) in
                           enumerate((k, gpu) for k in range(self.per_gpu) for gpu in gpus)]
+            self.limits = {gpu.index: 1 if self.auto else self.per_gpu for gpu in gpus}
         else:
             self.per_gpu = 0
-            self.slots = [Slot(id=i, gpu=None) for i in range(parallel)]
-        self.concurrency = min(parallel, len(self.slots))
+            count = parallel if isinstance(parallel, int) else host_cores(cores)
+            self.slots = [Slot(id=i, gpu=None) for i in range(count)]
+            self.limits = {}
+        self.cap = parallel if isinstance(parallel, int) else len(self.slots)
         self._busy: set[int] = set()
         self._leases = leases if gpus else None
         self._held: dict[int, Lease] = {}
@@ -107,6 +136,27 @@ class SlotPool:
         self._rule = busy
         self.skipped: dict[int, str] = {}  # GPU index -> why it is skipped now
         self._checked_at: dict[int, float] = {}
+
+    @property
+    def concurrency(self) -> int:
+        """Trials at once now: the GPUs' levels (or the CPU slots), within scheduler.parallel."""
+        places = sum(self.limits.values()) if self.limits else len(self.slots)
+        return min(self.cap, places)
+
+    @property
+    def most_at_once(self) -> int:
+        """The most trials that can ever run at once: what CPU threads are divided by. With
+        auto packing that is every GPU at max_per_gpu, not today's levels: a worker's
+        OpenMP threads are fixed at its birth and must still fit when its GPU's level grows
+        (docs/BENCHMARKS.md, the packing benchmark: LightGBM trials 30x slower otherwise)."""
+        return min(self.cap, len(self.slots)) if self.auto else self.concurrency
+
+    def set_limit(self, gpu_index: int, limit: int) -> None:
+        """The GPU's level from now on (running trials above it finish; none starts there)."""
+        self.limits[gpu_index] = max(1, min(limit, self.per_gpu))
+
+    def busy_on(self, gpu_index: int) -> int:
+        return sum(1 for s in self.slots if s.id in self._busy and s.gpu and s.gpu.index == gpu_index)
 
     def has_free(self) -> bool:
         return len(self._busy) < self.concurrency
@@ -132,6 +182,8 @@ class SlotPool:
             return memory, load.get(index, 0), s.id not in self._held, s.id
 
         for slot in sorted((s for s in self.slots if s.id not in self._busy), key=rank):
+            if slot.gpu is not None and load.get(slot.gpu.index, 0) >= self.limits[slot.gpu.index]:
+                continue  # the GPU runs as many trials as its level allows
             if slot.gpu is not None and self._foreign_busy(slot.gpu, load.get(slot.gpu.index, 0)):
                 continue
             if self._leases is not None and slot.gpu is not None and slot.id not in self._held:

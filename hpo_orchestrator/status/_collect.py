@@ -137,7 +137,8 @@ def _collect(connection: Connection, study: str | None) -> tuple[StatusReport, l
         running=running, fail_reasons=dict(sorted(reasons.items())),
         wall_s=None if window is None else window[2] - window[0], queued=queued,
         min_resource_auto=study_attrs.get("hpo.pruner.min_resource_auto"),
-        last_failed=max(objective_failures) if objective_failures else None)
+        last_failed=max(objective_failures) if objective_failures else None,
+        packing=_packing(study_attrs))
     report.findings = find_all(report, StudyFacts(
         config=config, rows=rows, unverified=sorted(unverified), mismatches=sorted(mismatches),
         max_complete_step=None if max_complete_step is None else int(max_complete_step),
@@ -188,6 +189,13 @@ def _busy_seconds(intervals: list[tuple[float, float]], lo: float, queued_hi: fl
             queued += (end if end < queued_hi else queued_hi) - start
         cursor = end
     return busy, queued
+
+
+def _packing(study_attrs: dict[str, Any]) -> list[dict[str, Any]]:
+    """hpo.packing.<host> of every host, with the host named (scheduler/_packer.py writes it)."""
+    return [{"host": key.removeprefix("hpo.packing."), **value}
+            for key, value in sorted(study_attrs.items())
+            if key.startswith("hpo.packing.") and isinstance(value, dict)]
 
 
 def _listed_devices(study_attrs: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:

@@ -14,6 +14,7 @@ from collections import Counter
 from typing import Any
 
 from hpo_orchestrator.status._model import Finding, StatusReport, StudyFacts
+from hpo_orchestrator.status._packing import packing_of_device
 
 __all__ = ["find_all"]
 
@@ -72,13 +73,18 @@ def _idle_gpus(report: StatusReport, config: dict[str, Any]) -> list[Finding]:
 
 
 _LOW_UTIL_ADVICE = {
-    "lightgbm": "LightGBM's OpenCL learner keeps the GPU busy only on large data: run two or more "
-                "trials per GPU (scheduler.trials_per_gpu=2), raise objective.n_rows, or train on "
-                "CPU (objective.device=cpu) and use the GPUs for other studies",
+    "lightgbm": "LightGBM's OpenCL learner keeps the GPU busy only on large data: let the "
+                "orchestrator run more trials per GPU (scheduler.trials_per_gpu=auto), raise "
+                "objective.n_rows, or train on CPU (objective.device=cpu) and use the GPUs for "
+                "other studies",
     "default": "the GPU waits for input: raise the batch size, DataLoader num_workers and "
-               "prefetch_factor, use pin_memory=True, keep the data on the GPU, or run two "
-               "trials per GPU (scheduler.trials_per_gpu=2)",
+               "prefetch_factor, use pin_memory=True, keep the data on the GPU, or let the "
+               "orchestrator run more trials per GPU (scheduler.trials_per_gpu=auto)",
 }
+
+
+_AUTO_ADVICE = ("more trials per GPU did not fill it (see packing): feed each trial faster (batch "
+                "size, DataLoader workers, data on the GPU), or run another study on these GPUs")
 
 
 def _low_utilization(report: StatusReport, config: dict[str, Any]) -> list[Finding]:
@@ -89,13 +95,15 @@ def _low_utilization(report: StatusReport, config: dict[str, Any]) -> list[Findi
         util = use.util_compute_mean
         if use.gpu_index is None or util is None or util >= LOW_UTIL_BELOW:
             continue
+        packed = packing_of_device(report.packing, use.host, use.gpu_index)
         found.append(Finding(
             "low_gpu_util", "warning",
             f"{use.device} averaged {util:.0f}% utilization while training "
-            f"({'-' if use.util_mean is None else f'{use.util_mean:.0f}%'} overall)",
-            advice,
+            f"({'-' if use.util_mean is None else f'{use.util_mean:.0f}%'} overall)"
+            + (f"; {packed}" if packed else ""),
+            advice if packed is None else _AUTO_ADVICE,
             {"device": use.device, "util_compute_mean": util, "util_mean": use.util_mean,
-             "threshold": LOW_UTIL_BELOW}))
+             "threshold": LOW_UTIL_BELOW, "packing": packed}))
     return found
 
 

@@ -74,6 +74,9 @@ class StatusReport:
     queued: list[int] = field(default_factory=list)  # RUNNING in Optuna, asked ahead of a slot
     min_resource_auto: dict[str, Any] | None = None  # study attr hpo.pruner.min_resource_auto
     last_failed: int | None = None  # the latest failed trial (not interrupted): logs one away
+    # Per host, hpo.packing.<host> with "host" added: trials per GPU, and every change that
+    # scheduler.trials_per_gpu=auto made (docs/DESIGN.md §2.3).
+    packing: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)

@@ -7,6 +7,7 @@ from rich.table import Table
 from rich.text import Text
 
 from hpo_orchestrator.status._model import StatusReport
+from hpo_orchestrator.status._packing import packing_lines
 
 __all__ = ["print_status", "render_status"]
 
@@ -60,6 +61,11 @@ def render_status(report: StatusReport) -> Group:
                             _pct(use.util_compute_mean),
                             "-" if use.energy_kj is None else f"{use.energy_kj:.1f}")
         parts.append(devices)
+
+    for entry in report.packing:
+        lines = packing_lines(entry)
+        if lines:
+            parts.append(Text("\n".join(lines)))
 
     if report.running:
         running = _table("running", ("trial", "device", "elapsed s", "last step", "heartbeat age s"))

@@ -4,6 +4,7 @@ The samples go to the ``hpo_telemetry`` table (hpo_orchestrator.db).
 """
 
 from hpo_orchestrator.telemetry._aggregate import PhaseStats, TrialTelemetry
+from hpo_orchestrator.telemetry._retention import TelemetryRetention
 from hpo_orchestrator.telemetry._sampler import TelemetrySampler
 
-__all__ = ["PhaseStats", "TelemetrySampler", "TrialTelemetry"]
+__all__ = ["PhaseStats", "TelemetryRetention", "TelemetrySampler", "TrialTelemetry"]

@@ -4,12 +4,23 @@ Every ``interval_s`` it reads NVML (or the fake backend) once per GPU that runs 
 and psutil once per trial's process tree, and attributes the readings to the trial on each
 slot. Rows are buffered here; the orchestrator's loop writes them (it is the one storage
 writer of this host). Aggregates are kept as running sums per trial and per phase.
+
+Every trial gets samples, however short (issue 17: pruned trials shorter than the interval
+had none): its first sample comes ``_FIRST_SAMPLE_S`` after it starts rather than at the next
+round, and a trial that ends with no CPU reading yet is sampled once more as it ends (its
+process still lives in reuse mode). A reused process's CPU baseline is read when the trial
+starts, so even that first sample has a CPU %.
+
+The readings of each GPU are also kept for a while (:meth:`device_readings`), for
+``scheduler.trials_per_gpu=auto`` (scheduler/_packer.py).
 """
 
 from __future__ import annotations
 
+import math
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -19,7 +30,7 @@ import psutil
 from hpo_orchestrator.gpu import GpuBackend, GpuSample
 from hpo_orchestrator.telemetry._aggregate import TrialTelemetry
 
-__all__ = ["TelemetrySampler"]
+__all__ = ["DeviceReading", "TelemetrySampler"]
 
 _MIB = 1024 * 1024
 
@@ -35,9 +46,24 @@ class _Watched:
     phase_since: float = 0.0
     last_sample_at: float | None = None
     last_cpu_s: float | None = None
+    watched_at: float = 0.0
 
 
 _RESCAN_ROUNDS = 10  # rounds between two scans of the process table for new children
+# A new trial's first sample, this long after it starts (or at the interval if shorter): late
+# enough that its process has begun, early enough to catch a trial pruned in its first step.
+_FIRST_SAMPLE_S = 0.1
+_DEVICE_READINGS = 4096  # readings kept per GPU for the packer (about an hour at 1 Hz)
+
+
+@dataclass(frozen=True)
+class DeviceReading:
+    """One reading of a GPU while trials of ours ran on it."""
+
+    t: float  # time.monotonic()
+    sm_util: float | None
+    mem_used_mib: float | None
+    trials: int  # trials of ours on it at that moment
 
 
 def _children_map() -> dict[int, list[psutil.Process]]:
@@ -90,6 +116,9 @@ class TelemetrySampler:
         self._thread = threading.Thread(target=self._loop, name="hpo-telemetry", daemon=True)
         self._trees: dict[int, list[psutil.Process]] = {}  # trial pid -> its process tree
         self._round = 0
+        self._wake = threading.Event()  # a trial was watched: its first sample is due soon
+        self._last_round = -math.inf
+        self._device: dict[int, deque[DeviceReading]] = {}
         self.cpu_seconds = 0.0  # the sampler thread's own CPU time (its overhead)
         self.samples_taken = 0
 
@@ -100,6 +129,7 @@ class TelemetrySampler:
 
     def stop(self) -> None:
         self._stop.set()
+        self._wake.set()
         if self._thread.is_alive():
             self._thread.join(timeout=5 * self.interval_s + 5)
 
@@ -109,15 +139,20 @@ class TelemetrySampler:
 
         ``fresh``: the process was started for this trial, so it has used no CPU yet and the
         first sample's CPU % is measured from its birth. A reused process (reuse mode) has a
-        CPU history: its first sample only sets the baseline.
+        CPU history: its CPU time so far is read now, as the baseline (a few /proc reads).
         """
+        cpu_s: float | None = 0.0
+        if not fresh:
+            tree = self._trees.get(pid) or _tree(pid, {})
+            cpu_s = _tree_usage(tree)[0] if tree else None
+        now = time.monotonic()
         with self._lock:
-            now = time.monotonic()
             self._watched[slot_id] = _Watched(slot_id, trial_id, pid, gpu_index,
                                               TrialTelemetry(on_gpu=gpu_index is not None),
                                               phase_since=now,
-                                              last_sample_at=now if fresh else None,
-                                              last_cpu_s=0.0 if fresh else None)
+                                              last_sample_at=now if cpu_s is not None else None,
+                                              last_cpu_s=cpu_s, watched_at=now)
+        self._wake.set()
 
     def set_phase(self, slot_id: int, phase: str | None) -> None:
         now = time.monotonic()
@@ -128,14 +163,34 @@ class TelemetrySampler:
                 watched.phase, watched.phase_since = phase, now
 
     def unwatch(self, slot_id: int) -> TrialTelemetry | None:
+        """Stop sampling the slot's trial; its telemetry. A trial with no CPU reading yet
+        (shorter than the first sample) is sampled now, while its process still lives."""
+        with self._lock:
+            watched = self._watched.get(slot_id)
+        if watched is not None and watched.telemetry.overall.cpu_n == 0:
+            try:
+                self._sample(watched, only_this=True)
+            except Exception:  # telemetry must never stop the scheduler
+                pass
         now = time.monotonic()
         with self._lock:
             watched = self._watched.pop(slot_id, None)
         if watched is None:
             return None
-        self._trees.pop(watched.pid, None)
         watched.telemetry.add_phase_time(watched.phase, now - watched.phase_since)
         return watched.telemetry
+
+    def device_readings(self, gpu_index: int, since: float) -> list[DeviceReading]:
+        """The GPU's readings taken at or after ``since`` (time.monotonic()), oldest first."""
+        with self._lock:
+            readings = list(self._device.get(gpu_index, ()))
+        return [r for r in readings if r.t >= since]
+
+    def running_mem_peaks(self, gpu_index: int) -> list[float]:
+        """Peak GPU memory seen so far of each trial running on the GPU (MiB)."""
+        with self._lock:
+            return [w.telemetry.overall.gpu_mem_peak for w in self._watched.values()
+                    if w.gpu_index == gpu_index and w.telemetry.overall.gpu_mem_peak is not None]
 
     def take_rows(self) -> list[dict[str, Any]]:
         with self._lock:
@@ -146,34 +201,83 @@ class TelemetrySampler:
 
     def _loop(self) -> None:
         started_cpu = time.thread_time()
-        while not self._stop.wait(self.interval_s):
+        while not self._stop.is_set():
+            self._wake.wait(self._next_wait())
+            self._wake.clear()
+            if self._stop.is_set():
+                break
             try:
-                self.sample_once()
+                if time.monotonic() - self._last_round >= self.interval_s * 0.999:
+                    self.sample_once()
+                else:
+                    self._sample_new()
             except Exception:  # telemetry must never stop the scheduler
                 pass
             self.cpu_seconds = time.thread_time() - started_cpu
 
+    def _first_delay(self) -> float:
+        return min(_FIRST_SAMPLE_S, self.interval_s)
+
+    def _next_wait(self) -> float:
+        """Seconds to the next round, or to the first sample of a trial that has none."""
+        now = time.monotonic()
+        due = self._last_round + self.interval_s
+        with self._lock:
+            for w in self._watched.values():
+                if w.telemetry.overall.samples == 0:
+                    due = min(due, w.watched_at + self._first_delay())
+        return max(0.0, due - now)
+
+    def _sample_new(self) -> None:
+        """The first sample of trials watched at least _FIRST_SAMPLE_S ago (not yet sampled)."""
+        now = time.monotonic()
+        with self._lock:
+            new = [w for w in self._watched.values() if w.telemetry.overall.samples == 0
+                   and now - w.watched_at >= self._first_delay() * 0.999]
+        for w in new:
+            self._sample(w, only_this=True)
+
     def sample_once(self) -> None:
+        """One round: every watched trial."""
+        self._last_round = time.monotonic()
         with self._lock:
             watched = list(self._watched.values())
-        if not watched:
-            return
-        on_gpu: dict[int, int] = {}
-        for w in watched:
-            if w.gpu_index is not None:
-                on_gpu[w.gpu_index] = on_gpu.get(w.gpu_index, 0) + 1
-        gpu_samples = {index: self.backend.sample(index) for index in on_gpu}
+        if watched:
+            self._sample_all(watched)
+
+    def _sample(self, w: _Watched, only_this: bool) -> None:
+        self._sample_all([w], only_this=only_this)
+
+    def _sample_all(self, watched: list[_Watched], only_this: bool = False) -> None:
+        with self._lock:
+            on_gpu: dict[int, int] = {}
+            for other in self._watched.values():
+                if other.gpu_index is not None:
+                    on_gpu[other.gpu_index] = on_gpu.get(other.gpu_index, 0) + 1
+        needed = {w.gpu_index for w in watched if w.gpu_index is not None}
+        gpu_samples = {index: self.backend.sample(index) for index in needed}
         now = time.monotonic()
         ts = datetime.now(UTC).replace(tzinfo=None)
+        with self._lock:
+            for index, sample in gpu_samples.items():
+                if sample is not None:
+                    self._device.setdefault(index, deque(maxlen=_DEVICE_READINGS)).append(
+                        DeviceReading(now, sample.sm_util, sample.mem_used_mib, on_gpu.get(index, 0)))
         # Trees are re-read every few rounds, and at once for a new trial: children (DataLoader
         # workers) live long; the CPU time of one that exits in between still counts, in its
         # parent's children_* times.
-        stale = [w for w in watched if w.pid not in self._trees or self._round % _RESCAN_ROUNDS == 0]
+        rescan = not only_this and self._round % _RESCAN_ROUNDS == 0
+        stale = [w for w in watched if w.pid not in self._trees or rescan]
         if stale:
             children = _children_map()
             for w in stale:
                 self._trees[w.pid] = _tree(w.pid, children)
-        self._round += 1
+        if not only_this:
+            self._round += 1
+            if rescan:  # trees of processes that ended (retired workers)
+                for pid, tree in list(self._trees.items()):
+                    if not tree or not tree[0].is_running():
+                        self._trees.pop(pid, None)
         rows = []
         for w in watched:
             processes = [p for p in self._trees.get(w.pid, []) if p.is_running()]
@@ -195,7 +299,8 @@ class TelemetrySampler:
                     rows.append(row)
         with self._lock:
             self._rows.extend(rows)
-            self.samples_taken += 1
+            if not only_this:
+                self.samples_taken += 1
 
 
 def _gpu_columns(sample: GpuSample | None, pids: set[int]) -> dict[str, Any]:

@@ -14,8 +14,8 @@ import optuna
 from hpo_orchestrator import runtime
 from hpo_orchestrator.runtime import phase, slot_info
 
-__all__ = ["chaos", "chatty", "cuda_oom_once", "cuda_probe", "curves", "phased", "pinned", "quadratic",
-           "reports10", "reuse_probe", "shared_gpu", "sleepy", "slow_setup"]
+__all__ = ["chaos", "chatty", "cuda_oom_once", "cuda_probe", "curves", "oom_when_shared", "phased",
+           "pinned", "quadratic", "reports10", "reuse_probe", "shared_gpu", "sleepy", "slow_setup"]
 
 
 def quadratic(trial: Any) -> float:
@@ -36,15 +36,17 @@ def pinned(trial: Any) -> float:
 
 
 def curves(trial: Any) -> float:
-    """Learning curves whose level is set by ``x``: bad trials are easy to prune."""
+    """Learning curves whose level is set by ``x``: bad trials are easy to prune. Steps take
+    ``HPO_TEST_STEP_S`` seconds (default 0.02)."""
     x = trial.suggest_float("x", 0.0, 1.0)
+    step_s = float(os.environ.get("HPO_TEST_STEP_S", "0.02"))
     value = 0.0
     for step in range(1, 11):
         value = x + 1.0 / step
         trial.report(value, step)
         if trial.should_prune():
             raise optuna.TrialPruned()
-        time.sleep(0.02)
+        time.sleep(step_s)
     return value
 
 
@@ -158,6 +160,20 @@ def cuda_probe(trial: Any) -> float:
     trial.set_user_attr("test.nvml_gpus_with_my_pid", seen)
     time.sleep(1.0)
     return float(b.float().mean().item())
+
+
+def oom_when_shared(trial: Any) -> float:
+    """Like ``pinned``, but "runs out of GPU memory" (a CUDA-like OOM error) when another trial
+    process of this study is pinned to the same fake GPU: a GPU with room for one trial."""
+    from hpo_orchestrator.testing.fake_gpu import FakeGpuBackend
+
+    spec = os.environ.get("HPO_ORCHESTRATOR_FAKE_GPUS")
+    index = slot_info().gpu_index
+    if spec and index is not None:
+        ours, _ = FakeGpuBackend.from_spec(spec)._processes(index)
+        if len(ours) > 1:
+            raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB (fake GPU)")
+    return pinned(trial)
 
 
 def cuda_oom_once(trial: Any) -> float:

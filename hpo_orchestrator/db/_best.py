@@ -1,0 +1,79 @@
+"""The reads behind ``hpo-orchestrator best``: a study's directions, its completed trials'
+values (every objective), and a trial's params. One query per concern, never the ORM."""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+from sqlalchemy import text
+from sqlalchemy.engine import Connection
+
+from hpo_orchestrator.db._study import state_name
+from hpo_orchestrator.db._trials import _param_value
+
+__all__ = ["ScoredTrial", "best_trials", "pareto_front", "study_directions", "trial_params"]
+
+_DIRECTIONS_SQL = "SELECT direction FROM study_directions WHERE study_id = :s ORDER BY objective"
+# Every objective's value of every COMPLETE trial; an infinite value is stored as NULL with
+# its value_type, and such a trial is left out (it can be no one's best).
+_COMPLETE_VALUES_SQL = (
+    "SELECT t.trial_id, t.number, v.objective, v.value FROM trials t JOIN trial_values v "
+    "ON v.trial_id = t.trial_id WHERE t.study_id = :s AND t.state = 'COMPLETE' "
+    "ORDER BY t.number, v.objective")
+_PARAMS_SQL = ("SELECT param_name, param_value, distribution_json FROM trial_params "
+               "WHERE trial_id = :t ORDER BY param_id")
+
+
+class ScoredTrial(NamedTuple):
+    trial_id: int
+    number: int
+    values: tuple[float, ...]
+
+
+def study_directions(connection: Connection, study_id: int) -> list[str]:
+    """'minimize' / 'maximize' per objective, in order."""
+    return [state_name(row[0]).lower()
+            for row in connection.execute(text(_DIRECTIONS_SQL), {"s": study_id})]
+
+
+def _complete(connection: Connection, study_id: int, objectives: int) -> list[ScoredTrial]:
+    found: dict[int, tuple[int, dict[int, float | None]]] = {}
+    for trial_id, number, objective, value in connection.execute(
+            text(_COMPLETE_VALUES_SQL), {"s": study_id}):
+        found.setdefault(int(trial_id), (int(number), {}))[1][int(objective)] = \
+            None if value is None else float(value)
+    trials = []
+    for trial_id, (number, values) in found.items():
+        ordered = [values.get(i) for i in range(objectives)]
+        if all(v is not None for v in ordered):
+            trials.append(ScoredTrial(trial_id, number, tuple(v for v in ordered if v is not None)))
+    return trials
+
+
+def pareto_front(trials: list[ScoredTrial], directions: list[str]) -> list[ScoredTrial]:
+    """The trials no other trial dominates (at least as good in every objective, better in
+    one), by number; with one objective, the best trial (the earliest of equals)."""
+    signs = [1.0 if d == "minimize" else -1.0 for d in directions]
+
+    def key(trial: ScoredTrial) -> tuple[float, ...]:
+        return tuple(s * v for s, v in zip(signs, trial.values, strict=True))
+
+    if len(directions) == 1:
+        return [min(trials, key=lambda t: (key(t), t.number))] if trials else []
+    keyed = [(key(t), t) for t in trials]
+    front = [t for k, t in keyed
+             if not any(all(a <= b for a, b in zip(o, k, strict=True)) and o != k for o, _ in keyed)]
+    return sorted(front, key=lambda t: t.number)
+
+
+def best_trials(connection: Connection, study_id: int) -> tuple[list[str], list[ScoredTrial]]:
+    """The study's directions and its best trial (one objective) or Pareto front (several)."""
+    directions = study_directions(connection, study_id) or ["minimize"]
+    return directions, pareto_front(_complete(connection, study_id, len(directions)), directions)
+
+
+def trial_params(connection: Connection, trial_id: int) -> dict[str, Any]:
+    """The trial's params as the objective received them (categoricals as their choice), in
+    the order they were suggested."""
+    rows = connection.execute(text(_PARAMS_SQL), {"t": trial_id}).all()
+    return {name: _param_value(value, distribution) for name, value, distribution in rows}

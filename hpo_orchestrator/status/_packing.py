@@ -1,0 +1,49 @@
+"""Words for what ``scheduler.trials_per_gpu=auto`` did (the hpo.packing.<host> attr), shared by
+the terminal status, the report and the ``low_gpu_util`` finding."""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["packing_lines", "packing_of_device"]
+
+_SHOWN_CHANGES = 12  # the latest changes a terminal shows (--json and the attr keep them all)
+
+
+def packing_lines(entry: dict[str, Any]) -> list[str]:
+    """A heading, one line per GPU (its levels over time, where it stands and why), then the
+    latest changes with their reasons. Fixed trials per GPU: nothing to say, unless MPS ran."""
+    mps_on = bool((entry.get("mps") or {}).get("active"))
+    mps = "CUDA MPS on" if mps_on else "CUDA MPS off"
+    if entry.get("mode") != "auto":
+        return [f"packing on {entry['host']}: fixed trials per GPU ({mps})"] if mps_on else []
+    lines = [f"packing on {entry['host']}: scheduler.trials_per_gpu=auto (target "
+             f"{entry.get('target_gpu_util', '-')}% GPU utilization, at most "
+             f"{entry.get('max_trials_per_gpu', '-')} per GPU; {mps})"]
+    changes = entry.get("changes") or []
+    for level in entry.get("levels") or []:
+        path = [1] + [c["to"] for c in changes if c["gpu"] == level["gpu"]]
+        held = f" (held: {level['held']})" if level.get("held") else ""
+        lines.append(f"  gpu{level['gpu']} {' -> '.join(str(n) for n in path)}, now "
+                     f"{level['limit']}{held}")
+    for change in changes[-_SHOWN_CHANGES:]:
+        lines.append(f"    {change['time']} gpu{change['gpu']} {change['from']} -> "
+                     f"{change['to']}: {change['reason']}")
+    return lines
+
+
+def packing_of_device(packing: list[dict[str, Any]], host: str | None,
+                      gpu_index: int) -> str | None:
+    """What auto did on one GPU, in a sentence (for the low_gpu_util finding); None when the
+    GPU was not run by trials_per_gpu=auto."""
+    for entry in packing:
+        if entry.get("mode") != "auto" or (host is not None and entry["host"] != host):
+            continue
+        for level in entry.get("levels") or []:
+            if level["gpu"] == gpu_index:
+                top = max([1] + [c["to"] for c in entry.get("changes") or []
+                                 if c["gpu"] == gpu_index])
+                held = f"; it went no higher: {level['held']}" if level.get("held") else ""
+                return (f"scheduler.trials_per_gpu=auto ran up to {top} trials at once on it "
+                        f"(now {level['limit']}){held}")
+    return None

@@ -1,0 +1,370 @@
+"""The run loop's storage: Optuna's RDBStorage for every write, an in-memory mirror of the
+study for the reads that samplers and pruners make (docs/BENCHMARKS.md "Large studies").
+
+Why: Optuna wraps RDBStorage in ``_CachedStorage``, whose first ``get_all_trials`` loads every
+trial of the study through the ORM (170 s at 100,000 trials), and whose ``ask()`` scans the
+WAITING trials, reads the new trial back and looks the study up again per pruning decision.
+Here:
+
+- reads come from the mirror, loaded once with bulk SQL (hpo_orchestrator.db._mirror: one
+  statement per table) and refreshed incrementally: trials above the highest id seen, and the
+  ones the mirror holds unfinished (RUNNING, WAITING), at most every ``refresh_s`` seconds;
+  so another orchestrator's trials reach the sampler within ``refresh_s`` of its ask;
+- writes go to RDBStorage first (durable, in Optuna's own representation, before the call
+  returns) and are then applied to the mirror, so this process sees its own writes at once;
+- a running trial's reports are written in batches (at most ``refresh_s`` late: pruning
+  reads them from the mirror at once), and its end (last reports, attrs the orchestrator
+  staged, value, state, and the orchestrator's own rows) in one transaction, through
+  hpo_orchestrator.db._batch: a trial is told completely or not at all;
+- the history is bounded: with ``max_history=N`` the sampler and pruner see the N newest
+  trials plus the ``keep_best`` best COMPLETE ones (and any unfinished trial), never the whole
+  study, so ask/tell cost stays flat as the study grows. ``max_history=None``: every trial.
+
+Samplers and pruners see a ``FrozenTrial`` exactly as Optuna's storage builds it. Trials the
+orchestrator updates behind the storage API (its ``hpo.*`` attrs, through hpo_orchestrator.db)
+reach the mirror with the next refresh; no sampler or pruner reads them.
+
+Thread safety: one lock around the mirror; the orchestrator's loop is its one caller.
+"""
+
+from __future__ import annotations
+
+import bisect
+import copy
+import threading
+import time
+from collections.abc import Callable, Container, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import optuna
+from optuna._typing import JSONSerializable
+from optuna.distributions import BaseDistribution
+from optuna.storages import BaseStorage, RDBStorage
+from optuna.storages._heartbeat import BaseHeartbeat
+from optuna.study import StudyDirection
+from optuna.study._frozen import FrozenStudy
+from optuna.trial import FrozenTrial, TrialState
+from sqlalchemy.engine import Connection
+
+from hpo_orchestrator._mirror import StudyMirror, by_number
+from hpo_orchestrator.db._batch import finish_trial, write_steps
+from hpo_orchestrator.db._mirror import (
+    best_trial_ids,
+    read_trials,
+    recent_trial_ids,
+    unfinished_trial_ids_before,
+)
+
+__all__ = ["MirrorStorage"]
+
+
+@dataclass
+class _End:
+    """What a trial's end writes besides its state and values (RunRecords stages it)."""
+
+    attrs: dict[str, Any] = field(default_factory=dict)
+    ended: datetime | None = None
+    then: Callable[[Connection], None] | None = None  # more writes in the same transaction
+
+
+class MirrorStorage(BaseStorage, BaseHeartbeat):
+    """``BaseStorage`` over an ``RDBStorage``: writes through, reads from a mirror.
+
+    ``max_history``: newest trials the sampler sees (None: all); ``keep_best``: best COMPLETE
+    trials it sees beyond them; ``refresh_s``: the longest a read serves the mirror without
+    looking for other processes' trials. Optuna does not wrap it again (it wraps only a bare
+    RDBStorage), so ``optuna.create_study(storage=MirrorStorage(...))`` uses it as it is.
+    """
+
+    def __init__(self, backend: RDBStorage, *, max_history: int | None = None,
+                 keep_best: int = 100, refresh_s: float = 1.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.backend = backend
+        self.max_history = max_history
+        self.keep_best = keep_best
+        self.refresh_s = refresh_s
+        self._clock = clock
+        self._studies: dict[int, StudyMirror] = {}
+        self._trial_study: dict[int, int] = {}  # trial id -> study id, for the trials mirrored
+        self._ids_by_name: dict[str, int] = {}
+        self._directions: dict[int, list[StudyDirection]] = {}
+        self._lock = threading.RLock()
+        self._pending: dict[int, dict[int, float]] = {}  # trial id -> reports not yet written
+        self._flushed_at = clock()
+        self._ends: dict[int, _End] = {}
+
+    @property
+    def engine(self) -> Any:
+        return self.backend.engine
+
+    # --- studies: through to the database (names and directions never change) -------------
+
+    def create_new_study(self, directions: Sequence[StudyDirection],
+                         study_name: str | None = None) -> int:
+        return self.backend.create_new_study(directions, study_name)
+
+    def delete_study(self, study_id: int) -> None:
+        with self._lock:
+            self._studies.pop(study_id, None)
+            self._directions.pop(study_id, None)
+            self._ids_by_name = {k: v for k, v in self._ids_by_name.items() if v != study_id}
+        self.backend.delete_study(study_id)
+
+    def set_study_user_attr(self, study_id: int, key: str, value: Any) -> None:
+        self.backend.set_study_user_attr(study_id, key, value)
+
+    def set_study_system_attr(self, study_id: int, key: str, value: JSONSerializable) -> None:
+        self.backend.set_study_system_attr(study_id, key, value)
+
+    def get_study_id_from_name(self, study_name: str) -> int:
+        # Hyperband builds a Study per pruning decision, which looks its name up each time.
+        if study_name not in self._ids_by_name:
+            self._ids_by_name[study_name] = self.backend.get_study_id_from_name(study_name)
+        return self._ids_by_name[study_name]
+
+    def get_study_name_from_id(self, study_id: int) -> str:
+        return self.backend.get_study_name_from_id(study_id)
+
+    def get_study_directions(self, study_id: int) -> list[StudyDirection]:
+        if study_id not in self._directions:
+            self._directions[study_id] = self.backend.get_study_directions(study_id)
+        return self._directions[study_id]
+
+    def get_study_user_attrs(self, study_id: int) -> dict[str, Any]:
+        return self.backend.get_study_user_attrs(study_id)
+
+    def get_study_system_attrs(self, study_id: int) -> dict[str, Any]:
+        return self.backend.get_study_system_attrs(study_id)
+
+    def get_all_studies(self) -> list[FrozenStudy]:
+        return self.backend.get_all_studies()
+
+    # --- trial writes: the database first, then the mirror ----------------------------------
+
+    def create_new_trial(self, study_id: int, template_trial: FrozenTrial | None = None) -> int:
+        mirror = self._mirror(study_id)
+        frozen = self.backend._create_new_trial(study_id, template_trial)
+        with self._lock:
+            mirror.put(frozen)
+            self._trial_study[frozen._trial_id] = study_id
+        return frozen._trial_id
+
+    def set_trial_param(self, trial_id: int, param_name: str, param_value_internal: float,
+                        distribution: BaseDistribution) -> None:
+        mirror, trial = self._mirrored(trial_id)
+        known = mirror.distributions.get(param_name) if mirror is not None else None
+        # A known distribution spares Optuna's per-name compatibility query (as its cache does).
+        self.backend._set_trial_param(trial_id, param_name, param_value_internal, distribution,
+                                      known)
+        if mirror is not None and trial is not None:
+            with self._lock:
+                trial = copy.copy(trial)
+                trial._params = {**trial.params,
+                                 param_name: distribution.to_external_repr(param_value_internal)}
+                trial._distributions = {**trial.distributions, param_name: distribution}
+                mirror.put(trial)
+
+    def stage_end(self, trial_id: int, attrs: dict[str, Any], ended: datetime | None = None,
+                  then: Callable[[Connection], None] | None = None) -> None:
+        """Attrs, the true end time and more writes for the transaction that finishes the
+        trial (its ``tell``); forgotten if that tell fails."""
+        self._ends[trial_id] = _End(dict(attrs), ended, then)
+
+    def set_trial_state_values(self, trial_id: int, state: TrialState,
+                               values: Sequence[float] | None = None) -> bool:
+        mirror, trial = self._mirrored(trial_id)
+        if state.is_finished():
+            changed = self._finish(trial_id, state, values, mirror)
+        else:
+            try:
+                changed = self.backend.set_trial_state_values(trial_id, state, values)
+            except optuna.exceptions.UpdateFinishedTrialError:
+                if mirror is not None:
+                    mirror.refreshed_at = -float("inf")  # finished elsewhere: read it again
+                raise
+        if mirror is None or trial is None:
+            return changed
+        with self._lock:
+            trial = copy.copy(trial)
+            if not changed:  # a WAITING trial another process took first
+                trial.state = TrialState.RUNNING
+            else:
+                trial.state = state
+                if values is not None:
+                    trial.values = list(values)
+                now = datetime.now()  # as Optuna stamps it; the database holds its own copy
+                if state == TrialState.RUNNING:
+                    trial.datetime_start = now
+                if state.is_finished():
+                    trial.datetime_complete = now
+            mirror.put(trial)
+        return changed
+
+    def _finish(self, trial_id: int, state: TrialState, values: Sequence[float] | None,
+                mirror: StudyMirror | None) -> bool:
+        end = self._ends.pop(trial_id, None) or _End()
+        steps = self._pending.pop(trial_id, {})
+        try:
+            with self.backend.engine.begin() as connection:
+                finish_trial(connection, trial_id, state, values, steps, end.attrs,
+                             end.ended or datetime.now())
+                if end.then is not None:
+                    end.then(connection)
+        except optuna.exceptions.UpdateFinishedTrialError:
+            if mirror is not None:
+                mirror.refreshed_at = -float("inf")  # finished elsewhere: read it again
+            raise
+        return True
+
+    def set_trial_intermediate_value(self, trial_id: int, step: int,
+                                     intermediate_value: float) -> None:
+        _, trial = self._mirrored(trial_id)
+        if trial is None or trial.state != TrialState.RUNNING:
+            self.backend.set_trial_intermediate_value(trial_id, step, intermediate_value)
+            return
+        self._update(trial_id, "intermediate_values", step, intermediate_value)
+        self._pending.setdefault(trial_id, {})[step] = intermediate_value
+        if self._clock() - self._flushed_at >= self.refresh_s:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write the reports kept back (one transaction); those of a trial that another
+        process finished meanwhile are dropped, as Optuna would refuse them."""
+        self._flushed_at = self._clock()
+        pending, self._pending = self._pending, {}
+        if pending:
+            with self.backend.engine.begin() as connection:
+                for trial_id, steps in pending.items():
+                    write_steps(connection, trial_id, steps)
+
+    def set_trial_user_attr(self, trial_id: int, key: str, value: Any) -> None:
+        self.backend.set_trial_user_attr(trial_id, key, value)
+        self._update(trial_id, "_user_attrs", key, value)
+
+    def set_trial_system_attr(self, trial_id: int, key: str, value: JSONSerializable) -> None:
+        self.backend.set_trial_system_attr(trial_id, key, value)
+        self._update(trial_id, "_system_attrs", key, value)
+
+    def _update(self, trial_id: int, field: str, key: Any, value: Any) -> None:
+        mirror, trial = self._mirrored(trial_id)
+        if mirror is None or trial is None:
+            return
+        with self._lock:
+            trial = copy.copy(trial)
+            setattr(trial, field, {**getattr(trial, field), key: value})
+            mirror.put(trial)
+
+    # --- trial reads: from the mirror ----------------------------------------------------
+
+    def get_trial_id_from_study_id_trial_number(self, study_id: int, trial_number: int) -> int:
+        mirror = self._studies.get(study_id)
+        if mirror is not None:
+            index = bisect.bisect_left(mirror.ordered, trial_number, key=by_number)
+            if index < len(mirror.ordered) and mirror.ordered[index].number == trial_number:
+                return mirror.ordered[index]._trial_id
+        return self.backend.get_trial_id_from_study_id_trial_number(study_id, trial_number)
+
+    def get_trial(self, trial_id: int) -> FrozenTrial:
+        _, trial = self._mirrored(trial_id)
+        if trial is None:
+            return self.backend.get_trial(trial_id)
+        # Callers (optuna.Trial) change the unfinished trial they get: theirs is a copy.
+        return trial if trial.state.is_finished() else copy.deepcopy(trial)
+
+    def get_all_trials(self, study_id: int, deepcopy: bool = True,
+                       states: Container[TrialState] | None = None) -> list[FrozenTrial]:
+        mirror = self._mirror(study_id)
+        if self._clock() - mirror.refreshed_at >= self.refresh_s:
+            self._refresh(study_id, mirror)
+        with self._lock:
+            if isinstance(states, tuple) and states == (TrialState.WAITING,):
+                # ask() scans for WAITING trials every time: only the unfinished are candidates.
+                trials = sorted((mirror.by_id[i] for i in mirror.unfinished
+                                 if mirror.by_id[i].state == TrialState.WAITING), key=by_number)
+            else:
+                if not mirror.history_loaded:
+                    self._load_history(study_id, mirror)
+                trials = mirror.view()
+                if states is not None:
+                    trials = [t for t in trials if t.state in states]
+        return copy.deepcopy(trials) if deepcopy else trials
+
+    def get_best_trial(self, study_id: int) -> FrozenTrial:
+        return self.backend.get_best_trial(study_id)
+
+    # --- heartbeats: Optuna's, on the database -------------------------------------------
+
+    def record_heartbeat(self, trial_id: int) -> None:
+        self.backend.record_heartbeat(trial_id)
+
+    def _get_stale_trial_ids(self, study_id: int) -> list[int]:
+        return self.backend._get_stale_trial_ids(study_id)
+
+    def get_heartbeat_interval(self) -> int | None:
+        return self.backend.get_heartbeat_interval()
+
+    def get_heartbeat_stale_trial_callback(
+            self) -> Callable[[optuna.Study, FrozenTrial], None] | None:
+        return self.backend.get_heartbeat_stale_trial_callback()
+
+    # --- the mirror ----------------------------------------------------------------------
+
+    def _mirrored(self, trial_id: int) -> tuple[StudyMirror | None, FrozenTrial | None]:
+        study_id = self._trial_study.get(trial_id)
+        mirror = self._studies.get(study_id) if study_id is not None else None
+        return mirror, None if mirror is None else mirror.by_id.get(trial_id)
+
+    def _mirror(self, study_id: int) -> StudyMirror:
+        """The study's mirror, started on first use with its unfinished trials only."""
+        mirror = self._studies.get(study_id)
+        if mirror is not None:
+            return mirror
+        maximize = self.get_study_directions(study_id)[0] == StudyDirection.MAXIMIZE
+        mirror = StudyMirror(maximize, self.max_history, self.keep_best)
+        with self.backend.engine.connect() as connection, connection.begin():
+            newest = recent_trial_ids(connection, study_id, 1)
+            last = newest[0] if newest else -1
+            unfinished = unfinished_trial_ids_before(connection, study_id, last + 1)
+            trials = read_trials(connection, study_id, after=last, ids=unfinished)
+        with self._lock:
+            mirror.max_id = last  # everything older is history, read when needed
+            self._put_read(study_id, mirror, trials)
+            self._studies[study_id] = mirror
+        return mirror
+
+    def _load_history(self, study_id: int, mirror: StudyMirror) -> None:
+        """The window (all trials without a bound), the best trials older than it."""
+        with self.backend.engine.connect() as connection, connection.begin():
+            if self.max_history is None:
+                trials = read_trials(connection, study_id, after=-1)
+            else:
+                recent = recent_trial_ids(connection, study_id, self.max_history)
+                first = min(recent, default=0)
+                best = best_trial_ids(connection, study_id, self.keep_best, mirror.maximize)
+                trials = read_trials(connection, study_id, after=first - 1,
+                                     ids={i for i in best if i < first})
+        with self._lock:
+            self._put_read(study_id, mirror, trials)
+            mirror.history_loaded = True
+
+    def _refresh(self, study_id: int, mirror: StudyMirror) -> None:
+        """New trials (any process's) and the current state of the unfinished ones."""
+        self.flush()  # else the reread of our running trials would lack their latest reports
+        with self.backend.engine.connect() as connection, connection.begin():
+            trials = read_trials(connection, study_id, after=mirror.max_id,
+                                 ids=set(mirror.unfinished))
+        with self._lock:
+            self._put_read(study_id, mirror, trials)
+            before = set(mirror.by_id)
+            mirror.trim()
+            for gone in before - set(mirror.by_id):
+                self._trial_study.pop(gone, None)
+
+    def _put_read(self, study_id: int, mirror: StudyMirror, trials: list[FrozenTrial]) -> None:
+        for trial in trials:
+            mirror.put(trial)
+            self._trial_study[trial._trial_id] = study_id
+            mirror.max_id = max(mirror.max_id, trial._trial_id)
+        mirror.refreshed_at = self._clock()

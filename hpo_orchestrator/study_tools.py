@@ -1,0 +1,181 @@
+"""``best`` and ``enqueue``: a study's best params as overrides, and known params queued for it.
+
+``best`` reads with plain SQL (db/_best.py), like ``status``; ``enqueue`` goes through Optuna's
+own ``Study.enqueue_trial``, so the trials are WAITING ones that the next ``ask`` of any
+orchestrator takes first. They count against ``study.n_trials`` once they run, as every
+trial does (a WAITING trial does not count: scheduler/_budget.py).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy.engine import Engine
+
+from hpo_orchestrator.config._space import SPACES, check_params
+from hpo_orchestrator.db import (
+    best_trials,
+    count_claimed,
+    read_errors,
+    study_config,
+    study_id_of,
+    trial_params,
+)
+from hpo_orchestrator.errors import ConfigError
+
+__all__ = ["BestTrial", "BestTrials", "Enqueued", "enqueue_command", "enqueue_configured",
+           "enqueue_params", "find_best", "load_params", "override_line", "overrides"]
+
+
+@dataclass(frozen=True)
+class BestTrial:
+    number: int
+    values: tuple[float, ...]
+    params: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class BestTrials:
+    """The best trial (one objective) or the Pareto front (several), with what the study ran."""
+
+    study: str
+    directions: list[str]
+    objective: str | None  # the objective's name in hpo.config (None: not run by us)
+    trials: list[BestTrial]
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"study": self.study, "directions": self.directions,
+                                "objective": self.objective,
+                                "best_trials": [{"number": t.number, "values": list(t.values),
+                                                 "params": t.params} for t in self.trials]}
+        if len(self.directions) == 1 and self.trials:
+            best = self.trials[0]
+            data.update({"number": best.number, "value": best.values[0], "params": best.params,
+                         "overrides": overrides(best.params, self.objective)})
+        return data
+
+
+def find_best(engine: Engine, study: str | None) -> BestTrials:
+    with read_errors(), engine.connect() as connection:
+        study_id, name = study_id_of(connection, study)
+        directions, front = best_trials(connection, study_id)
+        objective = (study_config(connection, study_id).get("objective") or {}).get("name")
+        trials = [BestTrial(t.number, t.values, trial_params(connection, t.trial_id)) for t in front]
+    return BestTrials(name, directions, objective, trials)
+
+
+def overrides(params: dict[str, Any], objective: str | None) -> list[str]:
+    """``KEY=VALUE`` overrides that fix every param of a built-in objective (full precision);
+    empty for a custom objective, whose space lives in its code."""
+    space = SPACES.get(objective or "")
+    if space is None:
+        return []
+    found = []
+    for name, value in params.items():
+        if name in space:
+            found.append(f"objective.search_space.{name}.value={value!r}")
+        elif objective == "torch_mlp" and name == "batch_size":
+            found.append(f"objective.batch_size={value!r}")
+    return found
+
+
+def override_line(params: dict[str, Any], objective: str | None) -> str:
+    return " ".join(overrides(params, objective))
+
+
+def enqueue_command(study: str, params: dict[str, Any]) -> str:
+    return f"hpo-orchestrator enqueue --study {shlex.quote(study)} --params " \
+           f"{shlex.quote(json.dumps(params))}"
+
+
+# --- enqueue ------------------------------------------------------------------------------
+
+
+def load_params(params: str | None, file: Path | None) -> list[dict[str, Any]]:
+    """``--params JSON`` (one object) or ``--file`` (JSON or YAML: one mapping or a list)."""
+    import yaml
+
+    if (params is None) == (file is None):
+        raise ConfigError("give --params JSON or --file FILE (one of them)",
+                          "e.g. --params '{\"learning_rate\": 0.05, \"num_leaves\": 31}'")
+    if params is not None:
+        try:
+            loaded: Any = json.loads(params)
+        except ValueError as exc:
+            raise ConfigError(f"--params: not JSON ({exc})",
+                              "quote it for the shell: --params '{\"x\": 1}'") from None
+        where = "--params"
+    else:
+        assert file is not None
+        try:
+            loaded = yaml.safe_load(file.read_text())
+        except OSError as exc:
+            raise ConfigError(f"--file: cannot read {str(file)!r} ({exc.strerror})",
+                              "give a JSON or YAML file") from None
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"--file: {file} is neither JSON nor YAML ({exc})",
+                              "a mapping of params, or a list of them") from None
+        where = f"--file {file}"
+    entries = loaded if isinstance(loaded, list) else [loaded]
+    check_params(entries, None, None, where)
+    return entries
+
+
+@dataclass(frozen=True)
+class Enqueued:
+    study: str
+    added: list[int]  # numbers of the new WAITING trials
+    skipped: int  # entries already in the study
+    claimed: int  # trials that count against n_trials so far
+    n_trials: int | None  # the study's n_trials (hpo.config), when known
+
+
+def enqueue_params(url: str, study: str | None, entries: list[dict[str, Any]]) -> Enqueued:
+    """Enqueue ``entries`` into an existing study (Optuna's enqueue_trial; an entry that
+    equals a trial already in the study is skipped)."""
+    import warnings
+
+    import optuna
+
+    from hpo_orchestrator.db import create_engine, open_rdb_storage
+
+    engine = create_engine(url)
+    with read_errors(), engine.connect() as connection:
+        study_id, name = study_id_of(connection, study)
+        config = study_config(connection, study_id)
+    objective = config.get("objective") or {}
+    check_params(entries, objective.get("name"), objective.get("search_space"), "--params")
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # not "Skipping enqueue" per entry
+    loaded = optuna.load_study(study_name=name, storage=open_rdb_storage(url))
+    before = {t.number for t in loaded.get_trials(deepcopy=False)}
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+        for entry in entries:
+            loaded.enqueue_trial(entry, skip_if_exists=True)
+    added = sorted({t.number for t in loaded.get_trials(deepcopy=False)} - before)
+    with engine.connect() as connection:
+        claimed = count_claimed(connection, study_id)
+    n_trials = (config.get("study") or {}).get("n_trials")
+    return Enqueued(name, added, len(entries) - len(added), claimed,
+                    n_trials if isinstance(n_trials, int) else None)
+
+
+def enqueue_configured(study: Any, entries: list[dict[str, Any]]) -> int:
+    """``study.enqueue`` at a run's start: each entry once per study (a resumed run, or a
+    second orchestrator, finds it and skips it). Returns how many were added."""
+    import warnings
+
+    import optuna
+
+    if not entries:
+        return 0
+    before = len(study.get_trials(deepcopy=False))
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+        for entry in entries:
+            study.enqueue_trial(dict(entry), skip_if_exists=True)
+    return len(study.get_trials(deepcopy=False)) - before

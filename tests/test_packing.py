@@ -1,0 +1,223 @@
+"""scheduler.trials_per_gpu=auto: the pure rules (scheduler/_packing.py), the slot pool's
+per-GPU levels, and whole studies on scripted fake GPUs (slow).
+
+The fake GPUs: a GPU at 20 % utilization while trials run on it (room for more), one at 95 %
+(full), one with too little memory for another trial; an objective that runs out of memory
+once a GPU runs two trials at a time.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hpo_orchestrator.config import load_config
+from hpo_orchestrator.errors import ConfigError
+from hpo_orchestrator.gpu import GpuInfo
+from hpo_orchestrator.scheduler._packing import (
+    GpuLevel,
+    GpuObservation,
+    HostObservation,
+    PackingPolicy,
+    decide,
+    expected_peak_mib,
+)
+from hpo_orchestrator.scheduler._slots import SlotPool
+from tests.conftest import max_overlap, trial_rows
+
+POLICY = PackingPolicy(target_util=80.0, max_per_gpu=4)
+HOST = HostObservation(cores=16, concurrency=1, cap=8, mem_peak_mib=2000.0)
+
+
+def _obs(**kw: Any) -> GpuObservation:
+    base: dict[str, Any] = dict(gpu=0, running=1, util=20.0, readings=5, free_mib=70_000.0,
+                                running_mem_mib=(1500.0,), durations_s=(10.0, 10.0), ooms=0)
+    return GpuObservation(**{**base, **kw})
+
+
+def _state(**kw: Any) -> GpuLevel:
+    return GpuLevel(**{"gpu": 0, "limit": 1, "since": 0.0, "ceiling": 4, **kw})
+
+
+# --- the rules ----------------------------------------------------------------------------
+
+
+def test_low_utilization_with_room_adds_a_trial() -> None:
+    state, change = decide(POLICY, _state(), _obs(), HOST, now=5.0)
+    assert change is not None and (change.old, change.new) == (1, 2)
+    assert "20% utilization < 80%" in change.reason
+    assert state.limit == 2 and state.since == 5.0 and state.rates == {1: 6.0}
+
+
+@pytest.mark.parametrize(("obs", "host", "held"), [
+    (_obs(util=95.0), HOST, "95% utilization >= scheduler.target_gpu_util=80"),
+    (_obs(free_mib=2500.0), HOST, "GPU memory: 2000 MiB free"),  # 500 MiB of growth set aside
+    (_obs(durations_s=(10.0,)), HOST, "measuring throughput at 1 per GPU"),
+    (_obs(readings=1), HOST, "measuring utilization"),
+    (_obs(running=0), HOST, "0 of its 1 places busy"),
+    (_obs(), replace(HOST, concurrency=16, cap=32), "no CPU core"),
+    (_obs(), replace(HOST, cap=1), "at scheduler.parallel=1"),
+    (_obs(), replace(HOST, mem_peak_mib=None), "GPU memory unknown"),
+])
+def test_what_holds_a_gpu_at_its_level(obs: GpuObservation, host: HostObservation,
+                                       held: str) -> None:
+    state, change = decide(POLICY, _state(), obs, host, now=5.0)
+    assert change is None and state.limit == 1
+    assert state.held is not None and held in state.held
+
+
+def test_the_cap_holds_it() -> None:
+    state, change = decide(POLICY, _state(limit=4), _obs(running=4), HOST, now=5.0)
+    assert change is None and "max_trials_per_gpu=4" in (state.held or "")
+
+
+def test_no_gain_backs_off_for_good() -> None:
+    """Two at a time finished 11 trials/min where one finished 6: kept. Three finished 11.2:
+    under 5 % more, so back to two, and three is never tried again."""
+    state = _state(limit=2, rates={1: 6.0})
+    state, change = decide(POLICY, state, _obs(running=2, durations_s=(11.0, 11.0)), HOST, 1.0)
+    assert change is not None and change.new == 3 and state.rates[2] == pytest.approx(10.91, 0.01)
+    state, change = decide(POLICY, state, _obs(running=3, durations_s=(16.0, 16.0)), HOST, 2.0)
+    assert change is not None and (change.old, change.new) == (3, 2)
+    assert "no gain" in change.reason and state.ceiling == 2
+    state, change = decide(POLICY, state, _obs(running=2, durations_s=()), HOST, 3.0)
+    assert change is None and state.limit == 2 and "2 per GPU was the best level" in (state.held or "")
+
+
+def test_an_oom_backs_off_and_caps() -> None:
+    state, change = decide(POLICY, _state(limit=3), _obs(running=3, ooms=1), HOST, now=5.0)
+    assert change is not None and (change.old, change.new) == (3, 2)
+    assert "out of GPU memory" in change.reason and state.ceiling == 2
+    state, change = decide(POLICY, _state(limit=1), _obs(ooms=1), HOST, now=5.0)
+    assert change is None and state.ceiling == 1 and state.limit == 1
+
+
+def test_expected_peak_is_the_largest_finished_else_running() -> None:
+    assert expected_peak_mib([100.0, 900.0, 300.0], [5000.0]) == 900.0
+    assert expected_peak_mib([], [700.0, 200.0]) == 700.0
+    assert expected_peak_mib([], []) is None
+
+
+# --- the slot pool ------------------------------------------------------------------------
+
+GPUS = [GpuInfo(index=i, uuid=f"GPU-{i}", name="fake") for i in range(2)]
+
+
+def test_auto_pool_starts_at_one_per_gpu_and_grows_per_gpu() -> None:
+    pool = SlotPool(GPUS, "auto", None, max_per_gpu=3)
+    assert pool.auto and pool.limits == {0: 1, 1: 1} and pool.concurrency == 2
+    taken = [pool.acquire(), pool.acquire()]
+    assert {s.gpu.index for s in taken if s and s.gpu} == {0, 1} and pool.acquire() is None
+    pool.set_limit(0, 3)
+    more = [pool.acquire(), pool.acquire()]
+    assert [s.gpu.index for s in more if s and s.gpu] == [0, 0] and pool.acquire() is None
+    assert pool.busy_on(0) == 3 and pool.concurrency == 4
+    pool.set_limit(0, 9)  # never more places than max_trials_per_gpu
+    assert pool.limits[0] == 3
+
+
+def test_parallel_bounds_auto() -> None:
+    pool = SlotPool(GPUS, 3, "auto", max_per_gpu=4)
+    pool.set_limit(0, 4)
+    pool.set_limit(1, 4)
+    assert pool.concurrency == 3
+
+
+def test_parallel_auto_with_fixed_level_fills_every_gpu() -> None:
+    pool = SlotPool(GPUS, "auto", 2)
+    assert not pool.auto and pool.limits == {0: 2, 1: 2} and pool.concurrency == 4
+
+
+def test_parallel_auto_without_gpus_is_one_trial_per_core() -> None:
+    pool = SlotPool([], "auto", None, cores=3)
+    assert pool.concurrency == 3 and not pool.limits
+
+
+@pytest.mark.parametrize("override", ["scheduler.parallel=many", "scheduler.trials_per_gpu=0",
+                                      "scheduler.target_gpu_util=0", "scheduler.max_trials_per_gpu=0",
+                                      "telemetry.max_rows_per_trial=1"])
+def test_bad_packing_keys_are_config_errors(override: str) -> None:
+    with pytest.raises(ConfigError):
+        load_config([override])
+
+
+def test_auto_keys_load() -> None:
+    config = load_config(["scheduler.parallel=auto", "scheduler.trials_per_gpu=auto"])
+    assert config.scheduler.parallel == "auto" and config.scheduler.trials_per_gpu == "auto"
+
+
+# --- whole studies on scripted fake GPUs (slow) ---------------------------------------------
+
+TARGET = "objective.target=hpo_orchestrator.testing.objectives:"
+AUTO = ("scheduler.parallel=auto", "scheduler.max_trials_per_gpu=3", "scheduler.host_cores=8",
+        "telemetry.interval_s=0.2", "pruner=none", "objective=custom")
+
+
+def _packing(db: Path) -> dict[str, Any]:
+    with sqlite3.connect(db) as con:
+        (value,) = con.execute("SELECT value_json FROM study_user_attributes "
+                               "WHERE key LIKE 'hpo.packing.%'").fetchone()
+    return json.loads(value)
+
+
+def _overlap_per_gpu(db: Path) -> dict[int, int]:
+    spans: dict[int, list[Any]] = {}
+    for row in trial_rows(db):
+        if row["end"] is not None:
+            from datetime import datetime
+            spans.setdefault(row["attrs"]["hpo.gpu_index"], []).append(
+                (datetime.fromisoformat(row["start"]), datetime.fromisoformat(row["end"])))
+    return {gpu: max_overlap(s) for gpu, s in spans.items()}
+
+
+@pytest.mark.slow
+def test_auto_adds_trials_only_where_the_gpu_has_room(cli) -> None:  # type: ignore[no-untyped-def]
+    """GPU0 at 20 % with memory to spare gets a second and a third trial; GPU1 at 95 % and
+    GPU2 (20 %, but 2.5 GiB for trials of 1 GiB) stay at one. The recorded history says so, and
+    the trials' real overlap per GPU matches it."""
+    gpus = {"gpus": [{"busy_util": 20}, {"busy_util": 95},
+                     {"busy_util": 20, "memory_total_mib": 2500}]}
+    result = cli("run", *AUTO, TARGET + "pinned", "study.n_trials=24",
+                 env={"HPO_ORCHESTRATOR_FAKE_GPUS": json.dumps(gpus), "HPO_TEST_STEP_S": "0.4"})
+    assert result.code == 0, result.stderr
+    packing = _packing(result.db)
+    assert packing["mode"] == "auto" and packing["mps"]["active"] is False
+    levels = {entry["gpu"]: entry for entry in packing["levels"]}
+    assert levels[0]["limit"] == 3 and "max_trials_per_gpu=3" in levels[0]["held"]
+    assert levels[1]["limit"] == 1 and "utilization >= scheduler.target_gpu_util" in levels[1]["held"]
+    assert levels[2]["limit"] == 1 and "GPU memory" in levels[2]["held"]
+    changes = [(c["gpu"], c["from"], c["to"]) for c in packing["changes"]]
+    assert changes == [(0, 1, 2), (0, 2, 3)]
+    assert all("20% utilization < 80%" in c["reason"] for c in packing["changes"])
+    overlap = _overlap_per_gpu(result.db)
+    assert overlap[0] >= 2 and overlap[1] == 1 and overlap[2] == 1
+
+    status = cli("status", "--json")
+    assert status.code == 0, status.stderr
+    shown = json.loads(status.stdout)["packing"]
+    assert [(c["gpu"], c["from"], c["to"]) for c in shown[0]["changes"]] == changes
+    text = cli("status").stdout
+    assert "trials_per_gpu=auto" in text and "gpu0 1 -> 2" in text
+
+
+@pytest.mark.slow
+def test_an_oom_makes_auto_back_off(cli) -> None:  # type: ignore[no-untyped-def]
+    """A GPU with room for one trial: auto tries a second (utilization is low), the trial
+    runs out of memory, the level goes back to one for good; its retry succeeds."""
+    result = cli("run", *AUTO, TARGET + "oom_when_shared", "study.n_trials=10",
+                 env={"HPO_ORCHESTRATOR_FAKE_GPUS": '{"gpus": [{"busy_util": 20}]}',
+                      "HPO_TEST_STEP_S": "0.3"})
+    assert result.code == 0, result.stderr
+    packing = _packing(result.db)
+    changes = [(c["from"], c["to"]) for c in packing["changes"]]
+    assert changes == [(1, 2), (2, 1)]
+    assert "out of GPU memory" in packing["changes"][1]["reason"]
+    assert packing["levels"][0]["limit"] == 1
+    rows = trial_rows(result.db)
+    assert any(r["attrs"].get("hpo.fail_reason") == "oom" for r in rows)
+    assert sum(r["state"] == "COMPLETE" for r in rows) == 10  # retries don't count against n_trials

@@ -1,0 +1,274 @@
+"""The run loop's mirror of the study (hpo_orchestrator/study_storage.py): what samplers and
+pruners read matches Optuna's storage, other processes' trials reach it, the history bound
+holds, writes are durable when the call returns; and 4 orchestrators keep the budget exact.
+"""
+
+from __future__ import annotations
+
+import math
+import uuid
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pytest
+from optuna.trial import FrozenTrial, TrialState
+
+from hpo_orchestrator.db import open_rdb_storage
+from hpo_orchestrator.study_storage import MirrorStorage
+from tests.test_multi import _finish, _host, _trials
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class _Recording(optuna.samplers.RandomSampler):
+    """A random sampler that remembers which trial numbers it was shown at each ask."""
+
+    def __init__(self) -> None:
+        super().__init__(seed=0)
+        self.seen: list[list[int]] = []
+
+    def sample_independent(self, study: optuna.Study, trial: Any, name: str, dist: Any) -> Any:
+        self.seen.append([t.number for t in study._get_trials(deepcopy=False, use_cache=True)])
+        return super().sample_independent(study, trial, name, dist)
+
+
+def _objective(trial: optuna.Trial) -> float:
+    x = trial.suggest_float("x", -1.0, 1.0)
+    trial.suggest_categorical("c", ["a", "b"])
+    trial.suggest_int("k", 1, 8, log=True)
+    for step in range(3):
+        trial.report(x * step, step)
+    trial.set_user_attr("u", {"x": x})
+    return x * x
+
+
+def _comparable(trial: FrozenTrial) -> dict[str, Any]:
+    """A FrozenTrial's fields, with NaN made comparable."""
+    def fix(value: Any) -> Any:
+        return "nan" if isinstance(value, float) and math.isnan(value) else value
+
+    return {"number": trial.number, "state": trial.state, "values": trial.values,
+            "start": trial.datetime_start, "complete": trial.datetime_complete,
+            "params": trial.params, "distributions": trial.distributions,
+            "user_attrs": trial.user_attrs, "system_attrs": trial.system_attrs,
+            "steps": {k: fix(v) for k, v in trial.intermediate_values.items()},
+            "id": trial._trial_id}
+
+
+@pytest.fixture
+def url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'mirror.db'}"
+
+
+def test_the_mirror_reads_what_optuna_reads(url: str) -> None:
+    """Bulk SQL builds the same FrozenTrials as Optuna's ORM, odd values included."""
+    plain = optuna.create_study(study_name="s", storage=url)
+    plain.optimize(_objective, n_trials=6)
+    odd = plain.ask()
+    odd.suggest_float("x", -1.0, 1.0)
+    odd.report(float("nan"), 0)
+    odd.report(float("inf"), 1)
+    odd.report(float("-inf"), 2)
+    odd.set_user_attr("none", None)
+    plain.tell(odd, float("inf"))
+    plain.ask()  # left RUNNING
+    plain.enqueue_trial({"x": 0.5})  # WAITING
+    expected = [_comparable(t) for t in plain.get_trials()]
+    mirror = MirrorStorage(open_rdb_storage(url))
+    study_id = mirror.get_study_id_from_name("s")
+    assert [_comparable(t) for t in mirror.get_all_trials(study_id)] == expected
+
+
+def test_a_second_orchestrators_trials_reach_the_sampler(url: str) -> None:
+    """Within refresh_s: not before (the mirror serves reads alone), at once after."""
+    clock = _Clock()
+    sampler = _Recording()
+    ours = optuna.create_study(study_name="s", storage=MirrorStorage(
+        open_rdb_storage(url), refresh_s=1.0, clock=clock), sampler=sampler)
+    ours.optimize(_objective, n_trials=2)
+    theirs = optuna.load_study(study_name="s", storage=url)
+    theirs.optimize(_objective, n_trials=3)  # numbers 2, 3, 4
+    ours.optimize(_objective, n_trials=1)
+    assert sampler.seen[-1] == [0, 1, 5]  # stale mirror: their trials not yet read
+    clock.now += 1.0
+    ours.optimize(_objective, n_trials=1)
+    seen = sampler.seen[-1]
+    assert seen == [0, 1, 2, 3, 4, 5, 6]
+    mirrored = ours._storage.get_all_trials(ours._study_id)
+    assert [t.state for t in mirrored[2:5]] == [TrialState.COMPLETE] * 3
+    assert mirrored[3].intermediate_values == {0: 0.0, 1: mirrored[3].params["x"],
+                                               2: 2 * mirrored[3].params["x"]}
+
+
+def test_a_trial_running_elsewhere_is_followed_until_it_ends(url: str) -> None:
+    clock = _Clock()
+    storage = MirrorStorage(open_rdb_storage(url), refresh_s=1.0, clock=clock)
+    ours = optuna.create_study(study_name="s", storage=storage)
+    theirs = optuna.load_study(study_name="s", storage=url)
+    running = theirs.ask()
+    running.suggest_float("x", 0.0, 1.0)
+    clock.now += 1.0
+    [seen] = storage.get_all_trials(ours._study_id)
+    assert seen.state == TrialState.RUNNING
+    running.report(0.25, 1)
+    theirs.tell(running, 0.5)
+    clock.now += 1.0
+    [seen] = storage.get_all_trials(ours._study_id)
+    assert seen.state == TrialState.COMPLETE and seen.value == 0.5
+    assert seen.intermediate_values == {1: 0.25}
+
+
+def test_writes_are_in_the_database_when_the_call_returns(url: str) -> None:
+    ours = optuna.create_study(study_name="s", storage=MirrorStorage(open_rdb_storage(url)))
+    trial = ours.ask()
+    trial.suggest_float("x", 0.0, 1.0)
+    trial.report(0.3, 1)
+    trial.set_user_attr("k", "v")
+    ours.tell(trial, 0.7)
+    [stored] = optuna.load_study(study_name="s", storage=url).get_trials()
+    assert stored.state == TrialState.COMPLETE and stored.value == 0.7
+    assert stored.intermediate_values == {1: 0.3} and stored.user_attrs == {"k": "v"}
+    assert _comparable(stored) == _comparable(ours._storage.get_all_trials(ours._study_id)[0]) \
+        | {"complete": stored.datetime_complete, "start": stored.datetime_start}
+
+
+def test_a_waiting_trial_is_asked_first_and_only_once(url: str) -> None:
+    storage = MirrorStorage(open_rdb_storage(url), refresh_s=0.0)
+    ours = optuna.create_study(study_name="s", storage=storage)
+    ours.enqueue_trial({"x": 0.25})
+    theirs = optuna.load_study(study_name="s", storage=url)
+    theirs.enqueue_trial({"x": 0.75})
+    first, second, third = ours.ask(), ours.ask(), ours.ask()
+    assert first.suggest_float("x", 0.0, 1.0) == 0.25
+    assert second.suggest_float("x", 0.0, 1.0) == 0.75
+    assert third.number == 2
+    states = [t.state for t in theirs.get_trials()]
+    assert states == [TrialState.RUNNING] * 3
+
+
+def test_the_history_is_the_newest_trials_and_the_best(url: str) -> None:
+    plain = optuna.create_study(study_name="s", storage=url)
+    for value in [0.5, -3.0, 0.1, 0.2, -2.0, 0.3, 0.4, 0.6, 0.7, 0.8]:
+        plain.enqueue_trial({"x": 0.0})
+        trial = plain.ask()
+        trial.suggest_float("x", 0.0, 1.0)
+        plain.tell(trial, value)
+    running = plain.ask()  # an unfinished trial is always seen
+    storage = MirrorStorage(open_rdb_storage(url), max_history=3, keep_best=2, refresh_s=0.0)
+    study_id = storage.get_study_id_from_name("s")
+    # Numbers 1 and 4 are the two best; 8, 9, 10 the newest (10 is RUNNING).
+    assert [t.number for t in storage.get_all_trials(study_id)] == [1, 4, 8, 9, 10]
+    mirrored = optuna.load_study(study_name="s", storage=storage)
+    for value in [-5.0, 1.0, 1.0, 1.0, 1.0, 1.0]:
+        trial = mirrored.ask()
+        mirrored.tell(trial, value)
+    plain.tell(running, 9.0)
+    assert [t.number for t in storage.get_all_trials(study_id)] == [1, 11, 14, 15, 16]
+    assert len(storage._studies[study_id].by_id) <= 3 * 5 // 4 + 2  # old trials forgotten
+
+
+@pytest.mark.slow
+def test_four_orchestrators_claim_exactly_n_trials(tmp_path: Path, shared_url: str) -> None:
+    """The budget stays exact while each orchestrator's mirror lags the others'."""
+    study = f"scale-{uuid.uuid4().hex[:8]}"
+    hosts = [_host(tmp_path, f"host-{i}", shared_url, study, "study.n_trials=48",
+                   "storage.refresh_s=0.5", "sampler=tpe", "sampler.max_history=10")
+             for i in range(4)]
+    for proc in hosts:
+        _finish(proc, timeout=400)
+    trials = _trials(shared_url, study)
+    assert len(trials) == 48 and all(t["state"] == "COMPLETE" for t in trials)
+    assert len({t["attrs"]["hpo.host"] for t in trials}) >= 2
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def shared_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'shared.db'}"
+    return str(request.getfixturevalue("postgres_url"))
+
+
+def test_the_budget_count_stays_exact_across_its_checkpoint(url: str) -> None:
+    """Settled trials are counted once, recent ones on every claim: always the full count."""
+    from datetime import datetime, timedelta
+
+    import sqlalchemy
+
+    from hpo_orchestrator.db import count_claimed
+    from hpo_orchestrator.scheduler import Budget
+
+    storage = open_rdb_storage(url)
+    study = optuna.create_study(study_name="s", storage=storage)
+    study.optimize(lambda t: t.suggest_float("x", 0, 1), n_trials=150)
+    with storage.engine.begin() as connection:  # the first 100 finished long ago, the rest now
+        connection.execute(sqlalchemy.text(
+            "UPDATE trials SET datetime_complete = :d WHERE number < 100"),
+            {"d": datetime.now() - timedelta(hours=1)})
+        connection.execute(sqlalchemy.text(
+            "UPDATE trials SET datetime_complete = :d WHERE number >= 100"),
+            {"d": datetime.now() + timedelta(hours=1)})
+    budget = Budget(storage.engine, study._study_id, 1000, None)
+    assert budget.claimed() == 150
+    assert budget._upto == 100  # trial ids start at 1
+    study.enqueue_trial({"x": 0.5})  # WAITING: not counted until asked
+    failed = study.ask()
+    storage.set_trial_user_attr(failed._trial_id, "hpo.retried", True)
+    study.tell(failed, state=TrialState.FAIL)  # retried: its retry counts instead
+    study.optimize(lambda t: t.suggest_float("x", 0, 1), n_trials=80)
+    with storage.engine.begin() as connection:
+        connection.execute(sqlalchemy.text("UPDATE trials SET datetime_complete = :d"),
+                           {"d": datetime.now() - timedelta(hours=1)})
+    assert budget.claimed() == 230
+    assert budget.claimed() == 230 and budget._upto == 231  # moved up past the recent ones
+    study.enqueue_trial({"x": 0.25})
+    with storage.engine.connect() as connection:
+        assert budget.claimed() == count_claimed(connection, study._study_id) == 230
+
+
+def test_a_trial_end_is_written_whole_or_not_at_all(url: str) -> None:
+    """Everything of a trial's end is one transaction: a failure in its middle (here: the
+    orchestrator's own rows) leaves the trial RUNNING with nothing of its end written."""
+    storage = MirrorStorage(open_rdb_storage(url), refresh_s=60.0)
+    study = optuna.create_study(study_name="s", storage=storage)
+    trial = study.ask()
+    trial.suggest_float("x", 0.0, 1.0)
+    trial.report(0.5, 1)  # kept back: refresh_s has not passed
+
+    def crash(connection: Any) -> None:
+        raise RuntimeError("killed in the middle of the end")
+
+    storage.stage_end(trial._trial_id, {"hpo.exit_code": 0}, then=crash)
+    with pytest.raises(RuntimeError):
+        study.tell(trial, 0.25)
+    [stored] = optuna.load_study(study_name="s", storage=url).get_trials()
+    assert stored.state == TrialState.RUNNING and stored.values is None
+    assert stored.user_attrs == {} and stored.intermediate_values == {}
+    storage.stage_end(trial._trial_id, {"hpo.exit_code": 0})
+    study.tell(trial, 0.25)
+    [stored] = optuna.load_study(study_name="s", storage=url).get_trials()
+    assert (stored.state, stored.value, stored.user_attrs) == (TrialState.COMPLETE, 0.25,
+                                                               {"hpo.exit_code": 0})
+
+
+def test_reports_reach_the_database_within_refresh_s(url: str) -> None:
+    clock = _Clock()
+    storage = MirrorStorage(open_rdb_storage(url), refresh_s=1.0, clock=clock)
+    study = optuna.create_study(study_name="s", storage=storage,
+                                pruner=optuna.pruners.MedianPruner(n_startup_trials=0))
+    trial = study.ask()
+    trial.report(0.5, 1)
+    assert not trial.should_prune()  # the pruner reads the report from the mirror
+    plain = optuna.load_study(study_name="s", storage=url)
+    assert plain.get_trials()[0].intermediate_values == {}
+    clock.now += 1.0
+    trial.report(0.25, 2)
+    assert plain.get_trials()[0].intermediate_values == {1: 0.5, 2: 0.25}
