@@ -286,10 +286,10 @@ class _PruneAlways:
         self.attrs: dict[str, Any] = {}
         self.steps: list[int] = []
 
-    def suggest_int(self, name: str, low: int, high: int, log: bool = False) -> int:
+    def suggest_int(self, name: str, low: int, high: int, **_: Any) -> int:
         return self.params.setdefault(name, low)
 
-    def suggest_float(self, name: str, low: float, high: float, log: bool = False) -> float:
+    def suggest_float(self, name: str, low: float, high: float, **_: Any) -> float:
         return self.params.setdefault(name, low)
 
     def suggest_categorical(self, name: str, choices: list[Any]) -> Any:
@@ -342,7 +342,7 @@ def test_10_lightgbm_params_effective_is_compact_and_keeps_the_suggested(
 
     monkeypatch.setenv("HPO_NUM_THREADS", "1")
     class AtDefaults(_PruneAlways):
-        def suggest_float(self, name: str, low: float, high: float, log: bool = False) -> float:
+        def suggest_float(self, name: str, low: float, high: float, **_: Any) -> float:
             return self.params.setdefault(name, high)  # feature_fraction=1.0: LightGBM's default
 
     trial = AtDefaults()

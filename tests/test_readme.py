@@ -48,10 +48,10 @@ COMMANDS: dict[str, str] = {
     "hpo-orchestrator submit slurm.nodes=4 slurm.gpus_per_node=8 slurm.partition=gpu "
     "storage.url=postgresql+psycopg://user@db/hpo study.n_trials=2000":
         "not run here: needs Slurm (tests/test_cluster.py submits to the local Slurm)",
-    "hpo-orchestrator run objective=custom objective.target=mypkg.objective:objective study.name=mine":
+    "hpo-orchestrator run objective=custom objective.target=mypkg.objective:objective study.name=mypkg":
         VERBATIM,
-    "hpo-orchestrator logs 3 --study mine": VERBATIM,
-    "hpo-orchestrator status --trial 3 --study mine": VERBATIM,
+    "hpo-orchestrator logs 3 --study mypkg": VERBATIM,
+    "hpo-orchestrator status --trial 3 --study mypkg": VERBATIM,
     "hpo-orchestrator report --study hpo --out report.html --png report.png": VERBATIM,
     "hpo-orchestrator tune-pruner --study hpo --top-k 5 --patience 0,1,2,3,5,8 "
     "--min-resource 1,2,3,5,8,13 --reduction-factor 2,3,4": VERBATIM,
@@ -59,6 +59,18 @@ COMMANDS: dict[str, str] = {
     'pip install -e ".[postgres]"': "not run here: installs packages (make install has the extra's psycopg)",
     "hpo-orchestrator run storage.url=postgresql+psycopg://user@db-host/hpo study.name=exp1 "
     "study.n_trials=400 scheduler.parallel=8": CONFIG,
+    "hpo-orchestrator best --study NAME [--json]": "synopsis: its form 'best --study mine' runs verbatim",
+    "hpo-orchestrator enqueue --study NAME --params '{\"x\": 1.5}'":
+        "synopsis: its form 'enqueue --study mine --params ...' runs verbatim",
+    "hpo-orchestrator run objective.data=train.csv objective.target_column=label "
+    "objective.search_space.learning_rate.high=0.1 objective.search_space.max_depth.value=6 "
+    "study.name=mine study.n_trials=8 study.timeout_s=600 scheduler.parallel=2": VERBATIM,
+    "hpo-orchestrator best --study mine": VERBATIM,
+    "hpo-orchestrator enqueue --study mine --params '{\"learning_rate\": 0.05, \"num_leaves\": 31}'":
+        VERBATIM,
+    "hpo-orchestrator run objective.data=train.csv objective.target_column=label "
+    "objective.search_space.learning_rate.high=0.1 objective.search_space.max_depth.value=6 "
+    "study.name=mine study.n_trials=9 scheduler.parallel=2": VERBATIM,
 }
 
 
@@ -120,6 +132,19 @@ def test_commands_that_need_a_server_have_valid_overrides(tmp_path: Path) -> Non
                  "study.n_trials=100", tmp_path)
 
 
+def _write_train_csv(path: Path) -> None:
+    """A small table with a binary ``label`` column, a numeric and a text feature."""
+    import random
+
+    rng = random.Random(0)
+    lines = ["a,b,color,label"]
+    for _ in range(400):
+        a, b = rng.random(), rng.random()
+        color = rng.choice(["red", "green", "blue"])
+        lines.append(f"{a:.4f},{b:.4f},{color},{int(a + 0.3 * (color == 'red') > 0.6)}")
+    path.write_text("\n".join(lines) + "\n")
+
+
 def _sh(command: str, cwd: Path, timeout: float = 900) -> subprocess.CompletedProcess[str]:
     proc = subprocess.run(command, shell=True, cwd=cwd, env=_env(), capture_output=True, text=True,
                           timeout=timeout)
@@ -152,12 +177,20 @@ def test_the_readme_in_order(tmp_path: Path) -> None:
     objective.parent.mkdir()
     objective.write_text(blocks("python")[0])  # as written, without an __init__.py either
     custom = _sh("hpo-orchestrator run objective=custom objective.target=mypkg.objective:objective "
-                 "study.name=mine", tmp_path)
+                 "study.name=mypkg", tmp_path)
     assert "failed 0" in custom.stdout, custom.stdout
-    logs = _sh("hpo-orchestrator logs 3 --study mine", tmp_path)
+    logs = _sh("hpo-orchestrator logs 3 --study mypkg", tmp_path)
     assert "trial 3 on slot" in logs.stdout
-    assert "COMPLETE" in _sh("hpo-orchestrator status --trial 3 --study mine", tmp_path).stdout \
-        or "PRUNED" in _sh("hpo-orchestrator status --trial 3 --study mine", tmp_path).stdout
+    assert "COMPLETE" in _sh("hpo-orchestrator status --trial 3 --study mypkg", tmp_path).stdout \
+        or "PRUNED" in _sh("hpo-orchestrator status --trial 3 --study mypkg", tmp_path).stdout
+
+    _write_train_csv(tmp_path / "train.csv")  # "Here train.csv has a label column"
+    for command in [c for c in COMMANDS if COMMANDS[c] == VERBATIM
+                    and ("--study mine" in c or "study.name=mine" in c)]:  # in the README's order
+        _sh(command, tmp_path)
+        run.pop(command)
+    best = _sh("hpo-orchestrator best --study mine", tmp_path)
+    assert "best trial #" in best.stdout
 
     for command in ("hpo-orchestrator run --show-config", "hpo-orchestrator status",
                     "hpo-orchestrator status --storage sqlite:///hpo.db --study hpo --json",
@@ -168,8 +201,8 @@ def test_the_readme_in_order(tmp_path: Path) -> None:
         run.pop(command)
     for command in ("make hpo", "make status", "make report", "make logs TRIAL=3",
                     "hpo-orchestrator run objective=custom objective.target=mypkg.objective:objective "
-                    "study.name=mine", "hpo-orchestrator logs 3 --study mine",
-                    "hpo-orchestrator status --trial 3 --study mine"):
+                    "study.name=mypkg", "hpo-orchestrator logs 3 --study mypkg",
+                    "hpo-orchestrator status --trial 3 --study mypkg"):
         run.pop(command)
     assert run == {}, "a VERBATIM command this test does not run"
 
