@@ -195,12 +195,27 @@ def _trials_or_empty(url: str, study: str) -> list[dict[str, Any]]:
         return []
 
 
+FOREIGN_JOB = """
+import datetime, sqlite3, sys, time
+deadline = time.monotonic() + 180
+while time.monotonic() < deadline:
+    try:
+        with sqlite3.connect(sys.argv[1], timeout=5) as con:
+            if con.execute("SELECT COUNT(*) FROM trials WHERE state = 'COMPLETE'").fetchone()[0] >= 2:
+                break
+    except sqlite3.Error:
+        pass
+    time.sleep(0.1)
+open(sys.argv[2], "w").write(datetime.datetime.now().isoformat())
+"""
+
+
 def test_a_gpu_busy_with_foreign_work_is_skipped_then_used(tmp_path: Path) -> None:
     ended = tmp_path / "foreign-ended"  # its last act: the local time it stops using gpu0
-    foreign = subprocess.Popen(
-        [sys.executable, "-c", "import datetime, sys, time; time.sleep(5); "
-         "open(sys.argv[1], 'w').write(datetime.datetime.now().isoformat())", str(ended)],
-        env={**cli_env(), "HPO_FAKE_FOREIGN_GPU": "0"})
+    # The foreign job ends once the study has 2 COMPLETE trials (not after a fixed time: on a
+    # loaded machine the orchestrator may take longer than that to start its first trial).
+    foreign = subprocess.Popen([sys.executable, "-c", FOREIGN_JOB, str(tmp_path / "hpo.db"), str(ended)],
+                               env={**cli_env(), "HPO_FAKE_FOREIGN_GPU": "0"})
     try:
         result = run_cli(tmp_path, "run", "objective=custom", TARGET + "pinned", "pruner=none",
                          "scheduler.parallel=2", "scheduler.trials_per_gpu=1", "study.n_trials=12",

@@ -90,11 +90,12 @@ class Packer:
         self._changes: list[dict[str, Any]] = []
         self._decided_at = now
         self._written_at = -float("inf")
-        self._record = {"mode": "auto" if pool.auto else "fixed",
-                        "target_gpu_util": self.policy.target_util,
-                        "max_trials_per_gpu": self.policy.max_per_gpu, "cores": self.cores,
-                        "mps": detect_mps()}
-        self._write()
+        mps = detect_mps()
+        self._record: dict[str, Any] = {
+            "mode": "auto" if pool.auto else "fixed", "target_gpu_util": self.policy.target_util,
+            "max_trials_per_gpu": self.policy.max_per_gpu, "cores": self.cores, "mps": mps}
+        if pool.auto or mps["active"]:  # fixed levels: worth a write only with MPS
+            self._write()
 
     @property
     def threads(self) -> int:

@@ -63,7 +63,6 @@ class DeviceReading:
     t: float  # time.monotonic()
     sm_util: float | None
     mem_used_mib: float | None
-    trials: int  # trials of ours on it at that moment
 
 
 def _children_map() -> dict[int, list[psutil.Process]]:
@@ -262,7 +261,7 @@ class TelemetrySampler:
             for index, sample in gpu_samples.items():
                 if sample is not None:
                     self._device.setdefault(index, deque(maxlen=_DEVICE_READINGS)).append(
-                        DeviceReading(now, sample.sm_util, sample.mem_used_mib, on_gpu.get(index, 0)))
+                        DeviceReading(now, sample.sm_util, sample.mem_used_mib))
         # Trees are re-read every few rounds, and at once for a new trial: children (DataLoader
         # workers) live long; the CPU time of one that exits in between still counts, in its
         # parent's children_* times.

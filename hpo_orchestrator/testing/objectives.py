@@ -163,17 +163,20 @@ def cuda_probe(trial: Any) -> float:
 
 
 def oom_when_shared(trial: Any) -> float:
-    """Like ``pinned``, but "runs out of GPU memory" (a CUDA-like OOM error) when another trial
-    process of this study is pinned to the same fake GPU: a GPU with room for one trial."""
+    """Like ``pinned``, but "runs out of GPU memory" (a CUDA-like OOM error) as soon as another
+    trial process of this study is pinned to the same fake GPU, checked before every step: a
+    GPU with room for one trial."""
     from hpo_orchestrator.testing.fake_gpu import FakeGpuBackend
 
     spec = os.environ.get("HPO_ORCHESTRATOR_FAKE_GPUS")
     index = slot_info().gpu_index
-    if spec and index is not None:
-        ours, _ = FakeGpuBackend.from_spec(spec)._processes(index)
-        if len(ours) > 1:
+    x = trial.suggest_float("x", -1.0, 1.0)
+    for step in range(1, 4):
+        if spec and index is not None and len(FakeGpuBackend.from_spec(spec)._processes(index)[0]) > 1:
             raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB (fake GPU)")
-    return pinned(trial)
+        time.sleep(float(os.environ.get("HPO_TEST_STEP_S", "0.3")))
+        trial.report(x * x + 1.0 / step, step)
+    return x * x
 
 
 def cuda_oom_once(trial: Any) -> float:
