@@ -1,22 +1,31 @@
-# hpo-orchestrator: `make hpo` (run the default study), `make test`, `make lint`.
+# hpo-orchestrator: `make hpo` (run the default study), `make status`, `make report`,
+# `make logs TRIAL=N`, `make test`, `make lint`. (Or `. .venv/bin/activate` once, then the
+# hpo-orchestrator command itself.)
 PYTHON ?= python3
 VENV ?= .venv
 PAR ?= 4
 ARGS ?=
-# CPU machines get PyTorch's CPU build (no multi-GB CUDA download). On a GPU machine whose
-# Python already has a CUDA torch, create the venv with VENV_FLAGS=--system-site-packages.
+# PyTorch's CPU build comes from PyTorch's own CPU wheel index (from PyPI alone, torch on
+# Linux is the CUDA build, with ~19 nvidia-* packages, several GB); where that index cannot be
+# reached, pip falls back to the configured indexes (PyPI, or a local wheelhouse). On a GPU
+# machine whose Python already has a CUDA torch, create the venv with VENV_FLAGS=--system-site-packages.
 TORCH_SPEC ?= torch==2.13.0
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 VENV_FLAGS ?=
+TRIAL ?=
 
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: hpo install test test-fast test-gpu lint bench bench-gpu bench-packing clean
+.PHONY: hpo status report logs install test test-fast test-gpu lint bench bench-gpu bench-packing clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV_FLAGS) $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/python -m pip install -q "$(TORCH_SPEC)"
+	$(BIN)/python -c "import torch" 2>/dev/null \
+	  || $(BIN)/python -m pip install -q --retries 0 --timeout 15 --index-url "$(TORCH_INDEX)" "$(TORCH_SPEC)" \
+	  || { echo "PyTorch's CPU index unreachable: installing $(TORCH_SPEC) from the configured indexes"; \
+	       $(BIN)/python -m pip install -q "$(TORCH_SPEC)"; }
 	$(BIN)/python -m pip install -q -e ".[dev]"
 	touch $(STAMP)
 
@@ -24,6 +33,17 @@ install: $(STAMP)
 
 hpo: $(STAMP)
 	$(BIN)/hpo-orchestrator run scheduler.parallel=$(PAR) $(ARGS)
+
+# The commands `make hpo` suggests, without activating the venv (ARGS="--study NAME" etc.).
+status: $(STAMP)
+	$(BIN)/hpo-orchestrator status $(ARGS)
+
+report: $(STAMP)
+	$(BIN)/hpo-orchestrator report --out report.html $(ARGS)
+
+logs: $(STAMP)
+	@test -n "$(TRIAL)" || { echo "usage: make logs TRIAL=N (a trial number; see make status)" >&2; exit 2; }
+	$(BIN)/hpo-orchestrator logs $(TRIAL) $(ARGS)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not gpu" $(PYTEST_ARGS)

@@ -1,4 +1,5 @@
-"""Live progress of a run: a bar, the running trials, and one line per finished trial."""
+"""Live progress of a run: a bar with an ETA, the running trials, one line per finished trial,
+and for a failed trial the last lines of its log (where the rest is, one command away)."""
 
 from __future__ import annotations
 
@@ -8,28 +9,42 @@ from types import TracebackType
 from optuna.trial import TrialState
 from rich.console import Console, Group
 from rich.live import Live
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.markup import escape
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 from rich.table import Table
 
-from hpo_orchestrator.scheduler import FinishedTrial, RunningTrial
+from hpo_orchestrator.scheduler import FinishedTrial, RunningTrial, read_tail
 
-__all__ = ["LiveReporter"]
+__all__ = ["LiveReporter", "QuietReporter"]
 
 _STATE_STYLE = {TrialState.COMPLETE: "green", TrialState.PRUNED: "yellow", TrialState.FAIL: "red"}
+# The bar counts every finished trial as "done", then says how each ended.
+_STATE_LABEL = {TrialState.COMPLETE: "complete", TrialState.PRUNED: "pruned", TrialState.FAIL: "failed"}
+_LOG_LINES = 6  # log lines shown under a failed trial
 
 
 class LiveReporter:
     """A context manager; the orchestrator calls ``started``/``finished``/``tick``."""
 
-    def __init__(self, console: Console, n_trials: int, already_done: int, direction: str) -> None:
+    def __init__(self, console: Console, n_trials: int, already_done: int, direction: str,
+                 best: tuple[int, float] | None = None, show_logs: bool = True) -> None:
         self.console = console
         self.direction = direction
-        self.best: tuple[int, float] | None = None
+        self.best = best  # the study's best, earlier runs included
+        self.show_logs = show_logs
         self.counts = {TrialState.COMPLETE: 0, TrialState.PRUNED: 0, TrialState.FAIL: 0}
         self.progress = Progress(TextColumn("[bold]trials"), BarColumn(), MofNCompleteColumn(),
-                                 TextColumn("{task.description}"), TimeElapsedColumn(),
-                                 console=console)
-        self.task = self.progress.add_task("", total=n_trials, completed=already_done)
+                                 TextColumn("done: {task.description}"), TimeElapsedColumn(),
+                                 TextColumn("eta"), TimeRemainingColumn(), console=console)
+        self.task = self.progress.add_task(self._description(), total=n_trials,
+                                           completed=already_done)
         self.running: list[RunningTrial] = []
         self.live = Live(self._render(), console=console, refresh_per_second=4,
                          transient=True)
@@ -45,9 +60,9 @@ class LiveReporter:
         self.console.print(self.progress.get_renderable())
 
     def _description(self) -> str:
-        counts = " ".join(f"[{_STATE_STYLE[s]}]{s.name.lower()} {n}[/]"
+        counts = ", ".join(f"[{_STATE_STYLE[s]}]{_STATE_LABEL[s]} {n}[/]"
                           for s, n in self.counts.items())
-        best = f"  best {self.best[1]:.5g} (#{self.best[0]})" if self.best else ""
+        best = f"  best {self.best[1]:.6g} (#{self.best[0]})" if self.best else ""
         return counts + best
 
     def _render(self) -> Group:
@@ -75,7 +90,14 @@ class LiveReporter:
         what = f"value {done.value:.5g}" if done.value is not None else (
             f"{done.fail_reason}: {done.error}" if done.fail_reason else "")
         self.console.print(f"[{style}]trial {done.number:>4} {done.state.name:<8}[/] "
-                           f"{done.slot:<5} {done.duration_s:6.1f}s  {what}", highlight=False)
+                           f"{done.slot:<5} {done.duration_s:6.1f}s  {escape(what)}", highlight=False)
+        if done.state == TrialState.FAIL and done.fail_reason != "interrupted" and done.log_path \
+                and self.show_logs:
+            from pathlib import Path
+
+            for line in read_tail(Path(done.log_path), _LOG_LINES):
+                self.console.print(f"  [dim]| {escape(line)}[/]", highlight=False)
+            self.console.print(f"  [dim]log: {escape(done.log_path)}[/]", highlight=False)
         self.progress.update(self.task, advance=1, description=self._description())
 
     def tick(self, running: list[RunningTrial]) -> None:
@@ -84,3 +106,22 @@ class LiveReporter:
         if now - self._last_render >= 0.25:
             self._last_render = now
             self.live.update(self._render())
+
+
+class QuietReporter:
+    """The reporter of a run with nothing to do (the study already has its trials)."""
+
+    def __enter__(self) -> QuietReporter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+    def started(self, rt: RunningTrial) -> None:
+        pass
+
+    def finished(self, done: FinishedTrial) -> None:
+        pass
+
+    def tick(self, running: list[RunningTrial]) -> None:
+        pass

@@ -10,15 +10,18 @@
 
 from __future__ import annotations
 
+import os
+import sys
 import warnings
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import optuna
 
 from hpo_orchestrator.config import Config, CustomObjectiveConfig
 from hpo_orchestrator.db import (
+    best_trial,
     ensure_tables,
     open_rdb_storage,
     retrying_rdb_storage,
@@ -38,9 +41,10 @@ from hpo_orchestrator.scheduler import (
     SlotPool,
     default_lease_dir,
     resolve_gpus,
+    run_dir,
     threads_per_trial,
 )
-from hpo_orchestrator.study import create_or_load_study
+from hpo_orchestrator.study import create_or_load_study, record_config
 from hpo_orchestrator.study_storage import MirrorStorage
 from hpo_orchestrator.study_tools import enqueue_configured
 from hpo_orchestrator.telemetry import TelemetrySampler
@@ -62,12 +66,22 @@ class PreparedRun:
     unavailable_reason: str | None  # why no GPU was found (scheduler.gpus=auto)
     study_name: str
     already_claimed: int  # trials of n_trials claimed by earlier runs
+    n_trials: int  # the study's total: study.n_trials, or what study.add_trials made of it
+    log_dir: str  # the study's run folder: one log per trial (scheduler/_logs.py)
+    best: tuple[int, float] | None = None  # the study's best (number, value) before this run
+
+    @property
+    def nothing_to_do(self) -> bool:
+        """The study already has its n_trials: this run only waits for others' running ones."""
+        return self.already_claimed >= self.n_trials
 
 
 @dataclass(frozen=True)
 class RunResult:
-    exit_code: int  # 0 done, 130 stopped by SIGINT/SIGTERM
+    exit_code: int  # 0 done, 1 stopped by the failure policy, 130 stopped by SIGINT/SIGTERM
     study_name: str
+    error: str | None = None  # why the failure policy stopped the run (exit 1)
+    hint: str | None = None
     timed_out: bool = False  # study.timeout_s ended the run (exit code 0)
     enqueued: int = 0  # study.enqueue entries added to the study by this run
 
@@ -97,6 +111,7 @@ def check_objective(config: Config) -> None:
     objective = config.objective
     if not isinstance(objective, CustomObjectiveConfig):
         return
+    _current_folder_importable()
     try:
         import_target(objective.target)
         if objective.setup:
@@ -104,7 +119,24 @@ def check_objective(config: Config) -> None:
     except Exception as exc:
         raise ConfigError(f"objective.target: cannot import {objective.target!r} "
                           f"({type(exc).__name__}: {exc})",
-                          "is the module on PYTHONPATH, and the name right?") from None
+                          f"is the module under the current folder ({os.getcwd()}) or on "
+                          f"PYTHONPATH, and the name right?") from None
+
+
+def _current_folder_importable() -> None:
+    """``objective.target=mypkg.objective:fn`` finds ``./mypkg`` as ``python -m`` would: the
+    check here and the children (started with ``python -m``, which puts the current folder
+    first on sys.path) import the same module."""
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+
+
+def _best_so_far(storage: optuna.storages.RDBStorage, study_id: int,
+                 direction: str) -> tuple[int, float] | None:
+    """The study's best trial before this run (one SQL read: a resume shows the study's best)."""
+    with storage.engine.connect() as connection:
+        best = best_trial(connection, study_id, direction)
+    return None if best is None else (int(best["number"]), float(best["value"]))
 
 
 def run_study(config: Config, *, backend: GpuBackend | None = None,
@@ -156,11 +188,19 @@ def _run(config: Config, backend: GpuBackend,
         retrying = retrying_rdb_storage(storage, config.storage.retry_s, mirror)
         budget = Budget(storage.engine, study._study_id, config.study.n_trials,
                         sqlite_path(config.storage.url), retrying)
+        claimed = budget.claimed()
+        if config.study.add_trials is not None:  # "N more": the study's total becomes claimed + N
+            config = replace(config, study=replace(
+                config.study, n_trials=claimed + config.study.add_trials, add_trials=None))
+            budget.n_trials = config.study.n_trials
+            record_config(study, config)
         prepared = PreparedRun(
             config=config, gpus=gpus, slots=len(slots.slots), concurrency=slots.concurrency,
             threads=threads, unavailable_reason=backend.unavailable_reason,
             study_name=study.study_name,
-            already_claimed=min(budget.claimed(), config.study.n_trials))
+            already_claimed=min(claimed, config.study.n_trials), n_trials=config.study.n_trials,
+            log_dir=str(run_dir(config.storage.url, study.study_name, sched.log_dir)),
+            best=_best_so_far(storage, study._study_id, config.study.direction))
         live: AbstractContextManager[Reporter] = progress(prepared) if progress is not None \
             else nullcontext(_Silent())
         with live as reporter:
@@ -169,5 +209,7 @@ def _run(config: Config, backend: GpuBackend,
             orchestrator = Orchestrator(config, study, storage, budget, slots, threads, reporter,
                                         sampler, backend)
             code = orchestrator.run()
+    halted = orchestrator.halted
     return RunResult(exit_code=code, study_name=study.study_name,
-                     timed_out=orchestrator.timed_out and code == 0, enqueued=enqueued)
+                     timed_out=orchestrator.timed_out and code == 0, enqueued=enqueued,
+                     error=halted.message if halted else None, hint=halted.hint if halted else None)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import optuna
 from optuna.study import StudyDirection
 
@@ -10,7 +12,13 @@ from hpo_orchestrator.db import mask_url
 from hpo_orchestrator.errors import ConfigError
 from hpo_orchestrator.pruning._factory import build_pruner
 
-__all__ = ["build_sampler", "create_or_load_study"]
+__all__ = ["build_sampler", "create_or_load_study", "objective_differences", "record_config"]
+
+# Objective keys that change where or how fast a trial runs, not what it computes: a study may
+# go on with other values. Every other key (name, target, data, sizes, seeds, search space)
+# defines the problem, and trials of two problems are not comparable in one study.
+_HOW_NOT_WHAT = frozenset({"device", "gpu_platform", "num_workers", "pin_memory",
+                           "persistent_workers", "prefetch_factor", "setup"})
 
 
 def build_sampler(config: Config) -> optuna.samplers.BaseSampler:
@@ -36,10 +44,39 @@ def create_or_load_study(config: Config, storage: optuna.storages.BaseStorage) -
             raise ConfigError(
                 f"study {name!r} already exists with direction {have}, not {config.study.direction}",
                 f"pass study.direction={have} or choose another study.name")
+        recorded = (storage.get_study_user_attrs(existing).get("hpo.config") or {}).get("objective")
+        differences = objective_differences(recorded, to_plain_dict(config)["objective"])
+        if differences and not config.study.allow_mixed:
+            raise ConfigError(
+                f"study {name!r} was run with another objective ({'; '.join(differences)}): "
+                f"this run's trials would be mixed with its trials",
+                "choose another study.name, or pass study.allow_mixed=true to add them anyway")
     study = optuna.create_study(storage=storage, study_name=name, direction=wanted,
                                 sampler=build_sampler(config), pruner=build_pruner(config.pruner),
                                 load_if_exists=True)
+    record_config(study, config)
+    return study
+
+
+def record_config(study: optuna.Study, config: Config) -> None:
+    """The resolved config as the study attr hpo.config (password masked)."""
     resolved = to_plain_dict(config)
     resolved["storage"]["url"] = mask_url(resolved["storage"]["url"])  # never store a password
     study.set_user_attr("hpo.config", resolved)
-    return study
+
+
+def objective_differences(recorded: dict[str, Any] | None, wanted: dict[str, Any]) -> list[str]:
+    """What makes ``wanted`` another problem than the study's ``recorded`` objective, as
+    ``key: recorded -> wanted`` (nothing when the study has no record: made elsewhere)."""
+    if not recorded:
+        return []
+    if recorded.get("name") != wanted.get("name"):
+        return [f"objective: {_show(recorded, 'name')} -> {_show(wanted, 'name')}"]
+    # Keys one side lacks come from another release of this package: not a difference.
+    keys = sorted((set(recorded) & set(wanted)) - _HOW_NOT_WHAT)
+    return [f"objective.{key}: {_show(recorded, key)} -> {_show(wanted, key)}"
+            for key in keys if recorded[key] != wanted[key]]
+
+
+def _show(section: dict[str, Any], key: str) -> str:
+    return repr(section[key])

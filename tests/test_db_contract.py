@@ -615,6 +615,28 @@ def _(built: Built, connection: Connection) -> None:
     assert _run.max_completed_step(connection, built.study_id) == 4  # #0 reported steps 0-4
 
 
+@case("detail.TRIAL")
+@case("detail.TRIAL_VALUE")
+@case("detail.TRIAL_ATTRS")
+def _(built: Built, connection: Connection) -> None:
+    one = db.trial_detail(connection, built.study_id, 1)
+    assert one is not None
+    assert (one["state"], one["value"], one["params"]) == ("COMPLETE", 0.25, {"x": 0.5, "c": "b", "n": 3})
+    assert one["attrs"]["hpo.host"] == "h2" and one["end"] - one["start"] == timedelta(seconds=10)
+    assert db.trial_detail(connection, built.study_id, 2)["value"] is None  # type: ignore[index]
+    assert db.trial_detail(connection, built.study_id, 99) is None
+
+
+@case("detail.FAIL_ERRORS")
+def _(built: Built, connection: Connection) -> None:
+    assert db.fail_errors(connection, built.study_id) == []  # #3 failed, but was retried
+
+
+@case("detail.LATEST_STUDY")
+def _(built: Built, connection: Connection) -> None:
+    assert db.latest_study(connection) == STUDY
+
+
 @case("design.USER_QUERIES")
 def _(built: Built, connection: Connection) -> None:
     """The queries docs/DESIGN.md §2.6 promises users on the sqlite file."""

@@ -19,8 +19,10 @@ def test_run_and_status_on_postgres(cli, postgres_url: str) -> None:  # type: ig
     study = f"pg-{uuid.uuid4().hex[:8]}"
     result = cli("run", "objective=custom",
                  "objective.target=hpo_orchestrator.testing.objectives:curves",
-                 "pruner=median", "pruner.n_startup_trials=2", "scheduler.parallel=2",
-                 "study.n_trials=6", f"study.name={study}", f"storage.url={postgres_url}")
+                 "objective.setup=hpo_orchestrator.testing.objectives:slow_setup",
+                 "scheduler.worker_mode=fresh", "pruner=median", "pruner.n_startup_trials=2",
+                 "scheduler.parallel=2", "study.n_trials=6", f"study.name={study}",
+                 f"storage.url={postgres_url}")
     assert result.code == 0, result.stderr
     status = cli("status", "--storage", postgres_url, "--study", study, "--json")
     assert status.code == 0, status.stderr
@@ -28,8 +30,8 @@ def test_run_and_status_on_postgres(cli, postgres_url: str) -> None:  # type: ig
     finished = sum(report["states"][s]["count"] for s in ("COMPLETE", "PRUNED", "FAIL"))
     assert finished == 6 and report["states"]["RUNNING"]["count"] == 0
     assert report["per_device"][0]["device"] == "cpu"
-    # startup (a fresh interpreter) dwarfs the 0.02 s to the first pruning decision: the
-    # slow_startup finding must come out of PostgreSQL's rows, over all 6 trials
+    # startup (a fresh interpreter and a 1.5 s setup) dwarfs the 0.02 s to the first pruning
+    # decision: the slow_startup finding must come out of PostgreSQL's rows, over all 6 trials
     codes = {f["code"]: f for f in report["findings"]}
     assert codes["slow_startup"]["evidence"]["trials"] == 6
     assert not set(codes) & {"stale_running", "idle_gpu", "low_gpu_util", "gpu_unused"}

@@ -186,6 +186,11 @@ class SchedulerConfig:
     lease_dir: str | None = None
     # The name recorded in hpo.host; null: this machine's host name.
     host: str | None = None
+    # Each trial's output goes to <log_dir>/<study>/trial-<N>.log; null: hpo-runs/ beside the
+    # sqlite database (or in the current folder for a server database).
+    log_dir: str | None = None
+    # A trial's log over this size is rotated to trial-<N>.log.1 (so at most twice this).
+    log_max_mib: float = 10.0
 
     def validate(self, path: str) -> None:
         for key in ("parallel", "trials_per_gpu"):
@@ -223,6 +228,8 @@ class SchedulerConfig:
                  f"expected seconds >= 0, got {self.kill_grace_s!r}")
         if self.threads_per_trial is not None:
             _positive_int(self.threads_per_trial, f"{path}.threads_per_trial")
+        _require(isinstance(self.log_max_mib, (int, float)) and self.log_max_mib > 0,
+                 f"{path}.log_max_mib", f"expected MiB > 0, got {self.log_max_mib!r}")
 
 
 @dataclass
@@ -265,6 +272,14 @@ class StudyConfig:
     direction: str = "minimize"
     # Trials that must end (COMPLETE, PRUNED or FAIL) in the study as a whole; a restart resumes.
     n_trials: int = 40
+    # Run this many trials more than the study has ended so far (n_trials is then ignored).
+    add_trials: int | None = None
+    # Stop the run (exit 1) when its first fail_fast trials all failed with the same error; 0: never.
+    fail_fast: int = 5
+    # Stop the run (exit 1) once more than this many of its trials failed; null: no limit.
+    max_failures: int | None = None
+    # Allow a run whose objective or search space differs from the study's recorded one.
+    allow_mixed: bool = False
     # A limit on this run's wall time: no trial starts after it; running ones finish, or are
     # stopped timeout_grace_s later (null: they finish however long they take).
     timeout_s: float | None = None
@@ -277,6 +292,11 @@ class StudyConfig:
         _require(self.direction in ("minimize", "maximize"), f"{path}.direction",
                  f"expected minimize or maximize, got {self.direction!r}")
         _positive_int(self.n_trials, f"{path}.n_trials")
+        if self.add_trials is not None:
+            _positive_int(self.add_trials, f"{path}.add_trials")
+        _positive_int(self.fail_fast, f"{path}.fail_fast", minimum=0)
+        if self.max_failures is not None:
+            _positive_int(self.max_failures, f"{path}.max_failures", minimum=0)
         for key in ("timeout_s", "timeout_grace_s"):
             value = getattr(self, key)
             _require(value is None or (isinstance(value, (int, float)) and math.isfinite(value)

@@ -16,6 +16,8 @@ database made by the installed Optuna. Modules by concern:
 - ``_retention``: old trials' telemetry averaged down to a bounded number of rows;
 - ``_best``: directions, the best trial or Pareto front, a trial's params (``best``).
 - ``_retry``: storage trouble during a run: its cause, retries for ``storage.retry_s``.
+- ``_best``: directions, the best trial or Pareto front, a trial's params (``best``);
+- ``_detail``: one trial in full, the failures' errors, the most recently run study.
 
 Readers take a SQLAlchemy ``Connection`` and return plain Python values (states as
 'COMPLETE', timestamps as naive UTC datetimes) whatever the backend.
@@ -33,6 +35,7 @@ from hpo_orchestrator.db._budget import (
     settled_upto,
 )
 from hpo_orchestrator.db._curves import CurveTrial, intermediate_values, step_timings, trials_with_values
+from hpo_orchestrator.db._detail import fail_errors, latest_study, trial_detail
 from hpo_orchestrator.db._engine import (
     ADVISORY_NAMESPACE,
     create_engine,
@@ -131,6 +134,7 @@ __all__ = [
     "database_now",
     "downsample_trial",
     "ensure_tables",
+    "fail_errors",
     "file_lock",
     "first_line",
     "has_summary_table",
@@ -140,6 +144,7 @@ __all__ = [
     "insert_samples",
     "insert_summary",
     "intermediate_values",
+    "latest_study",
     "list_studies",
     "lock_file",
     "lock_study_budget",
@@ -177,6 +182,7 @@ __all__ = [
     "telemetry_samples",
     "telemetry_table",
     "to_datetime",
+    "trial_detail",
     "trial_params",
     "trial_rows",
     "trial_values",

@@ -228,8 +228,15 @@ def mask_url_in(text: str, url: str) -> str:
 
 
 def lock_file(path: Path) -> Path:
-    """The file whose flock serializes the orchestrators of one sqlite database."""
-    return Path(f"{path}.hpo.lock")
+    """The file whose flock serializes the orchestrators of one sqlite database: in the run
+    folder beside it (``hpo-runs/``, whose ``.gitignore`` keeps it out of ``git status``),
+    created here if missing."""
+    folder = path.parent / "hpo-runs"
+    folder.mkdir(exist_ok=True)
+    ignore = folder / ".gitignore"
+    if not ignore.exists():
+        ignore.write_text("# written by hpo-orchestrator: trial logs and lock files\n*\n")
+    return folder / f".{path.name}.lock"
 
 
 @contextmanager

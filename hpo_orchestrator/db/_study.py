@@ -27,7 +27,7 @@ _STUDY_ID_SQL = "SELECT study_id FROM studies WHERE study_name = :n"
 _DIRECTION_SQL = "SELECT direction FROM study_directions WHERE study_id = :s ORDER BY objective"
 _STUDY_ATTRS_SQL = ("SELECT key, value_json FROM study_user_attributes WHERE study_id = :s "
                     "AND (key = 'hpo.config' OR key LIKE 'hpo.devices.%' "
-                    "OR key LIKE 'hpo.packing.%')")
+                    "OR key LIKE 'hpo.packing.%' OR key = 'hpo.pruner.min_resource_auto')")
 _NOW_SQL = "SELECT CURRENT_TIMESTAMP"
 
 
@@ -86,7 +86,8 @@ def study_direction(connection: Connection, study_id: int) -> str:
 
 
 def study_attrs(connection: Connection, study_id: int) -> dict[str, Any]:
-    """Our study attrs: hpo.config, hpo.devices.<host> and hpo.packing.<host>, decoded."""
+    """Our study attrs: hpo.config, hpo.devices.<host>, hpo.packing.<host> and
+    hpo.pruner.min_resource_auto, decoded."""
     rows = connection.execute(text(_STUDY_ATTRS_SQL), {"s": study_id})
     return {key: json.loads(value) for key, value in rows}
 

@@ -24,7 +24,8 @@ __all__ = ["SummaryFlags", "TrialRow", "UncoveredTrial", "best_trial", "has_summ
 # Per-trial attrs read for trials without a summary row (one query for all of them).
 _ATTR_KEYS = ("hpo.host", "hpo.gpu_index", "hpo.startup_s", "hpo.first_decision_s",
               "hpo.gpu_util_mean", "hpo.gpu_util_compute_mean", "hpo.gpu_energy_j",
-              "hpo.gpu_verified", "hpo.fail_reason", "hpo.params_mismatch", "hpo.opencl_platform")
+              "hpo.gpu_verified", "hpo.fail_reason", "hpo.params_mismatch", "hpo.opencl_platform",
+              "hpo.slot")
 # Below this many uncovered trials their attrs are fetched by id (the usual case: a few running
 # or foreign trials); above it, for the whole study.
 _ATTRS_BY_ID_UP_TO = 500

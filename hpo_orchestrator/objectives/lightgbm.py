@@ -7,6 +7,7 @@ the pinned child; the effective parameters LightGBM really used are logged from 
 
 from __future__ import annotations
 
+import functools
 from dataclasses import replace
 from typing import Any, Literal
 
@@ -21,7 +22,10 @@ from hpo_orchestrator.objectives._space import suggest_all
 from hpo_orchestrator.objectives._table import infer_task, load_table, split
 from hpo_orchestrator.runtime import phase, slot_info
 
-__all__ = ["LightGBMObjective", "effective_params"]
+__all__ = ["LightGBMObjective", "compact_params", "effective_params"]
+
+# Kept in hpo.params_effective whatever their value: where the model trained, and its threads.
+_ALWAYS = ("device_type", "gpu_platform_id", "gpu_device_id", "num_threads")
 
 
 def effective_params(model_text: str) -> dict[str, Any]:
@@ -38,6 +42,32 @@ def effective_params(model_text: str) -> dict[str, Any]:
             key, _, value = line.strip("[]").partition(": ")
             params[key] = _parse_scalar(value)
     return params
+
+
+@functools.cache
+def _lightgbm_defaults() -> dict[str, Any]:
+    """The parameter block of a model trained with LightGBM's defaults (binary objective, as
+    ours), once per process: what the installed LightGBM would run with unless told."""
+    import lightgbm as lgb
+    import numpy as np
+
+    x = np.arange(40, dtype=float).reshape(20, 2)
+    booster = lgb.train({"objective": "binary", "verbosity": -1},
+                        lgb.Dataset(x, np.arange(20) % 2), num_boost_round=1)
+    return effective_params(booster.model_to_string(num_iteration=1))
+
+
+def compact_params(full: dict[str, Any], suggested: set[str]) -> dict[str, Any]:
+    """The model's parameter block without the ~100 keys at LightGBM's own default (they follow
+    from ``lightgbm_version``), so ``optuna trials`` stays readable: kept are the keys that
+    differ from the defaults, every suggested param (a suggestion that silently fell back to
+    the default must still show: hpo.params_mismatch) and the device keys."""
+    import lightgbm as lgb
+
+    defaults = _lightgbm_defaults()
+    kept = {k: v for k, v in full.items()
+            if k in _ALWAYS or k in suggested or k not in defaults or defaults[k] != v}
+    return {**kept, "lightgbm_version": lgb.__version__}
 
 
 def _parse_scalar(text: str) -> Any:
@@ -136,14 +166,15 @@ class LightGBMObjective:
             loss = float(env.evaluation_result_list[0][2])
             best = min(best, loss)
             trial.report(loss, (env.iteration + 1) // report_every)
-            if trial.should_prune():
-                trial.set_user_attr("hpo.params_effective",
-                                    effective_params(env.model.model_to_string(num_iteration=1)))
+            # A trial at its last step has done all its work: it completes with its value.
+            if env.iteration + 1 + report_every <= env.end_iteration and trial.should_prune():
+                trial.set_user_attr("hpo.params_effective", compact_params(
+                    effective_params(env.model.model_to_string(num_iteration=1)), set(params)))
                 raise optuna.TrialPruned(f"pruned at round {env.iteration + 1}")
 
         with phase("train"):
             booster = lgb.train(params, train, num_boost_round=cfg.num_boost_round,
                                 valid_sets=[valid], callbacks=[report])
-        trial.set_user_attr("hpo.params_effective",
-                            effective_params(booster.model_to_string(num_iteration=1)))
+        trial.set_user_attr("hpo.params_effective", compact_params(
+            effective_params(booster.model_to_string(num_iteration=1)), set(params)))
         return best

@@ -103,7 +103,8 @@ class TorchMLPObjective:
                 valid_loss = float(loss_fn(logits.float(), y_valid_t))
             best = min(best, valid_loss)
             trial.report(valid_loss, epoch)
-            if trial.should_prune():
+            # The last epoch is done: the trial completes with its value, never pruned there.
+            if epoch < cfg.epochs and trial.should_prune():
                 raise optuna.TrialPruned(f"pruned after epoch {epoch}")
         return best
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from hpo_orchestrator.scheduler._budget import Budget
 from hpo_orchestrator.scheduler._leases import LeaseDir, default_lease_dir
+from hpo_orchestrator.scheduler._logs import read_tail, run_dir
 from hpo_orchestrator.scheduler._orchestrator import Orchestrator
 from hpo_orchestrator.scheduler._outcome import params_mismatch
 from hpo_orchestrator.scheduler._slots import (
@@ -18,4 +19,4 @@ from hpo_orchestrator.scheduler._trial import FinishedTrial, Reporter, RunningTr
 
 __all__ = ["Budget", "BusyRule", "FinishedTrial", "LeaseDir", "Orchestrator", "Reporter",
            "RunningTrial", "Slot", "SlotPool", "default_lease_dir", "params_mismatch",
-           "resolve_gpus", "threads_per_trial"]
+           "read_tail", "resolve_gpus", "run_dir", "threads_per_trial"]

@@ -35,6 +35,16 @@ from hpo_orchestrator.pruning._auto import AutoPruner
 from hpo_orchestrator.scheduler import _channel, _outcome
 from hpo_orchestrator.scheduler._budget import Budget
 from hpo_orchestrator.scheduler._deadlines import LoopClock, enforce_deadlines, stop_faulty
+from hpo_orchestrator.scheduler._failures import FailurePolicy, Halt
+from hpo_orchestrator.scheduler._logs import (
+    TRACEBACK_CAP,
+    append_traceback,
+    cap_log,
+    ensure_run_dir,
+    run_dir,
+    trial_log_path,
+    user_frames,
+)
 from hpo_orchestrator.scheduler._packer import Packer
 from hpo_orchestrator.scheduler._process import (
     cgroup_oom_kills,
@@ -55,8 +65,10 @@ from hpo_orchestrator.worker._env import ChildEnv
 __all__ = ["Orchestrator"]
 
 EXIT_OK = 0
+EXIT_FAILED = 1
 EXIT_INTERRUPTED = 130
 _POLL_S = 0.1
+_LOG_CHECK_S = 2.0  # how often running trials' logs are checked against their size cap
 # What the storage raises when it cannot write: Optuna's wrapper for failed commits,
 # SQLAlchemy's errors (which Optuna lets through elsewhere) and the sqlite driver's own.
 _STORAGE_ERRORS = (optuna.exceptions.StorageInternalError, SQLAlchemyError, sqlite3.Error,
@@ -96,6 +108,11 @@ class Orchestrator:
                                  config.storage.heartbeat_interval_s, config.storage.grace_s,
                                  config.scheduler.max_retries)
         self.auto = AutoPruner.for_config(study, config.pruner)  # pruner.min_resource=auto
+        self.log_dir = run_dir(config.storage.url, study.study_name, config.scheduler.log_dir)
+        self._log_cap = int(config.scheduler.log_max_mib * 2**20)
+        self._logs_checked = 0.0
+        self.failures = FailurePolicy(config.study.fail_fast, config.study.max_failures)
+        self.halted: Halt | None = None  # the failure policy stopped the run (exit 1)
         # scheduler.trials_per_gpu=auto (and the study attr hpo.packing.<host> on GPU hosts)
         self.packer = Packer(config, slots, sampler, study, self.host) if slots.limits else None
         self.retention = TelemetryRetention(storage.engine, study._study_id, self.host,
@@ -116,6 +133,7 @@ class Orchestrator:
         failure: BaseException | None = None
         subreaper = become_subreaper()  # orphans of the trials' processes come to us
         try:
+            ensure_run_dir(self.log_dir)
             self.recovery.reap()
             self.records.record_devices([s.gpu for s in self.slots.slots if s.gpu is not None])
             if self.auto is not None:
@@ -126,9 +144,10 @@ class Orchestrator:
                 self._deadline = time.monotonic() + self.config.study.timeout_s
             while True:
                 self._check_study_deadline()
-                if not self._signals:
+                if not self._signals and self.halted is None:
                     self._launch_ready()
-                if not self.running and (self._signals or self.timed_out or self._study_done()):
+                if not self.running and (self._signals or self.halted or self.timed_out
+                                         or self._study_done()):
                     break
                 _channel.serve(list(self.running.values()), _POLL_S, self.sampler)
                 stop_faulty(self.running.values(), self.config.scheduler.kill_grace_s)
@@ -139,6 +158,7 @@ class Orchestrator:
                 self.clock.discount_stall(self.running.values())
                 enforce_deadlines(self.running.values(), self.config.scheduler.trial_timeout_s,
                                   self.config.scheduler.kill_grace_s)
+                self._cap_logs()
                 self.recovery.beat()
                 self.trees.scan(self._worker_pids())
                 self.records.flush_telemetry()
@@ -165,7 +185,10 @@ class Orchestrator:
         if failure is not None:  # a step that is not retried: named the same way
             cause = trouble_of(failure) or "unknown"
             raise StorageUnavailable(cause, first_line(failure), None) from failure
-        return EXIT_INTERRUPTED if self._signals else EXIT_OK
+        if self._signals:
+            return EXIT_INTERRUPTED
+        self.halted = self.halted or self.failures.at_end()
+        return EXIT_FAILED if self.halted else EXIT_OK
 
     def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
         self._signals += 1
@@ -180,6 +203,18 @@ class Orchestrator:
                 signal_tree(rt.process.pid, signal.SIGKILL)
         if self._signals > 1:  # nor waiting for the storage to come back
             retrying_of(self.storage).give_up()
+
+    def _halt(self, halt: Halt) -> None:
+        """The failure policy says stop: nothing new starts, running trials are stopped as on
+        Ctrl-C (FAIL, interrupted: the same command resumes), and run() returns 1."""
+        self.halted = halt
+        self._stopping = True
+        now = time.monotonic()
+        for rt in self.running.values():
+            if rt.stop_reason is None:
+                rt.stop_reason = "interrupted"
+                signal_tree(rt.process.pid, signal.SIGTERM)
+                rt.kill_at = now + self.config.scheduler.kill_grace_s
 
     # --- launching -------------------------------------------------------------------------
 
@@ -269,6 +304,7 @@ class Orchestrator:
     def _spawn(self, asked: Asked, slot: Slot) -> None:
         trial = asked.trial
         worker = self.idle.pop(slot.id, None)
+        log_path = trial_log_path(self.log_dir, trial.number)
         if worker is not None and (worker.process.poll() is not None
                                    or worker.connection.pending()):
             # Died while idle (killed from outside), or wrote after its trial ended (a thread
@@ -282,14 +318,15 @@ class Orchestrator:
                                  gpu_uuid=slot.gpu.uuid if slot.gpu else None,
                                  cuda_visible_devices=slot.cuda_visible_devices,
                                  num_threads=self.threads)
-                worker = start_worker(child, self._icd_env if slot.gpu is not None else {}, slot.id)
+                worker = start_worker(child, self._icd_env if slot.gpu is not None else {}, slot.id,
+                                      log_path)
         except BaseException:
             self.study.tell(trial, state=TrialState.FAIL)
             raise
         worker.trials += 1
         rt = RunningTrial(trial=trial, slot=slot, worker=worker, attempt=asked.attempt,
                           spawned_at=time.monotonic(), spawned_epoch=time.time(),
-                          oom_kills_at_spawn=cgroup_oom_kills())
+                          oom_kills_at_spawn=cgroup_oom_kills(), log_path=log_path)
         self.running[slot.id] = rt
         self.slots.describe(slot, study=self.study.study_name, trial=trial.number,
                             trial_pid=worker.process.pid)
@@ -299,7 +336,8 @@ class Orchestrator:
         # The job first, the records after: the worker starts while we write. A child that
         # died at birth (killed from outside) is classified once it is reaped.
         rt.connection.send(Job(trial_number=trial.number, objective=self.config.objective,
-                               attempt=asked.attempt, reuse=self.reuse))
+                               attempt=asked.attempt, reuse=self.reuse,
+                               log_path=str(log_path)))
         try:
             self.records.trial_started(rt, self.threads, self.config.scheduler.worker_mode)
         except optuna.exceptions.UpdateFinishedTrialError:
@@ -366,11 +404,18 @@ class Orchestrator:
             stop_reason=rt.stop_reason, outcome=rt.outcome, returncode=rt.process.returncode,
             timeout_s=self.config.scheduler.trial_timeout_s,
             oom_killed=lambda: _oom_killed_since(rt.oom_kills_at_spawn),
-            log_tail=lambda: log_tail(rt.log), protocol_error=rt.protocol_error)
+            log_tail=lambda: log_tail(rt.log_path) if rt.log_path else "",
+            protocol_error=rt.protocol_error)
         ended_at = time.time()
         if rt.process.poll() is not None:
             signal_tree(rt.process.pid, signal.SIGKILL)  # leftovers in its group, if any
         measured = self.records.measure(rt)
+        traceback = user_frames(rt.outcome.traceback) \
+            if rt.outcome is not None and rt.outcome.traceback else None
+        if verdict.state == TrialState.FAIL and traceback:
+            measured["hpo.traceback"] = traceback[-TRACEBACK_CAP:]
+            if rt.log_path is not None:
+                append_traceback(rt.log_path, traceback)
         del self.running[rt.slot.id]
         if self.packer is not None:  # before the slot is handed on: an OOM lowers its GPU's level
             self.packer.trial_ended(rt, verdict.fail_reason, measured)
@@ -406,9 +451,23 @@ class Orchestrator:
         self.reporter.finished(FinishedTrial(
             number=rt.number, slot=rt.slot.label, state=verdict.state, value=verdict.value,
             duration_s=time.monotonic() - rt.spawned_at, fail_reason=verdict.fail_reason,
-            error=verdict.error))
+            error=verdict.error, log_path=str(rt.log_path) if rt.log_path else None))
+        halt = self.failures.observe(rt.number, verdict.state == TrialState.FAIL,
+                                     verdict.fail_reason, verdict.error, retry is not None)
+        if halt is not None and self.halted is None and not self._signals:
+            self._halt(halt)
 
     # --- deadlines, heartbeats, stopping ---------------------------------------------------
+
+    def _cap_logs(self) -> None:
+        """Rotate running trials' logs that grew over scheduler.log_max_mib (every few s)."""
+        now = time.monotonic()
+        if now - self._logs_checked < _LOG_CHECK_S:
+            return
+        self._logs_checked = now
+        for rt in self.running.values():
+            if rt.log_path is not None:
+                cap_log(rt.log_path, self._log_cap)
 
     def _check_study_deadline(self) -> None:
         """study.timeout_s: past it nothing new starts (the loop ends once the running trials

@@ -9,8 +9,7 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
-from typing import IO
+from pathlib import Path
 
 import psutil
 
@@ -21,12 +20,18 @@ from hpo_orchestrator.worker._env import ChildEnv
 __all__ = ["cgroup_oom_kills", "log_tail", "retire_worker", "signal_tree", "start_worker"]
 
 
-def start_worker(child: ChildEnv, extra_env: dict[str, str], slot_id: int) -> Worker:
+def start_worker(child: ChildEnv, extra_env: dict[str, str], slot_id: int, log_path: Path) -> Worker:
     """A new child process pinned to the slot: its environment is fixed here, at birth, on
-    top of ours (``extra_env``: e.g. the NVIDIA OpenCL registration on a GPU slot)."""
+    top of ours (``extra_env``: e.g. the NVIDIA OpenCL registration on a GPU slot).
+
+    Its stdout and stderr go to ``log_path``, the log of its first trial (imports and the
+    objective's setup print there); a reused child switches to each next trial's log itself
+    (``Job.log_path``). Opened for appending, so a rotation (scheduler/_logs.cap_log) that
+    truncates it lets the child write on at the new end.
+    """
     env = {**os.environ, **child.render(), **extra_env}
     ours, theirs = socket.socketpair()
-    log = tempfile.TemporaryFile(prefix=f"hpo-worker-{slot_id}-")
+    log = open(log_path, "ab")  # owned by the Worker, closed at its retirement
     try:
         process = subprocess.Popen(
             [sys.executable, "-m", "hpo_orchestrator.worker", str(theirs.fileno()),
@@ -90,13 +95,9 @@ def cgroup_oom_kills() -> int | None:
     return None
 
 
-def log_tail(log: IO[bytes], limit: int = 4096) -> str:
+def log_tail(log_path: Path) -> str:
     """The last non-empty line a child printed (native crashes only say it there)."""
-    try:
-        log.flush()
-        size = log.seek(0, os.SEEK_END)
-        log.seek(max(0, size - limit))
-        lines = [ln for ln in log.read().decode(errors="replace").splitlines() if ln.strip()]
-    except (OSError, ValueError):
-        return ""
+    from hpo_orchestrator.scheduler._logs import read_tail
+
+    lines = read_tail(log_path, lines=1, limit=4096)
     return lines[-1].strip() if lines else ""

@@ -145,6 +145,7 @@ class RunRecords:
             "hpo.num_threads": threads,
             "hpo.worker_mode": worker_mode,
             "hpo.worker_trial": worker.trials,  # 1: the process was started for this trial
+            "hpo.log_path": None if rt.log_path is None else str(rt.log_path),
         }, started=datetime.fromtimestamp(rt.spawned_epoch))
 
     def measure(self, rt: RunningTrial) -> dict[str, Any]:

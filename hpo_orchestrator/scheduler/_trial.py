@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import subprocess
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Protocol
 
 import optuna
@@ -58,6 +59,7 @@ class RunningTrial:
     protocol_error: str | None = None  # "protocol: ...": the child's bytes broke the protocol
     reaped: bool = False  # another orchestrator finished the trial (we were stopped too long)
     paused_s: float = 0.0  # time the loop stood still (SIGSTOP): not counted against the timeout
+    log_path: Path | None = None  # the trial's own log (scheduler/_logs.py)
 
     @property
     def number(self) -> int:
@@ -94,6 +96,7 @@ class FinishedTrial:
     duration_s: float
     fail_reason: str | None = None
     error: str | None = None
+    log_path: str | None = None  # the trial's log: its last lines are shown for a failure
 
 
 class Reporter(Protocol):

@@ -26,7 +26,7 @@ from hpo_orchestrator.status._model import DeviceUse, StateStats, StatusReport, 
 
 __all__ = ["collect_status", "collect_with_rows", "device_label"]
 
-_STATES = ("COMPLETE", "PRUNED", "FAIL", "RUNNING", "WAITING")
+_STATES = ("COMPLETE", "PRUNED", "FAIL", "RUNNING", "QUEUED", "WAITING")
 
 
 @contextmanager
@@ -66,6 +66,19 @@ def _collect(connection: Connection, study: str | None) -> tuple[StatusReport, l
     rows = db.summary_rows(connection, study_id) if has_summary else []
     uncovered = db.uncovered_trials(connection, study_id, has_summary)
     rows += [u.row for u in uncovered]
+    # A trial asked ahead of a free slot (scheduler.prefetch) is RUNNING to Optuna but has no
+    # process yet: the orchestrator records its slot (hpo.slot) when a slot takes it. Its
+    # heartbeat is kept up meanwhile; a stale one stays with the running (stale_running).
+    hosts = len(_hosts(rows, _listed_devices(study_attrs)))
+    running = _running(connection, [u for u in uncovered if u.row.state == "RUNNING"],
+                       db_now, now, config, hosts)
+    slotless = {u.row.number for u in uncovered if u.row.state == "RUNNING" and config
+                and u.attrs.get("hpo.slot") is None}
+    queued = sorted(r["number"] for r in running if r["number"] in slotless and not r["stale"])
+    running = [r for r in running if r["number"] not in queued]
+    if queued:
+        counts["RUNNING"] -= len(queued)
+        counts["QUEUED"] = len(queued)
 
     durations: dict[str, list[float]] = {}
     for row in rows:
@@ -112,21 +125,24 @@ def _collect(connection: Connection, study: str | None) -> tuple[StatusReport, l
             reasons[str(u.attrs["hpo.fail_reason"])] += 1
 
     window = _window(rows, now)
-    hosts = len(_hosts(rows, _listed_devices(study_attrs)))
-    running = _running(connection, [u for u in uncovered if u.row.state == "RUNNING"],
-                       db_now, now, config, hosts)
+    failures = db.fail_errors(connection, study_id)
+    objective_failures = [n for n, reason, _ in failures if reason != "interrupted"]
     report = StatusReport(
         study=name, direction=direction,
         n_trials_target=config.get("study", {}).get("n_trials"),
         states=states, prune_rate=prune_rate, prune_steps=dict(sorted(prune_steps.items())),
         best=db.best_trial(connection, study_id, direction),
-        per_device=_device_use(rows, study_attrs, now, window),
+        per_device=_device_use([r for r in rows if r.state != "RUNNING" or r.number not in queued],
+                               study_attrs, now, window),
         running=running, fail_reasons=dict(sorted(reasons.items())),
-        wall_s=None if window is None else window[2] - window[0],
+        wall_s=None if window is None else window[2] - window[0], queued=queued,
+        min_resource_auto=study_attrs.get("hpo.pruner.min_resource_auto"),
+        last_failed=max(objective_failures) if objective_failures else None,
         packing=_packing(study_attrs))
     report.findings = find_all(report, StudyFacts(
         config=config, rows=rows, unverified=sorted(unverified), mismatches=sorted(mismatches),
-        max_complete_step=None if max_complete_step is None else int(max_complete_step)))
+        max_complete_step=None if max_complete_step is None else int(max_complete_step),
+        failures=failures))
     return report, rows
 
 

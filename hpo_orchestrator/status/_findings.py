@@ -8,7 +8,9 @@ to argue about.
 
 from __future__ import annotations
 
+import re
 import statistics
+from collections import Counter
 from typing import Any
 
 from hpo_orchestrator.status._model import Finding, StatusReport, StudyFacts
@@ -19,6 +21,8 @@ __all__ = ["find_all"]
 IDLE_BUSY_BELOW = 0.75  # a GPU busy less than this share of the time trials were queued is idle
 LOW_UTIL_BELOW = 50.0  # % SM utilization in the compute phase that counts as underfed
 STARTUP_SHARE_ABOVE = 0.25  # startup above this share of the time to the first pruning decision
+STARTUP_FLOOR_S = 1.0  # a start-up shorter than this is not worth a finding, whatever its share
+FAILING_SHOWN = 3  # most common errors named by failing_trials
 AGGRESSIVE_PRUNE_RATE = 0.6  # prune rate at or above which early pruning is looked at
 EARLY_STEP_SHARE = 0.25  # "early": pruned at or before this share of the steps a full trial runs
 MIN_TRIALS = 3  # fewer trials than this prove nothing about rates and medians
@@ -26,6 +30,7 @@ MIN_TRIALS = 3  # fewer trials than this prove nothing about rates and medians
 
 def find_all(report: StatusReport, facts: StudyFacts) -> list[Finding]:
     findings: list[Finding] = []
+    findings += _failing_trials(facts)
     findings += _idle_gpus(report, facts.config)
     findings += _low_utilization(report, facts.config)
     findings += _gpu_unused(facts)
@@ -124,20 +129,58 @@ def _slow_startup(facts: StudyFacts) -> list[Finding]:
         return []
     startup = statistics.median(p[0] for p in pairs)
     decision = statistics.median(p[1] for p in pairs)
-    if decision <= 0 or startup / decision < STARTUP_SHARE_ABOVE:
+    if decision <= 0 or startup < STARTUP_FLOOR_S or startup / decision < STARTUP_SHARE_ABOVE:
         return []
-    min_resource = facts.config.get("pruner", {}).get("min_resource")
-    knob = f"pruner.min_resource (now {min_resource})" if min_resource is not None \
-        else "pruner.min_resource"
     return [Finding(
         "slow_startup", "warning",
         f"starting a trial takes {startup:.1f} s, {startup / decision:.0%} of the "
         f"{decision:.1f} s until its first pruning decision (medians of {len(pairs)} trials)",
-        f"each start buys little training before the pruner decides: raise {knob} or set "
-        "pruner.min_resource=auto, and cut start-up (scheduler.worker_mode=reuse, data loaded "
-        "once in objective.setup)",
+        _startup_advice(facts.config),
         {"startup_s_median": round(startup, 3), "first_decision_s_median": round(decision, 3),
          "share": round(startup / decision, 3), "trials": len(pairs)})]
+
+
+def _startup_advice(config: dict[str, Any]) -> str:
+    """Only the changes that are not made already."""
+    min_resource = config.get("pruner", {}).get("min_resource")
+    mode = config.get("scheduler", {}).get("worker_mode")
+    objective = config.get("objective", {})
+    steps = []
+    if min_resource == "auto":
+        steps.append("lower pruner.startup_share (min_resource=auto then waits longer before "
+                     "the first pruning decision)")
+    elif min_resource is not None:
+        steps.append(f"raise pruner.min_resource (now {min_resource}) or set pruner.min_resource=auto")
+    if mode is not None and mode != "reuse":
+        steps.append(f"set scheduler.worker_mode=reuse (now {mode}): imports and set-up once per slot")
+    if objective.get("name") == "custom" and not objective.get("setup"):
+        steps.append("load the data once per worker in objective.setup")
+    if not steps:
+        steps.append("make the objective's own start faster (data loading, model building)")
+    return "each start buys little training before the pruner decides: " + "; ".join(steps)
+
+
+def _failing_trials(facts: StudyFacts) -> list[Finding]:
+    """Trials that failed by their own doing (not interrupted, not retried), by error."""
+    failed = [(n, reason, error) for n, reason, error in facts.failures if reason != "interrupted"]
+    if not failed:
+        return []
+    by_error: Counter[str] = Counter()
+    example: dict[str, tuple[int, str]] = {}
+    for number, reason, error in failed:
+        key = re.sub(r"\d+(\.\d+)?", "#", error or reason or "unknown")
+        by_error[key] += 1
+        example.setdefault(key, (number, error or reason or "unknown"))
+    common = by_error.most_common(FAILING_SHOWN)
+    shown = "; ".join(f"{n} x {example[k][1]} (e.g. trial {example[k][0]})" for k, n in common)
+    first = example[common[0][0]][0]
+    return [Finding(
+        "failing_trials", "warning",
+        f"{len(failed)} trials failed: {shown}",
+        f"'hpo-orchestrator logs {first}' shows that trial's output and traceback "
+        f"('status --trial {first}' its params)",
+        {"failed": len(failed), "errors": [{"error": example[k][1], "count": n,
+                                            "example_trial": example[k][0]} for k, n in common]})]
 
 
 def _aggressive_pruning(report: StatusReport, facts: StudyFacts) -> list[Finding]:

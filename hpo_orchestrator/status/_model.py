@@ -53,6 +53,8 @@ class StudyFacts:
     max_complete_step: int | None
     unverified: list[tuple[int, str | None]]  # (number, OpenCL platform) with gpu_verified false
     mismatches: list[tuple[int, dict[str, Any]]]  # (number, {param: [suggested, effective]})
+    # (number, hpo.fail_reason, hpo.error) of failed trials that were not retried
+    failures: list[tuple[int, str | None, str | None]] = field(default_factory=list)
 
 
 @dataclass
@@ -69,6 +71,9 @@ class StatusReport:
     fail_reasons: dict[str, int] = field(default_factory=dict)
     wall_s: float | None = None
     findings: list[Finding] = field(default_factory=list)
+    queued: list[int] = field(default_factory=list)  # RUNNING in Optuna, asked ahead of a slot
+    min_resource_auto: dict[str, Any] | None = None  # study attr hpo.pruner.min_resource_auto
+    last_failed: int | None = None  # the latest failed trial (not interrupted): logs one away
     # Per host, hpo.packing.<host> with "host" added: trials per GPU, and every change that
     # scheduler.trials_per_gpu=auto made (docs/DESIGN.md §2.3).
     packing: list[dict[str, Any]] = field(default_factory=list)

@@ -74,15 +74,23 @@ def render_status(report: StatusReport) -> Group:
             running.add_row(str(entry["number"]), entry["device"], _secs(entry["elapsed_s"]),
                             "-" if entry["last_step"] is None else str(entry["last_step"]), beat)
         parts.append(running)
+    if report.queued:
+        parts.append(Text(f"queued (asked ahead of a free slot, no process yet): "
+                          f"{', '.join(f'#{n}' for n in report.queued)}", style="dim"))
+    if report.min_resource_auto:
+        auto = report.min_resource_auto
+        parts.append(Text(f"pruner.min_resource=auto chose {auto.get('min_resource')}"
+                          + (f" (at trial {auto['at_trial']})" if auto.get("at_trial") is not None else "")
+                          + f": {auto.get('reason', '')}"))
 
     if report.fail_reasons:
         reasons = ", ".join(f"{k}: {v}" for k, v in report.fail_reasons.items())
         parts.append(Text(f"failures by reason: {reasons}", style="yellow"))
     if report.best:
-        params = ", ".join(f"{k}={_fmt(v)}" for k, v in report.best["params"].items())
+        params = " ".join(f"{k}={_fmt(v)}" for k, v in report.best["params"].items())
         parts.append(Text.assemble(("best ", "bold"),
-                                   f"trial {report.best['number']}: {report.best['value']:.6g}",
-                                   f"  ({params})"))
+                                   f"trial {report.best['number']}: {report.best['value']!r}",
+                                   f"  params: {params}"))
     if report.findings:
         parts.append(Text("findings", style="bold"))
         for finding in report.findings:
@@ -96,7 +104,10 @@ def render_status(report: StatusReport) -> Group:
 
 
 def _fmt(value: object) -> str:
-    return f"{value:.4g}" if isinstance(value, float) else str(value)
+    """As it would be pasted back: floats in full (repr round-trips), strings quoted if needed."""
+    if isinstance(value, str) and (not value or any(c in value for c in " ,=[]{}'\"")):
+        return repr(value)
+    return repr(value) if isinstance(value, float) else str(value)
 
 
 def print_status(report: StatusReport, console: Console) -> None:

@@ -14,8 +14,8 @@ import optuna
 from hpo_orchestrator import runtime
 from hpo_orchestrator.runtime import phase, slot_info
 
-__all__ = ["chaos", "cuda_oom_once", "cuda_probe", "curves", "oom_when_shared", "phased", "pinned",
-           "quadratic", "reports10", "reuse_probe", "shared_gpu", "sleepy"]
+__all__ = ["chaos", "chatty", "cuda_oom_once", "cuda_probe", "curves", "oom_when_shared", "phased",
+           "pinned", "quadratic", "reports10", "reuse_probe", "shared_gpu", "sleepy", "slow_setup"]
 
 
 def quadratic(trial: Any) -> float:
@@ -314,3 +314,17 @@ def idle_context(trial: Any) -> float:
     with phase("train"):
         time.sleep(3.0)
     return x
+
+
+def chatty(trial: Any) -> float:
+    """Prints one line to stdout and one to stderr (through the OS, as native code would):
+    each must land in this trial's own log, also in a reused worker."""
+    print(f"chatty trial {trial.number} stdout", flush=True)
+    os.write(2, f"chatty trial {trial.number} stderr\n".encode())
+    return float(trial.suggest_float("x", 0.0, 1.0))
+
+
+def slow_setup() -> None:
+    """An ``objective.setup`` that takes a while (data loading, say): start-up above the
+    slow_startup finding's floor of 1 s."""
+    time.sleep(float(os.environ.get("HPO_TEST_SETUP_S", "1.5")))

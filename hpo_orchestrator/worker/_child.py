@@ -111,8 +111,23 @@ def run_trial(link: Link, job: Job, objective: Callable[[Any], Any]) -> TrialOut
     return TrialOutcome(kind="value", value=value)
 
 
+def _redirect_output(path: str) -> None:
+    """Send this process's stdout and stderr (file descriptors 1 and 2, so native libraries'
+    output too) to the trial's own log, appending (scheduler/_logs.py rotates it)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+    finally:
+        os.close(fd)
+
+
 def _begin(job: Job) -> None:
     """Per-trial state a reused process must not carry over from its previous trial."""
+    if job.log_path:
+        _redirect_output(job.log_path)
     begin_trial(job.trial_number, job.attempt)
     runtime._phase_stack.clear()
 

@@ -41,6 +41,7 @@ class Job:
     objective: ObjectiveConfig  # the objective's validated config, unpickled as the same dataclass
     attempt: int = 1  # 2 and up for a retry (slot_info().attempt)
     reuse: bool = False  # keep the process for the next trial
+    log_path: str | None = None  # the trial's log: the child sends its stdout/stderr there
 
 
 @dataclass(frozen=True)

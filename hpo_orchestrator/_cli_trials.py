@@ -1,0 +1,211 @@
+"""The CLI's first-hour helpers: ``logs``, ``status --trial N``, the study a command means when
+none is named, and the next commands a run suggests (as the user can type them: ``make ...``
+when the run came from make, else the command they typed)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from sqlalchemy.engine import Engine
+
+from hpo_orchestrator.errors import ConfigError, HpoError
+
+__all__ = ["add_logs_parser", "as_typed", "cmd_logs", "next_steps", "print_trial", "prog", "resolve_study",
+           "run_again"]
+
+_FOLLOW_POLL_S = 0.5
+
+
+def prog() -> str:
+    """How the user started us, for the commands we suggest: ``hpo-orchestrator`` when that is
+    on PATH, else the path they typed (``.venv/bin/hpo-orchestrator`` before activation)."""
+    argv0 = sys.argv[0] if sys.argv else ""
+    if argv0.endswith("__main__.py"):
+        return "python -m hpo_orchestrator"
+    on_path = shutil.which("hpo-orchestrator")
+    if Path(argv0).name != "hpo-orchestrator" or (
+            on_path and Path(on_path).resolve() == Path(argv0).resolve()):
+        return "hpo-orchestrator"
+    return argv0
+
+
+def _under_make() -> bool:
+    return "MAKELEVEL" in os.environ  # make exports it to its recipes
+
+
+def run_again(overrides: list[str], extra: str) -> str:
+    """The run command again with ``extra`` added (e.g. study.add_trials=20)."""
+    kept = [o for o in overrides if not o.startswith(("study.add_trials=", "study.n_trials="))]
+    if _under_make():
+        par = [o for o in kept if o.startswith("scheduler.parallel=")]
+        rest = [o for o in kept if not o.startswith("scheduler.parallel=")]
+        par_arg = f"PAR={par[-1].split('=', 1)[1]} " if par and par[-1] != "scheduler.parallel=4" else ""
+        return f'make hpo {par_arg}ARGS="{" ".join([*rest, extra])}"'
+    return " ".join([prog(), "run", *map(shlex.quote, kept), extra])
+
+
+def as_typed(text: str, storage: str, default_storage: str) -> str:
+    """Commands quoted in a message ('hpo-orchestrator logs 3') as this user can type them."""
+    import re
+
+    def typed(match: re.Match[str]) -> str:
+        command, rest = match.group(1), match.group(2)
+        if _under_make() and storage == default_storage and command in ("logs", "status", "report"):
+            if command == "logs" and rest.strip().isdigit():
+                return f"'make logs TRIAL={rest.strip()}'"
+            if not rest.strip():
+                return f"'make {command}'"
+        return f"'{prog()} {command}{rest}'"
+
+    return re.sub(r"'hpo-orchestrator (\w[\w-]*)([^']*)'", typed, text)
+
+
+def next_steps(storage: str, default_storage: str, failed: int | None) -> str:
+    """One line of what to run next, after a run (a password in the URL is masked: never
+    printed; the user types it back)."""
+    from hpo_orchestrator.db import mask_url
+
+    storage_shown = mask_url(storage)
+    if _under_make() and storage == default_storage:
+        steps = ["make status", "make report"] + ([f"make logs TRIAL={failed}"] if failed is not None else [])
+    else:
+        where = "" if storage == default_storage else f" --storage {shlex.quote(storage_shown)}"
+        steps = [f"{prog()} status{where}", f"{prog()} report{where} --out report.html"] + (
+            [f"{prog()} logs {failed}{where}"] if failed is not None else [])
+    return "next: " + "  |  ".join(steps)
+
+
+def resolve_study(engine: Engine, study: str | None, errors: Console) -> str | None:
+    """``--study`` as given; else the only study; else the most recently run one, said on stderr."""
+    from hpo_orchestrator import db
+
+    if study is not None:
+        return study
+    try:
+        with db.read_errors(), engine.connect() as connection:
+            names = db.list_studies(connection)
+            latest = db.latest_study(connection) if len(names) > 1 else None
+    except HpoError:
+        return None  # the command's own checks come first, then its read says what is wrong
+    if latest is None:
+        return None
+    errors.print(f"study {latest!r}: the most recently run of {len(names)} in this storage "
+                 f"(--study NAME for another: {', '.join(names)})", markup=False)
+    return latest
+
+
+def _detail(engine: Engine, study: str | None, number: int) -> tuple[str, dict[str, Any]]:
+    from hpo_orchestrator import db
+
+    with db.read_errors(), engine.connect() as connection:
+        study_id, name = db.study_id_of(connection, study)
+        detail = db.trial_detail(connection, study_id, number)
+    if detail is None:
+        raise ConfigError(f"study {name!r} has no trial {number}",
+                          f"'{prog()} status' shows how many trials it has")
+    return name, detail
+
+
+def add_logs_parser(commands: argparse._SubParsersAction, storage_default: str) -> None:  # type: ignore[type-arg]
+    logs = commands.add_parser("logs", help="a trial's output (print, logging, native crashes) and "
+                                            "traceback")
+    logs.add_argument("trial", type=int, metavar="TRIAL", help="trial number")
+    logs.add_argument("--storage", default=storage_default, help=f"default {storage_default}")
+    logs.add_argument("--study", help="study name (default: the most recently run)")
+    logs.add_argument("--follow", "-f", action="store_true",
+                      help="keep printing new output while the trial runs")
+
+
+def cmd_logs(args: argparse.Namespace, console: Console, errors: Console) -> int:
+    from hpo_orchestrator.db import create_engine
+
+    engine = create_engine(args.storage)
+    name, detail = _detail(engine, resolve_study(engine, args.study, errors), args.trial)
+    attrs = detail["attrs"]
+    path = Path(attrs["hpo.log_path"]) if attrs.get("hpo.log_path") else None
+    if path is None or not path.exists():
+        traceback = attrs.get("hpo.traceback")
+        if traceback:  # the storage keeps it even where the log file is out of reach
+            errors.print(f"no log file for trial {args.trial} here ({path or 'none recorded'}); "
+                         "its stored traceback:", markup=False)
+            console.out(traceback, highlight=False)
+            return 0
+        host = f" on host {attrs['hpo.host']}" if attrs.get("hpo.host") else ""
+        raise ConfigError(f"trial {args.trial} of study {name!r} has no log file here "
+                          f"({path or 'none recorded'})",
+                          f"logs are written{host} where the run ran (scheduler.log_dir); "
+                          "trials of runs before logs were kept have none")
+    rotated = path.with_name(path.name + ".1")
+    if rotated.exists():
+        errors.print(f"(earlier output of this trial: {rotated})", markup=False)
+    offset = _print_from(path, 0)
+    while args.follow:
+        time.sleep(_FOLLOW_POLL_S)
+        offset = _print_from(path, offset)
+        _, detail = _detail(engine, name, args.trial)
+        if detail["state"] != "RUNNING":
+            _print_from(path, offset)
+            errors.print(f"trial {args.trial} ended: {detail['state']}", markup=False)
+            break
+    return 0
+
+
+def _print_from(path: Path, offset: int) -> int:
+    """Print ``path`` from ``offset``; the new offset (0 again after a rotation truncated it)."""
+    try:
+        size = path.stat().st_size
+        if size < offset:
+            offset = 0
+        with open(path, "rb") as handle:
+            handle.seek(offset)
+            data = handle.read()
+    except OSError:
+        return offset
+    sys.stdout.write(data.decode(errors="replace"))
+    sys.stdout.flush()
+    return offset + len(data)
+
+
+def print_trial(args: argparse.Namespace, console: Console, errors: Console) -> int:
+    """``status --trial N``: one trial's state, value, params, failure, traceback and log."""
+    from hpo_orchestrator.db import create_engine
+
+    engine = create_engine(args.storage)
+    name, detail = _detail(engine, resolve_study(engine, args.study, errors), args.trial)
+    if args.json:
+        print(json.dumps({"study": name, **detail}, indent=2, default=str))
+        return 0
+    attrs = detail["attrs"]
+    duration = (detail["end"] - detail["start"]).total_seconds() \
+        if detail["start"] and detail["end"] else None
+    lines = [f"study {name!r} trial {args.trial}: {detail['state']}"
+             + (f", value {detail['value']!r}" if detail["value"] is not None else "")
+             + (f", {duration:.1f} s" if duration is not None else "")]
+    if detail["params"]:
+        lines.append("params: " + " ".join(f"{k}={v!r}" if isinstance(v, str) else f"{k}={v}"
+                                           for k, v in detail["params"].items()))
+    where = [f"{k.removeprefix('hpo.')}={attrs[k]}" for k in
+             ("hpo.host", "hpo.gpu_index", "hpo.slot", "hpo.pid", "hpo.exit_code") if k in attrs]
+    if where:
+        lines.append("ran on: " + " ".join(where))
+    if attrs.get("hpo.fail_reason"):
+        lines.append(f"failed: {attrs['hpo.fail_reason']}: {attrs.get('hpo.error')}")
+    for line in lines:
+        console.print(escape(line), highlight=False)
+    if attrs.get("hpo.traceback"):
+        console.print("traceback:", style="bold")
+        console.out(attrs["hpo.traceback"].rstrip(), highlight=False)
+    if attrs.get("hpo.log_path"):
+        console.print(escape(f"log: {attrs['hpo.log_path']}  ({prog()} logs {args.trial})"),
+                      highlight=False)
+    return 0

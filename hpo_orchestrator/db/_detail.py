@@ -1,0 +1,60 @@
+"""One trial in full (``logs``, ``status --trial``), the failures' errors (the ``failing_trials``
+finding), and which study a command means when the user names none."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from sqlalchemy import text
+from sqlalchemy.engine import Connection
+
+from hpo_orchestrator.db import _trials
+from hpo_orchestrator.db._study import state_name, to_datetime
+
+__all__ = ["fail_errors", "latest_study", "trial_detail"]
+
+_TRIAL_SQL = ("SELECT trial_id, state, datetime_start, datetime_complete FROM trials "
+              "WHERE study_id = :s AND number = :n")
+_TRIAL_VALUE_SQL = "SELECT value FROM trial_values WHERE trial_id = :t AND objective = 0"
+_TRIAL_ATTRS_SQL = "SELECT key, value_json FROM trial_user_attributes WHERE trial_id = :t"
+_FAIL_ERRORS_SQL = (
+    "SELECT t.number, a.key, a.value_json FROM trials t JOIN trial_user_attributes a "
+    "ON a.trial_id = t.trial_id WHERE t.study_id = :s AND t.state = 'FAIL' "
+    "AND a.key IN ('hpo.error', 'hpo.fail_reason', 'hpo.retried')")
+# The study whose trial was asked last (trial ids grow across the whole database); a study
+# without trials counts by its own id.
+_LATEST_STUDY_SQL = (
+    "SELECT s.study_name FROM studies s LEFT JOIN trials t ON t.study_id = s.study_id "
+    "GROUP BY s.study_id, s.study_name ORDER BY COALESCE(MAX(t.trial_id), 0) DESC, "
+    "s.study_id DESC")
+
+
+def trial_detail(connection: Connection, study_id: int, number: int) -> dict[str, Any] | None:
+    """state, start, end, value, params and user attrs of trial ``number``; None if absent."""
+    row = connection.execute(text(_TRIAL_SQL), {"s": study_id, "n": number}).first()
+    if row is None:
+        return None
+    trial_id = row[0]
+    params = connection.execute(text(_trials._PARAMS_SQL), {"t": trial_id}).all()
+    return {
+        "number": number, "state": state_name(row[1]), "start": to_datetime(row[2]),
+        "end": to_datetime(row[3]),
+        "value": connection.execute(text(_TRIAL_VALUE_SQL), {"t": trial_id}).scalar(),
+        "params": {p: _trials._param_value(v, d) for p, v, d in params},
+        "attrs": {k: json.loads(v) for k, v in connection.execute(text(_TRIAL_ATTRS_SQL), {"t": trial_id})},
+    }
+
+
+def fail_errors(connection: Connection, study_id: int) -> list[tuple[int, str | None, str | None]]:
+    """(number, hpo.fail_reason, hpo.error) of the FAIL trials that were not retried."""
+    found: dict[int, dict[str, Any]] = {}
+    for number, key, value in connection.execute(text(_FAIL_ERRORS_SQL), {"s": study_id}):
+        found.setdefault(int(number), {})[key] = json.loads(value)
+    return sorted((n, a.get("hpo.fail_reason"), a.get("hpo.error"))
+                  for n, a in found.items() if a.get("hpo.retried") is not True)
+
+
+def latest_study(connection: Connection) -> str | None:
+    """The study that most recently started a trial (or was created last)."""
+    return connection.execute(text(_LATEST_STUDY_SQL)).scalar()

@@ -1,0 +1,104 @@
+"""Each trial's own log file: what its child printed (stdout, stderr, native crashes) and, for a
+failed trial, the traceback, so a failing objective is never a black box.
+
+Layout: a run folder beside the sqlite database (``<db dir>/hpo-runs/<study>/``), or under the
+current folder for a server database, or ``scheduler.log_dir``; one ``trial-<N>.log`` per trial
+(its path recorded in ``hpo.log_path``). The folder holds a ``.gitignore`` of ``*``, so neither
+the logs nor the sqlite lock files kept there show in ``git status``.
+
+Size: a log over its cap is rotated the way logrotate's copytruncate does it (copied to
+``trial-<N>.log.1``, then truncated): the child writes with O_APPEND, so it goes on at the new
+end, and a trial keeps at most twice the cap on disk.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from collections import deque
+from pathlib import Path
+
+__all__ = ["TRACEBACK_CAP", "append_traceback", "cap_log", "ensure_run_dir", "read_tail", "run_dir",
+           "trial_log_path", "user_frames"]
+
+TRACEBACK_CAP = 8000  # characters of hpo.traceback kept (its end: the frames nearest the error)
+_IGNORE_ALL = "# written by hpo-orchestrator: trial logs and lock files\n*\n"
+
+
+def run_dir(storage_url: str, study: str, log_dir: str | None = None) -> Path:
+    """The study's run folder (not created here)."""
+    from hpo_orchestrator.db import sqlite_path
+
+    if log_dir:
+        base = Path(log_dir).expanduser()
+    else:
+        db_file = sqlite_path(storage_url)
+        base = (db_file.parent if db_file is not None else Path.cwd()) / "hpo-runs"
+    return base.absolute() / _safe(study)
+
+
+def _safe(name: str) -> str:
+    """A study name as one folder name (study names are free text)."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip(".") or "study"
+
+
+def trial_log_path(folder: Path, number: int) -> Path:
+    return folder / f"trial-{number}.log"
+
+
+def ensure_run_dir(folder: Path) -> Path:
+    """Create the run folder, with a .gitignore of ``*`` at the top of ``hpo-runs``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    ignore = folder.parent / ".gitignore"
+    if not ignore.exists():
+        ignore.write_text(_IGNORE_ALL)
+    return folder
+
+
+def cap_log(path: Path, limit_bytes: int) -> bool:
+    """Rotate ``path`` to ``path.1`` (copy, then truncate) once it is over ``limit_bytes``."""
+    try:
+        if path.stat().st_size <= limit_bytes:
+            return False
+        shutil.copyfile(path, path.with_name(path.name + ".1"))
+        os.truncate(path, 0)
+    except OSError:
+        return False
+    return True
+
+
+def append_traceback(path: Path, traceback: str) -> None:
+    """The child's traceback at the end of its log (the objective's own output comes first)."""
+    try:
+        with open(path, "a", encoding="utf-8", errors="replace") as handle:
+            handle.write(f"\n--- traceback (also in the trial's hpo.traceback) ---\n{traceback.rstrip()}\n")
+    except OSError:
+        pass
+
+
+def user_frames(traceback: str) -> str:
+    """The traceback without the frames of our child bootstrap (hpo_orchestrator/worker), so its
+    last lines are the objective's own."""
+    kept: list[str] = []
+    skipping = False
+    for line in traceback.splitlines():
+        if line.startswith('  File "'):
+            skipping = f"{os.sep}hpo_orchestrator{os.sep}worker{os.sep}" in line
+        elif not line.startswith("    "):
+            skipping = False
+        if not skipping:
+            kept.append(line)
+    return "\n".join(kept)
+
+
+def read_tail(path: Path, lines: int = 10, limit: int = 64 * 1024) -> list[str]:
+    """The last non-empty ``lines`` lines of ``path`` (at most its last ``limit`` bytes)."""
+    try:
+        with open(path, "rb") as handle:
+            size = handle.seek(0, os.SEEK_END)
+            handle.seek(max(0, size - limit))
+            text = handle.read().decode(errors="replace")
+    except OSError:
+        return []
+    return list(deque((ln.rstrip() for ln in text.splitlines() if ln.strip()), maxlen=lines))

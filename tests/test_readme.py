@@ -1,0 +1,221 @@
+"""Every example in README.md, as written: its shell commands, its Python and its SQL.
+
+The fenced blocks are read from the README itself. Each shell command must be listed in
+COMMANDS with how it is tested, so a command added to the README without a test fails here
+(and a listed command the README dropped too). Most run verbatim, in the order a new user
+types them, in a fresh folder that has the checkout's Makefile and .venv and the venv on PATH
+(as after `. .venv/bin/activate`); the few that need a server, Slurm or many GPU-hours are
+run with ``--show-config`` (their overrides are still checked) or named with the test that
+covers them.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, _require_slow, cli_env
+
+README = REPO / "README.md"
+
+VERBATIM = "run verbatim"
+CONFIG = "run with --show-config appended (needs a server or hours; its overrides are checked)"
+WATCH = "run verbatim until its first screen, then stopped (it refreshes forever)"
+
+COMMANDS: dict[str, str] = {
+    "make hpo": VERBATIM,
+    "make test": "not run here: it is this test suite",
+    "make status": VERBATIM,
+    "make report": VERBATIM,
+    "make logs TRIAL=3": VERBATIM,
+    'make hpo PAR=8 ARGS="objective=torch_mlp study.name=mlp study.n_trials=100"':
+        "make -n shows the command; that command is " + CONFIG,
+    "hpo-orchestrator run objective=torch_mlp scheduler.parallel=8 pruner.patience=4 "
+    "pruner.min_resource=3 storage.url=postgresql+psycopg://user@db/hpo study.name=exp1 "
+    "study.n_trials=200": CONFIG,
+    "hpo-orchestrator run --show-config": VERBATIM,
+    "hpo-orchestrator status": VERBATIM,
+    "hpo-orchestrator status --storage sqlite:///hpo.db --study hpo --json": VERBATIM,
+    "hpo-orchestrator status --watch": WATCH,
+    "hpo-orchestrator submit slurm.nodes=4 slurm.gpus_per_node=8 slurm.partition=gpu "
+    "storage.url=postgresql+psycopg://user@db/hpo study.n_trials=2000":
+        "not run here: needs Slurm (tests/test_cluster.py submits to the local Slurm)",
+    "hpo-orchestrator run objective=custom objective.target=mypkg.objective:objective study.name=mypkg":
+        VERBATIM,
+    "hpo-orchestrator logs 3 --study mypkg": VERBATIM,
+    "hpo-orchestrator status --trial 3 --study mypkg": VERBATIM,
+    "hpo-orchestrator report --study hpo --out report.html --png report.png": VERBATIM,
+    "hpo-orchestrator tune-pruner --study hpo --top-k 5 --patience 0,1,2,3,5,8 "
+    "--min-resource 1,2,3,5,8,13 --reduction-factor 2,3,4": VERBATIM,
+    "hpo-orchestrator run pruner.min_resource=auto pruner.startup_share=0.25 study.name=auto": CONFIG,
+    'pip install -e ".[postgres]"': "not run here: installs packages (make install has the extra's psycopg)",
+    "hpo-orchestrator run storage.url=postgresql+psycopg://user@db-host/hpo study.name=exp1 "
+    "study.n_trials=400 scheduler.parallel=8": CONFIG,
+    "hpo-orchestrator best --study NAME [--json]": "synopsis: its form 'best --study mine' runs verbatim",
+    "hpo-orchestrator enqueue --study NAME --params '{\"x\": 1.5}'":
+        "synopsis: its form 'enqueue --study mine --params ...' runs verbatim",
+    "hpo-orchestrator run objective.data=train.csv objective.target_column=label "
+    "objective.search_space.learning_rate.high=0.1 objective.search_space.max_depth.value=6 "
+    "study.name=mine study.n_trials=8 study.timeout_s=600 scheduler.parallel=2": VERBATIM,
+    "hpo-orchestrator best --study mine": VERBATIM,
+    "hpo-orchestrator enqueue --study mine --params '{\"learning_rate\": 0.05, \"num_leaves\": 31}'":
+        VERBATIM,
+    "hpo-orchestrator run objective.data=train.csv objective.target_column=label "
+    "objective.search_space.learning_rate.high=0.1 objective.search_space.max_depth.value=6 "
+    "study.name=mine study.n_trials=9 scheduler.parallel=2": VERBATIM,
+}
+
+
+def blocks(language: str) -> list[str]:
+    """The README's fenced blocks of ``language``, in order."""
+    return re.findall(rf"^```{language}\n(.*?)^```", README.read_text(), flags=re.S | re.M)
+
+
+def shell_commands() -> list[str]:
+    """Each command of the sh blocks: continuation lines joined, comments dropped."""
+    commands = []
+    for block in blocks("sh"):
+        for line in block.replace("\\\n", " ").splitlines():
+            command = re.sub(r"\s+#.*$", "", line).strip()
+            if command and not command.startswith("#"):
+                commands.append(re.sub(r"\s+", " ", command))
+    return commands
+
+
+def test_every_readme_command_has_a_test() -> None:
+    found = shell_commands()
+    assert len(found) >= 15  # the extraction found the README's commands
+    assert sorted(set(found) - set(COMMANDS)) == [], "README commands without a test: add them to COMMANDS"
+    assert sorted(set(COMMANDS) - set(found)) == [], "COMMANDS the README no longer has"
+
+
+def test_python_examples_compile() -> None:
+    """Every Python block is valid Python; the first (the custom objective) also runs below."""
+    examples = blocks("python")
+    assert len(examples) >= 2
+    for number, example in enumerate(examples):
+        compile(example, f"README python block {number}", "exec")
+
+
+def _show_config(command: str, tmp_path: Path) -> None:
+    proc = subprocess.run(f"{command} --show-config", shell=True, cwd=tmp_path, env=_env(),
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, (command, proc.stderr)
+
+
+def _env() -> dict[str, str]:
+    """As after `. .venv/bin/activate`: the venv's bin first on PATH."""
+    env = cli_env()
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    env["VIRTUAL_ENV"] = str(Path(sys.executable).parent.parent)
+    return env
+
+
+def test_commands_that_need_a_server_have_valid_overrides(tmp_path: Path) -> None:
+    for command, how in COMMANDS.items():
+        if how == CONFIG:
+            _show_config(command, tmp_path)
+    dry = subprocess.run(
+        ["make", "-n", "hpo", "PAR=8", "ARGS=objective=torch_mlp study.name=mlp study.n_trials=100"],
+        cwd=REPO, capture_output=True, text=True, check=True).stdout
+    assert "hpo-orchestrator run scheduler.parallel=8 objective=torch_mlp study.name=mlp " \
+        "study.n_trials=100" in dry
+    _show_config("hpo-orchestrator run scheduler.parallel=8 objective=torch_mlp study.name=mlp "
+                 "study.n_trials=100", tmp_path)
+
+
+def _write_train_csv(path: Path) -> None:
+    """A small table with a binary ``label`` column, a numeric and a text feature."""
+    import random
+
+    rng = random.Random(0)
+    lines = ["a,b,color,label"]
+    for _ in range(400):
+        a, b = rng.random(), rng.random()
+        color = rng.choice(["red", "green", "blue"])
+        lines.append(f"{a:.4f},{b:.4f},{color},{int(a + 0.3 * (color == 'red') > 0.6)}")
+    path.write_text("\n".join(lines) + "\n")
+
+
+def _sh(command: str, cwd: Path, timeout: float = 900) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(command, shell=True, cwd=cwd, env=_env(), capture_output=True, text=True,
+                          timeout=timeout)
+    assert proc.returncode == 0, f"{command}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    return proc
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)  # make hpo's 40 LightGBM trials, then the custom study, on a shared VM
+def test_the_readme_in_order(tmp_path: Path) -> None:
+    """A new user's first hour, every command as the README writes it."""
+    _require_slow("runs the README's studies")
+    venv = Path(sys.executable).parent.parent
+    (tmp_path / "Makefile").write_text((REPO / "Makefile").read_text())
+    (tmp_path / "pyproject.toml").symlink_to(REPO / "pyproject.toml")
+    (tmp_path / ".venv").symlink_to(venv)
+    if not (venv / ".installed").exists() or \
+            (venv / ".installed").stat().st_mtime < (REPO / "pyproject.toml").stat().st_mtime:
+        pytest.skip("make install first (the Makefile would reinstall into the checkout's .venv)")
+    run = {command: how for command, how in COMMANDS.items() if how == VERBATIM}
+
+    made = _sh("make hpo", tmp_path)
+    assert "done: " in made.stdout and "next: make status  |  make report" in made.stdout
+    for command in ("make status", "make report", "make logs TRIAL=3"):
+        out = _sh(command, tmp_path)
+        assert "Error" not in out.stderr
+    assert (tmp_path / "report.html").exists()
+
+    objective = tmp_path / "mypkg" / "objective.py"
+    objective.parent.mkdir()
+    objective.write_text(blocks("python")[0])  # as written, without an __init__.py either
+    custom = _sh("hpo-orchestrator run objective=custom objective.target=mypkg.objective:objective "
+                 "study.name=mypkg", tmp_path)
+    assert "failed 0" in custom.stdout, custom.stdout
+    logs = _sh("hpo-orchestrator logs 3 --study mypkg", tmp_path)
+    assert "trial 3 on slot" in logs.stdout
+    assert "COMPLETE" in _sh("hpo-orchestrator status --trial 3 --study mypkg", tmp_path).stdout \
+        or "PRUNED" in _sh("hpo-orchestrator status --trial 3 --study mypkg", tmp_path).stdout
+
+    _write_train_csv(tmp_path / "train.csv")  # "Here train.csv has a label column"
+    for command in [c for c in COMMANDS if COMMANDS[c] == VERBATIM
+                    and ("--study mine" in c or "study.name=mine" in c)]:  # in the README's order
+        _sh(command, tmp_path)
+        run.pop(command)
+    best = _sh("hpo-orchestrator best --study mine", tmp_path)
+    assert "best trial #" in best.stdout
+
+    for command in ("hpo-orchestrator run --show-config", "hpo-orchestrator status",
+                    "hpo-orchestrator status --storage sqlite:///hpo.db --study hpo --json",
+                    "hpo-orchestrator report --study hpo --out report.html --png report.png",
+                    "hpo-orchestrator tune-pruner --study hpo --top-k 5 --patience 0,1,2,3,5,8 "
+                    "--min-resource 1,2,3,5,8,13 --reduction-factor 2,3,4"):
+        _sh(command, tmp_path)
+        run.pop(command)
+    for command in ("make hpo", "make status", "make report", "make logs TRIAL=3",
+                    "hpo-orchestrator run objective=custom objective.target=mypkg.objective:objective "
+                    "study.name=mypkg", "hpo-orchestrator logs 3 --study mypkg",
+                    "hpo-orchestrator status --trial 3 --study mypkg"):
+        run.pop(command)
+    assert run == {}, "a VERBATIM command this test does not run"
+
+    watch = subprocess.Popen("hpo-orchestrator status --watch", shell=True, cwd=tmp_path, env=_env(),
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             start_new_session=True)
+    time.sleep(5)  # a few refreshes; off a terminal the screen is printed when it stops
+    os.killpg(watch.pid, signal.SIGINT)
+    out, _err = watch.communicate(timeout=60)
+    assert watch.returncode in (130, -signal.SIGINT) and "trials by state" in out
+
+    with sqlite3.connect(tmp_path / "hpo.db") as connection:
+        for block in blocks("sql"):
+            for statement in filter(str.strip, block.split(";")):
+                rows = connection.execute(statement).fetchall()
+                assert rows, statement
