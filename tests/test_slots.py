@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from hpo_orchestrator.errors import ConfigError
 from hpo_orchestrator.gpu import GpuInfo
 from hpo_orchestrator.scheduler import SlotPool, resolve_gpus, threads_per_trial
+from hpo_orchestrator.scheduler._leases import LeaseDir
 from hpo_orchestrator.testing import FakeGpuBackend
 
 
@@ -36,6 +39,32 @@ def test_cpu_slots_have_empty_cuda_visible_devices() -> None:
     pool = SlotPool([], parallel=3, trials_per_gpu=None)
     slots = [pool.acquire() for _ in range(3)]
     assert all(s is not None and s.gpu is None and s.cuda_visible_devices == "" for s in slots)
+
+
+def test_gpu_slots_pin_the_gpu_by_uuid() -> None:
+    """CUDA_VISIBLE_DEVICES names the GPU by UUID: an index would be another GPU under CUDA's
+    fastest-first order or inside a device cgroup (Slot.cuda_visible_devices)."""
+    gpus = FakeGpuBackend.from_spec("2").gpus()
+    pool = SlotPool(gpus, parallel=2, trials_per_gpu=1)
+    slots = [pool.acquire(), pool.acquire()]
+    assert [s.cuda_visible_devices if s else None for s in slots] == [g.uuid for g in gpus]
+    assert all(g.uuid.startswith("GPU-") for g in gpus)
+
+
+def test_a_released_lease_frees_the_slot_for_another_orchestrator(tmp_path: Path) -> None:
+    """Two pools on one lease folder (two orchestrators of this host): a GPU slot held by
+    one is skipped by the other until released (the kernel's flock, _leases.py)."""
+    gpus = FakeGpuBackend.from_spec("1").gpus()
+    first = SlotPool(gpus, parallel=1, trials_per_gpu=1, leases=LeaseDir(tmp_path))
+    second = SlotPool(gpus, parallel=1, trials_per_gpu=1, leases=LeaseDir(tmp_path))
+    held = first.acquire()
+    assert held is not None and second.acquire() is None
+    assert list(LeaseDir(tmp_path).holders(gpus[0].uuid)) == [0]
+    first.release(held, keep_lease=True)  # a reuse worker stays on it: still taken
+    assert second.acquire() is None
+    first.drop_lease(held.id)
+    assert LeaseDir(tmp_path).holders(gpus[0].uuid) == {}
+    assert second.acquire() is not None
 
 
 @pytest.mark.parametrize(("wanted", "expected"), [("auto", [0, 1]), ("none", []), ([1], [1])])
