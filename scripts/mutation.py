@@ -36,6 +36,7 @@ REPO = Path(__file__).resolve().parents[1]
 MUTATIONS_DIR = REPO / "tests" / "mutations"
 PYTHON = REPO / ".venv" / "bin" / "python"
 DEFAULT_TIMEOUT_S = 420.0
+_LIVE: set[subprocess.Popen[str]] = set()  # pytest runs in flight: stopped if we are
 _FIELDS = {"name", "file", "original", "replacement", "tests", "k", "why", "timeout_s"}
 
 
@@ -97,10 +98,11 @@ def make_scratch(parent: Path, index: int) -> Path:
                             cwd=REPO, check=True, capture_output=True).stdout.decode()
     scratch = parent / f"tree-{index}"
     for name in filter(None, listed.split("\0")):
-        source = REPO / name
-        if source.is_file():  # a tracked file deleted in the working tree is left out
-            target = scratch / name
-            target.parent.mkdir(parents=True, exist_ok=True)
+        source, target = REPO / name, scratch / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if source.is_symlink():  # e.g. hpo_orchestrator/conf -> ../conf: a link again
+            target.symlink_to(os.readlink(source))
+        elif source.is_file():  # a tracked file deleted in the working tree is left out
             shutil.copy2(source, target)
     return scratch
 
@@ -133,12 +135,14 @@ def run_pytest(scratch: Path, args: list[str], timeout_s: float) -> tuple[str, s
                f"--junitxml={report}", *args]
     proc = subprocess.Popen(command, cwd=scratch, env=scratch_env(scratch), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    _LIVE.add(proc)
     try:
         output, _ = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)  # pytest's own session: it and the studies it started
-        proc.communicate()
+        _stop(proc)
         return "timeout", f"the guarding tests ran past {timeout_s:.0f} s"
+    finally:
+        _LIVE.discard(proc)
     tail = " | ".join(output.strip().splitlines()[-3:])
     if proc.returncode == 5:
         return "error", f"no test collected (node ids moved?): {tail}"
@@ -146,10 +150,19 @@ def run_pytest(scratch: Path, args: list[str], timeout_s: float) -> tuple[str, s
         return "error", f"pytest exit {proc.returncode}: {tail}"
     tests, skipped, failed = _junit(report)
     if proc.returncode == 1:
-        return "failed", f"{failed[0] if failed else '?'} failed"
+        return "failed", f"{failed[0] if failed else '?'} failed ({_reason(report)})"
     if tests == 0 or skipped:
         return "skipped", f"{skipped} of {tests} guarding tests skipped: {tail}"
     return "passed", f"{tests} tests passed"
+
+
+def _stop(proc: subprocess.Popen[str]) -> None:
+    """Kill pytest's own session: it and the studies it started."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.communicate()
 
 
 def _junit(path: Path) -> tuple[int, int, list[str]]:
@@ -160,6 +173,16 @@ def _junit(path: Path) -> tuple[int, int, list[str]]:
               for c in cases if c.find("failure") is not None or c.find("error") is not None]
     skipped = sum(1 for c in cases if c.find("skipped") is not None)
     return len(cases), skipped, failed
+
+
+def _reason(path: Path) -> str:
+    """The first failure's message, one line (an assertion's first line, an error's type)."""
+    for case in ET.parse(path).getroot().iter("testcase"):
+        for tag in ("failure", "error"):
+            found = case.find(tag)
+            if found is not None:
+                return " ".join((found.get("message") or tag).split())[:160]
+    return "?"
 
 
 def apply(scratch: Path, mutation: Mutation) -> str | None:
@@ -249,7 +272,12 @@ def main(argv: list[str] | None = None) -> int:
     if not PYTHON.exists():
         print(f"error: {PYTHON} not found\nhint: make install", file=sys.stderr)
         return 2
-    return _run_all(mutations, args.jobs, not args.no_baseline)
+    # Stopped (Ctrl-C, SIGTERM, CI's timeout): no pytest and no study left running.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    try:
+        return _run_all(mutations, args.jobs, not args.no_baseline)
+    except KeyboardInterrupt:
+        return 130
 
 
 def _run_all(mutations: list[Mutation], jobs: int, with_baseline: bool) -> int:
@@ -260,29 +288,15 @@ def _run_all(mutations: list[Mutation], jobs: int, with_baseline: bool) -> int:
             scratch = make_scratch(Path(parent), index)
             check_imports_scratch(scratch)
             scratches.put(scratch)
-        if with_baseline:
-            scratch = scratches.get()
-            outcome, detail = baseline(scratch, mutations)
-            scratches.put(scratch)
-            print(f"baseline (unmutated): {outcome}: {detail}", flush=True)
-            if outcome not in ("passed", "skipped"):  # a mutation whose tests skip is an error
-                print("error: the guarding tests do not pass on the unmutated code, so no "
-                      "mutation result would mean anything", file=sys.stderr)
+        pool = concurrent.futures.ThreadPoolExecutor(max_workers=jobs)
+        try:
+            if with_baseline and not _baseline_passes(scratches, mutations):
                 return 2
-
-        def task(mutation: Mutation) -> Result:
-            scratch = scratches.get()
-            try:
-                return run_one(scratch, mutation)
-            finally:
-                scratches.put(scratch)
-
-        results: list[Result] = []
-        with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
-            for result in pool.map(task, mutations):
-                results.append(result)
-                print(f"{result.outcome:8} {result.seconds:5.0f} s  {result.mutation.name}: {result.detail}",
-                      flush=True)
+            results = _mutate(pool, scratches, mutations)
+        finally:
+            for proc in list(_LIVE):  # stopped early (Ctrl-C, SIGTERM): no pytest left running
+                _stop(proc)
+            pool.shutdown(wait=True, cancel_futures=True)
     counts = {o: sum(r.outcome == o for r in results) for o in ("killed", "survived", "error")}
     print()
     print(_table(results))
@@ -290,6 +304,37 @@ def _run_all(mutations: list[Mutation], jobs: int, with_baseline: bool) -> int:
           f"{len(results)} mutations in {time.monotonic() - started:.0f} s (jobs {jobs}); load average "
           f"before {load_before}, after {_load_average()}; {os.cpu_count()} CPUs")
     return 0 if counts["killed"] == len(results) else 1
+
+
+def _baseline_passes(scratches: queue.Queue[Path], mutations: list[Mutation]) -> bool:
+    scratch = scratches.get()
+    try:
+        outcome, detail = baseline(scratch, mutations)
+    finally:
+        scratches.put(scratch)
+    print(f"baseline (unmutated): {outcome}: {detail}", flush=True)
+    if outcome in ("passed", "skipped"):  # a mutation whose tests skip is an error of its own
+        return True
+    print("error: the guarding tests do not pass on the unmutated code, so no mutation result "
+          "would mean anything", file=sys.stderr)
+    return False
+
+
+def _mutate(pool: concurrent.futures.ThreadPoolExecutor, scratches: queue.Queue[Path],
+            mutations: list[Mutation]) -> list[Result]:
+    def task(mutation: Mutation) -> Result:
+        scratch = scratches.get()  # a scratch copy of its own while it runs
+        try:
+            return run_one(scratch, mutation)
+        finally:
+            scratches.put(scratch)
+
+    results = []
+    for result in pool.map(task, mutations):
+        results.append(result)
+        print(f"{result.outcome:8} {result.seconds:5.0f} s  {result.mutation.name}: {result.detail}",
+              flush=True)
+    return results
 
 
 if __name__ == "__main__":
