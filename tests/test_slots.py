@@ -81,6 +81,7 @@ def test_nonexistent_gpu_is_a_config_error() -> None:
 def test_threads_divided_among_trials() -> None:
     assert threads_per_trial(3, 4) == 3
     assert threads_per_trial(None, 10_000) == 1
+    assert threads_per_trial(None, 4, cores=16) == 4  # 4 trials share 16 cores
 
 
 def test_oom_retry_goes_to_the_gpu_with_most_free_memory() -> None:
