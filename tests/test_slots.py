@@ -23,6 +23,21 @@ def test_spreads_over_gpus_and_caps_per_gpu() -> None:
     assert on[:2] == [0, 1]  # the first two trials go to different GPUs
 
 
+def test_a_freed_slot_goes_to_the_least_loaded_gpu() -> None:
+    """After trials end unevenly the next trial goes to the GPU with fewer trials, not to the
+    free slot with the lowest id (slots are numbered GPU by GPU, so on a fresh pool the two
+    orders agree and only this case tells them apart)."""
+    gpus = FakeGpuBackend.from_spec("2").gpus()
+    pool = SlotPool(gpus, parallel=6, trials_per_gpu=3)
+    taken = [pool.acquire() for _ in range(5)]  # GPU 0 runs three, GPU 1 two
+    for slot in taken:
+        assert slot is not None and slot.gpu is not None
+        if slot.id in (0, 1, 3):  # GPU 0 keeps two, GPU 1 none; slot 0 (GPU 0) is free
+            pool.release(slot)
+    nxt = pool.acquire()
+    assert nxt is not None and nxt.gpu is not None and nxt.gpu.index == 1
+
+
 def test_trials_per_gpu_limits_concurrency() -> None:
     gpus = FakeGpuBackend.from_spec("2").gpus()
     pool = SlotPool(gpus, parallel=8, trials_per_gpu=1)
