@@ -17,7 +17,7 @@ TRIAL ?=
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: hpo status report logs install test test-fast test-gpu lint bench bench-gpu bench-packing clean
+.PHONY: hpo status report logs install test test-fast test-gpu lint mutation bench bench-gpu bench-packing clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV_FLAGS) $(VENV)
@@ -56,6 +56,11 @@ test-fast: $(STAMP)
 # Fails when no GPU test ran (every one skipped or deselected): see tests/conftest.py.
 test-gpu: $(STAMP)
 	HPO_TEST_REQUIRE_GPU=1 $(BIN)/python -m pytest -q -m gpu -rs $(PYTEST_ARGS)
+
+# Mutation testing: each edit of tests/mutations/*.toml applied alone to a scratch copy, its
+# guarding tests run; fails when any survives (docs/MUTATION.md). MUTATION_ARGS='--only NAME'.
+mutation: $(STAMP)
+	$(BIN)/python scripts/mutation.py $(MUTATION_ARGS)
 
 # Benchmarks (not tests: they time things); results go to docs/BENCHMARKS.md.
 bench: $(STAMP)

@@ -1,16 +1,21 @@
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import shutil
 import sqlite3
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from hpo_orchestrator.scheduler._leases import LEASE_DIR_ENV
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -28,8 +33,17 @@ def cli_env(env: dict[str, str] | None = None) -> dict[str, str]:
     inherited = {k: v for k, v in os.environ.items() if k != "HPO_ORCHESTRATOR_FAKE_GPUS"}
     # A test's fake GPUs count only its own processes, not those of a test run beside it
     # (another pytest on this host); the orchestrators of one test share one fake machine.
-    machine = {"HPO_FAKE_GPU_MACHINE": f"test-{os.getpid()}-{_test_serial}"}
+    # Its GPU leases too: fake GPUs have the same UUIDs in every test, so with the host-wide
+    # default lease folder a test run beside it held "GPU 0" and this test's trials all ran
+    # on GPU 1 (a scheduler.lease_dir given on the command line still wins).
+    machine = {"HPO_FAKE_GPU_MACHINE": f"test-{os.getpid()}-{_test_serial}",
+               LEASE_DIR_ENV: str(_LEASES / f"test-{_test_serial}")}
     return {**inherited, "COLUMNS": "200", **machine, **(env or {})}
+
+
+# This pytest's lease folders (one per test), removed when it exits.
+_LEASES = Path(tempfile.mkdtemp(prefix="hpo-test-leases-"))
+atexit.register(shutil.rmtree, _LEASES, ignore_errors=True)
 
 
 _in_slow_test = False

@@ -10,6 +10,7 @@ from optuna.trial import TrialState
 
 from hpo_orchestrator.scheduler._outcome import Verdict, classify, keep_worker, retry_allowed, retry_attempt
 from hpo_orchestrator.worker import TrialOutcome
+from hpo_orchestrator.worker._child import is_oom
 from hpo_orchestrator.worker._env import ChildEnv, begin_trial
 
 ERROR = TrialOutcome(kind="error", fail_reason="oom", error="OutOfMemoryError: CUDA")
@@ -38,6 +39,23 @@ def test_classify(stop_reason: str | None, outcome: TrialOutcome | None, returnc
     verdict = classify(stop_reason=stop_reason, outcome=outcome, returncode=returncode,
                        timeout_s=5.0, oom_killed=lambda: oom, log_tail=lambda: "last words")
     assert verdict == expected
+
+
+class OutOfMemoryError(RuntimeError):
+    """Named as torch.cuda.OutOfMemoryError is: the child tells it by its class name."""
+
+
+@pytest.mark.parametrize(("exc", "expected"), [
+    (MemoryError(), True),
+    (OutOfMemoryError("CUDA error"), True),
+    (RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB"), True),  # older torch, cuDNN
+    (RuntimeError("[LightGBM] [Fatal] CL_MEM_OBJECT_ALLOCATION_FAILURE"), True),  # OpenCL
+    (ValueError("bad learning rate"), False),
+    (RuntimeError("CUDA error: device-side assert triggered"), False),
+])
+def test_is_oom(exc: BaseException, expected: bool) -> None:
+    """What the child reports as 'oom' (retried on the GPU with most free memory)."""
+    assert is_oom(exc) is expected
 
 
 def test_classify_without_last_words() -> None:

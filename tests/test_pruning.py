@@ -14,9 +14,11 @@ from typing import Any
 import optuna
 import pytest
 
+from hpo_orchestrator.config import MedianPrunerConfig, PatientHyperbandPrunerConfig
 from hpo_orchestrator.db import create_engine
 from hpo_orchestrator.pruning import PrunerSetting, ReplayResult, load_curves, recommend, replay, tune
 from hpo_orchestrator.pruning._auto import AutoMinResource, StepTiming, fit_step_timing, min_resource_for
+from hpo_orchestrator.pruning._factory import build_pruner
 from tests.conftest import run_cli
 
 STEPS = 12
@@ -172,6 +174,22 @@ def test_recommendation_reason_names_what_decided(results: list[ReplayResult], c
 
 
 # --- min_resource=auto ---------------------------------------------------------------------
+
+
+def test_factory_passes_every_setting_to_optuna() -> None:
+    """Every configured value reaches Optuna's pruner (read back from its attributes: Optuna
+    has no public getter, and a dropped keyword argument falls back to a silent default)."""
+    patient = build_pruner(PatientHyperbandPrunerConfig(patience=2, min_delta=0.5, min_resource=2,
+                                                        max_resource=9, reduction_factor=4))
+    assert isinstance(patient, optuna.pruners.PatientPruner)
+    assert (patient._patience, patient._min_delta) == (2, 0.5)
+    hyperband = patient._wrapped_pruner
+    assert (hyperband._min_resource, hyperband._max_resource, hyperband._reduction_factor) == (2, 9, 4)
+    auto = PatientHyperbandPrunerConfig(min_resource="auto")
+    assert isinstance(build_pruner(auto), optuna.pruners.NopPruner)  # nothing chosen yet
+    assert build_pruner(auto, min_resource=5)._wrapped_pruner._min_resource == 5
+    median = build_pruner(MedianPrunerConfig(n_startup_trials=4, n_warmup_steps=2, interval_steps=3))
+    assert (median._n_startup_trials, median._n_warmup_steps, median._interval_steps) == (4, 2, 3)
 
 
 def test_fit_step_timing_finds_overhead_and_step_time() -> None:

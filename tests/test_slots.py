@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from hpo_orchestrator.errors import ConfigError
 from hpo_orchestrator.gpu import GpuInfo
 from hpo_orchestrator.scheduler import SlotPool, resolve_gpus, threads_per_trial
+from hpo_orchestrator.scheduler._leases import LeaseDir
 from hpo_orchestrator.testing import FakeGpuBackend
 
 
@@ -18,6 +21,21 @@ def test_spreads_over_gpus_and_caps_per_gpu() -> None:
     on = [s.gpu.index for s in taken[:4] if s and s.gpu]
     assert sorted(on) == [0, 0, 1, 1]
     assert on[:2] == [0, 1]  # the first two trials go to different GPUs
+
+
+def test_a_freed_slot_goes_to_the_least_loaded_gpu() -> None:
+    """After trials end unevenly the next trial goes to the GPU with fewer trials, not to the
+    free slot with the lowest id (slots are numbered GPU by GPU, so on a fresh pool the two
+    orders agree and only this case tells them apart)."""
+    gpus = FakeGpuBackend.from_spec("2").gpus()
+    pool = SlotPool(gpus, parallel=6, trials_per_gpu=3)
+    taken = [pool.acquire() for _ in range(5)]  # GPU 0 runs three, GPU 1 two
+    for slot in taken:
+        assert slot is not None and slot.gpu is not None
+        if slot.id in (0, 1, 3):  # GPU 0 keeps two, GPU 1 none; slot 0 (GPU 0) is free
+            pool.release(slot)
+    nxt = pool.acquire()
+    assert nxt is not None and nxt.gpu is not None and nxt.gpu.index == 1
 
 
 def test_trials_per_gpu_limits_concurrency() -> None:
@@ -38,6 +56,32 @@ def test_cpu_slots_have_empty_cuda_visible_devices() -> None:
     assert all(s is not None and s.gpu is None and s.cuda_visible_devices == "" for s in slots)
 
 
+def test_gpu_slots_pin_the_gpu_by_uuid() -> None:
+    """CUDA_VISIBLE_DEVICES names the GPU by UUID: an index would be another GPU under CUDA's
+    fastest-first order or inside a device cgroup (Slot.cuda_visible_devices)."""
+    gpus = FakeGpuBackend.from_spec("2").gpus()
+    pool = SlotPool(gpus, parallel=2, trials_per_gpu=1)
+    slots = [pool.acquire(), pool.acquire()]
+    assert [s.cuda_visible_devices if s else None for s in slots] == [g.uuid for g in gpus]
+    assert all(g.uuid.startswith("GPU-") for g in gpus)
+
+
+def test_a_released_lease_frees_the_slot_for_another_orchestrator(tmp_path: Path) -> None:
+    """Two pools on one lease folder (two orchestrators of this host): a GPU slot held by
+    one is skipped by the other until released (the kernel's flock, _leases.py)."""
+    gpus = FakeGpuBackend.from_spec("1").gpus()
+    first = SlotPool(gpus, parallel=1, trials_per_gpu=1, leases=LeaseDir(tmp_path))
+    second = SlotPool(gpus, parallel=1, trials_per_gpu=1, leases=LeaseDir(tmp_path))
+    held = first.acquire()
+    assert held is not None and second.acquire() is None
+    assert list(LeaseDir(tmp_path).holders(gpus[0].uuid)) == [0]
+    first.release(held, keep_lease=True)  # a reuse worker stays on it: still taken
+    assert second.acquire() is None
+    first.drop_lease(held.id)
+    assert LeaseDir(tmp_path).holders(gpus[0].uuid) == {}
+    assert second.acquire() is not None
+
+
 @pytest.mark.parametrize(("wanted", "expected"), [("auto", [0, 1]), ("none", []), ([1], [1])])
 def test_resolve_gpus(wanted: object, expected: list[int]) -> None:
     backend = FakeGpuBackend.from_spec("2")
@@ -52,6 +96,7 @@ def test_nonexistent_gpu_is_a_config_error() -> None:
 def test_threads_divided_among_trials() -> None:
     assert threads_per_trial(3, 4) == 3
     assert threads_per_trial(None, 10_000) == 1
+    assert threads_per_trial(None, 4, cores=16) == 4  # 4 trials share 16 cores
 
 
 def test_oom_retry_goes_to_the_gpu_with_most_free_memory() -> None:

@@ -17,9 +17,13 @@ import pytest
 from optuna.trial import TrialState
 
 from hpo_orchestrator.db import create_engine
+from hpo_orchestrator.gpu import GpuSample
 from hpo_orchestrator.scheduler import params_mismatch
 from hpo_orchestrator.status import collect_status
+from hpo_orchestrator.status._findings import find_all
+from hpo_orchestrator.status._model import DeviceUse, StatusReport, StudyFacts
 from hpo_orchestrator.telemetry import TrialTelemetry
+from hpo_orchestrator.telemetry._sampler import _gpu_columns
 from tests.conftest import trial_rows
 
 TARGET = "objective.target=hpo_orchestrator.testing.objectives:"
@@ -126,6 +130,19 @@ def test_gpu_verified_leaves_out_readings_from_before_the_phase(
     for row in rows:
         t.add(row, dt=0.2, gpu_share=1)
     assert t.gpu_verified(["train"]) is expected
+
+
+def test_gpu_columns_count_only_the_trials_processes() -> None:
+    """Two trials share a GPU: each trial's row carries its own processes' SM % and memory
+    (NVML lists every process on the card), the card's readings stay the card's."""
+    sample = GpuSample(index=0, sm_util=90.0, mem_used_mib=3000.0, power_w=200.0, temp_c=60.0,
+                       processes={101: (20.0, 500.0), 102: (5.0, 100.0), 201: (60.0, 2000.0)})
+    mine = _gpu_columns(sample, {101, 102})  # a trial and its DataLoader worker
+    assert (mine["proc_sm_util"], mine["proc_mem_mib"], mine["sm_util"]) == (25.0, 600.0, 90.0)
+    theirs = _gpu_columns(sample, {201})
+    assert (theirs["proc_sm_util"], theirs["proc_mem_mib"]) == (60.0, 2000.0)
+    absent = _gpu_columns(sample, {999})  # not on the card at all
+    assert (absent["proc_sm_util"], absent["proc_mem_mib"]) == (None, None)
 
 
 def test_params_mismatch_tolerates_text_round_trips_only() -> None:
@@ -264,6 +281,27 @@ def test_idle_gpu_finding_names_the_knob(cli) -> None:  # type: ignore[no-untype
 
 
 # --- findings from a study written directly (no processes) ---------------------------------
+
+
+@pytest.mark.parametrize(("busy_queued", "util_compute", "expected"), [
+    (0.5, 80.0, {"idle_gpu"}),  # half the queued time empty: idle
+    (0.7, 80.0, {"idle_gpu"}),
+    (0.9, 80.0, set()),
+    (0.9, 45.0, {"low_gpu_util"}),  # busy, but underfed while training
+    (0.9, 20.0, {"low_gpu_util"}),
+    (0.9, 55.0, set()),
+])
+def test_gpu_findings_thresholds(busy_queued: float, util_compute: float, expected: set[str]) -> None:
+    """Where idle_gpu and low_gpu_util start (status/_findings.py IDLE_BUSY_BELOW = 0.75,
+    LOW_UTIL_BELOW = 50 %), on a report built by hand."""
+    gpu = DeviceUse("gpu0", "host", 0, trials=10, busy_fraction=busy_queued,
+                    busy_fraction_queued=busy_queued, util_mean=util_compute,
+                    util_compute_mean=util_compute)
+    report = StatusReport(study="s", direction="minimize", n_trials_target=10, states={},
+                          prune_rate=None, prune_steps={}, best=None, per_device=[gpu], running=[])
+    facts = StudyFacts(config={"scheduler": {"parallel": 1}}, rows=[], max_complete_step=None,
+                       unverified=[], mismatches=[])
+    assert {f.code for f in find_all(report, facts)} == expected
 
 
 def _crafted_study(db: Path) -> optuna.Study:
