@@ -452,7 +452,10 @@ class Orchestrator:
             number=rt.number, slot=rt.slot.label, state=verdict.state, value=verdict.value,
             duration_s=time.monotonic() - rt.spawned_at, fail_reason=verdict.fail_reason,
             error=verdict.error, log_path=str(rt.log_path) if rt.log_path else None))
-        halt = self.failures.observe(rt.number, verdict.state == TrialState.FAIL,
+        # A trial the study's time limit stopped (study.timeout_grace_s) is not the
+        # objective's failure: the failure policy does not count it.
+        failed = verdict.state == TrialState.FAIL and rt.stop_reason != "study_timeout"
+        halt = self.failures.observe(rt.number, failed,
                                      verdict.fail_reason, verdict.error, retry is not None)
         if halt is not None and self.halted is None and not self._signals:
             self._halt(halt)
