@@ -551,8 +551,10 @@ def test_terminated_postgresql_connections_during_a_run(tmp_path: Path, postgres
     with _fresh_postgres(postgres_url) as fresh:
         url = f"{fresh}?application_name={app}"
         proc = start_cli(tmp_path, "run", "objective=custom", TARGET + "pinned",
-                         "scheduler.parallel=2", "study.n_trials=8", "pruner=none",
-                         f"storage.url='{url}'", env={"HPO_TEST_STEP_S": "0.3"})
+                         "scheduler.parallel=2", "study.n_trials=24", "pruner=none",
+                         # 24 x 0.5 s on 2 slots: at least 6 s of trials, room for 3
+                         # terminations 1.5 s apart however fast the machine is
+                         f"storage.url='{url}'", env={"HPO_TEST_STEP_S": "0.5"})
         admin = sqlalchemy.create_engine(postgres_url, isolation_level="AUTOCOMMIT")
         terminated = 0
         try:
@@ -574,7 +576,7 @@ def test_terminated_postgresql_connections_during_a_run(tmp_path: Path, postgres
                 errors = connection.execute(sqlalchemy.text(
                     "SELECT value_json FROM trial_user_attributes WHERE key = 'hpo.error'")).all()
             engine.dispose()
-            assert states == ["COMPLETE"] * 8, (errors, err)
+            assert states == ["COMPLETE"] * 24, (errors, err)
         finally:
             if proc.poll() is None:
                 proc.kill()
