@@ -192,22 +192,21 @@ class Orchestrator:
 
     def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
         self._signals += 1
-        self._stopping = True
-        now = time.monotonic()
-        for rt in self.running.values():
-            if rt.stop_reason is None:
-                rt.stop_reason = "interrupted"
-                signal_tree(rt.process.pid, signal.SIGTERM)
-                rt.kill_at = now + self.config.scheduler.kill_grace_s
-            if self._signals > 1:  # a second Ctrl-C: no more grace
+        self._interrupt_running()
+        if self._signals > 1:  # a second Ctrl-C: no more grace
+            for rt in self.running.values():
                 signal_tree(rt.process.pid, signal.SIGKILL)
-        if self._signals > 1:  # nor waiting for the storage to come back
-            retrying_of(self.storage).give_up()
+            retrying_of(self.storage).give_up()  # nor waiting for the storage to come back
 
     def _halt(self, halt: Halt) -> None:
         """The failure policy says stop: nothing new starts, running trials are stopped as on
         Ctrl-C (FAIL, interrupted: the same command resumes), and run() returns 1."""
         self.halted = halt
+        self._interrupt_running()
+
+    def _interrupt_running(self) -> None:
+        """Start nothing new; SIGTERM each running trial not yet stopped (FAIL, interrupted),
+        SIGKILL after scheduler.kill_grace_s (enforced by the loop's deadlines)."""
         self._stopping = True
         now = time.monotonic()
         for rt in self.running.values():
