@@ -1,0 +1,129 @@
+"""The argument parser of every command (argparse); its errors become ConfigError (exit 2)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from hpo_orchestrator import _cli_trials
+from hpo_orchestrator.cli._common import DEFAULT_STORAGE
+from hpo_orchestrator.errors import ConfigError
+
+__all__ = ["build_parser"]
+
+_RUN_EPILOG = """\
+configuration groups (pick one: GROUP=OPTION):
+  objective=lightgbm|torch_mlp|custom   pruner=patient_hyperband|median|none   sampler=tpe|random
+
+most used keys (KEY=VALUE; --show-config prints them all, with their values):
+  study.name=hpo  study.n_trials=40  study.add_trials=N (N more)  study.direction=minimize
+  study.fail_fast=5  study.max_failures=null  study.allow_mixed=false
+  scheduler.parallel=1  scheduler.gpus=auto  scheduler.trials_per_gpu=null
+  scheduler.worker_mode=reuse  scheduler.trial_timeout_s=null  scheduler.log_dir=null
+  storage.url=sqlite:///hpo.db  objective.target=pkg.module:function (objective=custom)
+  pruner.patience=3  pruner.min_resource=3|auto  sampler.seed=null
+
+e.g. hpo-orchestrator run objective=torch_mlp scheduler.parallel=4 study.n_trials=100
+"""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise ConfigError(message, f"see '{self.prog} --help'")
+
+
+def _int_list(value: str) -> list[int]:
+    try:
+        numbers = [int(v) for v in value.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected integers separated by commas, got {value!r}") from None
+    if not numbers or min(numbers) < 0:
+        raise argparse.ArgumentTypeError(f"expected integers >= 0, got {value!r}")
+    return numbers
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="hpo-orchestrator",
+                     description="Optuna HPO on every GPU of this machine.")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    run = commands.add_parser("run", help="run a study (Hydra overrides, e.g. scheduler.parallel=4)",
+                              epilog=_RUN_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    run.add_argument("overrides", nargs="*", metavar="KEY=VALUE")
+    run.add_argument("--show-config", action="store_true",
+                     help="print the resolved configuration and exit")
+
+    status = commands.add_parser("status", help="state, durations and devices of a study")
+    status.add_argument("--storage", default=DEFAULT_STORAGE, help=f"default {DEFAULT_STORAGE}")
+    status.add_argument("--study", help="study name (default: the most recently run)")
+    status.add_argument("--trial", type=int, metavar="N",
+                        help="one trial: state, params, error, traceback and log file")
+    status.add_argument("--json", action="store_true", help="machine-readable output")
+    status.add_argument("--watch", action="store_true", help="refresh every --interval seconds")
+    status.add_argument("--interval", type=float, default=2.0, metavar="SECONDS",
+                        help="seconds between refreshes with --watch (default 2)")
+    _cli_trials.add_logs_parser(commands, DEFAULT_STORAGE)
+
+    submit = commands.add_parser("submit", help="run the study as Slurm jobs, one orchestrator per "
+                                                 "node (slurm.* and run overrides)")
+    submit.add_argument("overrides", nargs="*", metavar="KEY=VALUE")
+    submit.add_argument("--dry-run", action="store_true", help="print the sbatch script, submit nothing")
+
+    gpus = commands.add_parser("gpus", help="this host's GPUs and which trials hold their slots")
+    gpus.add_argument("--json", action="store_true", help="machine-readable output")
+    gpus.add_argument("--lease-dir", help="default: $HPO_ORCHESTRATOR_LEASE_DIR or "
+                                          "<tmp>/hpo-orchestrator-leases")
+
+    telemetry = commands.add_parser("telemetry", help="a study's GPU/CPU samples as CSV")
+    telemetry.add_argument("--storage", default=DEFAULT_STORAGE, help=f"default {DEFAULT_STORAGE}")
+    telemetry.add_argument("--study", help="study name (default: the most recently run)")
+    telemetry.add_argument("--trial", type=int, help="only this trial number")
+    telemetry.add_argument("--csv", required=True, metavar="FILE", help="output file, - for stdout")
+
+    report = commands.add_parser("report", help="charts of where the study's GPU time went")
+    report.add_argument("--storage", default=DEFAULT_STORAGE, help=f"default {DEFAULT_STORAGE}")
+    report.add_argument("--study", help="study name (default: the most recently run)")
+    report.add_argument("--out", type=Path, metavar="FILE.html", help="interactive HTML report")
+    report.add_argument("--png", type=Path, metavar="FILE.png", help="the same charts as an image")
+
+    tune = commands.add_parser("tune-pruner", help="replay the study's curves through a grid of "
+                                                   "pruner settings and recommend one")
+    tune.add_argument("--storage", default=DEFAULT_STORAGE, help=f"default {DEFAULT_STORAGE}")
+    tune.add_argument("--study", help="study name (default: the most recently run)")
+    tune.add_argument("--json", action="store_true", help="machine-readable output")
+    tune.add_argument("--top-k", type=int, default=5, help="best trials that must survive (default 5)")
+    tune.add_argument("--patience", type=_int_list, help="grid, e.g. 0,1,2,3,5,8")
+    tune.add_argument("--min-resource", type=_int_list, help="grid, e.g. 1,2,3,5,8,13")
+    tune.add_argument("--reduction-factor", type=_int_list, help="grid, e.g. 2,3,4")
+    tune.add_argument("--all", action="store_true", help="show every setting, not the best 15")
+    _add_study_tool_parsers(commands)
+    return parser
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("hpo-orchestrator")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
+def _add_study_tool_parsers(commands: Any) -> None:
+    best = commands.add_parser("best", help="the best trial's params, ready to paste as "
+                                            "overrides (the Pareto front of a multi-objective study)")
+    best.add_argument("--storage", default=DEFAULT_STORAGE, help=f"default {DEFAULT_STORAGE}")
+    best.add_argument("--study", help="study name (default: the most recently run)")
+    best.add_argument("--json", action="store_true", help="machine-readable output")
+
+    enqueue = commands.add_parser("enqueue", help="queue known params: the next run of the "
+                                                  "study tries them first")
+    enqueue.add_argument("--storage", default=DEFAULT_STORAGE, help=f"default {DEFAULT_STORAGE}")
+    enqueue.add_argument("--study", help="study name (optional when the storage has one)")
+    enqueue.add_argument("--params", metavar="JSON", help='one set, e.g. \'{"x": 1.5}\'')
+    enqueue.add_argument("--file", type=Path, metavar="FILE",
+                         help="JSON or YAML: one mapping of params, or a list of them")
+

@@ -1,0 +1,92 @@
+"""The commands that read a study: ``status``, ``telemetry``, ``report`` and ``tune-pruner``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+from rich.console import Console
+
+from hpo_orchestrator import _cli_trials
+from hpo_orchestrator.cli._common import errors
+from hpo_orchestrator.errors import ConfigError
+
+__all__ = ["cmd_report", "cmd_status", "cmd_telemetry", "cmd_tune_pruner"]
+
+
+def cmd_status(args: argparse.Namespace, console: Console) -> int:
+    from rich.live import Live
+
+    from hpo_orchestrator.db import create_engine
+    from hpo_orchestrator.status import collect_status, render_status
+
+    if args.trial is not None:
+        return _cli_trials.print_trial(args, console, errors())
+    engine = create_engine(args.storage)
+    args.study = _cli_trials.resolve_study(engine, args.study, errors())
+    if args.json:
+        print(json.dumps(collect_status(engine, args.study).to_json(), indent=2, default=str))
+        return 0
+    if not args.watch:
+        console.print(render_status(collect_status(engine, args.study)))
+        return 0
+    with Live(render_status(collect_status(engine, args.study)), console=console,
+              auto_refresh=False) as live:
+        while True:
+            time.sleep(args.interval)
+            live.update(render_status(collect_status(engine, args.study)), refresh=True)
+
+
+def cmd_telemetry(args: argparse.Namespace, console: Console) -> int:
+    from hpo_orchestrator.db import create_engine
+    from hpo_orchestrator.telemetry._export import export_csv
+
+    engine = create_engine(args.storage)
+    count = export_csv(engine, _cli_trials.resolve_study(engine, args.study, errors()), args.trial,
+                       args.csv)
+    if args.csv != "-":
+        Console(stderr=True).print(f"wrote {count} samples to {args.csv}", highlight=False)
+    return 0
+
+
+def cmd_report(args: argparse.Namespace, console: Console) -> int:
+    from hpo_orchestrator.db import create_engine
+    from hpo_orchestrator.report import write_report
+
+    engine = create_engine(args.storage)
+    data = write_report(engine, _cli_trials.resolve_study(engine, args.study, errors()), args.out,
+                        args.png)
+    written = " and ".join(str(p) for p in (args.out, args.png) if p is not None)
+    console.print(f"wrote {written}: study {data.study!r}, {len(data.bars)} trials on "
+                  f"{len({lane.rsplit(' #', 1)[0] for lane in data.lanes})} device(s)",
+                  highlight=False)
+    return 0
+
+
+def cmd_tune_pruner(args: argparse.Namespace, console: Console) -> int:
+    from hpo_orchestrator.db import create_engine
+    from hpo_orchestrator.pruning import default_grid, load_curves, recommend, tune
+    from hpo_orchestrator.pruning._render import LIMITS, render_tuning
+
+    if args.top_k < 1:
+        raise ConfigError(f"--top-k: expected an integer >= 1, got {args.top_k}", "e.g. --top-k 5")
+    if (args.min_resource and min(args.min_resource) < 1) or (args.reduction_factor and \
+            min(args.reduction_factor) < 2):
+        raise ConfigError("--min-resource takes integers >= 1 and --reduction-factor integers >= 2",
+                          "e.g. --min-resource 1,3,5 --reduction-factor 2,3")
+    engine = create_engine(args.storage)
+    curves = load_curves(engine, _cli_trials.resolve_study(engine, args.study, errors()))
+    grid = default_grid(curves.full_step, args.patience, args.min_resource, args.reduction_factor)
+    results = tune(curves, grid, args.top_k)
+    choice, reason = recommend(results)
+    if args.json:
+        print(json.dumps({"study": curves.study, "direction": curves.direction,
+                          "full_step": curves.full_step, "limits": LIMITS,
+                          "recommendation": {**choice.to_json(), "reason": reason},
+                          "results": [r.to_json() for r in results]}, indent=2))
+        return 0
+    console.print(render_tuning(curves, results, choice, reason, None if args.all else 15))
+    return 0
+
+

@@ -1,0 +1,97 @@
+"""``run`` and ``submit``: parse the overrides, start the study, print its progress and summary."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from rich.console import Console
+
+from hpo_orchestrator import _cli_trials
+from hpo_orchestrator.cli._common import DEFAULT_STORAGE
+from hpo_orchestrator.db import mask_url
+
+__all__ = ["cmd_run", "cmd_submit"]
+
+
+def cmd_run(args: argparse.Namespace, console: Console) -> int:
+    from contextlib import AbstractContextManager
+
+    import optuna
+    from omegaconf import OmegaConf
+
+    from hpo_orchestrator.config import load_config, to_plain_dict
+    from hpo_orchestrator.db import create_engine
+    from hpo_orchestrator.progress import LiveReporter, QuietReporter
+    from hpo_orchestrator.runner import PreparedRun, run_study
+    from hpo_orchestrator.scheduler import Reporter
+    from hpo_orchestrator.status import collect_status, print_status
+
+    config = load_config(args.overrides)
+    if args.show_config:
+        plain = to_plain_dict(config)
+        plain["storage"]["url"] = mask_url(plain["storage"]["url"])
+        console.print(OmegaConf.to_yaml(plain), highlight=False, markup=False)
+        return 0
+
+    def announce(run: PreparedRun) -> AbstractContextManager[Reporter]:
+        if run.gpus:
+            where = ", ".join(f"gpu{g.index} ({g.name})" for g in run.gpus)
+            console.print(f"devices: {where}; {run.slots} slots, {run.concurrency} trials at a "
+                          f"time, {run.threads} CPU threads each", highlight=False)
+        else:
+            why = f" ({run.unavailable_reason})" if config.scheduler.gpus == "auto" \
+                and run.unavailable_reason else ""
+            console.print(f"devices: no GPU{why}; {run.concurrency} CPU slots, "
+                          f"{run.threads} CPU threads each", highlight=False)
+        console.print(f"study {run.study_name!r} in {mask_url(config.storage.url)}: "
+                      f"objective {config.objective.name}, pruner {_pruner_text(config)}, "
+                      f"n_trials {run.n_trials} ({run.already_claimed} done before)",
+                      highlight=False, markup=False)
+        console.print(f"trial logs: {run.log_dir}", highlight=False, markup=False)
+        if run.nothing_to_do:
+            console.print(
+                f"study {run.study_name!r} already has {run.already_claimed} of its "
+                f"study.n_trials={run.n_trials} trials: nothing to run (n_trials counts the whole "
+                f"study). For 20 more: {_cli_trials.run_again(args.overrides, 'study.add_trials=20')}",
+                style="yellow", highlight=False, markup=False)
+            return QuietReporter()
+        return LiveReporter(console, run.n_trials, run.already_claimed, config.study.direction,
+                            best=run.best)
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    result = run_study(config, progress=announce)
+    report = collect_status(create_engine(config.storage.url), result.study_name)
+    print_status(report, console)
+    if result.interrupted:
+        console.print("[yellow]stopped: running trials were marked FAIL (interrupted); "
+                      "run the same command again to resume[/]")
+    if result.timed_out:
+        console.print(f"time limit reached: study.timeout_s={config.study.timeout_s:g}, no "
+                      "new trial started after it; run the same command again to continue",
+                      highlight=False)
+    failed = report.last_failed
+    console.print(_cli_trials.next_steps(config.storage.url, DEFAULT_STORAGE, failed),
+                  highlight=False, markup=False)
+    if result.error:
+        errors = Console(stderr=True, highlight=False, soft_wrap=True)
+        errors.print(f"error: {result.error}", markup=False)
+        if result.hint:
+            errors.print("hint: " + _cli_trials.as_typed(result.hint, config.storage.url,
+                                                         DEFAULT_STORAGE), markup=False)
+    return result.exit_code
+
+
+def _pruner_text(config: Any) -> str:
+    """The pruner, with its min_resource (``auto``: chosen as trials finish, shown by status)."""
+    min_resource = getattr(config.pruner, "min_resource", None)
+    if min_resource is None:
+        return str(config.pruner.name)
+    return f"{config.pruner.name} (min_resource {min_resource})"
+
+
+def cmd_submit(args: argparse.Namespace, console: Console) -> int:
+    from hpo_orchestrator.cluster import submit
+
+    return submit(args.overrides, args.dry_run, console)
+
