@@ -2,7 +2,28 @@
 
 from __future__ import annotations
 
-__all__ = ["ConfigError", "HpoError", "RuntimeFailure", "StorageError"]
+import re
+
+__all__ = ["ConfigError", "HpoError", "RuntimeFailure", "StorageError", "mask_passwords",
+           "url_passwords"]
+
+# scheme://user:PASSWORD@host: the password runs to the last '@' before a space, so one that
+# holds an unescaped '@' (or that SQLAlchemy cannot parse at all) is masked whole.
+_URL_PASSWORD = re.compile(r"([A-Za-z][\w+.-]*://[^\s:/@'\"]*:)[^\s]*@")
+_ARG_PASSWORD = re.compile(r"://[^:/@]*:(.+)@")
+
+
+def url_passwords(args: list[str]) -> list[str]:
+    """The passwords of the URLs in command-line arguments, each argument read as a whole (a
+    password may hold spaces, quotes, ',' or '#': Hydra's parse errors quote them back)."""
+    return [m.group(1) for arg in args if (m := _ARG_PASSWORD.search(arg))]
+
+
+def mask_passwords(text: str, secrets: list[str] | tuple[str, ...] = ()) -> str:
+    """``text`` with every URL password, and each of ``secrets``, replaced by ***."""
+    for secret in sorted(secrets, key=len, reverse=True):
+        text = text.replace(secret, "***")
+    return _URL_PASSWORD.sub(r"\1***@", text)
 
 
 class HpoError(Exception):
@@ -14,6 +35,9 @@ class HpoError(Exception):
     exit_code = 1
 
     def __init__(self, message: str, hint: str | None = None) -> None:
+        # masked here, once: a message may quote the user's storage URL back
+        message = mask_passwords(message)
+        hint = None if hint is None else mask_passwords(hint)
         super().__init__(message)
         self.message = message
         self.hint = hint

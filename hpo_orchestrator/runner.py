@@ -163,8 +163,10 @@ def _run(config: Config, backend: GpuBackend,
          progress: Callable[[PreparedRun], AbstractContextManager[Reporter]] | None) -> RunResult:
     sched = config.scheduler
     gpus = resolve_gpus(sched.gpus, backend)
-    slots = SlotPool(gpus, sched.parallel, sched.trials_per_gpu,
-                     leases=LeaseDir(default_lease_dir(sched.lease_dir)),
+    leases = LeaseDir(default_lease_dir(sched.lease_dir))
+    if gpus:  # only GPU slots are leased
+        leases.check()
+    slots = SlotPool(gpus, sched.parallel, sched.trials_per_gpu, leases=leases,
                      backend=backend if sched.avoid_busy_gpus else None,
                      busy=BusyRule(sched.busy_gpu_mem_mib, sched.busy_gpu_util),
                      max_per_gpu=sched.max_trials_per_gpu, cores=sched.host_cores)

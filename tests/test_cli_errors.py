@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+
+from tests.conftest import REPO, cli_env
 
 CASES = [
     ["scheduler.parallel=four"],
@@ -17,6 +22,16 @@ CASES = [
     ["scheduler.gpus=[7]"],
     ["storage.url=sqlite:///no/such/folder/hpo.db"],
     ["storage.url=postgresql+psycopg://user:s3cret@127.0.0.1:1/db"],
+    # Hydra cannot parse these unquoted; its message quotes the override whole (issue 15)
+    ["storage.url=postgresql+psycopg://u:Xy,s3cret@host/db"],
+    ["storage.url=postgresql+psycopg://u:Xy#s3cret@host/db"],
+    ["storage.url=postgresql+psycopg://u:Xy's3cret@host/db"],
+    # a dialect or driver that is not there, a port that is not a number (were exit 1)
+    ["storage.url=postgresql+nodriver://u:s3cret@host/db"],
+    ["storage.url=mysql://u:s3cret@127.0.0.1:1/db"],
+    ["storage.url=postgresql+psycopg://u:s3cret@host:abc/db"],
+    # longer than Optuna's studies.study_name (VARCHAR(512)): refused before the study exists
+    ["study.name=" + "a" * 600],
 ]
 
 
@@ -43,3 +58,127 @@ def test_not_an_optuna_database(cli, tmp_path: Path) -> None:  # type: ignore[no
 def test_debug_shows_traceback(cli) -> None:  # type: ignore[no-untyped-def]
     result = cli("--debug", "run", "scheduler.parallel=four")
     assert result.code != 0 and "Traceback" in result.stderr
+
+
+def test_debug_traceback_masks_the_password(cli) -> None:  # type: ignore[no-untyped-def]
+    result = cli("--debug", "run", "storage.url=postgresql+psycopg://u:Xy,s3cret@host/db")
+    assert result.code == 2 and "Traceback" in result.stderr
+    assert "s3cret" not in result.stderr + result.stdout
+    assert "u:***@host" in result.stderr
+
+
+def test_quoted_url_with_a_comma_is_read_and_masked(cli) -> None:  # type: ignore[no-untyped-def]
+    """The hint's way out works: a double-quoted value takes ',' and the password stays hidden."""
+    bad = cli("run", "storage.url=postgresql+psycopg://u:Xy,s3cret@host/db")
+    assert "double quotes" in bad.stderr
+    result = cli("run", "--show-config", 'storage.url="postgresql+psycopg://u:Xy,s3cret@host/db"')
+    assert result.code == 0, result.stderr
+    assert "url: postgresql+psycopg://u:***@host/db" in result.stdout
+    assert "s3cret" not in result.stdout + result.stderr
+
+
+def _conf_copy(tmp_path: Path) -> Path:
+    conf = tmp_path / "myconf"
+    shutil.copytree(REPO / "conf", conf)
+    return conf
+
+
+def test_malformed_yaml_in_the_config_folder(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    conf = _conf_copy(tmp_path)
+    (conf / "sampler" / "tpe.yaml").write_text("seed: [1, 2\n")
+    result = cli("run", "sampler=tpe", env={"HPO_ORCHESTRATOR_CONF": str(conf)})
+    assert result.code == 2, result.stderr
+    assert result.stderr.startswith(f"error: {conf / 'sampler' / 'tpe.yaml'}, line 2: not valid YAML")
+    assert "hint: " in result.stderr and "unexpected" not in result.stderr
+    assert not list(tmp_path.glob("*.db*"))
+
+
+def test_relative_conf_folder_is_read_from_the_current_folder(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    _conf_copy(tmp_path)
+    result = cli("run", "--show-config", env={"HPO_ORCHESTRATOR_CONF": "myconf"})
+    assert result.code == 0, result.stderr
+    missing = cli("run", "--show-config", env={"HPO_ORCHESTRATOR_CONF": "nope"})
+    assert missing.code == 2
+    assert missing.stderr.splitlines()[0] == f"error: no config.yaml in {tmp_path / 'nope'}"
+
+
+def test_a_lease_folder_that_is_a_file_is_refused_before_the_study(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    (tmp_path / "leases").write_text("")
+    result = cli("run", "scheduler.lease_dir=leases/here", "study.n_trials=1",
+                 env={"HPO_ORCHESTRATOR_FAKE_GPUS": "1"})
+    assert result.code == 2, result.stderr
+    assert result.stderr.splitlines() == [
+        "error: GPU lease folder leases/here: leases is not a folder",
+        "hint: set scheduler.lease_dir (or $HPO_ORCHESTRATOR_LEASE_DIR) to a folder"]
+    assert not list(tmp_path.glob("*.db*"))
+
+
+def test_lock_file_trouble_names_the_file(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Not the storage and not a bug of ours: the one file that failed, exit 1."""
+    (tmp_path / "hpo-runs" / ".hpo.db.lock").mkdir(parents=True)
+    result = cli("run", "study.n_trials=1")
+    assert result.code == 1, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert lines[0] == "error: hpo-runs/.hpo.db.lock: Is a directory"
+    assert lines[1].startswith("hint: check that the folder exists") and len(lines) == 2
+
+
+@pytest.fixture
+def study_db(tmp_path: Path) -> Path:
+    """An Optuna database with one finished trial and our tables, made without a run."""
+    import optuna
+
+    from hpo_orchestrator.db import create_engine, ensure_tables
+
+    db = tmp_path / "hpo.db"
+    study = optuna.create_study(storage=f"sqlite:///{db}", study_name="hpo")
+    study.optimize(lambda t: t.suggest_float("x", 0, 1), n_trials=1)
+    ensure_tables(create_engine(f"sqlite:///{db}", read_only=False))
+    return db
+
+
+@pytest.mark.parametrize("args", [
+    ["report", "--out", "/proc/self/report.html"],  # a folder no file can be made in
+    ["report", "--out", "taken.html"],
+    ["report", "--png", "/proc/self/report.png"],
+    ["telemetry", "--csv", "taken.html"],
+    ["telemetry", "--csv", "/proc/self/samples.csv"],
+], ids=" ".join)
+def test_output_that_cannot_be_written_is_bad_input(cli, tmp_path: Path, study_db: Path,  # type: ignore[no-untyped-def]
+                                                    args: list[str]) -> None:
+    (tmp_path / "taken.html").mkdir()
+    before = sorted(p.name for p in tmp_path.iterdir())
+    result = cli(*args)
+    assert result.code == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert lines[0].startswith(f"error: {args[1]} {args[2]}: ") and lines[1].startswith("hint: ")
+    assert len(lines) == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+@pytest.mark.parametrize("make", ["empty file", "optuna, no study"])
+def test_telemetry_on_an_empty_database(cli, tmp_path: Path, make: str) -> None:  # type: ignore[no-untyped-def]
+    if make == "empty file":
+        (tmp_path / "hpo.db").write_bytes(b"")
+    else:
+        import optuna
+
+        optuna.storages.RDBStorage(f"sqlite:///{tmp_path / 'hpo.db'}").engine.dispose()
+    result = cli("telemetry", "--csv", "out.csv")
+    assert result.code == 2, result.stderr
+    assert result.stderr.startswith("error: ") and "\nhint: " in result.stderr
+    assert not (tmp_path / "out.csv").exists()
+
+
+@pytest.mark.parametrize("args", [["status"], ["status", "--json"], ["best"]], ids=" ".join)
+def test_a_reader_that_leaves_ends_the_command_quietly(tmp_path: Path, study_db: Path,
+                                                        args: list[str]) -> None:
+    """`status | head`: stdout closed before the command writes: exit 0, nothing on stderr."""
+    env = cli_env()
+    env.pop("COLUMNS")
+    proc = subprocess.Popen([sys.executable, "-m", "hpo_orchestrator", *args], cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    proc.stdout.close()
+    _, err = proc.communicate(timeout=120)
+    assert (proc.returncode, err) == (0, "")

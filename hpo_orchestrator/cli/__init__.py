@@ -8,9 +8,11 @@ with ``--debug``. One module per command group; this one dispatches and reports 
 from __future__ import annotations
 
 import sys
+import traceback
 from collections.abc import Sequence
 
 from hpo_orchestrator import _cli_trials
+from hpo_orchestrator.cli._common import StdoutClosed, silence_stdout
 from hpo_orchestrator.cli._common import console as _console
 from hpo_orchestrator.cli._common import errors as _errors
 from hpo_orchestrator.cli._gpus import cmd_gpus
@@ -18,17 +20,38 @@ from hpo_orchestrator.cli._parser import build_parser
 from hpo_orchestrator.cli._reads import cmd_report, cmd_status, cmd_telemetry, cmd_tune_pruner
 from hpo_orchestrator.cli._run import cmd_run, cmd_submit
 from hpo_orchestrator.cli._study_tools import cmd_best, cmd_enqueue
-from hpo_orchestrator.errors import HpoError
+from hpo_orchestrator.errors import HpoError, mask_passwords, url_passwords
 
-__all__ = ["main"]
+__all__ = ["EXIT_STDOUT_CLOSED", "main"]
+
+EXIT_STDOUT_CLOSED = 141  # 128 + SIGPIPE: what a shell reports for a writer whose reader left
+_READERS = ("status", "telemetry", "gpus", "report", "tune-pruner", "best", "logs")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
+    secrets = url_passwords(argv)
     console = _console()
     errors = _errors()
     command = None
+
+    def say(line: str) -> None:
+        errors.print(mask_passwords(line, secrets), markup=False)
+
+    def failed_on_file(exc: OSError) -> int:
+        """A file of ours (lock, run folder, output) and not the storage: say which one. The
+        orchestrator left a run's running trials RUNNING for the next run to recover."""
+        trace(exc)
+        say(f"error: {_what_failed(exc)}")
+        say("hint: check that the folder exists, has free space and that this user may write "
+            "there" + ("; the same command resumes the run" if command == "run" else ""))
+        return 1
+
+    def trace(exc: BaseException) -> None:
+        if debug:  # masked too: Hydra's messages quote the override whole, password and all
+            sys.stderr.write(mask_passwords("".join(traceback.format_exception(exc)), secrets))
+
     try:
         args = build_parser().parse_args(argv)
         command = args.command
@@ -38,27 +61,33 @@ def main(argv: Sequence[str] | None = None) -> int:
                     "logs": lambda a, c: _cli_trials.cmd_logs(a, c, errors)}
         return commands[command](args, console)
     except HpoError as exc:
-        if debug:
-            raise
-        errors.print(f"error: {exc.message}", markup=False)
+        trace(exc)
+        say(f"error: {exc.message}")
         if exc.hint:
-            errors.print(f"hint: {exc.hint}", markup=False)
+            say(f"hint: {exc.hint}")
         return exc.exit_code
     except KeyboardInterrupt:
         return 130
-    except BrokenPipeError:
-        # `status --json | head`: the reader left
-        if command in ("status", "telemetry", "gpus", "report", "tune-pruner", "best", "logs"):
-            sys.stderr.close()
-            return 0
-        if debug:
-            raise
-        errors.print("error: unexpected BrokenPipeError (stdout closed?)", markup=False)
-        return 1
+    except BrokenPipeError as exc:
+        if command not in _READERS and not isinstance(exc, StdoutClosed):
+            return failed_on_file(exc)  # a pipe of ours other than stdout
+        # The reader left (`| head`): end quietly, as other CLIs do. A reading command gave
+        # what was asked for (0); a run stopped short of its study says so by its code.
+        silence_stdout()
+        trace(exc)
+        return 0 if command in _READERS else EXIT_STDOUT_CLOSED
+    except OSError as exc:
+        return failed_on_file(exc)
     except Exception as exc:
-        if debug:
-            raise
-        errors.print(f"error: unexpected {type(exc).__name__}: {exc}", markup=False)
-        errors.print("hint: run again with --debug for the traceback, and report it", markup=False)
+        trace(exc)
+        say(f"error: unexpected {type(exc).__name__}: {exc}")
+        say("hint: run again with --debug for the traceback, and report it")
         return 1
 
+
+def _what_failed(exc: OSError) -> str:
+    reason = exc.strerror or str(exc) or type(exc).__name__
+    if exc.filename is None:
+        return reason
+    target = f"{exc.filename} -> {exc.filename2}" if exc.filename2 else str(exc.filename)
+    return f"{target}: {reason}"

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import tempfile
 import time
+from pathlib import Path
 
 from rich.console import Console
 
@@ -37,16 +39,37 @@ def cmd_status(args: argparse.Namespace, console: Console) -> int:
             time.sleep(args.interval)
             live.update(render_status(collect_status(engine, args.study)), refresh=True)
 
+_SUFFIX = {"--out": ".html", "--png": ".png", "--csv": ".csv"}
+
+
+def check_output(path: Path, option: str) -> None:
+    """An output file this user can write, checked before anything is read (exit 2): not a
+    folder, and its folder takes a new file (the commands write a temporary file beside it
+    and rename it)."""
+    if path.is_dir():
+        raise ConfigError(f"{option} {path}: is a folder",
+                          f"name a file, e.g. {option} {path / ('out' + _SUFFIX[option])}")
+    if not path.parent.is_dir():
+        return  # the command's own check says so, with its hint
+    try:
+        with tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{path.name}.probe."):
+            pass
+    except OSError as exc:
+        raise ConfigError(f"{option} {path}: cannot write in {path.parent} ({exc.strerror or exc})",
+                          f"write it elsewhere, e.g. {option} {Path.home() / path.name}") from None
+
 
 def cmd_telemetry(args: argparse.Namespace, console: Console) -> int:
     from hpo_orchestrator.db import create_engine
     from hpo_orchestrator.telemetry._export import export_csv
 
+    if args.csv != "-":
+        check_output(Path(args.csv), "--csv")
     engine = create_engine(args.storage)
     count = export_csv(engine, _cli_trials.resolve_study(engine, args.study, errors()), args.trial,
                        args.csv)
     if args.csv != "-":
-        Console(stderr=True).print(f"wrote {count} samples to {args.csv}", highlight=False)
+        errors().print(f"wrote {count} samples to {args.csv}", highlight=False)
     return 0
 
 
@@ -54,6 +77,9 @@ def cmd_report(args: argparse.Namespace, console: Console) -> int:
     from hpo_orchestrator.db import create_engine
     from hpo_orchestrator.report import write_report
 
+    for path, option in ((args.out, "--out"), (args.png, "--png")):
+        if path is not None:
+            check_output(path, option)
     engine = create_engine(args.storage)
     data = write_report(engine, _cli_trials.resolve_study(engine, args.study, errors()), args.out,
                         args.png)

@@ -8,8 +8,9 @@ from typing import Any
 from rich.console import Console
 
 from hpo_orchestrator import _cli_trials
-from hpo_orchestrator.cli._common import DEFAULT_STORAGE
+from hpo_orchestrator.cli._common import DEFAULT_STORAGE, errors
 from hpo_orchestrator.db import mask_url
+from hpo_orchestrator.errors import mask_passwords
 
 __all__ = ["cmd_run", "cmd_submit"]
 
@@ -71,14 +72,13 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
                       "new trial started after it; run the same command again to continue",
                       highlight=False)
     failed = report.last_failed
-    console.print(_cli_trials.next_steps(config.storage.url, DEFAULT_STORAGE, failed),
+    console.print(mask_passwords(_cli_trials.next_steps(config.storage.url, DEFAULT_STORAGE, failed)),
                   highlight=False, markup=False)
     if result.error:
-        errors = Console(stderr=True, highlight=False, soft_wrap=True)
-        errors.print(f"error: {result.error}", markup=False)
+        errors().print(f"error: {mask_passwords(result.error)}", markup=False)
         if result.hint:
-            errors.print("hint: " + _cli_trials.as_typed(result.hint, config.storage.url,
-                                                         DEFAULT_STORAGE), markup=False)
+            errors().print("hint: " + mask_passwords(_cli_trials.as_typed(
+                result.hint, config.storage.url, DEFAULT_STORAGE)), markup=False)
     return result.exit_code
 
 

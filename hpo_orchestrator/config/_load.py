@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+import yaml
 from hydra import compose, initialize_config_dir
 from hydra.core.config_store import ConfigStore
 from hydra.errors import HydraException, MissingConfigException
@@ -31,6 +32,10 @@ _GROUP_SCHEMAS: dict[str, dict[str, type]] = {
     "sampler": {"tpe": schema.TPESamplerConfig, "random": schema.RandomSamplerConfig},
 }
 
+# Hydra's override grammar (ANTLR) rejects an unquoted value with these messages
+_OVERRIDE_SYNTAX_ERRORS = ("Ambiguous value", "LexerNoViableAltException", "mismatched input",
+                           "extraneous input", "no viable alternative", "token recognition error")
+
 
 # The defaults ship inside the package, so a wheel installed anywhere finds them. In a
 # checkout, hpo_orchestrator/conf is a link to the top-level conf/ (one copy of each YAML);
@@ -45,7 +50,8 @@ def config_dir() -> Path:
     ``hydra.searchpath=[file:///path]`` override, which keeps the packaged defaults.
     """
     override = os.environ.get("HPO_ORCHESTRATOR_CONF")
-    return Path(override) if override else _PACKAGED_CONF
+    # Hydra takes only an absolute folder; a relative one means from the current folder
+    return Path(override).absolute() if override else _PACKAGED_CONF
 
 
 def _register_schemas() -> None:
@@ -82,7 +88,19 @@ def _explain(exc: BaseException, overrides: list[str]) -> ConfigError:
     if full_key:
         return ConfigError(f"{full_key}: {message}",
                            "check the value's type (see conf/ for the defaults)")
+    if any(marker in message for marker in _OVERRIDE_SYNTAX_ERRORS):
+        return ConfigError(message, "a value holding , # ' [ ] = or spaces goes in double quotes "
+                                    "inside single ones, e.g. 'study.name=\"a, b\"'")
     return ConfigError(message, "overrides look like key=value, e.g. scheduler.parallel=4")
+
+
+def _yaml_error(exc: yaml.YAMLError) -> ConfigError:
+    """A config file that is not YAML: its name and line, from the parser's marks."""
+    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    where = f"{mark.name}, line {mark.line + 1}" if mark is not None else str(config_dir())
+    problem = getattr(exc, "problem", None) or _one_line(exc)
+    return ConfigError(f"{where}: not valid YAML ({problem})",
+                       "fix that line (a list is [a, b], a mapping is key: value)")
 
 
 def _unknown_key_hint(key: str) -> str:
@@ -104,6 +122,8 @@ def load_config(overrides: list[str]) -> schema.Config:
         with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
             composed = compose(config_name="config", overrides=list(overrides))
         config = OmegaConf.to_object(composed)
+    except yaml.YAMLError as exc:
+        raise _yaml_error(exc) from exc
     except (HydraException, OmegaConfBaseException, ValueError) as exc:
         raise _explain(exc, overrides) from exc
     assert isinstance(config, schema.Config)

@@ -20,6 +20,7 @@ from hpo_orchestrator.config._objectives import (
 from hpo_orchestrator.config._space import check_params
 
 __all__ = [
+    "MAX_STUDY_NAME",
     "Config",
     "CustomObjectiveConfig",
     "LightGBMObjectiveConfig",
@@ -37,6 +38,8 @@ __all__ = [
     "TelemetryConfig",
     "TorchMLPObjectiveConfig",
 ]
+
+MAX_STUDY_NAME = 512  # characters: Optuna's studies.study_name column
 
 
 # --- pruners ------------------------------------------------------------------------------
@@ -289,6 +292,12 @@ class StudyConfig:
 
     def validate(self, path: str) -> None:
         _require(bool(self.name.strip()), f"{path}.name", "must not be empty")
+        # Optuna's studies.study_name is VARCHAR(512): PostgreSQL and MySQL refuse a longer
+        # one only when the study is created; sqlite would take it. Refused on every backend
+        # so a study's name fits wherever its database moves.
+        _require(len(self.name) <= MAX_STUDY_NAME, f"{path}.name",
+                 f"{len(self.name)} characters, Optuna stores at most {MAX_STUDY_NAME}",
+                 "choose a shorter study.name")
         _require(self.direction in ("minimize", "maximize"), f"{path}.direction",
                  f"expected minimize or maximize, got {self.direction!r}")
         _positive_int(self.n_trials, f"{path}.n_trials")

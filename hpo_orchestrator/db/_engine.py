@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING
 import sqlalchemy
 from sqlalchemy import event, inspect
 from sqlalchemy.engine import Engine, make_url
-from sqlalchemy.exc import ArgumentError, SQLAlchemyError
+from sqlalchemy.exc import ArgumentError, NoSuchModuleError, SQLAlchemyError
 
 from hpo_orchestrator.db._version import check_schema
-from hpo_orchestrator.errors import StorageError
+from hpo_orchestrator.errors import StorageError, mask_passwords
 
 if TYPE_CHECKING:  # status and telemetry read with SQLAlchemy only: keep optuna's import off them
     import optuna
@@ -37,7 +37,8 @@ _ADVISORY_UNLOCK_SQL = "SELECT pg_advisory_unlock(:ns, 0)"
 def mask_url(url: str) -> str:
     """The URL with any password replaced by ***, for every message a user may see."""
     try:
-        return make_url(url).render_as_string(hide_password=True)
+        # SQLAlchemy ends the password at the first '@': an unescaped one leaves the rest
+        return mask_passwords(make_url(url).render_as_string(hide_password=True))
     except (ArgumentError, ValueError):
         return "<unparseable storage URL>"
 
@@ -170,12 +171,32 @@ def _open_error(exc: Exception, url: str) -> StorageError:
                         "check the URL, that the server is up, and the credentials")
 
 
+def _check_driver(url: str) -> None:
+    """The URL's dialect and its driver load, so a wrong name or a missing package is the
+    user's error (exit 2) before anything is created, not an ImportError mid-start."""
+    parsed = make_url(url)
+    try:
+        parsed.get_dialect().import_dbapi()
+    except NoSuchModuleError:
+        raise StorageError(f"storage URL {mask_url(url)!r}: SQLAlchemy has no dialect or driver "
+                           f"{parsed.drivername!r}",
+                           "e.g. sqlite:///hpo.db, postgresql+psycopg://user@host/db or "
+                           "mysql+pymysql://user@host/db") from None
+    except ImportError as exc:
+        raise StorageError(f"storage URL {mask_url(url)!r}: the driver of {parsed.drivername!r} "
+                           f"is not installed ({exc})",
+                           "install it into this environment, or name an installed driver "
+                           "(e.g. mysql+pymysql://, postgresql+psycopg://)") from None
+
+
 def _validated_path(url: str, create: bool) -> Path | None:
     try:
         path = sqlite_path(url)
-    except ArgumentError:
-        raise StorageError(f"cannot parse storage URL {mask_url(url)!r}",
-                           "e.g. sqlite:///hpo.db or postgresql+psycopg://user@host/db") from None
+        _check_driver(url)
+    except (ArgumentError, ValueError) as exc:  # ValueError: a port that is not a number
+        reason = "the port is not a number" if isinstance(exc, ValueError) else str(exc)
+        raise StorageError(f"cannot parse storage URL {mask_passwords(url)!r}: {reason}",
+                           "e.g. sqlite:///hpo.db or postgresql+psycopg://user@host:5432/db") from None
     if path is None and make_url(url).get_backend_name() == "sqlite":
         # each connection would get a database of its own, gone when the run ends (issue 15)
         raise StorageError(f"{mask_url(url)} is an in-memory sqlite database: the study would "
@@ -224,7 +245,7 @@ def mask_url_in(text: str, url: str) -> str:
         password = make_url(url).password
     except (ArgumentError, ValueError):
         return text
-    return text.replace(str(password), "***") if password else text
+    return mask_passwords(text.replace(str(password), "***") if password else text)
 
 
 def lock_file(path: Path) -> Path:

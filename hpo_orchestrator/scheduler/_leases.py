@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hpo_orchestrator.errors import ConfigError
+
 __all__ = ["Lease", "LeaseDir", "default_lease_dir"]
 
 LEASE_DIR_ENV = "HPO_ORCHESTRATOR_LEASE_DIR"
@@ -54,6 +56,14 @@ class Lease:
 class LeaseDir:
     def __init__(self, path: Path) -> None:
         self.path = path
+
+    def check(self) -> None:
+        """Refuse a lease folder that cannot be one (a file, or under a file) before a run
+        creates its study: the first GPU trial would fail on it (ConfigError, exit 2)."""
+        existing = next((p for p in (self.path, *self.path.parents) if p.exists()), None)
+        if existing is not None and not existing.is_dir():
+            raise ConfigError(f"GPU lease folder {self.path}: {existing} is not a folder",
+                              f"set scheduler.lease_dir (or ${LEASE_DIR_ENV}) to a folder")
 
     def _file(self, uuid: str, k: int) -> Path:
         return self.path / f"{uuid}.{k}.lock"

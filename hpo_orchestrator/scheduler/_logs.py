@@ -13,6 +13,7 @@ end, and a trial keeps at most twice the cap on disk.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shutil
@@ -23,6 +24,7 @@ __all__ = ["TRACEBACK_CAP", "append_traceback", "cap_log", "ensure_run_dir", "re
            "trial_log_path", "user_frames"]
 
 TRACEBACK_CAP = 8000  # characters of hpo.traceback kept (its end: the frames nearest the error)
+_MAX_FOLDER_NAME = 200  # a study's run folder name; most file systems allow 255 bytes
 _IGNORE_ALL = "# written by hpo-orchestrator: trial logs and lock files\n*\n"
 
 
@@ -39,8 +41,13 @@ def run_dir(storage_url: str, study: str, log_dir: str | None = None) -> Path:
 
 
 def _safe(name: str) -> str:
-    """A study name as one folder name (study names are free text)."""
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip(".") or "study"
+    """A study name as one folder name (study names are free text, up to 512 characters;
+    a file name, 255 bytes: a long one keeps its start and a hash of the whole)."""
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip(".") or "study"
+    if len(safe) <= _MAX_FOLDER_NAME:
+        return safe
+    digest = hashlib.sha1(name.encode()).hexdigest()[:12]
+    return f"{safe[:_MAX_FOLDER_NAME - len(digest) - 1]}-{digest}"
 
 
 def trial_log_path(folder: Path, number: int) -> Path:

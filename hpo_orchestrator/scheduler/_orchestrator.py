@@ -131,6 +131,7 @@ class Orchestrator:
         """
         previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
         failure: BaseException | None = None
+        local_failure = False
         subreaper = become_subreaper()  # orphans of the trials' processes come to us
         try:
             ensure_run_dir(self.log_dir)
@@ -166,8 +167,14 @@ class Orchestrator:
                     self.retention.maybe_run()
         except _STORAGE_ERRORS as exc:
             failure = exc
+        except OSError:
+            # One of our own files or stdout failed (lock, run folder, a closed pipe), not the
+            # trials: they are left RUNNING, as on a storage failure, for the next run to
+            # recover, rather than recorded as interrupted by a signal; the CLI names the file.
+            local_failure = True
+            raise
         finally:
-            self._stop_all(storage_failed=failure is not None)
+            self._stop_all(storage_failed=failure is not None or local_failure)
             if self.packer is not None and failure is None:
                 self.packer.close()
             self.trees.sweep_all()
@@ -319,6 +326,8 @@ class Orchestrator:
                                  num_threads=self.threads)
                 worker = start_worker(child, self._icd_env if slot.gpu is not None else {}, slot.id,
                                       log_path)
+        except OSError:
+            raise  # our file (its log), not the trial's doing: run() leaves it for recovery
         except BaseException:
             self.study.tell(trial, state=TrialState.FAIL)
             raise
