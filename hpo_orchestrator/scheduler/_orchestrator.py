@@ -11,7 +11,7 @@ trials come from (_asking), the slots' workers (_workers), child processes (_pro
 pipe (_channel), outcome rules (_outcome), storage writes (_records), heartbeats and reaping
 (_recovery), stopping (_stopping), and pruner.min_resource=auto (pruning/_auto).
 
-Lifecycle: ``run()`` returns an exit code (0 done, 130 stopped by SIGINT/SIGTERM). Whatever
+Lifecycle: ``run()`` returns an exit code (0 done, 130 stopped by a stop signal). Whatever
 happens, no trial this orchestrator started is left RUNNING: the ``finally`` path kills
 remaining children and fails their trials as ``interrupted``.
 """
@@ -28,6 +28,7 @@ import optuna
 from optuna.trial import TrialState
 from sqlalchemy.exc import SQLAlchemyError
 
+from hpo_orchestrator._signals import handling_stop_signals
 from hpo_orchestrator.config import Config
 from hpo_orchestrator.db import StorageUnavailable, first_line, retrying_of, trouble_of
 from hpo_orchestrator.gpu import GpuBackend
@@ -52,7 +53,7 @@ from hpo_orchestrator.scheduler._process import cgroup_oom_kills, log_tail, oom_
 from hpo_orchestrator.scheduler._records import RunRecords
 from hpo_orchestrator.scheduler._recovery import Recovery
 from hpo_orchestrator.scheduler._slots import Slot, SlotPool
-from hpo_orchestrator.scheduler._stopping import handling_stop_signals, stop_running, wait_stopped
+from hpo_orchestrator.scheduler._stopping import stop_running, wait_stopped
 from hpo_orchestrator.scheduler._tree import become_subreaper, restore_subreaper
 from hpo_orchestrator.scheduler._trial import Asked, FinishedTrial, Reporter, RunningTrial
 from hpo_orchestrator.scheduler._workers import Workers
@@ -121,7 +122,7 @@ class Orchestrator:
     # --- lifecycle -------------------------------------------------------------------------
 
     def run(self) -> int:
-        """Run until n_trials are claimed and finished: 0, or 130 after SIGINT/SIGTERM.
+        """Run until n_trials are claimed and finished: 0, or 130 after SIGINT/SIGTERM/SIGHUP.
 
         Raises RuntimeFailure (exit 1) when the storage stops accepting writes (disk full,
         read-only, server gone), after stopping every child; what was told before stays.
@@ -200,7 +201,9 @@ class Orchestrator:
         """The failure policy says stop: nothing new starts, running trials are stopped as on
         Ctrl-C (FAIL, interrupted: the same command resumes), and run() returns 1."""
         self.halted = halt
-        self._interrupt_running()
+        self._stopping = True
+        stop_running(self.running.values(), "interrupted", self.config.scheduler.kill_grace_s,
+                     f"stopped by {halt.rule}: {halt.message}")
 
     def _interrupt_running(self) -> None:
         """Start nothing new; stop each running trial (FAIL, interrupted)."""
@@ -306,7 +309,7 @@ class Orchestrator:
             timeout_s=self.config.scheduler.trial_timeout_s,
             oom_killed=lambda: oom_killed_since(rt.oom_kills_at_spawn),
             log_tail=lambda: log_tail(rt.log_path) if rt.log_path else "",
-            protocol_error=rt.protocol_error)
+            protocol_error=rt.protocol_error, stop_error=rt.stop_error)
         ended_at = time.time()
         if rt.process.poll() is not None:
             signal_tree(rt.process.pid, signal.SIGKILL)  # leftovers in its group, if any
