@@ -78,7 +78,7 @@ class PreparedRun:
 
 @dataclass(frozen=True)
 class RunResult:
-    exit_code: int  # 0 done, 1 stopped by the failure policy, 130 stopped by SIGINT/SIGTERM
+    exit_code: int  # 0 done, 1 stopped by the failure policy, 130 stopped by SIGINT/SIGTERM/SIGHUP
     study_name: str
     error: str | None = None  # why the failure policy stopped the run (exit 1)
     hint: str | None = None
@@ -142,7 +142,7 @@ def _best_so_far(storage: optuna.storages.RDBStorage, study_id: int,
 def run_study(config: Config, *, backend: GpuBackend | None = None,
               progress: Callable[[PreparedRun], AbstractContextManager[Reporter]] | None = None,
               ) -> RunResult:
-    """Run ``config``'s study on this host until n_trials are done (or SIGINT/SIGTERM).
+    """Run ``config``'s study on this host until n_trials are done (or SIGINT/SIGTERM/SIGHUP).
 
     ``backend``: the GPUs to use (default: NVML, or the fake one that
     $HPO_ORCHESTRATOR_FAKE_GPUS selects, or none); closed at the end when opened here.

@@ -15,7 +15,24 @@ from hpo_orchestrator.errors import mask_passwords
 __all__ = ["cmd_run", "cmd_submit"]
 
 
+_STOPPED = ("[yellow]stopped: running trials were marked FAIL (interrupted); run the same "
+            "command again to resume[/]")
+
+
 def cmd_run(args: argparse.Namespace, console: Console) -> int:
+    """SIGTERM or SIGHUP before the loop runs (Hydra, the study, the mirror) stop the run as
+    Ctrl-C does: exit 130 with the stopped run's message, not the signal's 143."""
+    from hpo_orchestrator._signals import handling_stop_signals
+
+    try:
+        with handling_stop_signals():
+            return _run_command(args, console)
+    except KeyboardInterrupt:
+        console.print(_STOPPED)
+        return 130
+
+
+def _run_command(args: argparse.Namespace, console: Console) -> int:
     from contextlib import AbstractContextManager
 
     import optuna
@@ -65,8 +82,7 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
     report = collect_status(create_engine(config.storage.url), result.study_name)
     print_status(report, console)
     if result.interrupted:
-        console.print("[yellow]stopped: running trials were marked FAIL (interrupted); "
-                      "run the same command again to resume[/]")
+        console.print(_STOPPED)
     if result.timed_out:
         console.print(f"time limit reached: study.timeout_s={config.study.timeout_s:g}, no "
                       "new trial started after it; run the same command again to continue",

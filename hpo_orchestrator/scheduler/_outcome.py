@@ -34,11 +34,13 @@ class Verdict:
 
 def classify(*, stop_reason: str | None, outcome: TrialOutcome | None, returncode: int | None,
              timeout_s: float | None, oom_killed: Callable[[], bool],
-             log_tail: Callable[[], str], protocol_error: str | None = None) -> Verdict:
+             log_tail: Callable[[], str], protocol_error: str | None = None,
+             stop_error: str | None = None) -> Verdict:
     """The verdict from what we did (``stop_reason``: timeout / interrupted / study_timeout),
     what the child said (``outcome``; ``protocol_error`` when its bytes broke the protocol:
     the objective's fault, whatever it said before) and how its process ended
-    (``returncode``, None while it lives).
+    (``returncode``, None while it lives). ``stop_error``: why an interrupted trial was
+    stopped when not by a signal (the failure policy).
 
     ``oom_killed`` (did the kernel's OOM killer act since the spawn?) and ``log_tail`` (the
     last line the child printed) are asked only for a child that died without a result.
@@ -52,7 +54,8 @@ def classify(*, stop_reason: str | None, outcome: TrialOutcome | None, returncod
     if outcome is not None and outcome.kind == "pruned":
         return Verdict(TrialState.PRUNED)
     if stop_reason == "interrupted":
-        return Verdict(TrialState.FAIL, None, "interrupted", "stopped by SIGINT/SIGTERM")
+        return Verdict(TrialState.FAIL, None, "interrupted",
+                       stop_error or "stopped by SIGINT/SIGTERM/SIGHUP")
     if stop_reason == "study_timeout":
         return Verdict(TrialState.FAIL, None, "timeout",
                        "still running study.timeout_grace_s after study.timeout_s")
@@ -77,7 +80,7 @@ def retry_allowed(reason: str | None, attempt: int, max_retries: int) -> bool:
 def retry_attempt(reason: str | None, attempt: int, max_retries: int) -> int | None:
     """The ``hpo.attempt`` of the trial's retry, or None when its params do not run again.
 
-    An interrupted trial (SIGINT/SIGTERM of its orchestrator) always runs again, first in
+    An interrupted trial (its orchestrator was stopped) always runs again, first in
     the next run, under the same attempt number: stopping a run is not the trial's failure
     and must not use up its retries (issue 15: reruns were spent on interrupted trials).
     """

@@ -49,6 +49,27 @@ def _die_with_parent(parent_pid: int | None) -> None:
         os._exit(1)
 
 
+_sigint_received = False  # a real SIGINT reached this process (not a raise in the objective)
+
+
+def _on_sigint(signum: int, frame: Any) -> None:
+    """SIGINT as Python's default (KeyboardInterrupt), remembered: whoever sent it stopped
+    the trial from outside, so the process ends by it ('killed'); a KeyboardInterrupt the
+    objective's own code raised is its failure like any exception."""
+    global _sigint_received
+    _sigint_received = True
+    signal.default_int_handler(signum, frame)
+
+
+def _failure(exc: BaseException) -> TrialOutcome:
+    """The objective's (or its setup's) exception, reported: a KeyboardInterrupt too, unless
+    a SIGINT sent to this process raised it (then it ends the process)."""
+    if isinstance(exc, KeyboardInterrupt) and _sigint_received:
+        raise exc
+    return TrialOutcome(kind="error", fail_reason="oom" if is_oom(exc) else "exception",
+                        error=last_line(exc), traceback=traceback.format_exc())
+
+
 def import_target(target: str) -> Any:
     """``package.module:attribute`` -> the attribute."""
     module_name, _, attribute = target.partition(":")
@@ -101,13 +122,8 @@ def run_trial(link: Link, job: Job, objective: Callable[[Any], Any]) -> TrialOut
         value = check_value(objective(trial))
     except optuna.TrialPruned:
         return TrialOutcome(kind="pruned")
-    except Exception as exc:  # the objective's own failure, reported, never fatal here
-        return TrialOutcome(
-            kind="error",
-            fail_reason="oom" if is_oom(exc) else "exception",
-            error=last_line(exc),
-            traceback=traceback.format_exc(),
-        )
+    except (Exception, KeyboardInterrupt) as exc:  # the objective's own failure, never fatal here
+        return _failure(exc)
     return TrialOutcome(kind="value", value=value)
 
 
@@ -143,6 +159,7 @@ def _release_trial_memory() -> None:
 def main(argv: list[str]) -> int:
     """``FD [ORCHESTRATOR_PID]``: the socket to the orchestrator, and who it is."""
     _die_with_parent(int(argv[1]) if len(argv) > 1 else None)
+    signal.signal(signal.SIGINT, _on_sigint)
     link = Link(Connection(int(argv[0])))
     runtime._attach(link)
     objective: Callable[[Any], Any] | None = None
@@ -166,9 +183,8 @@ def main(argv: list[str]) -> int:
                     gc.collect()
                     gc.freeze()
             outcome = run_trial(link, job, objective)
-        except Exception as exc:  # failure before the objective ran (import, setup)
-            outcome = TrialOutcome(kind="error", fail_reason="oom" if is_oom(exc) else "exception",
-                                   error=last_line(exc), traceback=traceback.format_exc())
+        except (Exception, KeyboardInterrupt) as exc:  # before the objective ran (import, setup)
+            outcome = _failure(exc)
         link.close_trial()  # a call in flight from another thread completes first
         link.send(("result", outcome))
         if not job.reuse:
