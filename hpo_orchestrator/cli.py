@@ -32,6 +32,7 @@ configuration groups (pick one: GROUP=OPTION):
 
 most used keys (KEY=VALUE; --show-config prints them all, with their values):
   study.name=hpo  study.n_trials=40  study.add_trials=N (N more)  study.direction=minimize
+  study.directions=[minimize,maximize] (several objectives: objective=custom, no pruning)
   study.fail_fast=5  study.max_failures=null  study.allow_mixed=false
   scheduler.parallel=1  scheduler.gpus=auto  scheduler.trials_per_gpu=null
   scheduler.worker_mode=reuse  scheduler.trial_timeout_s=null  scheduler.log_dir=null
@@ -154,8 +155,11 @@ def _cmd_run(args: argparse.Namespace, console: Console) -> int:
     from hpo_orchestrator.runner import PreparedRun, run_study
     from hpo_orchestrator.scheduler import Reporter
     from hpo_orchestrator.status import collect_status, print_status
+    from hpo_orchestrator.study import without_pruning
 
-    config = load_config(args.overrides)
+    config, pruning_off = without_pruning(load_config(args.overrides))
+    if pruning_off:
+        _errors().print(pruning_off, markup=False)
     if args.show_config:
         plain = to_plain_dict(config)
         plain["storage"]["url"] = mask_url(plain["storage"]["url"])
@@ -184,8 +188,8 @@ def _cmd_run(args: argparse.Namespace, console: Console) -> int:
                 f"study). For 20 more: {_cli_trials.run_again(args.overrides, 'study.add_trials=20')}",
                 style="yellow", highlight=False, markup=False)
             return QuietReporter()
-        return LiveReporter(console, run.n_trials, run.already_claimed, config.study.direction,
-                            best=run.best)
+        return LiveReporter(console, run.n_trials, run.already_claimed, config.study.objectives,
+                            best=run.best, front=run.front)
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     result = run_study(config, progress=announce)
