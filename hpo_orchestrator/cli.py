@@ -133,6 +133,11 @@ def _add_study_tool_parsers(commands: Any) -> None:
     best.add_argument("--storage", default=DEFAULT_STORAGE, help=f"default {DEFAULT_STORAGE}")
     best.add_argument("--study", help="study name (default: the most recently run)")
     best.add_argument("--json", action="store_true", help="machine-readable output")
+    pick = best.add_mutually_exclusive_group()
+    pick.add_argument("--index", type=int, metavar="I",
+                      help="several objectives: the Pareto front's I-th trial (0: the first)")
+    pick.add_argument("--trial", type=int, metavar="N",
+                      help="several objectives: the Pareto front's trial number N")
 
     enqueue = commands.add_parser("enqueue", help="queue known params: the next run of the "
                                                   "study tries them first")
@@ -373,6 +378,7 @@ def _cmd_best(args: argparse.Namespace, console: Console) -> int:
 
     engine = create_engine(args.storage)
     best = find_best(engine, _cli_trials.resolve_study(engine, args.study, _errors()))
+    best = best.select(args.index, args.trial)
     if args.json:
         print(json.dumps(best.to_json(), indent=2))
         return 0
@@ -382,7 +388,8 @@ def _cmd_best(args: argparse.Namespace, console: Console) -> int:
         return 0
     several = len(best.directions) > 1
     console.print(f"study {best.study!r} ({directions}): " + (
-        f"Pareto front, {len(best.trials)} trial(s)" if several else
+        f"Pareto front, {best.front_size or len(best.trials)} trial(s)"
+        + (f"; selected: trial #{best.trials[0].number}" if best.front_size else "") if several else
         f"best trial #{best.trials[0].number}, value {best.trials[0].values[0]!r}"), highlight=False)
     for trial in best.trials:
         if several:

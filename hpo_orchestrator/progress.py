@@ -94,11 +94,12 @@ class LiveReporter:
             # a dominated trial never rejoins the front: the front plus the new one suffices
             self.front = pareto_front([*self.front, ScoredTrial(done.number, done.number,
                                                                 done.value)], self.directions)
-        elif done.state == TrialState.COMPLETE and done.value is not None:
-            better = self.best is None or (done.value < self.best[1] if self.direction == "minimize"
-                                           else done.value > self.best[1])
+        elif done.state == TrialState.COMPLETE and isinstance(done.value, float):
+            value = done.value
+            better = self.best is None or (value < self.best[1] if self.direction == "minimize"
+                                           else value > self.best[1])
             if better:
-                self.best = (done.number, done.value)
+                self.best = (done.number, value)
         style = _STATE_STYLE.get(done.state, "white")
         what = _values_text(done.value) if done.value is not None else (
             f"{done.fail_reason}: {done.error}" if done.fail_reason else "")

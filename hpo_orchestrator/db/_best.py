@@ -60,10 +60,14 @@ def pareto_front(trials: list[ScoredTrial], directions: list[str]) -> list[Score
 
     if len(directions) == 1:
         return [min(trials, key=lambda t: (key(t), t.number))] if trials else []
-    keyed = [(key(t), t) for t in trials]
-    front = [t for k, t in keyed
-             if not any(all(a <= b for a, b in zip(o, k, strict=True)) and o != k for o, _ in keyed)]
-    return sorted(front, key=lambda t: t.number)
+    # In lexicographic order a trial's dominators come before it, and a trial dominated by
+    # anything is dominated by a front member: one pass against the front so far, O(n x front)
+    # instead of O(n^2) (status reads every trial of a 100k-trial study).
+    front: list[tuple[tuple[float, ...], ScoredTrial]] = []
+    for k, t in sorted(((key(t), t) for t in trials), key=lambda kt: (kt[0], kt[1].number)):
+        if not any(o != k and all(a <= b for a, b in zip(o, k, strict=True)) for o, _ in front):
+            front.append((k, t))
+    return sorted((t for _, t in front), key=lambda t: t.number)
 
 
 def best_trials(connection: Connection, study_id: int) -> tuple[list[str], list[ScoredTrial]]:

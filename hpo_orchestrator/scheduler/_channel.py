@@ -15,8 +15,8 @@ error starting with "protocol:") and the worker is replaced; the loop never wait
 
 from __future__ import annotations
 
-import io
 import inspect
+import io
 import math
 import pickle
 import selectors
