@@ -1,4 +1,4 @@
-"""The CLI's first-hour helpers: ``logs``, ``status --trial N``, the study a command means when
+"""The CLI's first-hour helpers: ``logs``, ``status --trial N``, ``best``, the study a command means when
 none is named, and the next commands a run suggests (as the user can type them: ``make ...``
 when the run came from make, else the command they typed)."""
 
@@ -20,8 +20,8 @@ from sqlalchemy.engine import Engine
 
 from hpo_orchestrator.errors import ConfigError, HpoError
 
-__all__ = ["add_logs_parser", "as_typed", "cmd_logs", "next_steps", "print_trial", "prog", "resolve_study",
-           "run_again"]
+__all__ = ["add_logs_parser", "as_typed", "cmd_best", "cmd_logs", "next_steps", "print_trial", "prog",
+           "resolve_study", "run_again"]
 
 _FOLLOW_POLL_S = 0.5
 
@@ -189,7 +189,9 @@ def print_trial(args: argparse.Namespace, console: Console, errors: Console) -> 
     duration = (detail["end"] - detail["start"]).total_seconds() \
         if detail["start"] and detail["end"] else None
     lines = [f"study {name!r} trial {args.trial}: {detail['state']}"
-             + (f", value {detail['value']!r}" if detail["value"] is not None else "")
+             + (f", values {', '.join(repr(v) for v in detail['values'])}"
+                if len(detail["values"]) > 1 else
+                f", value {detail['value']!r}" if detail["value"] is not None else "")
              + (f", {duration:.1f} s" if duration is not None else "")]
     if detail["params"]:
         lines.append("params: " + " ".join(f"{k}={v!r}" if isinstance(v, str) else f"{k}={v}"
@@ -208,4 +210,40 @@ def print_trial(args: argparse.Namespace, console: Console, errors: Console) -> 
     if attrs.get("hpo.log_path"):
         console.print(escape(f"log: {attrs['hpo.log_path']}  ({prog()} logs {args.trial})"),
                       highlight=False)
+    return 0
+
+
+def cmd_best(args: argparse.Namespace, console: Console, errors: Console) -> int:
+    """``best``: the best trial, or a multi-objective study's Pareto front (or one of its
+    trials: ``--index``/``--trial``), with its params as overrides and as an enqueue command."""
+    from hpo_orchestrator.db import create_engine
+    from hpo_orchestrator.study_tools import enqueue_command, find_best, override_line
+
+    engine = create_engine(args.storage)
+    best = find_best(engine, resolve_study(engine, args.study, errors))
+    best = best.select(args.index, args.trial)
+    if args.json:
+        print(json.dumps(best.to_json(), indent=2))
+        return 0
+    directions = ", ".join(best.directions)
+    if not best.trials:
+        console.print(f"study {best.study!r} ({directions}): no COMPLETE trial yet", highlight=False)
+        return 0
+    several = len(best.directions) > 1
+    console.print(f"study {best.study!r} ({directions}): " + (
+        f"Pareto front, {best.front_size or len(best.trials)} trial(s)"
+        + (f"; selected: trial #{best.trials[0].number}" if best.front_size else "") if several else
+        f"best trial #{best.trials[0].number}, value {best.trials[0].values[0]!r}"), highlight=False)
+    for trial in best.trials:
+        if several:
+            values = ", ".join(repr(v) for v in trial.values)
+            console.print(f"\ntrial #{trial.number}: values {values}", highlight=False)
+        width = max((len(n) for n in trial.params), default=0)
+        for name, value in trial.params.items():
+            console.print(f"  {name:<{width}}  {value!r}", highlight=False, markup=False)
+        line = override_line(trial.params, best.objective)
+        if line:
+            console.print(f"overrides: {line}", highlight=False, markup=False, soft_wrap=True)
+        console.print(f"enqueue:   {enqueue_command(best.study, trial.params)}", highlight=False,
+                      markup=False, soft_wrap=True)
     return 0

@@ -372,40 +372,6 @@ def _console() -> Console:
     return Console(width=200, soft_wrap=True)
 
 
-def _cmd_best(args: argparse.Namespace, console: Console) -> int:
-    from hpo_orchestrator.db import create_engine
-    from hpo_orchestrator.study_tools import enqueue_command, find_best, override_line
-
-    engine = create_engine(args.storage)
-    best = find_best(engine, _cli_trials.resolve_study(engine, args.study, _errors()))
-    best = best.select(args.index, args.trial)
-    if args.json:
-        print(json.dumps(best.to_json(), indent=2))
-        return 0
-    directions = ", ".join(best.directions)
-    if not best.trials:
-        console.print(f"study {best.study!r} ({directions}): no COMPLETE trial yet", highlight=False)
-        return 0
-    several = len(best.directions) > 1
-    console.print(f"study {best.study!r} ({directions}): " + (
-        f"Pareto front, {best.front_size or len(best.trials)} trial(s)"
-        + (f"; selected: trial #{best.trials[0].number}" if best.front_size else "") if several else
-        f"best trial #{best.trials[0].number}, value {best.trials[0].values[0]!r}"), highlight=False)
-    for trial in best.trials:
-        if several:
-            values = ", ".join(repr(v) for v in trial.values)
-            console.print(f"\ntrial #{trial.number}: values {values}", highlight=False)
-        width = max((len(n) for n in trial.params), default=0)
-        for name, value in trial.params.items():
-            console.print(f"  {name:<{width}}  {value!r}", highlight=False, markup=False)
-        line = override_line(trial.params, best.objective)
-        if line:
-            console.print(f"overrides: {line}", highlight=False, markup=False, soft_wrap=True)
-        console.print(f"enqueue:   {enqueue_command(best.study, trial.params)}", highlight=False,
-                      markup=False, soft_wrap=True)
-    return 0
-
-
 def _cmd_enqueue(args: argparse.Namespace, console: Console) -> int:
     from hpo_orchestrator.study_tools import enqueue_params, load_params
 
@@ -435,7 +401,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         command = args.command
         commands = {"run": _cmd_run, "status": _cmd_status, "telemetry": _cmd_telemetry,
                     "gpus": _cmd_gpus, "report": _cmd_report, "submit": _cmd_submit,
-                    "tune-pruner": _cmd_tune_pruner, "best": _cmd_best, "enqueue": _cmd_enqueue,
+                    "tune-pruner": _cmd_tune_pruner, "enqueue": _cmd_enqueue,
+                    "best": lambda a, c: _cli_trials.cmd_best(a, c, errors),
                     "logs": lambda a, c: _cli_trials.cmd_logs(a, c, errors)}
         return commands[command](args, console)
     except HpoError as exc:
