@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import random
 import re
 import sqlite3
 from pathlib import Path
@@ -20,7 +21,7 @@ from rich.console import Console
 
 from hpo_orchestrator.cli import main
 from hpo_orchestrator.config import NoPrunerConfig, load_config
-from hpo_orchestrator.db import create_engine
+from hpo_orchestrator.db import ScoredTrial, create_engine, pareto_front
 from hpo_orchestrator.errors import ConfigError
 from hpo_orchestrator.progress import LiveReporter
 from hpo_orchestrator.report._data import collect_report
@@ -152,6 +153,25 @@ def test_progress_shows_the_pareto_front_size() -> None:
 
 
 # --- reading a multi-objective study --------------------------------------------------------
+
+
+@pytest.mark.parametrize("objectives", [2, 3])
+def test_pareto_front_matches_the_definition(objectives: int) -> None:
+    """The sweep (two objectives) and the pass against the front (more) give exactly the trials
+    no other trial dominates, ties and duplicates included."""
+    rng = random.Random(objectives)
+    for _ in range(200):
+        directions = [rng.choice(["minimize", "maximize"]) for _ in range(objectives)]
+        trials = [ScoredTrial(100 + i, i, tuple(float(rng.randint(0, 3)) for _ in directions))
+                  for i in range(rng.randint(0, 30))]
+        signs = [1 if d == "minimize" else -1 for d in directions]
+
+        def dominates(a: ScoredTrial, b: ScoredTrial, signs: list[int] = signs) -> bool:
+            pairs = [(s * x, s * y) for s, x, y in zip(signs, a.values, b.values, strict=True)]
+            return all(x <= y for x, y in pairs) and any(x < y for x, y in pairs)
+
+        expected = [t.number for t in trials if not any(dominates(o, t) for o in trials)]
+        assert [t.number for t in pareto_front(trials, directions)] == expected, (directions, trials)
 
 
 def _front_study(tmp_path: Path) -> str:
