@@ -90,16 +90,14 @@ class LiveReporter:
 
     def finished(self, done: FinishedTrial) -> None:
         self.counts[done.state] = self.counts.get(done.state, 0) + 1
-        if done.state == TrialState.COMPLETE and isinstance(done.value, tuple):
-            # a dominated trial never rejoins the front: the front plus the new one suffices
-            self.front = pareto_front([*self.front, ScoredTrial(done.number, done.number,
-                                                                done.value)], self.directions)
-        elif done.state == TrialState.COMPLETE and isinstance(done.value, float):
-            value = done.value
-            better = self.best is None or (value < self.best[1] if self.direction == "minimize"
-                                           else value > self.best[1])
-            if better:
-                self.best = (done.number, value)
+        value = done.value
+        if done.state == TrialState.COMPLETE and value is not None:
+            if isinstance(value, tuple):
+                # a dominated trial never rejoins the front: the front plus the new one suffices
+                self.front = pareto_front([*self.front, ScoredTrial(done.number, done.number,
+                                                                    value)], self.directions)
+            else:
+                self._better(done.number, value)
         style = _STATE_STYLE.get(done.state, "white")
         what = _values_text(done.value) if done.value is not None else (
             f"{done.fail_reason}: {done.error}" if done.fail_reason else "")
@@ -113,6 +111,11 @@ class LiveReporter:
                 self.console.print(f"  [dim]| {escape(line)}[/]", highlight=False)
             self.console.print(f"  [dim]log: {escape(done.log_path)}[/]", highlight=False)
         self.progress.update(self.task, advance=1, description=self._description())
+
+    def _better(self, number: int, value: float) -> None:
+        if self.best is None or (value < self.best[1] if self.direction == "minimize"
+                                 else value > self.best[1]):
+            self.best = (number, value)
 
     def tick(self, running: list[RunningTrial]) -> None:
         self.running = running
