@@ -44,8 +44,11 @@ def _run_command(args: argparse.Namespace, console: Console) -> int:
     from hpo_orchestrator.runner import PreparedRun, run_study
     from hpo_orchestrator.scheduler import Reporter
     from hpo_orchestrator.status import collect_status, print_status
+    from hpo_orchestrator.study import without_pruning
 
-    config = load_config(args.overrides)
+    config, pruning_off = without_pruning(load_config(args.overrides))
+    if pruning_off:
+        errors().print(pruning_off, markup=False)
     if args.show_config:
         plain = to_plain_dict(config)
         plain["storage"]["url"] = mask_url(plain["storage"]["url"])
@@ -74,8 +77,8 @@ def _run_command(args: argparse.Namespace, console: Console) -> int:
                 f"study). For 20 more: {_cli_trials.run_again(args.overrides, 'study.add_trials=20')}",
                 style="yellow", highlight=False, markup=False)
             return QuietReporter()
-        return LiveReporter(console, run.n_trials, run.already_claimed, config.study.direction,
-                            best=run.best)
+        return LiveReporter(console, run.n_trials, run.already_claimed, config.study.objectives,
+                            best=run.best, front=run.front)
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     result = run_study(config, progress=announce)

@@ -318,7 +318,8 @@ class Orchestrator:
             timeout_s=self.config.scheduler.trial_timeout_s,
             oom_killed=lambda: oom_killed_since(rt.oom_kills_at_spawn),
             log_tail=lambda: log_tail(rt.log_path) if rt.log_path else "",
-            protocol_error=rt.protocol_error, stop_error=rt.stop_error)
+            protocol_error=rt.protocol_error, stop_error=rt.stop_error,
+            directions=tuple(self.config.study.objectives))
         ended_at = time.time()
         if rt.process.poll() is not None:
             signal_tree(rt.process.pid, signal.SIGKILL)  # leftovers in its group, if any

@@ -93,7 +93,7 @@ class FinishedTrial:
     number: int
     slot: str
     state: TrialState
-    value: float | None
+    value: float | tuple[float, ...] | None  # a tuple: one per objective (several)
     duration_s: float
     fail_reason: str | None = None
     error: str | None = None

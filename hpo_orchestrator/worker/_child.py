@@ -102,16 +102,29 @@ def last_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {lines[-1] if lines else ''}".rstrip(": ")
 
 
-def check_value(value: Any) -> float:
-    """The objective's return value as a float, or ValueError saying what was wrong."""
+def check_value(value: Any) -> float | tuple[float, ...]:
+    """The objective's return value as a float, or as a tuple of floats (one per objective of
+    a multi-objective study: the orchestrator checks their count), or ValueError saying what
+    was wrong."""
+    if isinstance(value, (list, tuple)) or getattr(value, "ndim", 0) == 1:  # numpy, torch
+        values = list(value)
+        if not values:
+            raise ValueError("objective returned an empty sequence; it must return a number "
+                             "per objective")
+        return tuple(_number(v, f"value {i} of its {len(values)}") for i, v in enumerate(values))
+    return _number(value, "")
+
+
+def _number(value: Any, which: str) -> float:
+    what = f"objective returned {which + ' ' if which else ''}"
     if value is None:
-        raise ValueError("objective returned None; it must return a number")
+        raise ValueError(f"{what}None; it must return a number")
     numeric = isinstance(value, (int, float)) or hasattr(value, "__float__")  # numpy, torch
     if isinstance(value, bool) or not numeric:
-        raise ValueError(f"objective returned {type(value).__name__}; it must return a number")
+        raise ValueError(f"{what}{type(value).__name__}; it must return a number")
     number = float(value)
     if not math.isfinite(number):
-        raise ValueError(f"objective returned {number}; it must return a finite number")
+        raise ValueError(f"{what}{number}; it must return a finite number")
     return number
 
 
