@@ -1,4 +1,5 @@
-"""Command line: ``hpo-orchestrator run|submit|status|logs|best|enqueue|report|tune-pruner|telemetry|gpus``.
+"""Command line: ``hpo-orchestrator run|submit|status|logs|best|artifacts|enqueue|report|
+tune-pruner|telemetry|gpus``.
 
 The one place that turns an HpoError into ``error: ...`` / ``hint: ...`` and an exit code
 (0 done, 1 runtime failure, 2 bad usage or configuration, 130 interrupted). Tracebacks only
@@ -18,7 +19,7 @@ from typing import Any
 
 from rich.console import Console
 
-from hpo_orchestrator import _cli_trials
+from hpo_orchestrator import _cli_artifacts, _cli_trials
 from hpo_orchestrator.db import mask_url
 from hpo_orchestrator.errors import ConfigError, HpoError
 
@@ -114,6 +115,7 @@ def _parser() -> argparse.ArgumentParser:
     tune.add_argument("--reduction-factor", type=_int_list, help="grid, e.g. 2,3,4")
     tune.add_argument("--all", action="store_true", help="show every setting, not the best 15")
     _add_study_tool_parsers(commands)
+    _cli_artifacts.add_artifacts_parser(commands, DEFAULT_STORAGE)
     return parser
 
 
@@ -425,7 +427,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         commands = {"run": _cmd_run, "status": _cmd_status, "telemetry": _cmd_telemetry,
                     "gpus": _cmd_gpus, "report": _cmd_report, "submit": _cmd_submit,
                     "tune-pruner": _cmd_tune_pruner, "best": _cmd_best, "enqueue": _cmd_enqueue,
-                    "logs": lambda a, c: _cli_trials.cmd_logs(a, c, errors)}
+                    "logs": lambda a, c: _cli_trials.cmd_logs(a, c, errors),
+                    "artifacts": lambda a, c: _cli_artifacts.cmd_artifacts(a, c, errors)}
         return commands[command](args, console)
     except HpoError as exc:
         if debug:
@@ -438,7 +441,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         # `status --json | head`: the reader left
-        if command in ("status", "telemetry", "gpus", "report", "tune-pruner", "best", "logs"):
+        if command in ("status", "telemetry", "gpus", "report", "tune-pruner", "best", "logs",
+                       "artifacts"):
             sys.stderr.close()
             return 0
         if debug:

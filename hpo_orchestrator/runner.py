@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 
 import optuna
 
+from hpo_orchestrator.artifacts import prepare_store
 from hpo_orchestrator.config import Config, CustomObjectiveConfig
 from hpo_orchestrator.db import (
     best_trial,
@@ -162,6 +163,11 @@ def run_study(config: Config, *, backend: GpuBackend | None = None,
 def _run(config: Config, backend: GpuBackend,
          progress: Callable[[PreparedRun], AbstractContextManager[Reporter]] | None) -> RunResult:
     sched = config.scheduler
+    # The store's folder, absolute (the children and hpo.config see the same one), checked
+    # writable before anything is written; default: the run folder's artifacts/.
+    store = prepare_store(config.artifacts.store or
+                          run_dir(config.storage.url, config.study.name, sched.log_dir) / "artifacts")
+    config = replace(config, artifacts=replace(config.artifacts, store=str(store)))
     gpus = resolve_gpus(sched.gpus, backend)
     slots = SlotPool(gpus, sched.parallel, sched.trials_per_gpu,
                      leases=LeaseDir(default_lease_dir(sched.lease_dir)),

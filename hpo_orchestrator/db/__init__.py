@@ -17,7 +17,8 @@ database made by the installed Optuna. Modules by concern:
 - ``_best``: directions, the best trial or Pareto front, a trial's params (``best``).
 - ``_retry``: storage trouble during a run: its cause, retries for ``storage.retry_s``.
 - ``_best``: directions, the best trial or Pareto front, a trial's params (``best``);
-- ``_detail``: one trial in full, the failures' errors, the most recently run study.
+- ``_detail``: one trial in full, the failures' errors, the most recently run study;
+- ``_artifacts``: the artifacts Optuna's meta lists on trials, and the store each went to.
 
 Readers take a SQLAlchemy ``Connection`` and return plain Python values (states as
 'COMPLETE', timestamps as naive UTC datetimes) whatever the backend.
@@ -25,6 +26,7 @@ Readers take a SQLAlchemy ``Connection`` and return plain Python values (states 
 
 from __future__ import annotations
 
+from hpo_orchestrator.db._artifacts import StoredArtifact, trial_artifacts, trial_number_ids
 from hpo_orchestrator.db._best import ScoredTrial, best_trials, pareto_front, study_directions, trial_params
 from hpo_orchestrator.db._budget import (
     claimed_rows_after,
@@ -119,6 +121,7 @@ __all__ = [
     "Sample",
     "ScoredTrial",
     "StorageUnavailable",
+    "StoredArtifact",
     "SummaryFlags",
     "TrialRow",
     "UncoveredTrial",
@@ -182,7 +185,9 @@ __all__ = [
     "telemetry_samples",
     "telemetry_table",
     "to_datetime",
+    "trial_artifacts",
     "trial_detail",
+    "trial_number_ids",
     "trial_params",
     "trial_rows",
     "trial_values",
