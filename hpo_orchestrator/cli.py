@@ -164,7 +164,10 @@ def _cmd_run(args: argparse.Namespace, console: Console) -> int:
         console.print(OmegaConf.to_yaml(plain), highlight=False, markup=False)
         return 0
 
+    totals: list[int] = []  # the study's total as the run resolved it (study.add_trials)
+
     def announce(run: PreparedRun) -> AbstractContextManager[Reporter]:
+        totals.append(run.n_trials)
         if run.gpus:
             where = ", ".join(f"gpu{g.index} ({g.name})" for g in run.gpus)
             console.print(f"devices: {where}; {run.slots} slots, {run.concurrency} trials at a "
@@ -193,13 +196,15 @@ def _cmd_run(args: argparse.Namespace, console: Console) -> int:
     result = run_study(config, progress=announce)
     report = collect_status(create_engine(config.storage.url), result.study_name)
     print_status(report, console)
+    again = _cli_trials.resume_hint(args.overrides, config.study.add_trials,
+                                    totals[0] if totals else None)
     if result.interrupted:
-        console.print("[yellow]stopped: running trials were marked FAIL (interrupted); "
-                      "run the same command again to resume[/]")
+        console.print("stopped: running trials were marked FAIL (interrupted); "
+                      f"{again} to resume", style="yellow", highlight=False, markup=False)
     if result.timed_out:
         console.print(f"time limit reached: study.timeout_s={config.study.timeout_s:g}, no "
-                      "new trial started after it; run the same command again to continue",
-                      highlight=False)
+                      f"new trial started after it; {again} to continue", highlight=False,
+                      markup=False)
     failed = report.last_failed
     console.print(_cli_trials.next_steps(config.storage.url, DEFAULT_STORAGE, failed),
                   highlight=False, markup=False)
