@@ -11,7 +11,7 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
-__all__ = ["add_artifacts_parser", "cmd_artifacts"]
+__all__ = ["add_artifacts_parser", "cmd_artifacts", "mention_best"]
 
 
 def add_artifacts_parser(commands: Any, default_storage: str) -> None:
@@ -61,3 +61,16 @@ def cmd_artifacts(args: argparse.Namespace, console: Console, errors: Console) -
         console.print(f"fetch: {prog()} artifacts --study {fetched.study} {pick} --out DIR",
                       highlight=False, markup=False)
     return 0
+
+
+def mention_best(engine: Any, study: str, console: Console) -> None:
+    """``best``'s last line when the best trial kept files: their names and the command that
+    fetches them."""
+    from hpo_orchestrator import artifacts
+    from hpo_orchestrator._cli_trials import prog
+
+    fetched = artifacts.select(engine, study, None)
+    if fetched.artifacts:
+        names = ", ".join(a.filename for a in fetched.artifacts)
+        console.print(f"artifacts: {names}; fetch: {prog()} artifacts --study {fetched.study} "
+                      "--best --out DIR", highlight=False, markup=False, soft_wrap=True)

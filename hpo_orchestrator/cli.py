@@ -399,6 +399,7 @@ def _cmd_best(args: argparse.Namespace, console: Console) -> int:
             console.print(f"overrides: {line}", highlight=False, markup=False, soft_wrap=True)
         console.print(f"enqueue:   {enqueue_command(best.study, trial.params)}", highlight=False,
                       markup=False, soft_wrap=True)
+    _cli_artifacts.mention_best(engine, best.study, console)
     return 0
 
 

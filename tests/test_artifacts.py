@@ -131,6 +131,9 @@ def test_artifacts_command_fetches_the_best_trials_file(tmp_path: Path) -> None:
     fetched = run_cli(tmp_path, "artifacts", "--best", "--out", "out", "--store", "store")
     assert fetched.code == 0, fetched.stderr
     assert (tmp_path / "out" / best_file.name).read_bytes() == best_file.read_bytes()
+    best = run_cli(tmp_path, "best")
+    assert f"artifacts: {best_file.name}; fetch: " in best.stdout and "artifacts --study plain --best" \
+        in best.stdout
     one = run_cli(tmp_path, "artifacts", "--trial", "0", "--json")
     assert [a["filename"] for a in json.loads(one.stdout)["artifacts"]] == ["model-0.bin"]
 
