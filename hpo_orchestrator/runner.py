@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 
 import optuna
 
-from hpo_orchestrator.artifacts import prepare_store
+from hpo_orchestrator.artifacts import check_store, prepare_store
 from hpo_orchestrator.config import Config, CustomObjectiveConfig
 from hpo_orchestrator.db import (
     best_trial,
@@ -165,8 +165,8 @@ def _run(config: Config, backend: GpuBackend,
     sched = config.scheduler
     # The store's folder, absolute (the children and hpo.config see the same one), checked
     # writable before anything is written; default: the run folder's artifacts/.
-    store = prepare_store(config.artifacts.store or
-                          run_dir(config.storage.url, config.study.name, sched.log_dir) / "artifacts")
+    store = check_store(config.artifacts.store or
+                        run_dir(config.storage.url, config.study.name, sched.log_dir) / "artifacts")
     config = replace(config, artifacts=replace(config.artifacts, store=str(store)))
     gpus = resolve_gpus(sched.gpus, backend)
     slots = SlotPool(gpus, sched.parallel, sched.trials_per_gpu,
@@ -190,6 +190,7 @@ def _run(config: Config, backend: GpuBackend,
             study = create_or_load_study(config, mirror)
             ensure_tables(storage.engine)
             enqueued = enqueue_configured(study, config.study.enqueue)
+        prepare_store(store)  # created once the storage is known good (a refused one: no folder)
         # from here on, transient storage trouble is waited out (storage.retry_s)
         retrying = retrying_rdb_storage(storage, config.storage.retry_s, mirror)
         budget = Budget(storage.engine, study._study_id, config.study.n_trials,

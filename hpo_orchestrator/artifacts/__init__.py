@@ -11,12 +11,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from hpo_orchestrator.artifacts._save import save_artifact
-from hpo_orchestrator.artifacts._store import open_store, prepare_store
+from hpo_orchestrator.artifacts._store import check_store, open_store, prepare_store
 
 if TYPE_CHECKING:
     from hpo_orchestrator.artifacts._fetch import Fetched, download, select
 
-__all__ = ["Fetched", "download", "open_store", "prepare_store", "save_artifact", "select"]
+__all__ = ["Fetched", "check_store", "download", "open_store", "prepare_store", "save_artifact", "select"]
 
 
 def __getattr__(name: str) -> Any:
