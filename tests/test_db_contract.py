@@ -675,13 +675,11 @@ def _(built: Built, connection: Connection) -> None:
 
 @case("artifacts.ARTIFACT_META")
 @case("artifacts.ARTIFACT_STORES")
-@case("artifacts.TRIAL_NUMBERS")
 def _(built: Built, connection: Connection) -> None:
     found = db.trial_artifacts(connection, built.study_id)
     assert [(a.number, a.filename, a.mimetype, a.encoding, a.store) for a in found] == [
         (4, "model.txt", "text/plain", None, ARTIFACT_STORE)]
     assert db.trial_artifacts(connection, built.study_id, {0, 2}) == []
-    assert db.trial_number_ids(connection, built.study_id) == {0, 1, 2, 3, 4, 5}
 
 
 def _statement_names() -> set[str]:

@@ -12,10 +12,10 @@ from hpo_orchestrator.artifacts._store import open_store
 from hpo_orchestrator.db import (
     StoredArtifact,
     best_trials,
+    has_trial,
     read_errors,
     study_id_of,
     trial_artifacts,
-    trial_number_ids,
 )
 from hpo_orchestrator.errors import ConfigError
 
@@ -44,7 +44,7 @@ def select(engine: Engine, study: str | None, trial: int | None) -> Fetched:
                 raise ConfigError(f"study {name!r} has no COMPLETE trial yet, so no best trial",
                                   "pick a trial with --trial N")
         else:
-            if trial not in trial_number_ids(connection, study_id):
+            if not has_trial(connection, study_id, trial):
                 raise ConfigError(f"study {name!r} has no trial #{trial}",
                                   f"'hpo-orchestrator status --study {name}' lists its trials")
             numbers = [trial]

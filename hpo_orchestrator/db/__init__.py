@@ -26,7 +26,7 @@ Readers take a SQLAlchemy ``Connection`` and return plain Python values (states 
 
 from __future__ import annotations
 
-from hpo_orchestrator.db._artifacts import StoredArtifact, trial_artifacts, trial_number_ids
+from hpo_orchestrator.db._artifacts import StoredArtifact, trial_artifacts
 from hpo_orchestrator.db._best import ScoredTrial, best_trials, pareto_front, study_directions, trial_params
 from hpo_orchestrator.db._budget import (
     claimed_rows_after,
@@ -187,7 +187,6 @@ __all__ = [
     "to_datetime",
     "trial_artifacts",
     "trial_detail",
-    "trial_number_ids",
     "trial_params",
     "trial_rows",
     "trial_values",

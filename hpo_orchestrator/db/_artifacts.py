@@ -10,7 +10,7 @@ from typing import Any, NamedTuple
 from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
-__all__ = ["StoredArtifact", "trial_artifacts", "trial_number_ids"]
+__all__ = ["StoredArtifact", "trial_artifacts"]
 
 _ARTIFACT_META_SQL = (
     "SELECT t.number, a.value_json FROM trial_system_attributes a JOIN trials t "
@@ -19,7 +19,6 @@ _ARTIFACT_META_SQL = (
 _ARTIFACT_STORES_SQL = (
     "SELECT t.number, a.value_json FROM trial_user_attributes a JOIN trials t "
     "ON t.trial_id = a.trial_id WHERE t.study_id = :s AND a.key = 'hpo.artifacts'")
-_TRIAL_NUMBERS_SQL = "SELECT number FROM trials WHERE study_id = :s"
 
 
 class StoredArtifact(NamedTuple):
@@ -64,7 +63,3 @@ def trial_artifacts(connection: Connection, study_id: int,
                                     meta.get("encoding"), stores.get(artifact_id)))
     return found
 
-
-def trial_number_ids(connection: Connection, study_id: int) -> set[int]:
-    """The numbers of the study's trials."""
-    return {int(row[0]) for row in connection.execute(text(_TRIAL_NUMBERS_SQL), {"s": study_id})}
