@@ -1,6 +1,6 @@
 """hpo-orchestrator: Optuna HPO that keeps every GPU of a machine busy with trials.
 
-Objectives use :func:`phase` and :func:`slot_info`; a run is started by the
+Objectives use :func:`phase`, :func:`slot_info` and :func:`save_artifact`; a run is started by the
 ``hpo-orchestrator`` command, or in-process by :func:`run_study` (imported on first use: it
 brings Optuna and the scheduler, which an objective's process does not need).
 """
@@ -12,9 +12,10 @@ from typing import TYPE_CHECKING, Any
 from hpo_orchestrator.runtime import SlotInfo, phase, slot_info
 
 if TYPE_CHECKING:
+    from hpo_orchestrator.artifacts import save_artifact
     from hpo_orchestrator.runner import RunResult, run_study
 
-__all__ = ["RunResult", "SlotInfo", "__version__", "phase", "run_study", "slot_info"]
+__all__ = ["RunResult", "SlotInfo", "__version__", "phase", "run_study", "save_artifact", "slot_info"]
 
 __version__ = "0.1.0"
 
@@ -24,4 +25,8 @@ def __getattr__(name: str) -> Any:
         from hpo_orchestrator import runner
 
         return getattr(runner, name)
+    if name == "save_artifact":  # keeping the trial's files: loaded by objectives that do
+        from hpo_orchestrator.artifacts import save_artifact
+
+        return save_artifact
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -19,10 +19,12 @@ from dataclasses import dataclass, replace
 
 import optuna
 
+from hpo_orchestrator.artifacts import check_store, prepare_store
 from hpo_orchestrator.config import Config, CustomObjectiveConfig
 from hpo_orchestrator.db import (
     best_trial,
     best_trials,
+    check_url,
     ensure_tables,
     open_rdb_storage,
     retrying_rdb_storage,
@@ -169,6 +171,12 @@ def run_study(config: Config, *, backend: GpuBackend | None = None,
 def _run(config: Config, backend: GpuBackend,
          progress: Callable[[PreparedRun], AbstractContextManager[Reporter]] | None) -> RunResult:
     sched = config.scheduler
+    check_url(config.storage.url)  # before any folder is derived from it
+    # The store's folder, absolute (the children and hpo.config see the same one), checked
+    # writable before anything is written; default: the run folder's artifacts/.
+    store = check_store(config.artifacts.store or
+                        run_dir(config.storage.url, config.study.name, sched.log_dir) / "artifacts")
+    config = replace(config, artifacts=replace(config.artifacts, store=str(store)))
     gpus = resolve_gpus(sched.gpus, backend)
     leases = LeaseDir(default_lease_dir(sched.lease_dir))
     if gpus:  # only GPU slots are leased
@@ -193,6 +201,7 @@ def _run(config: Config, backend: GpuBackend,
             study = create_or_load_study(config, mirror)
             ensure_tables(storage.engine)
             enqueued = enqueue_configured(study, config.study.enqueue)
+        prepare_store(store)  # created once the storage is known good (a refused one: no folder)
         # from here on, transient storage trouble is waited out (storage.retry_s)
         retrying = retrying_rdb_storage(storage, config.storage.retry_s, mirror)
         budget = Budget(storage.engine, study._study_id, config.study.n_trials,

@@ -29,6 +29,7 @@ __all__ = ["SlotInfo", "phase", "slot_info"]
 # Set by the worker bootstrap; None outside an orchestrated child.
 _connection: Link | None = None
 _phase_stack: list[str] = []
+_artifact_store: str | None = None  # the running trial's store folder (Job.artifact_store)
 
 
 def _attach(connection: Link) -> None:

@@ -35,6 +35,7 @@ FAKE_NODE = {"HPO_ORCHESTRATOR_FAKE_GPUS": "4", FAKE_MACHINE_ENV: f"slurm-{uuid.
     (["slurm.time=soon", PG], "error: slurm.time: expected minutes or [D-]HH:MM:SS"),
     (["slurm=nope", PG], "error: unknown slurm 'nope'"),
     (["scheduler.parallel=0", PG], "error: scheduler.parallel:"),
+    (["study.add_trials=5", PG], "error: study.add_trials: each job would add its N"),
     ([PG], "error: sbatch is not on PATH"),
 ])
 def test_bad_submit_exits_2_and_submits_nothing(cli, tmp_path: Path, args: list[str],  # type: ignore[no-untyped-def]

@@ -21,6 +21,7 @@ import pkgutil
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -125,6 +126,7 @@ def _build(url: str) -> tuple[int, dict[int, int]]:
         running.set_user_attr("hpo.params_mismatch", {"lr": [0.1, 0.2]})
         running.report(0.7, 3)
         storage.record_heartbeat(running._trial_id)
+        _upload_artifact(running)
         study.enqueue_trial({"x": 0.1})
         ids = {t.number: t._trial_id for t in study.get_trials(deepcopy=False)}
         db.ensure_tables(storage.engine)
@@ -153,6 +155,23 @@ def _build(url: str) -> tuple[int, dict[int, int]]:
         return study._study_id, ids
     finally:
         storage.engine.dispose()
+
+
+ARTIFACT_STORE = "/shared/artifacts"
+
+
+def _upload_artifact(trial: optuna.Trial) -> None:
+    """The running trial keeps a file as Optuna's own upload_artifact records it, and
+    hpo.artifacts names the store, as the orchestrator does."""
+    from optuna.artifacts import FileSystemArtifactStore, upload_artifact
+
+    with tempfile.TemporaryDirectory() as folder:
+        (Path(folder) / "model.txt").write_text("weights")
+        artifact_id = upload_artifact(artifact_store=FileSystemArtifactStore(folder),
+                                      file_path=str(Path(folder) / "model.txt"),
+                                      study_or_trial=trial)
+    trial.set_user_attr("hpo.artifacts", [
+        {"artifact_id": artifact_id, "filename": "model.txt", "store": ARTIFACT_STORE}])
 
 
 @pytest.fixture(scope="module", params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
@@ -652,6 +671,15 @@ def _(built: Built, connection: Connection) -> None:
             "WHERE study_name = ?) AND datetime_complete IS NOT NULL GROUP BY state", (STUDY,))}
     assert counts == {"COMPLETE": 2, "PRUNED": 1, "FAIL": 1, "RUNNING": 1, "WAITING": 1}
     assert durations["COMPLETE"][0] == pytest.approx(10.0, abs=0.01) and durations["COMPLETE"][1] == 2
+
+
+@case("artifacts.ARTIFACT_META")
+@case("artifacts.ARTIFACT_STORES")
+def _(built: Built, connection: Connection) -> None:
+    found = db.trial_artifacts(connection, built.study_id)
+    assert [(a.number, a.filename, a.mimetype, a.encoding, a.store) for a in found] == [
+        (4, "model.txt", "text/plain", None, ARTIFACT_STORE)]
+    assert db.trial_artifacts(connection, built.study_id, {0, 2}) == []
 
 
 def _statement_names() -> set[str]:

@@ -20,7 +20,7 @@ import pytest
 from optuna.trial import TrialState
 from rich.console import Console
 
-from hpo_orchestrator import _cli_trials
+from hpo_orchestrator.cli import _trials as _cli_trials
 from hpo_orchestrator.cli import main
 from hpo_orchestrator.scheduler._failures import FailurePolicy
 from hpo_orchestrator.scheduler._logs import cap_log, read_tail, run_dir, user_frames
@@ -371,6 +371,24 @@ def test_5_rerun_says_complete_and_add_trials_runs_more(cli: Any) -> None:
     assert more.code == 0, more.stderr
     assert "n_trials 5 (3 done before)" in more.stdout
     assert len(trial_rows(more.db)) == 5
+
+
+def test_5_a_run_with_add_trials_is_resumed_with_its_total(monkeypatch: pytest.MonkeyPatch) -> None:
+    """add_trials is resolved at each start: 'the same command again' would add N more again."""
+    monkeypatch.delenv("MAKELEVEL", raising=False)
+    overrides = ["study.name=x", "study.add_trials=4"]
+    hint = _cli_trials.resume_hint(overrides, 4, 7)
+    assert "study.n_trials=7'" in hint and "study.add_trials=4 would add 4 more again" in hint
+    assert "study.add_trials=4 study" not in hint and "study.name=x" in hint
+    assert _cli_trials.resume_hint(["study.n_trials=9"], None, 9) == "run the same command again"
+
+
+@pytest.mark.slow
+def test_5_a_timed_out_add_trials_run_says_how_to_continue(cli: Any) -> None:
+    ran = cli("run", "objective=custom", TARGET + "sleepy", "study.add_trials=4", "study.timeout_s=1",
+              env={"HPO_TEST_SLEEP_S": "2"})
+    assert ran.code == 0, ran.stderr
+    assert "time limit reached" in ran.stdout and "study.n_trials=4' (the same command" in ran.stdout
 
 
 @pytest.mark.slow

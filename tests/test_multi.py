@@ -122,6 +122,26 @@ def test_a_forced_budget_race_still_starts_exactly_n_trials(tmp_path: Path, shar
     assert all(t["state"] == "COMPLETE" for t in trials)
 
 
+def test_add_trials_on_two_hosts_started_together_adds_n_once(tmp_path: Path, shared_url: str) -> None:
+    """The behaviour docs/CLUSTER.md states: each orchestrator turns study.add_trials=N into a
+    total when it starts (the trials ended then + N). Two that start before either has claimed
+    a trial reach the same total: N more in all, not 2N. The race hook holds both at their first
+    claim until both have resolved, so this does not depend on timing."""
+    study = f"add-{uuid.uuid4().hex[:8]}"
+    _finish(_host(tmp_path, "host-a", shared_url, study, "study.n_trials=2"))
+    race = tmp_path / "race"
+    race.mkdir()
+    env = {BUDGET_RACE_ENV: f"{race}:2:0.5"}
+    hosts = [_host(tmp_path, f"host-{name}", shared_url, study, "study.add_trials=3",
+                   "scheduler.parallel=1", env=env) for name in "ab"]
+    for host in hosts:
+        _finish(host)
+    assert len(list(race.glob("started-*"))) == 2  # both reached their first claim
+    trials = _trials(shared_url, study)
+    assert sorted(t["number"] for t in trials) == list(range(5))
+    assert all(t["state"] == "COMPLETE" for t in trials)
+
+
 def test_a_surviving_host_recovers_a_killed_one(tmp_path: Path, shared_url: str) -> None:
     study = f"multi-{uuid.uuid4().hex[:8]}"
     args = ("study.n_trials=20", "storage.heartbeat_interval_s=1", "storage.grace_period_s=3")

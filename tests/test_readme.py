@@ -30,6 +30,7 @@ VERBATIM = "run verbatim"
 CONFIG = "run with --show-config appended (needs a server or hours; its overrides are checked)"
 WATCH = "run verbatim until its first screen, then stopped (it refreshes forever)"
 SEVERAL = "run verbatim by test_several_objectives_as_written (its own folder and study)"
+KEEP = "run verbatim by test_keeping_a_trials_files (its own study: no make hpo first)"
 
 COMMANDS: dict[str, str] = {
     "make hpo": VERBATIM,
@@ -71,6 +72,9 @@ COMMANDS: dict[str, str] = {
     "objective.search_space.learning_rate.high=0.1 objective.search_space.max_depth.value=6 "
     "study.name=mine study.n_trials=8 study.timeout_s=600 scheduler.parallel=2": VERBATIM,
     "hpo-orchestrator best --study mine": VERBATIM,
+    "hpo-orchestrator run objective=custom objective.target=mypkg.keep:objective study.name=keep "
+    "study.n_trials=6": KEEP,
+    "hpo-orchestrator artifacts --study keep --best --out best-model": KEEP,
     "hpo-orchestrator enqueue --study mine --params '{\"learning_rate\": 0.05, \"num_leaves\": 31}'":
         VERBATIM,
     "hpo-orchestrator run objective.data=train.csv objective.target_column=label "
@@ -240,3 +244,23 @@ def test_several_objectives_as_written(tmp_path: Path) -> None:
     picked = _sh(best, tmp_path)
     assert re.search(r"Pareto front, \d+ trial\(s\); selected: trial #\d+", picked.stdout)
     assert "width" in picked.stdout and "enqueue:" in picked.stdout
+
+
+@pytest.mark.slow
+def test_keeping_a_trials_files(tmp_path: Path) -> None:
+    """The README's save_artifact objective and its two commands, as written: the best trial's
+    file comes back as the objective wrote it."""
+    _require_slow("runs the README's artifact study")
+    example = next(b for b in blocks("python") if b.startswith("# mypkg/keep.py"))
+    (tmp_path / "mypkg").mkdir()
+    (tmp_path / "mypkg" / "keep.py").write_text(example)
+    keep = [command for command, how in COMMANDS.items() if how == KEEP]
+    assert len(keep) == 2
+    for command in keep:  # in the README's order
+        _sh(command, tmp_path)
+    import optuna
+
+    best = optuna.load_study(study_name="keep", storage=f"sqlite:///{tmp_path}/hpo.db").best_trial
+    fetched = tmp_path / "best-model" / f"model-{best.number}.txt"
+    assert fetched.read_text() == f"x={best.params['x']!r}\n"
+    assert sorted(p.name for p in (tmp_path / "best-model").iterdir()) == [fetched.name]

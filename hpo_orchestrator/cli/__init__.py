@@ -1,4 +1,5 @@
-"""Command line: ``hpo-orchestrator run|submit|status|logs|best|enqueue|report|tune-pruner|telemetry|gpus``.
+"""Command line: ``hpo-orchestrator run|submit|status|logs|best|artifacts|enqueue|report|
+tune-pruner|telemetry|gpus``.
 
 The one place that turns an HpoError into ``error: ...`` / ``hint: ...`` and an exit code
 (0 done, 1 runtime failure, 2 bad usage or configuration, 130 interrupted). Tracebacks only
@@ -11,7 +12,7 @@ import sys
 import traceback
 from collections.abc import Sequence
 
-from hpo_orchestrator import _cli_trials
+from hpo_orchestrator.cli import _artifacts, _trials
 from hpo_orchestrator.cli._common import StdoutClosed, silence_stdout
 from hpo_orchestrator.cli._common import console as _console
 from hpo_orchestrator.cli._common import errors as _errors
@@ -25,7 +26,7 @@ from hpo_orchestrator.errors import HpoError, mask_passwords, url_passwords
 __all__ = ["EXIT_STDOUT_CLOSED", "main"]
 
 EXIT_STDOUT_CLOSED = 141  # 128 + SIGPIPE: what a shell reports for a writer whose reader left
-_READERS = ("status", "telemetry", "gpus", "report", "tune-pruner", "best", "logs")
+_READERS = ("status", "telemetry", "gpus", "report", "tune-pruner", "best", "logs", "artifacts")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -58,7 +59,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         commands = {"run": cmd_run, "status": cmd_status, "telemetry": cmd_telemetry,
                     "gpus": cmd_gpus, "report": cmd_report, "submit": cmd_submit,
                     "tune-pruner": cmd_tune_pruner, "best": cmd_best, "enqueue": cmd_enqueue,
-                    "logs": lambda a, c: _cli_trials.cmd_logs(a, c, errors)}
+                    "logs": lambda a, c: _trials.cmd_logs(a, c, errors),
+                    "artifacts": lambda a, c: _artifacts.cmd_artifacts(a, c, errors)}
         return commands[command](args, console)
     except HpoError as exc:
         trace(exc)

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from hpo_orchestrator import _cli_trials
+from hpo_orchestrator.cli import _artifacts, _trials
 from hpo_orchestrator.cli._common import DEFAULT_STORAGE
 from hpo_orchestrator.errors import ConfigError
 
@@ -66,7 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--watch", action="store_true", help="refresh every --interval seconds")
     status.add_argument("--interval", type=float, default=2.0, metavar="SECONDS",
                         help="seconds between refreshes with --watch (default 2)")
-    _cli_trials.add_logs_parser(commands, DEFAULT_STORAGE)
+    _trials.add_logs_parser(commands, DEFAULT_STORAGE)
 
     submit = commands.add_parser("submit", help="run the study as Slurm jobs, one orchestrator per "
                                                  "node (slurm.* and run overrides)")
@@ -101,6 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
     tune.add_argument("--reduction-factor", type=_int_list, help="grid, e.g. 2,3,4")
     tune.add_argument("--all", action="store_true", help="show every setting, not the best 15")
     _add_study_tool_parsers(commands)
+    _artifacts.add_artifacts_parser(commands, DEFAULT_STORAGE)
     return parser
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from hpo_orchestrator import _cli_trials
+from hpo_orchestrator.cli import _trials
 from hpo_orchestrator.cli._common import errors
 from hpo_orchestrator.errors import ConfigError
 
@@ -24,9 +24,9 @@ def cmd_status(args: argparse.Namespace, console: Console) -> int:
     from hpo_orchestrator.status import collect_status, render_status
 
     if args.trial is not None:
-        return _cli_trials.print_trial(args, console, errors())
+        return _trials.print_trial(args, console, errors())
     engine = create_engine(args.storage)
-    args.study = _cli_trials.resolve_study(engine, args.study, errors())
+    args.study = _trials.resolve_study(engine, args.study, errors())
     if args.json:
         print(json.dumps(collect_status(engine, args.study).to_json(), indent=2, default=str))
         return 0
@@ -66,7 +66,7 @@ def cmd_telemetry(args: argparse.Namespace, console: Console) -> int:
     if args.csv != "-":
         check_output(Path(args.csv), "--csv")
     engine = create_engine(args.storage)
-    count = export_csv(engine, _cli_trials.resolve_study(engine, args.study, errors()), args.trial,
+    count = export_csv(engine, _trials.resolve_study(engine, args.study, errors()), args.trial,
                        args.csv)
     if args.csv != "-":
         errors().print(f"wrote {count} samples to {args.csv}", highlight=False)
@@ -81,7 +81,7 @@ def cmd_report(args: argparse.Namespace, console: Console) -> int:
         if path is not None:
             check_output(path, option)
     engine = create_engine(args.storage)
-    data = write_report(engine, _cli_trials.resolve_study(engine, args.study, errors()), args.out,
+    data = write_report(engine, _trials.resolve_study(engine, args.study, errors()), args.out,
                         args.png)
     written = " and ".join(str(p) for p in (args.out, args.png) if p is not None)
     console.print(f"wrote {written}: study {data.study!r}, {len(data.bars)} trials on "
@@ -102,7 +102,7 @@ def cmd_tune_pruner(args: argparse.Namespace, console: Console) -> int:
         raise ConfigError("--min-resource takes integers >= 1 and --reduction-factor integers >= 2",
                           "e.g. --min-resource 1,3,5 --reduction-factor 2,3")
     engine = create_engine(args.storage)
-    curves = load_curves(engine, _cli_trials.resolve_study(engine, args.study, errors()))
+    curves = load_curves(engine, _trials.resolve_study(engine, args.study, errors()))
     grid = default_grid(curves.full_step, args.patience, args.min_resource, args.reduction_factor)
     results = tune(curves, grid, args.top_k)
     choice, reason = recommend(results)

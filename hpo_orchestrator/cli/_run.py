@@ -7,7 +7,7 @@ from typing import Any
 
 from rich.console import Console
 
-from hpo_orchestrator import _cli_trials
+from hpo_orchestrator.cli import _trials
 from hpo_orchestrator.cli._common import DEFAULT_STORAGE, errors
 from hpo_orchestrator.db import mask_url
 from hpo_orchestrator.errors import mask_passwords
@@ -15,8 +15,8 @@ from hpo_orchestrator.errors import mask_passwords
 __all__ = ["cmd_run", "cmd_submit"]
 
 
-_STOPPED = ("[yellow]stopped: running trials were marked FAIL (interrupted); run the same "
-            "command again to resume[/]")
+def _stopped(again: str = "run the same command again") -> str:
+    return f"stopped: running trials were marked FAIL (interrupted); {again} to resume"
 
 
 def cmd_run(args: argparse.Namespace, console: Console) -> int:
@@ -28,7 +28,7 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
         with handling_stop_signals():
             return _run_command(args, console)
     except KeyboardInterrupt:
-        console.print(_STOPPED)
+        console.print(_stopped(), style="yellow", highlight=False, markup=False)
         return 130
 
 
@@ -55,7 +55,10 @@ def _run_command(args: argparse.Namespace, console: Console) -> int:
         console.print(OmegaConf.to_yaml(plain), highlight=False, markup=False)
         return 0
 
+    totals: list[int] = []  # the study's total as the run resolved it (study.add_trials)
+
     def announce(run: PreparedRun) -> AbstractContextManager[Reporter]:
+        totals.append(run.n_trials)
         if run.gpus:
             where = ", ".join(f"gpu{g.index} ({g.name})" for g in run.gpus)
             console.print(f"devices: {where}; {run.slots} slots, {run.concurrency} trials at a "
@@ -74,7 +77,7 @@ def _run_command(args: argparse.Namespace, console: Console) -> int:
             console.print(
                 f"study {run.study_name!r} already has {run.already_claimed} of its "
                 f"study.n_trials={run.n_trials} trials: nothing to run (n_trials counts the whole "
-                f"study). For 20 more: {_cli_trials.run_again(args.overrides, 'study.add_trials=20')}",
+                f"study). For 20 more: {_trials.run_again(args.overrides, 'study.add_trials=20')}",
                 style="yellow", highlight=False, markup=False)
             return QuietReporter()
         return LiveReporter(console, run.n_trials, run.already_claimed, config.study.objectives,
@@ -84,19 +87,21 @@ def _run_command(args: argparse.Namespace, console: Console) -> int:
     result = run_study(config, progress=announce)
     report = collect_status(create_engine(config.storage.url), result.study_name)
     print_status(report, console)
+    again = _trials.resume_hint(args.overrides, config.study.add_trials,
+                                totals[0] if totals else None)
     if result.interrupted:
-        console.print(_STOPPED)
+        console.print(_stopped(again), style="yellow", highlight=False, markup=False)
     if result.timed_out:
         console.print(f"time limit reached: study.timeout_s={config.study.timeout_s:g}, no "
-                      "new trial started after it; run the same command again to continue",
-                      highlight=False)
+                      f"new trial started after it; {again} to continue", highlight=False,
+                      markup=False)
     failed = report.last_failed
-    console.print(mask_passwords(_cli_trials.next_steps(config.storage.url, DEFAULT_STORAGE, failed)),
+    console.print(mask_passwords(_trials.next_steps(config.storage.url, DEFAULT_STORAGE, failed)),
                   highlight=False, markup=False)
     if result.error:
         errors().print(f"error: {mask_passwords(result.error)}", markup=False)
         if result.hint:
-            errors().print("hint: " + mask_passwords(_cli_trials.as_typed(
+            errors().print("hint: " + mask_passwords(_trials.as_typed(
                 result.hint, config.storage.url, DEFAULT_STORAGE)), markup=False)
     return result.exit_code
 

@@ -7,7 +7,7 @@ import json
 
 from rich.console import Console
 
-from hpo_orchestrator import _cli_trials
+from hpo_orchestrator.cli import _artifacts, _trials
 from hpo_orchestrator.cli._common import errors
 
 __all__ = ["cmd_best", "cmd_enqueue"]
@@ -20,7 +20,7 @@ def cmd_best(args: argparse.Namespace, console: Console) -> int:
     from hpo_orchestrator.study_tools import enqueue_command, find_best, override_line
 
     engine = create_engine(args.storage)
-    best = find_best(engine, _cli_trials.resolve_study(engine, args.study, errors()))
+    best = find_best(engine, _trials.resolve_study(engine, args.study, errors()))
     best = best.select(args.index, args.trial)
     if args.json:
         print(json.dumps(best.to_json(), indent=2))
@@ -46,6 +46,7 @@ def cmd_best(args: argparse.Namespace, console: Console) -> int:
             console.print(f"overrides: {line}", highlight=False, markup=False, soft_wrap=True)
         console.print(f"enqueue:   {enqueue_command(best.study, trial.params)}", highlight=False,
                       markup=False, soft_wrap=True)
+    _artifacts.mention_best(engine, best.study, console)
     return 0
 
 

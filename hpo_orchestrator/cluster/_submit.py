@@ -35,6 +35,13 @@ def submit(overrides: list[str], dry_run: bool, console: Console) -> int:
     slurm = load_slurm_config(slurm_overrides)
     config = load_config(run_overrides)  # the job runs these: refuse them here, not on a node
     url = config.storage.url
+    if config.study.add_trials is not None:
+        # Each job resolves "N more" when it starts, and again when Slurm requeues it: the total
+        # would depend on when jobs start (docs/CLUSTER.md, "Adding trials").
+        raise ConfigError("study.add_trials: each job would add its N counting from its own start "
+                          "(and again when requeued), so the study's total would depend on timing",
+                          f"give the total instead: study.n_trials=<trials ended so far + "
+                          f"{config.study.add_trials}> ('hpo-orchestrator status' shows the count)")
     if slurm.nodes > 1 and (url.startswith("sqlite") or sqlite_path(url) is not None):
         raise ConfigError(f"storage.url={mask_url(url)}: {slurm.nodes} nodes cannot share a sqlite "
                           "file (its locking does not hold over network filesystems)",

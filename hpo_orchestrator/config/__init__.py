@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from hpo_orchestrator.config._schema import (
+    ArtifactsConfig,
     Config,
     CustomObjectiveConfig,
     LightGBMObjectiveConfig,
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
     from hpo_orchestrator.config._load import config_dir, load_config, to_plain_dict
 
 __all__ = [
+    "ArtifactsConfig",
     "Config",
     "CustomObjectiveConfig",
     "LightGBMObjectiveConfig",

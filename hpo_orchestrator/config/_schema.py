@@ -21,6 +21,7 @@ from hpo_orchestrator.config._space import check_params
 
 __all__ = [
     "MAX_STUDY_NAME",
+    "ArtifactsConfig",
     "Config",
     "CustomObjectiveConfig",
     "LightGBMObjectiveConfig",
@@ -366,6 +367,23 @@ class TelemetryConfig:
                  f"got {self.compute_phases!r}", "e.g. telemetry.compute_phases=[train,finetune]")
 
 
+@dataclass
+class ArtifactsConfig:
+    """Where the objectives' files go (hpo_orchestrator.save_artifact; Optuna's artifact store)."""
+
+    # A folder every host of the study (and whoever fetches the files) can reach; null:
+    # <run folder>/artifacts, the run folder being hpo-runs/<study>/ beside the sqlite database.
+    store: str | None = None
+
+    def validate(self, path: str) -> None:
+        _require(self.store is None or (isinstance(self.store, str) and bool(self.store.strip())),
+                 f"{path}.store", f"expected a folder or null, got {self.store!r}",
+                 "e.g. artifacts.store=/shared/hpo-artifacts")
+        _require(self.store is None or "://" not in self.store, f"{path}.store",
+                 f"only a folder is supported, got {self.store!r}",
+                 "mount the bucket or share the folder between hosts (e.g. NFS) and give its path")
+
+
 if TYPE_CHECKING:
     ObjectiveConfig: TypeAlias = LightGBMObjectiveConfig | TorchMLPObjectiveConfig | CustomObjectiveConfig
     PrunerConfig: TypeAlias = PatientHyperbandPrunerConfig | MedianPrunerConfig | NoPrunerConfig
@@ -390,9 +408,11 @@ class Config:
     storage: StorageConfig = field(default_factory=StorageConfig)
     study: StudyConfig = field(default_factory=StudyConfig)
     telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
+    artifacts: ArtifactsConfig = field(default_factory=ArtifactsConfig)
 
     def validate(self) -> Config:
-        for key in ("objective", "pruner", "sampler", "scheduler", "storage", "study", "telemetry"):
+        for key in ("objective", "pruner", "sampler", "scheduler", "storage", "study", "telemetry",
+                    "artifacts"):
             getattr(self, key).validate(key)
         _require(not self.study.multi_objective or self.objective.name == "custom",
                  "study.directions", f"objective {self.objective.name} returns one value; "

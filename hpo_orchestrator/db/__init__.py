@@ -17,7 +17,8 @@ database made by the installed Optuna. Modules by concern:
 - ``_best``: directions, the best trial or Pareto front, a trial's params (``best``).
 - ``_retry``: storage trouble during a run: its cause, retries for ``storage.retry_s``.
 - ``_best``: directions, the best trial or Pareto front, a trial's params (``best``);
-- ``_detail``: one trial in full, the failures' errors, the most recently run study.
+- ``_detail``: one trial in full, the failures' errors, the most recently run study;
+- ``_artifacts``: the artifacts Optuna's meta lists on trials, and the store each went to.
 
 Readers take a SQLAlchemy ``Connection`` and return plain Python values (states as
 'COMPLETE', timestamps as naive UTC datetimes) whatever the backend.
@@ -25,6 +26,7 @@ Readers take a SQLAlchemy ``Connection`` and return plain Python values (states 
 
 from __future__ import annotations
 
+from hpo_orchestrator.db._artifacts import StoredArtifact, trial_artifacts
 from hpo_orchestrator.db._best import ScoredTrial, best_trials, pareto_front, study_directions, trial_params
 from hpo_orchestrator.db._budget import (
     claimed_rows_after,
@@ -38,6 +40,7 @@ from hpo_orchestrator.db._curves import CurveTrial, intermediate_values, step_ti
 from hpo_orchestrator.db._detail import fail_errors, latest_study, trial_detail
 from hpo_orchestrator.db._engine import (
     ADVISORY_NAMESPACE,
+    check_url,
     create_engine,
     file_lock,
     lock_file,
@@ -119,6 +122,7 @@ __all__ = [
     "Sample",
     "ScoredTrial",
     "StorageUnavailable",
+    "StoredArtifact",
     "SummaryFlags",
     "TrialRow",
     "UncoveredTrial",
@@ -126,6 +130,7 @@ __all__ = [
     "best_trial",
     "best_trials",
     "check_schema",
+    "check_url",
     "claimed_rows_after",
     "count_claimed",
     "count_claimed_upto",
@@ -182,6 +187,7 @@ __all__ = [
     "telemetry_samples",
     "telemetry_table",
     "to_datetime",
+    "trial_artifacts",
     "trial_detail",
     "trial_params",
     "trial_rows",

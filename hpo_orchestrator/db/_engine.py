@@ -22,8 +22,8 @@ from hpo_orchestrator.errors import StorageError, mask_passwords
 if TYPE_CHECKING:  # status and telemetry read with SQLAlchemy only: keep optuna's import off them
     import optuna
 
-__all__ = ["ADVISORY_NAMESPACE", "create_engine", "file_lock", "lock_file", "mask_url", "mask_url_in",
-           "open_rdb_storage", "setup_lock", "sqlite_path"]
+__all__ = ["ADVISORY_NAMESPACE", "check_url", "create_engine", "file_lock", "lock_file", "mask_url",
+           "mask_url_in", "open_rdb_storage", "setup_lock", "sqlite_path"]
 
 # Keeps our PostgreSQL advisory lock keys apart from other applications' ("hp").
 ADVISORY_NAMESPACE = 0x6870
@@ -189,7 +189,10 @@ def _check_driver(url: str) -> None:
                            "(e.g. mysql+pymysql://, postgresql+psycopg://)") from None
 
 
-def _validated_path(url: str, create: bool) -> Path | None:
+def check_url(url: str) -> Path | None:
+    """The URL parses, its driver loads and it is not an in-memory sqlite database (StorageError,
+    exit 2, otherwise); its sqlite file, if any. Nothing is opened or created: callers check the
+    URL before they derive folders from it (the run folder, the artifact store)."""
     try:
         path = sqlite_path(url)
         _check_driver(url)
@@ -201,6 +204,11 @@ def _validated_path(url: str, create: bool) -> Path | None:
         # each connection would get a database of its own, gone when the run ends (issue 15)
         raise StorageError(f"{mask_url(url)} is an in-memory sqlite database: the study would "
                            "be gone when the run ends", "use a file, e.g. sqlite:///hpo.db")
+    return path
+
+
+def _validated_path(url: str, create: bool) -> Path | None:
+    path = check_url(url)
     if path is not None:
         _check_sqlite_file(path, create)
     return path

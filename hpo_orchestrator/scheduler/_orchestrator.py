@@ -261,7 +261,8 @@ class Orchestrator:
         worker.trials += 1
         rt = RunningTrial(trial=trial, slot=slot, worker=worker, attempt=asked.attempt,
                           spawned_at=time.monotonic(), spawned_epoch=time.time(),
-                          oom_kills_at_spawn=cgroup_oom_kills(), log_path=log_path)
+                          oom_kills_at_spawn=cgroup_oom_kills(), log_path=log_path,
+                          artifact_store=self.config.artifacts.store)
         self.running[slot.id] = rt
         self.slots.describe(slot, study=self.study.study_name, trial=trial.number,
                             trial_pid=worker.process.pid)
@@ -272,7 +273,7 @@ class Orchestrator:
         # died at birth (killed from outside) is classified once it is reaped.
         rt.connection.send(Job(trial_number=trial.number, objective=self.config.objective,
                                attempt=asked.attempt, reuse=self.reuse,
-                               log_path=str(log_path)))
+                               log_path=str(log_path), artifact_store=rt.artifact_store))
         try:
             self.records.trial_started(rt, self.threads, self.config.scheduler.worker_mode)
         except optuna.exceptions.UpdateFinishedTrialError:

@@ -61,6 +61,8 @@ class RunningTrial:
     reaped: bool = False  # another orchestrator finished the trial (we were stopped too long)
     paused_s: float = 0.0  # time the loop stood still (SIGSTOP): not counted against the timeout
     log_path: Path | None = None  # the trial's own log (scheduler/_logs.py)
+    artifact_store: str | None = None  # artifacts.store, resolved: where save_artifact writes
+    artifacts: list[dict[str, Any]] = field(default_factory=list)  # hpo.artifacts so far
 
     @property
     def number(self) -> int:

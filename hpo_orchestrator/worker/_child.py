@@ -159,6 +159,7 @@ def _begin(job: Job) -> None:
         _redirect_output(job.log_path)
     begin_trial(job.trial_number, job.attempt)
     runtime._phase_stack.clear()
+    runtime._artifact_store = job.artifact_store
 
 
 def _release_trial_memory() -> None:

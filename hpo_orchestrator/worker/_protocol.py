@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from hpo_orchestrator.config import ObjectiveConfig
 
-__all__ = ["OBJECTIVE_ATTRS", "TRIAL_METHODS", "Job", "TrialOutcome"]
+__all__ = ["ARTIFACT_CALL", "OBJECTIVE_ATTRS", "TRIAL_METHODS", "Job", "TrialOutcome"]
 
 # The optuna.Trial methods a child may call; everything else stays in the orchestrator.
 TRIAL_METHODS = frozenset({
@@ -32,6 +32,10 @@ TRIAL_METHODS = frozenset({
 # every other ``hpo.`` key is the orchestrator's, and a write from a child is refused.
 OBJECTIVE_ATTRS = frozenset({"hpo.params_effective", "hpo.opencl_platform", "hpo.warning"})
 
+# save_artifact's call, args (meta,): the child wrote the file into the store; the orchestrator
+# checks it is there and records Optuna's artifact meta on the trial (scheduler/_artifacts.py).
+ARTIFACT_CALL = "record_artifact"
+
 
 @dataclass(frozen=True)
 class Job:
@@ -42,6 +46,7 @@ class Job:
     attempt: int = 1  # 2 and up for a retry (slot_info().attempt)
     reuse: bool = False  # keep the process for the next trial
     log_path: str | None = None  # the trial's log: the child sends its stdout/stderr there
+    artifact_store: str | None = None  # the folder save_artifact writes to (artifacts.store)
 
 
 @dataclass(frozen=True)

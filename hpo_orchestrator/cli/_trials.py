@@ -21,7 +21,7 @@ from sqlalchemy.engine import Engine
 from hpo_orchestrator.errors import ConfigError, HpoError
 
 __all__ = ["add_logs_parser", "as_typed", "cmd_logs", "next_steps", "print_trial", "prog",
-           "resolve_study", "run_again"]
+           "resolve_study", "resume_hint", "run_again"]
 
 _FOLLOW_POLL_S = 0.5
 
@@ -52,6 +52,15 @@ def run_again(overrides: list[str], extra: str) -> str:
         par_arg = f"PAR={par[-1].split('=', 1)[1]} " if par and par[-1] != "scheduler.parallel=4" else ""
         return f'make hpo {par_arg}ARGS="{" ".join([*rest, extra])}"'
     return " ".join([prog(), "run", *map(shlex.quote, kept), extra])
+
+
+def resume_hint(overrides: list[str], add_trials: int | None, total: int | None) -> str:
+    """How to continue a stopped run. ``study.add_trials=N`` is resolved at each start (the
+    trials ended by then + N), so the same command would add N again: give the total instead."""
+    if add_trials is None or total is None:
+        return "run the same command again"
+    return f"run '{run_again(overrides, f'study.n_trials={total}')}' (the same command with " \
+           f"study.add_trials={add_trials} would add {add_trials} more again)"
 
 
 def as_typed(text: str, storage: str, default_storage: str) -> str:
