@@ -24,7 +24,7 @@ from rich.table import Table
 from hpo_orchestrator.db import ScoredTrial, pareto_front
 from hpo_orchestrator.scheduler import FinishedTrial, RunningTrial, read_tail
 
-__all__ = ["LiveReporter", "QuietReporter"]
+__all__ = ["LiveReporter"]
 
 _STATE_STYLE = {TrialState.COMPLETE: "green", TrialState.PRUNED: "yellow", TrialState.FAIL: "red"}
 # The bar counts every finished trial as "done", then says how each ended.
@@ -130,21 +130,3 @@ def _values_text(value: float | tuple[float, ...]) -> str:
         return "values " + ", ".join(f"{v:.5g}" for v in value)
     return f"value {value:.5g}"
 
-
-class QuietReporter:
-    """The reporter of a run with nothing to do (the study already has its trials)."""
-
-    def __enter__(self) -> QuietReporter:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        pass
-
-    def started(self, rt: RunningTrial) -> None:
-        pass
-
-    def finished(self, done: FinishedTrial) -> None:
-        pass
-
-    def tick(self, running: list[RunningTrial]) -> None:
-        pass

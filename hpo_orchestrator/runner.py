@@ -14,7 +14,7 @@ import os
 import sys
 import warnings
 from collections.abc import Callable
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 
 import optuna
@@ -36,11 +36,10 @@ from hpo_orchestrator.gpu import GpuBackend, GpuInfo, open_backend
 from hpo_orchestrator.scheduler import (
     Budget,
     BusyRule,
-    FinishedTrial,
     LeaseDir,
     Orchestrator,
+    QuietReporter,
     Reporter,
-    RunningTrial,
     SlotPool,
     default_lease_dir,
     resolve_gpus,
@@ -93,19 +92,6 @@ class RunResult:
     @property
     def interrupted(self) -> bool:
         return self.exit_code == EXIT_INTERRUPTED
-
-
-class _Silent:
-    """The reporter of a run nobody watches."""
-
-    def started(self, rt: RunningTrial) -> None:
-        pass
-
-    def finished(self, done: FinishedTrial) -> None:
-        pass
-
-    def tick(self, running: list[RunningTrial]) -> None:
-        pass
 
 
 def check_objective(config: Config) -> None:
@@ -221,7 +207,7 @@ def _run(config: Config, backend: GpuBackend,
             log_dir=str(run_dir(config.storage.url, study.study_name, sched.log_dir)),
             best=best, front=front)
         live: AbstractContextManager[Reporter] = progress(prepared) if progress is not None \
-            else nullcontext(_Silent())
+            else QuietReporter()
         with live as reporter:
             sampler = TelemetrySampler(backend, config.telemetry.interval_s) \
                 if config.telemetry.enabled else None

@@ -40,9 +40,9 @@ def _run_command(args: argparse.Namespace, console: Console) -> int:
 
     from hpo_orchestrator.config import load_config, to_plain_dict
     from hpo_orchestrator.db import create_engine
-    from hpo_orchestrator.progress import LiveReporter, QuietReporter
+    from hpo_orchestrator.progress import LiveReporter
     from hpo_orchestrator.runner import PreparedRun, run_study
-    from hpo_orchestrator.scheduler import Reporter
+    from hpo_orchestrator.scheduler import QuietReporter, Reporter
     from hpo_orchestrator.status import collect_status, print_status
     from hpo_orchestrator.study import without_pruning
 

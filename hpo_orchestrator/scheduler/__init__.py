@@ -15,8 +15,8 @@ from hpo_orchestrator.scheduler._slots import (
     resolve_gpus,
     threads_per_trial,
 )
-from hpo_orchestrator.scheduler._trial import FinishedTrial, Reporter, RunningTrial
+from hpo_orchestrator.scheduler._trial import FinishedTrial, QuietReporter, Reporter, RunningTrial
 
-__all__ = ["Budget", "BusyRule", "FinishedTrial", "LeaseDir", "Orchestrator", "Reporter",
+__all__ = ["Budget", "BusyRule", "FinishedTrial", "LeaseDir", "Orchestrator", "QuietReporter", "Reporter",
            "RunningTrial", "Slot", "SlotPool", "default_lease_dir", "params_mismatch",
            "read_tail", "resolve_gpus", "run_dir", "threads_per_trial"]

@@ -110,3 +110,23 @@ class Reporter(Protocol):
     def finished(self, done: FinishedTrial) -> None: ...
 
     def tick(self, running: list[RunningTrial]) -> None: ...
+
+
+class QuietReporter:
+    """The reporter of a run nobody watches, or one with nothing to do (the study already has
+    its trials)."""
+
+    def __enter__(self) -> QuietReporter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+    def started(self, rt: RunningTrial) -> None:
+        pass
+
+    def finished(self, done: FinishedTrial) -> None:
+        pass
+
+    def tick(self, running: list[RunningTrial]) -> None:
+        pass
