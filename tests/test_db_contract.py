@@ -542,18 +542,6 @@ def _(built: Built, connection: Connection) -> None:
             {"t": running}).scalar() == '"h1"'
 
 
-@case("run.SET_END")
-def _(built: Built, connection: Connection) -> None:
-    from hpo_orchestrator.db import _run
-
-    with connection.begin() as transaction:
-        _run.set_trial_end(connection, built.trial_ids[0], T0 + timedelta(seconds=5))
-        end = connection.execute(sqlalchemy.text(
-            "SELECT datetime_complete FROM trials WHERE trial_id = :t"), {"t": built.trial_ids[0]}).scalar()
-        assert db.to_datetime(end) == T0 + timedelta(seconds=5)
-        transaction.rollback()
-
-
 @case("run.ATTEMPT")
 def _(built: Built, connection: Connection) -> None:
     from hpo_orchestrator.db import _run

@@ -65,7 +65,6 @@ from hpo_orchestrator.db._run import (
     never_beat,
     next_waiting_retry_reason,
     running_on_host,
-    set_trial_end,
     write_trial_attrs,
 )
 from hpo_orchestrator.db._schema import (
@@ -166,7 +165,6 @@ __all__ = [
     "retrying_rdb_storage",
     "running_on_host",
     "running_with_host_pid",
-    "set_trial_end",
     "settled_upto",
     "setup_lock",
     "sqlite_path",

@@ -19,7 +19,7 @@ from hpo_orchestrator.db._study import state_name, to_datetime
 
 __all__ = ["RunningOnHost", "attempt_of", "enqueue_waiting_trial", "fail_running_trial",
            "max_completed_step", "never_beat", "next_waiting_retry_reason", "running_on_host",
-           "set_trial_end", "write_trial_attrs"]
+           "write_trial_attrs"]
 
 _TRIAL_STATE_SQL = "SELECT state FROM trials WHERE trial_id = :t"
 # A no-op update that holds the trial's row (PostgreSQL: until the transaction ends) while
@@ -37,7 +37,6 @@ _SET_NUMBER_SQL = "UPDATE trials SET number = :n WHERE trial_id = :t"
 _INSERT_SYSTEM_ATTR_SQL = (
     "INSERT INTO trial_system_attributes (trial_id, key, value_json) VALUES (:t, :k, :v)")
 _SET_START_SQL = "UPDATE trials SET datetime_start = :d WHERE trial_id = :t"
-_SET_END_SQL = "UPDATE trials SET datetime_complete = :d WHERE trial_id = :t"
 _ATTEMPT_SQL = "SELECT value_json FROM trial_user_attributes WHERE trial_id = :t AND key = 'hpo.attempt'"
 _NEXT_RETRY_REASON_SQL = (
     "SELECT a.value_json FROM trials t LEFT JOIN trial_user_attributes a "
@@ -121,11 +120,6 @@ def enqueue_waiting_trial(connection: Connection, study_id: int, params: dict[st
             {"trial_id": trial_id, "key": key, "value_json": json.dumps(value)}
             for key, value in user_attrs.items()])
     return trial_id
-
-
-def set_trial_end(connection: Connection, trial_id: int, ended: datetime) -> None:
-    """Optuna sets datetime_complete at tell(); the trial's own end may be earlier."""
-    connection.execute(text(_SET_END_SQL), {"d": ended, "t": trial_id})
 
 
 def attempt_of(connection: Connection, trial_id: int) -> int:
