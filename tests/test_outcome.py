@@ -127,6 +127,6 @@ def test_child_env_of_a_cpu_slot_and_outside_a_child() -> None:
 def test_begin_trial_moves_a_reused_process_to_its_next_trial() -> None:
     environ = ChildEnv(trial_number=0, attempt=1, slot=0, gpu_index=None, gpu_uuid=None,
                        cuda_visible_devices="", num_threads=1).render()
-    begin_trial(5, 2, environ)
+    begin_trial(5, 2, environ=environ)
     parsed = ChildEnv.parse(environ)
     assert (parsed.trial_number, parsed.attempt, parsed.slot) == (5, 2, 0)

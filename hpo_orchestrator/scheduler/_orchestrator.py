@@ -310,6 +310,8 @@ class Orchestrator:
             # of the objective that lived on): the next trial gets a fresh process.
             self._retire(worker, slot.id, keep_lease=True)
             worker = None
+        if self.packer is not None:  # auto: the cores the running trials leave (_packer.py)
+            self.threads = self.packer.threads_for_next(self.running.values())
         try:
             if worker is None:
                 child = ChildEnv(trial_number=trial.number, attempt=asked.attempt, slot=slot.id,
@@ -325,7 +327,8 @@ class Orchestrator:
         worker.trials += 1
         rt = RunningTrial(trial=trial, slot=slot, worker=worker, attempt=asked.attempt,
                           spawned_at=time.monotonic(), spawned_epoch=time.time(),
-                          oom_kills_at_spawn=cgroup_oom_kills(), log_path=log_path)
+                          oom_kills_at_spawn=cgroup_oom_kills(), log_path=log_path,
+                          threads=self.threads)
         self.running[slot.id] = rt
         self.slots.describe(slot, study=self.study.study_name, trial=trial.number,
                             trial_pid=worker.process.pid)
@@ -336,7 +339,7 @@ class Orchestrator:
         # died at birth (killed from outside) is classified once it is reaped.
         rt.connection.send(Job(trial_number=trial.number, objective=self.config.objective,
                                attempt=asked.attempt, reuse=self.reuse,
-                               log_path=str(log_path)))
+                               log_path=str(log_path), num_threads=self.threads))
         try:
             self.records.trial_started(rt, self.threads, self.config.scheduler.worker_mode)
         except optuna.exceptions.UpdateFinishedTrialError:
@@ -349,8 +352,7 @@ class Orchestrator:
         GPU memory that its running trials may need)."""
         if self.packer is None or not self.slots.auto:
             return
-        self.packer.tick()
-        self.threads = self.packer.threads
+        self.packer.tick(self.running.values())
         for slot_id, worker in list(self.idle.items()):
             gpu = self.slots.slots[slot_id].gpu
             if gpu is None:

@@ -42,6 +42,7 @@ class Job:
     attempt: int = 1  # 2 and up for a retry (slot_info().attempt)
     reuse: bool = False  # keep the process for the next trial
     log_path: str | None = None  # the trial's log: the child sends its stdout/stderr there
+    num_threads: int | None = None  # this trial's CPU threads (a reused process's change)
 
 
 @dataclass(frozen=True)
