@@ -296,3 +296,94 @@ def test_an_oom_makes_auto_back_off(cli) -> None:  # type: ignore[no-untyped-def
     assert any(r["attrs"].get("hpo.fail_reason") == "oom" for r in rows)
     counted = [r for r in rows if not r["attrs"].get("hpo.retried")]
     assert len(counted) == 10  # failed attempts that were retried don't count against n_trials
+
+
+# --- the packer: threads and a raise that waits for cores ---------------------------------
+
+
+class _Readings:
+    """A telemetry sampler's readings, scripted: a GPU at 20 % with 70 GB free, trials that
+    use ``cpu`` host cores."""
+
+    def __init__(self, cpu: float = 2.0) -> None:
+        self.cpu = cpu
+
+    def device_readings(self, gpu_index: int, since: float) -> list[Any]:
+        from hpo_orchestrator.telemetry._sampler import DeviceReading
+
+        return [DeviceReading(since, 20.0, 10_000.0)] * 5
+
+    def cpu_readings(self, since: float) -> list[float]:
+        return [self.cpu] * 5
+
+    def running_mem_peaks(self, gpu_index: int) -> list[float]:
+        return []
+
+
+def _running(slot: Any, threads: int, trials_in_worker: int, age_s: float,
+             params: dict[str, Any] | None = None) -> Any:
+    import time
+    from types import SimpleNamespace
+
+    return SimpleNamespace(slot=slot, threads=threads, outcome=None,
+                           spawned_at=time.monotonic() - age_s,
+                           worker=SimpleNamespace(trials=trials_in_worker),
+                           trial=SimpleNamespace(params=params or {"kind": "lightgbm"}))
+
+
+def _packer(cpu: float = 2.0) -> Any:
+    import optuna
+
+    from hpo_orchestrator.scheduler._packer import Packer
+
+    gpus = [GpuInfo(index=0, uuid="GPU-0", name="fake", memory_total_mib=80_000)]
+    pool = SlotPool(gpus, "auto", None, max_per_gpu=4)
+    config = load_config(["scheduler.parallel=auto", "scheduler.host_cores=16"])
+    study = optuna.create_study(storage=optuna.storages.InMemoryStorage())
+    packer = Packer(config, pool, _Readings(cpu), study, "h")  # type: ignore[arg-type]
+    # the scripted trials below began before the packer did
+    packer.levels[0] = replace(packer.levels[0], since=-float("inf"))
+    return packer
+
+
+def _two_measured_trials(packer: Any) -> None:
+    """Two trials of 10 s at one per GPU, from a worker's second and third trials (its first,
+    with the process start, is left out)."""
+    slot = packer.pool.slots[0]
+    for n in (1, 2, 3):
+        packer.trial_ended(_running(slot, 16, n, 10.0), None, {"hpo.gpu_mem_peak_mib": 1000.0})
+    packer._decided_at = -float("inf")  # the next tick decides now, not a second later
+
+
+def test_auto_threads_are_the_cores_left_and_a_raise_waits_for_them() -> None:
+    """One GPU at level 1: the trial gets all 16 cores. The level rises while that 16-thread
+    trial runs: the pool keeps one place until the trial is gone (16 + 8 threads would
+    oversubscribe the cores), its place is refilled with 8 threads, then the second place
+    opens with the other 8."""
+    packer = _packer()
+    slot = packer.pool.slots[0]
+    assert packer.threads_for_next([]) == 16
+    _two_measured_trials(packer)
+    busy = [_running(slot, 16, 4, 1.0)]
+    packer.pool.acquire()
+    assert packer.tick(busy) is False and packer.pool.limits[0] == 1
+    assert "going to 2 per GPU once the running trials leave 8 cores free" in packer.levels[0].held
+    assert packer.threads_for_next([]) == 8  # its place, refilled, already gets the new share
+    packer._decided_at = -float("inf")
+    assert packer.tick([_running(slot, 8, 5, 0.1)]) is True and packer.pool.limits[0] == 2
+    assert packer.threads_for_next([]) == 8
+    assert packer.threads_for_next([_running(slot, 8, 5, 1.0)]) == 8
+    assert packer.threads_for_next([_running(slot, 14, 5, 1.0)]) == 2
+    history = packer.study.user_attrs["hpo.packing.h"]
+    assert [(c["from"], c["to"]) for c in history["changes"]] == [(1, 2)]
+    assert history["levels"][0]["rates"] == {"1": 6.0}
+
+
+def test_auto_holds_when_the_trials_use_the_host_cores() -> None:
+    packer = _packer(cpu=15.0)
+    packer.pool.acquire()
+    _two_measured_trials(packer)
+    assert packer.tick([_running(packer.pool.slots[0], 16, 4, 1.0)]) is False
+    assert "host CPU" in (packer.levels[0].held or "")
+    packer.close()  # the final levels and why each stopped there
+    assert "host CPU" in packer.study.user_attrs["hpo.packing.h"]["levels"][0]["held"]

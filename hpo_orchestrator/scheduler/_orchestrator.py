@@ -146,6 +146,9 @@ class Orchestrator:
                 self._check_study_deadline()
                 if not self._signals and self.halted is None:
                     self._launch_ready()
+                # right after the launch: a tick between a trial's end and the refill of its
+                # place would read a busy GPU as idle (then its level never grows)
+                self._pack()
                 if not self.running and (self._signals or self.halted or self.timed_out
                                          or self._study_done()):
                     break
@@ -154,7 +157,6 @@ class Orchestrator:
                 for rt in self._ended():
                     self._finish(rt)
                 self.reporter.tick(list(self.running.values()))
-                self._pack()
                 self.clock.discount_stall(self.running.values())
                 enforce_deadlines(self.running.values(), self.config.scheduler.trial_timeout_s,
                                   self.config.scheduler.kill_grace_s)

@@ -116,8 +116,13 @@ class Packer:
         Auto: that share, within what the running trials leave free (module docstring)."""
         if self._threads_configured is not None or not self.pool.auto:
             return threads_per_trial(self._threads_configured, self.pool.concurrency, self.cores)
-        share = max(1, self.cores // max(self.pool.concurrency, 1))
-        return max(1, min(share, self._free_cores(running)))
+        return max(1, min(self._share(), self._free_cores(running)))
+
+    def _share(self) -> int:
+        """The cores over the trials at once, raises that wait for cores counted: a place
+        refilled meanwhile gets the smaller share, so the cores for the new place come free."""
+        at_once = min(self.pool.cap, self.pool.concurrency + len(self._pending))
+        return max(1, self.cores // max(at_once, 1))
 
     def _free_cores(self, running: Iterable[RunningTrial]) -> int:
         return self.cores - sum(rt.threads or 0 for rt in running)
@@ -161,8 +166,7 @@ class Packer:
                 del self._pending[index]  # an OOM at the old level: no raise after all
             if index in self._pending:
                 new, change = self._pending[index]
-                if self._threads_configured is None and \
-                        self._free_cores(running) < self.cores // (self.pool.concurrency + 1):
+                if self._threads_configured is None and self._free_cores(running) < self._share():
                     continue  # the running trials' threads still hold the new trial's share
                 del self._pending[index]
                 new = replace(new, since=now)
@@ -171,9 +175,14 @@ class Packer:
                                      host, now)
                 held_changed |= new.held != state.held
                 if change is not None and change.new > change.old and self._threads_configured \
-                        is None and self._free_cores(running) < self.cores // (host.concurrency + 1):
+                        is None:
                     self._pending[index] = (new, change)
-                    continue
+                    if self._free_cores(running) < self._share():
+                        self.levels[index] = replace(
+                            state, held=f"going to {change.new} per GPU once the running trials "
+                                        f"leave {self._share()} cores free")
+                        continue
+                    del self._pending[index]
             self.levels[index] = new
             if change is not None:
                 changes.append(change)
