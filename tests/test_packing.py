@@ -298,7 +298,7 @@ def test_an_oom_makes_auto_back_off(cli) -> None:  # type: ignore[no-untyped-def
     assert len(counted) == 10  # failed attempts that were retried don't count against n_trials
 
 
-# --- the packer: threads and a raise that waits for cores ---------------------------------
+# --- the packer: which trials measure, threads, a raise that waits for cores ---------------
 
 
 class _Readings:
@@ -320,15 +320,30 @@ class _Readings:
         return []
 
 
-def _running(slot: Any, threads: int, trials_in_worker: int, age_s: float,
-             params: dict[str, Any] | None = None) -> Any:
-    import time
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+def _rt(slot: Any, threads: int, spawned_at: float, pid: int = 1,
+        kind: str = "lightgbm") -> Any:
     from types import SimpleNamespace
 
-    return SimpleNamespace(slot=slot, threads=threads, outcome=None,
-                           spawned_at=time.monotonic() - age_s,
-                           worker=SimpleNamespace(trials=trials_in_worker),
-                           trial=SimpleNamespace(params=params or {"kind": "lightgbm"}))
+    return SimpleNamespace(slot=slot, threads=threads, outcome=None, spawned_at=spawned_at,
+                           worker=SimpleNamespace(process=SimpleNamespace(pid=pid)),
+                           trial=SimpleNamespace(params={"kind": kind}))
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> _Clock:
+    from hpo_orchestrator.scheduler import _packer
+
+    fake = _Clock()
+    monkeypatch.setattr(_packer, "time", fake)
+    return fake
 
 
 def _packer(cpu: float = 2.0) -> Any:
@@ -340,50 +355,78 @@ def _packer(cpu: float = 2.0) -> Any:
     pool = SlotPool(gpus, "auto", None, max_per_gpu=4)
     config = load_config(["scheduler.parallel=auto", "scheduler.host_cores=16"])
     study = optuna.create_study(storage=optuna.storages.InMemoryStorage())
-    packer = Packer(config, pool, _Readings(cpu), study, "h")  # type: ignore[arg-type]
-    # the scripted trials below began before the packer did
-    packer.levels[0] = replace(packer.levels[0], since=-float("inf"))
-    return packer
+    return Packer(config, pool, _Readings(cpu), study, "h")  # type: ignore[arg-type]
 
 
-def _two_measured_trials(packer: Any) -> None:
-    """Two trials of 10 s at one per GPU, from a worker's second and third trials (its first,
-    with the process start, is left out)."""
-    slot = packer.pool.slots[0]
-    for n in (1, 2, 3):
-        packer.trial_ended(_running(slot, 16, n, 10.0), None, {"hpo.gpu_mem_peak_mib": 1000.0})
-    packer._decided_at = -float("inf")  # the next tick decides now, not a second later
+def _run(packer: Any, clock: _Clock, seconds: float, threads: int = 16, pid: int = 1,
+         kind: str = "lightgbm") -> None:
+    """One trial on GPU 0 that runs ``seconds`` from now and ends."""
+    rt = _rt(packer.pool.slots[0], threads, clock.now, pid, kind)
+    clock.now += seconds
+    packer.trial_ended(rt, None, {"hpo.gpu_mem_peak_mib": 1000.0})
 
 
-def test_auto_threads_are_the_cores_left_and_a_raise_waits_for_them() -> None:
-    """One GPU at level 1: the trial gets all 16 cores. The level rises while that 16-thread
-    trial runs: the pool keeps one place until the trial is gone (16 + 8 threads would
-    oversubscribe the cores), its place is refilled with 8 threads, then the second place
-    opens with the other 8."""
+def test_auto_threads_are_the_cores_left_and_a_raise_waits_for_them(clock: _Clock) -> None:
+    """One GPU at level 1: the trial gets all 16 cores. Its worker's first trial (a warm-up)
+    and two of 10 s: the level rises while a 16-thread trial runs, but the pool keeps one
+    place until that trial is gone (16 + 8 threads would oversubscribe the cores); its place
+    is refilled with 8 threads, then the second place opens with the other 8."""
     packer = _packer()
     slot = packer.pool.slots[0]
     assert packer.threads_for_next([]) == 16
-    _two_measured_trials(packer)
-    busy = [_running(slot, 16, 4, 1.0)]
     packer.pool.acquire()
-    assert packer.tick(busy) is False and packer.pool.limits[0] == 1
+    for seconds in (30.0, 10.0, 10.0):
+        _run(packer, clock, seconds)
+    assert packer.tick([_rt(slot, 16, clock.now)]) is False and packer.pool.limits[0] == 1
     assert "going to 2 per GPU once the running trials leave 8 cores free" in packer.levels[0].held
     assert packer.threads_for_next([]) == 8  # its place, refilled, already gets the new share
-    packer._decided_at = -float("inf")
-    assert packer.tick([_running(slot, 8, 5, 0.1)]) is True and packer.pool.limits[0] == 2
+    clock.now += 2.0
+    assert packer.tick([_rt(slot, 8, clock.now)]) is True and packer.pool.limits[0] == 2
     assert packer.threads_for_next([]) == 8
-    assert packer.threads_for_next([_running(slot, 8, 5, 1.0)]) == 8
-    assert packer.threads_for_next([_running(slot, 14, 5, 1.0)]) == 2
+    assert packer.threads_for_next([_rt(slot, 14, clock.now)]) == 2
     history = packer.study.user_attrs["hpo.packing.h"]
     assert [(c["from"], c["to"]) for c in history["changes"]] == [(1, 2)]
-    assert history["levels"][0]["rates"] == {"1": 6.0}
+    assert history["levels"][0]["rates"] == {"1": 6.0}  # the 30 s warm-up left out
 
 
-def test_auto_holds_when_the_trials_use_the_host_cores() -> None:
+def test_warm_ups_and_the_trials_beside_them_do_not_measure_a_level(clock: _Clock) -> None:
+    """Issue 17's gpu_mix on an H100: a worker's first torch trial ran 19 s, later ones 8 s.
+    The first trial of each kind in a worker is a warm-up; a trial that ran beside a warm-up
+    on its GPU (slowed by that worker's imports and kernel builds) does not count either."""
+    from hpo_orchestrator.scheduler._trial_times import TrialTimes
+
+    times = TrialTimes(reuse=True)
+    for pid, kind, start, end in [(1, "lightgbm", 0, 6), (1, "torch", 6, 25), (1, "lightgbm", 25, 29),
+                                  (1, "torch", 29, 37), (2, "lightgbm", 30, 40), (1, "torch", 41, 50)]:
+        times.ended(times.span(0, pid, {"kind": kind}, start, end))
+    assert times.measured(0, 0.0, [], now=60.0) == (_t(4.0), _t(9.0, TORCH))
+    running = times.span(0, 2, {"kind": "lightgbm"}, 50.0)  # worker 2 has run LightGBM: counts
+    warming = times.span(0, 3, {"kind": "torch"}, 55.0)  # a new worker: taints what runs beside it
+    assert times.measured(0, 0.0, [running], now=54.0)[-1] == _t(4.0, running=True)
+    assert times.measured(0, 0.0, [running, warming], now=58.0) == (_t(4.0), _t(9.0, TORCH))
+    fresh = TrialTimes(reuse=False)  # one process per trial: its start is part of every trial
+    fresh.ended(fresh.span(0, 7, {"kind": "torch"}, 0.0, 19.0))
+    assert fresh.measured(0, 0.0, [], now=20.0) == (_t(19.0, TORCH),)
+    assert not times.warmup(running) and times.warmup(warming)
+
+
+def test_many_kinds_are_measured_as_one(clock: _Clock) -> None:
+    """Five kinds: nearly every trial would be a first of its kind in its worker, so every
+    trial is one kind and only each worker's first trial is a warm-up."""
+    from hpo_orchestrator.scheduler._trial_times import MAX_KINDS, TrialTimes
+
+    times = TrialTimes(reuse=True)
+    for n in range(MAX_KINDS + 1):
+        times.ended(times.span(0, 1, {"model": f"m{n}"}, 10.0 * n, 10.0 * n + 10.0))
+    assert [t.kind for t in times.measured(0, 0.0, [], now=60.0)] == ["*"] * MAX_KINDS
+
+
+def test_auto_holds_when_the_trials_use_the_host_cores(clock: _Clock) -> None:
     packer = _packer(cpu=15.0)
     packer.pool.acquire()
-    _two_measured_trials(packer)
-    assert packer.tick([_running(packer.pool.slots[0], 16, 4, 1.0)]) is False
+    for seconds in (30.0, 10.0, 10.0):
+        _run(packer, clock, seconds)
+    assert packer.tick([_rt(packer.pool.slots[0], 16, clock.now)]) is False
     assert "host CPU" in (packer.levels[0].held or "")
     packer.close()  # the final levels and why each stopped there
     assert "host CPU" in packer.study.user_attrs["hpo.packing.h"]["levels"][0]["held"]

@@ -21,7 +21,7 @@ import os
 import statistics
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -35,13 +35,12 @@ from hpo_orchestrator.scheduler._packing import (
     GpuObservation,
     HostObservation,
     PackingPolicy,
-    TrialTime,
     decide,
     expected_peak_mib,
-    trial_kind,
 )
 from hpo_orchestrator.scheduler._slots import SlotPool, host_cores, threads_per_trial
 from hpo_orchestrator.scheduler._trial import RunningTrial
+from hpo_orchestrator.scheduler._trial_times import TrialTimes
 from hpo_orchestrator.telemetry import TelemetrySampler
 
 __all__ = ["Packer", "detect_mps", "packing_key"]
@@ -69,16 +68,6 @@ def detect_mps() -> dict[str, Any]:
             "daemons": sorted(daemons)}
 
 
-@dataclass(frozen=True)
-class _Ended:
-    spawned: float  # time.monotonic()
-    ended: float
-    duration_s: float
-    kind: str
-    oom: bool
-    measured: bool  # a failed trial, or a reuse worker's first, says nothing about the level
-
-
 class Packer:
     def __init__(self, config: Config, pool: SlotPool, sampler: TelemetrySampler | None,
                  study: optuna.Study, host: str) -> None:
@@ -89,8 +78,7 @@ class Packer:
         self.host = host
         self.cores = host_cores(sched.host_cores)
         self._threads_configured = sched.threads_per_trial
-        # Fresh workers start a process for every trial: that start is part of each trial's cost.
-        self._skip_first = sched.worker_mode == "reuse"
+        self._times = TrialTimes(reuse=sched.worker_mode == "reuse")  # which trials measure
         self.policy = PackingPolicy(target_util=float(sched.target_gpu_util),
                                     max_per_gpu=sched.max_trials_per_gpu)
         now = time.monotonic()
@@ -99,7 +87,7 @@ class Packer:
                        for index, limit in pool.limits.items()}
         self._pending: dict[int, tuple[GpuLevel, Change]] = {}  # raised, waiting for cores
         self._total_mib = {s.gpu.index: s.gpu.memory_total_mib for s in pool.slots if s.gpu}
-        self._ended: dict[int, list[_Ended]] = {index: [] for index in self.levels}
+        self._ooms: dict[int, list[float]] = {index: [] for index in self.levels}  # when
         self._mem_peaks: list[float] = []
         self._changes: list[dict[str, Any]] = []
         self._decided_at = now
@@ -130,13 +118,13 @@ class Packer:
     def trial_ended(self, rt: RunningTrial, fail_reason: str | None,
                     measured: dict[str, object]) -> None:
         gpu = rt.slot.gpu
-        if gpu is None or gpu.index not in self._ended:
+        if gpu is None or gpu.index not in self._ooms:
             return
         now = time.monotonic()
-        first = self._skip_first and rt.worker.trials == 1
-        self._ended[gpu.index].append(_Ended(rt.spawned_at, now, now - rt.spawned_at,
-                                             trial_kind(rt.trial.params), fail_reason == "oom",
-                                             fail_reason is None and not first))
+        self._times.ended(self._times.span(gpu.index, rt.worker.process.pid, rt.trial.params,
+                                           rt.spawned_at, now, ok=fail_reason is None))
+        if fail_reason == "oom":
+            self._ooms[gpu.index].append(now)
         peak = measured.get("hpo.gpu_mem_peak_mib")
         if isinstance(peak, (int, float)):
             self._mem_peaks.append(float(peak))
@@ -161,8 +149,7 @@ class Packer:
         held_changed = False
         for index, state in self.levels.items():
             change: Change | None
-            if index in self._pending and any(e.oom and e.ended >= state.since
-                                              for e in self._ended[index]):
+            if index in self._pending and any(t >= state.since for t in self._ooms[index]):
                 del self._pending[index]  # an OOM at the old level: no raise after all
             if index in self._pending:
                 new, change = self._pending[index]
@@ -210,20 +197,17 @@ class Packer:
         used = next((r.mem_used_mib for r in reversed(latest) if r.mem_used_mib is not None), None)
         total = self._total_mib.get(index)
         cpu = [] if self.sampler is None else self.sampler.cpu_readings(state.since)
-        trials = [TrialTime(e.kind, e.duration_s) for e in self._ended[index]
-                  if e.spawned >= state.since and e.measured]
-        trials += [TrialTime(trial_kind(rt.trial.params), now - rt.spawned_at, running=True)
-                   for rt in running if rt.slot.gpu is not None and rt.slot.gpu.index == index
-                   and rt.spawned_at >= state.since and rt.outcome is None
-                   and not (self._skip_first and rt.worker.trials == 1)]
+        spans = [self._times.span(index, rt.worker.process.pid, rt.trial.params, rt.spawned_at)
+                 for rt in running if rt.slot.gpu is not None and rt.slot.gpu.index == index
+                 and rt.outcome is None]
         return GpuObservation(
             gpu=index, running=self.pool.busy_on(index),
             util=sum(utils) / len(utils) if utils else None, readings=len(utils),
             free_mib=None if used is None or total is None else total - used,
             running_mem_mib=tuple(self.sampler.running_mem_peaks(index)) if self.sampler else (),
-            trials=tuple(trials),
+            trials=self._times.measured(index, state.since, spans, now),
             # an OOM counts against the level in force when the trial ended
-            ooms=sum(1 for e in self._ended[index] if e.oom and e.ended >= state.since),
+            ooms=sum(1 for t in self._ooms[index] if t >= state.since),
             cpu_cores=statistics.fmean(cpu) if len(cpu) >= self.policy.min_readings else None)
 
     def _write(self) -> None:
