@@ -429,4 +429,5 @@ def test_auto_holds_when_the_trials_use_the_host_cores(clock: _Clock) -> None:
     assert packer.tick([_rt(packer.pool.slots[0], 16, clock.now)]) is False
     assert "host CPU" in (packer.levels[0].held or "")
     packer.close()  # the final levels and why each stopped there
-    assert "host CPU" in packer.study.user_attrs["hpo.packing.h"]["levels"][0]["held"]
+    level = packer.study.user_attrs["hpo.packing.h"]["levels"][0]
+    assert "host CPU" in level["held"] and level["cpu_cores"] == 15.0 and level["util"] == 20.0

@@ -92,6 +92,7 @@ class Packer:
         self._changes: list[dict[str, Any]] = []
         self._decided_at = now
         self._written_at = -float("inf")
+        self._seen: dict[int, GpuObservation] = {}  # each GPU's last observation, for the attr
         mps = detect_mps()
         self._record: dict[str, Any] = {
             "mode": "auto" if pool.auto else "fixed", "target_gpu_util": self.policy.target_util,
@@ -158,8 +159,8 @@ class Packer:
                 del self._pending[index]
                 new = replace(new, since=now)
             else:
-                new, change = decide(self.policy, state, self._observe(state, running, now),
-                                     host, now)
+                self._seen[index] = self._observe(state, running, now)
+                new, change = decide(self.policy, state, self._seen[index], host, now)
                 held_changed |= new.held != state.held
                 if change is not None and change.new > change.old and self._threads_configured \
                         is None:
@@ -215,7 +216,16 @@ class Packer:
         value = {**self._record,
                  "levels": [{"gpu": s.gpu, "limit": s.limit, "held": s.held,
                              "rates": {str(k): v for k, v in sorted(s.rates.items())},
-                             "gains": {str(k): v for k, v in sorted(s.gains.items())}}
+                             "gains": {str(k): v for k, v in sorted(s.gains.items())},
+                             **self._last_readings(s.gpu)}
                             for s in self.levels.values()],
                  "changes": self._changes[-_MAX_CHANGES:]}
         self.study.set_user_attr(packing_key(self.host), value)
+
+    def _last_readings(self, index: int) -> dict[str, float | None]:
+        """What the last decision saw: GPU utilization and the host cores our trials used."""
+        obs = self._seen.get(index)
+        if obs is None:
+            return {}
+        return {"util": None if obs.util is None else round(obs.util, 1),
+                "cpu_cores": None if obs.cpu_cores is None else round(obs.cpu_cores, 1)}
