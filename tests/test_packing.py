@@ -67,6 +67,7 @@ def test_low_utilization_with_room_adds_a_trial() -> None:
     (_obs(free_mib=2500.0), HOST, "GPU memory: 2000 MiB free"),  # 500 MiB of growth set aside
     (_obs(trials=(_t(10.0),)), HOST, "measuring trial durations at 1 per GPU (1 of 2)"),
     (_obs(trials=(_t(10.0), _t(30.0, running=True))), HOST, "(1 of 2)"),  # running: no measure
+    (_obs(trials=(), util=10.0), HOST, "(0 of 2)"),
     (_obs(readings=1), HOST, "measuring utilization"),
     (_obs(running=0), HOST, "0 of its 1 places busy"),
     (_obs(), replace(HOST, concurrency=16, cap=32), "no CPU core"),
@@ -79,6 +80,11 @@ def test_what_holds_a_gpu_at_its_level(obs: GpuObservation, host: HostObservatio
     state, change = decide(POLICY, _state(), obs, host, now=5.0)
     assert change is None and state.limit == 1
     assert state.held is not None and held in state.held
+
+
+def test_a_nearly_idle_gpu_leaves_level_one_after_one_trial() -> None:
+    _, change = decide(POLICY, _state(), _obs(util=10.0, trials=(_t(10.0),)), HOST, now=5.0)
+    assert change is not None and change.new == 2
 
 
 def test_cpu_in_use_under_the_limit_does_not_hold() -> None:
@@ -115,10 +121,12 @@ def test_trials_are_compared_with_their_own_kind() -> None:
     assert change is not None and change.new == 3 and state.gains[2] == pytest.approx(1.33, 0.01)
 
 
-def test_without_a_common_kind_every_trial_counts() -> None:
+def test_without_a_common_kind_nothing_is_judged() -> None:
+    """Only LightGBM ran alone (10 s), only torch at two per GPU (30 s): a torch trial says
+    nothing about LightGBM's level, so the level waits for a LightGBM trial."""
     state = _state(limit=2, times={1: {LGBM: (10.0, 10.0)}})
     state, change = decide(POLICY, state, _obs(running=2, trials=(_t(30.0, TORCH),) * 2), HOST, 1.0)
-    assert change is not None and change.new == 1 and state.ceiling == 1
+    assert change is None and state.limit == 2 and state.ceiling == 4 and 2 not in state.gains
 
 
 def test_a_clear_loss_backs_off_on_one_running_trial() -> None:

@@ -22,8 +22,9 @@ start, imports, LightGBM's OpenCL kernel build) is left out by the caller. A run
 that is already slower than break-even counts too: a loss shows before the trial ends.
 
 Clear results need fewer trials: one trial that shows a ``CLEAR`` loss backs off at once, and
-where the GPU is nearly idle with memory for two more trials (``fast_util``), one trial that
-shows a gain is enough to climb on.
+where the GPU is nearly idle with memory for two more trials (``fast_util``), one trial is
+enough to climb on: at level 1, or when it shows a ``CLEAR`` gain. Only kinds measured at both
+levels are compared (scheduler/_trial_times.py folds a study of many kinds into one).
 
 Everything here is a function of its inputs (no clock, no I/O), so the tests drive it with
 scripted numbers; scheduler/_packer.py gathers the inputs and applies the outputs.
@@ -134,11 +135,10 @@ def expected_peak_mib(finished: list[float], running: list[float]) -> float | No
 def _gain(level: int, trials: tuple[TrialTime, ...], below: int,
           base: dict[str, tuple[float, ...]]) -> tuple[float, int] | None:
     """(throughput at ``level`` / throughput at ``below``, trials it rests on), or None."""
+    # Only kinds measured at both levels: a LightGBM trial of 4 s against torch trials of 8 s
+    # would read as a gain, the other way round as a loss.
     means = {kind: statistics.fmean(s) for kind, s in base.items() if s}
     same_kind = [t for t in trials if t.kind in means]
-    if not same_kind and means:  # no kind at both levels: every trial against every trial
-        pooled = statistics.fmean(s for durations in base.values() for s in durations)
-        means, same_kind = {POOLED: pooled}, [replace(t, kind=POOLED) for t in trials]
     break_even = level / below
     logs = []
     for t in same_kind:
@@ -230,9 +230,14 @@ def _held(policy: PackingPolicy, state: GpuLevel, obs: GpuObservation,
     if free < need:
         return (f"GPU memory: {free:.0f} MiB free, a trial needs {need:.0f} MiB (peak "
                 f"{host.mem_peak_mib:.0f} MiB x {policy.mem_margin:g} + {policy.mem_reserve_mib:g})")
-    measured = sum(len(s) for s in state.times.get(level, {}).values())
+    # Above level 1, only trials compared with the level below count: a level not yet judged
+    # against it is no base to judge the next one.
+    measured = sum(len(s) for s in state.times.get(level, {}).values()) if level == 1 \
+        else (gain[1] if gain is not None else 0)
+    # One trial will do where the GPU is nearly idle: at level 1 (nothing to compare with yet),
+    # or where it shows a clear gain over the level below.
     fast = (obs.util < policy.target_util * policy.fast_util and free >= 2 * need
-            and gain is not None and gain[0] >= CLEAR)
+            and (level == 1 or (gain is not None and gain[0] >= CLEAR)))
     if measured < TRIALS_PER_LEVEL and not (fast and measured >= 1):
         return f"measuring trial durations at {level} per GPU ({measured} of {TRIALS_PER_LEVEL})"
     return None
