@@ -58,7 +58,8 @@ class TrialTimes:
              end: float | None = None, ok: bool = True) -> Span:
         """A trial as it runs (``end`` None) or ended."""
         raw = trial_kind(params)
-        self._kinds.add(raw)
+        if len(self._kinds) <= MAX_KINDS:  # past it, every trial is one kind for good
+            self._kinds.add(raw)
         seen = self._seen.get(worker, set())
         return Span(gpu, worker, raw, start, end, first_in_worker=not seen,
                     first_of_kind=raw not in seen, ok=ok)
@@ -70,7 +71,8 @@ class TrialTimes:
 
     def ended(self, span: Span) -> None:
         self._ended.setdefault(span.gpu, deque(maxlen=_KEPT)).append(span)
-        self._seen.setdefault(span.worker, set()).add(span.kind)
+        if self.reuse:  # fresh workers run one trial each: nothing to remember
+            self._seen.setdefault(span.worker, set()).add(span.kind)
 
     def measured(self, gpu: int, since: float, running: Iterable[Span],
                  now: float) -> tuple[TrialTime, ...]:
