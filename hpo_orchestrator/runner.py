@@ -171,7 +171,7 @@ def _run(config: Config, backend: GpuBackend,
                      backend=backend if sched.avoid_busy_gpus else None,
                      busy=BusyRule(sched.busy_gpu_mem_mib, sched.busy_gpu_util),
                      max_per_gpu=sched.max_trials_per_gpu, cores=sched.host_cores)
-    threads = threads_per_trial(sched.threads_per_trial, slots.most_at_once, sched.host_cores)
+    threads = threads_per_trial(sched.threads_per_trial, slots.concurrency, sched.host_cores)
     with warnings.catch_warnings():
         # PatientPruner and heartbeats are marked experimental; and Optuna warns that heartbeats
         # are meant for Study.optimize: under ask/tell the orchestrator records them itself.

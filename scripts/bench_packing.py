@@ -127,6 +127,8 @@ def run_one(work: Path, out: Path, name: str, setting: str, n: int, scale: float
             "auto_levels": None if auto is None else {f"gpu{lv['gpu']}": lv["limit"]
                                                       for lv in auto["levels"]},
             "auto_changes": None if auto is None else auto["changes"],
+            # why each GPU stopped where it did, its measured gains, utilization and CPU use
+            "auto_final": None if auto is None else auto["levels"],
             "mps": packing[0].get("mps") if packing else None, "log": log.name}
 
 

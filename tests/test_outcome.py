@@ -127,7 +127,7 @@ def test_child_env_of_a_cpu_slot_and_outside_a_child() -> None:
 def test_begin_trial_moves_a_reused_process_to_its_next_trial() -> None:
     environ = ChildEnv(trial_number=0, attempt=1, slot=0, gpu_index=None, gpu_uuid=None,
                        cuda_visible_devices="", num_threads=1).render()
-    begin_trial(5, 2, environ)
+    begin_trial(5, 2, environ=environ)
     parsed = ChildEnv.parse(environ)
     assert (parsed.trial_number, parsed.attempt, parsed.slot) == (5, 2, 0)
 
@@ -139,3 +139,14 @@ def test_an_interrupted_trial_says_who_stopped_it() -> None:
                        stop_error="stopped by study.fail_fast: the first 2 trials ...")
     assert verdict == Verdict(TrialState.FAIL, None, "interrupted",
                               "stopped by study.fail_fast: the first 2 trials ...")
+
+
+def test_begin_trial_gives_a_reused_process_its_trials_threads() -> None:
+    """trials_per_gpu=auto re-divides the cores as levels change: a reused worker born with 16
+    threads runs its next trial with the 8 its Job says (the objectives read slot_info())."""
+    environ = ChildEnv(trial_number=0, attempt=1, slot=0, gpu_index=0, gpu_uuid="GPU-0",
+                       cuda_visible_devices="GPU-0", num_threads=16).render()
+    begin_trial(1, 1, num_threads=8, environ=environ)
+    assert ChildEnv.parse(environ).num_threads == 8 and environ["OMP_NUM_THREADS"] == "8"
+    begin_trial(2, 1, environ=environ)  # no threads in the Job (CPU slots): kept
+    assert ChildEnv.parse(environ).num_threads == 8

@@ -24,19 +24,26 @@ from hpo_orchestrator.scheduler._packing import (
     GpuObservation,
     HostObservation,
     PackingPolicy,
+    TrialTime,
     decide,
     expected_peak_mib,
+    trial_kind,
 )
 from hpo_orchestrator.scheduler._slots import SlotPool
 from tests.conftest import max_overlap, trial_rows
 
 POLICY = PackingPolicy(target_util=80.0, max_per_gpu=4)
 HOST = HostObservation(cores=16, concurrency=1, cap=8, mem_peak_mib=2000.0)
+LGBM, TORCH = "kind=lightgbm", "kind=torch"
+
+
+def _t(seconds: float, kind: str = LGBM, running: bool = False) -> TrialTime:
+    return TrialTime(kind, seconds, running)
 
 
 def _obs(**kw: Any) -> GpuObservation:
-    base: dict[str, Any] = dict(gpu=0, running=1, util=20.0, readings=5, free_mib=70_000.0,
-                                running_mem_mib=(1500.0,), durations_s=(10.0, 10.0), ooms=0)
+    base: dict[str, Any] = dict(gpu=0, running=1, util=60.0, readings=5, free_mib=70_000.0,
+                                running_mem_mib=(1500.0,), trials=(_t(10.0), _t(10.0)), ooms=0)
     return GpuObservation(**{**base, **kw})
 
 
@@ -50,17 +57,21 @@ def _state(**kw: Any) -> GpuLevel:
 def test_low_utilization_with_room_adds_a_trial() -> None:
     state, change = decide(POLICY, _state(), _obs(), HOST, now=5.0)
     assert change is not None and (change.old, change.new) == (1, 2)
-    assert "20% utilization < 80%" in change.reason
+    assert "60% utilization < 80%" in change.reason
     assert state.limit == 2 and state.since == 5.0 and state.rates == {1: 6.0}
+    assert state.times == {1: {LGBM: (10.0, 10.0)}}
 
 
 @pytest.mark.parametrize(("obs", "host", "held"), [
     (_obs(util=95.0), HOST, "95% utilization >= scheduler.target_gpu_util=80"),
     (_obs(free_mib=2500.0), HOST, "GPU memory: 2000 MiB free"),  # 500 MiB of growth set aside
-    (_obs(durations_s=(10.0,)), HOST, "measuring throughput at 1 per GPU"),
+    (_obs(trials=(_t(10.0),)), HOST, "measuring trial durations at 1 per GPU (1 of 2)"),
+    (_obs(trials=(_t(10.0), _t(30.0, running=True))), HOST, "(1 of 2)"),  # running: no measure
+    (_obs(trials=(), util=10.0), HOST, "(0 of 2)"),
     (_obs(readings=1), HOST, "measuring utilization"),
     (_obs(running=0), HOST, "0 of its 1 places busy"),
     (_obs(), replace(HOST, concurrency=16, cap=32), "no CPU core"),
+    (_obs(cpu_cores=14.5), HOST, "host CPU: the running trials use 14.5 of 16 cores"),
     (_obs(), replace(HOST, cap=1), "at scheduler.parallel=1"),
     (_obs(), replace(HOST, mem_peak_mib=None), "GPU memory unknown"),
 ])
@@ -71,22 +82,80 @@ def test_what_holds_a_gpu_at_its_level(obs: GpuObservation, host: HostObservatio
     assert state.held is not None and held in state.held
 
 
+def test_a_nearly_idle_gpu_leaves_level_one_after_one_trial() -> None:
+    _, change = decide(POLICY, _state(), _obs(util=10.0, trials=(_t(10.0),)), HOST, now=5.0)
+    assert change is not None and change.new == 2
+
+
+def test_cpu_in_use_under_the_limit_does_not_hold() -> None:
+    """The torch MLP's trials use a core or two of sixteen: room for more."""
+    _, change = decide(POLICY, _state(), _obs(cpu_cores=2.0), HOST, now=5.0)
+    assert change is not None and change.new == 2
+
+
 def test_the_cap_holds_it() -> None:
     state, change = decide(POLICY, _state(limit=4), _obs(running=4), HOST, now=5.0)
     assert change is None and "max_trials_per_gpu=4" in (state.held or "")
 
 
 def test_no_gain_backs_off_for_good() -> None:
-    """Two at a time finished 11 trials/min where one finished 6: kept. Three finished 11.2:
-    under 5 % more, so back to two, and three is never tried again."""
-    state = _state(limit=2, rates={1: 6.0})
-    state, change = decide(POLICY, state, _obs(running=2, durations_s=(11.0, 11.0)), HOST, 1.0)
-    assert change is not None and change.new == 3 and state.rates[2] == pytest.approx(10.91, 0.01)
-    state, change = decide(POLICY, state, _obs(running=3, durations_s=(16.0, 16.0)), HOST, 2.0)
+    """Trials of 10 s alone took 11 s two at a time (1.82x): kept. Three at a time took 16 s
+    each: 1.03x of two, under 5 % more, so back to two, and three is never tried again."""
+    state = _state(limit=2, times={1: {LGBM: (10.0, 10.0)}})
+    state, change = decide(POLICY, state, _obs(running=2, trials=(_t(11.0), _t(11.0))), HOST, 1.0)
+    assert change is not None and change.new == 3 and state.gains[2] == pytest.approx(1.82, 0.01)
+    state, change = decide(POLICY, state, _obs(running=3, trials=(_t(16.0), _t(16.0))), HOST, 2.0)
     assert change is not None and (change.old, change.new) == (3, 2)
-    assert "no gain" in change.reason and state.ceiling == 2
-    state, change = decide(POLICY, state, _obs(running=2, durations_s=()), HOST, 3.0)
+    assert "1.03x the trials/min of 2 per GPU" in change.reason and state.ceiling == 2
+    state, change = decide(POLICY, state, _obs(running=2, trials=()), HOST, 3.0)
     assert change is None and state.limit == 2 and "2 per GPU was the best level" in (state.held or "")
+
+
+def test_trials_are_compared_with_their_own_kind() -> None:
+    """Alone: LightGBM 4 s, torch 8 s. Two at a time, the two trials measured so far are both
+    torch, at 12 s: 1.33x the throughput for that kind. Pooled, 12 s against a mean of 6 s
+    would have read as no gain at all."""
+    state = _state(limit=2, times={1: {LGBM: (4.0, 4.0), TORCH: (8.0, 8.0)}})
+    obs = _obs(running=2, trials=(_t(12.0, TORCH), _t(12.0, TORCH)))
+    state, change = decide(POLICY, state, obs, HOST, 1.0)
+    assert change is not None and change.new == 3 and state.gains[2] == pytest.approx(1.33, 0.01)
+
+
+def test_without_a_common_kind_nothing_is_judged() -> None:
+    """Only LightGBM ran alone (10 s), only torch at two per GPU (30 s): a torch trial says
+    nothing about LightGBM's level, so the level waits for a LightGBM trial."""
+    state = _state(limit=2, times={1: {LGBM: (10.0, 10.0)}})
+    state, change = decide(POLICY, state, _obs(running=2, trials=(_t(30.0, TORCH),) * 2), HOST, 1.0)
+    assert change is None and state.limit == 2 and state.ceiling == 4 and 2 not in state.gains
+
+
+def test_a_clear_loss_backs_off_on_one_running_trial() -> None:
+    """LightGBM on the GPU (issue 17): 3.4 s alone; at two per GPU a trial has already run
+    9 s, 2.6x its time alone: two at a time cannot beat one (0.75x at best). Back off now,
+    before the trial ends, and stay at one. At 5 s it proved nothing yet."""
+    state = _state(limit=2, times={1: {LGBM: (3.4, 3.4)}})
+    state, change = decide(POLICY, state, _obs(running=2, trials=(_t(5.0, running=True),)),
+                           HOST, 1.0)
+    assert change is None and "measuring trial durations at 2" in (state.held or "")
+    state, change = decide(POLICY, state, _obs(running=2, trials=(_t(9.0, running=True),)),
+                           HOST, 2.0)
+    assert change is not None and (change.old, change.new) == (2, 1) and state.ceiling == 1
+    assert "0.76x the trials/min of 1 per GPU (1 trials" in change.reason
+
+
+@pytest.mark.parametrize(("util", "free", "climbs"), [(10.0, 70_000.0, True),
+                                                      (60.0, 70_000.0, False),
+                                                      (10.0, 6_000.0, False)])
+def test_a_nearly_idle_gpu_climbs_on_one_clear_trial(util: float, free: float, climbs: bool) -> None:
+    """One trial at two per GPU took 12 s where 10 s alone (1.67x): enough to climb on when
+    the GPU is nearly idle with memory for two more trials; otherwise the second trial is
+    waited for."""
+    state = _state(limit=2, times={1: {LGBM: (10.0, 10.0)}})
+    obs = _obs(running=2, util=util, free_mib=free, running_mem_mib=(), trials=(_t(12.0),))
+    state, change = decide(POLICY, state, obs, HOST, 1.0)
+    assert (change is not None and change.new == 3) is climbs
+    if not climbs:
+        assert "measuring trial durations at 2 per GPU (1 of 2)" in (state.held or "")
 
 
 def test_an_oom_backs_off_and_caps() -> None:
@@ -95,6 +164,11 @@ def test_an_oom_backs_off_and_caps() -> None:
     assert "out of GPU memory" in change.reason and state.ceiling == 2
     state, change = decide(POLICY, _state(limit=1), _obs(ooms=1), HOST, now=5.0)
     assert change is None and state.ceiling == 1 and state.limit == 1
+
+
+def test_trial_kind_is_its_categorical_parameters() -> None:
+    assert trial_kind({"kind": "torch", "lr": 0.1, "layers": 3}) == "kind=torch"
+    assert trial_kind({"lr": 0.1}) == "*"
 
 
 def test_expected_peak_is_the_largest_finished_else_running() -> None:
@@ -230,3 +304,138 @@ def test_an_oom_makes_auto_back_off(cli) -> None:  # type: ignore[no-untyped-def
     assert any(r["attrs"].get("hpo.fail_reason") == "oom" for r in rows)
     counted = [r for r in rows if not r["attrs"].get("hpo.retried")]
     assert len(counted) == 10  # failed attempts that were retried don't count against n_trials
+
+
+# --- the packer: which trials measure, threads, a raise that waits for cores ---------------
+
+
+class _Readings:
+    """A telemetry sampler's readings, scripted: a GPU at 20 % with 70 GB free, trials that
+    use ``cpu`` host cores."""
+
+    def __init__(self, cpu: float = 2.0) -> None:
+        self.cpu = cpu
+
+    def device_readings(self, gpu_index: int, since: float) -> list[Any]:
+        from hpo_orchestrator.telemetry._sampler import DeviceReading
+
+        return [DeviceReading(since, 20.0, 10_000.0)] * 5
+
+    def cpu_readings(self, since: float) -> list[float]:
+        return [self.cpu] * 5
+
+    def running_mem_peaks(self, gpu_index: int) -> list[float]:
+        return []
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+def _rt(slot: Any, threads: int, spawned_at: float, pid: int = 1,
+        kind: str = "lightgbm") -> Any:
+    from types import SimpleNamespace
+
+    return SimpleNamespace(slot=slot, threads=threads, outcome=None, spawned_at=spawned_at,
+                           worker=SimpleNamespace(process=SimpleNamespace(pid=pid)),
+                           trial=SimpleNamespace(params={"kind": kind}))
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> _Clock:
+    from hpo_orchestrator.scheduler import _packer
+
+    fake = _Clock()
+    monkeypatch.setattr(_packer, "time", fake)
+    return fake
+
+
+def _packer(cpu: float = 2.0) -> Any:
+    import optuna
+
+    from hpo_orchestrator.scheduler._packer import Packer
+
+    gpus = [GpuInfo(index=0, uuid="GPU-0", name="fake", memory_total_mib=80_000)]
+    pool = SlotPool(gpus, "auto", None, max_per_gpu=4)
+    config = load_config(["scheduler.parallel=auto", "scheduler.host_cores=16"])
+    study = optuna.create_study(storage=optuna.storages.InMemoryStorage())
+    return Packer(config, pool, _Readings(cpu), study, "h")  # type: ignore[arg-type]
+
+
+def _run(packer: Any, clock: _Clock, seconds: float, threads: int = 16, pid: int = 1,
+         kind: str = "lightgbm") -> None:
+    """One trial on GPU 0 that runs ``seconds`` from now and ends."""
+    rt = _rt(packer.pool.slots[0], threads, clock.now, pid, kind)
+    clock.now += seconds
+    packer.trial_ended(rt, None, {"hpo.gpu_mem_peak_mib": 1000.0})
+
+
+def test_auto_threads_are_the_cores_left_and_a_raise_waits_for_them(clock: _Clock) -> None:
+    """One GPU at level 1: the trial gets all 16 cores. Its worker's first trial (a warm-up)
+    and two of 10 s: the level rises while a 16-thread trial runs, but the pool keeps one
+    place until that trial is gone (16 + 8 threads would oversubscribe the cores); its place
+    is refilled with 8 threads, then the second place opens with the other 8."""
+    packer = _packer()
+    slot = packer.pool.slots[0]
+    assert packer.threads_for_next([]) == 16
+    packer.pool.acquire()
+    for seconds in (30.0, 10.0, 10.0):
+        _run(packer, clock, seconds)
+    assert packer.tick([_rt(slot, 16, clock.now)]) is False and packer.pool.limits[0] == 1
+    assert "going to 2 per GPU once the running trials leave 8 cores free" in packer.levels[0].held
+    assert packer.threads_for_next([]) == 8  # its place, refilled, already gets the new share
+    clock.now += 2.0
+    assert packer.tick([_rt(slot, 8, clock.now)]) is True and packer.pool.limits[0] == 2
+    assert packer.threads_for_next([]) == 8
+    assert packer.threads_for_next([_rt(slot, 14, clock.now)]) == 2
+    history = packer.study.user_attrs["hpo.packing.h"]
+    assert [(c["from"], c["to"]) for c in history["changes"]] == [(1, 2)]
+    assert history["levels"][0]["rates"] == {"1": 6.0}  # the 30 s warm-up left out
+
+
+def test_warm_ups_and_the_trials_beside_them_do_not_measure_a_level(clock: _Clock) -> None:
+    """Issue 17's gpu_mix on an H100: a worker's first torch trial ran 19 s, later ones 8 s.
+    The first trial of each kind in a worker is a warm-up; a trial that ran beside a warm-up
+    on its GPU (slowed by that worker's imports and kernel builds) does not count either."""
+    from hpo_orchestrator.scheduler._trial_times import TrialTimes
+
+    times = TrialTimes(reuse=True)
+    for pid, kind, start, end in [(1, "lightgbm", 0, 6), (1, "torch", 6, 25), (1, "lightgbm", 25, 29),
+                                  (1, "torch", 29, 37), (2, "lightgbm", 30, 40), (1, "torch", 41, 50)]:
+        times.ended(times.span(0, pid, {"kind": kind}, start, end))
+    assert times.measured(0, 0.0, [], now=60.0) == (_t(4.0), _t(9.0, TORCH))
+    running = times.span(0, 2, {"kind": "lightgbm"}, 50.0)  # worker 2 has run LightGBM: counts
+    warming = times.span(0, 3, {"kind": "torch"}, 55.0)  # a new worker: taints what runs beside it
+    assert times.measured(0, 0.0, [running], now=54.0)[-1] == _t(4.0, running=True)
+    assert times.measured(0, 0.0, [running, warming], now=58.0) == (_t(4.0), _t(9.0, TORCH))
+    fresh = TrialTimes(reuse=False)  # one process per trial: its start is part of every trial
+    fresh.ended(fresh.span(0, 7, {"kind": "torch"}, 0.0, 19.0))
+    assert fresh.measured(0, 0.0, [], now=20.0) == (_t(19.0, TORCH),)
+    assert not times.warmup(running) and times.warmup(warming)
+
+
+def test_many_kinds_are_measured_as_one(clock: _Clock) -> None:
+    """Five kinds: nearly every trial would be a first of its kind in its worker, so every
+    trial is one kind and only each worker's first trial is a warm-up."""
+    from hpo_orchestrator.scheduler._trial_times import MAX_KINDS, TrialTimes
+
+    times = TrialTimes(reuse=True)
+    for n in range(MAX_KINDS + 1):
+        times.ended(times.span(0, 1, {"model": f"m{n}"}, 10.0 * n, 10.0 * n + 10.0))
+    assert [t.kind for t in times.measured(0, 0.0, [], now=60.0)] == ["*"] * MAX_KINDS
+
+
+def test_auto_holds_when_the_trials_use_the_host_cores(clock: _Clock) -> None:
+    packer = _packer(cpu=15.0)
+    packer.pool.acquire()
+    for seconds in (30.0, 10.0, 10.0):
+        _run(packer, clock, seconds)
+    assert packer.tick([_rt(packer.pool.slots[0], 16, clock.now)]) is False
+    assert "host CPU" in (packer.levels[0].held or "")
+    packer.close()  # the final levels and why each stopped there
+    level = packer.study.user_attrs["hpo.packing.h"]["levels"][0]
+    assert "host CPU" in level["held"] and level["cpu_cores"] == 15.0 and level["util"] == 20.0

@@ -109,16 +109,3 @@ def test_oom_retry_goes_to_the_gpu_with_most_free_memory() -> None:
     assert retry is not None and retry.gpu is not None and retry.gpu.index == 0
     plain = pool.acquire()
     assert plain is not None and plain.gpu is not None and plain.gpu.index == 1  # least loaded
-
-
-@pytest.mark.parametrize(("parallel", "most"), [("auto", 8), (6, 6), (1, 1)])
-def test_auto_packing_divides_threads_by_its_ceiling_not_its_level(parallel: object, most: int) -> None:
-    """A worker's threads are fixed at birth: sized for level 1, they would oversubscribe the
-    cores once its GPU's level grows (LightGBM ran 30x slower so on an H100)."""
-    gpus = FakeGpuBackend.from_spec("2").gpus()
-    pool = SlotPool(gpus, parallel=parallel, trials_per_gpu="auto", max_per_gpu=4)  # type: ignore[arg-type]
-    assert pool.concurrency == min(2, most)  # every GPU starts at level 1
-    assert pool.most_at_once == most
-    assert threads_per_trial(None, pool.most_at_once, cores=16) == 16 // most
-    fixed = SlotPool(gpus, parallel=4, trials_per_gpu=2)
-    assert fixed.most_at_once == fixed.concurrency == 4

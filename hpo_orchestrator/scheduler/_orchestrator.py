@@ -148,6 +148,9 @@ class Orchestrator:
                     self._stopping = True
                 if not self._signals and self.halted is None:
                     self._launch_ready()
+                # right after the launch: a tick between a trial's end and the refill of its
+                # place would read a busy GPU as idle (then its level never grows)
+                self._pack()
                 if not self.running and (self._signals or self.halted or self.timed_out
                                          or self.asking.study_done()):
                     break
@@ -156,7 +159,6 @@ class Orchestrator:
                 for rt in self._ended():
                     self._finish(rt)
                 self.reporter.tick(list(self.running.values()))
-                self._pack()
                 self.clock.discount_stall(self.running.values())
                 enforce_deadlines(self.running.values(), self.config.scheduler.trial_timeout_s,
                                   self.config.scheduler.kill_grace_s)
@@ -250,6 +252,8 @@ class Orchestrator:
     def _spawn(self, asked: Asked, slot: Slot) -> None:
         trial = asked.trial
         log_path = trial_log_path(self.log_dir, trial.number)
+        if self.packer is not None:  # auto: the cores the running trials leave (_packer.py)
+            self.threads = self.packer.threads_for_next(self.running.values())
         try:
             worker = self.workers.for_trial(slot, trial.number, asked.attempt, self.threads,
                                             log_path)
@@ -262,7 +266,7 @@ class Orchestrator:
         rt = RunningTrial(trial=trial, slot=slot, worker=worker, attempt=asked.attempt,
                           spawned_at=time.monotonic(), spawned_epoch=time.time(),
                           oom_kills_at_spawn=cgroup_oom_kills(), log_path=log_path,
-                          artifact_store=self.config.artifacts.store)
+                          artifact_store=self.config.artifacts.store, threads=self.threads)
         self.running[slot.id] = rt
         self.slots.describe(slot, study=self.study.study_name, trial=trial.number,
                             trial_pid=worker.process.pid)
@@ -273,7 +277,8 @@ class Orchestrator:
         # died at birth (killed from outside) is classified once it is reaped.
         rt.connection.send(Job(trial_number=trial.number, objective=self.config.objective,
                                attempt=asked.attempt, reuse=self.reuse,
-                               log_path=str(log_path), artifact_store=rt.artifact_store))
+                               log_path=str(log_path), artifact_store=rt.artifact_store,
+                               num_threads=self.threads))
         try:
             self.records.trial_started(rt, self.threads, self.config.scheduler.worker_mode)
         except optuna.exceptions.UpdateFinishedTrialError:
@@ -285,8 +290,7 @@ class Orchestrator:
         new workers get the cores re-divided, and idle workers above the level go."""
         if self.packer is None or not self.slots.auto:
             return
-        self.packer.tick()
-        self.threads = self.packer.threads
+        self.packer.tick(self.running.values())
         self.workers.retire_over_levels()
 
     # --- finishing -------------------------------------------------------------------------

@@ -2,9 +2,15 @@
 
 Inputs: the GPUs' readings (the telemetry sampler keeps them), the trials that ended on each
 GPU (the loop tells :meth:`Packer.trial_ended`), the slot pool's busy places and free memory.
-Outputs: each GPU's level in the slot pool, the threads a new worker gets, and the study attr
+Outputs: each GPU's level in the slot pool, the threads a new trial gets, and the study attr
 ``hpo.packing.<host>`` (every change with its time, GPU, old -> new and reason; status and
 report show it). The rules themselves are pure: scheduler/_packing.py.
+
+Threads (auto): each trial gets the host's cores over the trials at once, but never more
+than the running trials leave free, so the cores are never oversubscribed (LightGBM's OpenMP
+threads spin: 16 + 8 threads on 16 cores made trials 30x slower, docs/BENCHMARKS.md). A
+level that goes up waits until the running trials leave the new share free: the trial that
+runs at 16 threads ends first, then both start at 8.
 
 Single-threaded: only the orchestrator's loop calls it.
 """
@@ -12,8 +18,10 @@ Single-threaded: only the orchestrator's loop calls it.
 from __future__ import annotations
 
 import os
+import statistics
 import time
-from dataclasses import dataclass, replace
+from collections.abc import Iterable
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -32,6 +40,7 @@ from hpo_orchestrator.scheduler._packing import (
 )
 from hpo_orchestrator.scheduler._slots import SlotPool, host_cores, threads_per_trial
 from hpo_orchestrator.scheduler._trial import RunningTrial
+from hpo_orchestrator.scheduler._trial_times import TrialTimes
 from hpo_orchestrator.telemetry import TelemetrySampler
 
 __all__ = ["Packer", "detect_mps", "packing_key"]
@@ -59,15 +68,6 @@ def detect_mps() -> dict[str, Any]:
             "daemons": sorted(daemons)}
 
 
-@dataclass(frozen=True)
-class _Ended:
-    spawned: float  # time.monotonic()
-    ended: float
-    duration_s: float
-    oom: bool
-    failed: bool  # a failed trial's duration says nothing about throughput
-
-
 class Packer:
     def __init__(self, config: Config, pool: SlotPool, sampler: TelemetrySampler | None,
                  study: optuna.Study, host: str) -> None:
@@ -78,18 +78,21 @@ class Packer:
         self.host = host
         self.cores = host_cores(sched.host_cores)
         self._threads_configured = sched.threads_per_trial
+        self._times = TrialTimes(reuse=sched.worker_mode == "reuse")  # which trials measure
         self.policy = PackingPolicy(target_util=float(sched.target_gpu_util),
                                     max_per_gpu=sched.max_trials_per_gpu)
         now = time.monotonic()
         self.levels = {index: GpuLevel(gpu=index, limit=limit, since=now,
                                        ceiling=self.policy.max_per_gpu)
                        for index, limit in pool.limits.items()}
+        self._pending: dict[int, tuple[GpuLevel, Change]] = {}  # raised, waiting for cores
         self._total_mib = {s.gpu.index: s.gpu.memory_total_mib for s in pool.slots if s.gpu}
-        self._ended: dict[int, list[_Ended]] = {index: [] for index in self.levels}
+        self._ooms: dict[int, list[float]] = {index: [] for index in self.levels}  # when
         self._mem_peaks: list[float] = []
         self._changes: list[dict[str, Any]] = []
         self._decided_at = now
         self._written_at = -float("inf")
+        self._seen: dict[int, GpuObservation] = {}  # each GPU's last observation, for the attr
         mps = detect_mps()
         self._record: dict[str, Any] = {
             "mode": "auto" if pool.auto else "fixed", "target_gpu_util": self.policy.target_util,
@@ -97,38 +100,47 @@ class Packer:
         if pool.auto or mps["active"]:  # fixed levels: worth a write only with MPS
             self._write()
 
-    @property
-    def threads(self) -> int:
-        """CPU threads for a new worker: the cores over the most trials at once (see
-        SlotPool.most_at_once)."""
-        return threads_per_trial(self._threads_configured, self.pool.most_at_once, self.cores)
+    def threads_for_next(self, running: Iterable[RunningTrial]) -> int:
+        """CPU threads for the next trial. Fixed levels: the cores over the trials at once.
+        Auto: that share, within what the running trials leave free (module docstring)."""
+        if self._threads_configured is not None or not self.pool.auto:
+            return threads_per_trial(self._threads_configured, self.pool.concurrency, self.cores)
+        return max(1, min(self._share(), self._free_cores(running)))
+
+    def _share(self) -> int:
+        """The cores over the trials at once, raises that wait for cores counted: a place
+        refilled meanwhile gets the smaller share, so the cores for the new place come free."""
+        at_once = min(self.pool.cap, self.pool.concurrency + len(self._pending))
+        return max(1, self.cores // max(at_once, 1))
+
+    def _free_cores(self, running: Iterable[RunningTrial]) -> int:
+        return self.cores - sum(rt.threads or 0 for rt in running)
 
     def trial_ended(self, rt: RunningTrial, fail_reason: str | None,
                     measured: dict[str, object]) -> None:
         gpu = rt.slot.gpu
-        if gpu is None or gpu.index not in self._ended:
+        if gpu is None or gpu.index not in self._ooms:
             return
-        # A reuse worker's first trial includes the process start, paid once per worker: the
-        # level's throughput is its steady state, so that trial counts from its objective's start.
-        begin = rt.started_at if rt.worker.trials == 1 and rt.started_at is not None \
-            else rt.spawned_at
         now = time.monotonic()
-        self._ended[gpu.index].append(_Ended(rt.spawned_at, now, now - begin, fail_reason == "oom",
-                                             fail_reason is not None))
+        self._times.ended(self._times.span(gpu.index, rt.worker.process.pid, rt.trial.params,
+                                           rt.spawned_at, now, ok=fail_reason is None))
+        if fail_reason == "oom":
+            self._ooms[gpu.index].append(now)
         peak = measured.get("hpo.gpu_mem_peak_mib")
         if isinstance(peak, (int, float)):
             self._mem_peaks.append(float(peak))
         if fail_reason == "oom":  # decided now, before the slot takes its next trial
             self._decided_at = -float("inf")
-            self.tick()
+            self.tick(())
 
-    def tick(self) -> bool:
+    def tick(self, running: Iterable[RunningTrial]) -> bool:
         """Decide every GPU's level (at most every _DECIDE_EVERY_S, at once after an OOM);
         True when one changed."""
         now = time.monotonic()
         if not self.pool.auto or now - self._decided_at < _DECIDE_EVERY_S:
             return False
         self._decided_at = now
+        running = list(running)
         running_peaks = [] if self.sampler is None else [
             p for index in self.levels for p in self.sampler.running_mem_peaks(index)]
         host = HostObservation(cores=self.cores, concurrency=self.pool.concurrency,
@@ -137,8 +149,28 @@ class Packer:
         changes: list[Change] = []
         held_changed = False
         for index, state in self.levels.items():
-            new, change = decide(self.policy, state, self._observe(state, now), host, now)
-            held_changed |= new.held != state.held
+            change: Change | None
+            if index in self._pending and any(t >= state.since for t in self._ooms[index]):
+                del self._pending[index]  # an OOM at the old level: no raise after all
+            if index in self._pending:
+                new, change = self._pending[index]
+                if self._threads_configured is None and self._free_cores(running) < self._share():
+                    continue  # the running trials' threads still hold the new trial's share
+                del self._pending[index]
+                new = replace(new, since=now)
+            else:
+                self._seen[index] = self._observe(state, running, now)
+                new, change = decide(self.policy, state, self._seen[index], host, now)
+                held_changed |= new.held != state.held
+                if change is not None and change.new > change.old and self._threads_configured \
+                        is None:
+                    self._pending[index] = (new, change)
+                    if self._free_cores(running) < self._share():
+                        self.levels[index] = replace(
+                            state, held=f"going to {change.new} per GPU once the running trials "
+                                        f"leave {self._share()} cores free")
+                        continue
+                    del self._pending[index]
             self.levels[index] = new
             if change is not None:
                 changes.append(change)
@@ -158,28 +190,42 @@ class Packer:
         if self.pool.auto:
             self._write()
 
-    def _observe(self, state: GpuLevel, now: float) -> GpuObservation:
+    def _observe(self, state: GpuLevel, running: list[RunningTrial], now: float) -> GpuObservation:
         index = state.gpu
         readings = [] if self.sampler is None else self.sampler.device_readings(index, state.since)
         utils = [r.sm_util for r in readings if r.sm_util is not None]
         latest = [] if self.sampler is None else self.sampler.device_readings(index, now - 30.0)
         used = next((r.mem_used_mib for r in reversed(latest) if r.mem_used_mib is not None), None)
         total = self._total_mib.get(index)
-        ended = [e for e in self._ended[index] if e.spawned >= state.since]
+        cpu = [] if self.sampler is None else self.sampler.cpu_readings(state.since)
+        spans = [self._times.span(index, rt.worker.process.pid, rt.trial.params, rt.spawned_at)
+                 for rt in running if rt.slot.gpu is not None and rt.slot.gpu.index == index
+                 and rt.outcome is None]
         return GpuObservation(
             gpu=index, running=self.pool.busy_on(index),
             util=sum(utils) / len(utils) if utils else None, readings=len(utils),
             free_mib=None if used is None or total is None else total - used,
             running_mem_mib=tuple(self.sampler.running_mem_peaks(index)) if self.sampler else (),
-            durations_s=tuple(e.duration_s for e in ended if not e.failed),
+            trials=self._times.measured(index, state.since, spans, now),
             # an OOM counts against the level in force when the trial ended
-            ooms=sum(1 for e in self._ended[index] if e.oom and e.ended >= state.since))
+            ooms=sum(1 for t in self._ooms[index] if t >= state.since),
+            cpu_cores=statistics.fmean(cpu) if len(cpu) >= self.policy.min_readings else None)
 
     def _write(self) -> None:
         self._written_at = time.monotonic()
         value = {**self._record,
                  "levels": [{"gpu": s.gpu, "limit": s.limit, "held": s.held,
-                             "rates": {str(k): v for k, v in sorted(s.rates.items())}}
+                             "rates": {str(k): v for k, v in sorted(s.rates.items())},
+                             "gains": {str(k): v for k, v in sorted(s.gains.items())},
+                             **self._last_readings(s.gpu)}
                             for s in self.levels.values()],
                  "changes": self._changes[-_MAX_CHANGES:]}
         self.study.set_user_attr(packing_key(self.host), value)
+
+    def _last_readings(self, index: int) -> dict[str, float | None]:
+        """What the last decision saw: GPU utilization and the host cores our trials used."""
+        obs = self._seen.get(index)
+        if obs is None:
+            return {}
+        return {"util": None if obs.util is None else round(obs.util, 1),
+                "cpu_cores": None if obs.cpu_cores is None else round(obs.cpu_cores, 1)}

@@ -1,22 +1,30 @@
 """``scheduler.trials_per_gpu=auto``: how many trials each GPU runs at once (pure rules).
 
-Issue 17 measured it on one H100: the same trials ran 1.66-1.97x faster at two per GPU than
-at one, because each left the GPU mostly idle (1-30 % utilization), and slower again at four
-for one workload: a fixed guess can lose the gain. So each GPU gets a *level* (trials at
-once) that this module moves one step at a time, from what was measured:
+Issue 17 measured it on H100s: gpu_mix (LightGBM-GPU and torch trials) ran 2.1-2.3x faster at
+three per GPU than at one, while the default LightGBM study ran 0.65x at two (its one trial
+already keeps the host's cores busy; two OpenCL contexts time-slice the GPU). Utilization
+alone cannot tell these apart (both left the GPU 8-30 % busy), so each GPU gets a *level*
+(trials at once) that this module moves one step at a time, from what was measured:
 
 - up, while the GPU's utilization at the current level stays under ``target_util``, the next
-  trial's expected peak memory (with margin) fits in the GPU's free memory, the host has a
-  core for one more trial, and the current level's throughput is known (so the next level can
-  be judged against it);
+  trial's expected peak memory (with margin) fits in the GPU's free memory, the running
+  trials leave the host's cores room (``cpu_full``), and the current level's trial durations
+  are known (so the next level can be judged against them);
 - down, and never up again in this run (``ceiling``), when a level did not raise the trials
   finished per minute by ``min_gain`` over the level below, or when a trial ran out of memory.
 
-Throughput at a level is measured from the trials that ran wholly at it (started after the
-level was set): ``level * 60 / mean duration``, trials per minute with the GPU full. Each
-finished trial is one measurement, so a level is judged after a few trials instead of a long
-window of finishes, and trials of different kinds (a LightGBM one, a torch one) weigh alike
-at every level.
+A level is judged by *trial durations per kind*: each trial that ran wholly at level k is
+compared with the mean duration of trials of its kind (its categorical parameters: a
+LightGBM trial with a LightGBM one) at the level below j, and the level's gain is
+``k / j`` over the geometric mean of those slowdowns. A noisy trials/min of a few finishes,
+or a different mix of kinds at two levels, would misjudge it. A worker's first trial (process
+start, imports, LightGBM's OpenCL kernel build) is left out by the caller. A running trial
+that is already slower than break-even counts too: a loss shows before the trial ends.
+
+Clear results need fewer trials: one trial that shows a ``CLEAR`` loss backs off at once, and
+where the GPU is nearly idle with memory for two more trials (``fast_util``), one trial is
+enough to climb on: at level 1, or when it shows a ``CLEAR`` gain. Only kinds measured at both
+levels are compared (scheduler/_trial_times.py folds a study of many kinds into one).
 
 Everything here is a function of its inputs (no clock, no I/O), so the tests drive it with
 scripted numbers; scheduler/_packer.py gathers the inputs and applies the outputs.
@@ -24,13 +32,18 @@ scripted numbers; scheduler/_packer.py gathers the inputs and applies the output
 
 from __future__ import annotations
 
+import math
 import statistics
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from typing import Any
 
-__all__ = ["Change", "GpuLevel", "GpuObservation", "HostObservation", "PackingPolicy", "decide",
-           "expected_peak_mib"]
+__all__ = ["Change", "GpuLevel", "GpuObservation", "HostObservation", "PackingPolicy", "TrialTime",
+           "decide", "expected_peak_mib", "trial_kind"]
 
-TRIALS_PER_LEVEL = 2  # trials that ran wholly at a level before its throughput counts
+TRIALS_PER_LEVEL = 2  # measured trials at a level before its durations count
+CLEAR = 1.25  # a gain of this factor, or a loss to 1/this, is clear from one trial
+POOLED = "*"  # kind of every trial, where no kind ran at both levels
 
 
 @dataclass(frozen=True)
@@ -44,6 +57,19 @@ class PackingPolicy:
     mem_reserve_mib: float = 512.0  # ... plus this (CUDA context, allocator slack) must be free
     min_gain: float = 0.05  # a level must finish this share more trials per minute than the one below
     min_readings: int = 3  # GPU readings at a level before its utilization counts
+    # Trials using this share of the host's cores leave none for one more: it would only
+    # split the same cores (LightGBM at 16 threads on 16 cores), whatever the GPU says.
+    cpu_full: float = 0.85
+    fast_util: float = 0.5  # under target_util x this (and memory for two more): climb on one trial
+
+
+@dataclass(frozen=True)
+class TrialTime:
+    """One trial that ran at the GPU's current level (not its worker's first)."""
+
+    kind: str
+    seconds: float
+    running: bool = False  # still running: ``seconds`` so far, a lower bound
 
 
 @dataclass(frozen=True)
@@ -54,7 +80,9 @@ class GpuLevel:
     limit: int = 1  # trials at once now
     since: float = 0.0  # when ``limit`` was set (the caller's clock)
     ceiling: int = 1  # highest level allowed from now on
-    rates: dict[int, float] = field(default_factory=dict)  # level -> trials per minute
+    times: dict[int, dict[str, tuple[float, ...]]] = field(default_factory=dict)  # level -> kind -> s
+    rates: dict[int, float] = field(default_factory=dict)  # level -> trials per minute (shown)
+    gains: dict[int, float] = field(default_factory=dict)  # level -> throughput / level below's
     held: str | None = None  # why it does not go up now (None: nothing holds it)
 
 
@@ -68,8 +96,9 @@ class GpuObservation:
     readings: int
     free_mib: float | None  # memory free on the GPU now
     running_mem_mib: tuple[float, ...] = ()  # peak so far of each trial running on it
-    durations_s: tuple[float, ...] = ()  # trials that started and ended at this level
+    trials: tuple[TrialTime, ...] = ()  # trials spawned at this level (finished and running)
     ooms: int = 0  # trials on it that ran out of memory since the level was set
+    cpu_cores: float | None = None  # host cores our running trials used since the level was set
 
 
 @dataclass(frozen=True)
@@ -88,6 +117,13 @@ class Change:
     reason: str
 
 
+def trial_kind(params: Mapping[str, Any]) -> str:
+    """What makes trials comparable: their categorical parameters (gpu_mix's ``kind``, a
+    model family). Numbers vary from trial to trial and are left out."""
+    parts = [f"{k}={v}" for k, v in sorted(params.items()) if isinstance(v, (str, bool))]
+    return ",".join(parts) or POOLED
+
+
 def expected_peak_mib(finished: list[float], running: list[float]) -> float | None:
     """The next trial's expected peak GPU memory: the largest peak of finished trials (the
     median would let every other trial out-grow its place), or of running ones when no trial
@@ -96,11 +132,23 @@ def expected_peak_mib(finished: list[float], running: list[float]) -> float | No
     return max(known) if known else None
 
 
-def _rate(level: int, durations: tuple[float, ...]) -> float | None:
-    if len(durations) < TRIALS_PER_LEVEL:
+def _gain(level: int, trials: tuple[TrialTime, ...], below: int,
+          base: dict[str, tuple[float, ...]]) -> tuple[float, int] | None:
+    """(throughput at ``level`` / throughput at ``below``, trials it rests on), or None."""
+    # Only kinds measured at both levels: a LightGBM trial of 4 s against torch trials of 8 s
+    # would read as a gain, the other way round as a loss.
+    means = {kind: statistics.fmean(s) for kind, s in base.items() if s}
+    same_kind = [t for t in trials if t.kind in means]
+    break_even = level / below
+    logs = []
+    for t in same_kind:
+        slowdown = t.seconds / means[t.kind]
+        # A running trial proves a loss only once it is past break-even; before, it proves nothing.
+        if not t.running or slowdown > break_even:
+            logs.append(math.log(max(slowdown, 1e-9)))
+    if not logs:
         return None
-    mean = statistics.fmean(durations)
-    return level * 60.0 / mean if mean > 0 else None
+    return break_even / math.exp(statistics.fmean(logs)), len(logs)
 
 
 def decide(policy: PackingPolicy, state: GpuLevel, obs: GpuObservation,
@@ -113,23 +161,39 @@ def decide(policy: PackingPolicy, state: GpuLevel, obs: GpuObservation,
             return _move(state, level - 1, now, f"a trial ran out of GPU memory at {level} per GPU")
         return replace(state, held="a trial ran out of GPU memory at 1 per GPU"), None
 
-    rate = _rate(level, obs.durations_s)  # refined with every trial that ends at this level
-    if rate is not None:
-        state = replace(state, rates={**state.rates, level: round(rate, 2)})
-    below = state.rates.get(level - 1)
-    if rate is not None and below is not None and rate < below * (1 + policy.min_gain):
-        state = replace(state, ceiling=level - 1)
-        return _move(state, level - 1, now,
-                     f"{level} per GPU finished {rate:.1f} trials/min, {level - 1} per GPU "
-                     f"{below:.1f}: no gain")
+    finished: dict[str, tuple[float, ...]] = {}
+    for t in obs.trials:
+        if not t.running:
+            finished[t.kind] = (*finished.get(t.kind, ()), t.seconds)
+    if finished:  # refined with every trial that ends at this level
+        mean = statistics.fmean(s for durations in finished.values() for s in durations)
+        state = replace(state, times={**state.times, level: finished},
+                        rates={**state.rates, level: round(level * 60.0 / mean, 2)})
+    below = max((k for k in state.times if k < level), default=None)
+    gain = None if below is None else _gain(level, obs.trials, below, state.times[below])
+    if gain is not None:
+        state = replace(state, gains={**state.gains, level: round(gain[0], 2)})
+        ratio, count = gain
+        if ratio < 1 / CLEAR or (count >= TRIALS_PER_LEVEL and ratio < 1 + policy.min_gain):
+            assert below is not None
+            state = replace(state, ceiling=level - 1)
+            return _move(state, level - 1, now,
+                         f"{level} per GPU finished {ratio:.2f}x the trials/min of {below} per "
+                         f"GPU ({count} trials of the same kind compared): no gain")
 
-    held = _held(policy, state, obs, host)
+    held = _held(policy, state, obs, host, gain)
     if held is not None:
         return replace(state, held=held), None
     assert obs.util is not None  # _held checked it
     return _move(state, level + 1, now,
                  f"{obs.util:.0f}% utilization < {policy.target_util:g}% at {level} per GPU "
-                 f"({state.rates[level]:.1f} trials/min)")
+                 f"({_measured(state, level)})")
+
+
+def _measured(state: GpuLevel, level: int) -> str:
+    rate = f"{state.rates[level]:.1f} trials/min" if level in state.rates else "rate unknown"
+    gain = state.gains.get(level)
+    return rate if gain is None else f"{rate}, {gain:.2f}x the level below"
 
 
 def _move(state: GpuLevel, new: int, now: float, reason: str) -> tuple[GpuLevel, Change]:
@@ -138,7 +202,7 @@ def _move(state: GpuLevel, new: int, now: float, reason: str) -> tuple[GpuLevel,
 
 
 def _held(policy: PackingPolicy, state: GpuLevel, obs: GpuObservation,
-          host: HostObservation) -> str | None:
+          host: HostObservation, gain: tuple[float, int] | None) -> str | None:
     """Why the GPU does not get one more trial now; None when it may."""
     level = state.limit
     if level >= min(state.ceiling, policy.max_per_gpu):
@@ -148,21 +212,32 @@ def _held(policy: PackingPolicy, state: GpuLevel, obs: GpuObservation,
         return f"at scheduler.parallel={host.cap} trials on this host"
     if host.concurrency + 1 > host.cores:
         return f"no CPU core for one more trial ({host.cores} cores, {host.concurrency} trials)"
+    if obs.cpu_cores is not None and obs.cpu_cores >= policy.cpu_full * host.cores:
+        return (f"host CPU: the running trials use {obs.cpu_cores:.1f} of {host.cores} cores "
+                f"(one more would only share them)")
     if obs.running < level:  # another place would idle too; the last real reason still holds
         return state.held or f"{obs.running} of its {level} places busy"
     if obs.util is None or obs.readings < policy.min_readings:
         return "measuring utilization"
     if obs.util >= policy.target_util:
         return f"{obs.util:.0f}% utilization >= scheduler.target_gpu_util={policy.target_util:g}"
-    if level not in state.rates:
-        return f"measuring throughput at {level} per GPU"
     if host.mem_peak_mib is None or obs.free_mib is None:
         return "GPU memory unknown"
     # Running trials may still grow to the expected peak: their growth is set aside too.
     growth = sum(max(0.0, host.mem_peak_mib - used) for used in obs.running_mem_mib)
     need = host.mem_peak_mib * policy.mem_margin + policy.mem_reserve_mib
-    if obs.free_mib - growth < need:
-        return (f"GPU memory: {obs.free_mib - growth:.0f} MiB free, a trial needs "
-                f"{need:.0f} MiB (peak {host.mem_peak_mib:.0f} MiB x {policy.mem_margin:g} "
-                f"+ {policy.mem_reserve_mib:g})")
+    free = obs.free_mib - growth
+    if free < need:
+        return (f"GPU memory: {free:.0f} MiB free, a trial needs {need:.0f} MiB (peak "
+                f"{host.mem_peak_mib:.0f} MiB x {policy.mem_margin:g} + {policy.mem_reserve_mib:g})")
+    # Above level 1, only trials compared with the level below count: a level not yet judged
+    # against it is no base to judge the next one.
+    measured = sum(len(s) for s in state.times.get(level, {}).values()) if level == 1 \
+        else (gain[1] if gain is not None else 0)
+    # One trial will do where the GPU is nearly idle: at level 1 (nothing to compare with yet),
+    # or where it shows a clear gain over the level below.
+    fast = (obs.util < policy.target_util * policy.fast_util and free >= 2 * need
+            and (level == 1 or (gain is not None and gain[0] >= CLEAR)))
+    if measured < TRIALS_PER_LEVEL and not (fast and measured >= 1):
+        return f"measuring trial durations at {level} per GPU ({measured} of {TRIALS_PER_LEVEL})"
     return None

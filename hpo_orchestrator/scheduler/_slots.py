@@ -143,14 +143,6 @@ class SlotPool:
         places = sum(self.limits.values()) if self.limits else len(self.slots)
         return min(self.cap, places)
 
-    @property
-    def most_at_once(self) -> int:
-        """The most trials that can ever run at once: what CPU threads are divided by. With
-        auto packing that is every GPU at max_per_gpu, not today's levels: a worker's
-        OpenMP threads are fixed at its birth and must still fit when its GPU's level grows
-        (docs/BENCHMARKS.md, the packing benchmark: LightGBM trials 30x slower otherwise)."""
-        return min(self.cap, len(self.slots)) if self.auto else self.concurrency
-
     def set_limit(self, gpu_index: int, limit: int) -> None:
         """The GPU's level from now on (running trials above it finish; none starts there)."""
         self.limits[gpu_index] = max(1, min(limit, self.per_gpu))

@@ -46,6 +46,7 @@ class RunningTrial:
     spawned_epoch: float
     oom_kills_at_spawn: int | None
     started_at: float | None = None
+    threads: int | None = None  # CPU threads the trial was given (its OpenMP/torch threads)
     phase: str | None = None
     last_step: int | None = None
     reports: list[tuple[int, float]] = field(default_factory=list)  # (step, s since spawn)

@@ -11,7 +11,8 @@ round, and a trial that ends with no CPU reading yet is sampled once more as it 
 process still lives in reuse mode). A reused process's CPU baseline is read when the trial
 starts, so even that first sample has a CPU %.
 
-The readings of each GPU are also kept for a while (:meth:`device_readings`), for
+The readings of each GPU, and the host cores all watched trials used in each round, are also
+kept for a while (:meth:`device_readings`, :meth:`cpu_readings`), for
 ``scheduler.trials_per_gpu=auto`` (scheduler/_packer.py).
 """
 
@@ -118,6 +119,7 @@ class TelemetrySampler:
         self._wake = threading.Event()  # a trial was watched: its first sample is due soon
         self._last_round = -math.inf
         self._device: dict[int, deque[DeviceReading]] = {}
+        self._cpu: deque[tuple[float, float]] = deque(maxlen=_DEVICE_READINGS)  # (t, cores)
         self.cpu_seconds = 0.0  # the sampler thread's own CPU time (its overhead)
         self.samples_taken = 0
 
@@ -184,6 +186,13 @@ class TelemetrySampler:
         with self._lock:
             readings = list(self._device.get(gpu_index, ()))
         return [r for r in readings if r.t >= since]
+
+    def cpu_readings(self, since: float) -> list[float]:
+        """Cores used by all watched trials together in each full round at or after ``since``
+        (a round where a trial had no CPU reading yet is left out)."""
+        with self._lock:
+            readings = list(self._cpu)
+        return [cores for t, cores in readings if t >= since]
 
     def running_mem_peaks(self, gpu_index: int) -> list[float]:
         """Peak GPU memory seen so far of each trial running on the GPU (MiB)."""
@@ -300,6 +309,8 @@ class TelemetrySampler:
             self._rows.extend(rows)
             if not only_this:
                 self.samples_taken += 1
+                if rows and all(r["cpu_util"] is not None for r in rows):
+                    self._cpu.append((now, sum(r["cpu_util"] for r in rows) / 100.0))
 
 
 def _gpu_columns(sample: GpuSample | None, pids: set[int]) -> dict[str, Any]:

@@ -157,7 +157,7 @@ def _begin(job: Job) -> None:
     """Per-trial state a reused process must not carry over from its previous trial."""
     if job.log_path:
         _redirect_output(job.log_path)
-    begin_trial(job.trial_number, job.attempt)
+    begin_trial(job.trial_number, job.attempt, job.num_threads)
     runtime._phase_stack.clear()
     runtime._artifact_store = job.artifact_store
 

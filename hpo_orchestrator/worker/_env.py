@@ -4,8 +4,9 @@ bootstrap). The one place that knows the ``HPO_*`` names (docs/DESIGN.md §2.5).
 
 The environment is fixed before the child's interpreter starts, so CUDA, OpenMP and BLAS
 read their settings at their first import and the child never sees another GPU. In reuse
-mode one process runs many trials: only the per-trial names (trial number, attempt) change,
-through :func:`begin_trial`.
+mode one process runs many trials: only the per-trial names (trial number, attempt, threads)
+change, through :func:`begin_trial`; a library that read its thread count at import keeps it,
+which is why the objectives pass ``slot_info().num_threads`` to LightGBM and torch per trial.
 """
 
 from __future__ import annotations
@@ -69,10 +70,14 @@ class ChildEnv:
         )
 
 
-def begin_trial(number: int, attempt: int, environ: MutableMapping[str, str] = os.environ) -> None:
+def begin_trial(number: int, attempt: int, num_threads: int | None = None,
+                environ: MutableMapping[str, str] = os.environ) -> None:
     """A reused process starts its next trial: the per-trial names follow it."""
     environ[TRIAL_NUMBER] = str(number)
     environ[ATTEMPT] = str(attempt)
+    if num_threads is not None:  # trials_per_gpu=auto re-divides the cores as levels change
+        for name in (NUM_THREADS, "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+            environ[name] = str(num_threads)
 
 
 def _text(value: int | None) -> str:

@@ -47,6 +47,7 @@ class Job:
     reuse: bool = False  # keep the process for the next trial
     log_path: str | None = None  # the trial's log: the child sends its stdout/stderr there
     artifact_store: str | None = None  # the folder save_artifact writes to (artifacts.store)
+    num_threads: int | None = None  # this trial's CPU threads (a reused process's change)
 
 
 @dataclass(frozen=True)

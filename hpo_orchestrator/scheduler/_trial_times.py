@@ -1,0 +1,93 @@
+"""Which trials measure a GPU's level for ``scheduler.trials_per_gpu=auto``.
+
+Measured on one H100 (docs/BENCHMARKS.md, issue 17): in a reuse worker, the first trial of
+each kind pays that kind's start-up: the gpu_mix torch trial ran 19 s the first time in a
+worker (torch import, CUDA context, its data) and 8 s after; LightGBM's first paid its OpenCL
+kernel build. Counted, such *warm-up* trials inflate the level they ran at. A new worker also
+slows the trials beside it while it starts (imports and kernel builds take the cores): a
+trial at three per GPU that overlapped one ran 12.5 s where its kind took 4-5 s, and the level
+was judged "no gain" where the fixed setting gained 1.27x over two.
+
+So a trial measures its level only when it is not a warm-up and no warm-up ran on its GPU
+while it ran. With fresh workers (one process per trial) every trial pays its start: that is
+the steady state, and nothing is a warm-up. When a study has more than ``MAX_KINDS`` kinds,
+every trial is one kind (a worker's first trial is then its warm-up): with many kinds almost
+every trial would be a first of its kind, and nothing would be left to measure.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from hpo_orchestrator.scheduler._packing import POOLED, TrialTime, trial_kind
+
+__all__ = ["MAX_KINDS", "Span", "TrialTimes"]
+
+MAX_KINDS = 4
+_KEPT = 1000  # ended trials kept per GPU: a level is judged on the latest few
+
+
+@dataclass(frozen=True)
+class Span:
+    """One trial on a GPU: when it ran (``end`` None: running), in which worker process."""
+
+    gpu: int
+    worker: int  # the worker's pid
+    kind: str  # trial_kind of its parameters
+    start: float
+    end: float | None = None
+    first_in_worker: bool = False
+    first_of_kind: bool = False  # in its worker
+    ok: bool = True  # a failed trial's duration says nothing about the level
+
+
+class TrialTimes:
+    def __init__(self, reuse: bool) -> None:
+        self.reuse = reuse
+        self._ended: dict[int, deque[Span]] = {}
+        self._seen: dict[int, set[str]] = {}  # worker pid -> kinds it has run
+        self._kinds: set[str] = set()
+
+    def _kind(self, raw: str) -> str:
+        return POOLED if len(self._kinds) > MAX_KINDS else raw
+
+    def span(self, gpu: int, worker: int, params: Mapping[str, Any], start: float,
+             end: float | None = None, ok: bool = True) -> Span:
+        """A trial as it runs (``end`` None) or ended."""
+        raw = trial_kind(params)
+        if len(self._kinds) <= MAX_KINDS:  # past it, every trial is one kind for good
+            self._kinds.add(raw)
+        seen = self._seen.get(worker, set())
+        return Span(gpu, worker, raw, start, end, first_in_worker=not seen,
+                    first_of_kind=raw not in seen, ok=ok)
+
+    def warmup(self, span: Span) -> bool:
+        """Did the trial pay its kind's start-up in its worker? (reuse workers only)"""
+        pooled = len(self._kinds) > MAX_KINDS
+        return self.reuse and (span.first_in_worker if pooled else span.first_of_kind)
+
+    def ended(self, span: Span) -> None:
+        self._ended.setdefault(span.gpu, deque(maxlen=_KEPT)).append(span)
+        if self.reuse:  # fresh workers run one trial each: nothing to remember
+            self._seen.setdefault(span.worker, set()).add(span.kind)
+
+    def measured(self, gpu: int, since: float, running: Iterable[Span],
+                 now: float) -> tuple[TrialTime, ...]:
+        """The trials that measure the GPU's level set at ``since``: ended ones first, then
+        running ones (their time so far)."""
+        on_gpu = [s for s in running if s.gpu == gpu]
+        spans = [s for s in self._ended.get(gpu, ()) if s.end is not None and s.end >= since]
+        warmups = [s for s in (*spans, *on_gpu) if self.warmup(s)]
+
+        def clean(s: Span) -> bool:
+            end = now if s.end is None else s.end
+            return not self.warmup(s) and s.ok and s.start >= since and not any(
+                w is not s and w.start < end and (now if w.end is None else w.end) > s.start
+                for w in warmups)
+
+        return tuple(TrialTime(self._kind(s.kind), (now if s.end is None else s.end) - s.start,
+                               running=s.end is None)
+                     for s in (*spans, *on_gpu) if clean(s))
