@@ -194,3 +194,14 @@ def test_a_password_with_an_unescaped_at_sign_is_masked_whole() -> None:
     url = "postgresql+psycopg://me:p@s3cret@db/hpo"
     assert mask_url(url) == "postgresql+psycopg://me:***@db/hpo"
     assert "s3cret" not in _cli_trials.next_steps(url, "sqlite:///hpo.db", 3)
+
+
+def test_a_long_study_name_still_gets_a_run_folder() -> None:
+    """Names up to Optuna's 512 characters are valid, a file name holds 255 bytes: a 300-character
+    name was created as a study, then the run stopped on 'File name too long'."""
+    from hpo_orchestrator.scheduler import run_dir
+
+    first, second = (run_dir("sqlite:///runs/hpo.db", "a" * 299 + end) for end in "xy")
+    assert len(first.name) <= 200 and first.name.startswith("a" * 100)
+    assert first != second
+    assert run_dir("sqlite:///runs/hpo.db", "exp 1").name == "exp_1"
