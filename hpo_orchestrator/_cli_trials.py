@@ -20,8 +20,8 @@ from sqlalchemy.engine import Engine
 
 from hpo_orchestrator.errors import ConfigError, HpoError
 
-__all__ = ["add_logs_parser", "as_typed", "cmd_logs", "next_steps", "print_trial", "prog", "resolve_study",
-           "run_again"]
+__all__ = ["add_logs_parser", "as_typed", "cmd_logs", "next_steps", "print_trial", "prog",
+           "resolve_study", "run_again"]
 
 _FOLLOW_POLL_S = 0.5
 
@@ -189,7 +189,9 @@ def print_trial(args: argparse.Namespace, console: Console, errors: Console) -> 
     duration = (detail["end"] - detail["start"]).total_seconds() \
         if detail["start"] and detail["end"] else None
     lines = [f"study {name!r} trial {args.trial}: {detail['state']}"
-             + (f", value {detail['value']!r}" if detail["value"] is not None else "")
+             + (f", values {', '.join(repr(v) for v in detail['values'])}"
+                if len(detail["values"]) > 1 else
+                f", value {detail['value']!r}" if detail["value"] is not None else "")
              + (f", {duration:.1f} s" if duration is not None else "")]
     if detail["params"]:
         lines.append("params: " + " ".join(f"{k}={v!r}" if isinstance(v, str) else f"{k}={v}"
@@ -209,3 +211,4 @@ def print_trial(args: argparse.Namespace, console: Console, errors: Console) -> 
         console.print(escape(f"log: {attrs['hpo.log_path']}  ({prog()} logs {args.trial})"),
                       highlight=False)
     return 0
+

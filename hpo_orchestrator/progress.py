@@ -4,6 +4,7 @@ and for a failed trial the last lines of its log (where the rest is, one command
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from types import TracebackType
 
 from optuna.trial import TrialState
@@ -20,6 +21,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from hpo_orchestrator.db import ScoredTrial, pareto_front
 from hpo_orchestrator.scheduler import FinishedTrial, RunningTrial, read_tail
 
 __all__ = ["LiveReporter", "QuietReporter"]
@@ -33,11 +35,16 @@ _LOG_LINES = 6  # log lines shown under a failed trial
 class LiveReporter:
     """A context manager; the orchestrator calls ``started``/``finished``/``tick``."""
 
-    def __init__(self, console: Console, n_trials: int, already_done: int, direction: str,
-                 best: tuple[int, float] | None = None, show_logs: bool = True) -> None:
+    def __init__(self, console: Console, n_trials: int, already_done: int,
+                 direction: str | Sequence[str], best: tuple[int, float] | None = None,
+                 show_logs: bool = True,
+                 front: Sequence[tuple[int, tuple[float, ...]]] = ()) -> None:
         self.console = console
-        self.direction = direction
+        self.directions = [direction] if isinstance(direction, str) else list(direction)
+        self.direction = self.directions[0]
         self.best = best  # the study's best, earlier runs included
+        # Several objectives have no one best: the study's Pareto front, earlier runs included
+        self.front = [ScoredTrial(n, n, v) for n, v in front]
         self.show_logs = show_logs
         self.counts = {TrialState.COMPLETE: 0, TrialState.PRUNED: 0, TrialState.FAIL: 0}
         self.progress = Progress(TextColumn("[bold]trials"), BarColumn(), MofNCompleteColumn(),
@@ -62,6 +69,8 @@ class LiveReporter:
     def _description(self) -> str:
         counts = ", ".join(f"[{_STATE_STYLE[s]}]{_STATE_LABEL[s]} {n}[/]"
                           for s, n in self.counts.items())
+        if len(self.directions) > 1:
+            return counts + f"  Pareto front {len(self.front)} trial(s)"
         best = f"  best {self.best[1]:.6g} (#{self.best[0]})" if self.best else ""
         return counts + best
 
@@ -81,13 +90,16 @@ class LiveReporter:
 
     def finished(self, done: FinishedTrial) -> None:
         self.counts[done.state] = self.counts.get(done.state, 0) + 1
-        if done.state == TrialState.COMPLETE and done.value is not None:
-            better = self.best is None or (done.value < self.best[1] if self.direction == "minimize"
-                                           else done.value > self.best[1])
-            if better:
-                self.best = (done.number, done.value)
+        value = done.value
+        if done.state == TrialState.COMPLETE and value is not None:
+            if isinstance(value, tuple):
+                # a dominated trial never rejoins the front: the front plus the new one suffices
+                self.front = pareto_front([*self.front, ScoredTrial(done.number, done.number,
+                                                                    value)], self.directions)
+            else:
+                self._better(done.number, value)
         style = _STATE_STYLE.get(done.state, "white")
-        what = f"value {done.value:.5g}" if done.value is not None else (
+        what = _values_text(done.value) if done.value is not None else (
             f"{done.fail_reason}: {done.error}" if done.fail_reason else "")
         self.console.print(f"[{style}]trial {done.number:>4} {done.state.name:<8}[/] "
                            f"{done.slot:<5} {done.duration_s:6.1f}s  {escape(what)}", highlight=False)
@@ -100,12 +112,23 @@ class LiveReporter:
             self.console.print(f"  [dim]log: {escape(done.log_path)}[/]", highlight=False)
         self.progress.update(self.task, advance=1, description=self._description())
 
+    def _better(self, number: int, value: float) -> None:
+        if self.best is None or (value < self.best[1] if self.direction == "minimize"
+                                 else value > self.best[1]):
+            self.best = (number, value)
+
     def tick(self, running: list[RunningTrial]) -> None:
         self.running = running
         now = time.monotonic()
         if now - self._last_render >= 0.25:
             self._last_render = now
             self.live.update(self._render())
+
+
+def _values_text(value: float | tuple[float, ...]) -> str:
+    if isinstance(value, tuple):
+        return "values " + ", ".join(f"{v:.5g}" for v in value)
+    return f"value {value:.5g}"
 
 
 class QuietReporter:

@@ -22,6 +22,7 @@ import optuna
 from hpo_orchestrator.config import Config, CustomObjectiveConfig
 from hpo_orchestrator.db import (
     best_trial,
+    best_trials,
     ensure_tables,
     open_rdb_storage,
     retrying_rdb_storage,
@@ -44,7 +45,7 @@ from hpo_orchestrator.scheduler import (
     run_dir,
     threads_per_trial,
 )
-from hpo_orchestrator.study import create_or_load_study, record_config
+from hpo_orchestrator.study import create_or_load_study, record_config, without_pruning
 from hpo_orchestrator.study_storage import MirrorStorage
 from hpo_orchestrator.study_tools import enqueue_configured
 from hpo_orchestrator.telemetry import TelemetrySampler
@@ -69,6 +70,8 @@ class PreparedRun:
     n_trials: int  # the study's total: study.n_trials, or what study.add_trials made of it
     log_dir: str  # the study's run folder: one log per trial (scheduler/_logs.py)
     best: tuple[int, float] | None = None  # the study's best (number, value) before this run
+    # several objectives: the study's Pareto front (number, values) before this run
+    front: tuple[tuple[int, tuple[float, ...]], ...] = ()
 
     @property
     def nothing_to_do(self) -> bool:
@@ -78,7 +81,7 @@ class PreparedRun:
 
 @dataclass(frozen=True)
 class RunResult:
-    exit_code: int  # 0 done, 1 stopped by the failure policy, 130 stopped by SIGINT/SIGTERM
+    exit_code: int  # 0 done, 1 stopped by the failure policy, 130 stopped by SIGINT/SIGTERM/SIGHUP
     study_name: str
     error: str | None = None  # why the failure policy stopped the run (exit 1)
     hint: str | None = None
@@ -131,18 +134,21 @@ def _current_folder_importable() -> None:
         sys.path.insert(0, os.getcwd())
 
 
-def _best_so_far(storage: optuna.storages.RDBStorage, study_id: int,
-                 direction: str) -> tuple[int, float] | None:
-    """The study's best trial before this run (one SQL read: a resume shows the study's best)."""
+def _best_so_far(storage: optuna.storages.RDBStorage, study_id: int, directions: list[str]
+                 ) -> tuple[tuple[int, float] | None, tuple[tuple[int, tuple[float, ...]], ...]]:
+    """The study's best trial before this run (one SQL read: a resume shows the study's best),
+    or its Pareto front when it has several objectives."""
     with storage.engine.connect() as connection:
-        best = best_trial(connection, study_id, direction)
-    return None if best is None else (int(best["number"]), float(best["value"]))
+        if len(directions) > 1:
+            return None, tuple((t.number, t.values) for t in best_trials(connection, study_id)[1])
+        best = best_trial(connection, study_id, directions[0])
+    return (None if best is None else (int(best["number"]), float(best["value"]))), ()
 
 
 def run_study(config: Config, *, backend: GpuBackend | None = None,
               progress: Callable[[PreparedRun], AbstractContextManager[Reporter]] | None = None,
               ) -> RunResult:
-    """Run ``config``'s study on this host until n_trials are done (or SIGINT/SIGTERM).
+    """Run ``config``'s study on this host until n_trials are done (or SIGINT/SIGTERM/SIGHUP).
 
     ``backend``: the GPUs to use (default: NVML, or the fake one that
     $HPO_ORCHESTRATOR_FAKE_GPUS selects, or none); closed at the end when opened here.
@@ -150,6 +156,7 @@ def run_study(config: Config, *, backend: GpuBackend | None = None,
     the run's length). Raises ConfigError (exit 2) and RuntimeFailure (exit 1).
     """
     check_objective(config)
+    config = without_pruning(config)[0]  # the CLI prints why, before the run starts
     owned = backend is None
     backend = open_backend() if backend is None else backend
     try:
@@ -196,13 +203,14 @@ def _run(config: Config, backend: GpuBackend,
                 config.study, n_trials=claimed + config.study.add_trials, add_trials=None))
             budget.n_trials = config.study.n_trials
             record_config(study, config)
+        best, front = _best_so_far(storage, study._study_id, config.study.objectives)
         prepared = PreparedRun(
             config=config, gpus=gpus, slots=len(slots.slots), concurrency=slots.concurrency,
             threads=threads, unavailable_reason=backend.unavailable_reason,
             study_name=study.study_name,
             already_claimed=min(claimed, config.study.n_trials), n_trials=config.study.n_trials,
             log_dir=str(run_dir(config.storage.url, study.study_name, sched.log_dir)),
-            best=_best_so_far(storage, study._study_id, config.study.direction))
+            best=best, front=front)
         live: AbstractContextManager[Reporter] = progress(prepared) if progress is not None \
             else nullcontext(_Silent())
         with live as reporter:

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import optuna
 from optuna.study import StudyDirection
 
-from hpo_orchestrator.config import Config, TPESamplerConfig, to_plain_dict
+from hpo_orchestrator.config import Config, NoPrunerConfig, TPESamplerConfig, to_plain_dict
 from hpo_orchestrator.db import mask_url
 from hpo_orchestrator.errors import ConfigError
 from hpo_orchestrator.pruning._factory import build_pruner
 
-__all__ = ["build_sampler", "create_or_load_study", "objective_differences", "record_config"]
+__all__ = ["build_sampler", "create_or_load_study", "objective_differences", "record_config",
+           "without_pruning"]
 
 # Objective keys that change where or how fast a trial runs, not what it computes: a study may
 # go on with other values. Every other key (name, target, data, sizes, seeds, search space)
@@ -28,22 +30,40 @@ def build_sampler(config: Config) -> optuna.samplers.BaseSampler:
     return optuna.samplers.RandomSampler(seed=cfg.seed)
 
 
+def without_pruning(config: Config) -> tuple[Config, str | None]:
+    """A study of several objectives runs with ``pruner=none``, and the line that says so.
+
+    Optuna cannot prune them (``Trial.report``/``should_prune`` raise), and the pruner group
+    always has a default: refusing would fail every multi-objective run that did not also
+    type ``pruner=none`` (docs/DESIGN.md §3.9)."""
+    if not config.study.multi_objective or isinstance(config.pruner, NoPrunerConfig):
+        return config, None
+    notice = (f"pruner: off (was {config.pruner.name}): Optuna cannot prune a study of "
+              f"{len(config.study.objectives)} objectives; trials run to their end and their "
+              f"reports are kept as curves. Pass pruner=none to say so yourself.")
+    return replace(config, pruner=NoPrunerConfig()), notice
+
+
 def create_or_load_study(config: Config, storage: optuna.storages.BaseStorage) -> optuna.Study:
-    """The study named in the config, created if new; an existing one must agree on direction."""
+    """The study named in the config, created if new; an existing one must agree on its
+    directions."""
     name = config.study.name
-    wanted = StudyDirection.MINIMIZE if config.study.direction == "minimize" \
-        else StudyDirection.MAXIMIZE
+    wanted = [StudyDirection.MINIMIZE if d == "minimize" else StudyDirection.MAXIMIZE
+              for d in config.study.objectives]
     try:
         existing = storage.get_study_id_from_name(name)
     except KeyError:
         existing = None
     if existing is not None:
         directions = storage.get_study_directions(existing)
-        if directions != [wanted]:
-            have = ", ".join(d.name.lower() for d in directions)
+        if directions != wanted:
+            have = [d.name.lower() for d in directions]
+            asked = ",".join(config.study.objectives)
+            pass_ = f"study.direction={have[0]}" if len(have) == 1 else \
+                f"study.directions=[{','.join(have)}]"
             raise ConfigError(
-                f"study {name!r} already exists with direction {have}, not {config.study.direction}",
-                f"pass study.direction={have} or choose another study.name")
+                f"study {name!r} already exists with direction {', '.join(have)}, not {asked}",
+                f"pass {pass_} or choose another study.name")
         recorded = (storage.get_study_user_attrs(existing).get("hpo.config") or {}).get("objective")
         differences = objective_differences(recorded, to_plain_dict(config)["objective"])
         if differences and not config.study.allow_mixed:
@@ -51,7 +71,7 @@ def create_or_load_study(config: Config, storage: optuna.storages.BaseStorage) -
                 f"study {name!r} was run with another objective ({'; '.join(differences)}): "
                 f"this run's trials would be mixed with its trials",
                 "choose another study.name, or pass study.allow_mixed=true to add them anyway")
-    study = optuna.create_study(storage=storage, study_name=name, direction=wanted,
+    study = optuna.create_study(storage=storage, study_name=name, directions=wanted,
                                 sampler=build_sampler(config), pruner=build_pruner(config.pruner),
                                 load_if_exists=True)
     record_config(study, config)

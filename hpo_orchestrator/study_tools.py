@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -46,12 +46,32 @@ class BestTrials:
     directions: list[str]
     objective: str | None  # the objective's name in hpo.config (None: not run by us)
     trials: list[BestTrial]
+    front_size: int | None = None  # set once select() kept one trial of the front
+
+    def select(self, index: int | None, number: int | None) -> BestTrials:
+        """The front's ``index``-th trial, or its trial ``number``: one of several objectives'
+        best trials to paste (ConfigError, exit 2, naming the front's trials otherwise)."""
+        if index is None and number is None:
+            return self
+        numbers = ", ".join(str(t.number) for t in self.trials) or "none yet"
+        flag = f"--index {index}" if index is not None else f"--trial {number}"
+        if index is not None and 0 <= index < len(self.trials):
+            return replace(self, trials=[self.trials[index]], front_size=len(self.trials))
+        chosen = [t for t in self.trials if t.number == number]
+        if chosen:
+            return replace(self, trials=chosen, front_size=len(self.trials))
+        raise ConfigError(f"{flag}: study {self.study!r} has {len(self.trials)} best trial(s) "
+                          f"(Pareto front: {numbers})",
+                          f"--index takes 0 to {max(len(self.trials) - 1, 0)}; --trial one of "
+                          f"the numbers above")
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {"study": self.study, "directions": self.directions,
                                 "objective": self.objective,
                                 "best_trials": [{"number": t.number, "values": list(t.values),
-                                                 "params": t.params} for t in self.trials]}
+                                                 "params": t.params,
+                                                 "overrides": overrides(t.params, self.objective)}
+                                                for t in self.trials]}
         if len(self.directions) == 1 and self.trials:
             best = self.trials[0]
             data.update({"number": best.number, "value": best.values[0], "params": best.params,

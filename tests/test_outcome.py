@@ -22,7 +22,7 @@ ERROR = TrialOutcome(kind="error", fail_reason="oom", error="OutOfMemoryError: C
     (None, TrialOutcome(kind="value", value=0.5), 0, False, Verdict(TrialState.COMPLETE, 0.5)),
     ("interrupted", TrialOutcome(kind="pruned"), 0, False, Verdict(TrialState.PRUNED)),
     ("interrupted", None, -15, False,
-     Verdict(TrialState.FAIL, None, "interrupted", "stopped by SIGINT/SIGTERM")),
+     Verdict(TrialState.FAIL, None, "interrupted", "stopped by SIGINT/SIGTERM/SIGHUP")),
     (None, ERROR, 0, False, Verdict(TrialState.FAIL, None, "oom", "OutOfMemoryError: CUDA")),
     (None, None, -signal.SIGKILL, True,
      Verdict(TrialState.FAIL, None, "oom", "killed by the kernel OOM killer")),
@@ -130,3 +130,12 @@ def test_begin_trial_moves_a_reused_process_to_its_next_trial() -> None:
     begin_trial(5, 2, environ)
     parsed = ChildEnv.parse(environ)
     assert (parsed.trial_number, parsed.attempt, parsed.slot) == (5, 2, 0)
+
+
+def test_an_interrupted_trial_says_who_stopped_it() -> None:
+    """The failure policy's stop is recorded as the policy's, not as a signal (issue 15)."""
+    verdict = classify(stop_reason="interrupted", outcome=None, returncode=-15, timeout_s=None,
+                       oom_killed=lambda: False, log_tail=lambda: "",
+                       stop_error="stopped by study.fail_fast: the first 2 trials ...")
+    assert verdict == Verdict(TrialState.FAIL, None, "interrupted",
+                              "stopped by study.fail_fast: the first 2 trials ...")

@@ -29,6 +29,7 @@ README = REPO / "README.md"
 VERBATIM = "run verbatim"
 CONFIG = "run with --show-config appended (needs a server or hours; its overrides are checked)"
 WATCH = "run verbatim until its first screen, then stopped (it refreshes forever)"
+SEVERAL = "run verbatim by test_several_objectives_as_written (its own folder and study)"
 
 COMMANDS: dict[str, str] = {
     "make hpo": VERBATIM,
@@ -50,6 +51,10 @@ COMMANDS: dict[str, str] = {
         "not run here: needs Slurm (tests/test_cluster.py submits to the local Slurm)",
     "hpo-orchestrator run objective=custom objective.target=mypkg.objective:objective study.name=mypkg":
         VERBATIM,
+    "hpo-orchestrator run objective=custom objective.target=mypkg.tradeoff:objective "
+    "'study.directions=[minimize,minimize]' pruner=none study.name=tradeoff study.n_trials=12":
+        SEVERAL,
+    "hpo-orchestrator best --study tradeoff --index 0": SEVERAL,
     "hpo-orchestrator logs 3 --study mypkg": VERBATIM,
     "hpo-orchestrator status --trial 3 --study mypkg": VERBATIM,
     "hpo-orchestrator report --study hpo --out report.html --png report.png": VERBATIM,
@@ -219,3 +224,19 @@ def test_the_readme_in_order(tmp_path: Path) -> None:
             for statement in filter(str.strip, block.split(";")):
                 rows = connection.execute(statement).fetchall()
                 assert rows, statement
+
+
+@pytest.mark.slow
+def test_several_objectives_as_written(tmp_path: Path) -> None:
+    """The 'Several objectives' example: its objective file and commands, as the README has them."""
+    _require_slow("runs the README's multi-objective study")
+    example = next(b for b in blocks("python") if b.startswith("# mypkg/tradeoff.py"))
+    (tmp_path / "mypkg").mkdir()
+    (tmp_path / "mypkg" / "tradeoff.py").write_text(example)
+    run, best = (c for c, how in COMMANDS.items() if how == SEVERAL)
+    ran = _sh(run, tmp_path)
+    assert "complete 12, pruned 0, failed 0" in ran.stdout and "Pareto front" in ran.stdout
+    assert "pruner: off" not in ran.stderr  # the example says pruner=none itself
+    picked = _sh(best, tmp_path)
+    assert re.search(r"Pareto front, \d+ trial\(s\); selected: trial #\d+", picked.stdout)
+    assert "width" in picked.stdout and "enqueue:" in picked.stdout

@@ -18,6 +18,7 @@ configuration groups (pick one: GROUP=OPTION):
 
 most used keys (KEY=VALUE; --show-config prints them all, with their values):
   study.name=hpo  study.n_trials=40  study.add_trials=N (N more)  study.direction=minimize
+  study.directions=[minimize,maximize] (several objectives: objective=custom, no pruning)
   study.fail_fast=5  study.max_failures=null  study.allow_mixed=false
   scheduler.parallel=1  scheduler.gpus=auto  scheduler.trials_per_gpu=null
   scheduler.worker_mode=reuse  scheduler.trial_timeout_s=null  scheduler.log_dir=null
@@ -118,6 +119,11 @@ def _add_study_tool_parsers(commands: Any) -> None:
     best.add_argument("--storage", default=DEFAULT_STORAGE, help=f"default {DEFAULT_STORAGE}")
     best.add_argument("--study", help="study name (default: the most recently run)")
     best.add_argument("--json", action="store_true", help="machine-readable output")
+    pick = best.add_mutually_exclusive_group()
+    pick.add_argument("--index", type=int, metavar="I",
+                      help="several objectives: the Pareto front's I-th trial (0: the first)")
+    pick.add_argument("--trial", type=int, metavar="N",
+                      help="several objectives: the Pareto front's trial number N")
 
     enqueue = commands.add_parser("enqueue", help="queue known params: the next run of the "
                                                   "study tries them first")

@@ -15,7 +15,24 @@ from hpo_orchestrator.errors import mask_passwords
 __all__ = ["cmd_run", "cmd_submit"]
 
 
+_STOPPED = ("[yellow]stopped: running trials were marked FAIL (interrupted); run the same "
+            "command again to resume[/]")
+
+
 def cmd_run(args: argparse.Namespace, console: Console) -> int:
+    """SIGTERM or SIGHUP before the loop runs (Hydra, the study, the mirror) stop the run as
+    Ctrl-C does: exit 130 with the stopped run's message, not the signal's 143."""
+    from hpo_orchestrator._signals import handling_stop_signals
+
+    try:
+        with handling_stop_signals():
+            return _run_command(args, console)
+    except KeyboardInterrupt:
+        console.print(_STOPPED)
+        return 130
+
+
+def _run_command(args: argparse.Namespace, console: Console) -> int:
     from contextlib import AbstractContextManager
 
     import optuna
@@ -27,8 +44,11 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
     from hpo_orchestrator.runner import PreparedRun, run_study
     from hpo_orchestrator.scheduler import Reporter
     from hpo_orchestrator.status import collect_status, print_status
+    from hpo_orchestrator.study import without_pruning
 
-    config = load_config(args.overrides)
+    config, pruning_off = without_pruning(load_config(args.overrides))
+    if pruning_off:
+        errors().print(pruning_off, markup=False)
     if args.show_config:
         plain = to_plain_dict(config)
         plain["storage"]["url"] = mask_url(plain["storage"]["url"])
@@ -57,16 +77,15 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
                 f"study). For 20 more: {_cli_trials.run_again(args.overrides, 'study.add_trials=20')}",
                 style="yellow", highlight=False, markup=False)
             return QuietReporter()
-        return LiveReporter(console, run.n_trials, run.already_claimed, config.study.direction,
-                            best=run.best)
+        return LiveReporter(console, run.n_trials, run.already_claimed, config.study.objectives,
+                            best=run.best, front=run.front)
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     result = run_study(config, progress=announce)
     report = collect_status(create_engine(config.storage.url), result.study_name)
     print_status(report, console)
     if result.interrupted:
-        console.print("[yellow]stopped: running trials were marked FAIL (interrupted); "
-                      "run the same command again to resume[/]")
+        console.print(_STOPPED)
     if result.timed_out:
         console.print(f"time limit reached: study.timeout_s={config.study.timeout_s:g}, no "
                       "new trial started after it; run the same command again to continue",

@@ -14,11 +14,14 @@ __all__ = ["cmd_best", "cmd_enqueue"]
 
 
 def cmd_best(args: argparse.Namespace, console: Console) -> int:
+    """``best``: the best trial, or a multi-objective study's Pareto front (or one of its
+    trials: ``--index``/``--trial``), with its params as overrides and as an enqueue command."""
     from hpo_orchestrator.db import create_engine
     from hpo_orchestrator.study_tools import enqueue_command, find_best, override_line
 
     engine = create_engine(args.storage)
     best = find_best(engine, _cli_trials.resolve_study(engine, args.study, errors()))
+    best = best.select(args.index, args.trial)
     if args.json:
         print(json.dumps(best.to_json(), indent=2))
         return 0
@@ -28,7 +31,8 @@ def cmd_best(args: argparse.Namespace, console: Console) -> int:
         return 0
     several = len(best.directions) > 1
     console.print(f"study {best.study!r} ({directions}): " + (
-        f"Pareto front, {len(best.trials)} trial(s)" if several else
+        f"Pareto front, {best.front_size or len(best.trials)} trial(s)"
+        + (f"; selected: trial #{best.trials[0].number}" if best.front_size else "") if several else
         f"best trial #{best.trials[0].number}, value {best.trials[0].values[0]!r}"), highlight=False)
     for trial in best.trials:
         if several:

@@ -269,10 +269,16 @@ class StorageConfig:
                      "must be longer than storage.heartbeat_interval_s")
 
 
+_DIRECTIONS = ("minimize", "maximize")
+
+
 @dataclass
 class StudyConfig:
     name: str = "hpo"
-    direction: str = "minimize"
+    # One objective: minimize (the default) or maximize. Several: directions, one per value the
+    # objective returns (a Pareto front; Optuna cannot prune them). Not both.
+    direction: str | None = None
+    directions: list[str] | None = None
     # Trials that must end (COMPLETE, PRUNED or FAIL) in the study as a whole; a restart resumes.
     n_trials: int = 40
     # Run this many trials more than the study has ended so far (n_trials is then ignored).
@@ -290,6 +296,15 @@ class StudyConfig:
     # Param sets the study tries first (Optuna's enqueue_trial), each once per study.
     enqueue: list[dict[str, Any]] = field(default_factory=list)
 
+    @property
+    def objectives(self) -> list[str]:
+        """The study's directions, one per objective value ('minimize' / 'maximize')."""
+        return list(self.directions) if self.directions else [self.direction or "minimize"]
+
+    @property
+    def multi_objective(self) -> bool:
+        return len(self.objectives) > 1
+
     def validate(self, path: str) -> None:
         _require(bool(self.name.strip()), f"{path}.name", "must not be empty")
         # Optuna's studies.study_name is VARCHAR(512): PostgreSQL and MySQL refuse a longer
@@ -298,8 +313,16 @@ class StudyConfig:
         _require(len(self.name) <= MAX_STUDY_NAME, f"{path}.name",
                  f"{len(self.name)} characters, Optuna stores at most {MAX_STUDY_NAME}",
                  "choose a shorter study.name")
-        _require(self.direction in ("minimize", "maximize"), f"{path}.direction",
+        _require(self.direction is None or self.direction in _DIRECTIONS, f"{path}.direction",
                  f"expected minimize or maximize, got {self.direction!r}")
+        if self.directions is not None:
+            _require(self.direction is None, f"{path}.directions",
+                     "given together with study.direction: one of them says the study's directions",
+                     "pass study.directions=[minimize,maximize] alone for several objectives, or "
+                     "study.direction=minimize alone for one")
+            _require(bool(self.directions) and all(d in _DIRECTIONS for d in self.directions),
+                     f"{path}.directions", "expected a non-empty list of minimize / maximize, "
+                     f"got {self.directions!r}", "e.g. study.directions=[minimize,maximize]")
         _positive_int(self.n_trials, f"{path}.n_trials")
         if self.add_trials is not None:
             _positive_int(self.add_trials, f"{path}.add_trials")
@@ -371,6 +394,11 @@ class Config:
     def validate(self) -> Config:
         for key in ("objective", "pruner", "sampler", "scheduler", "storage", "study", "telemetry"):
             getattr(self, key).validate(key)
+        _require(not self.study.multi_objective or self.objective.name == "custom",
+                 "study.directions", f"objective {self.objective.name} returns one value; "
+                 f"study.directions asks for {len(self.study.objectives)}",
+                 "several objectives need objective=custom with objective.target=pkg.mod:fn "
+                 "returning one number per direction (README 'Several objectives')")
         check_params(self.study.enqueue, self.objective.name,
                      getattr(self.objective, "search_space", None), "study.enqueue")
         return self

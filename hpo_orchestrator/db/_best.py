@@ -3,6 +3,8 @@ values (every objective), and a trial's params. One query per concern, never the
 
 from __future__ import annotations
 
+import math
+import operator
 from typing import Any, NamedTuple
 
 from sqlalchemy import text
@@ -56,14 +58,29 @@ def pareto_front(trials: list[ScoredTrial], directions: list[str]) -> list[Score
     signs = [1.0 if d == "minimize" else -1.0 for d in directions]
 
     def key(trial: ScoredTrial) -> tuple[float, ...]:
-        return tuple(s * v for s, v in zip(signs, trial.values, strict=True))
+        return tuple(map(operator.mul, signs, trial.values))
 
     if len(directions) == 1:
         return [min(trials, key=lambda t: (key(t), t.number))] if trials else []
-    keyed = [(key(t), t) for t in trials]
-    front = [t for k, t in keyed
-             if not any(all(a <= b for a, b in zip(o, k, strict=True)) and o != k for o, _ in keyed)]
-    return sorted(front, key=lambda t: t.number)
+    # In lexicographic order a trial's dominators come before it, and a trial dominated by
+    # anything is dominated by a front member; a trial equal to a front member is on the front
+    # too (equals do not dominate), and equals are neighbours in that order.
+    ordered = sorted(((key(t), t) for t in trials), key=lambda kt: (kt[0], kt[1].number))
+    front: list[tuple[tuple[float, ...], ScoredTrial]] = []
+    if len(directions) == 2:
+        # Two objectives (the common case): one sweep, O(n log n). Every earlier trial is at
+        # least as good in the first, so the least second value so far decides.
+        least = math.inf
+        for k, t in ordered:
+            if k[1] < least or (front and front[-1][0] == k):
+                front.append((k, t))
+                least = min(least, k[1])
+    else:  # against the front so far: O(n x front), not O(n^2)
+        for k, t in ordered:
+            if not any(o != k and all(a <= b for a, b in zip(o, k, strict=True))
+                       for o, _ in front):
+                front.append((k, t))
+    return sorted((t for _, t in front), key=lambda t: t.number)
 
 
 def best_trials(connection: Connection, study_id: int) -> tuple[list[str], list[ScoredTrial]]:

@@ -16,7 +16,7 @@ __all__ = ["fail_errors", "latest_study", "trial_detail"]
 
 _TRIAL_SQL = ("SELECT trial_id, state, datetime_start, datetime_complete FROM trials "
               "WHERE study_id = :s AND number = :n")
-_TRIAL_VALUE_SQL = "SELECT value FROM trial_values WHERE trial_id = :t AND objective = 0"
+_TRIAL_VALUE_SQL = "SELECT value FROM trial_values WHERE trial_id = :t ORDER BY objective"
 _TRIAL_ATTRS_SQL = "SELECT key, value_json FROM trial_user_attributes WHERE trial_id = :t"
 _FAIL_ERRORS_SQL = (
     "SELECT t.number, a.key, a.value_json FROM trials t JOIN trial_user_attributes a "
@@ -31,16 +31,19 @@ _LATEST_STUDY_SQL = (
 
 
 def trial_detail(connection: Connection, study_id: int, number: int) -> dict[str, Any] | None:
-    """state, start, end, value, params and user attrs of trial ``number``; None if absent."""
+    """state, start, end, value (the first objective's) and values (every objective's), params
+    and user attrs of trial ``number``; None if absent."""
     row = connection.execute(text(_TRIAL_SQL), {"s": study_id, "n": number}).first()
     if row is None:
         return None
     trial_id = row[0]
     params = connection.execute(text(_trials._PARAMS_SQL), {"t": trial_id}).all()
+    values = [v for (v,) in connection.execute(text(_TRIAL_VALUE_SQL), {"t": trial_id})]
     return {
         "number": number, "state": state_name(row[1]), "start": to_datetime(row[2]),
         "end": to_datetime(row[3]),
-        "value": connection.execute(text(_TRIAL_VALUE_SQL), {"t": trial_id}).scalar(),
+        "value": values[0] if values else None,
+        "values": values,  # one per objective (several: study.directions)
         "params": {p: _trials._param_value(v, d) for p, v, d in params},
         "attrs": {k: json.loads(v) for k, v in connection.execute(text(_TRIAL_ATTRS_SQL), {"t": trial_id})},
     }

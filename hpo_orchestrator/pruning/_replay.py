@@ -149,7 +149,14 @@ def load_curves(engine: Engine, study: str | None) -> StudyCurves:
     """Every trial's intermediate values and timing, with plain SQL (no ORM load)."""
     with db.read_errors(), engine.connect() as connection:
         study_id, name = db.study_id_of(connection, study)
-        direction = db.study_direction(connection, study_id)
+        directions = db.study_directions(connection, study_id) or ["minimize"]
+        if len(directions) > 1:
+            raise ConfigError(
+                f"study {name!r} has {len(directions)} objectives ({', '.join(directions)}): "
+                "Optuna cannot prune a multi-objective study, so there is no pruner to tune",
+                "tune-pruner replays single-objective studies; this one's trials ran to their "
+                "end (pruner off): 'hpo-orchestrator best' lists its Pareto front")
+        direction = directions[0]
         config = db.study_config(connection, study_id)
         trials = db.trials_with_values(connection, study_id)
         steps = db.intermediate_values(connection, study_id)

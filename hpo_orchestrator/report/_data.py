@@ -70,7 +70,12 @@ def collect_report(engine: Engine, study: str | None) -> ReportData:
         samples = _samples(connection, study_id) if db.has_telemetry_table(connection) else []
     starts = [r.start_s for r in rows if r.start_s is not None]
     origin = min(starts) if starts else 0.0
-    data = ReportData(study=name, direction=status.direction, status=status,
+    several = len(status.directions) > 1
+    # Several objectives: the history shows the first; no single "best so far" exists (the
+    # summary lists the Pareto front instead).
+    direction = f"objective 0 of {len(status.directions)}, {status.direction}" if several \
+        else status.direction
+    data = ReportData(study=name, direction=direction, status=status,
                       started_utc=datetime.fromtimestamp(origin, tz=UTC) if starts else None,
                       prune_steps=status.prune_steps)
     hosts = {r.host for r in rows if r.host}
@@ -79,7 +84,7 @@ def collect_report(engine: Engine, study: str | None) -> ReportData:
     data.utilization = _utilization(samples, origin, data.utilization_kind, len(hosts))
     data.history = sorted((r.number, values[r.number]) for r in rows
                           if r.state == "COMPLETE" and values.get(r.number) is not None)
-    data.best_so_far = _best_so_far(data.history, status.direction)
+    data.best_so_far = [] if several else _best_so_far(data.history, status.direction)
     return data
 
 

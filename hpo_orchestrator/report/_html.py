@@ -117,12 +117,17 @@ def _summary(data: ReportData) -> str:
     auto = status.min_resource_auto
     pruner = (f"<p>pruner.min_resource=auto chose <b>{auto.get('min_resource')}</b>: "
               f"{html.escape(str(auto.get('reason', '')))}</p>") if auto else ""
+    front = "".join(
+        f"<li>trial {t['number']}: {html.escape(', '.join(repr(v) for v in t['values']))}</li>"
+        for t in status.best_trials)
     packing = "".join(f"<pre>{html.escape(chr(10).join(lines))}</pre>"
                       for lines in map(packing_lines, status.packing) if lines)
     return (f"<h1>Study {html.escape(data.study)}</h1>"
             f"<p>{counts}; first trial started {started}; wall time {wall}</p>{pruner}"
             f"<h3>Devices</h3><ul>{devices or '<li>none recorded</li>'}</ul>"
             + (f"<h3>Trials per GPU</h3>{packing}" if packing else "")
+            + (f"<h3>Pareto front ({html.escape(', '.join(status.directions))})</h3>"
+               f"<ul>{front}</ul>" if front else "")
             + f"<h3>Findings</h3><ul>{findings}</ul>")
 
 

@@ -15,6 +15,7 @@ error starting with "protocol:") and the worker is replaced; the loop never wait
 
 from __future__ import annotations
 
+import inspect
 import io
 import math
 import pickle
@@ -210,8 +211,10 @@ def _well_formed_outcome(outcome: Any) -> bool:
         return False
     texts = all(v is None or isinstance(v, str) for v in (outcome.error, outcome.traceback))
     if outcome.kind == "value":
-        return (texts and isinstance(outcome.value, (int, float))
-                and not isinstance(outcome.value, bool) and math.isfinite(outcome.value))
+        values = outcome.value if isinstance(outcome.value, tuple) else (outcome.value,)
+        return texts and bool(values) and all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+            for v in values)
     if outcome.kind == "error":
         return texts and outcome.fail_reason in ("exception", "oom")
     return texts and outcome.kind == "pruned"
@@ -300,7 +303,9 @@ def _answer(rt: RunningTrial, method: str, args: tuple[Any, ...], kwargs: dict[s
                                    "are the orchestrator's; use another prefix"))
     else:
         try:
-            reply = ("ok", getattr(rt.trial, method)(*args, **kwargs))
+            reply = ("ok", _several_objectives(rt, method, args, kwargs)
+                     if method in _PRUNING_CALLS and len(rt.trial.study.directions) > 1
+                     else getattr(rt.trial, method)(*args, **kwargs))
             if method == "report":
                 rt.last_step = int(args[1])
                 rt.reports.append((rt.last_step, time.monotonic() - rt.spawned_at))
@@ -320,6 +325,25 @@ def _answer(rt: RunningTrial, method: str, args: tuple[Any, ...], kwargs: dict[s
         except Exception as exc:  # the objective's misuse (bad range...) is its error
             reply = ("err", _sendable(exc))
     rt.connection.send(reply)
+
+
+_PRUNING_CALLS = frozenset({"report", "should_prune"})
+
+
+def _several_objectives(rt: RunningTrial, method: str, args: tuple[Any, ...],
+                        kwargs: dict[str, Any]) -> bool | None:
+    """``report``/``should_prune`` in a multi-objective study, where Optuna's own raise: the
+    report is stored as Optuna stores it (curves for status, report and step timing) and the
+    answer is never prune, so one objective's code runs unchanged with pruning off
+    (docs/DESIGN.md §3.9)."""
+    if method == "should_prune":
+        return False
+    bound = inspect.signature(optuna.Trial.report).bind(None, *args, **kwargs).arguments
+    step = int(bound["step"])
+    if step < 0:
+        raise ValueError(f"`{step=}` must be non-negative.")
+    rt.trial.storage.set_trial_intermediate_value(rt.trial._trial_id, step, float(bound["value"]))
+    return None
 
 
 def _sendable(exc: Exception) -> Exception:

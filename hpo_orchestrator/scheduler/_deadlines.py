@@ -14,9 +14,10 @@ import time
 from collections.abc import Iterable
 
 from hpo_orchestrator.scheduler._process import signal_tree
+from hpo_orchestrator.scheduler._stopping import stop_running
 from hpo_orchestrator.scheduler._trial import RunningTrial
 
-__all__ = ["LoopClock", "enforce_deadlines", "stop_faulty"]
+__all__ = ["LoopClock", "StudyDeadline", "enforce_deadlines", "stop_faulty"]
 
 _STALL_S = 2.0  # a loop iteration this much longer than its poll: the loop was stopped
 
@@ -41,6 +42,32 @@ class LoopClock:
             if rt.kill_at is not None:
                 rt.kill_at += stalled
         return stalled
+
+
+class StudyDeadline:
+    """study.timeout_s: past it nothing new starts (the loop ends once the running trials
+    end); past study.timeout_grace_s more, those still running are stopped (the limit is the
+    study's wall clock, pauses included)."""
+
+    def __init__(self, timeout_s: float | None, grace_s: float | None) -> None:
+        self.timeout_s = timeout_s
+        self.grace_s = grace_s
+        self.at: float | None = None
+        self.passed = False
+
+    def start(self) -> None:
+        if self.timeout_s is not None:
+            self.at = time.monotonic() + self.timeout_s
+
+    def check(self, running: Iterable[RunningTrial], kill_grace_s: float) -> bool:
+        """True once the limit has passed; stops the running trials past its grace."""
+        if self.at is None:
+            return False
+        now = time.monotonic()
+        self.passed = self.passed or now >= self.at
+        if self.passed and self.grace_s is not None and now >= self.at + self.grace_s:
+            stop_running(running, "study_timeout", kill_grace_s)
+        return self.passed
 
 
 def stop_faulty(running: Iterable[RunningTrial], kill_grace_s: float) -> None:

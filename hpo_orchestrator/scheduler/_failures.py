@@ -27,6 +27,7 @@ class Halt:
 
     message: str
     hint: str
+    rule: str  # the setting that stopped it: study.fail_fast, study.max_failures, ...
 
 
 @dataclass
@@ -62,12 +63,13 @@ class FailurePolicy:
             self._first_errors.append(key)
             if len(self._first_errors) == self.fail_fast and len(set(self._first_errors)) == 1:
                 return self._halt(f"the first {self.fail_fast} trials all failed with the same "
-                                  f"error", key, "study.fail_fast=0 turns this check off")
+                                  f"error", key, "study.fail_fast=0 turns this check off",
+                                  "study.fail_fast")
         if self.max_failures is not None and self.failed > self.max_failures:
             common = self.errors.most_common(1)[0][0]
             return self._halt(f"{self.failed} trials failed, more than study.max_failures="
                               f"{self.max_failures}", common,
-                              "raise study.max_failures (null: no limit)")
+                              "raise study.max_failures (null: no limit)", "study.max_failures")
         return None
 
     def at_end(self) -> Halt | None:
@@ -75,12 +77,13 @@ class FailurePolicy:
         if self.failed == 0 or self.failed < self.ended:
             return None
         common = self.errors.most_common(1)[0][0]
-        return self._halt(f"every trial of this run failed ({self.failed})", common, None)
+        return self._halt(f"every trial of this run failed ({self.failed})", common, None,
+                          "the failure policy")
 
-    def _halt(self, what: str, key: str, knob: str | None) -> Halt:
+    def _halt(self, what: str, key: str, knob: str | None, rule: str) -> Halt:
         number = self.first_trial[key]
         shown = self.first_error[key]
         hint = (f"'hpo-orchestrator logs {number}' shows its output and traceback; fix the "
                 f"objective and run the same command again")
         return Halt(f"{what}: {shown} (first in trial {number})",
-                    hint + (f" ({knob})" if knob else ""))
+                    hint + (f" ({knob})" if knob else ""), rule)

@@ -17,10 +17,12 @@ import hashlib
 import os
 import re
 import shutil
+import time
 from collections import deque
+from collections.abc import Iterable
 from pathlib import Path
 
-__all__ = ["TRACEBACK_CAP", "append_traceback", "cap_log", "ensure_run_dir", "read_tail", "run_dir",
+__all__ = ["TRACEBACK_CAP", "LogCap", "append_traceback", "cap_log", "ensure_run_dir", "read_tail", "run_dir",
            "trial_log_path", "user_frames"]
 
 TRACEBACK_CAP = 8000  # characters of hpo.traceback kept (its end: the frames nearest the error)
@@ -73,6 +75,26 @@ def cap_log(path: Path, limit_bytes: int) -> bool:
     except OSError:
         return False
     return True
+
+
+class LogCap:
+    """Rotates running trials' logs that grew over scheduler.log_max_mib; looks every few
+    seconds, not at every turn of the loop (a stat per trial)."""
+
+    CHECK_S = 2.0
+
+    def __init__(self, max_mib: float) -> None:
+        self.limit_bytes = int(max_mib * 2**20)
+        self._checked = 0.0
+
+    def check(self, paths: Iterable[Path | None]) -> None:
+        now = time.monotonic()
+        if now - self._checked < self.CHECK_S:
+            return
+        self._checked = now
+        for path in paths:
+            if path is not None:
+                cap_log(path, self.limit_bytes)
 
 
 def append_traceback(path: Path, traceback: str) -> None:

@@ -27,32 +27,50 @@ RETRYABLE = ("oom", "killed", "lost")  # failures that were not the objective's 
 @dataclass(frozen=True)
 class Verdict:
     state: TrialState
-    value: float | None = None
+    value: float | tuple[float, ...] | None = None  # a tuple: one per objective (several)
     fail_reason: str | None = None  # absent when the trial did not fail
     error: str | None = None
 
 
+def _valued(value: float | tuple[float, ...] | None, directions: tuple[str, ...]) -> Verdict:
+    """COMPLETE with one value per direction; any other count fails the trial (the objective's
+    mistake, told as such rather than as Optuna's ValueError at tell)."""
+    values = value if isinstance(value, tuple) else (value,)
+    if len(values) != len(directions):
+        returned = f"{len(values)} value{'s' if len(values) != 1 else ''}"
+        return Verdict(TrialState.FAIL, None, "exception",
+                       f"ValueError: objective returned {returned}; the study has "
+                       f"{len(directions)} objective(s) ({', '.join(directions)}): return one "
+                       f"number per direction")
+    return Verdict(TrialState.COMPLETE, values if len(values) > 1 else values[0])
+
+
 def classify(*, stop_reason: str | None, outcome: TrialOutcome | None, returncode: int | None,
              timeout_s: float | None, oom_killed: Callable[[], bool],
-             log_tail: Callable[[], str], protocol_error: str | None = None) -> Verdict:
+             log_tail: Callable[[], str], protocol_error: str | None = None,
+             stop_error: str | None = None,
+             directions: tuple[str, ...] = ("minimize",)) -> Verdict:
     """The verdict from what we did (``stop_reason``: timeout / interrupted / study_timeout),
     what the child said (``outcome``; ``protocol_error`` when its bytes broke the protocol:
     the objective's fault, whatever it said before) and how its process ended
-    (``returncode``, None while it lives).
+    (``returncode``, None while it lives). ``stop_error``: why an interrupted trial was
+    stopped when not by a signal (the failure policy).
 
     ``oom_killed`` (did the kernel's OOM killer act since the spawn?) and ``log_tail`` (the
     last line the child printed) are asked only for a child that died without a result.
+    ``directions``: the study's, one per value the objective must return.
     """
     if stop_reason == "timeout":
         return Verdict(TrialState.FAIL, None, "timeout", f"ran past scheduler.trial_timeout_s={timeout_s}")
     if protocol_error is not None:
         return Verdict(TrialState.FAIL, None, "exception", protocol_error)
     if outcome is not None and outcome.kind == "value":
-        return Verdict(TrialState.COMPLETE, outcome.value)
+        return _valued(outcome.value, directions)
     if outcome is not None and outcome.kind == "pruned":
         return Verdict(TrialState.PRUNED)
     if stop_reason == "interrupted":
-        return Verdict(TrialState.FAIL, None, "interrupted", "stopped by SIGINT/SIGTERM")
+        return Verdict(TrialState.FAIL, None, "interrupted",
+                       stop_error or "stopped by SIGINT/SIGTERM/SIGHUP")
     if stop_reason == "study_timeout":
         return Verdict(TrialState.FAIL, None, "timeout",
                        "still running study.timeout_grace_s after study.timeout_s")
@@ -77,7 +95,7 @@ def retry_allowed(reason: str | None, attempt: int, max_retries: int) -> bool:
 def retry_attempt(reason: str | None, attempt: int, max_retries: int) -> int | None:
     """The ``hpo.attempt`` of the trial's retry, or None when its params do not run again.
 
-    An interrupted trial (SIGINT/SIGTERM of its orchestrator) always runs again, first in
+    An interrupted trial (its orchestrator was stopped) always runs again, first in
     the next run, under the same attempt number: stopping a run is not the trial's failure
     and must not use up its retries (issue 15: reruns were spent on interrupted trials).
     """

@@ -17,7 +17,7 @@ from hpo_orchestrator.scheduler._channel import Channel, ProtocolError
 from hpo_orchestrator.scheduler._trial import Worker
 from hpo_orchestrator.worker._env import ChildEnv
 
-__all__ = ["cgroup_oom_kills", "log_tail", "retire_worker", "signal_tree", "start_worker"]
+__all__ = ["cgroup_oom_kills", "log_tail", "oom_killed_since", "retire_worker", "signal_tree", "start_worker"]
 
 
 def start_worker(child: ChildEnv, extra_env: dict[str, str], slot_id: int, log_path: Path) -> Worker:
@@ -93,6 +93,12 @@ def cgroup_oom_kills() -> int | None:
     except (OSError, ValueError):
         return None
     return None
+
+
+def oom_killed_since(count_at_spawn: int | None) -> bool:
+    """Has the kernel's OOM killer acted in our cgroup since the trial's spawn?"""
+    now = cgroup_oom_kills()
+    return count_at_spawn is not None and now is not None and now > count_at_spawn
 
 
 def log_tail(log_path: Path) -> str:

@@ -54,6 +54,7 @@ class RunningTrial:
     opencl_platform: str | None = None
     outcome: TrialOutcome | None = None
     stop_reason: str | None = None  # timeout / interrupted / protocol / reaped: we stopped it
+    stop_error: str | None = None  # why we stopped it, when stop_reason alone does not say
     kill_at: float | None = None  # when SIGTERM's grace runs out
     connection_open: bool = True
     protocol_error: str | None = None  # "protocol: ...": the child's bytes broke the protocol
@@ -92,7 +93,7 @@ class FinishedTrial:
     number: int
     slot: str
     state: TrialState
-    value: float | None
+    value: float | tuple[float, ...] | None  # a tuple: one per objective (several)
     duration_s: float
     fail_reason: str | None = None
     error: str | None = None

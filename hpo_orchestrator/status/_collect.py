@@ -55,7 +55,8 @@ def collect_with_rows(connection: Connection, study: str | None) -> tuple[Status
 
 def _collect(connection: Connection, study: str | None) -> tuple[StatusReport, list[TrialRow]]:
     study_id, name = db.study_id_of(connection, study)
-    direction = db.study_direction(connection, study_id)
+    directions = db.study_directions(connection, study_id) or ["minimize"]
+    direction = directions[0]
     study_attrs = db.study_attrs(connection, study_id)
     config = study_attrs.get("hpo.config") or {}
     db_now = db.database_now(connection)
@@ -131,7 +132,8 @@ def _collect(connection: Connection, study: str | None) -> tuple[StatusReport, l
         study=name, direction=direction,
         n_trials_target=config.get("study", {}).get("n_trials"),
         states=states, prune_rate=prune_rate, prune_steps=dict(sorted(prune_steps.items())),
-        best=db.best_trial(connection, study_id, direction),
+        best=db.best_trial(connection, study_id, direction) if len(directions) == 1 else None,
+        directions=directions, best_trials=_pareto(connection, study_id, directions),
         per_device=_device_use([r for r in rows if r.state != "RUNNING" or r.number not in queued],
                                study_attrs, now, window),
         running=running, fail_reasons=dict(sorted(reasons.items())),
@@ -144,6 +146,16 @@ def _collect(connection: Connection, study: str | None) -> tuple[StatusReport, l
         max_complete_step=None if max_complete_step is None else int(max_complete_step),
         failures=failures))
     return report, rows
+
+
+def _pareto(connection: Connection, study_id: int, directions: list[str]) -> list[dict[str, Any]]:
+    """A multi-objective study's Pareto-optimal trials with their params (none for one objective:
+    ``best`` says it)."""
+    if len(directions) < 2:
+        return []
+    return [{"number": t.number, "values": list(t.values),
+             "params": db.trial_params(connection, t.trial_id)}
+            for t in db.best_trials(connection, study_id)[1]]
 
 
 def _running(connection: Connection, running: list[db.UncoveredTrial], db_now: datetime | None,

@@ -36,7 +36,7 @@ def render_status(report: StatusReport) -> Group:
     wall = f"  wall {report.wall_s:.0f} s" if report.wall_s is not None else ""
     parts.append(Text.assemble(
         ("study ", "bold"), (report.study, "bold cyan"),
-        f"  ({report.direction})  finished {done}{target}  prune rate "
+        f"  ({', '.join(report.directions or [report.direction])})  finished {done}{target}  prune rate "
         f"{_pct(report.prune_rate, fraction=True)}{wall}"))
 
     states = _table("trials by state (durations in seconds)", ("state", "count", "mean", "median", "max"))
@@ -91,6 +91,8 @@ def render_status(report: StatusReport) -> Group:
         parts.append(Text.assemble(("best ", "bold"),
                                    f"trial {report.best['number']}: {report.best['value']!r}",
                                    f"  params: {params}"))
+    if report.best_trials:
+        parts.append(_pareto_front(report))
     if report.findings:
         parts.append(Text("findings", style="bold"))
         for finding in report.findings:
@@ -101,6 +103,22 @@ def render_status(report: StatusReport) -> Group:
         parts.append(Text("findings: none (no idle or underused GPU, slow start-up, early pruning, "
                           "stale trial or parameter mismatch found)", style="green"))
     return Group(*parts)  # type: ignore[arg-type]
+
+
+_FRONT_SHOWN = 10  # Pareto trials listed in full; `best` lists them all
+
+
+def _pareto_front(report: StatusReport) -> Text:
+    front = report.best_trials
+    lines = [f"Pareto front: {len(front)} trial(s) ({', '.join(report.directions)})"]
+    for trial in front[:_FRONT_SHOWN]:
+        values = ", ".join(repr(v) for v in trial["values"])
+        params = " ".join(f"{k}={_fmt(v)}" for k, v in trial["params"].items())
+        lines.append(f"  trial {trial['number']}: {values}  params: {params}")
+    if len(front) > _FRONT_SHOWN:
+        lines.append(f"  ... {len(front) - _FRONT_SHOWN} more: hpo-orchestrator best --study "
+                     f"{report.study} lists them all")
+    return Text("\n".join(lines))
 
 
 def _fmt(value: object) -> str:

@@ -101,7 +101,8 @@ def misbehave(trial: Any) -> float:
     """Breaks the rules in one of the ways HPO_TEST_MISBEHAVE lists (comma-separated, picked
     by trial number), then goes on as a normal trial would (or sleeps, where the parent
     must act). Modes: ok, partial, junk, oversized, unpicklable, runs_code, threads,
-    grandchildren, hpo_attr, hpo_attr_raw, stray_thread, ignore_term."""
+    grandchildren, hpo_attr, hpo_attr_raw, stray_thread, ignore_term, keyboard_interrupt
+    (raised by the objective's own code), raise (a plain error), sleep (until stopped)."""
     modes = os.environ.get("HPO_TEST_MISBEHAVE", "ok").split(",")
     mode = modes[trial.number % len(modes)]
     x = trial.suggest_float("x", 0.0, 1.0)
@@ -135,6 +136,12 @@ def misbehave(trial: Any) -> float:
             trial.number, ("call", "set_user_attr", ("hpo.retried", True), {}))
         if status == "err":
             raise error
+    elif mode == "keyboard_interrupt":
+        raise KeyboardInterrupt("raised by the objective")
+    elif mode == "raise":
+        raise RuntimeError("boom from the objective")
+    elif mode == "sleep":
+        time.sleep(3600)
     elif mode == "stray_thread":
         _stray_thread(trial)
     elif mode == "ignore_term":  # a trial (and its subprocess) that ignore SIGTERM

@@ -15,12 +15,25 @@ from hpo_orchestrator import runtime
 from hpo_orchestrator.runtime import phase, slot_info
 
 __all__ = ["chaos", "chatty", "cuda_oom_once", "cuda_probe", "curves", "oom_when_shared", "phased",
-           "pinned", "quadratic", "reports10", "reuse_probe", "shared_gpu", "sleepy", "slow_setup"]
+           "pinned", "quadratic", "reports10", "reuse_probe", "shared_gpu", "sleepy", "slow_setup",
+           "two_objectives"]
 
 
 def quadratic(trial: Any) -> float:
     x = trial.suggest_float("x", -2.0, 2.0)
     return (x - 0.5) ** 2
+
+
+def two_objectives(trial: Any) -> tuple[float, float]:
+    """Loss and cost that pull apart (every x in [0, 2] is Pareto-optimal for minimize,
+    minimize), written for pruning as one objective's code is: a multi-objective study runs it
+    unchanged."""
+    x = trial.suggest_float("x", 0.0, 2.0)
+    for step in range(3):
+        trial.report(x + step, step)
+        if trial.should_prune():
+            raise optuna.TrialPruned()
+    return x ** 2, (x - 2.0) ** 2
 
 
 def pinned(trial: Any) -> float:

@@ -49,6 +49,27 @@ def _die_with_parent(parent_pid: int | None) -> None:
         os._exit(1)
 
 
+_sigint_received = False  # a real SIGINT reached this process (not a raise in the objective)
+
+
+def _on_sigint(signum: int, frame: Any) -> None:
+    """SIGINT as Python's default (KeyboardInterrupt), remembered: whoever sent it stopped
+    the trial from outside, so the process ends by it ('killed'); a KeyboardInterrupt the
+    objective's own code raised is its failure like any exception."""
+    global _sigint_received
+    _sigint_received = True
+    signal.default_int_handler(signum, frame)
+
+
+def _failure(exc: BaseException) -> TrialOutcome:
+    """The objective's (or its setup's) exception, reported: a KeyboardInterrupt too, unless
+    a SIGINT sent to this process raised it (then it ends the process)."""
+    if isinstance(exc, KeyboardInterrupt) and _sigint_received:
+        raise exc
+    return TrialOutcome(kind="error", fail_reason="oom" if is_oom(exc) else "exception",
+                        error=last_line(exc), traceback=traceback.format_exc())
+
+
 def import_target(target: str) -> Any:
     """``package.module:attribute`` -> the attribute."""
     module_name, _, attribute = target.partition(":")
@@ -81,16 +102,29 @@ def last_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {lines[-1] if lines else ''}".rstrip(": ")
 
 
-def check_value(value: Any) -> float:
-    """The objective's return value as a float, or ValueError saying what was wrong."""
+def check_value(value: Any) -> float | tuple[float, ...]:
+    """The objective's return value as a float, or as a tuple of floats (one per objective of
+    a multi-objective study: the orchestrator checks their count), or ValueError saying what
+    was wrong."""
+    if isinstance(value, (list, tuple)) or getattr(value, "ndim", 0) == 1:  # numpy, torch
+        values = list(value)
+        if not values:
+            raise ValueError("objective returned an empty sequence; it must return a number "
+                             "per objective")
+        return tuple(_number(v, f"value {i} of its {len(values)}") for i, v in enumerate(values))
+    return _number(value, "")
+
+
+def _number(value: Any, which: str) -> float:
+    what = f"objective returned {which + ' ' if which else ''}"
     if value is None:
-        raise ValueError("objective returned None; it must return a number")
+        raise ValueError(f"{what}None; it must return a number")
     numeric = isinstance(value, (int, float)) or hasattr(value, "__float__")  # numpy, torch
     if isinstance(value, bool) or not numeric:
-        raise ValueError(f"objective returned {type(value).__name__}; it must return a number")
+        raise ValueError(f"{what}{type(value).__name__}; it must return a number")
     number = float(value)
     if not math.isfinite(number):
-        raise ValueError(f"objective returned {number}; it must return a finite number")
+        raise ValueError(f"{what}{number}; it must return a finite number")
     return number
 
 
@@ -101,13 +135,8 @@ def run_trial(link: Link, job: Job, objective: Callable[[Any], Any]) -> TrialOut
         value = check_value(objective(trial))
     except optuna.TrialPruned:
         return TrialOutcome(kind="pruned")
-    except Exception as exc:  # the objective's own failure, reported, never fatal here
-        return TrialOutcome(
-            kind="error",
-            fail_reason="oom" if is_oom(exc) else "exception",
-            error=last_line(exc),
-            traceback=traceback.format_exc(),
-        )
+    except (Exception, KeyboardInterrupt) as exc:  # the objective's own failure, never fatal here
+        return _failure(exc)
     return TrialOutcome(kind="value", value=value)
 
 
@@ -143,6 +172,7 @@ def _release_trial_memory() -> None:
 def main(argv: list[str]) -> int:
     """``FD [ORCHESTRATOR_PID]``: the socket to the orchestrator, and who it is."""
     _die_with_parent(int(argv[1]) if len(argv) > 1 else None)
+    signal.signal(signal.SIGINT, _on_sigint)
     link = Link(Connection(int(argv[0])))
     runtime._attach(link)
     objective: Callable[[Any], Any] | None = None
@@ -166,9 +196,8 @@ def main(argv: list[str]) -> int:
                     gc.collect()
                     gc.freeze()
             outcome = run_trial(link, job, objective)
-        except Exception as exc:  # failure before the objective ran (import, setup)
-            outcome = TrialOutcome(kind="error", fail_reason="oom" if is_oom(exc) else "exception",
-                                   error=last_line(exc), traceback=traceback.format_exc())
+        except (Exception, KeyboardInterrupt) as exc:  # before the objective ran (import, setup)
+            outcome = _failure(exc)
         link.close_trial()  # a call in flight from another thread completes first
         link.send(("result", outcome))
         if not job.reuse:

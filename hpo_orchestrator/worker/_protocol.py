@@ -48,12 +48,13 @@ class Job:
 class TrialOutcome:
     """How the objective ended, as seen from inside the child.
 
-    kind: ``value`` (``value`` set), ``pruned``, or ``error`` (``fail_reason`` is
-    ``exception`` or ``oom``; ``error`` the last line of the message).
+    kind: ``value`` (``value`` set: a tuple when the objective returned several), ``pruned``,
+    or ``error`` (``fail_reason`` is ``exception`` or ``oom``; ``error`` the last line of the
+    message).
     """
 
     kind: str
-    value: float | None = None
+    value: float | tuple[float, ...] | None = None
     fail_reason: str | None = None
     error: str | None = None
     traceback: str | None = None
