@@ -35,7 +35,7 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("overrides", CASES, ids=lambda o: " ".join(o))
+@pytest.mark.parametrize("overrides", CASES, ids=lambda o: " ".join(o)[:70])
 def test_bad_input_exits_2_without_writing(cli, tmp_path: Path, overrides: list[str]) -> None:  # type: ignore[no-untyped-def]
     result = cli("run", *overrides, env={"HPO_ORCHESTRATOR_FAKE_GPUS": "2"})
     assert result.code == 2, result.stderr
@@ -68,13 +68,14 @@ def test_debug_traceback_masks_the_password(cli) -> None:  # type: ignore[no-unt
 
 
 def test_quoted_url_with_a_comma_is_read_and_masked(cli) -> None:  # type: ignore[no-untyped-def]
-    """The hint's way out works: a double-quoted value takes ',' and the password stays hidden."""
-    bad = cli("run", "storage.url=postgresql+psycopg://u:Xy,s3cret@host/db")
-    assert "double quotes" in bad.stderr
-    result = cli("run", "--show-config", 'storage.url="postgresql+psycopg://u:Xy,s3cret@host/db"')
+    """The hint's way out works: a double-quoted value takes ',' and the password stays hidden
+    (the README's storage.url example, as written there)."""
+    bad = cli("run", "storage.url=postgresql+psycopg://me:a,b@db/hpo")
+    assert "double quotes" in bad.stderr and ":a,b@" not in bad.stderr
+    result = cli("run", "--show-config", 'storage.url="postgresql+psycopg://me:a,b@db/hpo"')
     assert result.code == 0, result.stderr
-    assert "url: postgresql+psycopg://u:***@host/db" in result.stdout
-    assert "s3cret" not in result.stdout + result.stderr
+    assert "url: postgresql+psycopg://me:***@db/hpo" in result.stdout
+    assert ":a,b@" not in result.stdout + result.stderr
 
 
 def _conf_copy(tmp_path: Path) -> Path:
@@ -182,3 +183,25 @@ def test_a_reader_that_leaves_ends_the_command_quietly(tmp_path: Path, study_db:
     proc.stdout.close()
     _, err = proc.communicate(timeout=120)
     assert (proc.returncode, err) == (0, "")
+
+
+def test_a_password_with_an_unescaped_at_sign_is_masked_whole() -> None:
+    """SQLAlchemy ends the password at the first '@' and took the rest for the host: 'ss'
+    showed in the `next:` line, --show-config and the study's hpo.config."""
+    from hpo_orchestrator import _cli_trials
+    from hpo_orchestrator.db import mask_url
+
+    url = "postgresql+psycopg://me:p@s3cret@db/hpo"
+    assert mask_url(url) == "postgresql+psycopg://me:***@db/hpo"
+    assert "s3cret" not in _cli_trials.next_steps(url, "sqlite:///hpo.db", 3)
+
+
+def test_a_long_study_name_still_gets_a_run_folder() -> None:
+    """Names up to Optuna's 512 characters are valid, a file name holds 255 bytes: a 300-character
+    name was created as a study, then the run stopped on 'File name too long'."""
+    from hpo_orchestrator.scheduler import run_dir
+
+    first, second = (run_dir("sqlite:///runs/hpo.db", "a" * 299 + end) for end in "xy")
+    assert len(first.name) <= 200 and first.name.startswith("a" * 100)
+    assert first != second
+    assert run_dir("sqlite:///runs/hpo.db", "exp 1").name == "exp_1"

@@ -26,7 +26,6 @@ from hpo_orchestrator.errors import HpoError, mask_passwords, url_passwords
 __all__ = ["EXIT_STDOUT_CLOSED", "main"]
 
 EXIT_STDOUT_CLOSED = 141  # 128 + SIGPIPE: what a shell reports for a writer whose reader left
-_READERS = ("status", "telemetry", "gpus", "report", "tune-pruner", "best", "logs", "artifacts")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -71,13 +70,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError as exc:
-        if command not in _READERS and not isinstance(exc, StdoutClosed):
-            return failed_on_file(exc)  # a pipe of ours other than stdout
-        # The reader left (`| head`): end quietly, as other CLIs do. A reading command gave
-        # what was asked for (0); a run stopped short of its study says so by its code.
+        if command == "run" and not isinstance(exc, StdoutClosed):
+            return failed_on_file(exc)  # a pipe of the run other than stdout
+        # The reader left (`| head`): end quietly, as other CLIs do. Other commands gave what
+        # was asked for (0); a run stopped short of its study says so by its code.
         silence_stdout()
         trace(exc)
-        return 0 if command in _READERS else EXIT_STDOUT_CLOSED
+        return EXIT_STDOUT_CLOSED if command == "run" else 0
     except OSError as exc:
         return failed_on_file(exc)
     except Exception as exc:
