@@ -25,6 +25,11 @@ from hpo_orchestrator.errors import ConfigError, HpoError
 __all__ = ["main"]
 
 DEFAULT_STORAGE = "sqlite:///hpo.db"
+# The newest trials that report draws and tune-pruner replays by default: on a study of 100k
+# trials, drawing every one took 16 s and replaying every one more than 5 minutes
+# (docs/BENCHMARKS.md "report and tune-pruner on a large study"); --last 0 reads them all.
+REPORT_LAST = 5000
+TUNE_LAST = 200
 
 _RUN_EPILOG = """\
 configuration groups (pick one: GROUP=OPTION):
@@ -45,6 +50,14 @@ e.g. hpo-orchestrator run objective=torch_mlp scheduler.parallel=4 study.n_trial
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
         raise ConfigError(message, f"see '{self.prog} --help'")
+
+
+def _last(value: int) -> int | None:
+    """--last N: None (every trial) for 0."""
+    if value < 0:
+        raise ConfigError(f"--last: expected an integer >= 0, got {value}",
+                          "e.g. --last 1000 for the newest 1000 trials, --last 0 for all")
+    return value or None
 
 
 def _int_list(value: str) -> list[int]:
@@ -102,6 +115,9 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument("--study", help="study name (default: the most recently run)")
     report.add_argument("--out", type=Path, metavar="FILE.html", help="interactive HTML report")
     report.add_argument("--png", type=Path, metavar="FILE.png", help="the same charts as an image")
+    report.add_argument("--last", type=int, default=REPORT_LAST, metavar="N",
+                        help=f"draw the newest N trials (default {REPORT_LAST}; 0: all); "
+                             "the summary covers every trial")
 
     tune = commands.add_parser("tune-pruner", help="replay the study's curves through a grid of "
                                                    "pruner settings and recommend one")
@@ -113,6 +129,8 @@ def _parser() -> argparse.ArgumentParser:
     tune.add_argument("--min-resource", type=_int_list, help="grid, e.g. 1,2,3,5,8,13")
     tune.add_argument("--reduction-factor", type=_int_list, help="grid, e.g. 2,3,4")
     tune.add_argument("--all", action="store_true", help="show every setting, not the best 15")
+    tune.add_argument("--last", type=int, default=TUNE_LAST, metavar="N",
+                      help=f"replay the newest N trials (default {TUNE_LAST}; 0: all)")
     _add_study_tool_parsers(commands)
     return parser
 
@@ -315,7 +333,7 @@ def _cmd_report(args: argparse.Namespace, console: Console) -> int:
 
     engine = create_engine(args.storage)
     data = write_report(engine, _cli_trials.resolve_study(engine, args.study, _errors()), args.out,
-                        args.png)
+                        args.png, _last(args.last))
     written = " and ".join(str(p) for p in (args.out, args.png) if p is not None)
     console.print(f"wrote {written}: study {data.study!r}, {len(data.bars)} trials on "
                   f"{len({lane.rsplit(' #', 1)[0] for lane in data.lanes})} device(s)",
@@ -335,7 +353,8 @@ def _cmd_tune_pruner(args: argparse.Namespace, console: Console) -> int:
         raise ConfigError("--min-resource takes integers >= 1 and --reduction-factor integers >= 2",
                           "e.g. --min-resource 1,3,5 --reduction-factor 2,3")
     engine = create_engine(args.storage)
-    curves = load_curves(engine, _cli_trials.resolve_study(engine, args.study, _errors()))
+    curves = load_curves(engine, _cli_trials.resolve_study(engine, args.study, _errors()),
+                         _last(args.last))
     grid = default_grid(curves.full_step, args.patience, args.min_resource, args.reduction_factor)
     results = tune(curves, grid, args.top_k)
     choice, reason = recommend(results)

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import sqlalchemy
 
-from hpo_orchestrator.db import ensure_tables, summary_table
+from hpo_orchestrator.db import ensure_tables
 
 STUDY = "bench"
 N_PARAMS, N_STEPS = 5, 20
@@ -41,59 +41,71 @@ DISTRIBUTION = json.dumps({"name": "FloatDistribution",
                            "attributes": {"step": None, "low": 0.0, "high": 1.0, "log": False}})
 
 
-def build(db: Path, n_trials: int, seed: int = 0) -> None:
-    """An Optuna study of ``n_trials`` finished trials, written with executemany."""
+def build(db: Path, n_trials: int, seed: int = 0, chunk: int = 50_000) -> None:
+    """An Optuna study of ``n_trials`` finished trials, written with executemany, ``chunk``
+    trials per transaction (1M trials are 30M rows: built whole they would not fit in memory)."""
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     storage = optuna.storages.RDBStorage(f"sqlite:///{db}")  # creates the schema + versions
     study_id = storage.create_new_study([optuna.study.StudyDirection.MINIMIZE], STUDY)
     storage.engine.dispose()
+    engine = sqlalchemy.create_engine(f"sqlite:///{db}")
+    ensure_tables(engine)
+    engine.dispose()
     rng = random.Random(seed)
+    with sqlite3.connect(db) as con:
+        con.execute("PRAGMA journal_mode=WAL")
+        con.execute("PRAGMA synchronous=OFF")  # a benchmark's scratch file: rebuilt if torn
+        for first in range(0, n_trials, chunk):
+            _insert(con, _rows(study_id, range(first, min(first + chunk, n_trials)), rng))
+            con.commit()
+
+
+def _rows(study_id: int, numbers: range, rng: random.Random) -> dict[str, list[tuple[object, ...]]]:
     t0 = datetime(2026, 1, 1)
-    trials, params, values, steps, attrs, summary = [], [], [], [], [], []
-    for i in range(n_trials):
+    rows: dict[str, list[tuple[object, ...]]] = {
+        "trials": [], "params": [], "values": [], "steps": [], "attrs": [], "summary": []}
+    for i in numbers:
         tid = i + 1
         pruned = rng.random() < 0.5
+        state = "PRUNED" if pruned else "COMPLETE"
         start = t0 + timedelta(seconds=30 * i / 8)
         end = start + timedelta(seconds=rng.uniform(20, 240))
-        trials.append((tid, i, study_id, "PRUNED" if pruned else "COMPLETE",
-                       start.isoformat(" "), end.isoformat(" ")))
+        rows["trials"].append((tid, i, study_id, state, start.isoformat(" "), end.isoformat(" ")))
         for p in range(N_PARAMS):
-            params.append((tid, f"p{p}", rng.random(), DISTRIBUTION))
+            rows["params"].append((tid, f"p{p}", rng.random(), DISTRIBUTION))
         curve = [1.0 / (s + 1) + rng.random() * 0.1 for s in range(N_STEPS)]
-        steps.extend((tid, s, curve[s], "FINITE") for s in range(N_STEPS))
+        rows["steps"].extend((tid, s, curve[s], "FINITE") for s in range(N_STEPS))
         if not pruned:
-            values.append((tid, 0, curve[-1], "FINITE"))
+            rows["values"].append((tid, 0, curve[-1], "FINITE"))
         startup, decision, util = rng.uniform(2, 4), rng.uniform(20, 40), rng.uniform(60, 95)
-        attrs.extend([
+        rows["attrs"].extend([
             (tid, "hpo.host", json.dumps("bench-host")),
             (tid, "hpo.gpu_index", json.dumps(i % 2)),
             (tid, "hpo.startup_s", json.dumps(startup)),
             (tid, "hpo.first_decision_s", json.dumps(decision)),
             (tid, "hpo.gpu_util_mean", json.dumps(util)),
         ])
-        summary.append({"trial_id": tid, "study_id": study_id, "number": i,
-                        "state": "PRUNED" if pruned else "COMPLETE", "host": "bench-host",
-                        "gpu_index": i % 2, "start_s": start.timestamp(), "end_s": end.timestamp(),
-                        "startup_s": startup, "first_decision_s": decision, "last_step": N_STEPS - 1,
-                        "gpu_util_mean": util})
-    with sqlite3.connect(db) as con:
-        con.executemany("INSERT INTO trials (trial_id, number, study_id, state, datetime_start, "
-                        "datetime_complete) VALUES (?, ?, ?, ?, ?, ?)", trials)
-        con.executemany("INSERT INTO trial_params (trial_id, param_name, param_value, "
-                        "distribution_json) VALUES (?, ?, ?, ?)", params)
-        con.executemany("INSERT INTO trial_values (trial_id, objective, value, value_type) "
-                        "VALUES (?, ?, ?, ?)", values)
-        con.executemany("INSERT INTO trial_intermediate_values (trial_id, step, intermediate_value, "
-                        "intermediate_value_type) VALUES (?, ?, ?, ?)", steps)
-        con.executemany("INSERT INTO trial_user_attributes (trial_id, key, value_json) "
-                        "VALUES (?, ?, ?)", attrs)
-    engine = sqlalchemy.create_engine(f"sqlite:///{db}")
-    ensure_tables(engine)
-    with engine.begin() as connection:
-        connection.execute(summary_table.insert(), summary)
-    engine.dispose()
+        rows["summary"].append((tid, study_id, i, state, "bench-host", i % 2, start.timestamp(),
+                                end.timestamp(), startup, decision, N_STEPS - 1, util))
+    return rows
+
+
+def _insert(con: sqlite3.Connection, rows: dict[str, list[tuple[object, ...]]]) -> None:
+    con.executemany("INSERT INTO trials (trial_id, number, study_id, state, datetime_start, "
+                    "datetime_complete) VALUES (?, ?, ?, ?, ?, ?)", rows["trials"])
+    con.executemany("INSERT INTO trial_params (trial_id, param_name, param_value, "
+                    "distribution_json) VALUES (?, ?, ?, ?)", rows["params"])
+    con.executemany("INSERT INTO trial_values (trial_id, objective, value, value_type) "
+                    "VALUES (?, ?, ?, ?)", rows["values"])
+    con.executemany("INSERT INTO trial_intermediate_values (trial_id, step, intermediate_value, "
+                    "intermediate_value_type) VALUES (?, ?, ?, ?)", rows["steps"])
+    con.executemany("INSERT INTO trial_user_attributes (trial_id, key, value_json) "
+                    "VALUES (?, ?, ?)", rows["attrs"])
+    con.executemany("INSERT INTO hpo_trial_summary (trial_id, study_id, number, state, host, "
+                    "gpu_index, start_s, end_s, startup_s, first_decision_s, last_step, "
+                    "gpu_util_mean) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows["summary"])
 
 
 def check_readable(db: Path, n_trials: int) -> None:

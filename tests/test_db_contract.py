@@ -370,6 +370,68 @@ def _(built: Built, connection: Connection) -> None:
     assert db.step_timings(connection, built.study_id) == {built.trial_ids[0]: (2.0, 0.5)}
 
 
+@case("curves.LAST_NUMBER")
+def _(built: Built, connection: Connection) -> None:
+    """The newest N trials' reads start at the right number, and every reader honours it."""
+    assert db.first_of_last(connection, built.study_id, None) == 0
+    assert db.first_of_last(connection, built.study_id, 2) == 4
+    assert db.first_of_last(connection, built.study_id, 99) == 0
+    assert db.first_of_last(connection, built.study_id + 1000, 2) == 0  # no trials
+    ids = built.trial_ids
+    assert [t.number for t in db.trials_with_values(connection, built.study_id, 2)] == [2, 3, 4, 5]
+    assert sorted(db.intermediate_values(connection, built.study_id, 2)) == sorted([ids[2], ids[4]])
+    assert db.step_timings(connection, built.study_id, 1) == {}
+    assert db.trial_values(connection, built.study_id, 1) == {1: 0.25}
+    assert sorted(r.number for r in db.trial_rows(connection, built.study_id, 2)) == [2, 3, 4, 5]
+    assert [s.trial_id for s in db.telemetry_samples(connection, built.study_id, 1)] == [ids[4]]
+
+
+@case("sums.DURATIONS")
+def _(built: Built, connection: Connection) -> None:
+    assert db.summary_durations(connection, built.study_id) == {
+        "COMPLETE": (1, 10.0, 10.0), "PRUNED": (1, 10.0, 10.0), "FAIL": (1, 10.0, 10.0)}
+
+
+@case("sums.DURATION_MEDIAN")
+@case("sums.STARTUP_MEDIAN")
+@case("sums.DECISION_MEDIAN")
+def _(built: Built, connection: Connection) -> None:
+    assert db.summary_median(connection, built.study_id, "duration", 1, "COMPLETE") == 10.0
+    assert db.summary_median(connection, built.study_id, "duration", 0, "COMPLETE") is None
+    assert db.summary_median(connection, built.study_id, "startup", 3) == 1.0
+    assert db.summary_median(connection, built.study_id, "first_decision", 2) == 3.0  # middle two
+    assert db.summary_values(connection, built.study_id, "first_decision", 3) == [3.0, 3.0, 3.0]
+
+
+@case("sums.GROUP_SUMS")
+def _(built: Built, connection: Connection) -> None:
+    start = T0.timestamp()
+    groups = sorted(db.summary_group_sums(connection, built.study_id, now=start + 999))
+    assert [(g.host, g.gpu_index, g.state, g.first_trial_id, g.trials) for g in groups] == sorted(
+        ("h1", 0, state, built.trial_ids[n], 1) for n, state in ((0, "COMPLETE"), (2, "PRUNED"), (3, "FAIL")))
+    complete = next(g for g in groups if g.state == "COMPLETE")
+    assert complete[5:] == (800.0, 10.0, 900.0, 10.0, 500.0, 1, start, start, start + 10, 1)
+    assert all(g.on_device for g in groups)
+
+
+@case("sums.BUSY")
+def _(built: Built, connection: Connection) -> None:
+    """Trials of 10 s at T0, T0 + 40 and T0 + 60: busy 30 s of [T0, T0 + 70], 15 s of it
+    before T0 + 45; trials cut by the window's ends count only inside it."""
+    start = T0.timestamp()
+    busy = db.summary_busy(connection, built.study_id, start + 999, start, start + 45, start + 70)
+    assert busy == {("h1", 0): (30.0, 15.0)}
+    clipped = db.summary_busy(connection, built.study_id, start + 999, start + 5, start + 45, start + 65)
+    assert clipped == {("h1", 0): (20.0, 10.0)}
+
+
+@case("sums.TAIL")
+def _(built: Built, connection: Connection) -> None:
+    start = T0.timestamp()
+    assert db.summary_tail_intervals(connection, built.study_id, start + 999, start + 45) == {
+        ("h1", 0): [(start + 40, start + 50), (start + 60, start + 70)]}
+
+
 @case("telemetry.HAS_TRIAL")
 def _(built: Built, connection: Connection) -> None:
     assert db.has_trial(connection, built.study_id, 0) and not db.has_trial(connection, built.study_id, 99)

@@ -9,6 +9,7 @@ database made by the installed Optuna. Modules by concern:
 - ``_schema``: our own tables (``hpo_telemetry``, ``hpo_trial_summary``);
 - ``_study``: study lookup, direction, our study attrs, read errors;
 - ``_trials``: one narrow row per trial, counts, best trial, heartbeats (status, report);
+- ``_sums``: status's sums, medians and busy time as SQL aggregates over the summary table;
 - ``_curves``: learning curves and step timings (tune-pruner, min_resource=auto);
 - ``_telemetry``: reads of the samples (report, telemetry export);
 - ``_budget``: the statements behind the shared trial budget;
@@ -34,7 +35,13 @@ from hpo_orchestrator.db._budget import (
     lock_study_budget,
     settled_upto,
 )
-from hpo_orchestrator.db._curves import CurveTrial, intermediate_values, step_timings, trials_with_values
+from hpo_orchestrator.db._curves import (
+    CurveTrial,
+    first_of_last,
+    intermediate_values,
+    step_timings,
+    trials_with_values,
+)
 from hpo_orchestrator.db._detail import fail_errors, latest_study, trial_detail
 from hpo_orchestrator.db._engine import (
     ADVISORY_NAMESPACE,
@@ -84,6 +91,16 @@ from hpo_orchestrator.db._study import (
     study_id_of,
     to_datetime,
 )
+from hpo_orchestrator.db._sums import (
+    DurationSums,
+    GroupSums,
+    summary_busy,
+    summary_durations,
+    summary_group_sums,
+    summary_median,
+    summary_tail_intervals,
+    summary_values,
+)
 from hpo_orchestrator.db._telemetry import (
     Sample,
     has_telemetry_table,
@@ -114,6 +131,8 @@ __all__ = [
     "SCHEMA_REVISION",
     "TELEMETRY_COLUMNS",
     "CurveTrial",
+    "DurationSums",
+    "GroupSums",
     "RetentionRaced",
     "Retrying",
     "Sample",
@@ -137,6 +156,7 @@ __all__ = [
     "fail_errors",
     "file_lock",
     "first_line",
+    "first_of_last",
     "has_summary_table",
     "has_telemetry_table",
     "has_trial",
@@ -173,11 +193,17 @@ __all__ = [
     "study_direction",
     "study_directions",
     "study_id_of",
+    "summary_busy",
+    "summary_durations",
     "summary_flags",
+    "summary_group_sums",
     "summary_max_complete_step",
+    "summary_median",
     "summary_prune_steps",
     "summary_rows",
     "summary_table",
+    "summary_tail_intervals",
+    "summary_values",
     "telemetry_rows",
     "telemetry_samples",
     "telemetry_table",
