@@ -11,7 +11,12 @@ that ``optuna.load_study`` reads them back, then times, in the same run:
 - the same on a copy without ``hpo_trial_summary`` (a study run by plain Optuna);
 - ``optuna trials -f json`` on M trials (it loads every trial through the ORM).
 
+With ``--baseline CHECKOUT`` (e.g. ``git worktree add /tmp/base <commit>``) the same commands
+of that checkout are timed alternately with this tree's; ``--read-commands`` adds ``report``
+and ``tune-pruner`` with their default flags.
+
 Usage: python scripts/bench_status.py [--trials 100000] [--optuna-trials 20000] [--dir DIR]
+       [--baseline CHECKOUT] [--read-commands] [--timeout 300]
 Prints a Markdown table (paste it into docs/BENCHMARKS.md).
 """
 
@@ -36,6 +41,7 @@ import sqlalchemy
 from hpo_orchestrator.db import ensure_tables
 
 STUDY = "bench"
+REPO = Path(__file__).resolve().parents[1]
 N_PARAMS, N_STEPS = 5, 20
 DISTRIBUTION = json.dumps({"name": "FloatDistribution",
                            "attributes": {"step": None, "low": 0.0, "high": 1.0, "log": False}})
@@ -119,34 +125,67 @@ def check_readable(db: Path, n_trials: int) -> None:
     assert len(first.user_attrs) == 5
 
 
-def timed(cmd: list[str], repeat: int) -> float:
-    """Best wall time of ``repeat`` runs of a command (seconds)."""
+def timed(cmd: list[str], repeat: int, cwd: Path | None = None,
+          timeout: float | None = None) -> float:
+    """Best wall time of ``repeat`` runs of a command (seconds); inf if it ran past ``timeout``."""
     best = float("inf")
     for _ in range(repeat):
         start = time.perf_counter()
-        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+        try:
+            subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, cwd=cwd, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return float("inf")
         best = min(best, time.perf_counter() - start)
     return best
+
+
+def alternated(cmd: list[str], baseline: Path | None, repeat: int,
+               timeout: float | None = None) -> tuple[float, float | None]:
+    """Best times of this tree's command and of the baseline checkout's (run from its folder,
+    so that its package is the one imported), one after the other ``repeat`` times, so that
+    both meet the same load on a shared machine."""
+    mine, theirs = float("inf"), float("inf")
+    for _ in range(repeat):
+        mine = min(mine, timed(cmd, 1, REPO, timeout))
+        if baseline is not None:
+            theirs = min(theirs, timed(cmd, 1, baseline, timeout))
+    return mine, None if baseline is None else theirs
+
+
+def _seconds(value: float | None, timeout: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"> {timeout:.0f}" if value == float("inf") else f"{value:.2f}"
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--trials", type=int, default=100_000)
-    parser.add_argument("--optuna-trials", type=int, default=20_000)
+    parser.add_argument("--optuna-trials", type=int, default=20_000,
+                        help="the study `optuna trials` reads (0: skip it)")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--dir", type=Path)
+    parser.add_argument("--baseline", type=Path, metavar="CHECKOUT",
+                        help="a checkout of an older commit: its commands are timed too, "
+                             "alternating with this tree's")
+    parser.add_argument("--read-commands", action="store_true",
+                        help="time report and tune-pruner (default flags) too")
+    parser.add_argument("--timeout", type=float, default=300.0,
+                        help="seconds after which a command is stopped and reported as '> T'")
     args = parser.parse_args()
     work = args.dir or Path(tempfile.mkdtemp(prefix="hpo-bench-"))
     work.mkdir(parents=True, exist_ok=True)
-    big, small, plain = work / "big.db", work / "small.db", work / "big-plain.db"
+    big = work / ("big.db" if args.trials == 100_000 else f"big{args.trials}.db")
+    small, plain = work / "small.db", big.with_name(big.stem + "-plain.db")
     for db, n in ((big, args.trials), (small, args.optuna_trials)):
-        if not db.exists():
+        if n and not db.exists():
             start = time.perf_counter()
             build(db, n)
             print(f"built {db} ({n} trials) in {time.perf_counter() - start:.1f} s", file=sys.stderr)
-    check_readable(small, args.optuna_trials)
-    if not plain.exists():
+    if args.optuna_trials:
+        check_readable(small, args.optuna_trials)
+    if args.trials <= 100_000 and not plain.exists():  # a copy of 1M trials is 2 GB more
         shutil.copy(big, plain)
         with sqlite3.connect(plain) as con:
             con.execute("DROP TABLE hpo_trial_summary")
@@ -164,28 +203,50 @@ def main() -> int:
         assert report.per_device and report.per_device[0].trials == args.trials // 2
         return seconds
 
-    query_s, plain_s = query_seconds(big), query_seconds(plain)
+    query_s = query_seconds(big)
+    plain_s = query_seconds(plain) if plain.exists() else None
 
-    cli = [sys.executable, "-m", "hpo_orchestrator", "status", "--json", "--storage"]
-    status_big = timed([*cli, f"sqlite:///{big}"], args.repeat)
-    status_small = timed([*cli, f"sqlite:///{small}"], args.repeat)
-    optuna_bin = shutil.which("optuna", path=os.path.dirname(sys.executable)) or "optuna"
-    optuna_small = timed([optuna_bin, "trials", "--storage", f"sqlite:///{small}", "--study-name",
-                          STUDY, "-f", "json"], 1)
+    module = [sys.executable, "-m", "hpo_orchestrator"]
+    storage = ["--storage", f"sqlite:///{big}"]
+    status_big, status_base = alternated([*module, "status", "--json", *storage], args.baseline,
+                                         args.repeat)
+    rows = [("`hpo-orchestrator status --json` (whole process)", status_big, status_base)]
+    if args.read_commands:
+        out = work / "bench-report.html"
+        for what, command, repeat in (
+                ("`hpo-orchestrator report --out r.html` (whole process)",
+                 [*module, "report", "--out", str(out), *storage], 1),
+                ("`hpo-orchestrator tune-pruner --json` (whole process)",
+                 [*module, "tune-pruner", "--json", *storage], 1)):
+            mine, theirs = alternated(command, args.baseline, repeat, args.timeout)
+            rows.append((what, mine, theirs))
 
-    cores = os.cpu_count()
-    print(f"\nmachine: {platform.node()}, {cores} cores, Python {platform.python_version()}; "
-          f"{time.strftime('%Y-%m-%d')}; command: python scripts/bench_status.py "
-          f"--trials {args.trials} --optuna-trials {args.optuna_trials}\n")
-    print("| what | trials | seconds | vs optuna trials (same study) |")
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                            cwd=REPO).stdout.strip()
+    base = "" if args.baseline is None else subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+        cwd=args.baseline).stdout.strip()
+    print(f"\nmachine: {platform.node()}, {os.cpu_count()} cores, Python {platform.python_version()}; "
+          f"{time.strftime('%Y-%m-%d %H:%M')}; load average {os.getloadavg()[0]:.1f} at the end; "
+          f"commit {commit}; command: python scripts/bench_status.py {' '.join(sys.argv[1:])}\n")
+    print(f"| what | trials | seconds (this tree, {commit}) | seconds (baseline {base or '-'}) |")
     print("|---|---:|---:|---:|")
-    print(f"| `hpo-orchestrator status --json` (whole process) | {args.trials:,} | {status_big:.2f} | |")
-    print(f"| status queries alone (`collect_status`) | {args.trials:,} | {query_s:.2f} | |")
-    print(f"| the same, study without `hpo_trial_summary` (plain Optuna) | {args.trials:,} | "
-          f"{plain_s:.2f} | |")
-    print(f"| `hpo-orchestrator status --json` (whole process) | {args.optuna_trials:,} | "
-          f"{status_small:.2f} | {optuna_small / status_small:.0f}x faster |")
-    print(f"| `optuna trials -f json` | {args.optuna_trials:,} | {optuna_small:.2f} | 1x |")
+    for what, mine, theirs in rows:
+        print(f"| {what} | {args.trials:,} | {_seconds(mine, args.timeout)} | "
+              f"{_seconds(theirs, args.timeout)} |")
+    print(f"| status queries alone (`collect_status`, in process) | {args.trials:,} | {query_s:.2f} | |")
+    if plain_s is not None:
+        print(f"| the same, study without `hpo_trial_summary` (plain Optuna) | {args.trials:,} | "
+              f"{plain_s:.2f} | |")
+    if args.optuna_trials:
+        status_small = timed([*module, "status", "--json", "--storage", f"sqlite:///{small}"],
+                             args.repeat, REPO)
+        optuna_bin = shutil.which("optuna", path=os.path.dirname(sys.executable)) or "optuna"
+        optuna_small = timed([optuna_bin, "trials", "--storage", f"sqlite:///{small}", "--study-name",
+                              STUDY, "-f", "json"], 1)
+        print(f"| `hpo-orchestrator status --json` (whole process) | {args.optuna_trials:,} | "
+              f"{status_small:.2f} | ({optuna_small / status_small:.0f}x faster than optuna trials) |")
+        print(f"| `optuna trials -f json` | {args.optuna_trials:,} | {optuna_small:.2f} | |")
     return 0
 
 

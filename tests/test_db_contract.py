@@ -414,22 +414,12 @@ def _(built: Built, connection: Connection) -> None:
     assert all(g.on_device for g in groups)
 
 
-@case("sums.BUSY")
-def _(built: Built, connection: Connection) -> None:
-    """Trials of 10 s at T0, T0 + 40 and T0 + 60: busy 30 s of [T0, T0 + 70], 15 s of it
-    before T0 + 45; trials cut by the window's ends count only inside it."""
-    start = T0.timestamp()
-    busy = db.summary_busy(connection, built.study_id, start + 999, start, start + 45, start + 70)
-    assert busy == {("h1", 0): (30.0, 15.0)}
-    clipped = db.summary_busy(connection, built.study_id, start + 999, start + 5, start + 45, start + 65)
-    assert clipped == {("h1", 0): (20.0, 10.0)}
-
-
-@case("sums.TAIL")
+@case("sums.INTERVALS")
 def _(built: Built, connection: Connection) -> None:
     start = T0.timestamp()
-    assert db.summary_tail_intervals(connection, built.study_id, start + 999, start + 45) == {
-        ("h1", 0): [(start + 40, start + 50), (start + 60, start + 70)]}
+    intervals = db.summary_intervals(connection, built.study_id, now=start + 999)
+    assert {key: sorted(spans) for key, spans in intervals.items()} == {
+        ("h1", 0): [(start, start + 10), (start + 40, start + 50), (start + 60, start + 70)]}
 
 
 @case("telemetry.HAS_TRIAL")

@@ -25,7 +25,6 @@ import hpo_orchestrator.db as db
 from hpo_orchestrator.status import collect_status
 
 
-
 def _study(path: Path, summarized: int, seed: int = 7) -> str:
     url = f"sqlite:///{path}"
     optuna.logging.set_verbosity(optuna.logging.ERROR)
@@ -40,9 +39,10 @@ def _study(path: Path, summarized: int, seed: int = 7) -> str:
         if number % 17 == 5:
             state = TrialState.FAIL
         foreign = number >= summarized  # run by something else: attrs, no summary row
-        attrs: dict[str, Any] = {"hpo.host": f"h{number % 2}", "hpo.gpu_index": number % 3 % 2,
-                                 "hpo.startup_s": rng.uniform(1, 3), "hpo.first_decision_s": rng.uniform(3, 5),
-                                 "hpo.gpu_util_mean": rng.uniform(20, 90)} if foreign else {}
+        attrs: dict[str, Any] = {
+            "hpo.host": f"h{number % 2}", "hpo.gpu_index": number % 3 % 2,
+            "hpo.startup_s": rng.uniform(1, 3), "hpo.first_decision_s": rng.uniform(3, 5),
+            "hpo.gpu_util_mean": rng.uniform(20, 90)} if foreign else {}
         study.add_trial(create_trial(
             state=state, value=rng.random() if state == TrialState.COMPLETE else None,
             params={"x": rng.random()}, distributions=dist,

@@ -1,10 +1,11 @@
-"""Status's numbers over ``hpo_trial_summary`` as SQL aggregates: sums, maxima, medians and the
-per-device busy time come back as a few rows whatever the study's size.
+"""Status's numbers over ``hpo_trial_summary`` as SQL aggregates: counts, sums, maxima and
+medians come back as a few rows whatever the study's size; only the busy time needs each
+trial's (start, end).
 
-Fetching one row per trial and summing in Python was most of ``status``'s time on 100k trials
-(docs/BENCHMARKS.md "Status on a large study"). Medians are the middle row(s) of an ORDER BY,
-and the busy time is one window function, so each number is the one Python computed from the
-same floats. Plain SQL only (CASE, COALESCE, window functions): sqlite and PostgreSQL alike.
+Fetching one wide row per trial and summing in Python was most of ``status``'s time on 100k
+trials (docs/BENCHMARKS.md "Status on a large study"). A median is the middle row(s) of an
+ORDER BY, so it is the very float Python's statistics.median picked. Plain SQL (CASE,
+COALESCE): sqlite and PostgreSQL alike.
 """
 
 from __future__ import annotations
@@ -16,8 +17,8 @@ from sqlalchemy.engine import Connection
 
 from hpo_orchestrator.db._study import state_name
 
-__all__ = ["DurationSums", "GroupSums", "summary_busy", "summary_durations", "summary_group_sums",
-           "summary_median", "summary_tail_intervals", "summary_values"]
+__all__ = ["DurationSums", "GroupSums", "summary_durations", "summary_group_sums", "summary_intervals",
+           "summary_median", "summary_values"]
 
 _DURATIONS_SQL = (
     "SELECT state, COUNT(*), SUM(end_s - start_s), MAX(end_s - start_s) FROM hpo_trial_summary "
@@ -48,25 +49,14 @@ _GROUP_SUMS_SQL = (
     "MAX(CASE WHEN start_s IS NOT NULL THEN COALESCE(end_s, :now) END), "
     "SUM(CASE WHEN startup_s IS NOT NULL AND first_decision_s IS NOT NULL THEN 1 ELSE 0 END) "
     "FROM hpo_trial_summary WHERE study_id = :s GROUP BY host, gpu_index, state")
-# Seconds of [:lo, :hi] covered by a device's trials (and of [:lo, :qhi]): in start order, each
-# trial adds what lies past the latest end before it (the cursor), clipped to the window. An
-# interval that ends before it starts never moves the cursor, as in a sweep.
-_BUSY_SQL = (
-    "SELECT host, gpu_index, "
-    "SUM(CASE WHEN e > b THEN e - b ELSE 0 END), "
-    "SUM(CASE WHEN e > b AND b < :qhi THEN (CASE WHEN e < :qhi THEN e ELSE :qhi END) - b ELSE 0 END) "
-    "FROM (SELECT host, gpu_index, e, CASE WHEN s < c THEN c ELSE s END AS b FROM ("
-    "SELECT host, gpu_index, s, e, CASE WHEN p IS NULL OR p < :lo THEN :lo ELSE p END AS c FROM ("
-    "SELECT host, gpu_index, start_s AS s, "
-    "CASE WHEN COALESCE(end_s, :now) > :hi THEN :hi ELSE COALESCE(end_s, :now) END AS e, "
-    "MAX(CASE WHEN COALESCE(end_s, :now) > start_s AND start_s < :hi THEN COALESCE(end_s, :now) END) "
-    "OVER (PARTITION BY host, gpu_index ORDER BY start_s, COALESCE(end_s, :now) "
-    "ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS p "
-    f"FROM hpo_trial_summary WHERE {_ON_DEVICE} AND start_s IS NOT NULL) w) x) y "
-    "GROUP BY host, gpu_index")
-_TAIL_SQL = (
-    "SELECT host, gpu_index, start_s, COALESCE(end_s, :now) FROM hpo_trial_summary "
-    f"WHERE {_ON_DEVICE} AND start_s IS NOT NULL AND COALESCE(end_s, :now) > :after")
+# The summarized trials' (start, end) per device, for the busy time: a sweep over them sorted is
+# several times faster in Python than the same sweep as a window function in sqlite, whose
+# sorter is slow on 100k rows. Through the DBAPI cursor, like _trials.summary_rows; the
+# parameters are an int and a float formatted in, so the driver's paramstyle does not matter.
+_INTERVALS_SQL = (
+    "SELECT host, gpu_index, start_s, COALESCE(end_s, {now!r}) FROM hpo_trial_summary "
+    "WHERE study_id = {study_id:d} AND (host IS NOT NULL OR gpu_index IS NOT NULL) "
+    "AND start_s IS NOT NULL")
 
 
 class DurationSums(NamedTuple):
@@ -142,23 +132,18 @@ def summary_group_sums(connection: Connection, study_id: int, now: float) -> lis
     return found
 
 
-def summary_busy(connection: Connection, study_id: int, now: float, lo: float, queued_hi: float,
-                 hi: float) -> dict[tuple[str | None, int | None], tuple[float, float]]:
-    """(host, gpu) -> seconds of [lo, hi] and of [lo, queued_hi] with at least one of its
-    summarized trials running."""
-    params = {"s": study_id, "now": now, "lo": lo, "qhi": queued_hi, "hi": hi}
-    return {(host, None if gpu is None else int(gpu)): (float(busy), float(queued))
-            for host, gpu, busy, queued in connection.execute(text(_BUSY_SQL), params)}
-
-
-def summary_tail_intervals(connection: Connection, study_id: int, now: float, after: float
-                           ) -> dict[tuple[str | None, int | None], list[tuple[float, float]]]:
-    """(host, gpu) -> (start, end) of its summarized trials still running after ``after``: the
-    ones that can overlap trials without a summary row (running ones)."""
+def summary_intervals(connection: Connection, study_id: int, now: float
+                      ) -> dict[tuple[str | None, int | None], list[tuple[float, float]]]:
+    """(host, gpu) -> (start, end or ``now``) of each summarized trial run on it."""
+    cursor = connection.connection.cursor()
+    try:
+        cursor.execute(_INTERVALS_SQL.format(study_id=int(study_id), now=float(now)))
+        rows = cursor.fetchall()
+    finally:
+        cursor.close()
     found: dict[tuple[str | None, int | None], list[tuple[float, float]]] = {}
-    for host, gpu, start, end in connection.execute(text(_TAIL_SQL),
-                                                    {"s": study_id, "now": now, "after": after}):
-        found.setdefault((host, None if gpu is None else int(gpu)), []).append((float(start), float(end)))
+    for host, gpu, start, end in rows:
+        found.setdefault((host, gpu), []).append((start, end))
     return found
 
 

@@ -116,12 +116,10 @@ def device_use(connection: Connection, study_id: int, groups: list[db.GroupSums]
         return sorted(inventory.values(), key=lambda d: d.device)
 
     lo, queued_hi, hi = span
-    busy = db.summary_busy(connection, study_id, now, lo, queued_hi, hi) if summed else {}
-    extra_intervals = {key: [(r.start_s, r.end_s or now) for r in rows if r.start_s is not None]
-                       for key, rows in members.items()}
-    earliest = min((s for spans in extra_intervals.values() for s, _ in spans), default=None)
-    tails = (db.summary_tail_intervals(connection, study_id, now, earliest)
-             if summed and earliest is not None else {})
+    intervals = db.summary_intervals(connection, study_id, now) if summed else {}
+    for key, rows in members.items():
+        intervals.setdefault(key, []).extend((r.start_s, r.end_s or now) for r in rows
+                                             if r.start_s is not None)
     for key, use in inventory.items():
         rows, groups = members.get(key, []), summed.get(key, [])
         use.trials = sum(g.trials for g in groups) + len(rows)
@@ -130,14 +128,7 @@ def device_use(connection: Connection, study_id: int, groups: list[db.GroupSums]
             states[g.state] += g.trials
         states.update(r.state for r in rows)
         use.states = dict(states)
-        covered, queued = busy.get(key, (0.0, 0.0))
-        if extra_intervals.get(key):
-            # What the unsummarized trials add: their time not covered by a summarized trial.
-            tail = tails.get(key, [])
-            with_extra = busy_seconds(tail + extra_intervals[key], lo, queued_hi, hi)
-            without = busy_seconds(tail, lo, queued_hi, hi)
-            covered += with_extra[0] - without[0]
-            queued += with_extra[1] - without[1]
+        covered, queued = busy_seconds(intervals.get(key, []), lo, queued_hi, hi)
         if hi > lo:
             use.busy_fraction = covered / (hi - lo)
         if queued_hi > lo:
@@ -155,7 +146,7 @@ def busy_seconds(intervals: list[tuple[float, float]], lo: float, queued_hi: flo
                  hi: float) -> tuple[float, float]:
     """Seconds covered by at least one interval within [lo, hi] and within [lo, queued_hi].
 
-    One sweep over the sorted intervals (db._sums's busy statement is the same sweep in SQL).
+    One sweep over the sorted intervals (plain comparisons: this runs over every trial).
     """
     busy = queued = 0.0
     cursor = lo
