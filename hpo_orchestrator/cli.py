@@ -331,9 +331,10 @@ def _cmd_report(args: argparse.Namespace, console: Console) -> int:
     from hpo_orchestrator.db import create_engine
     from hpo_orchestrator.report import write_report
 
+    last = _last(args.last)
     engine = create_engine(args.storage)
     data = write_report(engine, _cli_trials.resolve_study(engine, args.study, _errors()), args.out,
-                        args.png, _last(args.last))
+                        args.png, last)
     written = " and ".join(str(p) for p in (args.out, args.png) if p is not None)
     console.print(f"wrote {written}: study {data.study!r}, {len(data.bars)} trials on "
                   f"{len({lane.rsplit(' #', 1)[0] for lane in data.lanes})} device(s)",
@@ -352,9 +353,9 @@ def _cmd_tune_pruner(args: argparse.Namespace, console: Console) -> int:
             min(args.reduction_factor) < 2):
         raise ConfigError("--min-resource takes integers >= 1 and --reduction-factor integers >= 2",
                           "e.g. --min-resource 1,3,5 --reduction-factor 2,3")
+    last = _last(args.last)
     engine = create_engine(args.storage)
-    curves = load_curves(engine, _cli_trials.resolve_study(engine, args.study, _errors()),
-                         _last(args.last))
+    curves = load_curves(engine, _cli_trials.resolve_study(engine, args.study, _errors()), last)
     grid = default_grid(curves.full_step, args.patience, args.min_resource, args.reduction_factor)
     results = tune(curves, grid, args.top_k)
     choice, reason = recommend(results)

@@ -386,42 +386,6 @@ def _(built: Built, connection: Connection) -> None:
     assert [s.trial_id for s in db.telemetry_samples(connection, built.study_id, 1)] == [ids[4]]
 
 
-@case("sums.DURATIONS")
-def _(built: Built, connection: Connection) -> None:
-    assert db.summary_durations(connection, built.study_id) == {
-        "COMPLETE": (1, 10.0, 10.0), "PRUNED": (1, 10.0, 10.0), "FAIL": (1, 10.0, 10.0)}
-
-
-@case("sums.DURATION_MEDIAN")
-@case("sums.STARTUP_MEDIAN")
-@case("sums.DECISION_MEDIAN")
-def _(built: Built, connection: Connection) -> None:
-    assert db.summary_median(connection, built.study_id, "duration", 1, "COMPLETE") == 10.0
-    assert db.summary_median(connection, built.study_id, "duration", 0, "COMPLETE") is None
-    assert db.summary_median(connection, built.study_id, "startup", 3) == 1.0
-    assert db.summary_median(connection, built.study_id, "first_decision", 2) == 3.0  # middle two
-    assert db.summary_values(connection, built.study_id, "first_decision", 3) == [3.0, 3.0, 3.0]
-
-
-@case("sums.GROUP_SUMS")
-def _(built: Built, connection: Connection) -> None:
-    start = T0.timestamp()
-    groups = sorted(db.summary_group_sums(connection, built.study_id, now=start + 999))
-    assert [(g.host, g.gpu_index, g.state, g.first_trial_id, g.trials) for g in groups] == sorted(
-        ("h1", 0, state, built.trial_ids[n], 1) for n, state in ((0, "COMPLETE"), (2, "PRUNED"), (3, "FAIL")))
-    complete = next(g for g in groups if g.state == "COMPLETE")
-    assert complete[5:] == (800.0, 10.0, 900.0, 10.0, 500.0, 1, start, start, start + 10, 1)
-    assert all(g.on_device for g in groups)
-
-
-@case("sums.INTERVALS")
-def _(built: Built, connection: Connection) -> None:
-    start = T0.timestamp()
-    intervals = db.summary_intervals(connection, built.study_id, now=start + 999)
-    assert {key: sorted(spans) for key, spans in intervals.items()} == {
-        ("h1", 0): [(start, start + 10), (start + 40, start + 50), (start + 60, start + 70)]}
-
-
 @case("telemetry.HAS_TRIAL")
 def _(built: Built, connection: Connection) -> None:
     assert db.has_trial(connection, built.study_id, 0) and not db.has_trial(connection, built.study_id, 99)

@@ -9,7 +9,6 @@ database made by the installed Optuna. Modules by concern:
 - ``_schema``: our own tables (``hpo_telemetry``, ``hpo_trial_summary``);
 - ``_study``: study lookup, direction, our study attrs, read errors;
 - ``_trials``: one narrow row per trial, counts, best trial, heartbeats (status, report);
-- ``_sums``: status's sums, medians and busy time as SQL aggregates over the summary table;
 - ``_curves``: learning curves and step timings (tune-pruner, min_resource=auto);
 - ``_telemetry``: reads of the samples (report, telemetry export);
 - ``_budget``: the statements behind the shared trial budget;
@@ -91,15 +90,6 @@ from hpo_orchestrator.db._study import (
     study_id_of,
     to_datetime,
 )
-from hpo_orchestrator.db._sums import (
-    DurationSums,
-    GroupSums,
-    summary_durations,
-    summary_group_sums,
-    summary_intervals,
-    summary_median,
-    summary_values,
-)
 from hpo_orchestrator.db._telemetry import (
     Sample,
     has_telemetry_table,
@@ -130,8 +120,6 @@ __all__ = [
     "SCHEMA_REVISION",
     "TELEMETRY_COLUMNS",
     "CurveTrial",
-    "DurationSums",
-    "GroupSums",
     "RetentionRaced",
     "Retrying",
     "Sample",
@@ -192,16 +180,11 @@ __all__ = [
     "study_direction",
     "study_directions",
     "study_id_of",
-    "summary_durations",
     "summary_flags",
-    "summary_group_sums",
-    "summary_intervals",
     "summary_max_complete_step",
-    "summary_median",
     "summary_prune_steps",
     "summary_rows",
     "summary_table",
-    "summary_values",
     "telemetry_rows",
     "telemetry_samples",
     "telemetry_table",

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 from hpo_orchestrator.db import list_studies
-from hpo_orchestrator.status._collect import collect_on, collect_status
+from hpo_orchestrator.status._collect import collect_status, collect_with_rows, device_label
 from hpo_orchestrator.status._model import DeviceUse, Finding, StateStats, StatusReport, StudyFacts
 from hpo_orchestrator.status._packing import packing_lines
 from hpo_orchestrator.status._render import print_status, render_status
-from hpo_orchestrator.status._sums import device_label
 
-__all__ = ["DeviceUse", "Finding", "StateStats", "StatusReport", "StudyFacts", "collect_on", "collect_status",
-           "device_label", "list_studies", "packing_lines", "print_status",
+__all__ = ["DeviceUse", "Finding", "StateStats", "StatusReport", "StudyFacts", "collect_status",
+           "collect_with_rows", "device_label", "list_studies", "packing_lines", "print_status",
            "render_status"]

@@ -1,43 +1,59 @@
 """Status from plain SQL over the storage (through :mod:`hpo_orchestrator.db`): never loads
-every trial through the ORM, nor one row per summarized trial.
+every trial through the ORM.
 
-The db package hands back SQL aggregates over ``hpo_trial_summary`` and the few trials without
-a summary row (running ones, or ones run by something else); :mod:`._sums` combines the two,
-and :mod:`._findings` turns the report into findings.
+The db package hands back one narrow row per trial and a few pre-filtered facts; durations,
+device use and prune steps are computed here, and turned into findings by
+:mod:`hpo_orchestrator.status._findings`.
 """
 
 from __future__ import annotations
 
+import gc
+import statistics
 import time
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy.engine import Connection, Engine
 
 from hpo_orchestrator import db
+from hpo_orchestrator.db import TrialRow
 from hpo_orchestrator.status._findings import find_all
-from hpo_orchestrator.status._model import StatusReport, StudyFacts
-from hpo_orchestrator.status._sums import (
-    device_label,
-    device_use,
-    listed_devices,
-    startup,
-    state_stats,
-    window,
-)
+from hpo_orchestrator.status._model import DeviceUse, StateStats, StatusReport, StudyFacts
 
-__all__ = ["collect_on", "collect_status"]
+__all__ = ["collect_status", "collect_with_rows", "device_label"]
 
 _STATES = ("COMPLETE", "PRUNED", "FAIL", "RUNNING", "QUEUED", "WAITING")
 
 
+@contextmanager
+def _cycle_collector_paused() -> Iterator[None]:
+    """One row object per trial and nothing cyclic: the cycle collector would only rescan them
+    (20 % of the time on 100k trials), so it is paused while they are built."""
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+
+
 def collect_status(engine: Engine, study: str | None) -> StatusReport:
-    with db.read_errors(), engine.connect() as connection:
-        return collect_on(connection, study)
+    with _cycle_collector_paused(), db.read_errors(), engine.connect() as connection:
+        return _collect(connection, study)[0]
 
 
-def collect_on(connection: Connection, study: str | None) -> StatusReport:
+def collect_with_rows(connection: Connection, study: str | None) -> tuple[StatusReport, list[TrialRow]]:
+    """The report and the trial rows it was made from (the report draws them again: one read)."""
+    with _cycle_collector_paused():
+        return _collect(connection, study)
+
+
+def _collect(connection: Connection, study: str | None) -> tuple[StatusReport, list[TrialRow]]:
     study_id, name = db.study_id_of(connection, study)
     direction = db.study_direction(connection, study_id)
     study_attrs = db.study_attrs(connection, study_id)
@@ -47,16 +63,15 @@ def collect_on(connection: Connection, study: str | None) -> StatusReport:
     has_summary = db.has_summary_table(connection)
 
     counts = Counter(db.state_counts(connection, study_id))
+    rows = db.summary_rows(connection, study_id) if has_summary else []
     uncovered = db.uncovered_trials(connection, study_id, has_summary)
-    extra = [u.row for u in uncovered]
-    groups = db.summary_group_sums(connection, study_id, now) if has_summary else []
-    hosts = len({g.host for g in groups if g.host} | {r.host for r in extra if r.host}
-                | set(listed_devices(study_attrs)))
-    running = _running(connection, [u for u in uncovered if u.row.state == "RUNNING"],
-                       db_now, now, config, hosts)
+    rows += [u.row for u in uncovered]
     # A trial asked ahead of a free slot (scheduler.prefetch) is RUNNING to Optuna but has no
     # process yet: the orchestrator records its slot (hpo.slot) when a slot takes it. Its
     # heartbeat is kept up meanwhile; a stale one stays with the running (stale_running).
+    hosts = len(_hosts(rows, _listed_devices(study_attrs)))
+    running = _running(connection, [u for u in uncovered if u.row.state == "RUNNING"],
+                       db_now, now, config, hosts)
     slotless = {u.row.number for u in uncovered if u.row.state == "RUNNING" and config
                 and u.attrs.get("hpo.slot") is None}
     queued = sorted(r["number"] for r in running if r["number"] in slotless and not r["stale"])
@@ -65,8 +80,17 @@ def collect_on(connection: Connection, study: str | None) -> StatusReport:
         counts["RUNNING"] -= len(queued)
         counts["QUEUED"] = len(queued)
 
-    states = state_stats(connection, study_id, has_summary, counts,
-                         [*_STATES, *sorted(set(counts) - set(_STATES))], extra)
+    durations: dict[str, list[float]] = {}
+    for row in rows:
+        if row.start_s is not None and row.end_s is not None:
+            durations.setdefault(row.state, []).append(row.end_s - row.start_s)
+    states = {}
+    for state in (*_STATES, *sorted(set(counts) - set(_STATES))):
+        values = durations.get(state, [])
+        states[state] = StateStats(count=counts.get(state, 0),
+                                   mean_s=statistics.fmean(values) if values else None,
+                                   median_s=statistics.median(values) if values else None,
+                                   max_s=max(values) if values else None)
     finished = counts["COMPLETE"] + counts["PRUNED"] + counts["FAIL"]
     prune_rate = counts["PRUNED"] / finished if finished else None
 
@@ -100,7 +124,7 @@ def collect_on(connection: Connection, study: str | None) -> StatusReport:
         if u.attrs.get("hpo.fail_reason"):
             reasons[str(u.attrs["hpo.fail_reason"])] += 1
 
-    span = window(groups, extra, now)
+    window = _window(rows, now)
     failures = db.fail_errors(connection, study_id)
     objective_failures = [n for n, reason, _ in failures if reason != "interrupted"]
     report = StatusReport(
@@ -108,22 +132,18 @@ def collect_on(connection: Connection, study: str | None) -> StatusReport:
         n_trials_target=config.get("study", {}).get("n_trials"),
         states=states, prune_rate=prune_rate, prune_steps=dict(sorted(prune_steps.items())),
         best=db.best_trial(connection, study_id, direction),
-        per_device=device_use(connection, study_id, groups,
-                              [r for r in extra if r.state != "RUNNING" or r.number not in queued],
-                              study_attrs, now, span),
+        per_device=_device_use([r for r in rows if r.state != "RUNNING" or r.number not in queued],
+                               study_attrs, now, window),
         running=running, fail_reasons=dict(sorted(reasons.items())),
-        wall_s=None if span is None else span[2] - span[0], queued=queued,
+        wall_s=None if window is None else window[2] - window[0], queued=queued,
         min_resource_auto=study_attrs.get("hpo.pruner.min_resource_auto"),
         last_failed=max(objective_failures) if objective_failures else None,
         packing=_packing(study_attrs))
-    pairs, startup_median, decision_median = startup(connection, study_id, groups, extra)
     report.findings = find_all(report, StudyFacts(
-        config=config, startup_pairs=pairs, startup_median_s=startup_median,
-        first_decision_median_s=decision_median, unverified=sorted(unverified),
-        mismatches=sorted(mismatches),
+        config=config, rows=rows, unverified=sorted(unverified), mismatches=sorted(mismatches),
         max_complete_step=None if max_complete_step is None else int(max_complete_step),
         failures=failures))
-    return report
+    return report, rows
 
 
 def _running(connection: Connection, running: list[db.UncoveredTrial], db_now: datetime | None,
@@ -143,8 +163,101 @@ def _running(connection: Connection, running: list[db.UncoveredTrial], db_now: d
     return result
 
 
+def device_label(host: str | None, gpu: int | None, hosts: int) -> str:
+    """gpu0 / cpu, prefixed with the host when the study ran on several."""
+    device = "cpu" if gpu is None else f"gpu{gpu}"
+    return f"{host}:{device}" if hosts > 1 and host else device
+
+
+def _busy_seconds(intervals: list[tuple[float, float]], lo: float, queued_hi: float,
+                  hi: float) -> tuple[float, float]:
+    """Seconds covered by at least one interval within [lo, hi] and within [lo, queued_hi].
+
+    One sweep over the sorted intervals (plain comparisons: this runs over every trial).
+    """
+    busy = queued = 0.0
+    cursor = lo
+    for start, end in sorted(intervals):
+        if start < cursor:
+            start = cursor
+        if end > hi:
+            end = hi
+        if end <= start:
+            continue
+        busy += end - start
+        if start < queued_hi:
+            queued += (end if end < queued_hi else queued_hi) - start
+        cursor = end
+    return busy, queued
+
+
 def _packing(study_attrs: dict[str, Any]) -> list[dict[str, Any]]:
     """hpo.packing.<host> of every host, with the host named (scheduler/_packer.py writes it)."""
     return [{"host": key.removeprefix("hpo.packing."), **value}
             for key, value in sorted(study_attrs.items())
             if key.startswith("hpo.packing.") and isinstance(value, dict)]
+
+
+def _listed_devices(study_attrs: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    """host -> its GPUs, as each orchestrator recorded them (study attr hpo.devices.<host>), so
+    a GPU that never got a trial still shows up."""
+    return {key.removeprefix("hpo.devices."): devices or [] for key, devices in study_attrs.items()
+            if key.startswith("hpo.devices.")}
+
+
+def _hosts(rows: list[TrialRow], listed: dict[str, list[dict[str, Any]]]) -> set[str]:
+    return {r.host for r in rows if r.host} | set(listed)
+
+
+def _window(rows: list[TrialRow], now: float) -> tuple[float, float, float] | None:
+    """(first start, last start, last end or now): the study's wall time, and the part of it
+    in which trials were still waiting to start."""
+    starts = [r.start_s for r in rows if r.start_s is not None]
+    if not starts:
+        return None
+    return min(starts), max(starts), max(r.end_s or now for r in rows if r.start_s is not None)
+
+
+def _device_use(rows: list[TrialRow], study_attrs: dict[str, Any], now: float,
+                window: tuple[float, float, float] | None) -> list[DeviceUse]:
+    listed = _listed_devices(study_attrs)
+    hosts = _hosts(rows, listed)
+    DeviceKey = tuple[str | None, int | None]
+    by_device: dict[DeviceKey, list[TrialRow]] = {}
+    for row in rows:
+        if row.host is not None or row.gpu_index is not None:  # run by an orchestrator
+            by_device.setdefault((row.host, row.gpu_index), []).append(row)
+    inventory: dict[DeviceKey, DeviceUse] = {}
+    for key in [*((h, g["index"]) for h, devices in listed.items() for g in devices), *by_device]:
+        inventory.setdefault(key, DeviceUse(device_label(key[0], key[1], len(hosts)), key[0], key[1]))
+
+    if window is None:
+        return sorted(inventory.values(), key=lambda d: d.device)
+    study_lo, queued_hi, study_hi = window
+    for key, use in inventory.items():
+        members = by_device.get(key, [])
+        use.trials = len(members)
+        use.states = dict(Counter(r.state for r in members))
+        intervals = [(r.start_s, r.end_s or now) for r in members if r.start_s is not None]
+        busy, queued = _busy_seconds(intervals, study_lo, queued_hi, study_hi)
+        if study_hi > study_lo:
+            use.busy_fraction = busy / (study_hi - study_lo)
+        if queued_hi > study_lo:
+            use.busy_fraction_queued = queued / (queued_hi - study_lo)
+        use.util_mean = _weighted(members, now, compute=False)
+        use.util_compute_mean = _weighted(members, now, compute=True)
+        energy = [r.energy_j for r in members if r.energy_j is not None]
+        use.energy_kj = round(sum(energy) / 1000, 3) if energy else None
+    return sorted(inventory.values(), key=lambda d: d.device)
+
+
+def _weighted(rows: list[TrialRow], now: float, compute: bool) -> float | None:
+    """Mean GPU utilization over trials, weighted by each trial's duration."""
+    total = weight = 0.0
+    for row in rows:
+        value = row.util_compute_mean if compute else row.util_mean
+        if value is not None and row.start_s is not None:
+            w = (row.end_s or now) - row.start_s
+            total += value * w
+            weight += w
+    return round(total / weight, 1) if weight > 0 else None

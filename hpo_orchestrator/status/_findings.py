@@ -123,18 +123,21 @@ def _gpu_unused(facts: StudyFacts) -> list[Finding]:
 
 
 def _slow_startup(facts: StudyFacts) -> list[Finding]:
-    startup, decision = facts.startup_median_s, facts.first_decision_median_s
-    if facts.startup_pairs < MIN_TRIALS or startup is None or decision is None:
+    pairs = [(r.startup_s, r.first_decision_s) for r in facts.rows
+             if r.startup_s is not None and r.first_decision_s is not None]
+    if len(pairs) < MIN_TRIALS:
         return []
+    startup = statistics.median(p[0] for p in pairs)
+    decision = statistics.median(p[1] for p in pairs)
     if decision <= 0 or startup < STARTUP_FLOOR_S or startup / decision < STARTUP_SHARE_ABOVE:
         return []
     return [Finding(
         "slow_startup", "warning",
         f"starting a trial takes {startup:.1f} s, {startup / decision:.0%} of the "
-        f"{decision:.1f} s until its first pruning decision (medians of {facts.startup_pairs} trials)",
+        f"{decision:.1f} s until its first pruning decision (medians of {len(pairs)} trials)",
         _startup_advice(facts.config),
         {"startup_s_median": round(startup, 3), "first_decision_s_median": round(decision, 3),
-         "share": round(startup / decision, 3), "trials": facts.startup_pairs})]
+         "share": round(startup / decision, 3), "trials": len(pairs)})]
 
 
 def _startup_advice(config: dict[str, Any]) -> str:

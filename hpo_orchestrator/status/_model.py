@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from hpo_orchestrator.db import TrialRow
+
 __all__ = ["DeviceUse", "Finding", "StateStats", "StatusReport", "StudyFacts"]
 
 
@@ -47,14 +49,12 @@ class StudyFacts:
     """What the findings need besides the report: a few per-trial facts, pre-filtered in SQL."""
 
     config: dict[str, Any]
+    rows: list[TrialRow]
     max_complete_step: int | None
     unverified: list[tuple[int, str | None]]  # (number, OpenCL platform) with gpu_verified false
     mismatches: list[tuple[int, dict[str, Any]]]  # (number, {param: [suggested, effective]})
     # (number, hpo.fail_reason, hpo.error) of failed trials that were not retried
     failures: list[tuple[int, str | None, str | None]] = field(default_factory=list)
-    startup_pairs: int = 0  # trials that recorded both a start-up time and a first pruning decision
-    startup_median_s: float | None = None  # ... the median of their start-up times
-    first_decision_median_s: float | None = None  # ... and of their times to the first decision
 
 
 @dataclass
