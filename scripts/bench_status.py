@@ -27,6 +27,7 @@ import json
 import os
 import platform
 import random
+import resource
 import shutil
 import sqlite3
 import subprocess
@@ -126,36 +127,47 @@ def check_readable(db: Path, n_trials: int) -> None:
 
 
 def timed(cmd: list[str], repeat: int, cwd: Path | None = None,
-          timeout: float | None = None) -> float:
-    """Best wall time of ``repeat`` runs of a command (seconds); inf if it ran past ``timeout``."""
-    best = float("inf")
+          timeout: float | None = None) -> tuple[float, float]:
+    """Best wall time and best CPU time (user + system, its processes) of ``repeat`` runs of a
+    command, in seconds; inf if it ran past ``timeout``. On a shared machine the CPU time is
+    the steadier of the two: the wall time grows with the load average."""
+    best, best_cpu = float("inf"), float("inf")
     for _ in range(repeat):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         start = time.perf_counter()
         try:
             subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, cwd=cwd, timeout=timeout)
         except subprocess.TimeoutExpired:
-            return float("inf")
+            return float("inf"), float("inf")
         best = min(best, time.perf_counter() - start)
-    return best
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        best_cpu = min(best_cpu, after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+    return best, best_cpu
+
+
+Times = tuple[float, float]
 
 
 def alternated(cmd: list[str], baseline: Path | None, repeat: int,
-               timeout: float | None = None) -> tuple[float, float | None]:
+               timeout: float | None = None) -> tuple[Times, Times | None]:
     """Best times of this tree's command and of the baseline checkout's (run from its folder,
     so that its package is the one imported), one after the other ``repeat`` times, so that
     both meet the same load on a shared machine."""
-    mine, theirs = float("inf"), float("inf")
+    mine, theirs = (float("inf"), float("inf")), (float("inf"), float("inf"))
     for _ in range(repeat):
-        mine = min(mine, timed(cmd, 1, REPO, timeout))
+        wall, cpu = timed(cmd, 1, REPO, timeout)
+        mine = (min(mine[0], wall), min(mine[1], cpu))
         if baseline is not None:
-            theirs = min(theirs, timed(cmd, 1, baseline, timeout))
+            wall, cpu = timed(cmd, 1, baseline, timeout)
+            theirs = (min(theirs[0], wall), min(theirs[1], cpu))
     return mine, None if baseline is None else theirs
 
 
-def _seconds(value: float | None, timeout: float | None) -> str:
+def _seconds(value: Times | None, timeout: float | None) -> str:
     if value is None:
         return "-"
-    return f"> {timeout:.0f}" if value == float("inf") else f"{value:.2f}"
+    wall, cpu = value
+    return f"> {timeout:.0f}" if wall == float("inf") else f"{wall:.2f} ({cpu:.2f} CPU)"
 
 
 def main() -> int:
@@ -229,7 +241,7 @@ def main() -> int:
     print(f"\nmachine: {platform.node()}, {os.cpu_count()} cores, Python {platform.python_version()}; "
           f"{time.strftime('%Y-%m-%d %H:%M')}; load average {os.getloadavg()[0]:.1f} at the end; "
           f"commit {commit}; command: python scripts/bench_status.py {' '.join(sys.argv[1:])}\n")
-    print(f"| what | trials | seconds (this tree, {commit}) | seconds (baseline {base or '-'}) |")
+    print(f"| what | trials | wall s (CPU s), this tree {commit} | wall s (CPU s), baseline {base or '-'} |")
     print("|---|---:|---:|---:|")
     for what, mine, theirs in rows:
         print(f"| {what} | {args.trials:,} | {_seconds(mine, args.timeout)} | "
@@ -240,10 +252,10 @@ def main() -> int:
               f"{plain_s:.2f} | |")
     if args.optuna_trials:
         status_small = timed([*module, "status", "--json", "--storage", f"sqlite:///{small}"],
-                             args.repeat, REPO)
+                             args.repeat, REPO)[0]
         optuna_bin = shutil.which("optuna", path=os.path.dirname(sys.executable)) or "optuna"
         optuna_small = timed([optuna_bin, "trials", "--storage", f"sqlite:///{small}", "--study-name",
-                              STUDY, "-f", "json"], 1)
+                              STUDY, "-f", "json"], 1)[0]
         print(f"| `hpo-orchestrator status --json` (whole process) | {args.optuna_trials:,} | "
               f"{status_small:.2f} | ({optuna_small / status_small:.0f}x faster than optuna trials) |")
         print(f"| `optuna trials -f json` | {args.optuna_trials:,} | {optuna_small:.2f} | |")
