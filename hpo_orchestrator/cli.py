@@ -25,10 +25,10 @@ from hpo_orchestrator.errors import ConfigError, HpoError
 __all__ = ["main"]
 
 DEFAULT_STORAGE = "sqlite:///hpo.db"
-# The newest trials that report draws and tune-pruner replays by default, whatever the study's
-# size: on 100k trials, drawing every one took 16 s and replaying every one more than 5 minutes;
-# the replay costs about 90 ms of CPU per trial with the default grid of 114 settings
-# (docs/BENCHMARKS.md "report and tune-pruner on a large study"). --last 0 reads them all.
+# The newest trials (by number) that report draws and tune-pruner replays by default, whatever
+# the study's size: on 100k trials, drawing every one took 16 s and replaying every one more
+# than 5 minutes; a replay costs 75-90 ms of CPU per trial with the default grid of 114
+# settings (docs/BENCHMARKS.md "Read commands on a large study"). --last 0 reads them all.
 REPORT_LAST = 5000
 TUNE_LAST = 100
 
