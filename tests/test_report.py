@@ -74,12 +74,21 @@ def test_report_data_follows_the_study(study: RunResult) -> None:
 
 
 @pytest.mark.slow
-def test_report_last_draws_the_newest_trials_and_sums_up_all(study: RunResult, tmp_path: Path) -> None:
+def test_report_last_draws_the_newest_trials_and_sums_up_all(study: RunResult, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    from matplotlib.figure import Figure
+
+    from hpo_orchestrator.report import render_png
+
     data = collect_report(create_engine(f"sqlite:///{study.db}"), None, last=5)
     assert sorted(b.number for b in data.bars) == list(range(11, 16)) and data.first_number == 11
     assert sum(s.count for s in data.status.states.values()) == 16  # the summary: every trial
     assert data.history and all(n >= 11 for n, _ in data.history)
     assert all(b.start >= 0 for b in data.bars)  # the time axis starts at the first one drawn
+    titles: list[str] = []
+    monkeypatch.setattr(Figure, "savefig", lambda self, *a, **k: titles.append(self.get_suptitle()))
+    render_png(data, tmp_path / "r.png")
+    assert titles == [f"Study {data.study} (trials #11 on: the newest 5)"]
     html = tmp_path / "r.html"
     result = run_cli(study.db.parent, "report", "--last", "5", "--out", str(html))
     assert result.code == 0, result.stderr
