@@ -11,7 +11,12 @@ that ``optuna.load_study`` reads them back, then times, in the same run:
 - the same on a copy without ``hpo_trial_summary`` (a study run by plain Optuna);
 - ``optuna trials -f json`` on M trials (it loads every trial through the ORM).
 
+With ``--baseline CHECKOUT`` (e.g. ``git worktree add /tmp/base <commit>``) the same commands
+of that checkout are timed alternately with this tree's; ``--read-commands`` adds ``report``
+and ``tune-pruner`` with their default flags.
+
 Usage: python scripts/bench_status.py [--trials 100000] [--optuna-trials 20000] [--dir DIR]
+       [--baseline CHECKOUT] [--read-commands] [--timeout 300]
 Prints a Markdown table (paste it into docs/BENCHMARKS.md).
 """
 
@@ -22,6 +27,7 @@ import json
 import os
 import platform
 import random
+import resource
 import shutil
 import sqlite3
 import subprocess
@@ -33,67 +39,80 @@ from pathlib import Path
 
 import sqlalchemy
 
-from hpo_orchestrator.db import ensure_tables, summary_table
+from hpo_orchestrator.db import ensure_tables
 
 STUDY = "bench"
+REPO = Path(__file__).resolve().parents[1]
 N_PARAMS, N_STEPS = 5, 20
 DISTRIBUTION = json.dumps({"name": "FloatDistribution",
                            "attributes": {"step": None, "low": 0.0, "high": 1.0, "log": False}})
 
 
-def build(db: Path, n_trials: int, seed: int = 0) -> None:
-    """An Optuna study of ``n_trials`` finished trials, written with executemany."""
+def build(db: Path, n_trials: int, seed: int = 0, chunk: int = 50_000) -> None:
+    """An Optuna study of ``n_trials`` finished trials, written with executemany, ``chunk``
+    trials per transaction (1M trials are 30M rows: built whole they would not fit in memory)."""
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     storage = optuna.storages.RDBStorage(f"sqlite:///{db}")  # creates the schema + versions
     study_id = storage.create_new_study([optuna.study.StudyDirection.MINIMIZE], STUDY)
     storage.engine.dispose()
+    engine = sqlalchemy.create_engine(f"sqlite:///{db}")
+    ensure_tables(engine)
+    engine.dispose()
     rng = random.Random(seed)
+    with sqlite3.connect(db) as con:
+        con.execute("PRAGMA journal_mode=WAL")
+        con.execute("PRAGMA synchronous=OFF")  # a benchmark's scratch file: rebuilt if torn
+        for first in range(0, n_trials, chunk):
+            _insert(con, _rows(study_id, range(first, min(first + chunk, n_trials)), rng))
+            con.commit()
+
+
+def _rows(study_id: int, numbers: range, rng: random.Random) -> dict[str, list[tuple[object, ...]]]:
     t0 = datetime(2026, 1, 1)
-    trials, params, values, steps, attrs, summary = [], [], [], [], [], []
-    for i in range(n_trials):
+    rows: dict[str, list[tuple[object, ...]]] = {
+        "trials": [], "params": [], "values": [], "steps": [], "attrs": [], "summary": []}
+    for i in numbers:
         tid = i + 1
         pruned = rng.random() < 0.5
+        state = "PRUNED" if pruned else "COMPLETE"
         start = t0 + timedelta(seconds=30 * i / 8)
         end = start + timedelta(seconds=rng.uniform(20, 240))
-        trials.append((tid, i, study_id, "PRUNED" if pruned else "COMPLETE",
-                       start.isoformat(" "), end.isoformat(" ")))
+        rows["trials"].append((tid, i, study_id, state, start.isoformat(" "), end.isoformat(" ")))
         for p in range(N_PARAMS):
-            params.append((tid, f"p{p}", rng.random(), DISTRIBUTION))
+            rows["params"].append((tid, f"p{p}", rng.random(), DISTRIBUTION))
         curve = [1.0 / (s + 1) + rng.random() * 0.1 for s in range(N_STEPS)]
-        steps.extend((tid, s, curve[s], "FINITE") for s in range(N_STEPS))
+        rows["steps"].extend((tid, s, curve[s], "FINITE") for s in range(N_STEPS))
         if not pruned:
-            values.append((tid, 0, curve[-1], "FINITE"))
+            rows["values"].append((tid, 0, curve[-1], "FINITE"))
         startup, decision, util = rng.uniform(2, 4), rng.uniform(20, 40), rng.uniform(60, 95)
-        attrs.extend([
+        rows["attrs"].extend([
             (tid, "hpo.host", json.dumps("bench-host")),
             (tid, "hpo.gpu_index", json.dumps(i % 2)),
             (tid, "hpo.startup_s", json.dumps(startup)),
             (tid, "hpo.first_decision_s", json.dumps(decision)),
             (tid, "hpo.gpu_util_mean", json.dumps(util)),
         ])
-        summary.append({"trial_id": tid, "study_id": study_id, "number": i,
-                        "state": "PRUNED" if pruned else "COMPLETE", "host": "bench-host",
-                        "gpu_index": i % 2, "start_s": start.timestamp(), "end_s": end.timestamp(),
-                        "startup_s": startup, "first_decision_s": decision, "last_step": N_STEPS - 1,
-                        "gpu_util_mean": util})
-    with sqlite3.connect(db) as con:
-        con.executemany("INSERT INTO trials (trial_id, number, study_id, state, datetime_start, "
-                        "datetime_complete) VALUES (?, ?, ?, ?, ?, ?)", trials)
-        con.executemany("INSERT INTO trial_params (trial_id, param_name, param_value, "
-                        "distribution_json) VALUES (?, ?, ?, ?)", params)
-        con.executemany("INSERT INTO trial_values (trial_id, objective, value, value_type) "
-                        "VALUES (?, ?, ?, ?)", values)
-        con.executemany("INSERT INTO trial_intermediate_values (trial_id, step, intermediate_value, "
-                        "intermediate_value_type) VALUES (?, ?, ?, ?)", steps)
-        con.executemany("INSERT INTO trial_user_attributes (trial_id, key, value_json) "
-                        "VALUES (?, ?, ?)", attrs)
-    engine = sqlalchemy.create_engine(f"sqlite:///{db}")
-    ensure_tables(engine)
-    with engine.begin() as connection:
-        connection.execute(summary_table.insert(), summary)
-    engine.dispose()
+        rows["summary"].append((tid, study_id, i, state, "bench-host", i % 2, start.timestamp(),
+                                end.timestamp(), startup, decision, N_STEPS - 1, util))
+    return rows
+
+
+def _insert(con: sqlite3.Connection, rows: dict[str, list[tuple[object, ...]]]) -> None:
+    con.executemany("INSERT INTO trials (trial_id, number, study_id, state, datetime_start, "
+                    "datetime_complete) VALUES (?, ?, ?, ?, ?, ?)", rows["trials"])
+    con.executemany("INSERT INTO trial_params (trial_id, param_name, param_value, "
+                    "distribution_json) VALUES (?, ?, ?, ?)", rows["params"])
+    con.executemany("INSERT INTO trial_values (trial_id, objective, value, value_type) "
+                    "VALUES (?, ?, ?, ?)", rows["values"])
+    con.executemany("INSERT INTO trial_intermediate_values (trial_id, step, intermediate_value, "
+                    "intermediate_value_type) VALUES (?, ?, ?, ?)", rows["steps"])
+    con.executemany("INSERT INTO trial_user_attributes (trial_id, key, value_json) "
+                    "VALUES (?, ?, ?)", rows["attrs"])
+    con.executemany("INSERT INTO hpo_trial_summary (trial_id, study_id, number, state, host, "
+                    "gpu_index, start_s, end_s, startup_s, first_decision_s, last_step, "
+                    "gpu_util_mean) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows["summary"])
 
 
 def check_readable(db: Path, n_trials: int) -> None:
@@ -107,34 +126,78 @@ def check_readable(db: Path, n_trials: int) -> None:
     assert len(first.user_attrs) == 5
 
 
-def timed(cmd: list[str], repeat: int) -> float:
-    """Best wall time of ``repeat`` runs of a command (seconds)."""
-    best = float("inf")
+def timed(cmd: list[str], repeat: int, cwd: Path | None = None,
+          timeout: float | None = None) -> tuple[float, float]:
+    """Best wall time and best CPU time (user + system, its processes) of ``repeat`` runs of a
+    command, in seconds; inf if it ran past ``timeout``. On a shared machine the CPU time is
+    the steadier of the two: the wall time grows with the load average."""
+    best, best_cpu = float("inf"), float("inf")
     for _ in range(repeat):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         start = time.perf_counter()
-        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+        try:
+            subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, cwd=cwd, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return float("inf"), float("inf")
         best = min(best, time.perf_counter() - start)
-    return best
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        best_cpu = min(best_cpu, after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+    return best, best_cpu
+
+
+Times = tuple[float, float]
+
+
+def alternated(cmd: list[str], baseline: Path | None, repeat: int,
+               timeout: float | None = None) -> tuple[Times, Times | None]:
+    """Best times of this tree's command and of the baseline checkout's (run from its folder,
+    so that its package is the one imported), one after the other ``repeat`` times, so that
+    both meet the same load on a shared machine."""
+    mine, theirs = (float("inf"), float("inf")), (float("inf"), float("inf"))
+    for _ in range(repeat):
+        wall, cpu = timed(cmd, 1, REPO, timeout)
+        mine = (min(mine[0], wall), min(mine[1], cpu))
+        if baseline is not None:
+            wall, cpu = timed(cmd, 1, baseline, timeout)
+            theirs = (min(theirs[0], wall), min(theirs[1], cpu))
+    return mine, None if baseline is None else theirs
+
+
+def _seconds(value: Times | None, timeout: float | None) -> str:
+    if value is None:
+        return "-"
+    wall, cpu = value
+    return f"> {timeout:.0f}" if wall == float("inf") else f"{wall:.2f} ({cpu:.2f} CPU)"
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--trials", type=int, default=100_000)
-    parser.add_argument("--optuna-trials", type=int, default=20_000)
+    parser.add_argument("--optuna-trials", type=int, default=20_000,
+                        help="the study `optuna trials` reads (0: skip it)")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--dir", type=Path)
+    parser.add_argument("--baseline", type=Path, metavar="CHECKOUT",
+                        help="a checkout of an older commit: its commands are timed too, "
+                             "alternating with this tree's")
+    parser.add_argument("--read-commands", action="store_true",
+                        help="time report and tune-pruner (default flags) too")
+    parser.add_argument("--timeout", type=float, default=300.0,
+                        help="seconds after which a command is stopped and reported as '> T'")
     args = parser.parse_args()
     work = args.dir or Path(tempfile.mkdtemp(prefix="hpo-bench-"))
     work.mkdir(parents=True, exist_ok=True)
-    big, small, plain = work / "big.db", work / "small.db", work / "big-plain.db"
+    big = work / ("big.db" if args.trials == 100_000 else f"big{args.trials}.db")
+    small, plain = work / "small.db", big.with_name(big.stem + "-plain.db")
     for db, n in ((big, args.trials), (small, args.optuna_trials)):
-        if not db.exists():
+        if n and not db.exists():
             start = time.perf_counter()
             build(db, n)
             print(f"built {db} ({n} trials) in {time.perf_counter() - start:.1f} s", file=sys.stderr)
-    check_readable(small, args.optuna_trials)
-    if not plain.exists():
+    if args.optuna_trials:
+        check_readable(small, args.optuna_trials)
+    if args.trials <= 100_000 and not plain.exists():  # a copy of 1M trials is 2 GB more
         shutil.copy(big, plain)
         with sqlite3.connect(plain) as con:
             con.execute("DROP TABLE hpo_trial_summary")
@@ -152,28 +215,50 @@ def main() -> int:
         assert report.per_device and report.per_device[0].trials == args.trials // 2
         return seconds
 
-    query_s, plain_s = query_seconds(big), query_seconds(plain)
+    query_s = query_seconds(big)
+    plain_s = query_seconds(plain) if plain.exists() else None
 
-    cli = [sys.executable, "-m", "hpo_orchestrator", "status", "--json", "--storage"]
-    status_big = timed([*cli, f"sqlite:///{big}"], args.repeat)
-    status_small = timed([*cli, f"sqlite:///{small}"], args.repeat)
-    optuna_bin = shutil.which("optuna", path=os.path.dirname(sys.executable)) or "optuna"
-    optuna_small = timed([optuna_bin, "trials", "--storage", f"sqlite:///{small}", "--study-name",
-                          STUDY, "-f", "json"], 1)
+    module = [sys.executable, "-m", "hpo_orchestrator"]
+    storage = ["--storage", f"sqlite:///{big}"]
+    status_big, status_base = alternated([*module, "status", "--json", *storage], args.baseline,
+                                         args.repeat)
+    rows = [("`hpo-orchestrator status --json` (whole process)", status_big, status_base)]
+    if args.read_commands:
+        out = work / "bench-report.html"
+        for what, command, repeat in (
+                ("`hpo-orchestrator report --out r.html` (whole process)",
+                 [*module, "report", "--out", str(out), *storage], 1),
+                ("`hpo-orchestrator tune-pruner --json` (whole process)",
+                 [*module, "tune-pruner", "--json", *storage], 1)):
+            mine, theirs = alternated(command, args.baseline, repeat, args.timeout)
+            rows.append((what, mine, theirs))
 
-    cores = os.cpu_count()
-    print(f"\nmachine: {platform.node()}, {cores} cores, Python {platform.python_version()}; "
-          f"{time.strftime('%Y-%m-%d')}; command: python scripts/bench_status.py "
-          f"--trials {args.trials} --optuna-trials {args.optuna_trials}\n")
-    print("| what | trials | seconds | vs optuna trials (same study) |")
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                            cwd=REPO).stdout.strip()
+    base = "" if args.baseline is None else subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+        cwd=args.baseline).stdout.strip()
+    print(f"\nmachine: {platform.node()}, {os.cpu_count()} cores, Python {platform.python_version()}; "
+          f"{time.strftime('%Y-%m-%d %H:%M')}; load average {os.getloadavg()[0]:.1f} at the end; "
+          f"commit {commit}; command: python scripts/bench_status.py {' '.join(sys.argv[1:])}\n")
+    print(f"| what | trials | wall s (CPU s), this tree {commit} | wall s (CPU s), baseline {base or '-'} |")
     print("|---|---:|---:|---:|")
-    print(f"| `hpo-orchestrator status --json` (whole process) | {args.trials:,} | {status_big:.2f} | |")
-    print(f"| status queries alone (`collect_status`) | {args.trials:,} | {query_s:.2f} | |")
-    print(f"| the same, study without `hpo_trial_summary` (plain Optuna) | {args.trials:,} | "
-          f"{plain_s:.2f} | |")
-    print(f"| `hpo-orchestrator status --json` (whole process) | {args.optuna_trials:,} | "
-          f"{status_small:.2f} | {optuna_small / status_small:.0f}x faster |")
-    print(f"| `optuna trials -f json` | {args.optuna_trials:,} | {optuna_small:.2f} | 1x |")
+    for what, mine, theirs in rows:
+        print(f"| {what} | {args.trials:,} | {_seconds(mine, args.timeout)} | "
+              f"{_seconds(theirs, args.timeout)} |")
+    print(f"| status queries alone (`collect_status`, in process) | {args.trials:,} | {query_s:.2f} | |")
+    if plain_s is not None:
+        print(f"| the same, study without `hpo_trial_summary` (plain Optuna) | {args.trials:,} | "
+              f"{plain_s:.2f} | |")
+    if args.optuna_trials:
+        status_small = timed([*module, "status", "--json", "--storage", f"sqlite:///{small}"],
+                             args.repeat, REPO)[0]
+        optuna_bin = shutil.which("optuna", path=os.path.dirname(sys.executable)) or "optuna"
+        optuna_small = timed([optuna_bin, "trials", "--storage", f"sqlite:///{small}", "--study-name",
+                              STUDY, "-f", "json"], 1)[0]
+        print(f"| `hpo-orchestrator status --json` (whole process) | {args.optuna_trials:,} | "
+              f"{status_small:.2f} | ({optuna_small / status_small:.0f}x faster than optuna trials) |")
+        print(f"| `optuna trials -f json` | {args.optuna_trials:,} | {optuna_small:.2f} | |")
     return 0
 
 

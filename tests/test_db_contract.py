@@ -389,6 +389,22 @@ def _(built: Built, connection: Connection) -> None:
     assert db.step_timings(connection, built.study_id) == {built.trial_ids[0]: (2.0, 0.5)}
 
 
+@case("curves.LAST_NUMBER")
+def _(built: Built, connection: Connection) -> None:
+    """The newest N trials' reads start at the right number, and every reader honours it."""
+    assert db.first_of_last(connection, built.study_id, None) == 0
+    assert db.first_of_last(connection, built.study_id, 2) == 4
+    assert db.first_of_last(connection, built.study_id, 99) == 0
+    assert db.first_of_last(connection, built.study_id + 1000, 2) == 0  # no trials
+    ids = built.trial_ids
+    assert [t.number for t in db.trials_with_values(connection, built.study_id, 2)] == [2, 3, 4, 5]
+    assert sorted(db.intermediate_values(connection, built.study_id, 2)) == sorted([ids[2], ids[4]])
+    assert db.step_timings(connection, built.study_id, 1) == {}
+    assert db.trial_values(connection, built.study_id, 1) == {1: 0.25}
+    assert sorted(r.number for r in db.trial_rows(connection, built.study_id, 2)) == [2, 3, 4, 5]
+    assert [s.trial_id for s in db.telemetry_samples(connection, built.study_id, 1)] == [ids[4]]
+
+
 @case("telemetry.HAS_TRIAL")
 def _(built: Built, connection: Connection) -> None:
     assert db.has_trial(connection, built.study_id, 0) and not db.has_trial(connection, built.study_id, 99)

@@ -8,6 +8,7 @@ import math
 import random
 import sqlite3
 import warnings
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,15 @@ import pytest
 
 from hpo_orchestrator.config import MedianPrunerConfig, PatientHyperbandPrunerConfig
 from hpo_orchestrator.db import create_engine
-from hpo_orchestrator.pruning import PrunerSetting, ReplayResult, load_curves, recommend, replay, tune
+from hpo_orchestrator.pruning import (
+    PrunerSetting,
+    ReplayResult,
+    StudyCurves,
+    load_curves,
+    recommend,
+    replay,
+    tune,
+)
 from hpo_orchestrator.pruning._auto import AutoMinResource, StepTiming, fit_step_timing, min_resource_for
 from hpo_orchestrator.pruning._factory import build_pruner
 from tests.conftest import run_cli
@@ -268,10 +277,44 @@ def test_run_with_auto_min_resource_records_choice_and_tune_pruner_reads_it(tmp_
     assert report["recommendation"]["reason"] and "limits" in report
 
 
+def test_replay_of_the_newest_trials_reads_and_replays_only_them(tmp_path: Path) -> None:
+    """--last N on a big study: the newest N trials are read and replayed, and the ones before
+    them are not padded in (padding 100k numbers was most of the time)."""
+    db = tmp_path / "full.db"
+    _live_study(db, None)
+    engine = create_engine(f"sqlite:///{db}")
+    window = load_curves(engine, "known", last=10)
+    assert [c.number for c in window.curves] == list(range(N_TRIALS - 10, N_TRIALS))
+    assert window.first_number == N_TRIALS - 10
+    everything = load_curves(engine, "known")
+    assert window.curves == everything.curves[-10:] and everything.first_number == 0
+    assert load_curves(engine, "known", last=10 * N_TRIALS).curves == everything.curves
+    setting = PrunerSetting("median", n_warmup_steps=2, n_startup_trials=2)
+    result = replay(window, setting)
+    assert sorted(result.outcomes) == list(range(N_TRIALS - 10, N_TRIALS)) and result.trials == 10
+    # the newest 10, replayed alone, decide as a study made of those 10 curves only would
+    alone = replay(StudyCurves(window.study, window.direction, window.config, [
+        replace(c, number=c.number - window.first_number) for c in window.curves]), setting)
+    assert [alone.outcomes[n - window.first_number] for n in sorted(result.outcomes)] == [
+        result.outcomes[n] for n in sorted(result.outcomes)]
+
+
+def test_tune_pruner_last_bounds_the_replay(tmp_path: Path) -> None:
+    _live_study(tmp_path / "hpo.db", None)
+    tuned = run_cli(tmp_path, "tune-pruner", "--json", "--last", "7", "--patience", "0",
+                    "--min-resource", "1", "--reduction-factor", "2")
+    assert tuned.code == 0, tuned.stderr
+    assert {r["trials"] for r in json.loads(tuned.stdout)["results"]} == {7}
+    everything = run_cli(tmp_path, "tune-pruner", "--json", "--last", "0", "--patience", "0",
+                         "--min-resource", "1", "--reduction-factor", "2")
+    assert {r["trials"] for r in json.loads(everything.stdout)["results"]} == {N_TRIALS}
+
+
 @pytest.mark.parametrize(("args", "message"), [
     (["--top-k", "0"], "--top-k"),
     (["--patience", "a,b"], "integers"),
     (["--reduction-factor", "1"], "--reduction-factor"),
+    (["--last", "-1"], "--last"),
 ])
 def test_tune_pruner_bad_input(tmp_path: Path, args: list[str], message: str) -> None:
     db = tmp_path / "hpo.db"

@@ -74,6 +74,30 @@ def test_report_data_follows_the_study(study: RunResult) -> None:
 
 
 @pytest.mark.slow
+def test_report_last_draws_the_newest_trials_and_sums_up_all(study: RunResult, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    from matplotlib.figure import Figure
+
+    from hpo_orchestrator.report import render_png
+
+    data = collect_report(create_engine(f"sqlite:///{study.db}"), None, last=5)
+    assert sorted(b.number for b in data.bars) == list(range(11, 16)) and data.first_number == 11
+    assert sum(s.count for s in data.status.states.values()) == 16  # the summary: every trial
+    assert data.history and all(n >= 11 for n, _ in data.history)
+    assert all(b.start >= 0 for b in data.bars)  # the time axis starts at the first one drawn
+    titles: list[str] = []
+    monkeypatch.setattr(Figure, "savefig", lambda self, *a, **k: titles.append(self.get_suptitle()))
+    render_png(data, tmp_path / "r.png")
+    assert titles == [f"Study {data.study} (trials #11 on: the newest 5)"]
+    html = tmp_path / "r.html"
+    result = run_cli(study.db.parent, "report", "--last", "5", "--out", str(html))
+    assert result.code == 0, result.stderr
+    assert "5 trials on" in result.stdout and "from trial #11 on (--last)" in html.read_text()
+    everything = run_cli(study.db.parent, "report", "--last", "0", "--out", str(html))
+    assert "16 trials on" in everything.stdout and "(--last)" not in html.read_text()
+
+
+@pytest.mark.slow
 def test_report_cli_writes_html_and_png(study: RunResult, tmp_path: Path) -> None:
     html, png = tmp_path / "r.html", tmp_path / "r.png"
     result = run_cli(study.db.parent, "report", "--out", str(html), "--png", str(png))
@@ -121,6 +145,7 @@ def test_png_draws_the_same_data(study: RunResult, tmp_path: Path, monkeypatch: 
     (["--out", "report.txt"], "expected a .html file name"),
     (["--png", "missing/r.png"], "does not exist"),
     ([], "nothing to write"),
+    (["--out", "r.html", "--last", "-3"], "--last"),
 ])
 def test_report_bad_input_writes_nothing(tmp_path: Path, args: list[str], message: str) -> None:
     # Optuna's tables and no study: the targets are checked before the storage is read

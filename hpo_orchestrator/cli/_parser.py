@@ -10,6 +10,13 @@ from hpo_orchestrator.cli import _artifacts, _trials
 from hpo_orchestrator.cli._common import DEFAULT_STORAGE
 from hpo_orchestrator.errors import ConfigError
 
+# The newest trials (by number) that report draws and tune-pruner replays by default, whatever
+# the study's size: on 100k trials, drawing every one took 16 s and replaying every one more
+# than 5 minutes; a replay costs 75-90 ms of CPU per trial with the default grid of 114
+# settings (docs/BENCHMARKS.md "Read commands on a large study"). --last 0 reads them all.
+REPORT_LAST = 5000
+TUNE_LAST = 100
+
 __all__ = ["build_parser"]
 
 _RUN_EPILOG = """\
@@ -89,6 +96,9 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--study", help="study name (default: the most recently run)")
     report.add_argument("--out", type=Path, metavar="FILE.html", help="interactive HTML report")
     report.add_argument("--png", type=Path, metavar="FILE.png", help="the same charts as an image")
+    report.add_argument("--last", type=int, default=REPORT_LAST, metavar="N",
+                        help=f"draw the newest N trials (default {REPORT_LAST}; 0: all); "
+                             "the summary covers every trial")
 
     tune = commands.add_parser("tune-pruner", help="replay the study's curves through a grid of "
                                                    "pruner settings and recommend one")
@@ -100,6 +110,8 @@ def build_parser() -> argparse.ArgumentParser:
     tune.add_argument("--min-resource", type=_int_list, help="grid, e.g. 1,2,3,5,8,13")
     tune.add_argument("--reduction-factor", type=_int_list, help="grid, e.g. 2,3,4")
     tune.add_argument("--all", action="store_true", help="show every setting, not the best 15")
+    tune.add_argument("--last", type=int, default=TUNE_LAST, metavar="N",
+                      help=f"replay the newest N trials (default {TUNE_LAST}; 0: all)")
     _add_study_tool_parsers(commands)
     _artifacts.add_artifacts_parser(commands, DEFAULT_STORAGE)
     return parser

@@ -80,9 +80,10 @@ def cmd_report(args: argparse.Namespace, console: Console) -> int:
     for path, option in ((args.out, "--out"), (args.png, "--png")):
         if path is not None:
             check_output(path, option)
+    last = _last(args.last)
     engine = create_engine(args.storage)
     data = write_report(engine, _trials.resolve_study(engine, args.study, errors()), args.out,
-                        args.png)
+                        args.png, last)
     written = " and ".join(str(p) for p in (args.out, args.png) if p is not None)
     console.print(f"wrote {written}: study {data.study!r}, {len(data.bars)} trials on "
                   f"{len({lane.rsplit(' #', 1)[0] for lane in data.lanes})} device(s)",
@@ -101,14 +102,16 @@ def cmd_tune_pruner(args: argparse.Namespace, console: Console) -> int:
             min(args.reduction_factor) < 2):
         raise ConfigError("--min-resource takes integers >= 1 and --reduction-factor integers >= 2",
                           "e.g. --min-resource 1,3,5 --reduction-factor 2,3")
+    last = _last(args.last)
     engine = create_engine(args.storage)
-    curves = load_curves(engine, _trials.resolve_study(engine, args.study, errors()))
+    curves = load_curves(engine, _trials.resolve_study(engine, args.study, errors()), last)
     grid = default_grid(curves.full_step, args.patience, args.min_resource, args.reduction_factor)
     results = tune(curves, grid, args.top_k)
     choice, reason = recommend(results)
     if args.json:
         print(json.dumps({"study": curves.study, "direction": curves.direction,
-                          "full_step": curves.full_step, "limits": LIMITS,
+                          "full_step": curves.full_step, "first_trial": curves.first_number,
+                          "limits": LIMITS,
                           "recommendation": {**choice.to_json(), "reason": reason},
                           "results": [r.to_json() for r in results]}, indent=2))
         return 0
@@ -116,3 +119,9 @@ def cmd_tune_pruner(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
+def _last(value: int) -> int | None:
+    """--last N: None (every trial) for 0."""
+    if value < 0:
+        raise ConfigError(f"--last: expected an integer >= 0, got {value}",
+                          "e.g. --last 1000 for the newest 1000 trials, --last 0 for all")
+    return value or None

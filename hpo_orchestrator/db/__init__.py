@@ -36,7 +36,13 @@ from hpo_orchestrator.db._budget import (
     lock_study_budget,
     settled_upto,
 )
-from hpo_orchestrator.db._curves import CurveTrial, intermediate_values, step_timings, trials_with_values
+from hpo_orchestrator.db._curves import (
+    CurveTrial,
+    first_of_last,
+    intermediate_values,
+    step_timings,
+    trials_with_values,
+)
 from hpo_orchestrator.db._detail import fail_errors, latest_study, trial_detail
 from hpo_orchestrator.db._engine import (
     ADVISORY_NAMESPACE,
@@ -141,6 +147,7 @@ __all__ = [
     "fail_errors",
     "file_lock",
     "first_line",
+    "first_of_last",
     "has_summary_table",
     "has_telemetry_table",
     "has_trial",

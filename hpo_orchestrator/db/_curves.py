@@ -11,17 +11,23 @@ from sqlalchemy.engine import Connection
 
 from hpo_orchestrator.db._study import state_name
 
-__all__ = ["CurveTrial", "intermediate_values", "step_timings", "trials_with_values"]
+__all__ = ["CurveTrial", "first_of_last", "intermediate_values", "step_timings", "trials_with_values"]
 
+# Every read here takes :first, the lowest trial number wanted (0: the whole study), so that
+# tune-pruner and report can read the newest trials of a study of 100k+ (first_of_last).
 _TRIALS_SQL = (
     "SELECT t.trial_id, t.number, t.state, v.value FROM trials t LEFT JOIN trial_values v "
-    "ON v.trial_id = t.trial_id AND v.objective = 0 WHERE t.study_id = :s ORDER BY t.number")
+    "ON v.trial_id = t.trial_id AND v.objective = 0 WHERE t.study_id = :s AND t.number >= :first "
+    "ORDER BY t.number")
 _INTERMEDIATE_SQL = (
     "SELECT iv.trial_id, iv.step, iv.intermediate_value FROM trial_intermediate_values iv "
-    "JOIN trials t ON t.trial_id = iv.trial_id WHERE t.study_id = :s ORDER BY iv.trial_id, iv.step")
+    "JOIN trials t ON t.trial_id = iv.trial_id WHERE t.study_id = :s AND t.number >= :first "
+    "ORDER BY iv.trial_id, iv.step")
+_LAST_NUMBER_SQL = "SELECT MAX(number) FROM trials WHERE study_id = :s"
 _TIMINGS_SQL = (
     "SELECT a.trial_id, a.key, a.value_json FROM trial_user_attributes a JOIN trials t "
-    "ON t.trial_id = a.trial_id WHERE t.study_id = :s AND a.key IN ('hpo.overhead_s', 'hpo.step_s')")
+    "ON t.trial_id = a.trial_id WHERE t.study_id = :s AND t.number >= :first "
+    "AND a.key IN ('hpo.overhead_s', 'hpo.step_s')")
 
 
 class CurveTrial(NamedTuple):
@@ -31,25 +37,37 @@ class CurveTrial(NamedTuple):
     value: float | None  # the first objective's value, None unless COMPLETE
 
 
-def trials_with_values(connection: Connection, study_id: int) -> list[CurveTrial]:
-    """Every trial of the study in number order, with its value where it has one."""
+def first_of_last(connection: Connection, study_id: int, last: int | None) -> int:
+    """The lowest trial number of the study's newest ``last`` trials (0 for None: all)."""
+    if last is None:
+        return 0
+    newest = connection.execute(text(_LAST_NUMBER_SQL), {"s": study_id}).scalar()
+    return 0 if newest is None else max(0, int(newest) - last + 1)
+
+
+def trials_with_values(connection: Connection, study_id: int, first: int = 0) -> list[CurveTrial]:
+    """Every trial of the study from number ``first`` on, in number order, with its value where
+    it has one."""
     return [CurveTrial(int(trial_id), int(number), state_name(state), None if value is None else float(value))
-            for trial_id, number, state, value in connection.execute(text(_TRIALS_SQL), {"s": study_id})]
+            for trial_id, number, state, value
+            in connection.execute(text(_TRIALS_SQL), {"s": study_id, "first": first})]
 
 
-def intermediate_values(connection: Connection, study_id: int) -> dict[int, list[tuple[int, float]]]:
-    """trial_id -> its reported (step, value), by step (NaN where Optuna stored none)."""
+def intermediate_values(connection: Connection, study_id: int,
+                        first: int = 0) -> dict[int, list[tuple[int, float]]]:
+    """trial_id -> its reported (step, value), by step (NaN where Optuna stored none), for the
+    trials from number ``first`` on."""
     steps: dict[int, list[tuple[int, float]]] = {}
-    for trial_id, step, value in connection.execute(text(_INTERMEDIATE_SQL), {"s": study_id}):
+    for trial_id, step, value in connection.execute(text(_INTERMEDIATE_SQL), {"s": study_id, "first": first}):
         steps.setdefault(int(trial_id), []).append(
             (int(step), float("nan") if value is None else float(value)))
     return steps
 
 
-def step_timings(connection: Connection, study_id: int) -> dict[int, tuple[float, float]]:
+def step_timings(connection: Connection, study_id: int, first: int = 0) -> dict[int, tuple[float, float]]:
     """trial_id -> (overhead_s, step_s) the orchestrator recorded (attrs hpo.overhead_s,
-    hpo.step_s), for trials that have both."""
+    hpo.step_s), for the trials from number ``first`` on that have both."""
     found: dict[int, dict[str, float]] = {}
-    for trial_id, key, value in connection.execute(text(_TIMINGS_SQL), {"s": study_id}):
+    for trial_id, key, value in connection.execute(text(_TIMINGS_SQL), {"s": study_id, "first": first}):
         found.setdefault(int(trial_id), {})[key] = float(json.loads(value))
     return {trial_id: (v["hpo.overhead_s"], v["hpo.step_s"]) for trial_id, v in found.items() if len(v) == 2}

@@ -22,7 +22,7 @@ _EXPORT_SQL = (
 _ONE_TRIAL_SQL = " AND t.number = :n"
 _SAMPLES_SQL = (
     "SELECT h.ts, h.trial_id, h.gpu_index, h.sm_util, h.cpu_util, {host} FROM hpo_telemetry h "
-    "JOIN trials t ON t.trial_id = h.trial_id WHERE t.study_id = :s ORDER BY h.ts")
+    "JOIN trials t ON t.trial_id = h.trial_id WHERE t.study_id = :s AND t.number >= :first ORDER BY h.ts")
 _HOST_SQL = "(SELECT s.host FROM hpo_trial_summary s WHERE s.trial_id = h.trial_id)"
 
 
@@ -52,12 +52,13 @@ def telemetry_rows(connection: Connection, study_id: int,
     return [tuple(row) for row in connection.execute(text(sql), {"s": study_id, "n": trial_number})]
 
 
-def telemetry_samples(connection: Connection, study_id: int) -> list[Sample]:
-    """The study's samples by time, with each trial's host (from its summary row)."""
+def telemetry_samples(connection: Connection, study_id: int, first: int = 0) -> list[Sample]:
+    """The study's samples by time, with each trial's host (from its summary row), for the
+    trials from number ``first`` on."""
     host = _HOST_SQL if has_summary_table(connection) else "NULL"
     samples = []
     for ts, trial, gpu, sm, cpu, where in connection.execute(text(_SAMPLES_SQL.format(host=host)),
-                                                             {"s": study_id}):
+                                                             {"s": study_id, "first": first}):
         moment = to_datetime(ts)
         assert moment is not None  # the column is NOT NULL
         samples.append(Sample(moment, int(trial), None if gpu is None else int(gpu), sm, cpu, where))

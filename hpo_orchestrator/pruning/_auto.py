@@ -57,10 +57,11 @@ def fit_step_timing(reports: list[tuple[int, float]], startup_s: float | None) -
     return StepTiming(overhead, (first_t - overhead) / max(first_step, 1))
 
 
-def stored_timings(connection: Connection, study_id: int) -> dict[int, StepTiming]:
-    """trial_id -> the fit the orchestrator recorded (attrs hpo.overhead_s, hpo.step_s)."""
+def stored_timings(connection: Connection, study_id: int, first: int = 0) -> dict[int, StepTiming]:
+    """trial_id -> the fit the orchestrator recorded (attrs hpo.overhead_s, hpo.step_s), for
+    the trials from number ``first`` on."""
     return {trial_id: StepTiming(overhead, step)
-            for trial_id, (overhead, step) in step_timings(connection, study_id).items()}
+            for trial_id, (overhead, step) in step_timings(connection, study_id, first).items()}
 
 
 def min_resource_for(overhead_s: float, step_s: float, share: float,

@@ -30,7 +30,8 @@ def _ordered(results: list[ReplayResult], show: int | None) -> list[ReplayResult
 def render_tuning(curves: StudyCurves, results: list[ReplayResult], choice: ReplayResult,
                   reason: str, show: int | None = 15) -> Group:
     replayed = results[0].trials if results else 0
-    table = Table(title=f"pruner replay of study {curves.study} ({replayed} finished trials, "
+    newest = f" of the newest from #{curves.first_number} on (--last)" if curves.first_number else ""
+    table = Table(title=f"pruner replay of study {curves.study} ({replayed} finished trials{newest}, "
                         f"{curves.direction}); {len(results)} settings, best first",
                   title_justify="left")
     for column in ("setting", "pruned", "median step", "steps", "device s", "saved s", "start-up",

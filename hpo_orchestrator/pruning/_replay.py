@@ -57,6 +57,9 @@ class StudyCurves:
     direction: str
     config: dict[str, Any]
     curves: list[TrialCurve]
+    # The number the replay starts at: 0, or the first of the newest trials that were read
+    # (load_curves' ``last``); the trials before it are not replayed, not even as padding.
+    first_number: int = 0
 
     @property
     def full_step(self) -> int:
@@ -145,8 +148,9 @@ class ReplayResult:
 # --- reading the study ---------------------------------------------------------------------
 
 
-def load_curves(engine: Engine, study: str | None) -> StudyCurves:
-    """Every trial's intermediate values and timing, with plain SQL (no ORM load)."""
+def load_curves(engine: Engine, study: str | None, last: int | None = None) -> StudyCurves:
+    """The intermediate values and timing of every trial, or of the newest ``last`` trials,
+    with plain SQL (no ORM load)."""
     with db.read_errors(), engine.connect() as connection:
         study_id, name = db.study_id_of(connection, study)
         directions = db.study_directions(connection, study_id) or ["minimize"]
@@ -158,16 +162,17 @@ def load_curves(engine: Engine, study: str | None) -> StudyCurves:
                 "end (pruner off): 'hpo-orchestrator best' lists its Pareto front")
         direction = directions[0]
         config = db.study_config(connection, study_id)
-        trials = db.trials_with_values(connection, study_id)
-        steps = db.intermediate_values(connection, study_id)
-        measured = stored_timings(connection, study_id)
-        times = {row.number: row for row in db.trial_rows(connection, study_id)}
+        first = db.first_of_last(connection, study_id, last)
+        trials = db.trials_with_values(connection, study_id, first)
+        steps = db.intermediate_values(connection, study_id, first)
+        measured = stored_timings(connection, study_id, first)
+        times = {row.number: row for row in db.trial_rows(connection, study_id, first)}
     curves = []
     for trial in trials:
         curve = tuple(steps.get(trial.trial_id, ()))
         overhead, per_step = _timing(curve, measured.get(trial.trial_id), times.get(trial.number))
         curves.append(TrialCurve(trial.number, trial.state, trial.value, curve, overhead, per_step))
-    return StudyCurves(name, direction, config, curves)
+    return StudyCurves(name, direction, config, curves, first)
 
 
 def _timing(curve: tuple[tuple[int, float], ...], measured: StepTiming | None,
@@ -213,7 +218,7 @@ def replay(curves: StudyCurves, setting: PrunerSetting, top_k: int = 5,
     outcomes: dict[int, str] = {}
     pruned_at: dict[int, int] = {}
     reached: dict[int, int] = {}  # the step each replayed trial ran to
-    next_number = 0
+    next_number = curves.first_number
     for curve in curves.curves:
         while next_number < curve.number:  # a gap in the numbers (deleted trials): keep aligned
             study.tell(study.ask(), state=TrialState.FAIL)

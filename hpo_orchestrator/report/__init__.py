@@ -47,7 +47,7 @@ def _atomic_write(path: Path, write: Callable[[Path], object]) -> None:
 
 
 def write_report(engine: Engine, study: str | None, html_path: Path | None,
-                 png_path: Path | None) -> ReportData:
+                 png_path: Path | None, last: int | None = None) -> ReportData:
     """Collect once, render to each target asked for. Targets are checked before anything
     is read, so bad input writes nothing."""
     if html_path is None and png_path is None:
@@ -56,7 +56,7 @@ def write_report(engine: Engine, study: str | None, html_path: Path | None,
         _check_target(html_path, ".html", "--out")
     if png_path is not None:
         _check_target(png_path, ".png", "--png")
-    data = collect_report(engine, study)
+    data = collect_report(engine, study, last)
     if html_path is not None:
         page = render_html(data)
         _atomic_write(html_path, lambda p: p.write_text(page, encoding="utf-8"))

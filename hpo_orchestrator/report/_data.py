@@ -60,14 +60,20 @@ class ReportData:
     prune_steps: dict[int, int] = field(default_factory=dict)
     history: list[tuple[int, float]] = field(default_factory=list)  # COMPLETE: (number, value)
     best_so_far: list[tuple[int, float]] = field(default_factory=list)
+    # The charts of trials (timeline, utilization, history) draw trials from this number on:
+    # the newest ``last`` of a large study (collect_report); the summary covers every trial.
+    first_number: int = 0
 
 
-def collect_report(engine: Engine, study: str | None) -> ReportData:
+def collect_report(engine: Engine, study: str | None, last: int | None = None) -> ReportData:
+    """The summary of every trial, and the charts of every trial or of the newest ``last``."""
     with db.read_errors(), engine.connect() as connection:
         status, rows = collect_with_rows(connection, study)
         study_id, name = db.study_id_of(connection, status.study)
-        values = db.trial_values(connection, study_id)
-        samples = _samples(connection, study_id) if db.has_telemetry_table(connection) else []
+        first = db.first_of_last(connection, study_id, last)
+        rows = [r for r in rows if r.number >= first]
+        values = db.trial_values(connection, study_id, first)
+        samples = _samples(connection, study_id, first) if db.has_telemetry_table(connection) else []
     starts = [r.start_s for r in rows if r.start_s is not None]
     origin = min(starts) if starts else 0.0
     several = len(status.directions) > 1
@@ -77,7 +83,7 @@ def collect_report(engine: Engine, study: str | None) -> ReportData:
         else status.direction
     data = ReportData(study=name, direction=direction, status=status,
                       started_utc=datetime.fromtimestamp(origin, tz=UTC) if starts else None,
-                      prune_steps=status.prune_steps)
+                      prune_steps=status.prune_steps, first_number=first)
     hosts = {r.host for r in rows if r.host}
     data.lanes, data.bars = _timeline(rows, values, origin, len(hosts))
     data.utilization_kind = "gpu" if any(s.gpu is not None for s in samples) else "cpu"
@@ -97,10 +103,10 @@ class _Sample(NamedTuple):
     host: str | None
 
 
-def _samples(connection: Connection, study_id: int) -> list[_Sample]:
+def _samples(connection: Connection, study_id: int, first: int) -> list[_Sample]:
     return [_Sample(s.ts.replace(tzinfo=UTC).timestamp(),  # stored as naive UTC
                     s.trial_id, s.gpu_index, s.sm_util, s.cpu_util, s.host)
-            for s in db.telemetry_samples(connection, study_id)]
+            for s in db.telemetry_samples(connection, study_id, first)]
 
 
 def _timeline(rows: list[TrialRow], values: dict[int, float], origin: float,

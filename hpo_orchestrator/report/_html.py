@@ -122,8 +122,11 @@ def _summary(data: ReportData) -> str:
         for t in status.best_trials)
     packing = "".join(f"<pre>{html.escape(chr(10).join(lines))}</pre>"
                       for lines in map(packing_lines, status.packing) if lines)
+    drawn = (f"<p>The charts of trials draw the newest {len(data.bars)}, from trial "
+             f"#{data.first_number} on (--last); the summary covers every trial.</p>"
+             if data.first_number else "")
     return (f"<h1>Study {html.escape(data.study)}</h1>"
-            f"<p>{counts}; first trial started {started}; wall time {wall}</p>{pruner}"
+            f"<p>{counts}; first trial started {started}; wall time {wall}</p>{drawn}{pruner}"
             f"<h3>Devices</h3><ul>{devices or '<li>none recorded</li>'}</ul>"
             + (f"<h3>Trials per GPU</h3>{packing}" if packing else "")
             + (f"<h3>Pareto front ({html.escape(', '.join(status.directions))})</h3>"

@@ -22,7 +22,8 @@ def render_png(data: ReportData, path: Path) -> None:
     figure, axes = plt.subplots(4, 1, figsize=(12, 4 + 0.28 * lanes + 9),
                                 gridspec_kw={"height_ratios": [max(2.5, 0.28 * lanes), 3, 2.5, 3]})
     timeline, utilization, prune, history = axes
-    figure.suptitle(f"Study {data.study}", fontweight="bold")
+    drawn = f" (trials #{data.first_number} on: the newest {len(data.bars)})" if data.first_number else ""
+    figure.suptitle(f"Study {data.study}{drawn}", fontweight="bold")
 
     row_of = {lane: len(data.lanes) - 1 - i for i, lane in enumerate(data.lanes)}
     for bar in data.bars:
