@@ -39,15 +39,7 @@ from hpo_orchestrator.scheduler._asking import Asking
 from hpo_orchestrator.scheduler._budget import Budget
 from hpo_orchestrator.scheduler._deadlines import LoopClock, StudyDeadline, enforce_deadlines, stop_faulty
 from hpo_orchestrator.scheduler._failures import FailurePolicy, Halt
-from hpo_orchestrator.scheduler._logs import (
-    TRACEBACK_CAP,
-    LogCap,
-    append_traceback,
-    ensure_run_dir,
-    run_dir,
-    trial_log_path,
-    user_frames,
-)
+from hpo_orchestrator.scheduler._logs import LogCap, ensure_run_dir, keep_traceback, run_dir, trial_log_path
 from hpo_orchestrator.scheduler._packer import Packer
 from hpo_orchestrator.scheduler._process import cgroup_oom_kills, log_tail, oom_killed_since, signal_tree
 from hpo_orchestrator.scheduler._records import RunRecords
@@ -160,7 +152,8 @@ class Orchestrator:
                 enforce_deadlines(self.running.values(), self.config.scheduler.trial_timeout_s,
                                   self.config.scheduler.kill_grace_s)
                 self.log_cap.check(rt.log_path for rt in self.running.values())
-                self.recovery.beat()
+                if self.recovery.beat():
+                    self._drop_reaped()
                 self.workers.scan()
                 self.records.flush_telemetry()
                 if self.retention is not None:
@@ -314,12 +307,10 @@ class Orchestrator:
         if rt.process.poll() is not None:
             signal_tree(rt.process.pid, signal.SIGKILL)  # leftovers in its group, if any
         measured = self.records.measure(rt)
-        traceback = user_frames(rt.outcome.traceback) \
-            if rt.outcome is not None and rt.outcome.traceback else None
-        if verdict.state == TrialState.FAIL and traceback:
-            measured["hpo.traceback"] = traceback[-TRACEBACK_CAP:]
-            if rt.log_path is not None:
-                append_traceback(rt.log_path, traceback)
+        if verdict.state == TrialState.FAIL and rt.outcome is not None:
+            kept = keep_traceback(rt.outcome.traceback, rt.log_path)
+            if kept:
+                measured["hpo.traceback"] = kept
         del self.running[rt.slot.id]
         if self.packer is not None:  # before the slot is handed on: an OOM lowers its GPU's level
             self.packer.trial_ended(rt, verdict.fail_reason, measured)
@@ -362,6 +353,17 @@ class Orchestrator:
             self._halt(halt)
 
     # --- deadlines, heartbeats, stopping ---------------------------------------------------
+
+    def _drop_reaped(self) -> None:
+        """A partner reaped trials of ours (we were stopped past the grace period): their
+        children are stopped now (stop_faulty), not at their next write, which may never
+        come; trials asked ahead are dropped (the reaper enqueued their retries)."""
+        on_slots = {rt.trial._trial_id: rt for rt in self.running.values() if not rt.reaped}
+        gone = self.records.no_longer_running([*on_slots, *(
+            a.trial._trial_id for a in self.asking.ready)])
+        for trial_id in gone & on_slots.keys():
+            on_slots[trial_id].reaped = True
+        self.asking.ready[:] = [a for a in self.asking.ready if a.trial._trial_id not in gone]
 
     def _own_trial_ids(self) -> set[int]:
         """Trials this orchestrator holds RUNNING: on a slot, or asked ahead of one."""
