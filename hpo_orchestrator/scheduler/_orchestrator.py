@@ -154,7 +154,7 @@ class Orchestrator:
                 self.log_cap.check(rt.log_path for rt in self.running.values())
                 if self.recovery.beat():
                     self._drop_reaped()
-                self.workers.scan()
+                self.workers.tend()
                 self.records.flush_telemetry()
                 if self.retention is not None:
                     self.retention.maybe_run()
@@ -165,6 +165,7 @@ class Orchestrator:
             if self.packer is not None and failure is None:
                 self.packer.close()
             self.workers.trees.sweep_all()
+            self.slots.stop_waiting()
             restore_subreaper(subreaper)
             if self.sampler is not None:
                 self.sampler.stop()

@@ -85,8 +85,14 @@ class Workers:
                 del self.idle[slot_id]
                 self.retire(worker, slot_id)
 
-    def scan(self) -> None:
+    def tend(self) -> None:
+        """Each turn of the loop: walk the process trees; an idle worker on a GPU that another
+        orchestrator of this host waits for retires and gives its lease up (_leases.py)."""
         self.trees.scan(self.pids())
+        for slot_id, worker in list(self.idle.items()):
+            if self.slots.yields(self.slots.slots[slot_id]):
+                del self.idle[slot_id]
+                self.retire(worker, slot_id)
 
     def pids(self) -> dict[int, int]:
         """{slot id: pid} of every worker process, running a trial or idle."""
