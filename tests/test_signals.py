@@ -7,6 +7,7 @@ Whole studies in real processes (slow).
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import sqlite3
 import time
@@ -170,3 +171,43 @@ def test_a_trial_reaped_by_a_partner_is_stopped_without_waiting_for_its_next_wri
     assert not psutil.pid_exists(row["attrs"]["hpo.pid"])
     assert rows[0]["state"] == "FAIL" and "hpo.fail_reason" not in rows[0]["attrs"]  # the partner's record
     assert rows[1]["state"] == "COMPLETE"
+
+
+def test_a_rerun_sweeps_what_a_killed_runs_trials_left_running(tmp_path: Path) -> None:
+    """kill -9 of the orchestrator: its worker dies with it, but the worker's own child
+    (which ignores SIGTERM) goes to init. The next run of the study kills it at its start,
+    found by the pids and creation times the killed run recorded."""
+    args = ("run", "objective=custom", MISBEHAVE, "pruner=none", "sampler=random",
+            "study.n_trials=1", "scheduler.parallel=1")
+    env = {"HPO_TEST_MISBEHAVE": "ignore_term,ok"}
+    records = tmp_path / "hpo-runs" / "hpo"
+    proc = start_cli(tmp_path, *args, env=env)
+    leftover: list[int] = []
+    try:
+        _wait_for(lambda: any("test.grandchildren" in r["attrs"] for r in _rows(tmp_path)))
+        (row,) = _rows(tmp_path)
+        leftover = row["attrs"]["test.grandchildren"]
+        _wait_for(lambda: any(str(leftover[0]) in p.read_text()
+                              for p in records.glob("processes-*.json")))
+        proc.kill()
+        proc.communicate()
+        _wait_for(lambda: not _alive(row["attrs"]["hpo.pid"]))  # the worker: PR_SET_PDEATHSIG
+        assert _alive(leftover[0])  # init's now
+        rerun = run_cli(tmp_path, *args, env=env)  # trial 0 is retried as trial 1 ('ok')
+        assert rerun.code == 0, rerun.stderr
+        _wait_for(lambda: not _alive(leftover[0]), timeout=30)
+        assert not list(records.glob("processes-*.json"))
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+        for pid in leftover:
+            with contextlib.suppress(psutil.Error):
+                psutil.Process(pid).kill()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False

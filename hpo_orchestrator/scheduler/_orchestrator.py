@@ -46,7 +46,7 @@ from hpo_orchestrator.scheduler._records import RunRecords
 from hpo_orchestrator.scheduler._recovery import Recovery
 from hpo_orchestrator.scheduler._slots import Slot, SlotPool
 from hpo_orchestrator.scheduler._stopping import stop_running, wait_stopped
-from hpo_orchestrator.scheduler._tree import become_subreaper, restore_subreaper
+from hpo_orchestrator.scheduler._tree import become_subreaper, restore_subreaper, sweep_left_behind
 from hpo_orchestrator.scheduler._trial import Asked, FinishedTrial, Reporter, RunningTrial
 from hpo_orchestrator.scheduler._workers import Workers
 from hpo_orchestrator.telemetry import TelemetryRetention, TelemetrySampler
@@ -81,8 +81,9 @@ class Orchestrator:
         self.host = host or config.scheduler.host or socket.gethostname()
         self.running: dict[int, RunningTrial] = {}  # slot id -> trial
         self.reuse = config.scheduler.worker_mode == "reuse"
+        self.log_dir = run_dir(config.storage.url, study.study_name, config.scheduler.log_dir)
         self.workers = Workers(slots, self.running, config.scheduler.kill_grace_s,
-                               nvidia_icd_env())
+                               nvidia_icd_env(), self.log_dir)
         self._stopping = False  # shutting down: nothing new is started
         self._signals = 0
         self.deadline = StudyDeadline(config.study.timeout_s, config.study.timeout_grace_s)
@@ -95,7 +96,6 @@ class Orchestrator:
                                  config.storage.heartbeat_interval_s, config.storage.grace_s,
                                  config.scheduler.max_retries)
         self.auto = AutoPruner.for_config(study, config.pruner)  # pruner.min_resource=auto
-        self.log_dir = run_dir(config.storage.url, study.study_name, config.scheduler.log_dir)
         self.log_cap = LogCap(config.scheduler.log_max_mib)
         self.failures = FailurePolicy(config.study.fail_fast, config.study.max_failures)
         self.halted: Halt | None = None  # the failure policy stopped the run (exit 1)
@@ -127,6 +127,7 @@ class Orchestrator:
         subreaper = become_subreaper()  # orphans of the trials' processes come to us
         try:
             ensure_run_dir(self.log_dir)
+            sweep_left_behind(self.log_dir)  # a kill -9-ed run's trials' processes
             self.recovery.reap()
             self.records.record_devices([s.gpu for s in self.slots.slots if s.gpu is not None])
             if self.auto is not None:
@@ -144,7 +145,7 @@ class Orchestrator:
                     break
                 _channel.serve(list(self.running.values()), _POLL_S, self.sampler)
                 stop_faulty(self.running.values(), self.config.scheduler.kill_grace_s)
-                for rt in self._ended():
+                for rt in _channel.ended(list(self.running.values()), self.reuse, self.sampler):
                     self._finish(rt)
                 self.reporter.tick(list(self.running.values()))
                 self._pack()
@@ -275,18 +276,6 @@ class Orchestrator:
 
     # --- finishing -------------------------------------------------------------------------
 
-    def _ended(self) -> list[RunningTrial]:
-        """Trials whose process exited (their last messages read), and in reuse mode those
-        whose result is in (the process lives on)."""
-        ended = []
-        for rt in list(self.running.values()):
-            if rt.process.poll() is not None:
-                _channel.drain(rt, self.sampler)
-                ended.append(rt)
-            elif self.reuse and rt.outcome is not None:
-                ended.append(rt)
-        return ended
-
     def _finish(self, rt: RunningTrial) -> None:
         """Free the trial's slot, hand it to a trial asked ahead, then record the end (the
         writes take 20-40 ms that the slot need not wait for)."""
@@ -356,9 +345,9 @@ class Orchestrator:
     # --- deadlines, heartbeats, stopping ---------------------------------------------------
 
     def _drop_reaped(self) -> None:
-        """A partner reaped trials of ours (we were stopped past the grace period): their
-        children are stopped now (stop_faulty), not at their next write, which may never
-        come; trials asked ahead are dropped (the reaper enqueued their retries)."""
+        """A partner reaped trials of ours (we were stopped past the grace period): stop their
+        children now (stop_faulty), not at a next write that may never come; drop those asked
+        ahead (the reaper enqueued their retries)."""
         on_slots = {rt.trial._trial_id: rt for rt in self.running.values() if not rt.reaped}
         gone = self.records.no_longer_running([*on_slots, *(
             a.trial._trial_id for a in self.asking.ready)])

@@ -24,13 +24,14 @@ class Workers:
     trees are walked from every worker, busy or idle."""
 
     def __init__(self, slots: SlotPool, running: dict[int, RunningTrial], kill_grace_s: float,
-                 icd_env: dict[str, str]) -> None:
+                 icd_env: dict[str, str], run_dir: Path | None = None) -> None:
         self.slots = slots
         self.running = running
         self.kill_grace_s = kill_grace_s
         self.icd_env = icd_env
         self.idle: dict[int, Worker] = {}  # slot id -> a reuse worker waiting for its next trial
-        self.trees = ProcessTrees()  # what the trials' processes started (docs: README)
+        # what the trials' processes started, also on disk in the run folder (docs: README)
+        self.trees = ProcessTrees(run_dir)
 
     def for_trial(self, slot: Slot, trial_number: int, attempt: int, threads: int,
                   log_path: Path) -> Worker:
