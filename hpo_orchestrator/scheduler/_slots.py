@@ -182,13 +182,16 @@ class SlotPool:
             return memory, load.get(index, 0), s.id not in self._held, s.id
 
         wanted: set[str] = set()  # GPUs whose slots other orchestrators of this host hold
+        yielding: dict[str, bool] = {}  # per GPU: a look at the lease folder (about 50 us)
         for slot in sorted((s for s in self.slots if s.id not in self._busy), key=rank):
             if slot.gpu is not None and load.get(slot.gpu.index, 0) >= self.limits[slot.gpu.index]:
                 continue  # the GPU runs as many trials as its level allows
             if slot.gpu is not None and self._foreign_busy(slot.gpu, load.get(slot.gpu.index, 0)):
                 continue
             if self._leases is not None and slot.gpu is not None:
-                if self.yields(slot):
+                if slot.gpu.uuid not in yielding:
+                    yielding[slot.gpu.uuid] = self.yields(slot)
+                if yielding[slot.gpu.uuid]:
                     wanted.add(slot.gpu.uuid)
                     continue  # its turn: another orchestrator has waited for the GPU longer
                 if slot.id not in self._held:
