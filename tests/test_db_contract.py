@@ -572,6 +572,15 @@ def _(built: Built, connection: Connection) -> None:
     assert _run.next_waiting_retry_reason(connection, built.study_id) is None  # #5: enqueued, no reason
 
 
+@case("run.NO_LONGER_RUNNING")
+def _(built: Built, connection: Connection) -> None:
+    from hpo_orchestrator.db import _run
+
+    ids = [built.trial_ids[0], built.trial_ids[3], built.trial_ids[4]]
+    assert _run.no_longer_running(connection, ids) == {built.trial_ids[0], built.trial_ids[3]}
+    assert _run.no_longer_running(connection, []) == set()
+
+
 @case("run.RUNNING_ON_HOST")
 def _(built: Built, connection: Connection) -> None:
     from hpo_orchestrator.db import _run

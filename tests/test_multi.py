@@ -180,6 +180,38 @@ def test_two_studies_on_one_host_never_share_a_gpu_slot(tmp_path: Path) -> None:
         assert max_overlap(intervals) == 1, gpu
 
 
+def test_a_second_study_takes_turns_on_a_gpu_that_reuse_workers_hold(tmp_path: Path) -> None:
+    """One GPU, one slot, reuse workers (which keep their lease between trials): the second
+    study's orchestrator does not wait for the first study to end. The first one's idle
+    worker gives the lease up to it (issue 15), and never are two trials on the GPU."""
+    url = f"sqlite:///{tmp_path / 'hpo.db'}"
+    common = ("run", "objective=custom", TARGET + "pinned", "pruner=none", f"storage.url={url}",
+              f"scheduler.lease_dir={tmp_path / 'leases'}", "scheduler.parallel=1",
+              "scheduler.trials_per_gpu=1", "scheduler.worker_mode=reuse",
+              "scheduler.avoid_busy_gpus=false")
+    env = {"HPO_ORCHESTRATOR_FAKE_GPUS": "1", "HPO_TEST_STEP_S": "0.2"}
+    # the first study long enough (20 x 0.6 s) to be still running when the second starts up
+    one = start_cli(tmp_path, *common, "study.name=one", "study.n_trials=20", env=env)
+    deadline = time.monotonic() + 120
+    while not [t for t in _trials_so_far(url, "one") if "hpo.pid" in t["attrs"]]:
+        assert time.monotonic() < deadline and one.poll() is None, "study one never started"
+        time.sleep(0.1)
+    two = start_cli(tmp_path, *common, "study.name=two", "study.n_trials=3", env=env)
+    _finish(one)
+    _finish(two)
+    first, second = _trials(url, "one"), _trials(url, "two")
+    assert len(first + second) == 23 and all(t["state"] == "COMPLETE" for t in first + second)
+    assert max_overlap([(t["start"], t["end"]) for t in first + second]) == 1
+    assert min(t["start"] for t in second) < max(t["end"] for t in first)
+
+
+def _trials_so_far(url: str, study: str) -> list[dict[str, Any]]:
+    try:
+        return _trials(url, study)
+    except sqlalchemy.exc.OperationalError:  # the database is being created
+        return []
+
+
 def test_killing_an_orchestrator_frees_its_slots(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'hpo.db'}"
     lease_dir = tmp_path / "leases"

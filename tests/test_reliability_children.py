@@ -259,7 +259,7 @@ def test_workers_die_with_a_killed_orchestrator_even_ignoring_sigterm(tmp_path: 
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
-        for pid in grandchildren:  # its own child is beyond reach (README: not contained)
+        for pid in grandchildren:  # init's until a next run of the study (tests/test_signals.py)
             with contextlib.suppress(psutil.Error):
                 psutil.Process(pid).kill()
 

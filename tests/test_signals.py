@@ -7,7 +7,9 @@ Whole studies in real processes (slow).
 
 from __future__ import annotations
 
+import contextlib
 import signal
+import sqlite3
 import time
 from pathlib import Path
 from typing import Any
@@ -40,6 +42,15 @@ def _rows(tmp_path: Path) -> list[dict[str, Any]]:
         return trial_rows(db) if db.exists() else []
     except Exception:  # the database is being created
         return []
+
+
+def _suggested(tmp_path: Path) -> bool:
+    """Has a trial of the study suggested its params yet?"""
+    try:
+        with sqlite3.connect(tmp_path / "hpo.db") as con:
+            return con.execute("SELECT COUNT(*) FROM trial_params").fetchone()[0] > 0
+    except sqlite3.Error:  # not created yet
+        return False
 
 
 def _wait_for(condition: Any, timeout: float = 120) -> None:
@@ -131,3 +142,72 @@ def test_trials_the_failure_policy_stops_say_why(tmp_path: Path) -> None:
     assert stopped["hpo.error"].startswith("stopped by study.fail_fast: the first 2 trials all "
                                            "failed with the same error"), stopped["hpo.error"]
     assert "SIGTERM" not in stopped["hpo.error"]
+
+
+def test_a_trial_reaped_by_a_partner_is_stopped_without_waiting_for_its_next_write(
+        tmp_path: Path) -> None:
+    """A partner failed our trial (as after a SIGSTOP past the grace period) while its child
+    computes without a word to us: the heartbeat round notices, stops the child, and the run
+    goes on (before: the trial ran until its next write, here never)."""
+    import optuna
+    from optuna.trial import TrialState
+
+    proc = start_cli(tmp_path, "run", "objective=custom", MISBEHAVE, "pruner=none",
+                     "sampler=random", "study.n_trials=2", "scheduler.parallel=1",
+                     "storage.heartbeat_interval_s=1", env={"HPO_TEST_MISBEHAVE": "sleep,ok"})
+    try:
+        # after its last write (the suggest): from then on only the heartbeat round can tell
+        _wait_for(lambda: _suggested(tmp_path))
+        (row,) = [r for r in _rows(tmp_path) if "hpo.pid" in r["attrs"]]
+        partner = optuna.storages.RDBStorage(f"sqlite:///{tmp_path / 'hpo.db'}")
+        partner.set_trial_state_values(row["trial_id"], TrialState.FAIL)
+        out, err = proc.communicate(timeout=90)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, (out, err)
+    rows = {r["number"]: r for r in _rows(tmp_path)}
+    assert not psutil.pid_exists(row["attrs"]["hpo.pid"])
+    assert rows[0]["state"] == "FAIL" and "hpo.fail_reason" not in rows[0]["attrs"]  # the partner's record
+    assert rows[1]["state"] == "COMPLETE"
+
+
+def test_a_rerun_sweeps_what_a_killed_runs_trials_left_running(tmp_path: Path) -> None:
+    """kill -9 of the orchestrator: its worker dies with it, but the worker's own child
+    (which ignores SIGTERM) goes to init. The next run of the study kills it at its start,
+    found by the pids and creation times the killed run recorded."""
+    args = ("run", "objective=custom", MISBEHAVE, "pruner=none", "sampler=random",
+            "study.n_trials=1", "scheduler.parallel=1")
+    env = {"HPO_TEST_MISBEHAVE": "ignore_term,ok"}
+    records = tmp_path / "hpo-runs" / "hpo"
+    proc = start_cli(tmp_path, *args, env=env)
+    leftover: list[int] = []
+    try:
+        _wait_for(lambda: any("test.grandchildren" in r["attrs"] for r in _rows(tmp_path)))
+        (row,) = _rows(tmp_path)
+        leftover = row["attrs"]["test.grandchildren"]
+        _wait_for(lambda: any(str(leftover[0]) in p.read_text()
+                              for p in records.glob("processes-*.json")))
+        proc.kill()
+        proc.communicate()
+        _wait_for(lambda: not _alive(row["attrs"]["hpo.pid"]))  # the worker: PR_SET_PDEATHSIG
+        assert _alive(leftover[0])  # init's now
+        rerun = run_cli(tmp_path, *args, env=env)  # trial 0 is retried as trial 1 ('ok')
+        assert rerun.code == 0, rerun.stderr
+        _wait_for(lambda: not _alive(leftover[0]), timeout=30)
+        assert not list(records.glob("processes-*.json"))
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+        for pid in leftover:
+            with contextlib.suppress(psutil.Error):
+                psutil.Process(pid).kill()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False

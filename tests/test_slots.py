@@ -82,6 +82,34 @@ def test_a_released_lease_frees_the_slot_for_another_orchestrator(tmp_path: Path
     assert second.acquire() is not None
 
 
+def test_a_waiting_orchestrator_gets_the_next_turn_on_a_gpu(tmp_path: Path) -> None:
+    """The holder's idle lease yields to an orchestrator that found the GPU taken, and the
+    holder takes no slot of it while the other waits longer (issue 15: reuse workers)."""
+    gpus = FakeGpuBackend.from_spec("1").gpus()
+    first = SlotPool(gpus, parallel=1, trials_per_gpu=1, leases=LeaseDir(tmp_path))
+    second = SlotPool(gpus, parallel=1, trials_per_gpu=1, leases=LeaseDir(tmp_path))
+    held = first.acquire()
+    assert held is not None and not first.yields(held)
+    first.release(held, keep_lease=True)  # its reuse worker waits for the next trial
+    assert second.acquire() is None  # taken: second now waits for the GPU
+    assert first.yields(held) and first.acquire() is None  # second's turn; first waits now
+    first.drop_lease(held.id)  # the idle worker retired
+    taken = second.acquire()
+    assert taken is not None and second.yields(taken)  # the next turn is first's
+    second.release(taken)
+    assert first.acquire() is not None
+
+
+def test_a_dead_waiter_is_no_longer_waiting(tmp_path: Path) -> None:
+    gpus = FakeGpuBackend.from_spec("1").gpus()
+    pool = SlotPool(gpus, parallel=1, trials_per_gpu=1, leases=LeaseDir(tmp_path))
+    held = pool.acquire()
+    assert held is not None
+    dead = tmp_path / f"{gpus[0].uuid}.waiting.999999-0"
+    dead.write_text("1.0")  # no process holds its lock
+    assert not pool.yields(held) and not dead.exists()
+
+
 @pytest.mark.parametrize(("wanted", "expected"), [("auto", [0, 1]), ("none", []), ([1], [1])])
 def test_resolve_gpus(wanted: object, expected: list[int]) -> None:
     backend = FakeGpuBackend.from_spec("2")

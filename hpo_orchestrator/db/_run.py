@@ -12,14 +12,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Column, Integer, MetaData, String, Table, Text, text
+from sqlalchemy import Column, Integer, MetaData, String, Table, Text, bindparam, text
 from sqlalchemy.engine import Connection
 
 from hpo_orchestrator.db._study import state_name, to_datetime
 
 __all__ = ["RunningOnHost", "attempt_of", "enqueue_waiting_trial", "fail_running_trial",
-           "max_completed_step", "never_beat", "next_waiting_retry_reason", "running_on_host",
-           "write_trial_attrs"]
+           "max_completed_step", "never_beat", "next_waiting_retry_reason", "no_longer_running",
+           "running_on_host", "write_trial_attrs"]
 
 _TRIAL_STATE_SQL = "SELECT state FROM trials WHERE trial_id = :t"
 # A no-op update that holds the trial's row (PostgreSQL: until the transaction ends) while
@@ -53,6 +53,7 @@ _NEVER_BEAT_SQL = (
     "SELECT t.trial_id FROM trials t WHERE t.study_id = :s AND t.state = 'RUNNING' "
     "AND t.datetime_start < :cutoff AND NOT EXISTS (SELECT 1 FROM trial_heartbeats h "
     "WHERE h.trial_id = t.trial_id)")
+_NO_LONGER_RUNNING_SQL = "SELECT trial_id FROM trials WHERE trial_id IN :ids AND state != 'RUNNING'"
 _MAX_COMPLETED_STEP_SQL = (
     "SELECT MAX(iv.step) FROM trial_intermediate_values iv JOIN trials t "
     "ON t.trial_id = iv.trial_id WHERE t.study_id = :s AND t.state = 'COMPLETE'")
@@ -159,6 +160,15 @@ def never_beat(connection: Connection, study_id: int, started_before: datetime) 
     time, as Optuna stores datetime_start)."""
     rows = connection.execute(text(_NEVER_BEAT_SQL), {"s": study_id, "cutoff": started_before})
     return [int(tid) for (tid,) in rows]
+
+
+def no_longer_running(connection: Connection, trial_ids: list[int]) -> set[int]:
+    """Those of ``trial_ids`` that are not RUNNING any more (another orchestrator reaped
+    them): one indexed read of a handful of rows, for every heartbeat round."""
+    if not trial_ids:
+        return set()
+    statement = text(_NO_LONGER_RUNNING_SQL).bindparams(bindparam("ids", expanding=True))
+    return {int(tid) for (tid,) in connection.execute(statement, {"ids": trial_ids})}
 
 
 def max_completed_step(connection: Connection, study_id: int) -> int | None:

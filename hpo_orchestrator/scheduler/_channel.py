@@ -35,7 +35,7 @@ from hpo_orchestrator.scheduler._trial import RunningTrial
 from hpo_orchestrator.telemetry import TelemetrySampler
 from hpo_orchestrator.worker import ARTIFACT_CALL, OBJECTIVE_ATTRS, TRIAL_METHODS, TrialOutcome
 
-__all__ = ["MAX_FRAME_BYTES", "Channel", "ProtocolError", "drain", "serve"]
+__all__ = ["MAX_FRAME_BYTES", "Channel", "ProtocolError", "drain", "ended", "serve"]
 
 MAX_FRAME_BYTES = 16 << 20  # one message; a trial's attrs and traceback are far smaller
 STALL_S = 15.0  # a frame's sender writes it in one go: a longer pause mid-frame is a fault
@@ -263,6 +263,20 @@ def _guarded(rt: RunningTrial, step: Callable[[RunningTrial, TelemetrySampler | 
         rt.connection_open = False
         if rt.protocol_error is None:
             rt.protocol_error = str(exc)
+
+
+def ended(running: Sequence[RunningTrial], reuse: bool,
+          sampler: TelemetrySampler | None) -> list[RunningTrial]:
+    """Trials whose process exited (their last messages read), and in reuse mode those
+    whose result is in (the process lives on)."""
+    done = []
+    for rt in running:
+        if rt.process.poll() is not None:
+            drain(rt, sampler)
+            done.append(rt)
+        elif reuse and rt.outcome is not None:
+            done.append(rt)
+    return done
 
 
 def drain(rt: RunningTrial, sampler: TelemetrySampler | None) -> None:

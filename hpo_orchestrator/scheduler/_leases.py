@@ -6,6 +6,13 @@ exclusive flock while a trial runs there. However the holder ends (exit, crash, 
 the kernel drops the lock, so a lease never outlives its orchestrator. The file's content
 says who holds it (study, trial, pid, host) for ``hpo-orchestrator gpus``; a file whose lock
 is free is free, whatever it says.
+
+Waiting: an orchestrator that finds every slot of a GPU leased by others says so with a
+marker ``<uuid>.waiting.<pid>-<token>`` (held with a flock, so it dies with its writer; its content
+is when the wait began, its mtime when it last asked). A holder whose reuse worker sits idle
+between trials then gives the lease up, and no one takes a slot of that GPU while another
+orchestrator has waited for it longer: two studies on one GPU take turns, trial by trial,
+instead of the second waiting for the first study to end.
 """
 
 from __future__ import annotations
@@ -13,6 +20,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import secrets
 import socket
 import tempfile
 import time
@@ -25,6 +33,7 @@ from hpo_orchestrator.errors import ConfigError
 __all__ = ["Lease", "LeaseDir", "default_lease_dir"]
 
 LEASE_DIR_ENV = "HPO_ORCHESTRATOR_LEASE_DIR"
+WAIT_FRESH_S = 5.0  # a waiter asks every loop turn (0.1 s); one silent this long stopped wanting
 
 
 def default_lease_dir(configured: str | None = None) -> Path:
@@ -56,6 +65,7 @@ class Lease:
 class LeaseDir:
     def __init__(self, path: Path) -> None:
         self.path = path
+        self._waiting: dict[str, tuple[int, Path, float]] = {}  # uuid -> (fd, marker, since)
 
     def check(self) -> None:
         """Refuse a lease folder that cannot be one (a file, or under a file) before a run
@@ -78,6 +88,58 @@ class LeaseDir:
             os.close(fd)
             return None
         return Lease(path, fd)
+
+    def wait_for(self, uuid: str) -> None:
+        """Say (or say again) that this process waits for a slot of the GPU."""
+        if uuid in self._waiting:
+            os.utime(self._waiting[uuid][1])
+            return
+        self.path.mkdir(parents=True, exist_ok=True, mode=0o1777)
+        path = self.path / f"{uuid}.waiting.{os.getpid()}-{secrets.token_hex(4)}"
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666)
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # a name of our own: never contended
+        since = time.time()
+        os.pwrite(fd, repr(since).encode(), 0)
+        self._waiting[uuid] = (fd, path, since)
+
+    def waiting_since(self, uuid: str) -> float:
+        """When this process began to wait for the GPU (infinity: it does not wait)."""
+        return self._waiting[uuid][2] if uuid in self._waiting else float("inf")
+
+    def stop_waiting(self) -> None:
+        for fd, path, _since in self._waiting.values():
+            path.unlink(missing_ok=True)
+            os.close(fd)
+        self._waiting.clear()
+
+    def waited_longer(self, uuid: str) -> bool:
+        """Does another live orchestrator of this host wait for the GPU, since before us?"""
+        mine = self.waiting_since(uuid)
+        own = self._waiting[uuid][1] if uuid in self._waiting else None
+        now = time.time()
+        for path in self.path.glob(f"{uuid}.waiting.*"):
+            if path == own:
+                continue
+            try:
+                if now - path.stat().st_mtime > WAIT_FRESH_S:
+                    continue  # it stopped asking (or died: cleaned once its lock is free)
+                fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            except OSError:
+                continue  # gone meanwhile
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:  # its writer lives and waits
+                since = os.pread(fd, 64, 0)
+                os.close(fd)
+                try:
+                    if float(since) < mine:
+                        return True
+                except ValueError:
+                    pass  # being written
+                continue
+            os.close(fd)
+            path.unlink(missing_ok=True)  # its writer died
+        return False
 
     def holders(self, uuid: str) -> dict[int, dict[str, Any]]:
         """The held slots of a GPU: slot k -> who holds it (free slots are left out)."""

@@ -22,8 +22,18 @@ from collections import deque
 from collections.abc import Iterable
 from pathlib import Path
 
-__all__ = ["TRACEBACK_CAP", "LogCap", "append_traceback", "cap_log", "ensure_run_dir", "read_tail", "run_dir",
-           "trial_log_path", "user_frames"]
+__all__ = [
+    "TRACEBACK_CAP",
+    "LogCap",
+    "append_traceback",
+    "cap_log",
+    "ensure_run_dir",
+    "keep_traceback",
+    "read_tail",
+    "run_dir",
+    "trial_log_path",
+    "user_frames",
+]
 
 TRACEBACK_CAP = 8000  # characters of hpo.traceback kept (its end: the frames nearest the error)
 _MAX_FOLDER_NAME = 200  # a study's run folder name; most file systems allow 255 bytes
@@ -104,6 +114,17 @@ def append_traceback(path: Path, traceback: str) -> None:
             handle.write(f"\n--- traceback (also in the trial's hpo.traceback) ---\n{traceback.rstrip()}\n")
     except OSError:
         pass
+
+
+def keep_traceback(traceback: str | None, log_path: Path | None) -> str | None:
+    """A failed trial's traceback, the objective's frames: appended to its log, and returned
+    capped for hpo.traceback (None when there is none)."""
+    frames = user_frames(traceback) if traceback else None
+    if not frames:
+        return None
+    if log_path is not None:
+        append_traceback(log_path, frames)
+    return frames[-TRACEBACK_CAP:]
 
 
 def user_frames(traceback: str) -> str:

@@ -39,22 +39,14 @@ from hpo_orchestrator.scheduler._asking import Asking
 from hpo_orchestrator.scheduler._budget import Budget
 from hpo_orchestrator.scheduler._deadlines import LoopClock, StudyDeadline, enforce_deadlines, stop_faulty
 from hpo_orchestrator.scheduler._failures import FailurePolicy, Halt
-from hpo_orchestrator.scheduler._logs import (
-    TRACEBACK_CAP,
-    LogCap,
-    append_traceback,
-    ensure_run_dir,
-    run_dir,
-    trial_log_path,
-    user_frames,
-)
+from hpo_orchestrator.scheduler._logs import LogCap, ensure_run_dir, keep_traceback, run_dir, trial_log_path
 from hpo_orchestrator.scheduler._packer import Packer
 from hpo_orchestrator.scheduler._process import cgroup_oom_kills, log_tail, oom_killed_since, signal_tree
 from hpo_orchestrator.scheduler._records import RunRecords
 from hpo_orchestrator.scheduler._recovery import Recovery
 from hpo_orchestrator.scheduler._slots import Slot, SlotPool
 from hpo_orchestrator.scheduler._stopping import stop_running, wait_stopped
-from hpo_orchestrator.scheduler._tree import become_subreaper, restore_subreaper
+from hpo_orchestrator.scheduler._tree import become_subreaper, restore_subreaper, sweep_left_behind
 from hpo_orchestrator.scheduler._trial import Asked, FinishedTrial, Reporter, RunningTrial
 from hpo_orchestrator.scheduler._workers import Workers
 from hpo_orchestrator.telemetry import TelemetryRetention, TelemetrySampler
@@ -89,8 +81,9 @@ class Orchestrator:
         self.host = host or config.scheduler.host or socket.gethostname()
         self.running: dict[int, RunningTrial] = {}  # slot id -> trial
         self.reuse = config.scheduler.worker_mode == "reuse"
+        self.log_dir = run_dir(config.storage.url, study.study_name, config.scheduler.log_dir)
         self.workers = Workers(slots, self.running, config.scheduler.kill_grace_s,
-                               nvidia_icd_env())
+                               nvidia_icd_env(), self.log_dir)
         self._stopping = False  # shutting down: nothing new is started
         self._signals = 0
         self.deadline = StudyDeadline(config.study.timeout_s, config.study.timeout_grace_s)
@@ -103,7 +96,6 @@ class Orchestrator:
                                  config.storage.heartbeat_interval_s, config.storage.grace_s,
                                  config.scheduler.max_retries)
         self.auto = AutoPruner.for_config(study, config.pruner)  # pruner.min_resource=auto
-        self.log_dir = run_dir(config.storage.url, study.study_name, config.scheduler.log_dir)
         self.log_cap = LogCap(config.scheduler.log_max_mib)
         self.failures = FailurePolicy(config.study.fail_fast, config.study.max_failures)
         self.halted: Halt | None = None  # the failure policy stopped the run (exit 1)
@@ -136,6 +128,7 @@ class Orchestrator:
         subreaper = become_subreaper()  # orphans of the trials' processes come to us
         try:
             ensure_run_dir(self.log_dir)
+            sweep_left_behind(self.log_dir)  # a kill -9-ed run's trials' processes
             self.recovery.reap()
             self.records.record_devices([s.gpu for s in self.slots.slots if s.gpu is not None])
             if self.auto is not None:
@@ -156,15 +149,16 @@ class Orchestrator:
                     break
                 _channel.serve(list(self.running.values()), _POLL_S, self.sampler)
                 stop_faulty(self.running.values(), self.config.scheduler.kill_grace_s)
-                for rt in self._ended():
+                for rt in _channel.ended(list(self.running.values()), self.reuse, self.sampler):
                     self._finish(rt)
                 self.reporter.tick(list(self.running.values()))
                 self.clock.discount_stall(self.running.values())
                 enforce_deadlines(self.running.values(), self.config.scheduler.trial_timeout_s,
                                   self.config.scheduler.kill_grace_s)
                 self.log_cap.check(rt.log_path for rt in self.running.values())
-                self.recovery.beat()
-                self.workers.scan()
+                if self.recovery.beat():
+                    self._drop_reaped()
+                self.workers.tend()
                 self.records.flush_telemetry()
                 if self.retention is not None:
                     self.retention.maybe_run()
@@ -181,6 +175,7 @@ class Orchestrator:
             if self.packer is not None and failure is None:
                 self.packer.close()
             self.workers.trees.sweep_all()
+            self.slots.stop_waiting()
             restore_subreaper(subreaper)
             if self.sampler is not None:
                 self.sampler.stop()
@@ -295,18 +290,6 @@ class Orchestrator:
 
     # --- finishing -------------------------------------------------------------------------
 
-    def _ended(self) -> list[RunningTrial]:
-        """Trials whose process exited (their last messages read), and in reuse mode those
-        whose result is in (the process lives on)."""
-        ended = []
-        for rt in list(self.running.values()):
-            if rt.process.poll() is not None:
-                _channel.drain(rt, self.sampler)
-                ended.append(rt)
-            elif self.reuse and rt.outcome is not None:
-                ended.append(rt)
-        return ended
-
     def _finish(self, rt: RunningTrial) -> None:
         """Free the trial's slot, hand it to a trial asked ahead, then record the end (the
         writes take 20-40 ms that the slot need not wait for)."""
@@ -329,12 +312,10 @@ class Orchestrator:
         if rt.process.poll() is not None:
             signal_tree(rt.process.pid, signal.SIGKILL)  # leftovers in its group, if any
         measured = self.records.measure(rt)
-        traceback = user_frames(rt.outcome.traceback) \
-            if rt.outcome is not None and rt.outcome.traceback else None
-        if verdict.state == TrialState.FAIL and traceback:
-            measured["hpo.traceback"] = traceback[-TRACEBACK_CAP:]
-            if rt.log_path is not None:
-                append_traceback(rt.log_path, traceback)
+        if verdict.state == TrialState.FAIL and rt.outcome is not None:
+            kept = keep_traceback(rt.outcome.traceback, rt.log_path)
+            if kept:
+                measured["hpo.traceback"] = kept
         del self.running[rt.slot.id]
         if self.packer is not None:  # before the slot is handed on: an OOM lowers its GPU's level
             self.packer.trial_ended(rt, verdict.fail_reason, measured)
@@ -377,6 +358,17 @@ class Orchestrator:
             self._halt(halt)
 
     # --- deadlines, heartbeats, stopping ---------------------------------------------------
+
+    def _drop_reaped(self) -> None:
+        """A partner reaped trials of ours (we were stopped past the grace period): stop their
+        children now (stop_faulty), not at a next write that may never come; drop those asked
+        ahead (the reaper enqueued their retries)."""
+        on_slots = {rt.trial._trial_id: rt for rt in self.running.values() if not rt.reaped}
+        gone = self.records.no_longer_running([*on_slots, *(
+            a.trial._trial_id for a in self.asking.ready)])
+        for trial_id in gone & on_slots.keys():
+            on_slots[trial_id].reaped = True
+        self.asking.ready[:] = [a for a in self.asking.ready if a.trial._trial_id not in gone]
 
     def _own_trial_ids(self) -> set[int]:
         """Trials this orchestrator holds RUNNING: on a slot, or asked ahead of one."""

@@ -123,6 +123,13 @@ class RunRecords:
         self.mirror.refresh_soon(self.study._study_id)  # its state and its retry, if any
         return reaped
 
+    def no_longer_running(self, trial_ids: list[int]) -> set[int]:
+        """Those of our trials that another orchestrator has finished (reaped)."""
+        def read() -> set[int]:
+            with self.storage.engine.connect() as connection:
+                return _run.no_longer_running(connection, trial_ids)
+        return self.retrying.call(read) if trial_ids else set()
+
     def record_devices(self, gpus: list[GpuInfo]) -> None:
         """This host's devices as a study attr, so status can name a GPU that never got work."""
         key = f"hpo.devices.{self.host}"

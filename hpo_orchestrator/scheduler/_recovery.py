@@ -41,15 +41,17 @@ class Recovery:
         self.max_retries = max_retries
         self._last_beat = 0.0
 
-    def beat(self) -> None:
-        """Every storage.heartbeat_interval_s: a heartbeat for each of our trials, then reap."""
+    def beat(self) -> bool:
+        """Every storage.heartbeat_interval_s: a heartbeat for each of our trials, then reap.
+        True in a round that beat (the loop checks then that our trials are still ours)."""
         now = time.monotonic()
         if now - self._last_beat < self.interval_s:
-            return
+            return False
         self._last_beat = now
         for trial_id in self.own_trials():
             self.storage.record_heartbeat(trial_id)
         self.reap()
+        return True
 
     def reap(self) -> None:
         """Fail RUNNING trials whose orchestrator stopped sending heartbeats ('lost').

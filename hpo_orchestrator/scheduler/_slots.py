@@ -173,19 +173,42 @@ class SlotPool:
             # then spread over GPUs; then a slot whose lease we kept (its reuse worker waits)
             return memory, load.get(index, 0), s.id not in self._held, s.id
 
+        wanted: set[str] = set()  # GPUs whose slots other orchestrators of this host hold
+        yielding: dict[str, bool] = {}  # per GPU: a look at the lease folder (about 50 us)
         for slot in sorted((s for s in self.slots if s.id not in self._busy), key=rank):
             if slot.gpu is not None and load.get(slot.gpu.index, 0) >= self.limits[slot.gpu.index]:
                 continue  # the GPU runs as many trials as its level allows
             if slot.gpu is not None and self._foreign_busy(slot.gpu, load.get(slot.gpu.index, 0)):
                 continue
-            if self._leases is not None and slot.gpu is not None and slot.id not in self._held:
-                lease = self._leases.try_acquire(slot.gpu.uuid, slot.k)
-                if lease is None:
-                    continue  # another orchestrator on this host runs a trial there
-                self._held[slot.id] = lease
+            if self._leases is not None and slot.gpu is not None:
+                if slot.gpu.uuid not in yielding:
+                    yielding[slot.gpu.uuid] = self.yields(slot)
+                if yielding[slot.gpu.uuid]:
+                    wanted.add(slot.gpu.uuid)
+                    continue  # its turn: another orchestrator has waited for the GPU longer
+                if slot.id not in self._held:
+                    lease = self._leases.try_acquire(slot.gpu.uuid, slot.k)
+                    if lease is None:
+                        wanted.add(slot.gpu.uuid)
+                        continue  # another orchestrator on this host runs a trial there
+                    self._held[slot.id] = lease
             self._busy.add(slot.id)
+            self.stop_waiting()
             return slot
+        if self._leases is not None:
+            for uuid in wanted:
+                self._leases.wait_for(uuid)
         return None
+
+    def yields(self, slot: Slot) -> bool:
+        """Does another orchestrator of this host wait for the slot's GPU longer than we do?
+        Then we take none of its slots, and an idle worker of ours there gives its lease up."""
+        return self._leases is not None and slot.gpu is not None \
+            and self._leases.waited_longer(slot.gpu.uuid)
+
+    def stop_waiting(self) -> None:
+        if self._leases is not None:
+            self._leases.stop_waiting()
 
     def describe(self, slot: Slot, **holder: Any) -> None:
         lease = self._held.get(slot.id)

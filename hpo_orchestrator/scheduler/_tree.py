@@ -11,25 +11,31 @@ its trial. Linux gives three tools, used together:
   when the trial ends (reuse mode) or its worker retires; orphans that exit are reaped;
 - a worker dies with the orchestrator (``PR_SET_PDEATHSIG``: SIGKILL, set in the child).
 
-Not contained: processes of a ``kill -9``-ed orchestrator's workers (their subreaper is gone;
-the workers die with it, their own children go to init), and processes started outside the
-tree (``systemd-run``, ``ssh``, a daemon asked to start one).
+After a ``kill -9`` of the orchestrator its subreaper is gone: the workers die with it, their
+own children go to init. So the recorded processes are also on disk (``processes-<pid>.json``
+in the study's run folder, rewritten when they change), and the next run of the study kills
+those of a dead orchestrator at its start (:func:`sweep_left_behind`, by pid and creation
+time). Not contained: what a trial started less than a scan (1 s) before such a kill, and
+processes started outside the tree (``systemd-run``, ``ssh``, a daemon asked to start one).
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import json
 import os
 import signal
+import socket
 import time
 from collections.abc import Mapping
+from pathlib import Path
 
 import psutil
 
 from hpo_orchestrator.worker._env import SLOT
 
-__all__ = ["ProcessTrees", "become_subreaper", "restore_subreaper"]
+__all__ = ["ProcessTrees", "become_subreaper", "restore_subreaper", "sweep_left_behind"]
 
 _PR_SET_CHILD_SUBREAPER = 36
 _PR_GET_CHILD_SUBREAPER = 37
@@ -66,10 +72,12 @@ class ProcessTrees:
     signalled (psutil checks the creation time).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, record_dir: Path | None = None) -> None:
         self._me = os.getpid()
         self._seen: dict[int, tuple[psutil.Process, int | None]] = {}  # pid -> (process, slot)
         self._last_scan = 0.0
+        self._record_path = record_dir / f"processes-{self._me}.json" if record_dir else None
+        self._recorded: set[int] = set()  # the pids on disk now
 
     def scan(self, workers: Mapping[int, int], force: bool = False) -> None:
         """Record the descendants of ``workers`` ({slot: worker pid}) and the orphans that
@@ -92,6 +100,7 @@ class ProcessTrees:
                 if origin is not None:  # a trial's (run_study may run in a process with others)
                     self._record(pid, origin)
         self._reap()
+        self._save()
 
     def sweep(self, slot: int, since_epoch: float | None = None,
               keep: frozenset[int] = frozenset()) -> int:
@@ -123,7 +132,25 @@ class ProcessTrees:
         deadline = time.monotonic() + 2.0
         while self._reap() and time.monotonic() < deadline:
             time.sleep(0.02)
+        if self._record_path is not None:
+            self._record_path.unlink(missing_ok=True)
         return killed
+
+    def _save(self) -> None:
+        """The recorded processes on disk, for the next run after a ``kill -9`` of this one."""
+        if self._record_path is None or set(self._seen) == self._recorded:
+            return
+        entries = []
+        for pid, (proc, _slot) in self._seen.items():
+            with contextlib.suppress(psutil.Error):
+                entries.append([pid, proc.create_time()])
+        me = psutil.Process(self._me)
+        temporary = self._record_path.with_suffix(".tmp")
+        with contextlib.suppress(OSError):  # a run folder that went away: containment goes on
+            temporary.write_text(json.dumps({"host": socket.gethostname(), "processes": entries,
+                                             "orchestrator": [self._me, me.create_time()]}))
+            os.replace(temporary, self._record_path)
+            self._recorded = set(self._seen)
 
     def _record(self, pid: int, slot: int | None) -> None:
         if pid in self._seen:
@@ -149,6 +176,43 @@ class ProcessTrees:
             else:
                 alive += 1
         return alive
+
+
+def sweep_left_behind(run_dir: Path) -> int:
+    """Kill what the trials of a dead orchestrator of this study left running (its records in
+    ``run_dir``; a live one's are left alone), with their descendants; returns how many."""
+    killed = 0
+    for path in run_dir.glob("processes-*.json"):
+        try:
+            record = json.loads(path.read_text())
+            if record["host"] != socket.gethostname():
+                continue  # a run folder shared between hosts: their pids are not ours
+            owner, owner_created = record["orchestrator"]
+            processes = [(int(pid), float(created)) for pid, created in record["processes"]]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # being written, or not ours
+        if _same_process(owner, owner_created) is not None:
+            continue
+        for pid, created in processes:
+            proc = _same_process(pid, created)
+            if proc is None:
+                continue  # gone, or the pid now names another process
+            with contextlib.suppress(psutil.Error):
+                for target in [*proc.children(recursive=True), proc]:
+                    with contextlib.suppress(psutil.Error):
+                        target.kill()
+                        killed += 1
+        path.unlink(missing_ok=True)
+    return killed
+
+
+def _same_process(pid: int, created: float) -> psutil.Process | None:
+    """The process ``pid`` if it is still the one created at ``created``."""
+    try:
+        proc = psutil.Process(pid)
+        return proc if abs(proc.create_time() - created) < 0.05 else None
+    except psutil.Error:
+        return None
 
 
 def _children_table() -> dict[int, list[int]]:

@@ -24,13 +24,14 @@ class Workers:
     trees are walked from every worker, busy or idle."""
 
     def __init__(self, slots: SlotPool, running: dict[int, RunningTrial], kill_grace_s: float,
-                 icd_env: dict[str, str]) -> None:
+                 icd_env: dict[str, str], run_dir: Path | None = None) -> None:
         self.slots = slots
         self.running = running
         self.kill_grace_s = kill_grace_s
         self.icd_env = icd_env
         self.idle: dict[int, Worker] = {}  # slot id -> a reuse worker waiting for its next trial
-        self.trees = ProcessTrees()  # what the trials' processes started (docs: README)
+        # what the trials' processes started, also on disk in the run folder (docs: README)
+        self.trees = ProcessTrees(run_dir)
 
     def for_trial(self, slot: Slot, trial_number: int, attempt: int, threads: int,
                   log_path: Path) -> Worker:
@@ -85,8 +86,14 @@ class Workers:
                 del self.idle[slot_id]
                 self.retire(worker, slot_id)
 
-    def scan(self) -> None:
+    def tend(self) -> None:
+        """Each turn of the loop: walk the process trees; an idle worker on a GPU that another
+        orchestrator of this host waits for retires and gives its lease up (_leases.py)."""
         self.trees.scan(self.pids())
+        for slot_id, worker in list(self.idle.items()):
+            if self.slots.yields(self.slots.slots[slot_id]):
+                del self.idle[slot_id]
+                self.retire(worker, slot_id)
 
     def pids(self) -> dict[int, int]:
         """{slot id: pid} of every worker process, running a trial or idle."""
