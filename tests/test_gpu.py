@@ -70,6 +70,9 @@ def test_telemetry_attributes_work_to_the_right_gpu(cli) -> None:  # type: ignor
                  "objective.device=gpu", "objective.n_rows=400000", "telemetry.interval_s=0.2")
     assert result.code == 0, result.stderr + result.stdout
     rows = trial_rows(result.db)
+    first_on_gpu: dict[int, int] = {}
+    for row in sorted(rows, key=lambda r: r["number"]):
+        first_on_gpu.setdefault(row["attrs"]["hpo.gpu_index"], row["number"])
     for row in rows:
         a = row["attrs"]
         assert row["state"] == "COMPLETE", a
@@ -77,8 +80,12 @@ def test_telemetry_attributes_work_to_the_right_gpu(cli) -> None:  # type: ignor
         assert a["hpo.gpu_util_max"] > 0 and a["hpo.gpu_energy_j"] > 0, a
         assert a["hpo.gpu_mem_peak_mib"] > 0 and a["hpo.gpu_power_mean_w"] > 0, a
         phases = a["hpo.phases"]
-        # building the data set is CPU work: its GPU reading must be lower than training's
-        assert phases["data"]["gpu_util_mean"] < phases["train"]["gpu_util_mean"], phases
+        # Building the data set is CPU work: its GPU reading must be lower than training's. Only
+        # for a GPU's first trial: NVML's utilization is the busy share of a trailing window
+        # (up to 1 s), so a later trial's data phase still sees its predecessor's training
+        # (measured on 2 x H100: data 9.0 % against train 3.8 % for a GPU's second trial).
+        if row["number"] == first_on_gpu[a["hpo.gpu_index"]]:
+            assert phases["data"]["gpu_util_mean"] < phases["train"]["gpu_util_mean"], phases
     with sqlite3.connect(result.db) as con:
         samples = con.execute("SELECT trial_id, gpu_index, MAX(proc_mem_mib) FROM hpo_telemetry "
                               "GROUP BY trial_id, gpu_index").fetchall()
