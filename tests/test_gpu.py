@@ -83,7 +83,7 @@ def test_telemetry_attributes_work_to_the_right_gpu(cli) -> None:  # type: ignor
         # Building the data set is CPU work: its GPU reading must be lower than training's. Only
         # for a GPU's first trial: NVML's utilization is the busy share of a trailing window
         # (up to 1 s), so a later trial's data phase still sees its predecessor's training
-        # (measured on 2 x H100: data 9.0 % against train 3.8 % for a GPU's second trial).
+        # (2 x H100, one of 4 trials: data 9.0 % against train 3.8 %).
         if row["number"] == first_on_gpu[a["hpo.gpu_index"]]:
             assert phases["data"]["gpu_util_mean"] < phases["train"]["gpu_util_mean"], phases
     with sqlite3.connect(result.db) as con:
