@@ -56,6 +56,7 @@ from hpo_orchestrator.db._mirror import (
     recent_trial_ids,
     unfinished_trial_ids_before,
 )
+from hpo_orchestrator.db._run import create_running_trial
 
 __all__ = ["MirrorStorage"]
 
@@ -145,7 +146,16 @@ class MirrorStorage(BaseStorage, BaseHeartbeat):
 
     def create_new_trial(self, study_id: int, template_trial: FrozenTrial | None = None) -> int:
         mirror = self._mirror(study_id)
-        frozen = self.backend._create_new_trial(study_id, template_trial)
+        if template_trial is None:  # every ask(): numbered without counting the study
+            started = datetime.now()  # local time, as Optuna stamps it
+            with self.backend.engine.begin() as connection:
+                trial_id, number = create_running_trial(connection, study_id, started)
+            frozen = FrozenTrial(
+                number=number, state=TrialState.RUNNING, value=None, values=None,
+                datetime_start=started, datetime_complete=None, params={}, distributions={},
+                user_attrs={}, system_attrs={}, intermediate_values={}, trial_id=trial_id)
+        else:  # enqueue_trial, add_trial: rare, Optuna's own
+            frozen = self.backend._create_new_trial(study_id, template_trial)
         with self._lock:
             mirror.put(frozen)
             self._trial_study[frozen._trial_id] = study_id
@@ -308,6 +318,15 @@ class MirrorStorage(BaseStorage, BaseHeartbeat):
                 if states is not None:
                     trials = [t for t in trials if t.state in states]
         return copy.deepcopy(trials) if deepcopy else trials
+
+    def unfinished_trial_ids(self, study_id: int) -> set[int]:
+        """The study's RUNNING and WAITING trials, any process's, as of at most ``refresh_s``
+        ago (reaping reads only these, not every trial of the study)."""
+        mirror = self._mirror(study_id)
+        if self._clock() - mirror.refreshed_at >= self.refresh_s:
+            self._refresh(study_id, mirror)
+        with self._lock:
+            return set(mirror.unfinished)
 
     def get_best_trial(self, study_id: int) -> FrozenTrial:
         return self.backend.get_best_trial(study_id)

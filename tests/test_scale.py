@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import math
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -272,3 +274,94 @@ def test_reports_reach_the_database_within_refresh_s(url: str) -> None:
     clock.now += 1.0
     trial.report(0.25, 2)
     assert plain.get_trials()[0].intermediate_values == {1: 0.5, 2: 0.25}
+
+
+# --- per-trial cost flat in the study's size: no statement walks the study's trials ---------
+
+
+@contextmanager
+def _statements(engine: Any) -> Iterator[list[tuple[str, Any]]]:
+    """The statements SQLAlchemy runs on ``engine`` meanwhile, with their parameters."""
+    from sqlalchemy import event
+
+    seen: list[tuple[str, Any]] = []
+
+    def record(_conn: Any, _cursor: Any, statement: str, parameters: Any, *_: Any) -> None:
+        seen.append((statement, parameters))
+
+    event.listen(engine, "before_cursor_execute", record)
+    try:
+        yield seen
+    finally:
+        event.remove(engine, "before_cursor_execute", record)
+
+
+def _walks_the_study(url: str, statements: list[tuple[str, Any]]) -> list[str]:
+    """Reads of the trials table whose sqlite plan visits every trial of the study: a scan,
+    a search by study_id alone, or a count."""
+    import sqlite3
+
+    walks = []
+    with sqlite3.connect(url.removeprefix("sqlite:///")) as connection:
+        for statement, parameters in statements:
+            if not statement.lstrip().upper().startswith("SELECT") or "trials" not in statement:
+                continue
+            plan = [row[3] for row in connection.execute(f"EXPLAIN QUERY PLAN {statement}",
+                                                         parameters)]
+            if "count(" in statement.lower() or any(
+                    step.startswith("SCAN") or step.endswith("(study_id=?)") for step in plan):
+                walks.append(f"{statement} -> {plan}")
+    return walks
+
+
+def test_ask_numbers_trials_as_optuna_does_without_counting_the_study(url: str) -> None:
+    """A trial's number is the count of the study's trials before it, whoever wrote them;
+    ask() gets it from the trial just before (Optuna counts them all: O(study))."""
+    rdb = open_rdb_storage(url)
+    ours = optuna.create_study(study_name="s", storage=MirrorStorage(rdb, refresh_s=0.0))
+    theirs = optuna.load_study(study_name="s", storage=url)
+    ours.ask()
+    theirs.ask()
+    theirs.enqueue_trial({"x": 0.5})
+    with _statements(rdb.engine) as statements:
+        asked = [ours.ask(), ours.ask(), ours.ask()]  # the enqueued one, then two new
+    theirs.ask()
+    assert [t.number for t in asked] == [2, 3, 4]
+    stored = theirs.get_trials()
+    assert [t.number for t in stored] == list(range(6))
+    assert [t._trial_id for t in stored] == sorted(t._trial_id for t in stored)
+    assert [t.state for t in stored] == [TrialState.RUNNING] * 6
+    assert stored[3].datetime_start == ours._storage.get_trial(asked[1]._trial_id).datetime_start
+    assert _walks_the_study(url, statements) == []
+
+
+def test_reaping_reads_only_the_unfinished_trials(url: str) -> None:
+    """Every kind of lost trial is still found (a stale heartbeat, by the database's clock;
+    one that never beat; an orphan of a dead orchestrator on this host), by statements that
+    read the unfinished trials by id, never the study's finished ones."""
+    from tests.test_reliability_storage import HOST, Run, _dead_pid
+
+    run = Run(url, grace_s=60)
+    run.study.optimize(lambda t: t.suggest_float("x", 0, 1), n_trials=20)
+    orphan = run.asked_by(_dead_pid())
+    stale, never, ours, alive = (run.study.ask() for _ in range(4))
+    for trial in (stale, ours, alive):
+        run.storage.record_heartbeat(trial._trial_id)
+    run.records.write_attrs(alive._trial_id, alive.number, {"hpo.host": "elsewhere"})
+    run.own = {ours._trial_id}
+    with run.storage.engine.begin() as connection:
+        connection.exec_driver_sql(  # both began 10 minutes ago; only `stale` beat since then
+            "UPDATE trial_heartbeats SET heartbeat = datetime(CURRENT_TIMESTAMP, '-10 minutes') "
+            f"WHERE trial_id = {stale._trial_id}")
+        connection.exec_driver_sql(
+            "UPDATE trials SET datetime_start = datetime('now', 'localtime', '-10 minutes') "
+            f"WHERE trial_id IN ({stale._trial_id}, {never._trial_id})")
+    with _statements(run.storage.engine) as statements:
+        run.recovery.reap()
+    states = {t.number: (t.state, t.user_attrs.get("hpo.fail_reason")) for t in run.trials()}
+    for lost in (orphan, stale, never):
+        assert states[lost.number] == (TrialState.FAIL, "lost")
+    for kept in (ours, alive):
+        assert states[kept.number] == (TrialState.RUNNING, None)
+    assert HOST != "elsewhere" and len(run.retries_of(orphan.number)) == 1
+    assert statements and _walks_the_study(url, statements) == []

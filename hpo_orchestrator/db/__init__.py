@@ -59,9 +59,8 @@ from hpo_orchestrator.db._retry import (
 from hpo_orchestrator.db._run import (
     attempt_of,
     max_completed_step,
-    never_beat,
     next_waiting_retry_reason,
-    running_on_host,
+    running_among,
     set_trial_end,
     write_trial_attrs,
 )
@@ -151,7 +150,6 @@ __all__ = [
     "mask_url",
     "mask_url_in",
     "max_completed_step",
-    "never_beat",
     "next_waiting_retry_reason",
     "open_rdb_storage",
     "pareto_front",
@@ -159,7 +157,7 @@ __all__ = [
     "retention_candidates",
     "retrying_of",
     "retrying_rdb_storage",
-    "running_on_host",
+    "running_among",
     "running_with_host_pid",
     "set_trial_end",
     "settled_upto",
