@@ -153,7 +153,6 @@ def _cmd_run(args: argparse.Namespace, console: Console) -> int:
     from hpo_orchestrator.progress import LiveReporter, QuietReporter
     from hpo_orchestrator.runner import PreparedRun, run_study
     from hpo_orchestrator.scheduler import Reporter
-    from hpo_orchestrator.status import collect_status, print_status
 
     config = load_config(args.overrides)
     if args.show_config:
@@ -189,6 +188,8 @@ def _cmd_run(args: argparse.Namespace, console: Console) -> int:
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     result = run_study(config, progress=announce)
+    from hpo_orchestrator.status import collect_status, print_status  # not before the first trial
+
     report = collect_status(create_engine(config.storage.url), result.study_name)
     print_status(report, console)
     if result.interrupted:

@@ -365,3 +365,102 @@ def test_reaping_reads_only_the_unfinished_trials(url: str) -> None:
         assert states[kept.number] == (TrialState.RUNNING, None)
     assert HOST != "elsewhere" and len(run.retries_of(orphan.number)) == 1
     assert statements and _walks_the_study(url, statements) == []
+
+
+# Kills the orchestrator (kill -9, from inside: the moment is exact) when the transaction of
+# the Nth trial's end (db/_batch.finish_trial: reports, attrs, value, state, summary row) is
+# about to commit: everything of that end is written, nothing committed. The trial's id goes
+# to the marker file, whose presence keeps the rerun alive.
+KILL_AT_END_SITECUSTOMIZE = """
+import os, signal
+spec = os.environ.get("HPO_TEST_KILL_AT_END")
+if spec and "HPO_TRIAL_NUMBER" not in os.environ:
+    from sqlalchemy import event
+    from sqlalchemy.engine import Engine
+    marker, nth = spec.rsplit(":", 1)
+    ends = []
+
+    @event.listens_for(Engine, "before_cursor_execute")
+    def _seen(conn, cursor, statement, parameters, context, executemany):
+        if statement.startswith("UPDATE trials SET state=?, datetime_complete=?"):
+            conn.info["ending"] = parameters[-1]
+
+    @event.listens_for(Engine, "commit")
+    def _commit(conn):
+        trial_id = conn.info.pop("ending", None)
+        if trial_id is not None:
+            ends.append(trial_id)
+            if len(ends) == int(nth) and not os.path.exists(marker):
+                with open(marker, "w") as handle:
+                    handle.write(str(trial_id))
+                os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+@pytest.mark.slow
+def test_kill_9_in_the_middle_of_a_trial_end_loses_no_told_trial(tmp_path: Path) -> None:
+    """kill -9 while a trial's end transaction is written but not committed: that trial
+    stays RUNNING with nothing of its end; every trial told before keeps its result; the
+    rerun reaps the killed one at once (its orchestrator is dead), re-runs it, and leaves
+    nothing RUNNING."""
+    import os
+    import sqlite3
+
+    from tests.conftest import run_cli, trial_rows
+
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(KILL_AT_END_SITECUSTOMIZE)
+    marker = tmp_path / "killed"
+    env = {"PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]),
+           "HPO_TEST_KILL_AT_END": f"{marker}:4"}
+    args = ("run", "objective=custom",
+            "objective.target=hpo_orchestrator.testing.objectives:reports10",
+            "scheduler.parallel=2", "study.n_trials=8", "pruner=none",
+            "storage.heartbeat_interval_s=600")  # grace of 30 min: only the dead pid tells
+    killed = run_cli(tmp_path, *args, env=env)
+    assert killed.code == -9, killed.stderr
+    killed_id = int(marker.read_text())
+    rows = {r["trial_id"]: r for r in trial_rows(tmp_path / "hpo.db")}
+    told = {r["number"]: r["attrs"] for r in rows.values() if r["state"] == "COMPLETE"}
+    assert len(told) == 3 and rows[killed_id]["state"] == "RUNNING"
+    with sqlite3.connect(tmp_path / "hpo.db") as con:
+        values = dict(con.execute("SELECT t.number, v.value FROM trials t JOIN trial_values v "
+                                  "ON v.trial_id = t.trial_id").fetchall())
+        summarized = {n for (n,) in con.execute("SELECT number FROM hpo_trial_summary")}
+    assert set(values) == set(told) == summarized  # the killed end left no value, no summary
+    assert "hpo.exit_code" not in rows[killed_id]["attrs"]
+    rerun = run_cli(tmp_path, *args, env=env)
+    assert rerun.code == 0, rerun.stderr
+    after = {r["number"]: r for r in trial_rows(tmp_path / "hpo.db")}
+    with sqlite3.connect(tmp_path / "hpo.db") as con:
+        values_after = dict(con.execute("SELECT t.number, v.value FROM trials t JOIN "
+                                        "trial_values v ON v.trial_id = t.trial_id").fetchall())
+    for number in told:  # nothing told was lost or changed
+        assert after[number]["state"] == "COMPLETE" and values_after[number] == values[number]
+    assert not [r for r in after.values() if r["state"] in ("RUNNING", "WAITING")]
+    lost = after[rows[killed_id]["number"]]
+    assert (lost["state"], lost["attrs"]["hpo.fail_reason"]) == ("FAIL", "lost")
+    assert [r["attrs"].get("hpo.retry_of") for r in after.values()].count(lost["number"]) == 1
+    assert len([r for r in after.values() if r["state"] == "COMPLETE"]) == 8
+
+
+def test_opening_a_database_of_the_current_schema_leaves_optunas_checks_out(url: str) -> None:
+    """Our schema check at open has read the revision: Optuna's table creation (a query per
+    table) and compatibility check are not run again on every start."""
+    from sqlalchemy import event
+    from sqlalchemy.engine import Engine
+
+    optuna.create_study(study_name="s", storage=url)
+    seen: list[str] = []
+
+    def record(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        seen.append(statement)
+
+    event.listen(Engine, "before_cursor_execute", record)
+    try:
+        storage = open_rdb_storage(url)
+    finally:
+        event.remove(Engine, "before_cursor_execute", record)
+    assert not [s for s in seen if 'table_info("trials")' in s]
+    assert optuna.load_study(study_name="s", storage=storage).trials == []
