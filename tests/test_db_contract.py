@@ -542,13 +542,6 @@ def _(built: Built, connection: Connection) -> None:
     assert _run.attempt_of(connection, built.trial_ids[0]) == 1  # no hpo.attempt: not a retry
 
 
-@case("run.NEXT_RETRY_REASON")
-def _(built: Built, connection: Connection) -> None:
-    from hpo_orchestrator.db import _run
-
-    assert _run.next_waiting_retry_reason(connection, built.study_id) is None  # #5: enqueued, no reason
-
-
 @case("run.RUNNING_AMONG")
 def _(built: Built, connection: Connection) -> None:
     from hpo_orchestrator.db import _run

@@ -464,3 +464,43 @@ def test_opening_a_database_of_the_current_schema_leaves_optunas_checks_out(url:
         event.remove(Engine, "before_cursor_execute", record)
     assert not [s for s in seen if 'table_info("trials")' in s]
     assert optuna.load_study(study_name="s", storage=storage).trials == []
+
+
+def test_the_next_oom_retry_is_known_without_walking_the_study(url: str) -> None:
+    """Per claim on GPU hosts: is the trial ask() takes next a retry of one that ran out of
+    memory? Read from the mirror's WAITING trials, as ask() reads them."""
+    from hpo_orchestrator.db import _run
+    from tests.test_reliability_storage import Run
+
+    run = Run(url)
+    run.study.optimize(lambda t: t.suggest_float("x", 0, 1), n_trials=5)
+    assert run.records.next_is_oom_retry() is False
+    with run.storage.engine.begin() as connection:
+        _run.enqueue_waiting_trial(connection, run.study._study_id, {"x": 0.5},
+                                   {"hpo.retry_reason": "oom", "hpo.attempt": 2})
+    run.study._storage.refresh_soon(run.study._study_id)  # as RunRecords does after enqueuing
+    with _statements(run.storage.engine) as statements:
+        assert run.records.next_is_oom_retry() is True
+    assert _walks_the_study(url, statements) == []
+    assert run.study.ask().params == {} and run.records.next_is_oom_retry() is False
+
+
+def test_the_budget_counts_running_trials_from_the_mirrors_unfinished_ones(url: str) -> None:
+    """At a run's end the loop polls 'is anything RUNNING anywhere?': any process's trial
+    counts, WAITING and finished ones do not, and no statement walks the study."""
+    from hpo_orchestrator.scheduler import Budget
+
+    rdb = open_rdb_storage(url)
+    mirror = MirrorStorage(rdb, refresh_s=0.0)
+    study = optuna.create_study(study_name="s", storage=mirror)
+    study.optimize(lambda t: t.suggest_float("x", 0, 1), n_trials=5)
+    theirs = optuna.load_study(study_name="s", storage=url)
+    running = theirs.ask()
+    theirs.enqueue_trial({"x": 0.5})
+    budget = Budget(rdb.engine, study._study_id, 10, None,
+                    unfinished=lambda: mirror.unfinished_trial_ids(study._study_id))
+    with _statements(rdb.engine) as statements:
+        assert budget.running() == 1
+    assert _walks_the_study(url, statements) == []
+    theirs.tell(running, 1.0)
+    assert budget.running() == 0

@@ -59,7 +59,6 @@ from hpo_orchestrator.db._retry import (
 from hpo_orchestrator.db._run import (
     attempt_of,
     max_completed_step,
-    next_waiting_retry_reason,
     running_among,
     set_trial_end,
     write_trial_attrs,
@@ -150,7 +149,6 @@ __all__ = [
     "mask_url",
     "mask_url_in",
     "max_completed_step",
-    "next_waiting_retry_reason",
     "open_rdb_storage",
     "pareto_front",
     "read_errors",

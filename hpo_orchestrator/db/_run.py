@@ -19,9 +19,8 @@ from sqlalchemy.engine import Connection
 from hpo_orchestrator.db._study import state_name, to_datetime
 
 __all__ = ["RunningTrialRow", "attempt_of", "create_running_trial", "enqueue_waiting_trial",
-           "fail_running_trial",
-           "max_completed_step", "next_waiting_retry_reason", "running_among",
-           "set_trial_end", "write_trial_attrs"]
+           "fail_running_trial", "max_completed_step", "running_among", "set_trial_end",
+           "write_trial_attrs"]
 
 _TRIAL_STATE_SQL = "SELECT state FROM trials WHERE trial_id = :t"
 # A no-op update that holds the trial's row (PostgreSQL: until the transaction ends) while
@@ -47,10 +46,6 @@ _INSERT_SYSTEM_ATTR_SQL = (
 _SET_START_SQL = "UPDATE trials SET datetime_start = :d WHERE trial_id = :t"
 _SET_END_SQL = "UPDATE trials SET datetime_complete = :d WHERE trial_id = :t"
 _ATTEMPT_SQL = "SELECT value_json FROM trial_user_attributes WHERE trial_id = :t AND key = 'hpo.attempt'"
-_NEXT_RETRY_REASON_SQL = (
-    "SELECT a.value_json FROM trials t LEFT JOIN trial_user_attributes a "
-    "ON a.trial_id = t.trial_id AND a.key = 'hpo.retry_reason' "
-    "WHERE t.study_id = :s AND t.state = 'WAITING' ORDER BY t.trial_id LIMIT 1")
 # Reaping reads only the trials the caller names (the run's mirror knows the unfinished
 # ones): a filter on state over the study's trials would scan all of them (about 25 ms a
 # statement at 100,000 trials, three of them every heartbeat round).
@@ -165,13 +160,6 @@ def attempt_of(connection: Connection, trial_id: int) -> int:
     """The trial's ``hpo.attempt`` (1 when absent: not a retry)."""
     value = connection.execute(text(_ATTEMPT_SQL), {"t": trial_id}).scalar()
     return int(json.loads(value)) if value else 1
-
-
-def next_waiting_retry_reason(connection: Connection, study_id: int) -> Any:
-    """``hpo.retry_reason`` of the WAITING trial the next ask() takes (None: no WAITING
-    trial, or it is not a retry)."""
-    row = connection.execute(text(_NEXT_RETRY_REASON_SQL), {"s": study_id}).first()
-    return None if row is None or row[0] is None else json.loads(row[0])
 
 
 @dataclass(frozen=True)
