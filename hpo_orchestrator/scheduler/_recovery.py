@@ -19,10 +19,8 @@ import psutil
 from optuna.trial import FrozenTrial
 
 from hpo_orchestrator.db import _run
-from hpo_orchestrator.db._mirror import unfinished_trial_ids_before
 from hpo_orchestrator.scheduler._outcome import retry_allowed
 from hpo_orchestrator.scheduler._records import Retry, RunRecords, trial_params
-from hpo_orchestrator.study_storage import MirrorStorage
 
 __all__ = ["Recovery", "lost_attrs"]
 
@@ -66,7 +64,7 @@ class Recovery:
         """
         ours = self.own_trials()
         def read() -> list[_run.RunningTrialRow]:
-            candidates = self._unfinished()
+            candidates = self.records.mirror.unfinished_trial_ids(self.records.study._study_id)
             with self.storage.engine.connect() as connection:
                 return _run.running_among(connection, candidates)
         cutoff = datetime.now() - timedelta(seconds=self.grace_s)  # datetime_start is local time
@@ -76,14 +74,6 @@ class Recovery:
             frozen = self.storage.get_trial(trial_id)
             attrs, retry = lost_attrs(frozen, self.max_retries)
             self.records.reap(trial_id, frozen.number, attrs, retry)
-
-    def _unfinished(self) -> set[int]:
-        study_id = self.records.study._study_id
-        mirror = self.records.study._storage
-        if isinstance(mirror, MirrorStorage):
-            return mirror.unfinished_trial_ids(study_id)
-        with self.storage.engine.connect() as connection:  # a study without a mirror: a scan
-            return set(unfinished_trial_ids_before(connection, study_id, 2**62))
 
     def _lost(self, trial: _run.RunningTrialRow, ours: set[int], cutoff: datetime) -> bool:
         """Optuna's stale check (a heartbeat older than the grace period, by the database's
