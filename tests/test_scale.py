@@ -335,6 +335,7 @@ def test_ask_numbers_trials_as_optuna_does_without_counting_the_study(url: str) 
     assert _walks_the_study(url, statements) == []
 
 
+@pytest.mark.filterwarnings("ignore:Heartbeat of storage is supposed to be used")
 def test_reaping_reads_only_the_unfinished_trials(url: str) -> None:
     """Every kind of lost trial is still found (a stale heartbeat, by the database's clock;
     one that never beat; an orphan of a dead orchestrator on this host), by statements that
@@ -466,6 +467,7 @@ def test_opening_a_database_of_the_current_schema_leaves_optunas_checks_out(url:
     assert optuna.load_study(study_name="s", storage=storage).trials == []
 
 
+@pytest.mark.filterwarnings("ignore:Heartbeat of storage is supposed to be used")
 def test_the_next_oom_retry_is_known_without_walking_the_study(url: str) -> None:
     """Per claim on GPU hosts: is the trial ask() takes next a retry of one that ran out of
     memory? Read from the mirror's WAITING trials, as ask() reads them."""
