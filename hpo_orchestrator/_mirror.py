@@ -4,15 +4,24 @@ structure behind hpo_orchestrator.study_storage.MirrorStorage; no I/O here)."""
 from __future__ import annotations
 
 import bisect
+from datetime import datetime
 
 from optuna.distributions import BaseDistribution
 from optuna.trial import FrozenTrial, TrialState
 
-__all__ = ["StudyMirror", "by_number"]
+__all__ = ["StudyMirror", "by_number", "new_running_trial"]
 
 
 def by_number(trial: FrozenTrial) -> int:
     return trial.number
+
+
+def new_running_trial(trial_id: int, number: int, started: datetime) -> FrozenTrial:
+    """A trial just asked, as Optuna's storage hands it back from create_new_trial."""
+    return FrozenTrial(number=number, state=TrialState.RUNNING, value=None, values=None,
+                       datetime_start=started, datetime_complete=None, params={},
+                       distributions={}, user_attrs={}, system_attrs={},
+                       intermediate_values={}, trial_id=trial_id)
 
 
 class StudyMirror:

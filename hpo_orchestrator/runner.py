@@ -191,7 +191,8 @@ def _run(config: Config, backend: GpuBackend,
         # from here on, transient storage trouble is waited out (storage.retry_s)
         retrying = retrying_rdb_storage(storage, config.storage.retry_s, mirror)
         budget = Budget(storage.engine, study._study_id, config.study.n_trials,
-                        sqlite_path(config.storage.url), retrying)
+                        sqlite_path(config.storage.url), retrying,
+                        unfinished=lambda: mirror.unfinished_trial_ids(study._study_id))
         claimed = budget.claimed()
         if config.study.add_trials is not None:  # "N more": the study's total becomes claimed + N
             config = replace(config, study=replace(

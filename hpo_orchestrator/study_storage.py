@@ -48,7 +48,7 @@ from optuna.study._frozen import FrozenStudy
 from optuna.trial import FrozenTrial, TrialState
 from sqlalchemy.engine import Connection
 
-from hpo_orchestrator._mirror import StudyMirror, by_number
+from hpo_orchestrator._mirror import StudyMirror, by_number, new_running_trial
 from hpo_orchestrator.db._batch import finish_trial, write_steps
 from hpo_orchestrator.db._mirror import (
     best_trial_ids,
@@ -56,6 +56,7 @@ from hpo_orchestrator.db._mirror import (
     recent_trial_ids,
     unfinished_trial_ids_before,
 )
+from hpo_orchestrator.db._run import create_running_trial
 
 __all__ = ["MirrorStorage"]
 
@@ -145,7 +146,13 @@ class MirrorStorage(BaseStorage, BaseHeartbeat):
 
     def create_new_trial(self, study_id: int, template_trial: FrozenTrial | None = None) -> int:
         mirror = self._mirror(study_id)
-        frozen = self.backend._create_new_trial(study_id, template_trial)
+        if template_trial is None:  # every ask(): numbered without counting the study
+            started = datetime.now()  # local time, as Optuna stamps it
+            with self.backend.engine.begin() as connection:
+                frozen = new_running_trial(*create_running_trial(connection, study_id, started),
+                                           started)
+        else:  # enqueue_trial, add_trial: rare, Optuna's own
+            frozen = self.backend._create_new_trial(study_id, template_trial)
         with self._lock:
             mirror.put(frozen)
             self._trial_study[frozen._trial_id] = study_id
@@ -293,9 +300,7 @@ class MirrorStorage(BaseStorage, BaseHeartbeat):
 
     def get_all_trials(self, study_id: int, deepcopy: bool = True,
                        states: Container[TrialState] | None = None) -> list[FrozenTrial]:
-        mirror = self._mirror(study_id)
-        if self._clock() - mirror.refreshed_at >= self.refresh_s:
-            self._refresh(study_id, mirror)
+        mirror = self._refreshed(study_id)
         with self._lock:
             if isinstance(states, tuple) and states == (TrialState.WAITING,):
                 # ask() scans for WAITING trials every time: only the unfinished are candidates.
@@ -308,6 +313,12 @@ class MirrorStorage(BaseStorage, BaseHeartbeat):
                 if states is not None:
                     trials = [t for t in trials if t.state in states]
         return copy.deepcopy(trials) if deepcopy else trials
+
+    def unfinished_trial_ids(self, study_id: int) -> set[int]:
+        """RUNNING and WAITING trials, any process's, as of at most ``refresh_s`` ago."""
+        mirror = self._refreshed(study_id)  # the database read outside the lock
+        with self._lock:
+            return set(mirror.unfinished)
 
     def get_best_trial(self, study_id: int) -> FrozenTrial:
         return self.backend.get_best_trial(study_id)
@@ -350,6 +361,12 @@ class MirrorStorage(BaseStorage, BaseHeartbeat):
             mirror.max_id = last  # everything older is history, read when needed
             self._put_read(study_id, mirror, trials)
             self._studies[study_id] = mirror
+        return mirror
+
+    def _refreshed(self, study_id: int) -> StudyMirror:
+        mirror = self._mirror(study_id)
+        if self._clock() - mirror.refreshed_at >= self.refresh_s:
+            self._refresh(study_id, mirror)
         return mirror
 
     def _load_history(self, study_id: int, mirror: StudyMirror) -> None:

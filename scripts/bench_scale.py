@@ -2,9 +2,10 @@
 """Benchmark: the run loop on big studies (issue 18), contenders interleaved in one run.
 
 1. ``startup``: seconds from ``hpo-orchestrator run`` (a new process) to its first trial
-   started on a slot, on a copy of a study of N finished trials (built by bulk SQL, as in
-   bench_status.py), against Optuna's own ``load_study`` + ``optimize`` (a new process) to its
-   first trial's ``datetime_start`` on another copy (``--optuna-startup``: minutes at 100k).
+   started on a slot, on an empty study (what start-up costs whatever the size) and on a copy
+   of a study of N finished trials (built by bulk SQL, as in bench_status.py), against
+   Optuna's own ``load_study`` + ``optimize`` (a new process) to its first trial's
+   ``datetime_start`` on another copy (``--optuna-startup``: minutes at 100k).
 2. ``cpu``: the orchestrator process's CPU time per trial (children excluded; sqlite's work
    is in-process, so included) between the 20th and the last trial of a run of trivial trials
    (``reports10``, PAR=4), on an empty study and on a copy of the N-trial study.
@@ -60,17 +61,24 @@ def _first_new_start(db: Path, above: int) -> datetime:
     return datetime.fromisoformat(first)
 
 
-def startup(work: Path, big: Path, n: int, with_optuna: bool) -> list[tuple[str, float]]:
-    rows = []
-    copy = work / "startup-hpo.db"
-    shutil.copy(big, copy)
+def _hpo_first_trial_s(db: Path, before: int) -> float:
     launched = datetime.now()
     subprocess.run([sys.executable, "-m", "hpo_orchestrator", "run", "objective=custom",
-                    f"objective.target={OBJECTIVE}", "study.name=bench", f"study.n_trials={n + 4}",
-                    "scheduler.parallel=2", "sampler=random", "pruner=none",
-                    f"storage.url=sqlite:///{copy}"], check=True, stdout=subprocess.DEVNULL)
-    rows.append(("hpo-orchestrator run (new process)",
-                 (_first_new_start(copy, n) - launched).total_seconds()))
+                    f"objective.target={OBJECTIVE}", "study.name=bench",
+                    f"study.n_trials={before + 4}", "scheduler.parallel=2", "sampler=random",
+                    "pruner=none", f"storage.url=sqlite:///{db}"], check=True,
+                   stdout=subprocess.DEVNULL)
+    return (_first_new_start(db, before) - launched).total_seconds()
+
+
+def startup(work: Path, big: Path, n: int, with_optuna: bool) -> list[tuple[str, float]]:
+    # The same command on an empty study first: what start-up costs whatever the study's size.
+    empty = work / "startup-empty.db"
+    empty.unlink(missing_ok=True)
+    rows = [("hpo-orchestrator run (new process), empty study", _hpo_first_trial_s(empty, 0))]
+    copy = work / "startup-hpo.db"
+    shutil.copy(big, copy)
+    rows.append(("hpo-orchestrator run (new process)", _hpo_first_trial_s(copy, n)))
     if with_optuna:
         copy = work / "startup-optuna.db"
         shutil.copy(big, copy)
@@ -202,7 +210,7 @@ def main() -> int:
         print("| start-up on a study of N trials | N | seconds to the first trial |")
         print("|---|---:|---:|")
         for name, seconds in startup(work, big, args.trials, args.optuna_startup):
-            print(f"| {name} | {args.trials:,} | {seconds:.2f} |")
+            print(f"| {name} | {0 if 'empty' in name else args.trials:,} | {seconds:.2f} |")
         print()
     if "cpu" in only:
         print(f"| orchestrator CPU per trial ({args.run} x reports10, PAR=4, sqlite) | study "

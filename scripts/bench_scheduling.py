@@ -111,10 +111,17 @@ def _makespan(db: Path, study: str = "bench") -> tuple[float, int]:
     return (datetime.fromisoformat(hi) - datetime.fromisoformat(lo)).total_seconds(), n
 
 
+def _remove_db(db: Path) -> None:
+    """The previous contender's sqlite file and its WAL: a run's process may exit with its WAL
+    still there, and a new file beside an old -wal/-shm failed to open ('disk I/O error')."""
+    for path in (db, db.with_name(db.name + "-wal"), db.with_name(db.name + "-shm")):
+        path.unlink(missing_ok=True)
+
+
 def hpo_run(work: Path, mode: str, objective: str, n: int, par: int, extra: tuple[str, ...] = ()
             ) -> tuple[float, int, float]:
     db = work / f"hpo-{mode}-{objective}.db"
-    db.unlink(missing_ok=True)
+    _remove_db(db)
     start = time.perf_counter()
     subprocess.run([sys.executable, "-m", "hpo_orchestrator", "run", "objective=custom",
                     f"objective.target={OBJECTIVES}:{objective}", f"scheduler.parallel={par}",
@@ -130,7 +137,7 @@ def optuna_processes(work: Path, objective: str, n: int, par: int) -> tuple[floa
     import optuna
 
     db = work / f"optuna-{objective}.db"
-    db.unlink(missing_ok=True)
+    _remove_db(db)
     url = _wal_db(db)
     optuna.create_study(study_name="bench", storage=url, sampler=optuna.samplers.RandomSampler())
     code = OPTUNA_WORKER.format(module=OBJECTIVES, name=objective)

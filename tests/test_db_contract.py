@@ -565,11 +565,18 @@ def _(built: Built, connection: Connection) -> None:
     assert _run.attempt_of(connection, built.trial_ids[0]) == 1  # no hpo.attempt: not a retry
 
 
-@case("run.NEXT_RETRY_REASON")
+@case("run.RUNNING_AMONG")
 def _(built: Built, connection: Connection) -> None:
     from hpo_orchestrator.db import _run
 
-    assert _run.next_waiting_retry_reason(connection, built.study_id) is None  # #5: enqueued, no reason
+    found = _run.running_among(connection, list(built.trial_ids.values()))  # only #4 RUNNING
+    assert [(t.trial_id, t.host, t.pid, t.orchestrator_pid) for t in found] == \
+        [(built.trial_ids[4], "h1", None, None)]
+    [running] = found
+    assert running.started is not None and running.heartbeat is not None and running.now is not None
+    assert timedelta(0) <= running.now - running.heartbeat < timedelta(minutes=10)  # one clock
+    assert _run.running_among(connection, [built.trial_ids[0], built.trial_ids[5]]) == []
+    assert _run.running_among(connection, []) == []
 
 
 @case("run.NO_LONGER_RUNNING")
@@ -579,16 +586,6 @@ def _(built: Built, connection: Connection) -> None:
     ids = [built.trial_ids[0], built.trial_ids[3], built.trial_ids[4]]
     assert _run.no_longer_running(connection, ids) == {built.trial_ids[0], built.trial_ids[3]}
     assert _run.no_longer_running(connection, []) == set()
-
-
-@case("run.RUNNING_ON_HOST")
-def _(built: Built, connection: Connection) -> None:
-    from hpo_orchestrator.db import _run
-
-    found = _run.running_on_host(connection, built.study_id, "h1")  # #4: a host, no pids
-    assert [(t.trial_id, t.pid, t.orchestrator_pid) for t in found] == [(built.trial_ids[4], None, None)]
-    assert found[0].started is not None
-    assert _run.running_on_host(connection, built.study_id, "h2") == []  # #1 is COMPLETE
 
 
 @case("run.FAIL_RUNNING")
@@ -633,11 +630,27 @@ def _(built: Built, connection: Connection) -> None:
         transaction.rollback()
 
 
-@case("run.NEVER_BEAT")
+@case("run.INSERT_RUNNING")
+@case("run.PREVIOUS_NUMBER")
 def _(built: Built, connection: Connection) -> None:
+    """A trial written as Optuna's ask() writes one, numbered without counting the study;
+    a trial before it without a number (never left by Optuna) falls back to the count."""
     from hpo_orchestrator.db import _run
 
-    assert _run.never_beat(connection, built.study_id, datetime.now() + timedelta(days=1)) == []  # #4 beat
+    columns = "SELECT number, state, datetime_start, datetime_complete FROM trials WHERE trial_id = :t"
+    started = datetime(2024, 1, 2, 3, 4, 5)  # no microseconds: stored as Optuna stores them
+    with connection.begin() as transaction:
+        trial_id, number = _run.create_running_trial(connection, built.study_id, started)
+        ours = connection.execute(sqlalchemy.text(columns), {"t": trial_id}).one()
+        optunas = connection.execute(sqlalchemy.text(columns), {"t": built.trial_ids[4]}).one()
+        assert number == ours[0] == 6 and db.state_name(ours[1]) == db.state_name(optunas[1]) == "RUNNING"
+        assert db.to_datetime(ours[2]) == started and ours[3] is None
+        if built.backend == "sqlite":  # text: the same format as Optuna's, microseconds included
+            assert len(str(ours[2])) == len(str(optunas[2]))
+        connection.execute(sqlalchemy.text("UPDATE trials SET number = NULL WHERE trial_id = :t"),
+                           {"t": trial_id})
+        assert _run.create_running_trial(connection, built.study_id, started)[1] == 7
+        transaction.rollback()
 
 
 @case("run.MAX_COMPLETED_STEP")

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import math
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -272,3 +274,235 @@ def test_reports_reach_the_database_within_refresh_s(url: str) -> None:
     clock.now += 1.0
     trial.report(0.25, 2)
     assert plain.get_trials()[0].intermediate_values == {1: 0.5, 2: 0.25}
+
+
+# --- per-trial cost flat in the study's size: no statement walks the study's trials ---------
+
+
+@contextmanager
+def _statements(engine: Any) -> Iterator[list[tuple[str, Any]]]:
+    """The statements SQLAlchemy runs on ``engine`` meanwhile, with their parameters."""
+    from sqlalchemy import event
+
+    seen: list[tuple[str, Any]] = []
+
+    def record(_conn: Any, _cursor: Any, statement: str, parameters: Any, *_: Any) -> None:
+        seen.append((statement, parameters))
+
+    event.listen(engine, "before_cursor_execute", record)
+    try:
+        yield seen
+    finally:
+        event.remove(engine, "before_cursor_execute", record)
+
+
+def _walks_the_study(url: str, statements: list[tuple[str, Any]]) -> list[str]:
+    """Reads of the trials table whose sqlite plan visits every trial of the study: a scan,
+    a search by study_id alone, or a count."""
+    import sqlite3
+
+    walks = []
+    with sqlite3.connect(url.removeprefix("sqlite:///")) as connection:
+        for statement, parameters in statements:
+            if not statement.lstrip().upper().startswith("SELECT") or "trials" not in statement:
+                continue
+            plan = [row[3] for row in connection.execute(f"EXPLAIN QUERY PLAN {statement}",
+                                                         parameters)]
+            if "count(" in statement.lower() or any(
+                    step.startswith("SCAN") or step.endswith("(study_id=?)") for step in plan):
+                walks.append(f"{statement} -> {plan}")
+    return walks
+
+
+def test_ask_numbers_trials_as_optuna_does_without_counting_the_study(url: str) -> None:
+    """A trial's number is the count of the study's trials before it, whoever wrote them;
+    ask() gets it from the trial just before (Optuna counts them all: O(study))."""
+    rdb = open_rdb_storage(url)
+    ours = optuna.create_study(study_name="s", storage=MirrorStorage(rdb, refresh_s=0.0))
+    theirs = optuna.load_study(study_name="s", storage=url)
+    ours.ask()
+    theirs.ask()
+    theirs.enqueue_trial({"x": 0.5})
+    with _statements(rdb.engine) as statements:
+        asked = [ours.ask(), ours.ask(), ours.ask()]  # the enqueued one, then two new
+    theirs.ask()
+    assert [t.number for t in asked] == [2, 3, 4]
+    stored = theirs.get_trials()
+    assert [t.number for t in stored] == list(range(6))
+    assert [t._trial_id for t in stored] == sorted(t._trial_id for t in stored)
+    assert [t.state for t in stored] == [TrialState.RUNNING] * 6
+    assert stored[3].datetime_start == ours._storage.get_trial(asked[1]._trial_id).datetime_start
+    assert _walks_the_study(url, statements) == []
+
+
+@pytest.mark.filterwarnings("ignore:Heartbeat of storage is supposed to be used")
+def test_reaping_reads_only_the_unfinished_trials(url: str) -> None:
+    """Every kind of lost trial is still found (a stale heartbeat, by the database's clock;
+    one that never beat; an orphan of a dead orchestrator on this host), by statements that
+    read the unfinished trials by id, never the study's finished ones."""
+    from tests.test_reliability_storage import HOST, Run, _dead_pid
+
+    run = Run(url, grace_s=60)
+    run.study.optimize(lambda t: t.suggest_float("x", 0, 1), n_trials=20)
+    orphan = run.asked_by(_dead_pid())
+    stale, never, ours, alive = (run.study.ask() for _ in range(4))
+    for trial in (stale, ours, alive):
+        run.storage.record_heartbeat(trial._trial_id)
+    run.records.write_attrs(alive._trial_id, alive.number, {"hpo.host": "elsewhere"})
+    run.own = {ours._trial_id}
+    with run.storage.engine.begin() as connection:
+        connection.exec_driver_sql(  # both began 10 minutes ago; only `stale` beat since then
+            "UPDATE trial_heartbeats SET heartbeat = datetime(CURRENT_TIMESTAMP, '-10 minutes') "
+            f"WHERE trial_id = {stale._trial_id}")
+        connection.exec_driver_sql(
+            "UPDATE trials SET datetime_start = datetime('now', 'localtime', '-10 minutes') "
+            f"WHERE trial_id IN ({stale._trial_id}, {never._trial_id})")
+    with _statements(run.storage.engine) as statements:
+        run.recovery.reap()
+    states = {t.number: (t.state, t.user_attrs.get("hpo.fail_reason")) for t in run.trials()}
+    for lost in (orphan, stale, never):
+        assert states[lost.number] == (TrialState.FAIL, "lost")
+    for kept in (ours, alive):
+        assert states[kept.number] == (TrialState.RUNNING, None)
+    assert HOST != "elsewhere" and len(run.retries_of(orphan.number)) == 1
+    assert statements and _walks_the_study(url, statements) == []
+
+
+# Kills the orchestrator (kill -9, from inside: the moment is exact) when the transaction of
+# the Nth trial's end (db/_batch.finish_trial: reports, attrs, value, state, summary row) is
+# about to commit: everything of that end is written, nothing committed. The trial's id goes
+# to the marker file, whose presence keeps the rerun alive.
+KILL_AT_END_SITECUSTOMIZE = """
+import os, signal
+spec = os.environ.get("HPO_TEST_KILL_AT_END")
+if spec and "HPO_TRIAL_NUMBER" not in os.environ:
+    from sqlalchemy import event
+    from sqlalchemy.engine import Engine
+    marker, nth = spec.rsplit(":", 1)
+    ends = []
+
+    @event.listens_for(Engine, "before_cursor_execute")
+    def _seen(conn, cursor, statement, parameters, context, executemany):
+        if statement.startswith("UPDATE trials SET state=?, datetime_complete=?"):
+            conn.info["ending"] = parameters[-1]
+
+    @event.listens_for(Engine, "commit")
+    def _commit(conn):
+        trial_id = conn.info.pop("ending", None)
+        if trial_id is not None:
+            ends.append(trial_id)
+            if len(ends) == int(nth) and not os.path.exists(marker):
+                with open(marker, "w") as handle:
+                    handle.write(str(trial_id))
+                os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+@pytest.mark.slow
+def test_kill_9_in_the_middle_of_a_trial_end_loses_no_told_trial(tmp_path: Path) -> None:
+    """kill -9 while a trial's end transaction is written but not committed: that trial
+    stays RUNNING with nothing of its end; every trial told before keeps its result; the
+    rerun reaps the killed one at once (its orchestrator is dead), re-runs it, and leaves
+    nothing RUNNING."""
+    import os
+    import sqlite3
+
+    from tests.conftest import run_cli, trial_rows
+
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(KILL_AT_END_SITECUSTOMIZE)
+    marker = tmp_path / "killed"
+    env = {"PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]),
+           "HPO_TEST_KILL_AT_END": f"{marker}:4"}
+    args = ("run", "objective=custom",
+            "objective.target=hpo_orchestrator.testing.objectives:reports10",
+            "scheduler.parallel=2", "study.n_trials=8", "pruner=none",
+            "storage.heartbeat_interval_s=600")  # grace of 30 min: only the dead pid tells
+    killed = run_cli(tmp_path, *args, env=env)
+    assert killed.code == -9, killed.stderr
+    killed_id = int(marker.read_text())
+    rows = {r["trial_id"]: r for r in trial_rows(tmp_path / "hpo.db")}
+    told = {r["number"]: r["attrs"] for r in rows.values() if r["state"] == "COMPLETE"}
+    assert len(told) == 3 and rows[killed_id]["state"] == "RUNNING"
+    with sqlite3.connect(tmp_path / "hpo.db") as con:
+        values = dict(con.execute("SELECT t.number, v.value FROM trials t JOIN trial_values v "
+                                  "ON v.trial_id = t.trial_id").fetchall())
+        summarized = {n for (n,) in con.execute("SELECT number FROM hpo_trial_summary")}
+    assert set(values) == set(told) == summarized  # the killed end left no value, no summary
+    assert "hpo.exit_code" not in rows[killed_id]["attrs"]
+    rerun = run_cli(tmp_path, *args, env=env)
+    assert rerun.code == 0, rerun.stderr
+    after = {r["number"]: r for r in trial_rows(tmp_path / "hpo.db")}
+    with sqlite3.connect(tmp_path / "hpo.db") as con:
+        values_after = dict(con.execute("SELECT t.number, v.value FROM trials t JOIN "
+                                        "trial_values v ON v.trial_id = t.trial_id").fetchall())
+    for number in told:  # nothing told was lost or changed
+        assert after[number]["state"] == "COMPLETE" and values_after[number] == values[number]
+    assert not [r for r in after.values() if r["state"] in ("RUNNING", "WAITING")]
+    lost = after[rows[killed_id]["number"]]
+    assert (lost["state"], lost["attrs"]["hpo.fail_reason"]) == ("FAIL", "lost")
+    assert [r["attrs"].get("hpo.retry_of") for r in after.values()].count(lost["number"]) == 1
+    assert len([r for r in after.values() if r["state"] == "COMPLETE"]) == 8
+
+
+def test_opening_a_database_of_the_current_schema_leaves_optunas_checks_out(url: str) -> None:
+    """Our schema check at open has read the revision: Optuna's table creation (a query per
+    table) and compatibility check are not run again on every start."""
+    from sqlalchemy import event
+    from sqlalchemy.engine import Engine
+
+    optuna.create_study(study_name="s", storage=url)
+    seen: list[str] = []
+
+    def record(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        seen.append(statement)
+
+    event.listen(Engine, "before_cursor_execute", record)
+    try:
+        storage = open_rdb_storage(url)
+    finally:
+        event.remove(Engine, "before_cursor_execute", record)
+    assert not [s for s in seen if 'table_info("trials")' in s]
+    assert optuna.load_study(study_name="s", storage=storage).trials == []
+
+
+@pytest.mark.filterwarnings("ignore:Heartbeat of storage is supposed to be used")
+def test_the_next_oom_retry_is_known_without_walking_the_study(url: str) -> None:
+    """Per claim on GPU hosts: is the trial ask() takes next a retry of one that ran out of
+    memory? Read from the mirror's WAITING trials, as ask() reads them."""
+    from hpo_orchestrator.db import _run
+    from tests.test_reliability_storage import Run
+
+    run = Run(url)
+    run.study.optimize(lambda t: t.suggest_float("x", 0, 1), n_trials=5)
+    assert run.records.next_is_oom_retry() is False
+    with run.storage.engine.begin() as connection:
+        _run.enqueue_waiting_trial(connection, run.study._study_id, {"x": 0.5},
+                                   {"hpo.retry_reason": "oom", "hpo.attempt": 2})
+    run.study._storage.refresh_soon(run.study._study_id)  # as RunRecords does after enqueuing
+    with _statements(run.storage.engine) as statements:
+        assert run.records.next_is_oom_retry() is True
+    assert _walks_the_study(url, statements) == []
+    assert run.study.ask().params == {} and run.records.next_is_oom_retry() is False
+
+
+def test_the_budget_counts_running_trials_from_the_mirrors_unfinished_ones(url: str) -> None:
+    """At a run's end the loop polls 'is anything RUNNING anywhere?': any process's trial
+    counts, WAITING and finished ones do not, and no statement walks the study."""
+    from hpo_orchestrator.scheduler import Budget
+
+    rdb = open_rdb_storage(url)
+    mirror = MirrorStorage(rdb, refresh_s=0.0)
+    study = optuna.create_study(study_name="s", storage=mirror)
+    study.optimize(lambda t: t.suggest_float("x", 0, 1), n_trials=5)
+    theirs = optuna.load_study(study_name="s", storage=url)
+    running = theirs.ask()
+    theirs.enqueue_trial({"x": 0.5})
+    budget = Budget(rdb.engine, study._study_id, 10, None,
+                    unfinished=lambda: mirror.unfinished_trial_ids(study._study_id))
+    with _statements(rdb.engine) as statements:
+        assert budget.running() == 1
+    assert _walks_the_study(url, statements) == []
+    theirs.tell(running, 1.0)
+    assert budget.running() == 0

@@ -43,7 +43,6 @@ def _run_command(args: argparse.Namespace, console: Console) -> int:
     from hpo_orchestrator.progress import LiveReporter
     from hpo_orchestrator.runner import PreparedRun, run_study
     from hpo_orchestrator.scheduler import QuietReporter, Reporter
-    from hpo_orchestrator.status import collect_status, print_status
     from hpo_orchestrator.study import without_pruning
 
     config, pruning_off = without_pruning(load_config(args.overrides))
@@ -85,6 +84,8 @@ def _run_command(args: argparse.Namespace, console: Console) -> int:
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     result = run_study(config, progress=announce)
+    from hpo_orchestrator.status import collect_status, print_status  # not before the first trial
+
     report = collect_status(create_engine(config.storage.url), result.study_name)
     print_status(report, console)
     again = _trials.resume_hint(args.overrides, config.study.add_trials,

@@ -157,10 +157,10 @@ def _require_studies(engine: Engine, url: str) -> None:
                        "run a study first (hpo-orchestrator run), or pass --storage URL")
 
 
-def _check_schema_of(engine: Engine, url: str) -> None:
+def _check_schema_of(engine: Engine, url: str) -> bool:
     try:
         with engine.connect() as connection:
-            check_schema(connection, mask_url(url))
+            return check_schema(connection, mask_url(url))
     except SQLAlchemyError as exc:
         raise _open_error(exc, url) from None
 
@@ -220,11 +220,12 @@ def open_rdb_storage(url: str, heartbeat_interval_s: int | None = None,
     import optuna
 
     path = _validated_path(url, create=True)
+    current = False  # the database has the schema we know: Optuna need not create or check it
     if path is None or path.exists():  # Optuna would refuse an old schema with a RuntimeError (exit 1)
         timeout = {"connect_args": {"timeout": _SQLITE_BUSY_TIMEOUT_S}} if path is not None else {}
         probe = sqlalchemy.create_engine(url, poolclass=sqlalchemy.pool.NullPool, **timeout)
         try:
-            _check_schema_of(probe, url)
+            current = _check_schema_of(probe, url)
         finally:
             probe.dispose()
     engine_kwargs: dict[str, object] = {}
@@ -238,7 +239,8 @@ def open_rdb_storage(url: str, heartbeat_interval_s: int | None = None,
     try:
         storage = optuna.storages.RDBStorage(
             url, engine_kwargs=engine_kwargs, heartbeat_interval=heartbeat_interval_s,
-            grace_period=grace_period_s)
+            grace_period=grace_period_s, skip_table_creation=current,
+            skip_compatibility_check=current)  # each a round of schema queries per start
     except (SQLAlchemyError, ImportError, ValueError) as exc:
         raise _open_error(exc, url) from None
     if path is not None:

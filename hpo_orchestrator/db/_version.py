@@ -40,18 +40,19 @@ def schema_of(connection: Connection) -> tuple[str | None, int | None, str | Non
             None if info is None or info[1] is None else str(info[1]))
 
 
-def check_schema(connection: Connection, shown_url: str) -> None:
-    """Raise StorageError (exit 2) unless the database is new or has :data:`SCHEMA_REVISION`.
+def check_schema(connection: Connection, shown_url: str) -> bool:
+    """Raise StorageError (exit 2) unless the database is new or has :data:`SCHEMA_REVISION`;
+    True when it has it (all of Optuna's tables are there: nothing for Optuna to create).
 
     ``shown_url`` is the URL as messages may show it (password masked).
     """
     if not inspect(connection).has_table("studies"):
-        return  # a new database: the installed Optuna creates the schema we know
+        return False  # a new database: the installed Optuna creates the schema we know
     revision, schema_version, made_by = schema_of(connection)
     if revision == SCHEMA_REVISION:
-        return
+        return True
     if revision is None and (schema_version is None or schema_version == _ALEMBIC_SCHEMA_VERSION):
-        return  # Optuna is creating it right now (tables first, then version_info, then the stamp)
+        return False  # Optuna is creating it right now (tables first, version_info, the stamp)
     by = f" (set up by optuna {made_by})" if made_by else ""
     if revision is None or revision in OLDER_REVISIONS:
         raise StorageError(

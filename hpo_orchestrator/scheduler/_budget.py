@@ -39,6 +39,7 @@ from hpo_orchestrator.db import (
     file_lock,
     lock_file,
     lock_study_budget,
+    running_among,
     settled_upto,
 )
 from hpo_orchestrator.scheduler._race_hooks import budget_claim_started, budget_counted
@@ -53,8 +54,12 @@ _ADVANCE_AT = 64  # trials above the checkpoint before it moves up
 
 class Budget:
     def __init__(self, engine: Engine, study_id: int, n_trials: int,
-                 sqlite_file: Path | None, retrying: Retrying | None = None) -> None:
+                 sqlite_file: Path | None, retrying: Retrying | None = None,
+                 unfinished: Callable[[], set[int]] | None = None) -> None:
         self.engine = engine
+        # the study's RUNNING and WAITING trial ids, as the run's mirror knows them: running()
+        # then reads those few by id instead of counting over the study
+        self.unfinished = unfinished
         self.study_id = study_id
         self.n_trials = n_trials
         self._lock_file = None if sqlite_file is None else lock_file(sqlite_file)
@@ -95,8 +100,11 @@ class Budget:
     def running(self) -> int:
         """RUNNING trials of the study, whoever runs them."""
         def read() -> int:
+            candidates = self.unfinished() if self.unfinished is not None else None
             with self.engine.connect() as connection:
-                return count_running(connection, self.study_id)
+                if candidates is None:
+                    return count_running(connection, self.study_id)
+                return len(running_among(connection, candidates))
         return self.retrying.call(read)
 
     def claim(self, ask: Callable[[], T]) -> T | None:

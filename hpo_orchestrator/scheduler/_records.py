@@ -79,11 +79,13 @@ class RunRecords:
         return int(self.mirror.get_trial(trial._trial_id).user_attrs.get("hpo.attempt", 1))
 
     def next_is_oom_retry(self) -> bool:
-        """Is the next trial to ask a retry of one that ran out of GPU memory? (one SQL read;
-        Optuna's get_trials would load every WAITING trial through the ORM)"""
+        """Is the next trial to ask a retry of one that ran out of GPU memory? Read where
+        ask() takes it from: the mirror's WAITING trials (a query for the study's first
+        WAITING trial walks every trial of the study when there is none)."""
         def read() -> bool:
-            with self.storage.engine.connect() as connection:
-                return _run.next_waiting_retry_reason(connection, self.study._study_id) == "oom"
+            waiting = self.mirror.get_all_trials(self.study._study_id, deepcopy=False,
+                                                 states=(TrialState.WAITING,))
+            return bool(waiting) and waiting[0].user_attrs.get("hpo.retry_reason") == "oom"
         return self.retrying.call(read)
 
     # --- writes --------------------------------------------------------------------------
