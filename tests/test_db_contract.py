@@ -245,12 +245,6 @@ def _(built: Built, connection: Connection) -> None:
         db.study_id_of(connection, "nope")
 
 
-@case("study.DIRECTION")
-def _(built: Built, connection: Connection) -> None:
-    assert db.study_direction(connection, built.study_id) == "minimize"
-    assert db.study_direction(connection, built.study_id + 1000) == "minimize"  # the default
-
-
 @case("study.STUDY_ATTRS")
 def _(built: Built, connection: Connection) -> None:
     assert db.study_attrs(connection, built.study_id) == {"hpo.config": CONFIG, "hpo.devices.h1": DEVICES}

@@ -87,7 +87,6 @@ from hpo_orchestrator.db._study import (
     state_name,
     study_attrs,
     study_config,
-    study_direction,
     study_id_of,
     to_datetime,
 )
@@ -178,7 +177,6 @@ __all__ = [
     "step_timings",
     "study_attrs",
     "study_config",
-    "study_direction",
     "study_directions",
     "study_id_of",
     "summary_flags",

@@ -20,11 +20,10 @@ from sqlalchemy.engine import Connection
 from hpo_orchestrator.errors import ConfigError, StorageError
 
 __all__ = ["database_now", "list_studies", "read_errors", "state_name", "study_attrs", "study_config",
-           "study_direction", "study_id_of", "to_datetime"]
+           "study_id_of", "to_datetime"]
 
 _STUDIES_SQL = "SELECT study_name FROM studies ORDER BY study_id"
 _STUDY_ID_SQL = "SELECT study_id FROM studies WHERE study_name = :n"
-_DIRECTION_SQL = "SELECT direction FROM study_directions WHERE study_id = :s ORDER BY objective"
 _STUDY_ATTRS_SQL = ("SELECT key, value_json FROM study_user_attributes WHERE study_id = :s "
                     "AND (key = 'hpo.config' OR key LIKE 'hpo.devices.%' "
                     "OR key LIKE 'hpo.packing.%' OR key = 'hpo.pruner.min_resource_auto')")
@@ -77,12 +76,6 @@ def study_id_of(connection: Connection, study: str | None) -> tuple[int, str]:
         raise ConfigError(f"no study named {study!r}",
                           f"studies in this storage: {', '.join(names) or 'none'}")
     return int(row[0]), study
-
-
-def study_direction(connection: Connection, study_id: int) -> str:
-    """'minimize' or 'maximize' (of the first objective)."""
-    row = connection.execute(text(_DIRECTION_SQL), {"s": study_id}).first()
-    return state_name(row[0]).lower() if row else "minimize"
 
 
 def study_attrs(connection: Connection, study_id: int) -> dict[str, Any]:
