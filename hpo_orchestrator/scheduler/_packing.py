@@ -21,10 +21,16 @@ or a different mix of kinds at two levels, would misjudge it. A worker's first t
 start, imports, LightGBM's OpenCL kernel build) is left out by the caller. A running trial
 that is already slower than break-even counts too: a loss shows before the trial ends.
 
-Clear results need fewer trials: one trial that shows a ``CLEAR`` loss backs off at once, and
-where the GPU is nearly idle with memory for two more trials (``fast_util``), one trial is
-enough to climb on: at level 1, or when it shows a ``CLEAR`` gain. Only kinds measured at both
-levels are compared (scheduler/_trial_times.py folds a study of many kinds into one).
+How many trials a verdict needs (runs D-G on H100s, docs/BENCHMARKS.md): one trial of a kind
+varied 1.5x by what ran beside it, so one trial backs a level off for good only when it
+shows a ``FAR_LOSS`` (or runs out of memory); "no gain" otherwise needs ``TRIALS_PER_LEVEL``
+trials of one kind (LightGBM's 0.94x and 0.88x at two per GPU: back at once to one). A level
+is climbed past only when it gained ``climb_gain`` over the level below: one that barely
+gained (three per GPU at 1.06x of two) has filled the GPU, and each climb costs a new
+worker's warm-up. Where the GPU is nearly idle with memory for two more trials
+(``fast_util``), one trial is enough to climb on: at level 1, or when it shows a ``CLEAR``
+gain. Only kinds measured at both levels are compared (scheduler/_trial_times.py folds a
+study of many kinds into one).
 
 Everything here is a function of its inputs (no clock, no I/O), so the tests drive it with
 scripted numbers; scheduler/_packer.py gathers the inputs and applies the outputs.
@@ -41,8 +47,11 @@ from typing import Any
 __all__ = ["Change", "GpuLevel", "GpuObservation", "HostObservation", "PackingPolicy", "TrialTime",
            "decide", "expected_peak_mib", "trial_kind"]
 
-TRIALS_PER_LEVEL = 2  # measured trials at a level before its durations count
-CLEAR = 1.25  # a gain of this factor, or a loss to 1/this, is clear from one trial
+TRIALS_PER_LEVEL = 2  # measured trials at a level (of one kind, for "no gain") before they count
+CLEAR = 1.25  # a gain of this factor is clear from one trial on a nearly idle GPU
+# A loss to this is clear from one trial: twice the 1.5x that one trial of a kind varied by
+# its neighbours in run F, where one trial at 0.74x ended a level that gained 1.45x elsewhere.
+FAR_LOSS = 0.5
 POOLED = "*"  # kind of every trial, where no kind ran at both levels
 
 
@@ -61,6 +70,10 @@ class PackingPolicy:
     # split the same cores (LightGBM at 16 threads on 16 cores), whatever the GPU says.
     cpu_full: float = 0.85
     fast_util: float = 0.5  # under target_util x this (and memory for two more): climb on one trial
+    # A level that gained less than this over the one below is kept, not climbed past: the
+    # next level gains less still (run A: 1.62x, 1.27x, then 0.89x a level), it costs a new
+    # worker's warm-up (about 25 s on gpu_mix), and one run's noise was about 15 %.
+    climb_gain: float = 1.15
 
 
 @dataclass(frozen=True)
@@ -132,23 +145,32 @@ def expected_peak_mib(finished: list[float], running: list[float]) -> float | No
     return max(known) if known else None
 
 
+@dataclass(frozen=True)
+class _Gain:
+    ratio: float  # throughput at the level / throughput at the level below
+    trials: int  # trials it rests on
+    of_one_kind: int  # the most of them of one kind
+
+
 def _gain(level: int, trials: tuple[TrialTime, ...], below: int,
-          base: dict[str, tuple[float, ...]]) -> tuple[float, int] | None:
-    """(throughput at ``level`` / throughput at ``below``, trials it rests on), or None."""
+          base: dict[str, tuple[float, ...]]) -> _Gain | None:
+    """The level's gain over ``below`` from its trials compared with their kind there, or None."""
     # Only kinds measured at both levels: a LightGBM trial of 4 s against torch trials of 8 s
     # would read as a gain, the other way round as a loss.
     means = {kind: statistics.fmean(s) for kind, s in base.items() if s}
     same_kind = [t for t in trials if t.kind in means]
     break_even = level / below
     logs = []
+    kinds: dict[str, int] = {}
     for t in same_kind:
         slowdown = t.seconds / means[t.kind]
         # A running trial proves a loss only once it is past break-even; before, it proves nothing.
         if not t.running or slowdown > break_even:
             logs.append(math.log(max(slowdown, 1e-9)))
+            kinds[t.kind] = kinds.get(t.kind, 0) + 1
     if not logs:
         return None
-    return break_even / math.exp(statistics.fmean(logs)), len(logs)
+    return _Gain(break_even / math.exp(statistics.fmean(logs)), len(logs), max(kinds.values()))
 
 
 def decide(policy: PackingPolicy, state: GpuLevel, obs: GpuObservation,
@@ -172,16 +194,16 @@ def decide(policy: PackingPolicy, state: GpuLevel, obs: GpuObservation,
     below = max((k for k in state.times if k < level), default=None)
     gain = None if below is None else _gain(level, obs.trials, below, state.times[below])
     if gain is not None:
-        state = replace(state, gains={**state.gains, level: round(gain[0], 2)})
-        ratio, count = gain
-        if ratio < 1 / CLEAR or (count >= TRIALS_PER_LEVEL and ratio < 1 + policy.min_gain):
-            assert below is not None
+        assert below is not None
+        state = replace(state, gains={**state.gains, level: round(gain.ratio, 2)})
+        if gain.ratio < FAR_LOSS or (gain.of_one_kind >= TRIALS_PER_LEVEL
+                                     and gain.ratio < 1 + policy.min_gain):
             state = replace(state, ceiling=level - 1)
             return _move(state, level - 1, now,
-                         f"{level} per GPU finished {ratio:.2f}x the trials/min of {below} per "
-                         f"GPU ({count} trials of the same kind compared): no gain")
+                         f"{level} per GPU finished {gain.ratio:.2f}x the trials/min of {below} "
+                         f"per GPU ({gain.trials} trials compared with their kind): no gain")
 
-    held = _held(policy, state, obs, host, gain)
+    held = _held(policy, state, obs, host, gain, below)
     if held is not None:
         return replace(state, held=held), None
     assert obs.util is not None  # _held checked it
@@ -202,7 +224,7 @@ def _move(state: GpuLevel, new: int, now: float, reason: str) -> tuple[GpuLevel,
 
 
 def _held(policy: PackingPolicy, state: GpuLevel, obs: GpuObservation,
-          host: HostObservation, gain: tuple[float, int] | None) -> str | None:
+          host: HostObservation, gain: _Gain | None, below: int | None) -> str | None:
     """Why the GPU does not get one more trial now; None when it may."""
     level = state.limit
     if level >= min(state.ceiling, policy.max_per_gpu):
@@ -233,11 +255,14 @@ def _held(policy: PackingPolicy, state: GpuLevel, obs: GpuObservation,
     # Above level 1, only trials compared with the level below count: a level not yet judged
     # against it is no base to judge the next one.
     measured = sum(len(s) for s in state.times.get(level, {}).values()) if level == 1 \
-        else (gain[1] if gain is not None else 0)
+        else (gain.trials if gain is not None else 0)
     # One trial will do where the GPU is nearly idle: at level 1 (nothing to compare with yet),
     # or where it shows a clear gain over the level below.
     fast = (obs.util < policy.target_util * policy.fast_util and free >= 2 * need
-            and (level == 1 or (gain is not None and gain[0] >= CLEAR)))
+            and (level == 1 or (gain is not None and gain.ratio >= CLEAR)))
     if measured < TRIALS_PER_LEVEL and not (fast and measured >= 1):
         return f"measuring trial durations at {level} per GPU ({measured} of {TRIALS_PER_LEVEL})"
+    if gain is not None and gain.ratio < policy.climb_gain:
+        return (f"{level} per GPU finished {gain.ratio:.2f}x the trials/min of {below} per GPU, "
+                f"under the {policy.climb_gain:g}x that pays for one more")
     return None

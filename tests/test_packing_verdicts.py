@@ -1,0 +1,84 @@
+"""trials_per_gpu=auto's verdicts replayed on the decisions logged in runs D-G on H100s
+(docs/BENCHMARKS.md, issue 17): which call each rule of scheduler/_packing.py makes on the
+trial durations those runs measured."""
+
+from __future__ import annotations
+
+import pytest
+
+from hpo_orchestrator.scheduler._packing import Change, GpuLevel, TrialTime, decide
+from tests.test_packing import HOST, LGBM, POLICY, TORCH, _obs, _state, _t
+
+# gpu_mix at two per GPU, steady durations (run D's fixed runs): LightGBM 5 s, torch 8 s.
+AT_TWO = {2: {LGBM: (5.0, 5.0), TORCH: (8.0, 8.0)}}
+
+
+def _at(level: int, gain: float, base: float, kind: str = LGBM) -> TrialTime:
+    """A trial at ``level`` whose duration shows ``gain`` over the level below (``base`` s)."""
+    return _t(base * level / (level - 1) / gain, kind)
+
+
+def _at_three(*trials: TrialTime) -> tuple[GpuLevel, Change | None]:
+    state = _state(limit=3, times=AT_TWO)
+    return decide(POLICY, state, _obs(running=3, trials=trials), HOST, 1.0)
+
+
+def test_run_f_one_trial_at_074x_does_not_end_a_level() -> None:
+    """Run F, gpu0: three per GPU went back to two for good on one LightGBM trial at 0.74x,
+    while gpu1 measured the same level at 1.45x. One trial is within its neighbours' noise:
+    the level waits for a second."""
+    state, change = _at_three(_at(3, 0.74, 5.0))
+    assert change is None and state.limit == 3 and state.ceiling == 4
+    assert "measuring trial durations at 3 per GPU (1 of 2)" in (state.held or "")
+    assert state.gains[3] == pytest.approx(0.74, abs=0.01)
+
+
+def test_no_gain_needs_two_trials_of_one_kind() -> None:
+    """A slow LightGBM trial and a torch trial of no gain: 0.87x from two kinds, one trial
+    each, ends nothing (each kind varied 1.5x by what ran beside it). A second LightGBM trial
+    that is slow too does."""
+    slow, flat = _at(3, 0.74, 5.0), _at(3, 1.02, 8.0, TORCH)
+    state, change = _at_three(slow, flat)
+    assert change is None and state.limit == 3 and state.gains[3] == pytest.approx(0.87, abs=0.01)
+    assert "0.87x the trials/min of 2 per GPU, under the 1.15x" in (state.held or "")
+    state, change = _at_three(slow, flat, _at(3, 0.8, 5.0))
+    assert change is not None and (change.old, change.new) == (3, 2) and state.ceiling == 2
+    assert "no gain" in change.reason
+
+
+def test_runs_d_and_g_lightgbm_still_backs_off_on_two_trials() -> None:
+    """Runs D and G: LightGBM at two per GPU measured 0.94x and 0.88x of one. The first trial
+    alone waits; the second of the same kind sends the GPU back to one for good."""
+    state = _state(limit=2, times={1: {LGBM: (3.4, 3.4)}})
+    first, second = _at(2, 0.94, 3.4), _at(2, 0.88, 3.4)
+    state, change = decide(POLICY, state, _obs(running=2, trials=(first,)), HOST, 1.0)
+    assert change is None and state.limit == 2
+    state, change = decide(POLICY, state, _obs(running=2, trials=(first, second)), HOST, 2.0)
+    assert change is not None and (change.old, change.new) == (2, 1) and state.ceiling == 1
+    assert "0.91x the trials/min of 1 per GPU (2 trials" in change.reason
+    state, change = decide(POLICY, state, _obs(running=1, trials=()), HOST, 3.0)
+    assert change is None and "1 per GPU was the best level" in (state.held or "")
+
+
+@pytest.mark.parametrize(("gain", "climbs"), [(1.06, False), (1.14, False), (1.2, True),
+                                              (1.45, True)])
+def test_run_e_a_level_that_barely_gained_is_not_climbed_past(gain: float, climbs: bool) -> None:
+    """Run E: three per GPU measured 1.06x of two, auto tried four and sat there, 0.80x of
+    fixed three. A level that gained under climb_gain (1.15) is kept (it gained) but is the
+    top; run F's gpu1 measured 1.45x and goes on."""
+    state, change = _at_three(_at(3, gain, 5.0), _at(3, gain, 8.0, TORCH))
+    assert (change is not None and change.new == 4) is climbs
+    assert state.ceiling == 4 and state.limit == (4 if climbs else 3)
+    if not climbs:
+        assert f"{gain:.2f}x the trials/min of 2 per GPU, under the 1.15x" in (state.held or "")
+
+
+def test_a_barely_gaining_level_climbs_once_its_later_trials_show_the_gain() -> None:
+    """The verdict is not final: three per GPU judged 1.06x on its first two trials climbs
+    once its later trials bring the measured gain over climb_gain."""
+    early = (_at(3, 1.06, 5.0), _at(3, 1.06, 8.0, TORCH))
+    state, change = _at_three(*early)
+    assert change is None
+    later = (*early, _at(3, 1.4, 5.0), _at(3, 1.4, 8.0, TORCH))
+    state, change = decide(POLICY, state, _obs(running=3, trials=later), HOST, 2.0)
+    assert change is not None and (change.old, change.new) == (3, 4)
