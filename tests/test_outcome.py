@@ -150,3 +150,15 @@ def test_begin_trial_gives_a_reused_process_its_trials_threads() -> None:
     assert ChildEnv.parse(environ).num_threads == 8 and environ["OMP_NUM_THREADS"] == "8"
     begin_trial(2, 1, environ=environ)  # no threads in the Job (CPU slots): kept
     assert ChildEnv.parse(environ).num_threads == 8
+
+
+def test_a_child_that_died_of_an_uncaught_keyboard_interrupt_was_killed() -> None:
+    """A SIGINT that reached a child before its handler (still importing) ends it with exit 1
+    and Python's "KeyboardInterrupt" line: killed from outside (retried), not the objective's
+    exception, which the child would have reported (CI: test_signals failed on this race)."""
+    verdict = classify(stop_reason=None, outcome=None, returncode=1, timeout_s=None,
+                       oom_killed=lambda: False, log_tail=lambda: "KeyboardInterrupt")
+    assert (verdict.state, verdict.fail_reason) == (TrialState.FAIL, "killed")
+    other = classify(stop_reason=None, outcome=None, returncode=1, timeout_s=None,
+                     oom_killed=lambda: False, log_tail=lambda: "ValueError: bad")
+    assert (other.fail_reason, other.error) == ("exception", "exited with code 1: ValueError: bad")

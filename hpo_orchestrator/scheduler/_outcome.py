@@ -84,6 +84,12 @@ def classify(*, stop_reason: str | None, outcome: TrialOutcome | None, returncod
         return Verdict(TrialState.FAIL, None, "killed",
                        f"died by {sig.name}" + (f": {detail}" if detail else ""))
     detail = log_tail() or "no result"
+    if detail == "KeyboardInterrupt":
+        # Python's last line for an uncaught KeyboardInterrupt. The child reports one that the
+        # objective (or its setup) raised as its failure, so an uncaught one is a SIGINT sent
+        # from outside, e.g. while the child was still importing, before its own handler.
+        return Verdict(TrialState.FAIL, None, "killed",
+                       f"died by SIGINT (exit code {returncode}, before the objective ran)")
     return Verdict(TrialState.FAIL, None, "exception", f"exited with code {returncode}: {detail}")
 
 
