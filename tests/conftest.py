@@ -111,6 +111,15 @@ def trial_rows(db: Path, study: str = "hpo") -> list[dict[str, Any]]:
     return rows
 
 
+def rows_while_running(tmp_path: Path) -> list[dict[str, Any]]:
+    """trial_rows of tmp_path/hpo.db while a run may still be creating it (then: none yet)."""
+    db = tmp_path / "hpo.db"
+    try:
+        return trial_rows(db) if db.exists() else []
+    except Exception:  # the database is being created
+        return []
+
+
 @pytest.fixture
 def cli(tmp_path: Path):  # type: ignore[no-untyped-def]
     def _run(*args: str, env: dict[str, str] | None = None, timeout: float = 240) -> RunResult:

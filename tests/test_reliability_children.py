@@ -17,6 +17,7 @@ from typing import Any
 import psutil
 import pytest
 
+from tests.conftest import rows_while_running as _rows
 from tests.conftest import run_cli, start_cli, trial_rows
 
 TARGET = "objective.target=hpo_orchestrator.testing.misbehaving:"
@@ -118,14 +119,6 @@ def test_hpo_attrs_from_an_objective_are_refused_and_the_budget_holds(tmp_path: 
 
 
 # --- a paused orchestrator -----------------------------------------------------------------
-
-def _rows(tmp_path: Path) -> list[dict[str, Any]]:
-    db = tmp_path / "hpo.db"
-    try:
-        return trial_rows(db) if db.exists() else []
-    except Exception:  # the database is being created
-        return []
-
 
 def _params(db: Path, row: dict[str, Any]) -> set[str]:
     import sqlite3

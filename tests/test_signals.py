@@ -17,6 +17,7 @@ from typing import Any
 import psutil
 import pytest
 
+from tests.conftest import rows_while_running as _rows
 from tests.conftest import run_cli, start_cli, trial_rows
 
 pytestmark = pytest.mark.slow
@@ -34,14 +35,6 @@ if "HPO_SLOT" not in os.environ:  # the orchestrator, not a trial's child
 def objective(trial):
     return trial.suggest_float("x", 0.0, 1.0)
 """
-
-
-def _rows(tmp_path: Path) -> list[dict[str, Any]]:
-    db = tmp_path / "hpo.db"
-    try:
-        return trial_rows(db) if db.exists() else []
-    except Exception:  # the database is being created
-        return []
 
 
 def _suggested(tmp_path: Path) -> bool:
