@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from hpo_orchestrator.scheduler._packing import Change, GpuLevel, TrialTime, decide
+from hpo_orchestrator.scheduler._packing import REPROBE_TRIALS, Change, GpuLevel, TrialTime, decide
 from tests.test_packing import HOST, LGBM, POLICY, TORCH, _obs, _state, _t
 
 # gpu_mix at two per GPU, steady durations (run D's fixed runs): LightGBM 5 s, torch 8 s.
@@ -49,13 +49,17 @@ def test_no_gain_needs_two_trials_of_one_kind() -> None:
 def test_runs_d_and_g_lightgbm_still_backs_off_on_two_trials() -> None:
     """Runs D and G: LightGBM at two per GPU measured 0.94x and 0.88x of one. The first trial
     alone waits; the second of the same kind sends the GPU back to one for good."""
-    state = _state(limit=2, times={1: {LGBM: (3.4, 3.4)}})
+    state = _state(limit=2, times={1: {LGBM: (3.4, 3.5)}})
     first, second = _at(2, 0.94, 3.4), _at(2, 0.88, 3.4)
     state, change = decide(POLICY, state, _obs(running=2, trials=(first,)), HOST, 1.0)
     assert change is None and state.limit == 2
+    # two trials: within one standard error (spread not yet measured, 0.2 assumed) of a gain
     state, change = decide(POLICY, state, _obs(running=2, trials=(first, second)), HOST, 2.0)
+    assert change is None and state.limit == 2
+    four = (first, second, first, second)
+    state, change = decide(POLICY, state, _obs(running=2, trials=four), HOST, 3.0)
     assert change is not None and (change.old, change.new) == (2, 1) and state.ceiling == 1
-    assert "0.91x the trials/min of 1 per GPU (2 trials" in change.reason
+    assert "0.92x the trials/min of 1 per GPU (4 trials" in change.reason
     state, change = decide(POLICY, state, _obs(running=1, trials=()), HOST, 3.0)
     assert change is None and "1 per GPU was the best level" in (state.held or "")
 
@@ -82,3 +86,47 @@ def test_a_barely_gaining_level_climbs_once_its_later_trials_show_the_gain() -> 
     later = (*early, _at(3, 1.4, 5.0), _at(3, 1.4, 8.0, TORCH))
     state, change = decide(POLICY, state, _obs(running=3, trials=later), HOST, 2.0)
     assert change is not None and (change.old, change.new) == (3, 4)
+
+
+def test_run_e2_two_trials_at_096x_do_not_end_a_level() -> None:
+    """Run E2: three per GPU went back to two on two trials at 0.96x, where fixed three gained
+    1.28x over two in run A. Two trials are within a standard error of a gain: the level is
+    kept, and its later trials decide."""
+    state, change = _at_three(_at(3, 0.96, 5.0), _at(3, 0.96, 5.0))
+    assert change is None and state.limit == 3 and state.ceiling == 4
+
+
+def test_a_loss_against_a_thin_base_is_measured_again() -> None:
+    """Two per GPU left on one clear trial (1.6x over one); three per GPU then loses against
+    that one trial. The base may be the noise: back to two without shutting three, and after
+    REPROBE_TRIALS trials there (a measured base) three is tried again. Its second visit is
+    judged on both visits' trials."""
+    state = _state(limit=3, times={1: {LGBM: (10.0, 10.0)}, 2: {LGBM: (12.5,)}},
+                   gains={2: 1.6})
+    slow = _t(12.5 * 1.5 / 0.6)  # 0.6x of the one trial at two per GPU
+    state, change = decide(POLICY, state, _obs(running=3, trials=(slow, slow, slow)), HOST, 1.0)
+    assert change is not None and (change.old, change.new) == (3, 2)
+    assert "tried again after 8 trials at 2" in change.reason
+    assert state.losses.get(3, 0) == 0 and state.past[3][LGBM] == (slow.seconds,) * 3
+    at_two = tuple(_t(12.5) for _ in range(REPROBE_TRIALS))
+    state, change = decide(POLICY, state, _obs(running=2, util=10.0, trials=at_two[:3]), HOST, 2.0)
+    assert change is None and state.ceiling == 2
+    state, change = decide(POLICY, state, _obs(running=2, util=10.0, trials=at_two), HOST, 3.0)
+    assert change is not None and (change.old, change.new) == (2, 3) and state.ceiling == 3
+    # the second visit: two trials at 1.3x; with the first visit's three at 0.6x, 0.82x
+    fast = _t(12.5 * 1.5 / 1.3)
+    state, change = decide(POLICY, state, _obs(running=3, trials=(fast, fast)), HOST, 4.0)
+    assert state.gains[3] == pytest.approx(0.82, abs=0.01)
+
+
+def test_a_shrinking_gain_stops_the_climb() -> None:
+    """Run A: 1.62x at two per GPU, 1.27x at three, then 0.89x at four. At that rate of
+    shrinking four would gain 1.0x: three is the top. Run F's gpu1 (1.88x, then 1.45x) goes on."""
+    for before, gain, climbs in ((1.62, 1.27, False), (1.88, 1.45, True)):
+        state = _state(limit=3, times=AT_TWO, gains={2: before})
+        trials = (_at(3, gain, 5.0), _at(3, gain, 8.0, TORCH))
+        state, change = decide(POLICY, state, _obs(running=3, util=20.0, trials=trials), HOST, 1.0)
+        assert (change is not None and change.new == 4) is climbs
+        if not climbs:
+            assert "3 per GPU gained 1.27x after 1.62x: at that rate 4 would gain 1.00x" in (
+                state.held or "")

@@ -10,8 +10,8 @@ alone cannot tell these apart (both left the GPU 8-30 % busy), so each GPU gets 
   trial's expected peak memory (with margin) fits in the GPU's free memory, the running
   trials leave the host's cores room (``cpu_full``), and the current level's trial durations
   are known (so the next level can be judged against them);
-- down, and never up again in this run (``ceiling``), when a level did not raise the trials
-  finished per minute by ``min_gain`` over the level below, or when a trial ran out of memory.
+- down when a level did not raise the trials finished per minute by ``min_gain`` over the
+  level below (``ceiling``), or when a trial ran out of memory (for good).
 
 A level is judged by *trial durations per kind*: each trial that ran wholly at level k is
 compared with the mean duration of trials of its kind (its categorical parameters: a
@@ -21,16 +21,32 @@ or a different mix of kinds at two levels, would misjudge it. A worker's first t
 start, imports, LightGBM's OpenCL kernel build) is left out by the caller. A running trial
 that is already slower than break-even counts too: a loss shows before the trial ends.
 
-How many trials a verdict needs (runs D-G on H100s, docs/BENCHMARKS.md): one trial of a kind
-varied 1.5x by what ran beside it, so one trial backs a level off for good only when it
-shows a ``FAR_LOSS`` (or runs out of memory); "no gain" otherwise needs ``TRIALS_PER_LEVEL``
-trials of one kind (LightGBM's 0.94x and 0.88x at two per GPU: back at once to one). A level
-is climbed past only when it gained ``climb_gain`` over the level below: one that barely
-gained (three per GPU at 1.06x of two) has filled the GPU, and each climb costs a new
-worker's warm-up. Where the GPU is nearly idle with memory for two more trials
-(``fast_util``), one trial is enough to climb on: at level 1, or when it shows a ``CLEAR``
-gain. Only kinds measured at both levels are compared (scheduler/_trial_times.py folds a
-study of many kinds into one).
+How many trials a verdict needs (runs D-G, E2/F2 on H100s, docs/BENCHMARKS.md): one trial of
+a kind varied 1.5x by what ran beside it, and verdicts from two or three trials judged levels
+0.96x and 1.00x where the fixed setting gained 1.28x and 1.6x. So:
+
+- "no gain" is a gain under ``1 + min_gain`` by more than its standard error (``Z``): the
+  spread of the trials' log durations around their kind's mean, pooled over both levels,
+  over the square root of how many trials there are (``_Gain.error``); a level is left on
+  one trial only for a ``FAR_LOSS`` (or an OOM). LightGBM's 0.94x and 0.88x at two per GPU
+  still end it.
+- The durations of every visit to a level are kept (``past``), so a level visited again is
+  judged on all of its trials, not on its last two.
+- A "no gain" against a base of under ``TRIALS_PER_LEVEL`` trials (the level below was left
+  on one clear trial) is not counted: the level is tried again after ``REPROBE_TRIALS``
+  trials below, against a base that was measured meanwhile. A counted loss
+  (``FINAL_LOSSES``) or an OOM shuts the level for the run: re-probing every lost level
+  cost LightGBM 4-9 % in the simulation of scripts/sim_packing.py and did not help gpu_mix.
+- A level is climbed past only when it gained ``climb_gain`` over the level below (each
+  climb costs a new worker's warm-up), and not when its gain shrank from the level below's
+  by so much that the next level's, shrinking alike, would be under ``1 + min_gain`` (run A:
+  1.62x, 1.27x, then 0.89x at four per GPU).
+- Level 1 is left after ``TRIALS_PER_LEVEL`` trials, the base every later level is judged
+  on; above it, one trial is enough to climb on where the GPU is nearly idle with memory for
+  two more (``fast_util``) and the trial shows a ``CLEAR`` gain.
+
+Only kinds measured at both levels are compared (scheduler/_trial_times.py folds a study of
+many kinds into one).
 
 Everything here is a function of its inputs (no clock, no I/O), so the tests drive it with
 scripted numbers; scheduler/_packer.py gathers the inputs and applies the outputs.
@@ -53,6 +69,17 @@ CLEAR = 1.25  # a gain of this factor is clear from one trial on a nearly idle G
 # its neighbours in run F, where one trial at 0.74x ended a level that gained 1.45x elsewhere.
 FAR_LOSS = 0.5
 POOLED = "*"  # kind of every trial, where no kind ran at both levels
+REPROBE_TRIALS = 8  # measured trials at the level below before an uncounted loss is tried again
+FINAL_LOSSES = 1  # counted "no gain" verdicts that shut a level for the run
+Z = 1.0  # standard errors by which a "no gain" must be under 1 + min_gain
+# One trial's log duration around its kind's mean at a steady level: run D's fixed runs spread
+# about 0.1 (LightGBM 5.2-6.8 s, torch 7.8-8.8 s at three per GPU); trials near a level change
+# spread more (1.5x by their neighbours in run F). Until SPREAD_MIN_FREEDOM degrees of
+# freedom measure it, SPREAD_PRIOR is assumed; never less than SPREAD_FLOOR.
+SPREAD_PRIOR = 0.2
+SPREAD_FLOOR = 0.08
+SPREAD_MIN_FREEDOM = 3
+KEPT_PER_KIND = 12  # durations kept per level and kind: the latest (the sampler's trials drift)
 
 
 @dataclass(frozen=True)
@@ -94,6 +121,8 @@ class GpuLevel:
     since: float = 0.0  # when ``limit`` was set (the caller's clock)
     ceiling: int = 1  # highest level allowed from now on
     times: dict[int, dict[str, tuple[float, ...]]] = field(default_factory=dict)  # level -> kind -> s
+    past: dict[int, dict[str, tuple[float, ...]]] = field(default_factory=dict)  # earlier visits'
+    losses: dict[int, int] = field(default_factory=dict)  # level -> "no gain" verdicts (OOM: final)
     rates: dict[int, float] = field(default_factory=dict)  # level -> trials per minute (shown)
     gains: dict[int, float] = field(default_factory=dict)  # level -> throughput / level below's
     held: str | None = None  # why it does not go up now (None: nothing holds it)
@@ -148,29 +177,59 @@ def expected_peak_mib(finished: list[float], running: list[float]) -> float | No
 @dataclass(frozen=True)
 class _Gain:
     ratio: float  # throughput at the level / throughput at the level below
-    trials: int  # trials it rests on
-    of_one_kind: int  # the most of them of one kind
+    trials: int  # trials it rests on (this visit's and earlier visits')
+    of_one_kind: int  # the most of this visit's trials of one kind
+    fresh: int  # this visit's trials among them
+    thin_base: bool  # the compared kinds have under TRIALS_PER_LEVEL trials at the level below
+    error: float  # standard error of log(ratio): the trials' spread over how many there are
+
+    def surely_under(self, bound: float, z: float) -> bool:
+        """Is the gain under ``bound`` even ``z`` standard errors up?"""
+        return math.log(self.ratio) + z * self.error < math.log(bound)
+
+
+def _log_means(durations: dict[str, tuple[float, ...]]) -> dict[str, float]:
+    return {kind: statistics.fmean(map(math.log, s)) for kind, s in durations.items() if s}
 
 
 def _gain(level: int, trials: tuple[TrialTime, ...], below: int,
-          base: dict[str, tuple[float, ...]]) -> _Gain | None:
-    """The level's gain over ``below`` from its trials compared with their kind there, or None."""
+          base: dict[str, tuple[float, ...]],
+          earlier: dict[str, tuple[float, ...]] | None = None) -> _Gain | None:
+    """The level's gain over ``below`` from its trials (this visit's, then ``earlier`` visits'
+    finished ones) compared with their kind there, or None."""
     # Only kinds measured at both levels: a LightGBM trial of 4 s against torch trials of 8 s
     # would read as a gain, the other way round as a loss.
-    means = {kind: statistics.fmean(s) for kind, s in base.items() if s}
-    same_kind = [t for t in trials if t.kind in means]
+    means = _log_means(base)
     break_even = level / below
-    logs = []
-    kinds: dict[str, int] = {}
-    for t in same_kind:
-        slowdown = t.seconds / means[t.kind]
+    logs: dict[str, list[float]] = {}  # kind -> log durations at the level
+    for t in trials:
         # A running trial proves a loss only once it is past break-even; before, it proves nothing.
-        if not t.running or slowdown > break_even:
-            logs.append(math.log(max(slowdown, 1e-9)))
-            kinds[t.kind] = kinds.get(t.kind, 0) + 1
-    if not logs:
+        if t.kind in means and t.seconds > 0 and (
+                not t.running or t.seconds > break_even * math.exp(means[t.kind])):
+            logs.setdefault(t.kind, []).append(math.log(t.seconds))
+    fresh = sum(map(len, logs.values()))
+    of_one_kind = max(map(len, logs.values()), default=0)
+    for kind, durations in (earlier or {}).items():
+        if kind in means:
+            logs.setdefault(kind, []).extend(math.log(s) for s in durations if s > 0)
+    slowdowns = [x - means[kind] for kind, xs in logs.items() for x in xs]
+    if not slowdowns:
         return None
-    return _Gain(break_even / math.exp(statistics.fmean(logs)), len(logs), max(kinds.values()))
+    used = [base[kind] for kind in logs]
+    return _Gain(break_even / math.exp(statistics.fmean(slowdowns)), len(slowdowns), of_one_kind,
+                 fresh, sum(map(len, used)) < TRIALS_PER_LEVEL, _spread(logs, base) * math.sqrt(1 / len(slowdowns)
+                                                        + 1 / sum(map(len, used))))
+
+
+def _spread(level: dict[str, list[float]], base: dict[str, tuple[float, ...]]) -> float:
+    """Standard deviation of a trial's log duration around its kind's mean (at its level),
+    pooled over both levels; SPREAD_PRIOR until there are enough trials to say."""
+    groups = [xs for xs in level.values()] + [[math.log(s) for s in base[k]] for k in level]
+    squares = sum((x - statistics.fmean(xs)) ** 2 for xs in groups for x in xs)
+    freedom = sum(len(xs) - 1 for xs in groups)
+    if freedom < SPREAD_MIN_FREEDOM:
+        return SPREAD_PRIOR
+    return max(math.sqrt(squares / freedom), SPREAD_FLOOR)
 
 
 def decide(policy: PackingPolicy, state: GpuLevel, obs: GpuObservation,
@@ -178,7 +237,9 @@ def decide(policy: PackingPolicy, state: GpuLevel, obs: GpuObservation,
     """The GPU's next state, and the change of its level if there is one (with its reason)."""
     level = state.limit
     if obs.ooms:
-        state = replace(state, ceiling=max(1, level - 1))
+        # shut for the run: this level (at level 1, the next: one trial alone did not fit)
+        state = replace(state, ceiling=max(1, level - 1),
+                        losses={**state.losses, max(level, 2): FINAL_LOSSES})
         if level > 1:
             return _move(state, level - 1, now, f"a trial ran out of GPU memory at {level} per GPU")
         return replace(state, held="a trial ran out of GPU memory at 1 per GPU"), None
@@ -187,21 +248,35 @@ def decide(policy: PackingPolicy, state: GpuLevel, obs: GpuObservation,
     for t in obs.trials:
         if not t.running:
             finished[t.kind] = (*finished.get(t.kind, ()), t.seconds)
+    earlier = state.past.get(level, {})
     if finished:  # refined with every trial that ends at this level
-        mean = statistics.fmean(s for durations in finished.values() for s in durations)
-        state = replace(state, times={**state.times, level: finished},
+        merged = _merge(earlier, finished)
+        mean = statistics.fmean(s for durations in merged.values() for s in durations)
+        state = replace(state, times={**state.times, level: merged},
                         rates={**state.rates, level: round(level * 60.0 / mean, 2)})
     below = max((k for k in state.times if k < level), default=None)
-    gain = None if below is None else _gain(level, obs.trials, below, state.times[below])
+    gain = None if below is None else _gain(level, obs.trials, below, state.times[below], earlier)
     if gain is not None:
         assert below is not None
         state = replace(state, gains={**state.gains, level: round(gain.ratio, 2)})
-        if gain.ratio < FAR_LOSS or (gain.of_one_kind >= TRIALS_PER_LEVEL
-                                     and gain.ratio < 1 + policy.min_gain):
-            state = replace(state, ceiling=level - 1)
+        # A verdict needs this visit's trials: earlier visits' alone already had their say.
+        # "No gain" is a gain under min_gain by more than its standard error.
+        if gain.fresh and (gain.ratio < FAR_LOSS or (gain.of_one_kind >= TRIALS_PER_LEVEL
+                                                     and gain.surely_under(1 + policy.min_gain, Z))):
+            # Against a base of one trial (a level left on one clear trial) a loss may be the
+            # base's noise: back down to measure the base, without counting a loss.
+            losses = state.losses.get(level, 0) + (0 if gain.thin_base else 1)
+            state = replace(state, ceiling=level - 1, losses={**state.losses, level: losses})
+            again = ("for good" if losses >= FINAL_LOSSES
+                     else f"tried again after {REPROBE_TRIALS} trials at {level - 1}")
             return _move(state, level - 1, now,
                          f"{level} per GPU finished {gain.ratio:.2f}x the trials/min of {below} "
-                         f"per GPU ({gain.trials} trials compared with their kind): no gain")
+                         f"per GPU ({gain.trials} trials compared with their kind): no gain, "
+                         f"{again}")
+    if (level == state.ceiling < policy.max_per_gpu
+            and state.losses.get(level + 1, 0) < FINAL_LOSSES
+            and sum(map(len, finished.values())) >= REPROBE_TRIALS):
+        state = replace(state, ceiling=level + 1)  # the level above lost once: try it again
 
     held = _held(policy, state, obs, host, gain, below)
     if held is not None:
@@ -218,9 +293,18 @@ def _measured(state: GpuLevel, level: int) -> str:
     return rate if gain is None else f"{rate}, {gain:.2f}x the level below"
 
 
+def _merge(earlier: dict[str, tuple[float, ...]],
+           now: dict[str, tuple[float, ...]]) -> dict[str, tuple[float, ...]]:
+    """Durations per kind of earlier visits and this one, the latest KEPT_PER_KIND of each."""
+    kinds = {*earlier, *now}
+    return {k: (*earlier.get(k, ()), *now.get(k, ()))[-KEPT_PER_KIND:] for k in sorted(kinds)}
+
+
 def _move(state: GpuLevel, new: int, now: float, reason: str) -> tuple[GpuLevel, Change]:
+    """Leave the level: its durations so far are its ``past`` for the next visit."""
     change = Change(state.gpu, state.limit, new, reason)
-    return replace(state, limit=new, since=now, held=None), change
+    past = {**state.past, state.limit: state.times.get(state.limit, {})}
+    return replace(state, limit=new, since=now, held=None, past=past), change
 
 
 def _held(policy: PackingPolicy, state: GpuLevel, obs: GpuObservation,
@@ -228,8 +312,12 @@ def _held(policy: PackingPolicy, state: GpuLevel, obs: GpuObservation,
     """Why the GPU does not get one more trial now; None when it may."""
     level = state.limit
     if level >= min(state.ceiling, policy.max_per_gpu):
-        return (f"at scheduler.max_trials_per_gpu={policy.max_per_gpu}"
-                if level >= policy.max_per_gpu else f"{state.ceiling} per GPU was the best level")
+        if level >= policy.max_per_gpu:
+            return f"at scheduler.max_trials_per_gpu={policy.max_per_gpu}"
+        if state.losses.get(level + 1, 0) >= FINAL_LOSSES:
+            return f"{state.ceiling} per GPU was the best level"
+        return (f"{state.ceiling} per GPU was the best level so far ({level + 1} is tried again "
+                f"after {REPROBE_TRIALS} trials)")
     if host.concurrency >= host.cap:
         return f"at scheduler.parallel={host.cap} trials on this host"
     if host.concurrency + 1 > host.cores:
@@ -256,13 +344,20 @@ def _held(policy: PackingPolicy, state: GpuLevel, obs: GpuObservation,
     # against it is no base to judge the next one.
     measured = sum(len(s) for s in state.times.get(level, {}).values()) if level == 1 \
         else (gain.trials if gain is not None else 0)
-    # One trial will do where the GPU is nearly idle: at level 1 (nothing to compare with yet),
-    # or where it shows a clear gain over the level below.
+    # One trial will do where the GPU is nearly idle and it shows a clear gain over the level
+    # below; level 1, the base of every later verdict, is measured on TRIALS_PER_LEVEL.
     fast = (obs.util < policy.target_util * policy.fast_util and free >= 2 * need
-            and (level == 1 or (gain is not None and gain.ratio >= CLEAR)))
+            and gain is not None and gain.ratio >= CLEAR)
     if measured < TRIALS_PER_LEVEL and not (fast and measured >= 1):
         return f"measuring trial durations at {level} per GPU ({measured} of {TRIALS_PER_LEVEL})"
     if gain is not None and gain.ratio < policy.climb_gain:
         return (f"{level} per GPU finished {gain.ratio:.2f}x the trials/min of {below} per GPU, "
                 f"under the {policy.climb_gain:g}x that pays for one more")
+    # Gains shrink level by level (run A: 1.62x, 1.27x, then 0.89x): where the last two
+    # shrank by as much again, the next level is not worth its warm-up.
+    before = state.gains.get(below) if below is not None else None
+    if gain is not None and before and gain.ratio ** 2 / before < 1 + policy.min_gain:
+        return (f"{level} per GPU gained {gain.ratio:.2f}x after {before:.2f}x: at that rate "
+                f"{level + 1} would gain {gain.ratio ** 2 / before:.2f}x, under "
+                f"{1 + policy.min_gain:g}x")
     return None
