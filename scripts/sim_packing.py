@@ -27,14 +27,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from hpo_orchestrator.scheduler._packing import (  # noqa: E402
+from hpo_orchestrator.scheduler._packing import (
     GpuLevel,
     GpuObservation,
     HostObservation,
     PackingPolicy,
     decide,
 )
-from hpo_orchestrator.scheduler._trial_times import TrialTimes  # noqa: E402
+from hpo_orchestrator.scheduler._trial_times import TrialTimes
 
 DT = 0.05  # simulated seconds per step
 SPAWN_S = 2.0  # a new worker's process start before it takes a trial

@@ -130,3 +130,18 @@ def test_a_shrinking_gain_stops_the_climb() -> None:
         if not climbs:
             assert "3 per GPU gained 1.27x after 1.62x: at that rate 4 would gain 1.00x" in (
                 state.held or "")
+
+
+def test_the_simulation_script_replays_the_rules(capsys: pytest.CaptureFixture[str]) -> None:
+    """scripts/sim_packing.py (docs/BENCHMARKS.md quotes it) runs the rules end to end."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "scripts" / "sim_packing.py"
+    spec = importlib.util.spec_from_file_location("sim_packing", path)
+    assert spec is not None and spec.loader is not None
+    sim = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sim)
+    assert sim.main(["--trials", "12", "--seeds", "1", "--workloads", "gpu_mix"]) == 0
+    line = capsys.readouterr().out
+    assert line.startswith("gpu_mix: fixed 1: ") and "auto " in line and "seed 0 levels 1 -> 2" in line

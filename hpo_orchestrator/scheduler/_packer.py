@@ -6,6 +6,13 @@ Outputs: each GPU's level in the slot pool, the threads a new trial gets, and th
 ``hpo.packing.<host>`` (every change with its time, GPU, old -> new and reason; status and
 report show it). The rules themselves are pure: scheduler/_packing.py.
 
+GPUs of one model and size are judged together (:func:`gpu_groups`): one study's trials on
+identical GPUs have one best level, and judged apart two GPUs misread each other. In run K on
+two H100s (docs/BENCHMARKS.md) they share the host's cores, so one GPU's climb slowed the
+other's trials, read there as a loss. Together, a level rests on the trials of every GPU
+(twice the evidence in the same time on two GPUs: a shorter climb) and the GPUs move as one;
+memory is checked on the GPU with the least free, an OOM on any of them counts.
+
 Threads (auto): each trial gets the host's cores over the trials at once, but never more
 than the running trials leave free, so the cores are never oversubscribed (LightGBM's OpenMP
 threads spin: 16 + 8 threads on 16 cores made trials 30x slower, docs/BENCHMARKS.md). A
@@ -43,7 +50,7 @@ from hpo_orchestrator.scheduler._trial import RunningTrial
 from hpo_orchestrator.scheduler._trial_times import TrialTimes
 from hpo_orchestrator.telemetry import TelemetrySampler
 
-__all__ = ["Packer", "detect_mps", "packing_key"]
+__all__ = ["Packer", "detect_mps", "gpu_groups", "packing_key"]
 
 _DECIDE_EVERY_S = 1.0
 _HELD_WRITE_EVERY_S = 10.0  # a changed "held" reason alone is written at most this often
@@ -53,6 +60,16 @@ _MPS_DAEMONS = ("nvidia-cuda-mps-control", "nvidia-cuda-mps-server")
 
 def packing_key(host: str) -> str:
     return f"hpo.packing.{host}"
+
+
+def gpu_groups(pool: SlotPool) -> dict[int, tuple[int, ...]]:
+    """The GPUs judged together, by their lowest index: those of one model and memory size."""
+    kinds: dict[tuple[str, float | None], list[int]] = {}
+    for slot in pool.slots:
+        if slot.gpu is not None and slot.gpu.index not in kinds.get(
+                (slot.gpu.name, slot.gpu.memory_total_mib), []):
+            kinds.setdefault((slot.gpu.name, slot.gpu.memory_total_mib), []).append(slot.gpu.index)
+    return {min(members): tuple(sorted(members)) for members in kinds.values()}
 
 
 def detect_mps() -> dict[str, Any]:
@@ -85,7 +102,8 @@ class Packer:
         self.levels = {index: GpuLevel(gpu=index, limit=limit, since=now,
                                        ceiling=self.policy.max_per_gpu)
                        for index, limit in pool.limits.items()}
-        self._pending: dict[int, tuple[GpuLevel, Change]] = {}  # raised, waiting for cores
+        self._groups = gpu_groups(pool)  # judged together, by their lowest index
+        self._pending: dict[int, tuple[GpuLevel, Change]] = {}  # group -> raised, waiting for cores
         self._total_mib = {s.gpu.index: s.gpu.memory_total_mib for s in pool.slots if s.gpu}
         self._ooms: dict[int, list[float]] = {index: [] for index in self.levels}  # when
         self._mem_peaks: list[float] = []
@@ -134,8 +152,8 @@ class Packer:
             self.tick(())
 
     def tick(self, running: Iterable[RunningTrial]) -> bool:
-        """Decide every GPU's level (at most every _DECIDE_EVERY_S, at once after an OOM);
-        True when one changed."""
+        """Decide every GPU group's level (at most every _DECIDE_EVERY_S, at once after an
+        OOM); True when one changed."""
         now = time.monotonic()
         if not self.pool.auto or now - self._decided_at < _DECIDE_EVERY_S:
             return False
@@ -148,34 +166,39 @@ class Packer:
                                mem_peak_mib=expected_peak_mib(self._mem_peaks, running_peaks))
         changes: list[Change] = []
         held_changed = False
-        for index, state in self.levels.items():
+        for leader, members in self._groups.items():
+            state = self.levels[leader]
             change: Change | None
-            if index in self._pending and any(t >= state.since for t in self._ooms[index]):
-                del self._pending[index]  # an OOM at the old level: no raise after all
-            if index in self._pending:
-                new, change = self._pending[index]
+            if leader in self._pending and any(t >= state.since for m in members
+                                               for t in self._ooms[m]):
+                del self._pending[leader]  # an OOM at the old level: no raise after all
+            if leader in self._pending:
+                new, change = self._pending[leader]
                 if self._threads_configured is None and self._free_cores(running) < self._share():
                     continue  # the running trials' threads still hold the new trial's share
-                del self._pending[index]
+                del self._pending[leader]
                 new = replace(new, since=now)
             else:
-                self._seen[index] = self._observe(state, running, now)
-                new, change = decide(self.policy, state, self._seen[index], host, now)
+                for m in members:
+                    self._seen[m] = self._observe(state, m, running, now)
+                new, change = decide(self.policy, state, _together([self._seen[m] for m in members]),
+                                     replace(host, adds=len(members)), now)
                 held_changed |= new.held != state.held
                 if change is not None and change.new > change.old and self._threads_configured \
                         is None:
-                    self._pending[index] = (new, change)
+                    self._pending[leader] = (new, change)
                     if self._free_cores(running) < self._share():
-                        self.levels[index] = replace(
+                        self._set(members, replace(
                             state, held=f"going to {change.new} per GPU once the running trials "
-                                        f"leave {self._share()} cores free")
+                                        f"leave {self._share()} cores free"))
                         continue
-                    del self._pending[index]
-            self.levels[index] = new
+                    del self._pending[leader]
+            self._set(members, new)
             if change is not None:
-                changes.append(change)
-                self.pool.set_limit(index, change.new)
-                # the next GPU's decision sees this one's trials
+                for m in members:
+                    changes.append(replace(change, gpu=m))
+                    self.pool.set_limit(m, change.new)
+                # the next group's decision sees this one's trials
                 host = replace(host, concurrency=self.pool.concurrency)
         for change in changes:
             self._changes.append({"time": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -185,13 +208,18 @@ class Packer:
             self._write()
         return bool(changes)
 
+    def _set(self, members: tuple[int, ...], state: GpuLevel) -> None:
+        """One state for a group, each GPU's copy under its own index (the attr shows each)."""
+        for m in members:
+            self.levels[m] = replace(state, gpu=m)
+
     def close(self) -> None:
         """The final levels and why each stopped where it did."""
         if self.pool.auto:
             self._write()
 
-    def _observe(self, state: GpuLevel, running: list[RunningTrial], now: float) -> GpuObservation:
-        index = state.gpu
+    def _observe(self, state: GpuLevel, index: int, running: list[RunningTrial],
+                 now: float) -> GpuObservation:
         readings = [] if self.sampler is None else self.sampler.device_readings(index, state.since)
         utils = [r.sm_util for r in readings if r.sm_util is not None]
         latest = [] if self.sampler is None else self.sampler.device_readings(index, now - 30.0)
@@ -229,3 +257,20 @@ class Packer:
             return {}
         return {"util": None if obs.util is None else round(obs.util, 1),
                 "cpu_cores": None if obs.cpu_cores is None else round(obs.cpu_cores, 1)}
+
+
+def _together(observations: list[GpuObservation]) -> GpuObservation:
+    """A group's observation: every GPU's trials; busy places, readings and free memory of the
+    GPU with the least (each must have room); OOMs of all; mean utilization."""
+    if len(observations) == 1:
+        return observations[0]
+    utils = [o.util for o in observations if o.util is not None]
+    tightest = min(observations, key=lambda o: float("inf") if o.free_mib is None else o.free_mib)
+    return GpuObservation(
+        gpu=observations[0].gpu, running=min(o.running for o in observations),
+        util=statistics.fmean(utils) if len(utils) == len(observations) else None,
+        readings=min(o.readings for o in observations),
+        free_mib=None if any(o.free_mib is None for o in observations) else tightest.free_mib,
+        running_mem_mib=tightest.running_mem_mib,
+        trials=tuple(t for o in observations for t in o.trials),
+        ooms=sum(o.ooms for o in observations), cpu_cores=observations[0].cpu_cores)

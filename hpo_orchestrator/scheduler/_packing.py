@@ -149,6 +149,7 @@ class HostObservation:
     concurrency: int  # trials at once now, over every GPU (the sum of the levels, capped)
     cap: int  # scheduler.parallel: the most trials at once
     mem_peak_mib: float | None  # expected peak GPU memory of the next trial (expected_peak_mib)
+    adds: int = 1  # trials one level up adds: one per GPU judged together (scheduler/_packer.py)
 
 
 @dataclass(frozen=True)
@@ -215,10 +216,10 @@ def _gain(level: int, trials: tuple[TrialTime, ...], below: int,
     slowdowns = [x - means[kind] for kind, xs in logs.items() for x in xs]
     if not slowdowns:
         return None
-    used = [base[kind] for kind in logs]
+    based_on = sum(len(base[kind]) for kind in logs)  # trials at the level below compared
+    error = _spread(logs, base) * math.sqrt(1 / len(slowdowns) + 1 / based_on)
     return _Gain(break_even / math.exp(statistics.fmean(slowdowns)), len(slowdowns), of_one_kind,
-                 fresh, sum(map(len, used)) < TRIALS_PER_LEVEL, _spread(logs, base) * math.sqrt(1 / len(slowdowns)
-                                                        + 1 / sum(map(len, used))))
+                 fresh, based_on < TRIALS_PER_LEVEL, error)
 
 
 def _spread(level: dict[str, list[float]], base: dict[str, tuple[float, ...]]) -> float:
@@ -320,8 +321,9 @@ def _held(policy: PackingPolicy, state: GpuLevel, obs: GpuObservation,
                 f"after {REPROBE_TRIALS} trials)")
     if host.concurrency >= host.cap:
         return f"at scheduler.parallel={host.cap} trials on this host"
-    if host.concurrency + 1 > host.cores:
-        return f"no CPU core for one more trial ({host.cores} cores, {host.concurrency} trials)"
+    if host.concurrency + host.adds > host.cores:
+        return (f"no CPU core for {host.adds} more trial(s) ({host.cores} cores, "
+                f"{host.concurrency} trials)")
     if obs.cpu_cores is not None and obs.cpu_cores >= policy.cpu_full * host.cores:
         return (f"host CPU: the running trials use {obs.cpu_cores:.1f} of {host.cores} cores "
                 f"(one more would only share them)")
