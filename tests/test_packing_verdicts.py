@@ -132,15 +132,18 @@ def test_a_shrinking_gain_stops_the_climb() -> None:
                 state.held or "")
 
 
-def test_the_simulation_script_replays_the_rules(capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_simulation_script_replays_the_rules(capsys: pytest.CaptureFixture[str],
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """scripts/sim_packing.py (docs/BENCHMARKS.md quotes it) runs the rules end to end."""
     import importlib.util
+    import sys
     from pathlib import Path
 
     path = Path(__file__).resolve().parent.parent / "scripts" / "sim_packing.py"
     spec = importlib.util.spec_from_file_location("sim_packing", path)
     assert spec is not None and spec.loader is not None
     sim = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "sim_packing", sim)  # its dataclasses look themselves up
     spec.loader.exec_module(sim)
     assert sim.main(["--trials", "12", "--seeds", "1", "--workloads", "gpu_mix"]) == 0
     line = capsys.readouterr().out
