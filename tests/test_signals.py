@@ -72,7 +72,8 @@ def test_a_signal_during_start_up_exits_130_like_a_stopped_run(tmp_path: Path, s
     _wait_for(lambda: (tmp_path / "starting").exists() or proc.poll() is not None)
     out, err = _stop(proc, sig)
     assert proc.returncode == 130, (out, err)
-    assert "stopped" in out and "Traceback" not in err, (out, err)
+    assert "stopped before the first trial started" in out and "Traceback" not in err, (out, err)
+    assert "marked FAIL" not in out
     assert not [r for r in _rows(tmp_path) if r["state"] == "RUNNING"]
 
 

@@ -15,7 +15,7 @@ from hpo_orchestrator.errors import mask_passwords
 __all__ = ["cmd_run", "cmd_submit"]
 
 
-def _stopped(again: str = "run the same command again") -> str:
+def _stopped(again: str) -> str:
     return f"stopped: running trials were marked FAIL (interrupted); {again} to resume"
 
 
@@ -24,15 +24,18 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
     Ctrl-C does: exit 130 with the stopped run's message, not the signal's 143."""
     from hpo_orchestrator._signals import handling_stop_signals
 
+    totals: list[int] = []  # the study's total as the run resolved it: the loop has begun
     try:
         with handling_stop_signals():
-            return _run_command(args, console)
-    except KeyboardInterrupt:
-        console.print(_stopped(), style="yellow", highlight=False, markup=False)
+            return _run_command(args, console, totals)
+    except KeyboardInterrupt:  # outside the loop, which handles its own stop signals
+        message = _stopped("run the same command again") if totals else (
+            "stopped before the first trial started; run the same command again to start")
+        console.print(message, style="yellow", highlight=False, markup=False)
         return 130
 
 
-def _run_command(args: argparse.Namespace, console: Console) -> int:
+def _run_command(args: argparse.Namespace, console: Console, totals: list[int]) -> int:
     from contextlib import AbstractContextManager
 
     import optuna
@@ -53,8 +56,6 @@ def _run_command(args: argparse.Namespace, console: Console) -> int:
         plain["storage"]["url"] = mask_url(plain["storage"]["url"])
         console.print(OmegaConf.to_yaml(plain), highlight=False, markup=False)
         return 0
-
-    totals: list[int] = []  # the study's total as the run resolved it (study.add_trials)
 
     def announce(run: PreparedRun) -> AbstractContextManager[Reporter]:
         totals.append(run.n_trials)
