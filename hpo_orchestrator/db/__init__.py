@@ -18,7 +18,9 @@ database made by the installed Optuna. Modules by concern:
 - ``_retry``: storage trouble during a run: its cause, retries for ``storage.retry_s``.
 - ``_best``: directions, the best trial or Pareto front, a trial's params (``best``);
 - ``_detail``: one trial in full, the failures' errors, the most recently run study;
-- ``_artifacts``: the artifacts Optuna's meta lists on trials, and the store each went to.
+- ``_artifacts``: the artifacts Optuna's meta lists on trials, and the store each went to;
+- ``_tally``: a study's kept tally, the trials since it, and status's reads of the summary's
+  indexes (medians, flags, failures) up to its watermark.
 
 Readers take a SQLAlchemy ``Connection`` and return plain Python values (states as
 'COMPLETE', timestamps as naive UTC datetimes) whatever the backend.
@@ -78,6 +80,7 @@ from hpo_orchestrator.db._schema import (
     insert_samples,
     insert_summary,
     summary_table,
+    tally_table,
     telemetry_table,
 )
 from hpo_orchestrator.db._study import (
@@ -90,6 +93,20 @@ from hpo_orchestrator.db._study import (
     study_id_of,
     to_datetime,
 )
+from hpo_orchestrator.db._tally import (
+    SinceTrial,
+    existing_ids,
+    fail_attrs,
+    failed_upto,
+    flags_upto,
+    has_tally_table,
+    ordered_window,
+    read_tally,
+    summarize,
+    summary_count_upto,
+    trials_since,
+    write_tally,
+)
 from hpo_orchestrator.db._telemetry import (
     Sample,
     has_telemetry_table,
@@ -101,6 +118,7 @@ from hpo_orchestrator.db._trials import (
     SummaryFlags,
     TrialRow,
     UncoveredTrial,
+    best_of,
     best_trial,
     has_summary_table,
     heartbeat_of,
@@ -124,12 +142,14 @@ __all__ = [
     "Retrying",
     "Sample",
     "ScoredTrial",
+    "SinceTrial",
     "StorageUnavailable",
     "StoredArtifact",
     "SummaryFlags",
     "TrialRow",
     "UncoveredTrial",
     "attempt_of",
+    "best_of",
     "best_trial",
     "best_trials",
     "check_schema",
@@ -142,11 +162,16 @@ __all__ = [
     "database_now",
     "downsample_trial",
     "ensure_tables",
+    "existing_ids",
+    "fail_attrs",
     "fail_errors",
+    "failed_upto",
     "file_lock",
     "first_line",
     "first_of_last",
+    "flags_upto",
     "has_summary_table",
+    "has_tally_table",
     "has_telemetry_table",
     "has_trial",
     "heartbeat_of",
@@ -162,8 +187,10 @@ __all__ = [
     "max_completed_step",
     "no_longer_running",
     "open_rdb_storage",
+    "ordered_window",
     "pareto_front",
     "read_errors",
+    "read_tally",
     "retention_candidates",
     "retrying_of",
     "retrying_rdb_storage",
@@ -179,11 +206,14 @@ __all__ = [
     "study_config",
     "study_directions",
     "study_id_of",
+    "summarize",
+    "summary_count_upto",
     "summary_flags",
     "summary_max_complete_step",
     "summary_prune_steps",
     "summary_rows",
     "summary_table",
+    "tally_table",
     "telemetry_rows",
     "telemetry_samples",
     "telemetry_table",
@@ -193,8 +223,10 @@ __all__ = [
     "trial_params",
     "trial_rows",
     "trial_values",
+    "trials_since",
     "trials_with_values",
     "trouble_of",
     "uncovered_trials",
+    "write_tally",
     "write_trial_attrs",
 ]

@@ -17,7 +17,7 @@ from sqlalchemy.engine import Connection
 
 from hpo_orchestrator.db._study import state_name, to_datetime
 
-__all__ = ["SummaryFlags", "TrialRow", "UncoveredTrial", "best_trial", "has_summary_table",
+__all__ = ["SummaryFlags", "TrialRow", "UncoveredTrial", "best_of", "best_trial", "has_summary_table",
            "heartbeat_of", "state_counts", "summary_flags", "summary_max_complete_step",
            "summary_prune_steps", "summary_rows", "trial_rows", "trial_values", "uncovered_trials"]
 
@@ -56,7 +56,7 @@ _FLAGS_SQL = (
 _BEST_SQL = (
     "SELECT t.trial_id, t.number, v.value FROM trials t JOIN trial_values v "
     "ON v.trial_id = t.trial_id WHERE t.study_id = :s AND t.state = 'COMPLETE' "
-    "AND v.objective = 0 AND v.value IS NOT NULL ORDER BY v.value {order} LIMIT 1")
+    "AND v.objective = 0 AND v.value IS NOT NULL ORDER BY v.value {order}, t.number LIMIT 1")
 _PARAMS_SQL = "SELECT param_name, param_value, distribution_json FROM trial_params WHERE trial_id = :t"
 _HEARTBEAT_SQL = "SELECT heartbeat FROM trial_heartbeats WHERE trial_id = :t"
 _VALUES_SQL = (
@@ -191,13 +191,19 @@ def summary_flags(connection: Connection, study_id: int) -> list[SummaryFlags]:
 
 
 def best_trial(connection: Connection, study_id: int, direction: str) -> dict[str, Any] | None:
-    """The best COMPLETE trial: number, value and params (categoricals as their choice)."""
+    """The best COMPLETE trial (the lowest number among equals): number, value and params
+    (categoricals as their choice)."""
     order = "ASC" if direction == "minimize" else "DESC"
     row = connection.execute(text(_BEST_SQL.format(order=order)), {"s": study_id}).first()
     if row is None:
         return None
-    params = connection.execute(text(_PARAMS_SQL), {"t": row[0]}).all()
-    return {"number": row[1], "value": row[2],
+    return best_of(connection, row[0], row[1], row[2])
+
+
+def best_of(connection: Connection, trial_id: int, number: int, value: float) -> dict[str, Any]:
+    """A trial as ``best`` shows it: number, value and params."""
+    params = connection.execute(text(_PARAMS_SQL), {"t": trial_id}).all()
+    return {"number": number, "value": value,
             "params": {p: _param_value(v, d) for p, v, d in params}}
 
 
