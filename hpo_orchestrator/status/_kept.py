@@ -26,7 +26,7 @@ from hpo_orchestrator.status._common import (
 )
 from hpo_orchestrator.status._findings import find_all
 from hpo_orchestrator.status._model import DeviceUse, StateStats, StatusReport, StudyFacts
-from hpo_orchestrator.status._tally import VERSION, Tally
+from hpo_orchestrator.status._tally import VERSION, Tally, trusted
 
 __all__ = ["collect_kept"]
 
@@ -34,19 +34,14 @@ _STATES = ("COMPLETE", "PRUNED", "FAIL", "RUNNING", "QUEUED", "WAITING")
 
 
 def _tally_of(connection: Connection, study_id: int, name: str) -> Tally | None:
-    """The study's tally if status can trust it: of this version, exact, and counting as many
-    trials as there are summary rows up to its watermark (rows deleted, or written for a hole
-    by an older orchestrator, make it wrong)."""
+    """The study's tally if status can trust it (status/_tally.py's ``trusted``)."""
     if not db.has_tally_table(connection):
         return None
     stored = db.read_tally(connection, study_id)
     if stored is None or stored[0] != VERSION:
         return None
     tally = Tally.from_json(stored[1])
-    if not tally.exact or tally.study_name != name:
-        return None
-    upto, in_holes = db.summary_count_upto(connection, study_id, tally.watermark, tally.holes)
-    return tally if upto == tally.folded and not in_holes else None
+    return tally if trusted(connection, study_id, name, tally) else None
 
 
 def _median(window: Callable[[int, int], list[float]], stored: int, extra: list[float]) -> float | None:
@@ -139,7 +134,7 @@ def collect_kept(connection: Connection, study_id: int, name: str, directions: l
         prune_steps=dict(sorted(tally.prune_steps.items())),
         best=_best(connection, tally, directions[0]) if len(directions) == 1 else None,
         directions=directions, best_trials=pareto(connection, study_id, directions),
-        per_device=_device_use(tally, listed, len(hosts)), running=running,
+        per_device=_device_use(tally, listed), running=running,
         fail_reasons=dict(sorted(reasons.items())),
         wall_s=None if window is None else window[2] - window[0], queued=queued,
         min_resource_auto=study_attrs.get("hpo.pruner.min_resource_auto"),
@@ -159,10 +154,12 @@ def _best(connection: Connection, tally: Tally, direction: str) -> dict[str, Any
     return None if best is None else db.best_of(connection, best[2], best[1], best[0])
 
 
-def _device_use(tally: Tally, listed: dict[str, list[dict[str, Any]]], hosts: int) -> list[DeviceUse]:
-    """As _collect's: the busy time is the union of a device's intervals, all of which lie in
+def _device_use(tally: Tally, listed: dict[str, list[dict[str, Any]]]) -> list[DeviceUse]:
+    """As _collect's (labels count the hosts of the trials on devices: queued ones are not);
+    the busy time is the union of a device's intervals, all of which lie in
     the study's window; the part of it after the last start (``queued_hi``) is one stretch,
     from there to the device's last end, as no interval starts later."""
+    hosts = len({d.host for d in tally.devices if d.host} | set(listed))
     inventory: dict[tuple[str | None, int | None], DeviceUse] = {}
     for key in [*((h, g["index"]) for h, devices in listed.items() for g in devices),
                 *((d.host, d.gpu_index) for d in tally.devices)]:

@@ -26,7 +26,7 @@ from sqlalchemy.engine import Connection
 from hpo_orchestrator import db
 from hpo_orchestrator.db import TrialRow
 
-__all__ = ["VERSION", "DeviceTally", "Tally", "advance"]
+__all__ = ["VERSION", "DeviceTally", "Tally", "advance", "trusted"]
 
 VERSION = 1  # of the JSON: a tally of another version is rebuilt by the next run
 
@@ -193,7 +193,7 @@ def advance(connection: Connection, study_id: int, study_name: str, rebuild: boo
     """
     stored = db.read_tally(connection, study_id, for_update=True)
     tally = Tally.from_json(stored[1]) if stored is not None and stored[0] == VERSION else None
-    if rebuild and (tally is None or not tally.exact or tally.study_name != study_name):
+    if rebuild and (tally is None or not trusted(connection, study_id, study_name, tally)):
         tally = Tally(study_name=study_name)
     if tally is None or not tally.exact:
         return
@@ -225,6 +225,16 @@ def advance(connection: Connection, study_id: int, study_name: str, rebuild: boo
     tally.watermark, tally.holes = top, sorted(set(holes))
     tally.fold_before(hole_starts)
     db.write_tally(connection, study_id, VERSION, tally.to_json())
+
+
+def trusted(connection: Connection, study_id: int, study_name: str, tally: Tally) -> bool:
+    """Exact, of this study, and counting as many trials as there are summary rows up to its
+    watermark (none of them a hole's): rows deleted, or written for a hole by an older
+    orchestrator, would make it wrong."""
+    if not tally.exact or tally.study_name != study_name:
+        return False
+    upto, in_holes = db.summary_count_upto(connection, study_id, tally.watermark, tally.holes)
+    return upto == tally.folded and not in_holes
 
 
 def _fits(trial: db.SinceTrial) -> bool:
