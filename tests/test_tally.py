@@ -10,6 +10,7 @@ reports: equal, but for sums, which may differ in their last bits (another summi
 from __future__ import annotations
 
 import random
+import sqlite3
 import statistics
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -37,7 +38,7 @@ def _same(full: Any, kept: Any, path: str = "") -> None:
             _same(full[key], kept[key], f"{path}.{key}")
     elif isinstance(full, list) and isinstance(kept, list):
         assert len(full) == len(kept), path
-        for i, (a, b) in enumerate(zip(full, kept)):
+        for i, (a, b) in enumerate(zip(full, kept, strict=True)):
             _same(a, b, f"{path}[{i}]")
     elif isinstance(full, float) and isinstance(kept, float):
         assert kept == pytest.approx(full, rel=1e-12, abs=1e-12), path
@@ -45,7 +46,8 @@ def _same(full: Any, kept: Any, path: str = "") -> None:
         assert kept == full, path
 
 
-def _compare(url: str, study: str, monkeypatch: pytest.MonkeyPatch, kept_expected: bool = True) -> Tally | None:
+def _compare(url: str, study: str, monkeypatch: pytest.MonkeyPatch,
+             kept_expected: bool = True) -> Tally | None:
     """Both reports of the study, compared; the tally status trusted (None: it fell back)."""
     now = datetime.now().timestamp()
     monkeypatch.setattr(_collect.time, "time", lambda: now)
@@ -100,22 +102,17 @@ def test_tally_then_trials_told_by_optuna(tmp_path: Path, monkeypatch: pytest.Mo
     _advance(url)
     tally = _compare(url, "big", monkeypatch)
     assert tally is not None and tally.folded == summarized + 3 + 1 + 3
-    with sqlite3_connect(tmp_path / "s.db") as con:  # each folded trial has its summary row
+    with sqlite3.connect(tmp_path / "s.db") as con:  # each folded trial has its summary row
         assert con.execute("SELECT COUNT(*) FROM hpo_trial_summary").fetchone()[0] == tally.folded
     _advance(url)  # nothing new: nothing changes
     assert _compare(url, "big", monkeypatch) == tally
-
-
-def sqlite3_connect(path: Path) -> Any:
-    import sqlite3
-    return sqlite3.connect(path)
 
 
 def test_falls_back_when_the_tally_does_not_match(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     url = _study(tmp_path / "s.db", 30)
     _advance(url, rebuild=True)
     _compare(url, "big", monkeypatch)
-    with sqlite3_connect(tmp_path / "s.db") as con:  # a summary row gone: the counts differ
+    with sqlite3.connect(tmp_path / "s.db") as con:  # a summary row gone: the counts differ
         con.execute("DELETE FROM hpo_trial_summary WHERE number = 3")
     _compare(url, "big", monkeypatch, kept_expected=False)
     _advance(url, rebuild=True)  # a rebuild folds it in again, from its attrs
