@@ -24,34 +24,38 @@ __all__ = ["SinceTrial", "existing_ids", "fail_attrs", "failed_upto", "flags_upt
 
 _TALLY_SQL = "SELECT version, tally FROM hpo_study_tally WHERE study_id = :s"
 _TALLY_LOCK_SQL = _TALLY_SQL + " FOR UPDATE"  # PostgreSQL: one writer of a study's tally at once
-_SINCE = "(t.trial_id > :w OR t.trial_id IN :holes)"
+# Each read of the trials since runs twice, for ids above the watermark and for the holes: an
+# OR of the two would make sqlite scan the study's trials instead of a range of its index.
+_SINCE = ("t.trial_id > :w", "t.trial_id IN :holes")
 _SINCE_TRIALS_SQL = (
     "SELECT t.trial_id, t.number, t.state, t.datetime_start, t.datetime_complete, "
     "(SELECT MAX(iv.step) FROM trial_intermediate_values iv WHERE iv.trial_id = t.trial_id), "
     "(SELECT v.value FROM trial_values v WHERE v.trial_id = t.trial_id AND v.objective = 0) "
-    f"FROM trials t WHERE t.study_id = :s AND {_SINCE}")
+    "FROM trials t WHERE t.study_id = :s AND {since}")
 _SINCE_SUMMARY_SQL = (
     "SELECT t.trial_id, t.number, t.state, t.host, t.gpu_index, t.start_s, t.end_s, t.startup_s, "
     "t.first_decision_s, t.gpu_util_mean, t.gpu_util_compute_mean, t.gpu_energy_j, t.last_step, "
     "t.gpu_verified, t.opencl_platform, t.params_mismatch, t.fail_reason "
-    f"FROM hpo_trial_summary t WHERE t.study_id = :s AND {_SINCE}")
+    "FROM hpo_trial_summary t WHERE t.study_id = :s AND {since}")
 _SINCE_ATTRS_SQL = (
     "SELECT a.trial_id, a.key, a.value_json FROM trial_user_attributes a JOIN trials t "
-    f"ON t.trial_id = a.trial_id WHERE t.study_id = :s AND {_SINCE} AND a.key IN :keys")
+    "ON t.trial_id = a.trial_id WHERE t.study_id = :s AND {since} AND a.key IN :keys")
 _EXISTING_IDS_SQL = ("SELECT trial_id FROM trials WHERE (trial_id > :lo AND trial_id <= :hi) "
                      "OR trial_id IN :holes")
 _COUNT_UPTO_SQL = "SELECT COUNT(*) FROM hpo_trial_summary WHERE study_id = :s AND trial_id <= :w"
 _COUNT_HOLES_SQL = "SELECT COUNT(*) FROM hpo_trial_summary WHERE trial_id IN :holes"
-# The expression and the filters are the index's (db/_schema.py), so sqlite walks it in order.
+# The expression and the filters are the index's (db/_schema.py), so sqlite walks it in order;
+# ``+trial_id`` keeps sqlite from preferring the study_id index for the watermark's range (then
+# it sorts every row: 0.10 s against 0.013 s on 100k trials).
 _ORDERED_SQL = {
     "duration": ("SELECT end_s - start_s FROM hpo_trial_summary WHERE study_id = :s AND state = :state "
-                 "AND end_s - start_s IS NOT NULL AND trial_id <= :w ORDER BY end_s - start_s "
+                 "AND end_s - start_s IS NOT NULL AND +trial_id <= :w ORDER BY end_s - start_s "
                  "LIMIT :n OFFSET :o"),
     "startup_s": ("SELECT startup_s FROM hpo_trial_summary WHERE study_id = :s AND startup_s IS NOT "
-                  "NULL AND first_decision_s IS NOT NULL AND trial_id <= :w ORDER BY startup_s "
+                  "NULL AND first_decision_s IS NOT NULL AND +trial_id <= :w ORDER BY startup_s "
                   "LIMIT :n OFFSET :o"),
     "first_decision_s": ("SELECT first_decision_s FROM hpo_trial_summary WHERE study_id = :s AND "
-                         "first_decision_s IS NOT NULL AND startup_s IS NOT NULL AND trial_id <= :w "
+                         "first_decision_s IS NOT NULL AND startup_s IS NOT NULL AND +trial_id <= :w "
                          "ORDER BY first_decision_s LIMIT :n OFFSET :o")}
 _DURATION_WINDOW_SQL = _ORDERED_SQL["duration"]
 _STARTUP_WINDOW_SQL = _ORDERED_SQL["startup_s"]
@@ -99,8 +103,18 @@ def write_tally(connection: Connection, study_id: int, version: int, tally: str)
                                                    "tally": tally}])
 
 
-def _since(sql: str) -> Any:
-    return text(sql).bindparams(bindparam("holes", expanding=True))
+def _since(connection: Connection, sql: str, params: dict[str, Any]) -> list[Any]:
+    """The rows of ``sql`` for the ids above the watermark, then for the holes."""
+    above = text(sql.format(since=_SINCE[0]))
+    if "keys" in params:
+        above = above.bindparams(bindparam("keys", expanding=True))
+    rows = list(connection.execute(above, params))
+    if params["holes"]:
+        statement = text(sql.format(since=_SINCE[1])).bindparams(bindparam("holes", expanding=True))
+        if "keys" in params:
+            statement = statement.bindparams(bindparam("keys", expanding=True))
+        rows += connection.execute(statement, params)
+    return rows
 
 
 def trials_since(connection: Connection, study_id: int, watermark: int,
@@ -109,13 +123,13 @@ def trials_since(connection: Connection, study_id: int, watermark: int,
     params = {"s": study_id, "w": watermark, "holes": list(holes)}
     values: dict[int, Any] = {}
     trials = {}
-    for trial_id, number, state, start, end, last_step, value in connection.execute(
-            _since(_SINCE_TRIALS_SQL), params):
+    for trial_id, number, state, start, end, last_step, value in _since(
+            connection, _SINCE_TRIALS_SQL, params):
         trials[int(trial_id)] = (int(number), state_name(state), to_datetime(start),
                                  to_datetime(end), last_step)
         values[int(trial_id)] = value
     found = {}
-    for r in connection.execute(_since(_SINCE_SUMMARY_SQL), params):
+    for r in _since(connection, _SINCE_SUMMARY_SQL, params):
         trial_id = int(r[0])
         if trial_id in trials:
             found[trial_id] = SinceTrial(trial_id, TrialRow(*r[1:13]), SummaryFlags(
@@ -123,8 +137,8 @@ def trials_since(connection: Connection, study_id: int, watermark: int,
                 json.loads(r[15]) if r[15] else None, r[16] or None), {}, values[trial_id], True)
     attrs: dict[int, dict[str, Any]] = {}
     if len(found) < len(trials):
-        statement = _since(_SINCE_ATTRS_SQL).bindparams(bindparam("keys", expanding=True))
-        for trial_id, key, value in connection.execute(statement, {**params, "keys": list(_ATTR_KEYS)}):
+        for trial_id, key, value in _since(connection, _SINCE_ATTRS_SQL,
+                                           {**params, "keys": list(_ATTR_KEYS)}):
             if int(trial_id) not in found:
                 attrs.setdefault(int(trial_id), {})[key] = json.loads(value)
     for trial_id, (number, state, start, end, last_step) in trials.items():

@@ -35,8 +35,8 @@ _STATES = ("COMPLETE", "PRUNED", "FAIL", "RUNNING", "QUEUED", "WAITING")
 
 def _tally_of(connection: Connection, study_id: int, name: str) -> Tally | None:
     """The study's tally if status can trust it (status/_tally.py's ``trusted``)."""
-    if not db.has_tally_table(connection):
-        return None
+    if not db.has_tally_table(connection) or not db.has_summary_table(connection):
+        return None  # a copy without the summary (test_telemetry.py's "plain" study)
     stored = db.read_tally(connection, study_id)
     if stored is None or stored[0] != VERSION:
         return None
