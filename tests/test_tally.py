@@ -167,11 +167,11 @@ def test_orchestrator_optuna_and_reaper_ends(tmp_path: Path, monkeypatch: pytest
     are read one by one, then folded in by the next run's trials."""
     args = ("run", "objective=custom", TARGET + "quadratic", "pruner=none", "scheduler.parallel=2",
             "scheduler.gpus=none", "telemetry.enabled=false", f"scheduler.lease_dir={tmp_path / 'l'}")
-    first = run_cli(tmp_path, *args, "study.n_trials=5")
+    first = run_cli(tmp_path, *args, "study.n_trials=12")
     assert first.code == 0, first.stderr
     url = f"sqlite:///{first.db}"
     tally = _compare(url, "hpo", monkeypatch)
-    assert tally is not None and tally.folded == 5
+    assert tally is not None and tally.folded == 12
 
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     study = optuna.load_study(study_name="hpo", storage=url)

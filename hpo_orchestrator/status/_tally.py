@@ -29,6 +29,7 @@ from hpo_orchestrator.db import TrialRow
 __all__ = ["VERSION", "DeviceTally", "Tally", "advance", "trusted"]
 
 VERSION = 1  # of the JSON: a tally of another version is rebuilt by the next run
+_HOLE_MARGIN_S = 1.0
 
 
 @dataclass
@@ -160,7 +161,9 @@ class Tally:
         """Shorten each device's segments: a trial folded in later is a hole now (it starts no
         earlier than its Optuna start: the orchestrator asks, then spawns) or not yet asked
         (it starts after every trial of its host so far: a device is one host's clock)."""
-        earliest = min(hole_starts, default=math.inf)
+        # A hole's start is read from Optuna's datetime_start (microseconds, rounded): its
+        # summary start may lie a little before it. A second of margin keeps it after the frontier.
+        earliest = min(hole_starts, default=math.inf) - _HOLE_MARGIN_S
         for use in self.devices:
             if use.max_start is not None:
                 use.fold_before(min(earliest, use.max_start))
