@@ -24,7 +24,7 @@ import sys
 import tempfile
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -704,6 +704,8 @@ def _(built: Built, connection: Connection) -> None:
 
 @case("tally.TALLY")
 @case("tally.TALLY_LOCK")
+@case("tally.TALLY_UPDATE")
+@case("tally.TALLY_INSERT")
 def _(built: Built, connection: Connection) -> None:
     with connection.begin() as transaction:
         assert db.read_tally(connection, built.study_id) is None
@@ -734,6 +736,28 @@ def _(built: Built, connection: Connection) -> None:
     assert db.trials_since(connection, built.study_id, ids[5], []) == []
 
 
+@case("tally.SUMMARIZE")
+def _(built: Built, connection: Connection) -> None:
+    ids = built.trial_ids
+    with connection.begin() as transaction:
+        one = db.trials_since(connection, built.study_id, ids[1] - 1, [])[0]
+        assert one.trial_id == ids[1] and not one.summarized
+        db.summarize(connection, built.study_id, one)
+        again = db.trials_since(connection, built.study_id, ids[1] - 1, [])[0]
+        assert again.summarized and again.row == one.row and again.flags == one.flags
+        transaction.rollback()
+
+
+@case("sql.TABLES")
+def _(built: Built, connection: Connection) -> None:
+    from hpo_orchestrator.db._sql import has_table
+
+    assert has_table(connection, "hpo_trial_summary") and not has_table(connection, "nope")
+    if built.backend == "sqlite":  # status --json's own connection (db/_sql.py)
+        with closing(sqlite3.connect(built.url.removeprefix("sqlite:///"))) as plain:
+            assert has_table(plain, "hpo_trial_summary") and not has_table(plain, "nope")
+
+
 @case("tally.EXISTING_IDS")
 def _(built: Built, connection: Connection) -> None:
     ids = built.trial_ids
@@ -754,27 +778,30 @@ def _(built: Built, connection: Connection) -> None:
 @case("tally.DECISION_WINDOW")
 def _(built: Built, connection: Connection) -> None:
     ids, study = built.trial_ids, built.study_id
-    durations = db.ordered_window(connection, study, ids[5], "duration", 0, 10, "COMPLETE")
+    durations = db.ordered_window(connection, study, ids[5], [], "duration", 0, 10, "COMPLETE")
     assert durations == [pytest.approx(10.0)]
-    assert db.ordered_window(connection, study, ids[0], "duration", 0, 10, "PRUNED") == []
-    assert db.ordered_window(connection, study, ids[5], "startup_s", 1, 5) == [1.0, 1.0]
-    assert db.ordered_window(connection, study, ids[2], "first_decision_s", 0, 1) == [3.0]
+    assert db.ordered_window(connection, study, ids[0], [], "duration", 0, 10, "PRUNED") == []
+    assert db.ordered_window(connection, study, ids[5], [], "startup_s", 1, 5) == [1.0, 1.0]
+    assert db.ordered_window(connection, study, ids[5], [ids[0]], "startup_s", 0, 5) == [1.0, 1.0]
+    assert db.ordered_window(connection, study, ids[2], [], "first_decision_s", 0, 1) == [3.0]
 
 
 @case("tally.FLAGS_UPTO")
 def _(built: Built, connection: Connection) -> None:
     ids = built.trial_ids
-    assert sorted(db.flags_upto(connection, built.study_id, ids[5])) == [
+    assert sorted(db.flags_upto(connection, built.study_id, ids[5], [])) == [
         (0, False, "PoCL", {"lr": [0.1, 0.2]}, None), (3, None, None, None, "oom")]
-    assert [f.number for f in db.flags_upto(connection, built.study_id, ids[2])] == [0]
+    assert [f.number for f in db.flags_upto(connection, built.study_id, ids[2], [])] == [0]
+    assert [f.number for f in db.flags_upto(connection, built.study_id, ids[5], [ids[0]])] == [3]
 
 
 @case("tally.FAILED_UPTO")
 @case("tally.FAIL_ATTRS")
 def _(built: Built, connection: Connection) -> None:
     ids = built.trial_ids
-    assert db.failed_upto(connection, built.study_id, ids[5]) == [ids[3]]
-    assert db.failed_upto(connection, built.study_id, ids[2]) == []
+    assert db.failed_upto(connection, built.study_id, ids[5], []) == [ids[3]]
+    assert db.failed_upto(connection, built.study_id, ids[5], [ids[3]]) == []
+    assert db.failed_upto(connection, built.study_id, ids[2], []) == []
     assert db.fail_attrs(connection, [ids[3], ids[0]]) == {
         3: {"hpo.fail_reason": "oom", "hpo.retried": True}}
 

@@ -28,110 +28,167 @@ Readers take a SQLAlchemy ``Connection`` and return plain Python values (states 
 
 from __future__ import annotations
 
-from hpo_orchestrator.db._artifacts import StoredArtifact, trial_artifacts
-from hpo_orchestrator.db._best import ScoredTrial, best_trials, pareto_front, study_directions, trial_params
-from hpo_orchestrator.db._budget import (
-    claimed_rows_after,
-    count_claimed,
-    count_claimed_upto,
-    count_running,
-    lock_study_budget,
-    settled_upto,
-)
-from hpo_orchestrator.db._curves import (
-    CurveTrial,
-    first_of_last,
-    intermediate_values,
-    step_timings,
-    trials_with_values,
-)
-from hpo_orchestrator.db._detail import fail_errors, latest_study, trial_detail
-from hpo_orchestrator.db._engine import (
-    ADVISORY_NAMESPACE,
-    check_url,
-    create_engine,
-    file_lock,
-    lock_file,
-    mask_url,
-    mask_url_in,
-    open_rdb_storage,
-    setup_lock,
-    sqlite_path,
-)
-from hpo_orchestrator.db._retention import RetentionRaced, downsample_trial, retention_candidates
-from hpo_orchestrator.db._retry import (
-    Retrying,
-    StorageUnavailable,
-    first_line,
-    retrying_of,
-    retrying_rdb_storage,
-    trouble_of,
-)
-from hpo_orchestrator.db._run import (
-    attempt_of,
-    max_completed_step,
-    no_longer_running,
-    running_among,
-    write_trial_attrs,
-)
-from hpo_orchestrator.db._schema import (
-    TELEMETRY_COLUMNS,
-    ensure_tables,
-    insert_samples,
-    insert_summary,
-    summary_table,
-    tally_table,
-    telemetry_table,
-)
-from hpo_orchestrator.db._study import (
-    database_now,
-    list_studies,
-    read_errors,
-    state_name,
-    study_attrs,
-    study_config,
-    study_id_of,
-    to_datetime,
-)
-from hpo_orchestrator.db._tally import (
-    SinceTrial,
-    existing_ids,
-    fail_attrs,
-    failed_upto,
-    flags_upto,
-    has_tally_table,
-    ordered_window,
-    read_tally,
-    summarize,
-    summary_count_upto,
-    trials_since,
-    write_tally,
-)
-from hpo_orchestrator.db._telemetry import (
-    Sample,
-    has_telemetry_table,
-    has_trial,
-    telemetry_rows,
-    telemetry_samples,
-)
-from hpo_orchestrator.db._trials import (
-    SummaryFlags,
-    TrialRow,
-    UncoveredTrial,
-    best_of,
-    best_trial,
-    has_summary_table,
-    heartbeat_of,
-    state_counts,
-    summary_flags,
-    summary_max_complete_step,
-    summary_prune_steps,
-    summary_rows,
-    trial_rows,
-    trial_values,
-    uncovered_trials,
-)
-from hpo_orchestrator.db._version import SCHEMA_REVISION, check_schema
+import importlib
+from typing import TYPE_CHECKING
+
+# Each name is imported from its module on first use (PEP 562), so that a command imports only
+# what it reads with: ``status --json`` on sqlite reads through sqlite3 and never imports
+# SQLAlchemy (db/_sql.py); type checkers see the plain imports.
+if TYPE_CHECKING:
+    from hpo_orchestrator.db._artifacts import StoredArtifact, trial_artifacts
+    from hpo_orchestrator.db._best import (
+        ScoredTrial,
+        best_trials,
+        pareto_front,
+        study_directions,
+        trial_params,
+    )
+    from hpo_orchestrator.db._budget import (
+        claimed_rows_after,
+        count_claimed,
+        count_claimed_upto,
+        count_running,
+        lock_study_budget,
+        settled_upto,
+    )
+    from hpo_orchestrator.db._curves import (
+        CurveTrial,
+        first_of_last,
+        intermediate_values,
+        step_timings,
+        trials_with_values,
+    )
+    from hpo_orchestrator.db._detail import fail_errors, latest_study, trial_detail
+    from hpo_orchestrator.db._engine import (
+        ADVISORY_NAMESPACE,
+        check_url,
+        create_engine,
+        file_lock,
+        lock_file,
+        mask_url,
+        mask_url_in,
+        open_rdb_storage,
+        setup_lock,
+        sqlite_path,
+    )
+    from hpo_orchestrator.db._retention import RetentionRaced, downsample_trial, retention_candidates
+    from hpo_orchestrator.db._retry import (
+        Retrying,
+        StorageUnavailable,
+        first_line,
+        retrying_of,
+        retrying_rdb_storage,
+        trouble_of,
+    )
+    from hpo_orchestrator.db._run import (
+        attempt_of,
+        max_completed_step,
+        no_longer_running,
+        running_among,
+        write_trial_attrs,
+    )
+    from hpo_orchestrator.db._schema import (
+        TELEMETRY_COLUMNS,
+        ensure_tables,
+        insert_samples,
+        insert_summary,
+        summary_table,
+        tally_table,
+        telemetry_table,
+    )
+    from hpo_orchestrator.db._sql import open_sqlite
+    from hpo_orchestrator.db._study import (
+        database_now,
+        list_studies,
+        read_errors,
+        state_name,
+        study_attrs,
+        study_config,
+        study_id_of,
+        to_datetime,
+    )
+    from hpo_orchestrator.db._tally import (
+        SinceTrial,
+        existing_ids,
+        fail_attrs,
+        failed_upto,
+        flags_upto,
+        has_tally_table,
+        ordered_window,
+        read_tally,
+        summarize,
+        summary_count_upto,
+        trials_since,
+        write_tally,
+    )
+    from hpo_orchestrator.db._telemetry import (
+        Sample,
+        has_telemetry_table,
+        has_trial,
+        telemetry_rows,
+        telemetry_samples,
+    )
+    from hpo_orchestrator.db._trials import (
+        SummaryFlags,
+        TrialRow,
+        UncoveredTrial,
+        best_of,
+        best_trial,
+        has_summary_table,
+        heartbeat_of,
+        state_counts,
+        summary_flags,
+        summary_max_complete_step,
+        summary_prune_steps,
+        summary_rows,
+        trial_rows,
+        trial_values,
+        uncovered_trials,
+    )
+    from hpo_orchestrator.db._version import SCHEMA_REVISION, check_schema
+
+_MODULES = {
+    "open_sqlite": "_sql",
+    **dict.fromkeys(["StoredArtifact", "trial_artifacts"], "_artifacts"),
+    **dict.fromkeys(["ScoredTrial", "best_trials", "pareto_front", "study_directions",
+                     "trial_params"], "_best"),
+    **dict.fromkeys(["claimed_rows_after", "count_claimed", "count_claimed_upto", "count_running",
+                     "lock_study_budget", "settled_upto"], "_budget"),
+    **dict.fromkeys(["CurveTrial", "first_of_last", "intermediate_values", "step_timings",
+                     "trials_with_values"], "_curves"),
+    **dict.fromkeys(["fail_errors", "latest_study", "trial_detail"], "_detail"),
+    **dict.fromkeys(["ADVISORY_NAMESPACE", "check_url", "create_engine", "file_lock", "lock_file",
+                     "mask_url", "mask_url_in", "open_rdb_storage", "setup_lock", "sqlite_path"], "_engine"),
+    **dict.fromkeys(["RetentionRaced", "downsample_trial", "retention_candidates"], "_retention"),
+    **dict.fromkeys(["Retrying", "StorageUnavailable", "first_line", "retrying_of",
+                     "retrying_rdb_storage", "trouble_of"], "_retry"),
+    **dict.fromkeys(["attempt_of", "max_completed_step", "no_longer_running", "running_among",
+                     "write_trial_attrs"], "_run"),
+    **dict.fromkeys(["TELEMETRY_COLUMNS", "ensure_tables", "insert_samples", "insert_summary",
+                     "summary_table", "tally_table", "telemetry_table"], "_schema"),
+    **dict.fromkeys(["database_now", "list_studies", "read_errors", "state_name", "study_attrs",
+                     "study_config", "study_id_of", "to_datetime"], "_study"),
+    **dict.fromkeys(["SinceTrial", "existing_ids", "fail_attrs", "failed_upto", "flags_upto",
+                     "has_tally_table", "ordered_window", "read_tally", "summarize",
+                     "summary_count_upto", "trials_since", "write_tally"], "_tally"),
+    **dict.fromkeys(["Sample", "has_telemetry_table", "has_trial", "telemetry_rows",
+                     "telemetry_samples"], "_telemetry"),
+    **dict.fromkeys(["SummaryFlags", "TrialRow", "UncoveredTrial", "best_of", "best_trial",
+                     "has_summary_table", "heartbeat_of", "state_counts", "summary_flags",
+                     "summary_max_complete_step", "summary_prune_steps", "summary_rows", "trial_rows",
+                     "trial_values", "uncovered_trials"], "_trials"),
+    **dict.fromkeys(["SCHEMA_REVISION", "check_schema"], "_version"),
+}
+
+
+def __getattr__(name: str) -> object:
+    module = _MODULES.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value  # the next lookup is a plain one
+    return value
+
 
 __all__ = [
     "ADVISORY_NAMESPACE",
@@ -187,6 +244,7 @@ __all__ = [
     "max_completed_step",
     "no_longer_running",
     "open_rdb_storage",
+    "open_sqlite",
     "ordered_window",
     "pareto_front",
     "read_errors",

@@ -25,6 +25,8 @@ from sqlalchemy import Boolean, Column, DateTime, Float, Index, Integer, MetaDat
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.schema import CreateIndex
 
+from hpo_orchestrator.db._tally import FLAGGED_WHERE
+
 __all__ = ["TELEMETRY_COLUMNS", "ensure_tables", "insert_samples", "insert_summary", "summary_table",
            "tally_table", "telemetry_table"]
 
@@ -78,7 +80,6 @@ summary_table = Table(
 # of every row (trial_id last: the tally's watermark filter is answered from the index too).
 # Partial indexes keep the rare rows (flags, failures) findable without a scan; their WHERE
 # is the text of the queries that use them (db/_tally.py), as sqlite requires.
-FLAGGED_WHERE = "gpu_verified = false OR params_mismatch IS NOT NULL OR fail_reason IS NOT NULL"
 _SUMMARY_INDEXES = [
     Index("ix_hpo_summary_duration", summary_table.c.study_id, summary_table.c.state,
           text("(end_s - start_s)"), summary_table.c.trial_id),

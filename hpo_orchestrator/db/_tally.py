@@ -9,20 +9,31 @@ belong to trials status reads one by one.
 from __future__ import annotations
 
 import json
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from sqlalchemy import bindparam, inspect, text
-from sqlalchemy.engine import Connection
-
-from hpo_orchestrator.db._schema import FLAGGED_WHERE, summary_table, tally_table
+from hpo_orchestrator.db._sql import dialect, fetch_all, fetch_one, has_table, rows, scalar
 from hpo_orchestrator.db._study import state_name, to_datetime
 from hpo_orchestrator.db._trials import _ATTR_KEYS, SummaryFlags, TrialRow, _number
+
+if TYPE_CHECKING:
+    from hpo_orchestrator.db._sql import Readable
 
 __all__ = ["SinceTrial", "existing_ids", "fail_attrs", "failed_upto", "flags_upto", "has_tally_table",
            "ordered_window", "read_tally", "summarize", "summary_count_upto", "trials_since",
            "write_tally"]
 
+# The flagged summary rows: the WHERE of a partial index (db/_schema.py) and of the query.
+FLAGGED_WHERE = "gpu_verified = false OR params_mismatch IS NOT NULL OR fail_reason IS NOT NULL"
 _TALLY_SQL = "SELECT version, tally FROM hpo_study_tally WHERE study_id = :s"
+_TALLY_UPDATE_SQL = "UPDATE hpo_study_tally SET version = :v, tally = :t WHERE study_id = :s"
+_TALLY_INSERT_SQL = "INSERT INTO hpo_study_tally (study_id, version, tally) VALUES (:s, :v, :t)"
+_SUMMARIZE_SQL = (
+    "INSERT INTO hpo_trial_summary (trial_id, study_id, number, state, host, gpu_index, start_s, "
+    "end_s, startup_s, first_decision_s, last_step, gpu_util_mean, gpu_util_compute_mean, "
+    "gpu_energy_j, gpu_verified, fail_reason, opencl_platform, params_mismatch) VALUES (:trial_id, "
+    ":study_id, :number, :state, :host, :gpu_index, :start_s, :end_s, :startup_s, "
+    ":first_decision_s, :last_step, :gpu_util_mean, :gpu_util_compute_mean, :gpu_energy_j, "
+    ":gpu_verified, :fail_reason, :opencl_platform, :params_mismatch)")
 _TALLY_LOCK_SQL = _TALLY_SQL + " FOR UPDATE"  # PostgreSQL: one writer of a study's tally at once
 # Each read of the trials since runs twice, for ids above the watermark and for the holes: an
 # OR of the two would make sqlite scan the study's trials instead of a range of its index.
@@ -47,24 +58,25 @@ _COUNT_HOLES_SQL = "SELECT COUNT(*) FROM hpo_trial_summary WHERE trial_id IN :ho
 # The expression and the filters are the index's (db/_schema.py), so sqlite walks it in order;
 # ``+trial_id`` keeps sqlite from preferring the study_id index for the watermark's range (then
 # it sorts every row: 0.10 s against 0.013 s on 100k trials).
+_UPTO = "+trial_id <= :w AND trial_id NOT IN :holes"  # folded: up to the watermark, no hole
 _ORDERED_SQL = {
     "duration": ("SELECT end_s - start_s FROM hpo_trial_summary WHERE study_id = :s AND state = :state "
-                 "AND end_s - start_s IS NOT NULL AND +trial_id <= :w ORDER BY end_s - start_s "
+                 f"AND end_s - start_s IS NOT NULL AND {_UPTO} ORDER BY end_s - start_s "
                  "LIMIT :n OFFSET :o"),
     "startup_s": ("SELECT startup_s FROM hpo_trial_summary WHERE study_id = :s AND startup_s IS NOT "
-                  "NULL AND first_decision_s IS NOT NULL AND +trial_id <= :w ORDER BY startup_s "
+                  f"NULL AND first_decision_s IS NOT NULL AND {_UPTO} ORDER BY startup_s "
                   "LIMIT :n OFFSET :o"),
     "first_decision_s": ("SELECT first_decision_s FROM hpo_trial_summary WHERE study_id = :s AND "
-                         "first_decision_s IS NOT NULL AND startup_s IS NOT NULL AND +trial_id <= :w "
+                         f"first_decision_s IS NOT NULL AND startup_s IS NOT NULL AND {_UPTO} "
                          "ORDER BY first_decision_s LIMIT :n OFFSET :o")}
 _DURATION_WINDOW_SQL = _ORDERED_SQL["duration"]
 _STARTUP_WINDOW_SQL = _ORDERED_SQL["startup_s"]
 _DECISION_WINDOW_SQL = _ORDERED_SQL["first_decision_s"]
 _FLAGS_UPTO_SQL = (
     "SELECT number, gpu_verified, opencl_platform, params_mismatch, fail_reason FROM "
-    f"hpo_trial_summary WHERE study_id = :s AND ({FLAGGED_WHERE}) AND trial_id <= :w")
+    f"hpo_trial_summary WHERE study_id = :s AND ({FLAGGED_WHERE}) AND {_UPTO}")
 _FAILED_UPTO_SQL = ("SELECT trial_id FROM hpo_trial_summary WHERE study_id = :s "
-                    "AND state = 'FAIL' AND trial_id <= :w")
+                    f"AND state = 'FAIL' AND {_UPTO}")
 _FAIL_ATTRS_SQL = (
     "SELECT t.number, a.key, a.value_json FROM trials t JOIN trial_user_attributes a "
     "ON a.trial_id = t.trial_id WHERE t.trial_id IN :ids "
@@ -83,44 +95,37 @@ class SinceTrial(NamedTuple):
     summarized: bool
 
 
-def has_tally_table(connection: Connection) -> bool:
-    return inspect(connection).has_table("hpo_study_tally")
+def has_tally_table(connection: Readable) -> bool:
+    return has_table(connection, "hpo_study_tally")
 
 
-def read_tally(connection: Connection, study_id: int, for_update: bool = False) -> tuple[int, str] | None:
+def read_tally(connection: Readable, study_id: int, for_update: bool = False) -> tuple[int, str] | None:
     """(version, JSON) of the study's tally; ``for_update`` locks its row until the
     transaction ends (PostgreSQL; sqlite's writer lock serializes writers anyway)."""
-    sql = _TALLY_LOCK_SQL if for_update and connection.dialect.name == "postgresql" else _TALLY_SQL
-    row = connection.execute(text(sql), {"s": study_id}).first()
+    sql = _TALLY_LOCK_SQL if for_update and dialect(connection) == "postgresql" else _TALLY_SQL
+    row = fetch_one(connection, sql, {"s": study_id})
     return None if row is None else (int(row[0]), row[1])
 
 
-def write_tally(connection: Connection, study_id: int, version: int, tally: str) -> None:
-    changed = connection.execute(tally_table.update().where(tally_table.c.study_id == study_id)
-                                 .values(version=version, tally=tally)).rowcount
-    if not changed:
-        connection.execute(tally_table.insert(), [{"study_id": study_id, "version": version,
-                                                   "tally": tally}])
+def write_tally(connection: Readable, study_id: int, version: int, tally: str) -> None:
+    params = {"s": study_id, "v": version, "t": tally}
+    if not rows(connection, _TALLY_UPDATE_SQL, params).rowcount:
+        rows(connection, _TALLY_INSERT_SQL, params)
 
 
-def _since(connection: Connection, sql: str, params: dict[str, Any]) -> list[Any]:
+def _since(connection: Readable, sql: str, params: dict[str, Any]) -> list[Any]:
     """The rows of ``sql`` for the ids above the watermark, then for the holes."""
-    above = text(sql.format(since=_SINCE[0]))
-    if "keys" in params:
-        above = above.bindparams(bindparam("keys", expanding=True))
-    rows = list(connection.execute(above, params))
+    expanding = ["keys"] if "keys" in params else []
+    found = fetch_all(connection, sql.format(since=_SINCE[0]), params, expanding)
     if params["holes"]:
-        statement = text(sql.format(since=_SINCE[1])).bindparams(bindparam("holes", expanding=True))
-        if "keys" in params:
-            statement = statement.bindparams(bindparam("keys", expanding=True))
-        rows += connection.execute(statement, params)
-    return rows
+        found += fetch_all(connection, sql.format(since=_SINCE[1]), params, [*expanding, "holes"])
+    return found
 
 
-def trials_since(connection: Connection, study_id: int, watermark: int,
+def trials_since(connection: Readable, study_id: int, watermark: int,
                  holes: list[int]) -> list[SinceTrial]:
     """The study's trials with an id above ``watermark`` or in ``holes``, by trial_id."""
-    params = {"s": study_id, "w": watermark, "holes": list(holes)}
+    params: dict[str, Any] = {"s": study_id, "w": watermark, "holes": list(holes)}
     values: dict[int, Any] = {}
     trials = {}
     for trial_id, number, state, start, end, last_step, value in _since(
@@ -159,11 +164,11 @@ def trials_since(connection: Connection, study_id: int, watermark: int,
     return [found[t] for t in sorted(found)]
 
 
-def summarize(connection: Connection, study_id: int, trial: SinceTrial) -> None:
+def summarize(connection: Readable, study_id: int, trial: SinceTrial) -> None:
     """A summary row for a trial that ended outside the orchestrator, from its attrs (as the
     orchestrator writes one for its own), so the summary's indexes cover every folded trial."""
     row, flags = trial.row, trial.flags
-    connection.execute(summary_table.insert(), [{
+    rows(connection, _SUMMARIZE_SQL, {
         "trial_id": trial.trial_id, "study_id": study_id, "number": row.number,
         "state": row.state, "host": row.host, "gpu_index": row.gpu_index,
         "start_s": row.start_s, "end_s": row.end_s, "startup_s": row.startup_s,
@@ -171,50 +176,51 @@ def summarize(connection: Connection, study_id: int, trial: SinceTrial) -> None:
         "gpu_util_mean": row.util_mean, "gpu_util_compute_mean": row.util_compute_mean,
         "gpu_energy_j": row.energy_j, "gpu_verified": flags.gpu_verified,
         "fail_reason": flags.fail_reason, "opencl_platform": flags.opencl_platform,
-        "params_mismatch": json.dumps(flags.params_mismatch) if flags.params_mismatch else None}])
+        "params_mismatch": json.dumps(flags.params_mismatch) if flags.params_mismatch else None})
 
 
-def existing_ids(connection: Connection, lo: int, hi: int, holes: list[int]) -> set[int]:
+def existing_ids(connection: Readable, lo: int, hi: int, holes: list[int]) -> set[int]:
     """Trial ids in (lo, hi] or in ``holes`` that exist, in any study."""
-    return {int(t) for (t,) in connection.execute(
-        text(_EXISTING_IDS_SQL).bindparams(bindparam("holes", expanding=True)),
-        {"lo": lo, "hi": hi, "holes": list(holes)})}
+    return {int(t) for (t,) in rows(connection, _EXISTING_IDS_SQL,
+                                    {"lo": lo, "hi": hi, "holes": list(holes)}, ["holes"])}
 
 
-def summary_count_upto(connection: Connection, study_id: int, watermark: int,
+def summary_count_upto(connection: Readable, study_id: int, watermark: int,
                        holes: list[int]) -> tuple[int, int]:
-    """Summary rows of the study up to the watermark, and how many of them are holes'."""
-    upto = connection.execute(text(_COUNT_UPTO_SQL), {"s": study_id, "w": watermark}).scalar()
-    in_holes = connection.execute(text(_COUNT_HOLES_SQL).bindparams(
-        bindparam("holes", expanding=True)), {"holes": list(holes)}).scalar() if holes else 0
+    """Summary rows of the study up to the watermark, and how many of them are holes' (a hole
+    summarized since the tally was read, or by an older orchestrator)."""
+    upto = scalar(connection, _COUNT_UPTO_SQL, {"s": study_id, "w": watermark})
+    in_holes = scalar(connection, _COUNT_HOLES_SQL, {"holes": list(holes)}, ["holes"]) if holes else 0
     return int(upto or 0), int(in_holes or 0)
 
 
-def ordered_window(connection: Connection, study_id: int, watermark: int, what: str,
+def ordered_window(connection: Readable, study_id: int, watermark: int, holes: list[int], what: str,
                    offset: int, limit: int, state: str | None = None) -> list[float]:
     """Values ``offset`` to ``offset + limit`` of the folded trials' ``what`` (duration of
-    ``state``, startup_s, first_decision_s of the trials that have both), in order."""
-    return [float(v) for (v,) in connection.execute(text(_ORDERED_SQL[what]), {
-        "s": study_id, "w": watermark, "state": state, "n": limit, "o": offset})]
+    ``state``, startup_s, first_decision_s of the trials that have both), in order. Holes are
+    left out here and below: one summarized since the tally was read is among the trials since."""
+    params: dict[str, Any] = {"s": study_id, "w": watermark, "holes": holes, "n": limit, "o": offset}
+    if state is not None:
+        params["state"] = state
+    return [float(v) for (v,) in rows(connection, _ORDERED_SQL[what], params, ["holes"])]
 
 
-def flags_upto(connection: Connection, study_id: int, watermark: int) -> list[SummaryFlags]:
+def flags_upto(connection: Readable, study_id: int, watermark: int, holes: list[int]) -> list[SummaryFlags]:
     return [SummaryFlags(int(number), None if verified is None else bool(verified), platform,
                          json.loads(mismatch) if mismatch else None, reason or None)
-            for number, verified, platform, mismatch, reason
-            in connection.execute(text(_FLAGS_UPTO_SQL), {"s": study_id, "w": watermark})]
+            for number, verified, platform, mismatch, reason in rows(
+                connection, _FLAGS_UPTO_SQL, {"s": study_id, "w": watermark, "holes": holes}, ["holes"])]
 
 
-def failed_upto(connection: Connection, study_id: int, watermark: int) -> list[int]:
-    return [int(t) for (t,) in connection.execute(text(_FAILED_UPTO_SQL),
-                                                  {"s": study_id, "w": watermark})]
+def failed_upto(connection: Readable, study_id: int, watermark: int, holes: list[int]) -> list[int]:
+    return [int(t) for (t,) in rows(connection, _FAILED_UPTO_SQL,
+                                    {"s": study_id, "w": watermark, "holes": holes}, ["holes"])]
 
 
-def fail_attrs(connection: Connection, trial_ids: list[int]) -> dict[int, dict[str, Any]]:
+def fail_attrs(connection: Readable, trial_ids: list[int]) -> dict[int, dict[str, Any]]:
     """number -> the failure attrs of those trials that have any (as db.fail_errors reads)."""
     found: dict[int, dict[str, Any]] = {}
     if trial_ids:
-        statement = text(_FAIL_ATTRS_SQL).bindparams(bindparam("ids", expanding=True))
-        for number, key, value in connection.execute(statement, {"ids": list(trial_ids)}):
+        for number, key, value in rows(connection, _FAIL_ATTRS_SQL, {"ids": list(trial_ids)}, ["ids"]):
             found.setdefault(int(number), {})[key] = json.loads(value)
     return found

@@ -10,14 +10,13 @@ device use and prune steps are computed here, and turned into findings by
 from __future__ import annotations
 
 import gc
+import sqlite3
 import statistics
 import time
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
-
-from sqlalchemy.engine import Connection, Engine
+from typing import TYPE_CHECKING, Any
 
 from hpo_orchestrator import db
 from hpo_orchestrator.db import TrialRow
@@ -32,6 +31,11 @@ from hpo_orchestrator.status._common import (
 from hpo_orchestrator.status._findings import find_all
 from hpo_orchestrator.status._kept import collect_kept
 from hpo_orchestrator.status._model import DeviceUse, StateStats, StatusReport, StudyFacts
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Engine
+
+    from hpo_orchestrator.db._sql import Readable as Connection
 
 __all__ = ["collect_status", "collect_with_rows", "device_label"]
 
@@ -58,14 +62,33 @@ def collect_status(engine: Engine, study: str | None) -> StatusReport:
         return _collect(connection, study, kept=True)[0]
 
 
+def collect_status_sqlite(connection: sqlite3.Connection, study: str | None) -> StatusReport | None:
+    """From the study's kept tally over a plain sqlite3 connection (db/_sql.py: no SQLAlchemy
+    import); None when the study has no tally status can trust (the caller then opens an
+    engine: the visit of every trial reads through SQLAlchemy). One read transaction, so every
+    statement sees the same snapshot."""
+    with _cycle_collector_paused(), db.read_errors():
+        connection.execute("BEGIN")
+        try:
+            return _collect(connection, study, kept=True, only_kept=True)[0]
+        except _NotKept:
+            return None
+        finally:
+            connection.execute("COMMIT")
+
+
+class _NotKept(Exception):
+    """The study has no tally status can trust."""
+
+
 def collect_with_rows(connection: Connection, study: str | None) -> tuple[StatusReport, list[TrialRow]]:
     """The report and the trial rows it was made from (the report draws them again: one read)."""
     with _cycle_collector_paused():
         return _collect(connection, study)
 
 
-def _collect(connection: Connection, study: str | None,
-             kept: bool = False) -> tuple[StatusReport, list[TrialRow]]:
+def _collect(connection: Connection, study: str | None, kept: bool = False,
+             only_kept: bool = False) -> tuple[StatusReport, list[TrialRow]]:
     study_id, name = db.study_id_of(connection, study)
     directions = db.study_directions(connection, study_id) or ["minimize"]
     direction = directions[0]
@@ -77,6 +100,8 @@ def _collect(connection: Connection, study: str | None,
         report = collect_kept(connection, study_id, name, directions, study_attrs, db_now, now)
         if report is not None:
             return report, []
+    if only_kept:
+        raise _NotKept
     has_summary = db.has_summary_table(connection)
 
     counts = Counter(db.state_counts(connection, study_id))

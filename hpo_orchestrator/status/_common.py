@@ -4,12 +4,13 @@ the study's tally): running trials, device labels, study attrs, the Pareto front
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
-
-from sqlalchemy.engine import Connection
+from typing import TYPE_CHECKING, Any
 
 from hpo_orchestrator import db
 from hpo_orchestrator.db import TrialRow
+
+if TYPE_CHECKING:
+    from hpo_orchestrator.db._sql import Readable as Connection
 
 __all__ = ["device_label", "hosts_of", "listed_devices", "packing_of", "pareto", "running_of"]
 

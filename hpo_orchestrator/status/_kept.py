@@ -12,9 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import datetime
 from functools import partial
-from typing import Any
-
-from sqlalchemy.engine import Connection
+from typing import TYPE_CHECKING, Any
 
 from hpo_orchestrator import db
 from hpo_orchestrator.status._common import (
@@ -27,6 +25,9 @@ from hpo_orchestrator.status._common import (
 from hpo_orchestrator.status._findings import find_all
 from hpo_orchestrator.status._model import DeviceUse, StateStats, StatusReport, StudyFacts
 from hpo_orchestrator.status._tally import VERSION, Tally, trusted
+
+if TYPE_CHECKING:
+    from hpo_orchestrator.db._sql import Readable as Connection
 
 __all__ = ["collect_kept"]
 
@@ -101,17 +102,17 @@ def collect_kept(connection: Connection, study_id: int, name: str, directions: l
         states[state] = StateStats(
             count=counts.get(state, 0), mean_s=total / n if n else None,
             median_s=_median(partial(db.ordered_window, connection, study_id, tally.watermark,
-                                     "duration", state=state),
+                                     tally.holes, "duration", state=state),
                              folded.get(state, 0), durations.get(state, [])),
             max_s=longest if n else None)
     finished = sum(counts.get(s, 0) for s in ("COMPLETE", "PRUNED", "FAIL"))
 
-    flags = db.flags_upto(connection, study_id, tally.watermark) + [t.flags for t in since]
+    flags = db.flags_upto(connection, study_id, tally.watermark, tally.holes) + [t.flags for t in since]
     reasons: dict[str, int] = {}
     for f in flags:
         if f.fail_reason:
             reasons[f.fail_reason] = reasons.get(f.fail_reason, 0) + 1
-    failed = db.failed_upto(connection, study_id, tally.watermark) + [
+    failed = db.failed_upto(connection, study_id, tally.watermark, tally.holes) + [
         t.trial_id for t in since if t.row.state == "FAIL"]
     failures = sorted((n, a.get("hpo.fail_reason"), a.get("hpo.error"))
                       for n, a in db.fail_attrs(connection, failed).items()
@@ -121,7 +122,8 @@ def collect_kept(connection: Connection, study_id: int, name: str, directions: l
     startup = None
     if folded_pairs + len(pairs) > 0:
         startup_s, decision_s = (
-            _median(partial(db.ordered_window, connection, study_id, tally.watermark, what),
+            _median(partial(db.ordered_window, connection, study_id, tally.watermark, tally.holes,
+                            what),
                     folded_pairs, [p[i] for p in pairs])
             for i, what in enumerate(("startup_s", "first_decision_s")))
         if startup_s is not None and decision_s is not None:

@@ -19,12 +19,14 @@ import bisect
 import json
 import math
 from dataclasses import asdict, dataclass, field
-from typing import Any
-
-from sqlalchemy.engine import Connection
+from typing import TYPE_CHECKING, Any
 
 from hpo_orchestrator import db
 from hpo_orchestrator.db import TrialRow
+from hpo_orchestrator.db._sql import dialect
+
+if TYPE_CHECKING:
+    from hpo_orchestrator.db._sql import Readable as Connection
 
 __all__ = ["VERSION", "DeviceTally", "Tally", "advance", "trusted"]
 
@@ -218,7 +220,7 @@ def advance(connection: Connection, study_id: int, study_name: str, rebuild: boo
         tally.folded += 1
         if not trial.summarized:
             db.summarize(connection, study_id, trial)
-    if connection.dialect.name == "postgresql":
+    if dialect(connection) == "postgresql":
         # Ids come from a sequence: one below ``top`` may belong to a trial whose insert has
         # not committed yet. Those that exist nowhere yet stay holes until they do.
         seen = {t.trial_id for t in since}
@@ -232,12 +234,11 @@ def advance(connection: Connection, study_id: int, study_name: str, rebuild: boo
 
 def trusted(connection: Connection, study_id: int, study_name: str, tally: Tally) -> bool:
     """Exact, of this study, and counting as many trials as there are summary rows up to its
-    watermark (none of them a hole's): rows deleted, or written for a hole by an older
-    orchestrator, would make it wrong."""
+    watermark, holes left out: rows deleted would make it wrong."""
     if not tally.exact or tally.study_name != study_name:
         return False
     upto, in_holes = db.summary_count_upto(connection, study_id, tally.watermark, tally.holes)
-    return upto == tally.folded and not in_holes
+    return upto - in_holes == tally.folded
 
 
 def _fits(trial: db.SinceTrial) -> bool:
