@@ -124,6 +124,10 @@ def build_tally(db: Path) -> float:
     from hpo_orchestrator.db import create_engine, study_id_of
     from hpo_orchestrator.status._tally import advance
 
+    with sqlite3.connect(db) as con:  # from scratch, as on a study without one
+        con.execute("DROP TABLE IF EXISTS hpo_study_tally")
+        for index in ("duration", "startup", "decision", "flagged", "failed"):
+            con.execute(f"DROP INDEX IF EXISTS ix_hpo_summary_{index}")
     start = time.perf_counter()
     engine = create_engine(f"sqlite:///{db}", read_only=False)
     ensure_tables(engine)
