@@ -66,6 +66,8 @@ def _median(window: Callable[[int, int], list[float]], stored: int, extra: list[
 def collect_kept(connection: Connection, study_id: int, name: str, directions: list[str],
                  study_attrs: dict[str, Any], db_now: datetime | None,
                  now: float) -> StatusReport | None:
+    """The report _collect.py would make, from the tally plus the trials since it (folded into
+    this in-memory copy, running ones up to ``now``); None when there is no tally to trust."""
     tally = _tally_of(connection, study_id, name)
     if tally is None:
         return None
