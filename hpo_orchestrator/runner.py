@@ -46,6 +46,7 @@ from hpo_orchestrator.scheduler import (
     run_dir,
     threads_per_trial,
 )
+from hpo_orchestrator.status._tally import advance as advance_tally
 from hpo_orchestrator.study import create_or_load_study, record_config, without_pruning
 from hpo_orchestrator.study_storage import MirrorStorage
 from hpo_orchestrator.study_tools import enqueue_configured
@@ -186,6 +187,8 @@ def _run(config: Config, backend: GpuBackend,
                                    refresh_s=config.storage.refresh_s)
             study = create_or_load_study(config, mirror)
             ensure_tables(storage.engine)
+            with storage.engine.begin() as connection:  # once per study, then at each trial's end
+                advance_tally(connection, study._study_id, study.study_name, rebuild=True)
             enqueued = enqueue_configured(study, config.study.enqueue)
         prepare_store(store)  # created once the storage is known good (a refused one: no folder)
         # from here on, transient storage trouble is waited out (storage.retry_s)

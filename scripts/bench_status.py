@@ -9,6 +9,8 @@ that ``optuna.load_study`` reads them back, then times, in the same run:
 - ``hpo-orchestrator status --json`` (a whole CLI process) on N trials and on M trials;
 - the status queries alone (``collect_status`` in this process) on N trials;
 - the same on a copy without ``hpo_trial_summary`` (a study run by plain Optuna);
+- the same without the study's tally (the full visit status falls back to), and what building
+  the tally costs once (a run's start on a study of an older version does it);
 - ``optuna trials -f json`` on M trials (it loads every trial through the ORM).
 
 With ``--baseline CHECKOUT`` (e.g. ``git worktree add /tmp/base <commit>``) the same commands
@@ -40,6 +42,7 @@ from pathlib import Path
 import sqlalchemy
 
 from hpo_orchestrator.db import ensure_tables
+from hpo_orchestrator.status import StatusReport
 
 STUDY = "bench"
 REPO = Path(__file__).resolve().parents[1]
@@ -113,6 +116,25 @@ def _insert(con: sqlite3.Connection, rows: dict[str, list[tuple[object, ...]]]) 
     con.executemany("INSERT INTO hpo_trial_summary (trial_id, study_id, number, state, host, "
                     "gpu_index, start_s, end_s, startup_s, first_decision_s, last_step, "
                     "gpu_util_mean) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows["summary"])
+
+
+def build_tally(db: Path) -> float:
+    """The indexes and the tally a run's start makes on a study without them (runner.py):
+    seconds, once per database."""
+    from hpo_orchestrator.db import create_engine, study_id_of
+    from hpo_orchestrator.status._tally import advance
+
+    with sqlite3.connect(db) as con:  # from scratch, as on a study without one
+        con.execute("DROP TABLE IF EXISTS hpo_study_tally")
+        for index in ("duration", "startup", "decision", "flagged", "failed"):
+            con.execute(f"DROP INDEX IF EXISTS ix_hpo_summary_{index}")
+    start = time.perf_counter()
+    engine = create_engine(f"sqlite:///{db}", read_only=False)
+    ensure_tables(engine)
+    with engine.begin() as connection:
+        advance(connection, study_id_of(connection, STUDY)[0], STUDY, rebuild=True)
+    engine.dispose()
+    return time.perf_counter() - start
 
 
 def check_readable(db: Path, n_trials: int) -> None:
@@ -202,20 +224,30 @@ def main() -> int:
         with sqlite3.connect(plain) as con:
             con.execute("DROP TABLE hpo_trial_summary")
 
-    from hpo_orchestrator.db import create_engine
-    from hpo_orchestrator.status import collect_status
+    tally_s = build_tally(big)
 
-    def query_seconds(db: Path) -> float:
+    from hpo_orchestrator.db import create_engine
+    from hpo_orchestrator.status import collect_status, collect_with_rows
+
+    def query_seconds(db: Path, kept: bool = True) -> float:
         engine = create_engine(f"sqlite:///{db}")
-        collect_status(engine, STUDY)  # warm the page cache, as a second `status` would be
+
+        def collect() -> StatusReport:
+            if kept:
+                return collect_status(engine, STUDY)
+            with engine.connect() as connection:  # report's path: always the full visit
+                return collect_with_rows(connection, STUDY)[0]
+
+        collect()  # warm the page cache, as a second `status` would be
         start = time.perf_counter()
-        report = collect_status(engine, STUDY)
+        report = collect()
         seconds = time.perf_counter() - start
         assert sum(s.count for s in report.states.values()) == args.trials
         assert report.per_device and report.per_device[0].trials == args.trials // 2
         return seconds
 
     query_s = query_seconds(big)
+    full_s = query_seconds(big, kept=False)
     plain_s = query_seconds(plain) if plain.exists() else None
 
     module = [sys.executable, "-m", "hpo_orchestrator"]
@@ -246,7 +278,9 @@ def main() -> int:
     for what, mine, theirs in rows:
         print(f"| {what} | {args.trials:,} | {_seconds(mine, args.timeout)} | "
               f"{_seconds(theirs, args.timeout)} |")
-    print(f"| status queries alone (`collect_status`, in process) | {args.trials:,} | {query_s:.2f} | |")
+    print(f"| status queries alone (`collect_status`, in process) | {args.trials:,} | {query_s:.3f} | |")
+    print(f"| the same, visiting every trial (no tally: the fallback) | {args.trials:,} | {full_s:.2f} | |")
+    print(f"| building the tally and indexes (once, at a run's start) | {args.trials:,} | {tally_s:.2f} | |")
     if plain_s is not None:
         print(f"| the same, study without `hpo_trial_summary` (plain Optuna) | {args.trials:,} | "
               f"{plain_s:.2f} | |")

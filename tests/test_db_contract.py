@@ -24,7 +24,7 @@ import sys
 import tempfile
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -700,6 +700,131 @@ def _(built: Built, connection: Connection) -> None:
     assert [(a.number, a.filename, a.mimetype, a.encoding, a.store) for a in found] == [
         (4, "model.txt", "text/plain", None, ARTIFACT_STORE)]
     assert db.trial_artifacts(connection, built.study_id, {0, 2}) == []
+
+
+@case("tally.TALLY")
+@case("tally.TALLY_LOCK")
+@case("tally.TALLY_UPDATE")
+@case("tally.TALLY_INSERT")
+def _(built: Built, connection: Connection) -> None:
+    with connection.begin() as transaction:
+        assert db.read_tally(connection, built.study_id) is None
+        db.write_tally(connection, built.study_id, 1, "{}")
+        db.write_tally(connection, built.study_id, 2, '{"a": 1}')  # the second one updates
+        assert db.read_tally(connection, built.study_id, for_update=True) == (2, '{"a": 1}')
+        transaction.rollback()
+
+
+@case("tally.SINCE_TRIALS")
+@case("tally.SINCE_SUMMARY")
+@case("tally.SINCE_ATTRS")
+def _(built: Built, connection: Connection) -> None:
+    ids = built.trial_ids
+    since = db.trials_since(connection, built.study_id, ids[1], [ids[1]])
+    assert [(t.row.number, t.row.state, t.summarized) for t in since] == [
+        (1, "COMPLETE", False), (2, "PRUNED", True), (3, "FAIL", True), (4, "RUNNING", False),
+        (5, "WAITING", False)]
+    one, two, three, four = since[:4]
+    assert (one.trial_id, one.value, one.row.host, one.row.startup_s) == (ids[1], 0.25, "h2", 1.5)
+    assert one.flags == (1, False, "PoCL", None, None) and one.row.last_step == 1
+    assert one.row.end_s is not None and one.row.start_s is not None
+    assert one.row.end_s - one.row.start_s == pytest.approx(10.0)
+    assert (two.row.last_step, two.value, two.flags.gpu_verified) == (1, None, True)
+    assert three.flags.fail_reason == "oom" and three.attrs == {}
+    assert four.attrs == {"hpo.host": "h1", "hpo.params_mismatch": {"lr": [0.1, 0.2]}}
+    assert four.flags.params_mismatch == {"lr": [0.1, 0.2]} and four.row.end_s is None
+    assert db.trials_since(connection, built.study_id, ids[5], []) == []
+
+
+@case("tally.SUMMARIZE")
+def _(built: Built, connection: Connection) -> None:
+    ids = built.trial_ids
+    with connection.begin() as transaction:
+        one = db.trials_since(connection, built.study_id, ids[1] - 1, [])[0]
+        assert one.trial_id == ids[1] and not one.summarized
+        db.summarize(connection, built.study_id, one)
+        again = db.trials_since(connection, built.study_id, ids[1] - 1, [])[0]
+        assert again.summarized and again.row == one.row and again.flags == one.flags
+        transaction.rollback()
+
+
+@case("sql.TABLES")
+def _(built: Built, connection: Connection) -> None:
+    from hpo_orchestrator.db._sql import has_table
+
+    assert has_table(connection, "hpo_trial_summary") and not has_table(connection, "nope")
+    if built.backend == "sqlite":  # status --json's own connection (db/_sql.py)
+        with closing(sqlite3.connect(built.url.removeprefix("sqlite:///"))) as plain:
+            assert has_table(plain, "hpo_trial_summary") and not has_table(plain, "nope")
+
+
+@case("tally.EXISTING_IDS")
+def _(built: Built, connection: Connection) -> None:
+    ids = built.trial_ids
+    assert db.existing_ids(connection, 0, ids[5], []) == set(ids.values())
+    assert db.existing_ids(connection, ids[5], ids[5] + 10, [ids[0], 10**9]) == {ids[0]}
+
+
+@case("tally.COUNT_UPTO")
+@case("tally.COUNT_HOLES")
+def _(built: Built, connection: Connection) -> None:
+    ids = built.trial_ids
+    assert db.summary_count_upto(connection, built.study_id, ids[5], []) == (3, 0)
+    assert db.summary_count_upto(connection, built.study_id, ids[2], [ids[0], ids[1]]) == (2, 1)
+
+
+@case("tally.DURATION_WINDOW")
+@case("tally.STARTUP_WINDOW")
+@case("tally.DECISION_WINDOW")
+def _(built: Built, connection: Connection) -> None:
+    ids, study = built.trial_ids, built.study_id
+    durations = db.ordered_window(connection, study, ids[5], [], "duration", 0, 10, "COMPLETE")
+    assert durations == [pytest.approx(10.0)]
+    assert db.ordered_window(connection, study, ids[0], [], "duration", 0, 10, "PRUNED") == []
+    assert db.ordered_window(connection, study, ids[5], [], "startup_s", 1, 5) == [1.0, 1.0]
+    assert db.ordered_window(connection, study, ids[5], [ids[0]], "startup_s", 0, 5) == [1.0, 1.0]
+    assert db.ordered_window(connection, study, ids[2], [], "first_decision_s", 0, 1) == [3.0]
+
+
+@case("tally.FLAGS_UPTO")
+def _(built: Built, connection: Connection) -> None:
+    ids = built.trial_ids
+    assert sorted(db.flags_upto(connection, built.study_id, ids[5], [])) == [
+        (0, False, "PoCL", {"lr": [0.1, 0.2]}, None), (3, None, None, None, "oom")]
+    assert [f.number for f in db.flags_upto(connection, built.study_id, ids[2], [])] == [0]
+    assert [f.number for f in db.flags_upto(connection, built.study_id, ids[5], [ids[0]])] == [3]
+
+
+@case("tally.FAILED_UPTO")
+@case("tally.FAIL_ATTRS")
+def _(built: Built, connection: Connection) -> None:
+    ids = built.trial_ids
+    assert db.failed_upto(connection, built.study_id, ids[5], []) == [ids[3]]
+    assert db.failed_upto(connection, built.study_id, ids[5], [ids[3]]) == []
+    assert db.failed_upto(connection, built.study_id, ids[2], []) == []
+    assert db.fail_attrs(connection, [ids[3], ids[0]]) == {
+        3: {"hpo.fail_reason": "oom", "hpo.retried": True}}
+
+
+def test_tally_reads_as_the_full_visit(built: Built, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tally built on this study (trial #1 ended elsewhere: it gets a summary row) gives
+    status's numbers, on both backends; rolled back."""
+    from hpo_orchestrator.status import _collect
+    from hpo_orchestrator.status._tally import Tally, advance
+
+    monkeypatch.setattr(_collect.time, "time", lambda: T0.timestamp() + 500)
+    with built.engine.connect() as connection, connection.begin() as transaction:
+        advance(connection, built.study_id, STUDY, rebuild=True)
+        stored = db.read_tally(connection, built.study_id)
+        assert stored is not None
+        tally = Tally.from_json(stored[1])
+        ids = built.trial_ids
+        assert (tally.watermark, tally.holes, tally.folded) == (ids[5], [ids[4], ids[5]], 4)
+        assert db.summary_count_upto(connection, built.study_id, ids[5], [])[0] == 4
+        full = _collect._collect(connection, STUDY)[0].to_json()
+        kept = _collect._collect(connection, STUDY, kept=True)[0].to_json()
+        assert kept == full
+        transaction.rollback()
 
 
 def _statement_names() -> set[str]:

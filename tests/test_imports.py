@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import json
+import sqlite3
 import subprocess
 import sys
+from pathlib import Path
+from typing import Any
 
 from tests.conftest import cli_env
 
@@ -33,3 +37,42 @@ def test_no_production_module_imports_the_fakes() -> None:
 
 def test_the_fake_backend_is_opened_when_asked_for() -> None:
     assert _backend_and_testing_loaded({"HPO_ORCHESTRATOR_FAKE_GPUS": "2"}) == ["fake", "True"]
+
+
+_STATUS_JSON = """
+import sys
+from hpo_orchestrator.cli import main
+code = main(["status", "--json", "--storage", sys.argv[1]])
+print(code, "sqlalchemy" in sys.modules, file=sys.stderr)
+"""
+
+
+def test_status_json_reads_a_kept_tally_without_sqlalchemy(tmp_path: Path) -> None:
+    """Importing SQLAlchemy costs more than reading a study's tally (docs/BENCHMARKS.md
+    "status from a kept tally"): status --json of a sqlite study with one does without; its
+    output is the engine path's."""
+    from tests.test_status_numbers import _study
+    from tests.test_tally import _advance
+
+    url = _study(tmp_path / "s.db", 20)
+    _advance(url, rebuild=True)
+
+    def status(url: str) -> tuple[dict[str, Any], str]:
+        done = subprocess.run([sys.executable, "-c", _STATUS_JSON, url], env=cli_env(), check=True,
+                              capture_output=True, text=True, cwd=tmp_path)
+        return json.loads(done.stdout), done.stderr.strip()
+
+    lite, said = status(url)
+    assert said == "0 False"
+    with sqlite3.connect(tmp_path / "s.db") as con:  # without the tally: the engine's path
+        con.execute("DELETE FROM hpo_study_tally")
+    full, said = status(url)
+    assert said == "0 True"
+    for report in (lite, full):  # the running trial's times are "now": a moment apart
+        report.pop("wall_s")
+        for running in report["running"]:
+            running.pop("elapsed_s")
+            running.pop("heartbeat_age_s")
+        for device in report["per_device"]:
+            device.pop("busy_fraction")
+    assert lite == full

@@ -18,13 +18,15 @@ __all__ = ["cmd_report", "cmd_status", "cmd_telemetry", "cmd_tune_pruner"]
 
 
 def cmd_status(args: argparse.Namespace, console: Console) -> int:
+    if args.trial is not None:
+        return _trials.print_trial(args, console, errors())
+    if args.json and _status_json_sqlite(args):
+        return 0
     from rich.live import Live
 
     from hpo_orchestrator.db import create_engine
     from hpo_orchestrator.status import collect_status, render_status
 
-    if args.trial is not None:
-        return _trials.print_trial(args, console, errors())
     engine = create_engine(args.storage)
     args.study = _trials.resolve_study(engine, args.study, errors())
     if args.json:
@@ -38,6 +40,27 @@ def cmd_status(args: argparse.Namespace, console: Console) -> int:
         while True:
             time.sleep(args.interval)
             live.update(render_status(collect_status(engine, args.study)), refresh=True)
+
+def _status_json_sqlite(args: argparse.Namespace) -> bool:
+    """``status --json`` of a sqlite study with a kept tally, read through sqlite3 alone
+    (importing SQLAlchemy would cost more than the read: docs/BENCHMARKS.md "status from a kept
+    tally"); False, nothing printed, when the storage or the study needs the engine's path."""
+    from contextlib import closing
+
+    from hpo_orchestrator.db import open_sqlite
+    from hpo_orchestrator.status._collect import collect_status_sqlite
+
+    connection = open_sqlite(args.storage)
+    if connection is None:
+        return False
+    with closing(connection):
+        args.study = _trials.resolve_study(connection, args.study, errors())
+        report = collect_status_sqlite(connection, args.study)
+    if report is None:
+        return False
+    print(json.dumps(report.to_json(), indent=2, default=str))
+    return True
+
 
 _SUFFIX = {"--out": ".html", "--png": ".png", "--csv": ".csv"}
 

@@ -9,7 +9,6 @@ from rich.console import Console
 
 from hpo_orchestrator.cli import _trials
 from hpo_orchestrator.cli._common import DEFAULT_STORAGE, errors
-from hpo_orchestrator.db import mask_url
 from hpo_orchestrator.errors import mask_passwords
 
 __all__ = ["cmd_run", "cmd_submit"]
@@ -42,7 +41,7 @@ def _run_command(args: argparse.Namespace, console: Console, totals: list[int]) 
     from omegaconf import OmegaConf
 
     from hpo_orchestrator.config import load_config, to_plain_dict
-    from hpo_orchestrator.db import create_engine
+    from hpo_orchestrator.db import create_engine, mask_url
     from hpo_orchestrator.progress import LiveReporter
     from hpo_orchestrator.runner import PreparedRun, run_study
     from hpo_orchestrator.scheduler import QuietReporter, Reporter

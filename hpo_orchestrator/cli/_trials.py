@@ -9,16 +9,19 @@ import json
 import os
 import shlex
 import shutil
+import sqlite3
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.markup import escape
-from sqlalchemy.engine import Engine
 
 from hpo_orchestrator.errors import ConfigError, HpoError
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Engine
 
 __all__ = ["add_logs_parser", "as_typed", "cmd_logs", "next_steps", "print_trial", "prog",
            "resolve_study", "resume_hint", "run_again"]
@@ -94,14 +97,19 @@ def next_steps(storage: str, default_storage: str, failed: int | None) -> str:
     return "next: " + "  |  ".join(steps)
 
 
-def resolve_study(engine: Engine, study: str | None, errors: Console) -> str | None:
-    """``--study`` as given; else the only study; else the most recently run one, said on stderr."""
+def resolve_study(engine: Engine | sqlite3.Connection, study: str | None,
+                  errors: Console) -> str | None:
+    """``--study`` as given; else the only study; else the most recently run one, said on
+    stderr. ``engine``: or a plain sqlite3 connection (``status --json``, db/_sql.py)."""
+    from contextlib import nullcontext
+
     from hpo_orchestrator import db
 
     if study is not None:
         return study
     try:
-        with db.read_errors(), engine.connect() as connection:
+        with db.read_errors(), (nullcontext(engine) if isinstance(engine, sqlite3.Connection)
+                                else engine.connect()) as connection:
             names = db.list_studies(connection)
             latest = db.latest_study(connection) if len(names) > 1 else None
     except HpoError:

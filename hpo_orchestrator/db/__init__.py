@@ -18,7 +18,9 @@ database made by the installed Optuna. Modules by concern:
 - ``_retry``: storage trouble during a run: its cause, retries for ``storage.retry_s``.
 - ``_best``: directions, the best trial or Pareto front, a trial's params (``best``);
 - ``_detail``: one trial in full, the failures' errors, the most recently run study;
-- ``_artifacts``: the artifacts Optuna's meta lists on trials, and the store each went to.
+- ``_artifacts``: the artifacts Optuna's meta lists on trials, and the store each went to;
+- ``_tally``: a study's kept tally, the trials since it, and status's reads of the summary's
+  indexes (medians, flags, failures) up to its watermark.
 
 Readers take a SQLAlchemy ``Connection`` and return plain Python values (states as
 'COMPLETE', timestamps as naive UTC datetimes) whatever the backend.
@@ -26,94 +28,167 @@ Readers take a SQLAlchemy ``Connection`` and return plain Python values (states 
 
 from __future__ import annotations
 
-from hpo_orchestrator.db._artifacts import StoredArtifact, trial_artifacts
-from hpo_orchestrator.db._best import ScoredTrial, best_trials, pareto_front, study_directions, trial_params
-from hpo_orchestrator.db._budget import (
-    claimed_rows_after,
-    count_claimed,
-    count_claimed_upto,
-    count_running,
-    lock_study_budget,
-    settled_upto,
-)
-from hpo_orchestrator.db._curves import (
-    CurveTrial,
-    first_of_last,
-    intermediate_values,
-    step_timings,
-    trials_with_values,
-)
-from hpo_orchestrator.db._detail import fail_errors, latest_study, trial_detail
-from hpo_orchestrator.db._engine import (
-    ADVISORY_NAMESPACE,
-    check_url,
-    create_engine,
-    file_lock,
-    lock_file,
-    mask_url,
-    mask_url_in,
-    open_rdb_storage,
-    setup_lock,
-    sqlite_path,
-)
-from hpo_orchestrator.db._retention import RetentionRaced, downsample_trial, retention_candidates
-from hpo_orchestrator.db._retry import (
-    Retrying,
-    StorageUnavailable,
-    first_line,
-    retrying_of,
-    retrying_rdb_storage,
-    trouble_of,
-)
-from hpo_orchestrator.db._run import (
-    attempt_of,
-    max_completed_step,
-    no_longer_running,
-    running_among,
-    write_trial_attrs,
-)
-from hpo_orchestrator.db._schema import (
-    TELEMETRY_COLUMNS,
-    ensure_tables,
-    insert_samples,
-    insert_summary,
-    summary_table,
-    telemetry_table,
-)
-from hpo_orchestrator.db._study import (
-    database_now,
-    list_studies,
-    read_errors,
-    state_name,
-    study_attrs,
-    study_config,
-    study_id_of,
-    to_datetime,
-)
-from hpo_orchestrator.db._telemetry import (
-    Sample,
-    has_telemetry_table,
-    has_trial,
-    telemetry_rows,
-    telemetry_samples,
-)
-from hpo_orchestrator.db._trials import (
-    SummaryFlags,
-    TrialRow,
-    UncoveredTrial,
-    best_trial,
-    has_summary_table,
-    heartbeat_of,
-    state_counts,
-    summary_flags,
-    summary_max_complete_step,
-    summary_prune_steps,
-    summary_rows,
-    trial_rows,
-    trial_values,
-    uncovered_trials,
-)
-from hpo_orchestrator.db._version import SCHEMA_REVISION, check_schema
+import importlib
+from typing import TYPE_CHECKING
+
+# Each name is imported from its module on first use (PEP 562), so that a command imports only
+# what it reads with: ``status --json`` on sqlite reads through sqlite3 and never imports
+# SQLAlchemy (db/_sql.py); type checkers see the plain imports.
+if TYPE_CHECKING:
+    from hpo_orchestrator.db._artifacts import StoredArtifact, trial_artifacts
+    from hpo_orchestrator.db._best import (
+        ScoredTrial,
+        best_trials,
+        pareto_front,
+        study_directions,
+        trial_params,
+    )
+    from hpo_orchestrator.db._budget import (
+        claimed_rows_after,
+        count_claimed,
+        count_claimed_upto,
+        count_running,
+        lock_study_budget,
+        settled_upto,
+    )
+    from hpo_orchestrator.db._curves import (
+        CurveTrial,
+        first_of_last,
+        intermediate_values,
+        step_timings,
+        trials_with_values,
+    )
+    from hpo_orchestrator.db._detail import fail_errors, latest_study, trial_detail
+    from hpo_orchestrator.db._engine import (
+        ADVISORY_NAMESPACE,
+        check_url,
+        create_engine,
+        file_lock,
+        lock_file,
+        mask_url,
+        mask_url_in,
+        open_rdb_storage,
+        setup_lock,
+        sqlite_path,
+    )
+    from hpo_orchestrator.db._retention import RetentionRaced, downsample_trial, retention_candidates
+    from hpo_orchestrator.db._retry import (
+        Retrying,
+        StorageUnavailable,
+        first_line,
+        retrying_of,
+        retrying_rdb_storage,
+        trouble_of,
+    )
+    from hpo_orchestrator.db._run import (
+        attempt_of,
+        max_completed_step,
+        no_longer_running,
+        running_among,
+        write_trial_attrs,
+    )
+    from hpo_orchestrator.db._schema import (
+        TELEMETRY_COLUMNS,
+        ensure_tables,
+        insert_samples,
+        insert_summary,
+        summary_table,
+        tally_table,
+        telemetry_table,
+    )
+    from hpo_orchestrator.db._sql import open_sqlite
+    from hpo_orchestrator.db._study import (
+        database_now,
+        list_studies,
+        read_errors,
+        state_name,
+        study_attrs,
+        study_config,
+        study_id_of,
+        to_datetime,
+    )
+    from hpo_orchestrator.db._tally import (
+        SinceTrial,
+        existing_ids,
+        fail_attrs,
+        failed_upto,
+        flags_upto,
+        has_tally_table,
+        ordered_window,
+        read_tally,
+        summarize,
+        summary_count_upto,
+        trials_since,
+        write_tally,
+    )
+    from hpo_orchestrator.db._telemetry import (
+        Sample,
+        has_telemetry_table,
+        has_trial,
+        telemetry_rows,
+        telemetry_samples,
+    )
+    from hpo_orchestrator.db._trials import (
+        SummaryFlags,
+        TrialRow,
+        UncoveredTrial,
+        best_of,
+        best_trial,
+        has_summary_table,
+        heartbeat_of,
+        state_counts,
+        summary_flags,
+        summary_max_complete_step,
+        summary_prune_steps,
+        summary_rows,
+        trial_rows,
+        trial_values,
+        uncovered_trials,
+    )
+    from hpo_orchestrator.db._version import SCHEMA_REVISION, check_schema
+
+_MODULES = {
+    "open_sqlite": "_sql",
+    **dict.fromkeys(["StoredArtifact", "trial_artifacts"], "_artifacts"),
+    **dict.fromkeys(["ScoredTrial", "best_trials", "pareto_front", "study_directions",
+                     "trial_params"], "_best"),
+    **dict.fromkeys(["claimed_rows_after", "count_claimed", "count_claimed_upto", "count_running",
+                     "lock_study_budget", "settled_upto"], "_budget"),
+    **dict.fromkeys(["CurveTrial", "first_of_last", "intermediate_values", "step_timings",
+                     "trials_with_values"], "_curves"),
+    **dict.fromkeys(["fail_errors", "latest_study", "trial_detail"], "_detail"),
+    **dict.fromkeys(["ADVISORY_NAMESPACE", "check_url", "create_engine", "file_lock", "lock_file",
+                     "mask_url", "mask_url_in", "open_rdb_storage", "setup_lock", "sqlite_path"], "_engine"),
+    **dict.fromkeys(["RetentionRaced", "downsample_trial", "retention_candidates"], "_retention"),
+    **dict.fromkeys(["Retrying", "StorageUnavailable", "first_line", "retrying_of",
+                     "retrying_rdb_storage", "trouble_of"], "_retry"),
+    **dict.fromkeys(["attempt_of", "max_completed_step", "no_longer_running", "running_among",
+                     "write_trial_attrs"], "_run"),
+    **dict.fromkeys(["TELEMETRY_COLUMNS", "ensure_tables", "insert_samples", "insert_summary",
+                     "summary_table", "tally_table", "telemetry_table"], "_schema"),
+    **dict.fromkeys(["database_now", "list_studies", "read_errors", "state_name", "study_attrs",
+                     "study_config", "study_id_of", "to_datetime"], "_study"),
+    **dict.fromkeys(["SinceTrial", "existing_ids", "fail_attrs", "failed_upto", "flags_upto",
+                     "has_tally_table", "ordered_window", "read_tally", "summarize",
+                     "summary_count_upto", "trials_since", "write_tally"], "_tally"),
+    **dict.fromkeys(["Sample", "has_telemetry_table", "has_trial", "telemetry_rows",
+                     "telemetry_samples"], "_telemetry"),
+    **dict.fromkeys(["SummaryFlags", "TrialRow", "UncoveredTrial", "best_of", "best_trial",
+                     "has_summary_table", "heartbeat_of", "state_counts", "summary_flags",
+                     "summary_max_complete_step", "summary_prune_steps", "summary_rows", "trial_rows",
+                     "trial_values", "uncovered_trials"], "_trials"),
+    **dict.fromkeys(["SCHEMA_REVISION", "check_schema"], "_version"),
+}
+
+
+def __getattr__(name: str) -> object:
+    module = _MODULES.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value  # the next lookup is a plain one
+    return value
+
 
 __all__ = [
     "ADVISORY_NAMESPACE",
@@ -124,12 +199,14 @@ __all__ = [
     "Retrying",
     "Sample",
     "ScoredTrial",
+    "SinceTrial",
     "StorageUnavailable",
     "StoredArtifact",
     "SummaryFlags",
     "TrialRow",
     "UncoveredTrial",
     "attempt_of",
+    "best_of",
     "best_trial",
     "best_trials",
     "check_schema",
@@ -142,11 +219,16 @@ __all__ = [
     "database_now",
     "downsample_trial",
     "ensure_tables",
+    "existing_ids",
+    "fail_attrs",
     "fail_errors",
+    "failed_upto",
     "file_lock",
     "first_line",
     "first_of_last",
+    "flags_upto",
     "has_summary_table",
+    "has_tally_table",
     "has_telemetry_table",
     "has_trial",
     "heartbeat_of",
@@ -162,8 +244,11 @@ __all__ = [
     "max_completed_step",
     "no_longer_running",
     "open_rdb_storage",
+    "open_sqlite",
+    "ordered_window",
     "pareto_front",
     "read_errors",
+    "read_tally",
     "retention_candidates",
     "retrying_of",
     "retrying_rdb_storage",
@@ -179,11 +264,14 @@ __all__ = [
     "study_config",
     "study_directions",
     "study_id_of",
+    "summarize",
+    "summary_count_upto",
     "summary_flags",
     "summary_max_complete_step",
     "summary_prune_steps",
     "summary_rows",
     "summary_table",
+    "tally_table",
     "telemetry_rows",
     "telemetry_samples",
     "telemetry_table",
@@ -193,8 +281,10 @@ __all__ = [
     "trial_params",
     "trial_rows",
     "trial_values",
+    "trials_since",
     "trials_with_values",
     "trouble_of",
     "uncovered_trials",
+    "write_tally",
     "write_trial_attrs",
 ]

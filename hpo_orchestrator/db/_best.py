@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import math
 import operator
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from sqlalchemy import text
-from sqlalchemy.engine import Connection
-
+from hpo_orchestrator.db._sql import fetch_all, rows
 from hpo_orchestrator.db._study import state_name
 from hpo_orchestrator.db._trials import _param_value
+
+if TYPE_CHECKING:
+    from hpo_orchestrator.db._sql import Readable
 
 __all__ = ["ScoredTrial", "best_trials", "pareto_front", "study_directions", "trial_params"]
 
@@ -32,16 +33,16 @@ class ScoredTrial(NamedTuple):
     values: tuple[float, ...]
 
 
-def study_directions(connection: Connection, study_id: int) -> list[str]:
+def study_directions(connection: Readable, study_id: int) -> list[str]:
     """'minimize' / 'maximize' per objective, in order."""
     return [state_name(row[0]).lower()
-            for row in connection.execute(text(_DIRECTIONS_SQL), {"s": study_id})]
+            for row in rows(connection, _DIRECTIONS_SQL, {"s": study_id})]
 
 
-def _complete(connection: Connection, study_id: int, objectives: int) -> list[ScoredTrial]:
+def _complete(connection: Readable, study_id: int, objectives: int) -> list[ScoredTrial]:
     found: dict[int, tuple[int, dict[int, float | None]]] = {}
-    for trial_id, number, objective, value in connection.execute(
-            text(_COMPLETE_VALUES_SQL), {"s": study_id}):
+    for trial_id, number, objective, value in rows(
+            connection, _COMPLETE_VALUES_SQL, {"s": study_id}):
         found.setdefault(int(trial_id), (int(number), {}))[1][int(objective)] = \
             None if value is None else float(value)
     trials = []
@@ -83,14 +84,14 @@ def pareto_front(trials: list[ScoredTrial], directions: list[str]) -> list[Score
     return sorted((t for _, t in front), key=lambda t: t.number)
 
 
-def best_trials(connection: Connection, study_id: int) -> tuple[list[str], list[ScoredTrial]]:
+def best_trials(connection: Readable, study_id: int) -> tuple[list[str], list[ScoredTrial]]:
     """The study's directions and its best trial (one objective) or Pareto front (several)."""
     directions = study_directions(connection, study_id) or ["minimize"]
     return directions, pareto_front(_complete(connection, study_id, len(directions)), directions)
 
 
-def trial_params(connection: Connection, trial_id: int) -> dict[str, Any]:
+def trial_params(connection: Readable, trial_id: int) -> dict[str, Any]:
     """The trial's params as the objective received them (categoricals as their choice), in
     the order they were suggested."""
-    rows = connection.execute(text(_PARAMS_SQL), {"t": trial_id}).all()
-    return {name: _param_value(value, distribution) for name, value, distribution in rows}
+    return {name: _param_value(value, distribution)
+            for name, value, distribution in fetch_all(connection, _PARAMS_SQL, {"t": trial_id})}

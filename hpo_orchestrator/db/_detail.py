@@ -4,13 +4,14 @@ finding), and which study a command means when the user names none."""
 from __future__ import annotations
 
 import json
-from typing import Any
-
-from sqlalchemy import text
-from sqlalchemy.engine import Connection
+from typing import TYPE_CHECKING, Any
 
 from hpo_orchestrator.db import _trials
+from hpo_orchestrator.db._sql import fetch_all, fetch_one, rows, scalar
 from hpo_orchestrator.db._study import state_name, to_datetime
+
+if TYPE_CHECKING:
+    from hpo_orchestrator.db._sql import Readable
 
 __all__ = ["fail_errors", "latest_study", "trial_detail"]
 
@@ -30,34 +31,34 @@ _LATEST_STUDY_SQL = (
     "s.study_id DESC")
 
 
-def trial_detail(connection: Connection, study_id: int, number: int) -> dict[str, Any] | None:
+def trial_detail(connection: Readable, study_id: int, number: int) -> dict[str, Any] | None:
     """state, start, end, value (the first objective's) and values (every objective's), params
     and user attrs of trial ``number``; None if absent."""
-    row = connection.execute(text(_TRIAL_SQL), {"s": study_id, "n": number}).first()
+    row = fetch_one(connection, _TRIAL_SQL, {"s": study_id, "n": number})
     if row is None:
         return None
     trial_id = row[0]
-    params = connection.execute(text(_trials._PARAMS_SQL), {"t": trial_id}).all()
-    values = [v for (v,) in connection.execute(text(_TRIAL_VALUE_SQL), {"t": trial_id})]
+    params = fetch_all(connection, _trials._PARAMS_SQL, {"t": trial_id})
+    values = [v for (v,) in rows(connection, _TRIAL_VALUE_SQL, {"t": trial_id})]
     return {
         "number": number, "state": state_name(row[1]), "start": to_datetime(row[2]),
         "end": to_datetime(row[3]),
         "value": values[0] if values else None,
         "values": values,  # one per objective (several: study.directions)
         "params": {p: _trials._param_value(v, d) for p, v, d in params},
-        "attrs": {k: json.loads(v) for k, v in connection.execute(text(_TRIAL_ATTRS_SQL), {"t": trial_id})},
+        "attrs": {k: json.loads(v) for k, v in rows(connection, _TRIAL_ATTRS_SQL, {"t": trial_id})},
     }
 
 
-def fail_errors(connection: Connection, study_id: int) -> list[tuple[int, str | None, str | None]]:
+def fail_errors(connection: Readable, study_id: int) -> list[tuple[int, str | None, str | None]]:
     """(number, hpo.fail_reason, hpo.error) of the FAIL trials that were not retried."""
     found: dict[int, dict[str, Any]] = {}
-    for number, key, value in connection.execute(text(_FAIL_ERRORS_SQL), {"s": study_id}):
+    for number, key, value in rows(connection, _FAIL_ERRORS_SQL, {"s": study_id}):
         found.setdefault(int(number), {})[key] = json.loads(value)
     return sorted((n, a.get("hpo.fail_reason"), a.get("hpo.error"))
                   for n, a in found.items() if a.get("hpo.retried") is not True)
 
 
-def latest_study(connection: Connection) -> str | None:
+def latest_study(connection: Readable) -> str | None:
     """The study that most recently started a trial (or was created last)."""
-    return connection.execute(text(_LATEST_STUDY_SQL)).scalar()
+    return scalar(connection, _LATEST_STUDY_SQL)

@@ -5,6 +5,11 @@
   device, telemetry aggregates), written when the trial is told. ``status`` aggregates it in
   one scan instead of decoding every trial's JSON user attrs (5-6x faster on 100k trials).
   Optuna's tables stay the authority: the same facts are in the trial's ``hpo.*`` attrs.
+  A trial that ended outside the orchestrator (optuna's CLI, a reaped trial) gets its row when
+  the next trial's end folds it into the study's tally (:mod:`._tally`), from those attrs.
+- ``hpo_study_tally``: per study, the sums and counts of every finished trial up to a
+  watermark, kept in the transaction of each trial's end, so ``status`` reads one row plus the
+  trials since instead of every trial (docs/BENCHMARKS.md "status from a kept tally").
 
 Both live in their own SQLAlchemy MetaData, so creating them never touches Optuna's schema
 (and Optuna's migrations never see them). No foreign keys to ``trials``: a row of ours must
@@ -16,11 +21,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Boolean, Column, DateTime, Float, Index, Integer, MetaData, String, Table, Text
+from sqlalchemy import Boolean, Column, DateTime, Float, Index, Integer, MetaData, String, Table, Text, text
 from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.schema import CreateIndex
+
+from hpo_orchestrator.db._tally import FLAGGED_WHERE
 
 __all__ = ["TELEMETRY_COLUMNS", "ensure_tables", "insert_samples", "insert_summary", "summary_table",
-           "telemetry_table"]
+           "tally_table", "telemetry_table"]
 
 _metadata = MetaData()
 
@@ -68,10 +76,39 @@ summary_table = Table(
     Column("params_mismatch", Text),  # JSON {name: [suggested, effective]}, NULL when none
 )
 
+# What status reads in order, so that a median is an OFFSET into an index instead of a sort
+# of every row (trial_id last: the tally's watermark filter is answered from the index too).
+# Partial indexes keep the rare rows (flags, failures) findable without a scan; their WHERE
+# is the text of the queries that use them (db/_tally.py), as sqlite requires.
+_SUMMARY_INDEXES = [
+    Index("ix_hpo_summary_duration", summary_table.c.study_id, summary_table.c.state,
+          text("(end_s - start_s)"), summary_table.c.trial_id),
+    Index("ix_hpo_summary_startup", summary_table.c.study_id, summary_table.c.startup_s,
+          summary_table.c.first_decision_s, summary_table.c.trial_id),
+    Index("ix_hpo_summary_decision", summary_table.c.study_id, summary_table.c.first_decision_s,
+          summary_table.c.startup_s, summary_table.c.trial_id),
+    Index("ix_hpo_summary_flagged", summary_table.c.study_id, summary_table.c.trial_id,
+          sqlite_where=text(FLAGGED_WHERE), postgresql_where=text(FLAGGED_WHERE)),
+    Index("ix_hpo_summary_failed", summary_table.c.study_id, summary_table.c.trial_id,
+          sqlite_where=text("state = 'FAIL'"), postgresql_where=text("state = 'FAIL'")),
+]
+
+tally_table = Table(
+    "hpo_study_tally", _metadata,
+    Column("study_id", Integer, primary_key=True, autoincrement=False),
+    Column("version", Integer, nullable=False),  # of the JSON below: another one is rebuilt
+    Column("tally", Text, nullable=False),  # JSON, status/_tally.py
+)
+
 
 def ensure_tables(engine: Engine) -> None:
-    """Create our tables (and indexes) if missing; a no-op when they exist."""
+    """Create our tables (and indexes) if missing; a no-op when they exist. The summary's
+    indexes are created on their own: a table made by an older version has none of them
+    (building them on 1M rows takes seconds, once)."""
     _metadata.create_all(engine, checkfirst=True)
+    with engine.begin() as connection:
+        for index in _SUMMARY_INDEXES:  # IF NOT EXISTS: reflection skips expression indexes
+            connection.execute(CreateIndex(index, if_not_exists=True))
 
 
 def insert_summary(connection: Connection, row: dict[str, Any]) -> None:

@@ -12,12 +12,13 @@ import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import text
-from sqlalchemy.engine import Connection
-
+from hpo_orchestrator.db._sql import fetch_one, rows, scalar
 from hpo_orchestrator.errors import ConfigError, StorageError
+
+if TYPE_CHECKING:
+    from hpo_orchestrator.db._sql import Readable
 
 __all__ = ["database_now", "list_studies", "read_errors", "state_name", "study_attrs", "study_config",
            "study_id_of", "to_datetime"]
@@ -58,11 +59,11 @@ def state_name(value: Any) -> str:
     return str(value).split(".")[-1]
 
 
-def list_studies(connection: Connection) -> list[str]:
-    return [row[0] for row in connection.execute(text(_STUDIES_SQL))]
+def list_studies(connection: Readable) -> list[str]:
+    return [row[0] for row in rows(connection, _STUDIES_SQL)]
 
 
-def study_id_of(connection: Connection, study: str | None) -> tuple[int, str]:
+def study_id_of(connection: Readable, study: str | None) -> tuple[int, str]:
     """(study_id, name) of ``study``, or of the only study when None; ConfigError otherwise."""
     names = list_studies(connection)
     if study is None:
@@ -71,25 +72,24 @@ def study_id_of(connection: Connection, study: str | None) -> tuple[int, str]:
         else:
             raise ConfigError("the storage holds several studies" if names else "the storage holds no study",
                               f"pass --study NAME (studies: {', '.join(names) or 'none'})")
-    row = connection.execute(text(_STUDY_ID_SQL), {"n": study}).first()
+    row = fetch_one(connection, _STUDY_ID_SQL, {"n": study})
     if row is None:
         raise ConfigError(f"no study named {study!r}",
                           f"studies in this storage: {', '.join(names) or 'none'}")
     return int(row[0]), study
 
 
-def study_attrs(connection: Connection, study_id: int) -> dict[str, Any]:
+def study_attrs(connection: Readable, study_id: int) -> dict[str, Any]:
     """Our study attrs: hpo.config, hpo.devices.<host>, hpo.packing.<host> and
     hpo.pruner.min_resource_auto, decoded."""
-    rows = connection.execute(text(_STUDY_ATTRS_SQL), {"s": study_id})
-    return {key: json.loads(value) for key, value in rows}
+    return {key: json.loads(value) for key, value in rows(connection, _STUDY_ATTRS_SQL, {"s": study_id})}
 
 
-def study_config(connection: Connection, study_id: int) -> dict[str, Any]:
+def study_config(connection: Readable, study_id: int) -> dict[str, Any]:
     """The resolved config the study ran with (study attr hpo.config); {} when absent."""
     return study_attrs(connection, study_id).get("hpo.config") or {}
 
 
-def database_now(connection: Connection) -> datetime | None:
+def database_now(connection: Readable) -> datetime | None:
     """The database's clock: heartbeats are written with it, so their age is measured with it."""
-    return to_datetime(connection.execute(text(_NOW_SQL)).scalar())
+    return to_datetime(scalar(connection, _NOW_SQL))

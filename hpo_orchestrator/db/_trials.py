@@ -9,15 +9,17 @@ from the two timestamps in Python.
 from __future__ import annotations
 
 import json
+import sqlite3
 from datetime import datetime
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from sqlalchemy import bindparam, inspect, text
-from sqlalchemy.engine import Connection
-
+from hpo_orchestrator.db._sql import fetch_all, fetch_one, has_table, rows, scalar
 from hpo_orchestrator.db._study import state_name, to_datetime
 
-__all__ = ["SummaryFlags", "TrialRow", "UncoveredTrial", "best_trial", "has_summary_table",
+if TYPE_CHECKING:
+    from hpo_orchestrator.db._sql import Readable
+
+__all__ = ["SummaryFlags", "TrialRow", "UncoveredTrial", "best_of", "best_trial", "has_summary_table",
            "heartbeat_of", "state_counts", "summary_flags", "summary_max_complete_step",
            "summary_prune_steps", "summary_rows", "trial_rows", "trial_values", "uncovered_trials"]
 
@@ -56,7 +58,7 @@ _FLAGS_SQL = (
 _BEST_SQL = (
     "SELECT t.trial_id, t.number, v.value FROM trials t JOIN trial_values v "
     "ON v.trial_id = t.trial_id WHERE t.study_id = :s AND t.state = 'COMPLETE' "
-    "AND v.objective = 0 AND v.value IS NOT NULL ORDER BY v.value {order} LIMIT 1")
+    "AND v.objective = 0 AND v.value IS NOT NULL ORDER BY v.value {order}, t.number LIMIT 1")
 _PARAMS_SQL = "SELECT param_name, param_value, distribution_json FROM trial_params WHERE trial_id = :t"
 _HEARTBEAT_SQL = "SELECT heartbeat FROM trial_heartbeats WHERE trial_id = :t"
 _VALUES_SQL = (
@@ -100,26 +102,27 @@ class SummaryFlags(NamedTuple):
     fail_reason: str | None
 
 
-def has_summary_table(connection: Connection) -> bool:
+def has_summary_table(connection: Readable) -> bool:
     """False on a database no orchestrator of ours has run against (or an older one)."""
-    return inspect(connection).has_table("hpo_trial_summary")
+    return has_table(connection, "hpo_trial_summary")
 
 
-def trial_rows(connection: Connection, study_id: int, first: int = 0) -> list[TrialRow]:
+def trial_rows(connection: Readable, study_id: int, first: int = 0) -> list[TrialRow]:
     """Every trial of the study from number ``first`` on, one narrow row each."""
     has_summary = has_summary_table(connection)
     rows = summary_rows(connection, study_id, first) if has_summary else []
     return rows + [u.row for u in uncovered_trials(connection, study_id, has_summary, first)]
 
 
-def summary_rows(connection: Connection, study_id: int, first: int = 0) -> list[TrialRow]:
+def summary_rows(connection: Readable, study_id: int, first: int = 0) -> list[TrialRow]:
     """All summary rows of the study from trial number ``first`` on, fetched in one go.
 
     Through the DBAPI cursor, not SQLAlchemy's Row objects: on 100k trials this fetch is the
     largest cost of ``status`` and the raw fetchall is 3x faster. The only parameter is an int
     formatted into the SQL, so the driver's paramstyle does not matter.
     """
-    cursor = connection.connection.cursor()
+    cursor = (connection if isinstance(connection, sqlite3.Connection)
+              else connection.connection).cursor()
     try:
         cursor.execute(_SUMMARY_ROWS_SQL.format(study_id=int(study_id), first=int(first)))
         make = tuple.__new__  # TrialRow._make without its per-row length check
@@ -128,24 +131,23 @@ def summary_rows(connection: Connection, study_id: int, first: int = 0) -> list[
         cursor.close()
 
 
-def uncovered_trials(connection: Connection, study_id: int, has_summary: bool,
+def uncovered_trials(connection: Readable, study_id: int, has_summary: bool,
                      first: int = 0) -> list[UncoveredTrial]:
     """Trials without a summary row (all of them without the table), from Optuna's tables,
     from trial number ``first`` on."""
-    trials = connection.execute(text(_UNCOVERED_SQL + (_NOT_SUMMARIZED_SQL if has_summary else "")),
-                                {"s": study_id, "first": first}).all()
+    trials = fetch_all(connection, _UNCOVERED_SQL + (_NOT_SUMMARIZED_SQL if has_summary else ""),
+                       {"s": study_id, "first": first})
     if not trials:
         return []
     attrs: dict[int, dict[str, Any]] = {}
     query = _ATTRS_SQL
     params: dict[str, Any] = {"s": study_id, "first": first, "keys": list(_ATTR_KEYS)}
+    expanding = ["keys"]
     if len(trials) <= _ATTRS_BY_ID_UP_TO:
         query += _ATTRS_BY_ID_SQL
         params["ids"] = [t[0] for t in trials]
-    statement = text(query).bindparams(bindparam("keys", expanding=True))
-    if "ids" in params:
-        statement = statement.bindparams(bindparam("ids", expanding=True))
-    for trial_id, key, value in connection.execute(statement, params):
+        expanding.append("ids")
+    for trial_id, key, value in rows(connection, query, params, expanding):
         attrs.setdefault(int(trial_id), {})[key] = json.loads(value)
     found = []
     for trial_id, number, state, start, end, last_step in trials:
@@ -164,40 +166,46 @@ def _number(value: Any) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
-def state_counts(connection: Connection, study_id: int) -> dict[str, int]:
+def state_counts(connection: Readable, study_id: int) -> dict[str, int]:
     """Trials per state (the contract's first query, docs/DESIGN.md §2.6)."""
     return {state_name(state): int(n)
-            for state, n in connection.execute(text(_STATE_COUNTS_SQL), {"s": study_id})}
+            for state, n in rows(connection, _STATE_COUNTS_SQL, {"s": study_id})}
 
 
-def summary_prune_steps(connection: Connection, study_id: int) -> dict[int, int]:
+def summary_prune_steps(connection: Readable, study_id: int) -> dict[int, int]:
     """Summarized PRUNED trials: step at which they were pruned -> how many."""
     return {int(step): int(n)
-            for step, n in connection.execute(text(_PRUNE_STEPS_SQL), {"s": study_id})}
+            for step, n in rows(connection, _PRUNE_STEPS_SQL, {"s": study_id})}
 
 
-def summary_max_complete_step(connection: Connection, study_id: int) -> int | None:
+def summary_max_complete_step(connection: Readable, study_id: int) -> int | None:
     """The last step a summarized COMPLETE trial reported."""
-    step = connection.execute(text(_MAX_COMPLETE_STEP_SQL), {"s": study_id}).scalar()
+    step = scalar(connection, _MAX_COMPLETE_STEP_SQL, {"s": study_id})
     return None if step is None else int(step)
 
 
-def summary_flags(connection: Connection, study_id: int) -> list[SummaryFlags]:
+def summary_flags(connection: Readable, study_id: int) -> list[SummaryFlags]:
     """Summarized trials whose GPU showed no work, whose params differ, or that failed."""
     return [SummaryFlags(int(number), None if verified is None else bool(verified), platform,
                          json.loads(mismatch) if mismatch else None, reason or None)
             for number, verified, platform, mismatch, reason
-            in connection.execute(text(_FLAGS_SQL), {"s": study_id})]
+            in rows(connection, _FLAGS_SQL, {"s": study_id})]
 
 
-def best_trial(connection: Connection, study_id: int, direction: str) -> dict[str, Any] | None:
-    """The best COMPLETE trial: number, value and params (categoricals as their choice)."""
+def best_trial(connection: Readable, study_id: int, direction: str) -> dict[str, Any] | None:
+    """The best COMPLETE trial (the lowest number among equals): number, value and params
+    (categoricals as their choice)."""
     order = "ASC" if direction == "minimize" else "DESC"
-    row = connection.execute(text(_BEST_SQL.format(order=order)), {"s": study_id}).first()
+    row = fetch_one(connection, _BEST_SQL.format(order=order), {"s": study_id})
     if row is None:
         return None
-    params = connection.execute(text(_PARAMS_SQL), {"t": row[0]}).all()
-    return {"number": row[1], "value": row[2],
+    return best_of(connection, row[0], row[1], row[2])
+
+
+def best_of(connection: Readable, trial_id: int, number: int, value: float) -> dict[str, Any]:
+    """A trial as ``best`` shows it: number, value and params."""
+    params = fetch_all(connection, _PARAMS_SQL, {"t": trial_id})
+    return {"number": number, "value": value,
             "params": {p: _param_value(v, d) for p, v, d in params}}
 
 
@@ -216,12 +224,12 @@ def _param_value(internal: float, distribution_json: str) -> Any:
     return internal
 
 
-def heartbeat_of(connection: Connection, trial_id: int | None) -> datetime | None:
+def heartbeat_of(connection: Readable, trial_id: int | None) -> datetime | None:
     """The trial's last heartbeat (database clock), None if it never beat."""
-    return to_datetime(connection.execute(text(_HEARTBEAT_SQL), {"t": trial_id}).scalar())
+    return to_datetime(scalar(connection, _HEARTBEAT_SQL, {"t": trial_id}))
 
 
-def trial_values(connection: Connection, study_id: int, first: int = 0) -> dict[int, float]:
+def trial_values(connection: Readable, study_id: int, first: int = 0) -> dict[int, float]:
     """trial number -> objective value, for the trials from number ``first`` on that have one."""
     return {int(number): float(value)
-            for number, value in connection.execute(text(_VALUES_SQL), {"s": study_id, "first": first})}
+            for number, value in rows(connection, _VALUES_SQL, {"s": study_id, "first": first})}

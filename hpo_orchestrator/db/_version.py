@@ -10,10 +10,13 @@ that the installed Optuna writes :data:`SCHEMA_REVISION` and runs every statemen
 
 from __future__ import annotations
 
-from sqlalchemy import inspect, text
-from sqlalchemy.engine import Connection
+from typing import TYPE_CHECKING
 
+from hpo_orchestrator.db._sql import fetch_one, has_table, scalar
 from hpo_orchestrator.errors import StorageError
+
+if TYPE_CHECKING:
+    from hpo_orchestrator.db._sql import Readable
 
 __all__ = ["OLDER_REVISIONS", "SCHEMA_REVISION", "check_schema", "schema_of"]
 
@@ -29,24 +32,23 @@ _REVISION_SQL = "SELECT version_num FROM alembic_version"
 _VERSION_INFO_SQL = "SELECT schema_version, library_version FROM version_info"
 
 
-def schema_of(connection: Connection) -> tuple[str | None, int | None, str | None]:
+def schema_of(connection: Readable) -> tuple[str | None, int | None, str | None]:
     """(alembic revision, version_info.schema_version, Optuna version that set it up); None
     for what the database does not have (yet: another process may be creating it)."""
-    tables = set(inspect(connection).get_table_names())
-    revision = connection.execute(text(_REVISION_SQL)).scalar() if "alembic_version" in tables else None
-    info = connection.execute(text(_VERSION_INFO_SQL)).first() if "version_info" in tables else None
+    revision = scalar(connection, _REVISION_SQL) if has_table(connection, "alembic_version") else None
+    info = fetch_one(connection, _VERSION_INFO_SQL) if has_table(connection, "version_info") else None
     return (None if revision is None else str(revision),
             None if info is None or info[0] is None else int(info[0]),
             None if info is None or info[1] is None else str(info[1]))
 
 
-def check_schema(connection: Connection, shown_url: str) -> bool:
+def check_schema(connection: Readable, shown_url: str) -> bool:
     """Raise StorageError (exit 2) unless the database is new or has :data:`SCHEMA_REVISION`;
     True when it has it (all of Optuna's tables are there: nothing for Optuna to create).
 
     ``shown_url`` is the URL as messages may show it (password masked).
     """
-    if not inspect(connection).has_table("studies"):
+    if not has_table(connection, "studies"):
         return False  # a new database: the installed Optuna creates the schema we know
     revision, schema_version, made_by = schema_of(connection)
     if revision == SCHEMA_REVISION:

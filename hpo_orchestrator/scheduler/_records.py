@@ -24,6 +24,7 @@ from hpo_orchestrator.gpu import GpuInfo
 from hpo_orchestrator.pruning._auto import fit_step_timing
 from hpo_orchestrator.scheduler._outcome import Verdict, params_mismatch
 from hpo_orchestrator.scheduler._trial import Asked, RunningTrial
+from hpo_orchestrator.status._tally import advance as advance_tally
 from hpo_orchestrator.study_storage import MirrorStorage
 from hpo_orchestrator.telemetry import TelemetrySampler, TrialTelemetry
 
@@ -214,6 +215,8 @@ class RunRecords:
 
         def with_the_end(connection: Connection) -> None:
             insert_summary(connection, summary)
+            # the study's tally takes this trial and any that ended elsewhere since the last
+            advance_tally(connection, self.study._study_id, self.study.study_name)
             insert_samples(connection, rows)
             if retry is not None:
                 _run.enqueue_waiting_trial(connection, self.study._study_id, retry.params,

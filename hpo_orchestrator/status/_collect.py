@@ -1,5 +1,6 @@
 """Status from plain SQL over the storage (through :mod:`hpo_orchestrator.db`): never loads
-every trial through the ORM.
+every trial through the ORM. A study with a kept tally is read by :mod:`._kept` instead; the
+visit of every trial here is what it falls back to, and what ``report`` reads.
 
 The db package hands back one narrow row per trial and a few pre-filtered facts; durations,
 device use and prune steps are computed here, and turned into findings by
@@ -9,20 +10,32 @@ device use and prune steps are computed here, and turned into findings by
 from __future__ import annotations
 
 import gc
+import sqlite3
 import statistics
 import time
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import datetime
-from typing import Any
-
-from sqlalchemy.engine import Connection, Engine
+from typing import TYPE_CHECKING, Any
 
 from hpo_orchestrator import db
 from hpo_orchestrator.db import TrialRow
+from hpo_orchestrator.status._common import (
+    device_label,
+    hosts_of,
+    listed_devices,
+    packing_of,
+    pareto,
+    running_of,
+)
 from hpo_orchestrator.status._findings import find_all
+from hpo_orchestrator.status._kept import collect_kept
 from hpo_orchestrator.status._model import DeviceUse, StateStats, StatusReport, StudyFacts
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Engine
+
+    from hpo_orchestrator.db._sql import Readable as Connection
 
 __all__ = ["collect_status", "collect_with_rows", "device_label"]
 
@@ -43,8 +56,29 @@ def _cycle_collector_paused() -> Iterator[None]:
 
 
 def collect_status(engine: Engine, study: str | None) -> StatusReport:
+    """From the study's kept tally (status/_kept.py) when it has a good one, else by visiting
+    every trial."""
     with _cycle_collector_paused(), db.read_errors(), engine.connect() as connection:
-        return _collect(connection, study)[0]
+        return _collect(connection, study, kept=True)[0]
+
+
+def collect_status_sqlite(connection: sqlite3.Connection, study: str | None) -> StatusReport | None:
+    """From the study's kept tally over a plain sqlite3 connection (db/_sql.py: no SQLAlchemy
+    import); None when the study has no tally status can trust (the caller then opens an
+    engine: the visit of every trial reads through SQLAlchemy). One read transaction, so every
+    statement sees the same snapshot."""
+    with _cycle_collector_paused(), db.read_errors():
+        connection.execute("BEGIN")
+        try:
+            return _collect(connection, study, kept=True, only_kept=True)[0]
+        except _NotKept:
+            return None
+        finally:
+            connection.execute("COMMIT")
+
+
+class _NotKept(Exception):
+    """The study has no tally status can trust."""
 
 
 def collect_with_rows(connection: Connection, study: str | None) -> tuple[StatusReport, list[TrialRow]]:
@@ -53,7 +87,8 @@ def collect_with_rows(connection: Connection, study: str | None) -> tuple[Status
         return _collect(connection, study)
 
 
-def _collect(connection: Connection, study: str | None) -> tuple[StatusReport, list[TrialRow]]:
+def _collect(connection: Connection, study: str | None, kept: bool = False,
+             only_kept: bool = False) -> tuple[StatusReport, list[TrialRow]]:
     study_id, name = db.study_id_of(connection, study)
     directions = db.study_directions(connection, study_id) or ["minimize"]
     direction = directions[0]
@@ -61,22 +96,20 @@ def _collect(connection: Connection, study: str | None) -> tuple[StatusReport, l
     config = study_attrs.get("hpo.config") or {}
     db_now = db.database_now(connection)
     now = time.time()
+    if kept:
+        report = collect_kept(connection, study_id, name, directions, study_attrs, db_now, now)
+        if report is not None:
+            return report, []
+    if only_kept:
+        raise _NotKept
     has_summary = db.has_summary_table(connection)
 
     counts = Counter(db.state_counts(connection, study_id))
     rows = db.summary_rows(connection, study_id) if has_summary else []
     uncovered = db.uncovered_trials(connection, study_id, has_summary)
     rows += [u.row for u in uncovered]
-    # A trial asked ahead of a free slot (scheduler.prefetch) is RUNNING to Optuna but has no
-    # process yet: the orchestrator records its slot (hpo.slot) when a slot takes it. Its
-    # heartbeat is kept up meanwhile; a stale one stays with the running (stale_running).
-    hosts = len(_hosts(rows, _listed_devices(study_attrs)))
-    running = _running(connection, [u for u in uncovered if u.row.state == "RUNNING"],
-                       db_now, now, config, hosts)
-    slotless = {u.row.number for u in uncovered if u.row.state == "RUNNING" and config
-                and u.attrs.get("hpo.slot") is None}
-    queued = sorted(r["number"] for r in running if r["number"] in slotless and not r["stale"])
-    running = [r for r in running if r["number"] not in queued]
+    hosts = len(hosts_of(rows, listed_devices(study_attrs)))
+    running, queued = running_of(connection, uncovered, db_now, now, config, hosts)
     if queued:
         counts["RUNNING"] -= len(queued)
         counts["QUEUED"] = len(queued)
@@ -133,14 +166,14 @@ def _collect(connection: Connection, study: str | None) -> tuple[StatusReport, l
         n_trials_target=config.get("study", {}).get("n_trials"),
         states=states, prune_rate=prune_rate, prune_steps=dict(sorted(prune_steps.items())),
         best=db.best_trial(connection, study_id, direction) if len(directions) == 1 else None,
-        directions=directions, best_trials=_pareto(connection, study_id, directions),
+        directions=directions, best_trials=pareto(connection, study_id, directions),
         per_device=_device_use([r for r in rows if r.state != "RUNNING" or r.number not in queued],
                                study_attrs, now, window),
         running=running, fail_reasons=dict(sorted(reasons.items())),
         wall_s=None if window is None else window[2] - window[0], queued=queued,
         min_resource_auto=study_attrs.get("hpo.pruner.min_resource_auto"),
         last_failed=max(objective_failures) if objective_failures else None,
-        packing=_packing(study_attrs))
+        packing=packing_of(study_attrs))
     report.findings = find_all(report, StudyFacts(
         config=config, rows=rows, unverified=sorted(unverified), mismatches=sorted(mismatches),
         max_complete_step=None if max_complete_step is None else int(max_complete_step),
@@ -148,37 +181,10 @@ def _collect(connection: Connection, study: str | None) -> tuple[StatusReport, l
     return report, rows
 
 
-def _pareto(connection: Connection, study_id: int, directions: list[str]) -> list[dict[str, Any]]:
-    """A multi-objective study's Pareto-optimal trials with their params (none for one objective:
-    ``best`` says it)."""
-    if len(directions) < 2:
-        return []
-    return [{"number": t.number, "values": list(t.values),
-             "params": db.trial_params(connection, t.trial_id)}
-            for t in db.best_trials(connection, study_id)[1]]
 
 
-def _running(connection: Connection, running: list[db.UncoveredTrial], db_now: datetime | None,
-             now: float, config: dict[str, Any], hosts: int) -> list[dict[str, Any]]:
-    """Running trials with their last step and heartbeat age (database clock vs database clock)."""
-    storage = config.get("storage", {})
-    grace = storage.get("grace_period_s") or 3 * (storage.get("heartbeat_interval_s") or 10)
-    result = []
-    for trial_id, row, _attrs in sorted(running, key=lambda u: u.row.number):
-        beat = db.heartbeat_of(connection, trial_id)
-        age = (db_now - beat).total_seconds() if beat is not None and db_now is not None else None
-        result.append({
-            "number": row.number, "device": device_label(row.host, row.gpu_index, hosts), "host": row.host,
-            "elapsed_s": now - row.start_s if row.start_s is not None else None,
-            "last_step": row.last_step, "heartbeat_age_s": age,
-            "stale": age is not None and age > grace, "grace_s": grace})
-    return result
 
 
-def device_label(host: str | None, gpu: int | None, hosts: int) -> str:
-    """gpu0 / cpu, prefixed with the host when the study ran on several."""
-    device = "cpu" if gpu is None else f"gpu{gpu}"
-    return f"{host}:{device}" if hosts > 1 and host else device
 
 
 def _busy_seconds(intervals: list[tuple[float, float]], lo: float, queued_hi: float,
@@ -203,22 +209,10 @@ def _busy_seconds(intervals: list[tuple[float, float]], lo: float, queued_hi: fl
     return busy, queued
 
 
-def _packing(study_attrs: dict[str, Any]) -> list[dict[str, Any]]:
-    """hpo.packing.<host> of every host, with the host named (scheduler/_packer.py writes it)."""
-    return [{"host": key.removeprefix("hpo.packing."), **value}
-            for key, value in sorted(study_attrs.items())
-            if key.startswith("hpo.packing.") and isinstance(value, dict)]
 
 
-def _listed_devices(study_attrs: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
-    """host -> its GPUs, as each orchestrator recorded them (study attr hpo.devices.<host>), so
-    a GPU that never got a trial still shows up."""
-    return {key.removeprefix("hpo.devices."): devices or [] for key, devices in study_attrs.items()
-            if key.startswith("hpo.devices.")}
 
 
-def _hosts(rows: list[TrialRow], listed: dict[str, list[dict[str, Any]]]) -> set[str]:
-    return {r.host for r in rows if r.host} | set(listed)
 
 
 def _window(rows: list[TrialRow], now: float) -> tuple[float, float, float] | None:
@@ -232,8 +226,8 @@ def _window(rows: list[TrialRow], now: float) -> tuple[float, float, float] | No
 
 def _device_use(rows: list[TrialRow], study_attrs: dict[str, Any], now: float,
                 window: tuple[float, float, float] | None) -> list[DeviceUse]:
-    listed = _listed_devices(study_attrs)
-    hosts = _hosts(rows, listed)
+    listed = listed_devices(study_attrs)
+    hosts = hosts_of(rows, listed)
     DeviceKey = tuple[str | None, int | None]
     by_device: dict[DeviceKey, list[TrialRow]] = {}
     for row in rows:

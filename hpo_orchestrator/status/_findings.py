@@ -123,21 +123,27 @@ def _gpu_unused(facts: StudyFacts) -> list[Finding]:
 
 
 def _slow_startup(facts: StudyFacts) -> list[Finding]:
-    pairs = [(r.startup_s, r.first_decision_s) for r in facts.rows
-             if r.startup_s is not None and r.first_decision_s is not None]
-    if len(pairs) < MIN_TRIALS:
+    if facts.startup is not None:
+        n_pairs, startup, decision = facts.startup
+    else:
+        pairs = [(r.startup_s, r.first_decision_s) for r in facts.rows
+                 if r.startup_s is not None and r.first_decision_s is not None]
+        n_pairs = len(pairs)
+        if n_pairs < MIN_TRIALS:
+            return []
+        startup = statistics.median(p[0] for p in pairs)
+        decision = statistics.median(p[1] for p in pairs)
+    if n_pairs < MIN_TRIALS:
         return []
-    startup = statistics.median(p[0] for p in pairs)
-    decision = statistics.median(p[1] for p in pairs)
     if decision <= 0 or startup < STARTUP_FLOOR_S or startup / decision < STARTUP_SHARE_ABOVE:
         return []
     return [Finding(
         "slow_startup", "warning",
         f"starting a trial takes {startup:.1f} s, {startup / decision:.0%} of the "
-        f"{decision:.1f} s until its first pruning decision (medians of {len(pairs)} trials)",
+        f"{decision:.1f} s until its first pruning decision (medians of {n_pairs} trials)",
         _startup_advice(facts.config),
         {"startup_s_median": round(startup, 3), "first_decision_s_median": round(decision, 3),
-         "share": round(startup / decision, 3), "trials": len(pairs)})]
+         "share": round(startup / decision, 3), "trials": n_pairs})]
 
 
 def _startup_advice(config: dict[str, Any]) -> str:

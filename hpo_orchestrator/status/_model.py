@@ -55,6 +55,9 @@ class StudyFacts:
     mismatches: list[tuple[int, dict[str, Any]]]  # (number, {param: [suggested, effective]})
     # (number, hpo.fail_reason, hpo.error) of failed trials that were not retried
     failures: list[tuple[int, str | None, str | None]] = field(default_factory=list)
+    # (trials with both, median startup_s, median first_decision_s) when status read them from
+    # the study's tally (status/_kept.py) instead of ``rows``; None: from ``rows``.
+    startup: tuple[int, float, float] | None = None
 
 
 @dataclass

@@ -1,0 +1,76 @@
+"""What both ways of collecting status share (_collect.py visits every trial, _kept.py reads
+the study's tally): running trials, device labels, study attrs, the Pareto front."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from hpo_orchestrator import db
+from hpo_orchestrator.db import TrialRow
+
+if TYPE_CHECKING:
+    from hpo_orchestrator.db._sql import Readable as Connection
+
+__all__ = ["device_label", "hosts_of", "listed_devices", "packing_of", "pareto", "running_of"]
+
+
+def pareto(connection: Connection, study_id: int, directions: list[str]) -> list[dict[str, Any]]:
+    """A multi-objective study's Pareto-optimal trials with their params (none for one objective:
+    ``best`` says it)."""
+    if len(directions) < 2:
+        return []
+    return [{"number": t.number, "values": list(t.values),
+             "params": db.trial_params(connection, t.trial_id)}
+            for t in db.best_trials(connection, study_id)[1]]
+
+
+def running_of(connection: Connection, trials: list[db.UncoveredTrial], db_now: datetime | None,
+               now: float, config: dict[str, Any], hosts: int) -> tuple[list[dict[str, Any]], list[int]]:
+    """The running ones among ``trials``, with their last step and heartbeat age (database
+    clock vs database clock), and the numbers of those only queued.
+
+    A trial asked ahead of a free slot (scheduler.prefetch) is RUNNING to Optuna but has no
+    process yet: the orchestrator records its slot (hpo.slot) when a slot takes it. Its
+    heartbeat is kept up meanwhile; a stale one stays with the running (stale_running).
+    """
+    storage = config.get("storage", {})
+    grace = storage.get("grace_period_s") or 3 * (storage.get("heartbeat_interval_s") or 10)
+    running: list[dict[str, Any]] = []
+    for trial_id, row, _attrs in sorted((u for u in trials if u.row.state == "RUNNING"),
+                                        key=lambda u: u.row.number):
+        beat = db.heartbeat_of(connection, trial_id)
+        age = (db_now - beat).total_seconds() if beat is not None and db_now is not None else None
+        running.append({
+            "number": row.number, "device": device_label(row.host, row.gpu_index, hosts), "host": row.host,
+            "elapsed_s": now - row.start_s if row.start_s is not None else None,
+            "last_step": row.last_step, "heartbeat_age_s": age,
+            "stale": age is not None and age > grace, "grace_s": grace})
+    slotless = {u.row.number for u in trials if u.row.state == "RUNNING" and config
+                and u.attrs.get("hpo.slot") is None}
+    queued = sorted(r["number"] for r in running if r["number"] in slotless and not r["stale"])
+    return [r for r in running if r["number"] not in queued], queued
+
+
+def device_label(host: str | None, gpu: int | None, hosts: int) -> str:
+    """gpu0 / cpu, prefixed with the host when the study ran on several."""
+    device = "cpu" if gpu is None else f"gpu{gpu}"
+    return f"{host}:{device}" if hosts > 1 and host else device
+
+
+def packing_of(study_attrs: dict[str, Any]) -> list[dict[str, Any]]:
+    """hpo.packing.<host> of every host, with the host named (scheduler/_packer.py writes it)."""
+    return [{"host": key.removeprefix("hpo.packing."), **value}
+            for key, value in sorted(study_attrs.items())
+            if key.startswith("hpo.packing.") and isinstance(value, dict)]
+
+
+def listed_devices(study_attrs: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    """host -> its GPUs, as each orchestrator recorded them (study attr hpo.devices.<host>), so
+    a GPU that never got a trial still shows up."""
+    return {key.removeprefix("hpo.devices."): devices or [] for key, devices in study_attrs.items()
+            if key.startswith("hpo.devices.")}
+
+
+def hosts_of(rows: list[TrialRow], listed: dict[str, list[dict[str, Any]]]) -> set[str]:
+    return {r.host for r in rows if r.host} | set(listed)

@@ -1,0 +1,253 @@
+"""A study's tally: what ``status`` shows, summed over its finished trials, kept as one JSON row
+(``hpo_study_tally``) so that status reads it and the trials since instead of every trial.
+
+What it holds is what can be summed exactly one trial at a time: counts, sums, maxima, the prune
+steps, the best value, and per device the union of its busy intervals. Medians are not in it:
+they are read as an OFFSET into an index of ``hpo_trial_summary`` (db/_tally.py), which holds
+a row for every trial the tally has folded in.
+
+Which trials are in it: every trial of the study with ``trial_id <= watermark``, except
+``holes`` (trials seen unfinished, or ids not yet committed on PostgreSQL). A finished trial is
+never changed by Optuna (UpdateFinishedTrialError), so a trial folded in stays right; holes
+and trials above the watermark are read again by every status and folded in by the next
+trial's end (docs/BENCHMARKS.md "status from a kept tally").
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from hpo_orchestrator import db
+from hpo_orchestrator.db import TrialRow
+from hpo_orchestrator.db._sql import dialect
+
+if TYPE_CHECKING:
+    from hpo_orchestrator.db._sql import Readable as Connection
+
+__all__ = ["VERSION", "DeviceTally", "Tally", "advance", "trusted"]
+
+VERSION = 1  # of the JSON: a tally of another version is rebuilt by the next run
+_HOLE_MARGIN_S = 1.0
+
+
+@dataclass
+class DeviceTally:
+    """One device's trials. Its busy time is the length of the union of their intervals:
+    ``segments`` is that union as disjoint [start, end] pairs, sorted; the part before
+    ``frontier`` is folded away into ``busy_done`` (no later trial can start before it), so the
+    list stays as short as the trials running at once."""
+
+    host: str | None
+    gpu_index: int | None
+    trials: int = 0
+    states: dict[str, int] = field(default_factory=dict)
+    util: list[float] = field(default_factory=lambda: [0.0, 0.0])  # sum of util * s, sum of s
+    util_compute: list[float] = field(default_factory=lambda: [0.0, 0.0])
+    energy: list[float] = field(default_factory=lambda: [0.0, 0.0])  # sum of joules, trials
+    busy_done: float = 0.0
+    frontier: float = -math.inf
+    segments: list[list[float]] = field(default_factory=list)
+    max_start: float | None = None
+    max_end: float | None = None
+
+    def add(self, row: TrialRow, end: float | None) -> bool:
+        """Fold one trial in (``end``: its end, or now while it runs); False when its interval
+        starts before the frontier (a clock set back, a trial added with old dates): the tally
+        cannot place it, and status visits every trial instead."""
+        self.trials += 1
+        self.states[row.state] = self.states.get(row.state, 0) + 1
+        if row.energy_j is not None:
+            self.energy[0] += row.energy_j
+            self.energy[1] += 1
+        if row.start_s is None:
+            return True
+        end = end if end is not None else row.start_s
+        for value, sums in ((row.util_mean, self.util), (row.util_compute_mean, self.util_compute)):
+            if value is not None:
+                sums[0] += value * (end - row.start_s)
+                sums[1] += end - row.start_s
+        self.max_start = row.start_s if self.max_start is None else max(self.max_start, row.start_s)
+        if end <= row.start_s:  # an empty interval covers nothing
+            return True
+        if row.start_s < self.frontier:
+            return False
+        self.max_end = end if self.max_end is None else max(self.max_end, end)
+        self._merge(row.start_s, end)
+        return True
+
+    def _merge(self, start: float, end: float) -> None:
+        starts = [s for s, _ in self.segments]
+        lo = bisect.bisect_left(starts, start)
+        if lo > 0 and self.segments[lo - 1][1] >= start:
+            lo -= 1
+        hi = bisect.bisect_right(starts, end)
+        if lo < hi:
+            start = min(start, self.segments[lo][0])
+            end = max(end, self.segments[hi - 1][1])
+        self.segments[lo:hi] = [[start, end]]
+
+    def fold_before(self, frontier: float) -> None:
+        """Sum away the segments that end before ``frontier``: no trial folded in from now on
+        starts before it."""
+        if frontier <= self.frontier:
+            return
+        while self.segments and self.segments[0][1] <= frontier:
+            start, end = self.segments.pop(0)
+            self.busy_done += end - start
+        self.frontier = frontier
+
+    def busy(self) -> float:
+        return self.busy_done + sum(end - start for start, end in self.segments)
+
+
+@dataclass
+class Tally:
+    study_name: str = ""
+    watermark: int = 0  # the highest trial_id looked at
+    holes: list[int] = field(default_factory=list)  # ids <= watermark not folded in
+    folded: int = 0  # trials folded in: each has a hpo_trial_summary row
+    exact: bool = True  # False: a trial came that it cannot place; status visits every trial
+    states: dict[str, int] = field(default_factory=dict)
+    # state -> [trials with a duration, sum of durations, longest]
+    durations: dict[str, list[float]] = field(default_factory=dict)
+    prune_steps: dict[int, int] = field(default_factory=dict)
+    max_complete_step: int | None = None
+    pairs: int = 0  # trials with both startup_s and first_decision_s (slow_startup's medians)
+    best_min: list[Any] | None = None  # [value, number, trial_id] of the lowest COMPLETE value
+    best_max: list[Any] | None = None
+    window: list[float] | None = None  # [first start, last start, last end]
+    devices: list[DeviceTally] = field(default_factory=list)
+
+    def add(self, trial_id: int, row: TrialRow, value: float | None, now: float,
+            on_device: bool = True) -> None:
+        """Fold in one trial: a finished one for good, or (on a copy, at read) a running one,
+        whose end is ``now``. ``value``: its first objective's value, when COMPLETE (ties: the
+        lowest number, as db.best_trial)."""
+        self.states[row.state] = self.states.get(row.state, 0) + 1
+        if row.start_s is not None and row.end_s is not None:
+            n, total, longest = self.durations.get(row.state, [0, 0.0, -math.inf])
+            duration = row.end_s - row.start_s
+            self.durations[row.state] = [n + 1, math.fsum((total, duration)), max(longest, duration)]
+        if row.last_step is not None and row.state == "PRUNED":
+            self.prune_steps[row.last_step] = self.prune_steps.get(row.last_step, 0) + 1
+        if row.last_step is not None and row.state == "COMPLETE":
+            self.max_complete_step = max(self.max_complete_step or 0, row.last_step)
+        if row.startup_s is not None and row.first_decision_s is not None:
+            self.pairs += 1
+        if value is not None and row.state == "COMPLETE":
+            best = [value, row.number, trial_id]
+            if self.best_min is None or best[:2] < self.best_min[:2]:
+                self.best_min = best
+            if self.best_max is None or (-value, row.number) < (-self.best_max[0], self.best_max[1]):
+                self.best_max = best
+        end = row.end_s if row.end_s is not None else now
+        if row.start_s is not None:
+            lo, hi, last = self.window or (row.start_s, row.start_s, end)
+            self.window = [min(lo, row.start_s), max(hi, row.start_s), max(last, end)]
+        if on_device and (row.host is not None or row.gpu_index is not None):
+            if not self.device(row.host, row.gpu_index).add(row, end):
+                self.exact = False
+
+    def device(self, host: str | None, gpu_index: int | None) -> DeviceTally:
+        for use in self.devices:
+            if use.host == host and use.gpu_index == gpu_index:
+                return use
+        self.devices.append(DeviceTally(host, gpu_index))
+        return self.devices[-1]
+
+    def fold_before(self, hole_starts: list[float]) -> None:
+        """Shorten each device's segments: a trial folded in later is a hole now (it starts no
+        earlier than its Optuna start: the orchestrator asks, then spawns) or not yet asked
+        (it starts after every trial of its host so far: a device is one host's clock)."""
+        # A hole's start is read from Optuna's datetime_start (microseconds, rounded): its
+        # summary start may lie a little before it. A second of margin keeps it after the frontier.
+        earliest = min(hole_starts, default=math.inf) - _HOLE_MARGIN_S
+        for use in self.devices:
+            if use.max_start is not None:
+                use.fold_before(min(earliest, use.max_start))
+
+    def to_json(self) -> str:
+        data = asdict(self)
+        data["prune_steps"] = {str(k): v for k, v in self.prune_steps.items()}
+        return json.dumps(data)
+
+    @classmethod
+    def from_json(cls, text: str) -> Tally:
+        data = json.loads(text)
+        data["prune_steps"] = {int(k): v for k, v in data["prune_steps"].items()}
+        data["devices"] = [DeviceTally(**d) for d in data["devices"]]
+        return cls(**data)
+
+
+_FINISHED = ("COMPLETE", "PRUNED", "FAIL")
+_TEXT_LIMITS = (("host", 255), ("fail_reason", 32), ("opencl_platform", 255))  # db/_schema.py
+
+
+def advance(connection: Connection, study_id: int, study_name: str, rebuild: bool = False) -> None:
+    """Fold the study's trials ended since the tally's watermark into it, within the caller's
+    transaction: a trial's end (scheduler/_records.py), so the tally is never behind a trial
+    the orchestrator told. Without a tally (a study of an older version), or one that cannot
+    be kept exact, only ``rebuild`` (at a run's start: it reads every trial, once) makes one.
+
+    Trials that ended elsewhere (optuna's CLI, a reaper, an older orchestrator) are folded in
+    here too, and get the summary row the orchestrator would have written.
+    """
+    stored = db.read_tally(connection, study_id, for_update=True)
+    tally = Tally.from_json(stored[1]) if stored is not None and stored[0] == VERSION else None
+    if rebuild and (tally is None or not trusted(connection, study_id, study_name, tally)):
+        tally = Tally(study_name=study_name)
+    if tally is None or not tally.exact:
+        return
+    since = db.trials_since(connection, study_id, tally.watermark, tally.holes)
+    top = max([tally.watermark, *(t.trial_id for t in since)])
+    holes, hole_starts = [], []
+    for trial in since:
+        if trial.row.state not in _FINISHED:
+            holes.append(trial.trial_id)
+            if trial.row.start_s is not None:
+                hole_starts.append(trial.row.start_s)
+            continue
+        if not trial.summarized and not _fits(trial):
+            tally.exact = False  # no summary row can hold it: status visits every trial
+            continue
+        if trial.row.start_s is not None and trial.row.end_s is None:
+            tally.exact = False  # finished without an end: its interval would end "now"
+        tally.add(trial.trial_id, trial.row, trial.value, now=math.nan)
+        tally.folded += 1
+        if not trial.summarized:
+            db.summarize(connection, study_id, trial)
+    if dialect(connection) == "postgresql":
+        # Ids come from a sequence: one below ``top`` may belong to a trial whose insert has
+        # not committed yet. Those that exist nowhere yet stay holes until they do.
+        seen = {t.trial_id for t in since}
+        exist = db.existing_ids(connection, tally.watermark, top, tally.holes)
+        candidates = [*range(tally.watermark + 1, top + 1), *tally.holes]
+        holes += sorted({i for i in candidates if i not in exist and i not in seen})
+    tally.watermark, tally.holes = top, sorted(set(holes))
+    tally.fold_before(hole_starts)
+    db.write_tally(connection, study_id, VERSION, tally.to_json())
+
+
+def trusted(connection: Connection, study_id: int, study_name: str, tally: Tally) -> bool:
+    """Exact, of this study, and counting as many trials as there are summary rows up to its
+    watermark, holes left out: rows deleted would make it wrong."""
+    if not tally.exact or tally.study_name != study_name:
+        return False
+    upto, in_holes = db.summary_count_upto(connection, study_id, tally.watermark, tally.holes)
+    return upto - in_holes == tally.folded
+
+
+def _fits(trial: db.SinceTrial) -> bool:
+    """Its attrs fit the summary's columns (another tool may have written anything there)."""
+    values: dict[str, Any] = {"host": trial.row.host, "fail_reason": trial.flags.fail_reason,
+                              "opencl_platform": trial.flags.opencl_platform}
+    if any(v is not None and not isinstance(v, str) for v in values.values()):
+        return False
+    if any(values[k] is not None and len(values[k]) > n for k, n in _TEXT_LIMITS):
+        return False
+    gpu = trial.row.gpu_index
+    return gpu is None or (isinstance(gpu, int) and not isinstance(gpu, bool))

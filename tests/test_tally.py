@@ -1,0 +1,204 @@
+"""The study's kept tally gives the numbers of the full visit (status/_kept.py against
+status/_collect.py), whoever ended the trials: the orchestrator, plain Optuna (``tell`` from
+another process, ``add_trial``), or a reaper; and status falls back to the full visit when the
+tally cannot be trusted.
+
+Each comparison freezes the clock (running trials end "now") and compares the JSON of both
+reports: equal, but for sums, which may differ in their last bits (another summing order).
+"""
+
+from __future__ import annotations
+
+import random
+import sqlite3
+import statistics
+from contextlib import closing
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pytest
+import sqlalchemy
+from optuna.trial import TrialState
+
+import hpo_orchestrator.db as db
+from hpo_orchestrator.status import _collect
+from hpo_orchestrator.status._kept import _median, _tally_of
+from hpo_orchestrator.status._tally import Tally, advance
+from tests.conftest import run_cli
+from tests.test_status_numbers import _study
+
+TARGET = "objective.target=hpo_orchestrator.testing.objectives:"
+
+
+def _same(full: Any, kept: Any, path: str = "") -> None:
+    if isinstance(full, dict) and isinstance(kept, dict):
+        assert full.keys() == kept.keys(), path
+        for key in full:
+            _same(full[key], kept[key], f"{path}.{key}")
+    elif isinstance(full, list) and isinstance(kept, list):
+        assert len(full) == len(kept), path
+        for i, (a, b) in enumerate(zip(full, kept, strict=True)):
+            _same(a, b, f"{path}[{i}]")
+    elif isinstance(full, float) and isinstance(kept, float):
+        assert kept == pytest.approx(full, rel=1e-12, abs=1e-12), path
+    else:
+        assert kept == full, path
+
+
+def _compare(url: str, study: str, monkeypatch: pytest.MonkeyPatch,
+             kept_expected: bool = True, read_from_tally: bool | None = None) -> Tally | None:
+    """The reports of the study (full visit, tally, tally through sqlite3), compared; the
+    tally status trusted (None: it fell back). ``read_from_tally``: whether the tally answered
+    (default: when trusted; a trial since it that it cannot place makes it fall back)."""
+    now = datetime.now().timestamp()
+    monkeypatch.setattr(_collect.time, "time", lambda: now)
+    engine = db.create_engine(url)
+    try:
+        with engine.connect() as connection:
+            study_id, _ = db.study_id_of(connection, study)
+            tally = _tally_of(connection, study_id, study)
+            assert (tally is not None) == kept_expected
+            full = _collect._collect(connection, study)[0].to_json()
+            kept = _collect._collect(connection, study, kept=True)[0].to_json()
+    finally:
+        engine.dispose()
+    _same(full, kept)
+    with closing(db.open_sqlite(url)) as plain:  # status --json's path: sqlite3, no SQLAlchemy
+        lite = _collect.collect_status_sqlite(plain, study)
+    assert (lite is not None) == (kept_expected if read_from_tally is None else read_from_tally)
+    if lite is not None:
+        _same(full, lite.to_json())
+    return tally
+
+
+def _advance(url: str, study: str = "big", rebuild: bool = False) -> None:
+    engine = db.create_engine(url, read_only=False)
+    db.ensure_tables(engine)
+    with engine.begin() as connection:
+        study_id, _ = db.study_id_of(connection, study)
+        advance(connection, study_id, study, rebuild=rebuild)
+    engine.dispose()
+
+
+@pytest.mark.parametrize("summarized", [0, 41])
+def test_tally_then_trials_told_by_optuna(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                          summarized: int) -> None:
+    """Summarized, foreign and running trials; then plain Optuna ends the running one, asks
+    and tells more, adds one with old dates: read before and after the next trial's end."""
+    url = _study(tmp_path / "s.db", summarized)
+    _compare(url, "big", monkeypatch, kept_expected=False)  # no tally: the full visit
+    _advance(url)  # only a run's start builds it
+    _compare(url, "big", monkeypatch, kept_expected=False)
+    _advance(url, rebuild=True)
+    tally = _compare(url, "big", monkeypatch)
+    assert tally is not None and tally.folded == summarized + 3 and len(tally.holes) == 1
+
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    study = optuna.load_study(study_name="big", storage=url)
+    running = next(t for t in study.get_trials(deepcopy=False) if t.state == TrialState.RUNNING)
+    study.tell(running.number, 0.01)  # ends the hole: folded once, not twice
+    for i in range(4):
+        trial = study.ask()
+        trial.set_user_attr("hpo.host", "h1")
+        trial.set_user_attr("hpo.gpu_index", 1)
+        if i == 3:
+            break  # left running
+        study.tell(trial, i if i != 1 else None, state=TrialState.FAIL if i == 1 else None)
+    _compare(url, "big", monkeypatch)  # the tally, and these trials read one by one
+    _advance(url)
+    tally = _compare(url, "big", monkeypatch)
+    assert tally is not None and tally.folded == summarized + 3 + 1 + 3
+    with sqlite3.connect(tmp_path / "s.db") as con:  # each folded trial has its summary row
+        assert con.execute("SELECT COUNT(*) FROM hpo_trial_summary").fetchone()[0] == tally.folded
+    _advance(url)  # nothing new: nothing changes
+    assert _compare(url, "big", monkeypatch) == tally
+
+
+def test_falls_back_when_the_tally_does_not_match(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    url = _study(tmp_path / "s.db", 30)
+    _advance(url, rebuild=True)
+    _compare(url, "big", monkeypatch)
+    with sqlite3.connect(tmp_path / "s.db") as con:  # a summary row gone: the counts differ
+        con.execute("DELETE FROM hpo_trial_summary WHERE number = 3")
+    _compare(url, "big", monkeypatch, kept_expected=False)
+    _advance(url, rebuild=True)  # a rebuild folds it in again, from its attrs
+    _compare(url, "big", monkeypatch)
+
+
+def test_a_trial_started_before_a_devices_frontier_is_read_by_the_full_visit(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Optuna's add_trial can write a finished trial with any dates: on a device whose early
+    busy time was summed away, the tally cannot place it, and says so."""
+    url = _study(tmp_path / "s.db", 30)
+    _advance(url, rebuild=True)
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    study = optuna.load_study(study_name="big", storage=url)
+    running = next(t for t in study.get_trials(deepcopy=False) if t.state == TrialState.RUNNING)
+    study.tell(running.number, 0.5)
+    _advance(url)  # no hole left: each device's early segments are summed away
+    old = datetime.now() - timedelta(days=3)
+    study.add_trial(optuna.trial.create_trial(state=TrialState.COMPLETE, value=0.3,
+                                              user_attrs={"hpo.host": "h0", "hpo.gpu_index": 0}))
+    engine = sqlalchemy.create_engine(url)
+    with engine.begin() as connection:
+        connection.execute(sqlalchemy.text(
+            "UPDATE trials SET datetime_start = :a, datetime_complete = :b WHERE number = :n"),
+            {"a": old, "b": old + timedelta(seconds=5), "n": len(study.trials) - 1})
+    engine.dispose()
+    _compare(url, "big", monkeypatch, read_from_tally=False)  # read: it falls back inside
+    _advance(url)
+    _compare(url, "big", monkeypatch, kept_expected=False)  # folded: the tally is not exact
+    _advance(url, rebuild=True)
+    _compare(url, "big", monkeypatch)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_median_reads_few_stored_values(seed: int) -> None:
+    rng = random.Random(seed)
+    stored = sorted(rng.choice([rng.random(), 0.5]) for _ in range(rng.randint(0, 30)))
+    extra = [rng.choice([rng.random(), 0.5]) for _ in range(rng.randint(0 if stored else 1, 6))]
+    reads = []
+
+    def window(offset: int, limit: int) -> list[float]:
+        reads.append(limit)
+        return stored[offset:offset + limit]
+
+    assert _median(window, len(stored), extra) == statistics.median(stored + extra)
+    assert sum(reads) <= len(extra) + 2
+
+
+@pytest.mark.slow
+def test_orchestrator_optuna_and_reaper_ends(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A real run keeps the tally; trials ended by plain Optuna and a trial reaped as lost
+    are read one by one, then folded in by the next run's trials."""
+    args = ("run", "objective=custom", TARGET + "quadratic", "pruner=none", "scheduler.parallel=2",
+            "scheduler.gpus=none", "telemetry.enabled=false", f"scheduler.lease_dir={tmp_path / 'l'}")
+    first = run_cli(tmp_path, *args, "study.n_trials=12")
+    assert first.code == 0, first.stderr
+    url = f"sqlite:///{first.db}"
+    tally = _compare(url, "hpo", monkeypatch)
+    assert tally is not None and tally.folded == 12
+
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    study = optuna.load_study(study_name="hpo", storage=url)
+    study.tell(study.ask({"x": optuna.distributions.FloatDistribution(-10, 10)}), 3.0)
+    study.tell(study.ask(), state=TrialState.FAIL)
+    lost = study.ask()  # an orchestrator elsewhere that died: no heartbeat, started long ago
+    lost.set_user_attr("hpo.host", "elsewhere")
+    engine = sqlalchemy.create_engine(url)
+    with engine.begin() as connection:
+        connection.execute(sqlalchemy.text("UPDATE trials SET datetime_start = :a WHERE number = :n"),
+                           {"a": datetime.now() - timedelta(hours=2), "n": lost.number})
+    engine.dispose()
+    _compare(url, "hpo", monkeypatch)
+
+    second = run_cli(tmp_path, *args, "study.add_trials=3")
+    assert second.code == 0, second.stderr
+    trials = {t.number: t for t in study.get_trials(deepcopy=False)}
+    assert trials[lost.number].state == TrialState.FAIL
+    assert trials[lost.number].user_attrs["hpo.fail_reason"] == "lost"
+    tally = _compare(url, "hpo", monkeypatch)
+    finished = [t for t in trials.values() if t.state.is_finished()]
+    assert tally is not None and tally.folded == len(finished) and not tally.holes
