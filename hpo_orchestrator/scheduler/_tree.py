@@ -24,9 +24,11 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import json
+import math
 import os
 import signal
 import socket
+import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -107,11 +109,12 @@ class ProcessTrees:
         """Kill the slot's recorded processes (created at or after ``since_epoch``: a trial's
         own, in reuse mode), except ``keep``; returns how many were signalled."""
         killed = 0
+        since = None if since_epoch is None else _on_create_time_clock(since_epoch)
         for pid, (proc, owner) in list(self._seen.items()):
             if owner != slot or pid in keep:
                 continue
             try:
-                if since_epoch is not None and proc.create_time() < since_epoch:
+                if since is not None and proc.create_time() < since:
                     continue
                 proc.send_signal(signal.SIGKILL)
                 killed += 1
@@ -213,6 +216,22 @@ def _same_process(pid: int, created: float) -> psutil.Process | None:
         return proc if abs(proc.create_time() - created) < 0.05 else None
     except psutil.Error:
         return None
+
+
+def _on_create_time_clock(epoch: float) -> float:
+    """``epoch`` (``time.time()``) as psutil's ``create_time()`` would state a process started
+    then. On Linux that is /proc/stat's boot time, in whole seconds, plus the start in clock
+    ticks: a process started just after ``epoch`` reads up to a second earlier than it, and a
+    sweep since a trial's start spared what the trial started in its first second. Rounded
+    down to a tick, so a process started within a tick (10 ms) before ``epoch`` counts too."""
+    if not sys.platform.startswith("linux"):
+        return epoch
+    try:
+        ticks = os.sysconf("SC_CLK_TCK")
+        since_boot = epoch - (time.time() - time.clock_gettime(time.CLOCK_BOOTTIME))
+        return math.floor(since_boot * ticks) / ticks + psutil.boot_time()
+    except (OSError, ValueError, AttributeError):
+        return epoch
 
 
 def _children_table() -> dict[int, list[int]]:
