@@ -97,7 +97,7 @@ def test_a_sweep_since_a_trials_start_kills_what_it_started_at_once() -> None:
         newer = subprocess.Popen(["sleep", "600"])
         trees = ProcessTrees()
         trees.scan({0: os.getpid()}, force=True)  # this process stands for the trial's worker
-        assert trees.sweep(0, since_epoch=started) == 1
+        assert trees.sweep(0, since_epoch=started) == [newer.pid]
         newer.wait(timeout=10)  # (its status: the sweep's reaping of what came to it may take it)
         assert older.poll() is None
     finally:

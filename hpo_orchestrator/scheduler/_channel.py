@@ -210,15 +210,16 @@ def _well_formed_outcome(outcome: Any) -> bool:
     """What the loop will tell Optuna and write: a number for a value, a known reason."""
     if not isinstance(outcome, TrialOutcome):
         return False
-    texts = all(v is None or isinstance(v, str) for v in (outcome.error, outcome.traceback))
+    plain = all(v is None or isinstance(v, str) for v in (outcome.error, outcome.traceback)) \
+        and isinstance(outcome.children, bool)
     if outcome.kind == "value":
         values = outcome.value if isinstance(outcome.value, tuple) else (outcome.value,)
-        return texts and bool(values) and all(
+        return plain and bool(values) and all(
             isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
             for v in values)
     if outcome.kind == "error":
-        return texts and outcome.fail_reason in ("exception", "oom")
-    return texts and outcome.kind == "pruned"
+        return plain and outcome.fail_reason in ("exception", "oom")
+    return plain and outcome.kind == "pruned"
 
 
 def serve(running: Sequence[RunningTrial], timeout: float, sampler: TelemetrySampler | None) -> None:
