@@ -41,14 +41,13 @@ from typing import Any
 import optuna
 from optuna._typing import JSONSerializable
 from optuna.distributions import BaseDistribution
-from optuna.storages import BaseStorage, RDBStorage
-from optuna.storages._heartbeat import BaseHeartbeat
+from optuna.storages import RDBStorage
 from optuna.study import StudyDirection
-from optuna.study._frozen import FrozenStudy
 from optuna.trial import FrozenTrial, TrialState
 from sqlalchemy.engine import Connection
 
 from hpo_orchestrator._mirror import StudyMirror, by_number, new_running_trial
+from hpo_orchestrator._passthrough import PassThroughStorage
 from hpo_orchestrator.db._batch import finish_trial, write_steps
 from hpo_orchestrator.db._mirror import (
     best_trial_ids,
@@ -70,7 +69,7 @@ class _End:
     then: Callable[[Connection], None] | None = None  # more writes in the same transaction
 
 
-class MirrorStorage(BaseStorage, BaseHeartbeat):
+class MirrorStorage(PassThroughStorage):
     """``BaseStorage`` over an ``RDBStorage``: writes through, reads from a mirror.
 
     ``max_history``: newest trials the sampler sees (None: all); ``keep_best``: best COMPLETE
@@ -82,29 +81,19 @@ class MirrorStorage(BaseStorage, BaseHeartbeat):
     def __init__(self, backend: RDBStorage, *, max_history: int | None = None,
                  keep_best: int = 100, refresh_s: float = 1.0,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        self.backend = backend
+        super().__init__(backend)
         self.max_history = max_history
         self.keep_best = keep_best
         self.refresh_s = refresh_s
         self._clock = clock
         self._studies: dict[int, StudyMirror] = {}
         self._trial_study: dict[int, int] = {}  # trial id -> study id, for the trials mirrored
-        self._ids_by_name: dict[str, int] = {}
-        self._directions: dict[int, list[StudyDirection]] = {}
         self._lock = threading.RLock()
         self._pending: dict[int, dict[int, float]] = {}  # trial id -> reports not yet written
         self._flushed_at = clock()
         self._ends: dict[int, _End] = {}
 
-    @property
-    def engine(self) -> Any:
-        return self.backend.engine
-
-    # --- studies: through to the database (names and directions never change) -------------
-
-    def create_new_study(self, directions: Sequence[StudyDirection],
-                         study_name: str | None = None) -> int:
-        return self.backend.create_new_study(directions, study_name)
+    # --- studies: through to the database (_passthrough.py), but the mirror's ---------------
 
     def delete_study(self, study_id: int) -> None:
         with self._lock:
@@ -112,35 +101,6 @@ class MirrorStorage(BaseStorage, BaseHeartbeat):
             self._directions.pop(study_id, None)
             self._ids_by_name = {k: v for k, v in self._ids_by_name.items() if v != study_id}
         self.backend.delete_study(study_id)
-
-    def set_study_user_attr(self, study_id: int, key: str, value: Any) -> None:
-        self.backend.set_study_user_attr(study_id, key, value)
-
-    def set_study_system_attr(self, study_id: int, key: str, value: JSONSerializable) -> None:
-        self.backend.set_study_system_attr(study_id, key, value)
-
-    def get_study_id_from_name(self, study_name: str) -> int:
-        # Hyperband builds a Study per pruning decision, which looks its name up each time.
-        if study_name not in self._ids_by_name:
-            self._ids_by_name[study_name] = self.backend.get_study_id_from_name(study_name)
-        return self._ids_by_name[study_name]
-
-    def get_study_name_from_id(self, study_id: int) -> str:
-        return self.backend.get_study_name_from_id(study_id)
-
-    def get_study_directions(self, study_id: int) -> list[StudyDirection]:
-        if study_id not in self._directions:
-            self._directions[study_id] = self.backend.get_study_directions(study_id)
-        return self._directions[study_id]
-
-    def get_study_user_attrs(self, study_id: int) -> dict[str, Any]:
-        return self.backend.get_study_user_attrs(study_id)
-
-    def get_study_system_attrs(self, study_id: int) -> dict[str, Any]:
-        return self.backend.get_study_system_attrs(study_id)
-
-    def get_all_studies(self) -> list[FrozenStudy]:
-        return self.backend.get_all_studies()
 
     # --- trial writes: the database first, then the mirror ----------------------------------
 
@@ -319,24 +279,6 @@ class MirrorStorage(BaseStorage, BaseHeartbeat):
         mirror = self._refreshed(study_id)  # the database read outside the lock
         with self._lock:
             return set(mirror.unfinished)
-
-    def get_best_trial(self, study_id: int) -> FrozenTrial:
-        return self.backend.get_best_trial(study_id)
-
-    # --- heartbeats: Optuna's, on the database -------------------------------------------
-
-    def record_heartbeat(self, trial_id: int) -> None:
-        self.backend.record_heartbeat(trial_id)
-
-    def _get_stale_trial_ids(self, study_id: int) -> list[int]:
-        return self.backend._get_stale_trial_ids(study_id)
-
-    def get_heartbeat_interval(self) -> int | None:
-        return self.backend.get_heartbeat_interval()
-
-    def get_heartbeat_stale_trial_callback(
-            self) -> Callable[[optuna.Study, FrozenTrial], None] | None:
-        return self.backend.get_heartbeat_stale_trial_callback()
 
     # --- the mirror ----------------------------------------------------------------------
 
