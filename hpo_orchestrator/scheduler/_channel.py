@@ -24,7 +24,6 @@ import socket
 import struct
 import time
 from collections.abc import Callable, Sequence
-from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
 import optuna
@@ -90,7 +89,9 @@ class Channel:
         """Queue a message for the child and write what its socket takes now."""
         if self.closed:
             return
-        payload = bytes(ForkingPickler.dumps(message))
+        # Plain pickle: the child reads it with multiprocessing's Connection.recv (pickle.loads);
+        # ForkingPickler's extra reducers are for handles, which no message holds (9x slower).
+        payload = pickle.dumps(message)
         self._outbox += _HEADER.pack(len(payload)) + payload
         self.flush()
 
@@ -367,7 +368,7 @@ def _sendable(exc: Exception) -> Exception:
     """The exception itself when it pickles (the child re-raises it as it was), else a
     RuntimeError with its text."""
     try:
-        ForkingPickler.dumps(exc)
+        pickle.dumps(exc)
     except Exception:
         return RuntimeError(f"{type(exc).__name__}: {exc}")
     return exc
