@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import bisect
 from datetime import datetime
+from typing import Any
 
 from optuna.distributions import BaseDistribution
 from optuna.trial import FrozenTrial, TrialState
@@ -16,11 +17,12 @@ def by_number(trial: FrozenTrial) -> int:
     return trial.number
 
 
-def new_running_trial(trial_id: int, number: int, started: datetime) -> FrozenTrial:
+def new_running_trial(trial_id: int, number: int, started: datetime,
+                      user_attrs: dict[str, Any] | None = None) -> FrozenTrial:
     """A trial just asked, as Optuna's storage hands it back from create_new_trial."""
     return FrozenTrial(number=number, state=TrialState.RUNNING, value=None, values=None,
                        datetime_start=started, datetime_complete=None, params={},
-                       distributions={}, user_attrs={}, system_attrs={},
+                       distributions={}, user_attrs=dict(user_attrs or {}), system_attrs={},
                        intermediate_values={}, trial_id=trial_id)
 
 

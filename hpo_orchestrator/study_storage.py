@@ -33,32 +33,44 @@ import bisect
 import copy
 import threading
 import time
-from collections.abc import Callable, Container, Sequence
+from collections.abc import Callable, Container, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 import optuna
 from optuna._typing import JSONSerializable
-from optuna.distributions import BaseDistribution
-from optuna.storages import BaseStorage, RDBStorage
-from optuna.storages._heartbeat import BaseHeartbeat
+from optuna.distributions import BaseDistribution, check_distribution_compatibility
+from optuna.storages import RDBStorage
 from optuna.study import StudyDirection
-from optuna.study._frozen import FrozenStudy
 from optuna.trial import FrozenTrial, TrialState
 from sqlalchemy.engine import Connection
 
 from hpo_orchestrator._mirror import StudyMirror, by_number, new_running_trial
-from hpo_orchestrator.db._batch import finish_trial, write_steps
+from hpo_orchestrator._passthrough import PassThroughStorage
+from hpo_orchestrator.db._batch import finish_trial, write_param, write_steps
 from hpo_orchestrator.db._mirror import (
     best_trial_ids,
     read_trials,
     recent_trial_ids,
     unfinished_trial_ids_before,
 )
-from hpo_orchestrator.db._run import create_running_trial
+from hpo_orchestrator.db._run import create_running_trial, start_running_trial
 
 __all__ = ["MirrorStorage"]
+
+
+def _callers_copy(trial: FrozenTrial) -> FrozenTrial:
+    """A copy to change as optuna.Trial changes the trial it caches (it sets keys of its
+    params, distributions, attrs and intermediate values): those dicts copied, their values
+    shared (the mirror replaces a value, never changes one in place). copy.deepcopy cost
+    0.15-0.5 ms a call, three calls a trial."""
+    copied = copy.copy(trial)
+    copied._params, copied._distributions = dict(trial._params), dict(trial._distributions)
+    copied._user_attrs, copied._system_attrs = dict(trial._user_attrs), dict(trial._system_attrs)
+    copied.intermediate_values = dict(trial.intermediate_values)
+    return copied
 
 
 @dataclass
@@ -70,7 +82,7 @@ class _End:
     then: Callable[[Connection], None] | None = None  # more writes in the same transaction
 
 
-class MirrorStorage(BaseStorage, BaseHeartbeat):
+class MirrorStorage(PassThroughStorage):
     """``BaseStorage`` over an ``RDBStorage``: writes through, reads from a mirror.
 
     ``max_history``: newest trials the sampler sees (None: all); ``keep_best``: best COMPLETE
@@ -82,29 +94,20 @@ class MirrorStorage(BaseStorage, BaseHeartbeat):
     def __init__(self, backend: RDBStorage, *, max_history: int | None = None,
                  keep_best: int = 100, refresh_s: float = 1.0,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        self.backend = backend
+        super().__init__(backend)
         self.max_history = max_history
         self.keep_best = keep_best
         self.refresh_s = refresh_s
         self._clock = clock
         self._studies: dict[int, StudyMirror] = {}
         self._trial_study: dict[int, int] = {}  # trial id -> study id, for the trials mirrored
-        self._ids_by_name: dict[str, int] = {}
-        self._directions: dict[int, list[StudyDirection]] = {}
         self._lock = threading.RLock()
         self._pending: dict[int, dict[int, float]] = {}  # trial id -> reports not yet written
         self._flushed_at = clock()
         self._ends: dict[int, _End] = {}
+        self._starting: tuple[dict[str, Any], set[int]] | None = None  # see starting()
 
-    @property
-    def engine(self) -> Any:
-        return self.backend.engine
-
-    # --- studies: through to the database (names and directions never change) -------------
-
-    def create_new_study(self, directions: Sequence[StudyDirection],
-                         study_name: str | None = None) -> int:
-        return self.backend.create_new_study(directions, study_name)
+    # --- studies: through to the database (_passthrough.py), but the mirror's ---------------
 
     def delete_study(self, study_id: int) -> None:
         with self._lock:
@@ -113,44 +116,31 @@ class MirrorStorage(BaseStorage, BaseHeartbeat):
             self._ids_by_name = {k: v for k, v in self._ids_by_name.items() if v != study_id}
         self.backend.delete_study(study_id)
 
-    def set_study_user_attr(self, study_id: int, key: str, value: Any) -> None:
-        self.backend.set_study_user_attr(study_id, key, value)
-
-    def set_study_system_attr(self, study_id: int, key: str, value: JSONSerializable) -> None:
-        self.backend.set_study_system_attr(study_id, key, value)
-
-    def get_study_id_from_name(self, study_name: str) -> int:
-        # Hyperband builds a Study per pruning decision, which looks its name up each time.
-        if study_name not in self._ids_by_name:
-            self._ids_by_name[study_name] = self.backend.get_study_id_from_name(study_name)
-        return self._ids_by_name[study_name]
-
-    def get_study_name_from_id(self, study_id: int) -> str:
-        return self.backend.get_study_name_from_id(study_id)
-
-    def get_study_directions(self, study_id: int) -> list[StudyDirection]:
-        if study_id not in self._directions:
-            self._directions[study_id] = self.backend.get_study_directions(study_id)
-        return self._directions[study_id]
-
-    def get_study_user_attrs(self, study_id: int) -> dict[str, Any]:
-        return self.backend.get_study_user_attrs(study_id)
-
-    def get_study_system_attrs(self, study_id: int) -> dict[str, Any]:
-        return self.backend.get_study_system_attrs(study_id)
-
-    def get_all_studies(self) -> list[FrozenStudy]:
-        return self.backend.get_all_studies()
-
     # --- trial writes: the database first, then the mirror ----------------------------------
+
+    @contextmanager
+    def starting(self, attrs: dict[str, Any]) -> Iterator[set[int]]:
+        """While open, a trial that ask() creates gets the user ``attrs`` and its first
+        heartbeat in the transaction that inserts it (Optuna's API: a transaction each); its
+        id joins the set yielded. A WAITING trial that ask() takes instead gets neither."""
+        created: set[int] = set()
+        self._starting = (dict(attrs), created)
+        try:
+            yield created
+        finally:
+            self._starting = None
 
     def create_new_trial(self, study_id: int, template_trial: FrozenTrial | None = None) -> int:
         mirror = self._mirror(study_id)
         if template_trial is None:  # every ask(): numbered without counting the study
             started = datetime.now()  # local time, as Optuna stamps it
+            attrs, created = self._starting or ({}, set())
             with self.backend.engine.begin() as connection:
                 frozen = new_running_trial(*create_running_trial(connection, study_id, started),
-                                           started)
+                                           started, attrs)
+                if self._starting is not None:
+                    start_running_trial(connection, frozen._trial_id, attrs)
+            created.add(frozen._trial_id)
         else:  # enqueue_trial, add_trial: rare, Optuna's own
             frozen = self.backend._create_new_trial(study_id, template_trial)
         with self._lock:
@@ -162,9 +152,13 @@ class MirrorStorage(BaseStorage, BaseHeartbeat):
                         distribution: BaseDistribution) -> None:
         mirror, trial = self._mirrored(trial_id)
         known = mirror.distributions.get(param_name) if mirror is not None else None
-        # A known distribution spares Optuna's per-name compatibility query (as its cache does).
-        self.backend._set_trial_param(trial_id, param_name, param_value_internal, distribution,
-                                      known)
+        if known is None:  # Optuna's: it checks the name against the study's trials
+            self.backend._set_trial_param(trial_id, param_name, param_value_internal,
+                                          distribution, None)
+        else:  # checked here, as Optuna's cache does; the row written without its ORM
+            check_distribution_compatibility(known, distribution)
+            with self.backend.engine.begin() as connection:
+                write_param(connection, trial_id, param_name, param_value_internal, distribution)
         if mirror is not None and trial is not None:
             with self._lock:
                 trial = copy.copy(trial)
@@ -296,7 +290,7 @@ class MirrorStorage(BaseStorage, BaseHeartbeat):
         if trial is None:
             return self.backend.get_trial(trial_id)
         # Callers (optuna.Trial) change the unfinished trial they get: theirs is a copy.
-        return trial if trial.state.is_finished() else copy.deepcopy(trial)
+        return trial if trial.state.is_finished() else _callers_copy(trial)
 
     def get_all_trials(self, study_id: int, deepcopy: bool = True,
                        states: Container[TrialState] | None = None) -> list[FrozenTrial]:
@@ -319,24 +313,6 @@ class MirrorStorage(BaseStorage, BaseHeartbeat):
         mirror = self._refreshed(study_id)  # the database read outside the lock
         with self._lock:
             return set(mirror.unfinished)
-
-    def get_best_trial(self, study_id: int) -> FrozenTrial:
-        return self.backend.get_best_trial(study_id)
-
-    # --- heartbeats: Optuna's, on the database -------------------------------------------
-
-    def record_heartbeat(self, trial_id: int) -> None:
-        self.backend.record_heartbeat(trial_id)
-
-    def _get_stale_trial_ids(self, study_id: int) -> list[int]:
-        return self.backend._get_stale_trial_ids(study_id)
-
-    def get_heartbeat_interval(self) -> int | None:
-        return self.backend.get_heartbeat_interval()
-
-    def get_heartbeat_stale_trial_callback(
-            self) -> Callable[[optuna.Study, FrozenTrial], None] | None:
-        return self.backend.get_heartbeat_stale_trial_callback()
 
     # --- the mirror ----------------------------------------------------------------------
 

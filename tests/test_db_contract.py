@@ -647,6 +647,27 @@ def _(built: Built, connection: Connection) -> None:
         transaction.rollback()
 
 
+@case("run.FIRST_HEARTBEAT")
+def _(built: Built, connection: Connection) -> None:
+    """A new trial's user attrs and first heartbeat, written with its row: the heartbeat as
+    Optuna's record_heartbeat stamps #4's (the database's clock), read back by reaping."""
+    from hpo_orchestrator.db import _run
+
+    beats = "SELECT heartbeat FROM trial_heartbeats WHERE trial_id = :t"
+    with connection.begin() as transaction:
+        trial_id, _number = _run.create_running_trial(connection, built.study_id, datetime.now())
+        _run.start_running_trial(connection, trial_id, {"hpo.host": "h2", "hpo.orchestrator_pid": 7})
+        ours = connection.execute(sqlalchemy.text(beats), {"t": trial_id}).scalar()
+        optunas = connection.execute(sqlalchemy.text(beats), {"t": built.trial_ids[4]}).scalar()
+        if built.backend == "sqlite":  # text: the same format as Optuna's
+            assert len(str(ours)) == len(str(optunas))
+        (row,) = _run.running_among(connection, [trial_id])
+        assert (row.host, row.orchestrator_pid, row.pid) == ("h2", 7, None)
+        assert row.heartbeat is not None and row.now is not None
+        assert timedelta(0) <= row.now - row.heartbeat < timedelta(minutes=10)  # one clock
+        transaction.rollback()
+
+
 @case("run.MAX_COMPLETED_STEP")
 def _(built: Built, connection: Connection) -> None:
     from hpo_orchestrator.db import _run

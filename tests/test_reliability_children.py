@@ -289,3 +289,21 @@ def test_chaos_every_misbehaving_trial_fails_alone_with_its_reason(tmp_path: Pat
             assert attrs["hpo.error"].startswith(error), (mode, attrs["hpo.error"])
     leftover = _by_number(result.db)[modes.index("grandchildren")]["attrs"]["test.grandchildren"]
     _wait_for(lambda: not any(_alive(p) for p in leftover), timeout=30)
+
+
+@pytest.mark.slow
+def test_an_orphan_started_right_before_the_trial_returns_is_killed_at_its_end(
+        tmp_path: Path) -> None:
+    """A reuse worker is a child subreaper: a process its trial double-forks as its last act
+    is still its child when the trial ends, so the orchestrator's walk is not skipped and the
+    process is killed at that trial's end (seen by the next trial in the same process), then
+    collected by the worker."""
+    result = _misbehave(tmp_path, "ok,fork_at_end,left_gone,left_gone", "study.n_trials=4",
+                        "scheduler.parallel=1", "scheduler.worker_mode=reuse")
+    assert result.code == 0, result.stderr
+    trials = _by_number(result.db)
+    assert len({t["attrs"]["hpo.pid"] for t in trials.values()}) == 1  # one worker ran them all
+    (orphan,) = trials[1]["attrs"]["test.grandchildren"]
+    assert trials[2]["attrs"]["test.left_running"] == []
+    assert trials[3]["attrs"]["test.left_existing"] == []
+    assert not _alive(orphan)

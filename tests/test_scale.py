@@ -143,6 +143,45 @@ def test_writes_are_in_the_database_when_the_call_returns(url: str) -> None:
         | {"complete": stored.datetime_complete, "start": stored.datetime_start}
 
 
+def test_params_of_a_known_name_are_written_as_optuna_writes_them(url: str) -> None:
+    """The first trial's params go through Optuna's ORM (their names are new to the study),
+    the next ones' through db/_batch.write_param: read back by Optuna, the same; a clash
+    with the study's distribution and a write to a finished trial refused as Optuna does."""
+    ours = optuna.create_study(study_name="s", storage=MirrorStorage(open_rdb_storage(url)))
+    ours.optimize(_objective, n_trials=3)
+    stored = optuna.load_study(study_name="s", storage=url).get_trials()
+    mirrored = ours._storage.get_all_trials(ours._study_id)
+    assert [_comparable(t) | {"complete": None} for t in stored] == \
+        [_comparable(t) | {"complete": None} for t in mirrored]
+    trial = ours.ask()
+    with pytest.raises(ValueError, match="different distribution kind"):
+        trial.suggest_categorical("x", ["a", "b"])
+    ours.tell(trial, 1.0)
+    with pytest.raises(optuna.exceptions.UpdateFinishedTrialError):
+        ours._storage.set_trial_param(trial._trial_id, "x", 0.5,
+                                      optuna.distributions.FloatDistribution(-1.0, 1.0))
+    assert optuna.load_study(study_name="s", storage=url).trials[-1].params == {}
+
+
+def test_an_unfinished_trial_handed_out_is_the_callers_own(url: str) -> None:
+    """optuna.Trial sets keys of the trial get_trial gives it: the mirror's stays as it was."""
+    storage = MirrorStorage(open_rdb_storage(url))
+    trial = optuna.create_study(study_name="s", storage=storage).ask()
+    x = trial.suggest_float("x", 0.0, 1.0)
+    trial.report(0.5, 1)
+    trial.set_user_attr("k", "v")
+    theirs = storage.get_trial(trial._trial_id)
+    theirs.params["y"] = 1.0
+    theirs.distributions["y"] = optuna.distributions.FloatDistribution(0.0, 2.0)
+    theirs.user_attrs["k2"] = "w"
+    theirs.system_attrs["s"] = 1
+    theirs.intermediate_values[2] = 0.25
+    again = storage.get_trial(trial._trial_id)
+    assert again.params == {"x": x} and list(again.distributions) == ["x"]
+    assert again.user_attrs == {"k": "v"} and again.system_attrs == {}
+    assert again.intermediate_values == {1: 0.5}
+
+
 def test_a_waiting_trial_is_asked_first_and_only_once(url: str) -> None:
     storage = MirrorStorage(open_rdb_storage(url), refresh_s=0.0)
     ours = optuna.create_study(study_name="s", storage=storage)

@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,7 +18,7 @@ import psutil
 import pytest
 
 from hpo_orchestrator._signals import handling_stop_signals
-from hpo_orchestrator.scheduler._tree import sweep_left_behind
+from hpo_orchestrator.scheduler._tree import ProcessTrees, sweep_left_behind
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP],
@@ -83,3 +84,22 @@ def test_a_reused_pid_is_not_killed(tmp_path: Path, sleeper: psutil.Process) -> 
     record["processes"][0][1] -= 100.0  # the pid named another process, created earlier
     path.write_text(json.dumps(record))
     assert sweep_left_behind(tmp_path) == 0 and sleeper.is_running()
+
+
+def test_a_sweep_since_a_trials_start_kills_what_it_started_at_once() -> None:
+    """psutil's create_time() on Linux counts from /proc/stat's boot time in whole seconds: a
+    process started right after the trial's start read up to a second earlier, and the
+    sweep at the end of a short trial spared it."""
+    older = subprocess.Popen(["sleep", "600"])
+    try:
+        time.sleep(0.1)  # more than a clock tick before the trial's start
+        started = time.time()
+        newer = subprocess.Popen(["sleep", "600"])
+        trees = ProcessTrees()
+        trees.scan({0: os.getpid()}, force=True)  # this process stands for the trial's worker
+        assert trees.sweep(0, since_epoch=started) == [newer.pid]
+        newer.wait(timeout=10)  # (its status: the sweep's reaping of what came to it may take it)
+        assert older.poll() is None
+    finally:
+        older.kill()
+        older.wait()

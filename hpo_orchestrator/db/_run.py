@@ -20,7 +20,7 @@ from hpo_orchestrator.db._study import state_name, to_datetime
 
 __all__ = ["RunningTrialRow", "attempt_of", "create_running_trial", "enqueue_waiting_trial",
            "fail_running_trial", "max_completed_step", "no_longer_running", "running_among",
-           "write_trial_attrs"]
+           "start_running_trial", "write_trial_attrs"]
 
 _TRIAL_STATE_SQL = "SELECT state FROM trials WHERE trial_id = :t"
 # A no-op update that holds the trial's row (PostgreSQL: until the transaction ends) while
@@ -44,6 +44,8 @@ _SET_NUMBER_SQL = "UPDATE trials SET number = :n WHERE trial_id = :t"
 _INSERT_SYSTEM_ATTR_SQL = (
     "INSERT INTO trial_system_attributes (trial_id, key, value_json) VALUES (:t, :k, :v)")
 _SET_START_SQL = "UPDATE trials SET datetime_start = :d WHERE trial_id = :t"
+# The database's clock, as Optuna's record_heartbeat stamps it (func.current_timestamp()).
+_FIRST_HEARTBEAT_SQL = "INSERT INTO trial_heartbeats (trial_id, heartbeat) VALUES (:t, CURRENT_TIMESTAMP)"
 _ATTEMPT_SQL = "SELECT value_json FROM trial_user_attributes WHERE trial_id = :t AND key = 'hpo.attempt'"
 # Reaping reads only the trials the caller names (the run's mirror knows the unfinished
 # ones): a filter on state over the study's trials would scan all of them (about 25 ms a
@@ -133,6 +135,16 @@ def create_running_trial(connection: Connection, study_id: int, started: datetim
     insert = text(_INSERT_RUNNING_SQL).bindparams(bindparam("d", type_=DateTime()))
     trial_id = int(connection.execute(insert, {"s": study_id, "d": started}).scalar_one())
     return trial_id, _set_number(connection, study_id, trial_id)
+
+
+def start_running_trial(connection: Connection, trial_id: int, user_attrs: dict[str, Any]) -> None:
+    """The user attrs and first heartbeat of a trial just created in the caller's transaction
+    (no attr or heartbeat row of it can exist yet)."""
+    if user_attrs:
+        connection.execute(_user_attrs.insert(), [
+            {"trial_id": trial_id, "key": key, "value_json": json.dumps(value)}
+            for key, value in user_attrs.items()])
+    connection.execute(text(_FIRST_HEARTBEAT_SQL), {"t": trial_id})
 
 
 def _set_number(connection: Connection, study_id: int, trial_id: int) -> int:

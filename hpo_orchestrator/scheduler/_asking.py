@@ -40,15 +40,18 @@ class Asking:
 
     def claim(self, oom_retry: bool) -> Asked | None:
         """A new trial from the shared budget (retries, WAITING, are asked first)."""
-        trial = self.budget.claim(self.study.ask)
+        # Ours from the start (a heartbeat), and until its worker starts this process holds it:
+        # a restart after kill -9 then finds it an orphan at once, not after the heartbeat
+        # grace (hpo.orchestrator_pid). Written with a new trial's row, in its transaction.
+        with self.records.mirror.starting(self.records.asked_attrs()) as created:
+            trial = self.budget.claim(self.study.ask)
         if trial is None:
             self.exhausted_at = time.monotonic()
             return None
         self.exhausted_at = None
-        self.storage.record_heartbeat(trial._trial_id)  # ours from the start
-        # Until its worker starts, this process holds it: a restart after kill -9 then finds
-        # it an orphan at once, not after the heartbeat grace (hpo.orchestrator_pid).
-        self.records.asked(trial)
+        if trial._trial_id not in created:  # ask() took a WAITING trial (a retry, an enqueued one)
+            self.storage.record_heartbeat(trial._trial_id)
+            self.records.asked(trial)
         return Asked(trial, self.records.attempt_of(trial), oom_retry)
 
     def prefetch(self, stopping: bool) -> None:

@@ -273,7 +273,7 @@ class Orchestrator:
         rt.connection.send(Job(trial_number=trial.number, objective=self.config.objective,
                                attempt=asked.attempt, reuse=self.reuse,
                                log_path=str(log_path), artifact_store=rt.artifact_store,
-                               num_threads=self.threads))
+                               num_threads=self.threads, collect=tuple(worker.killed)))
         try:
             self.records.trial_started(rt, self.threads, self.config.scheduler.worker_mode)
         except optuna.exceptions.UpdateFinishedTrialError:

@@ -102,11 +102,14 @@ class RunRecords:
                 _run.write_trial_attrs(connection, trial_id, number, attrs, started)
         self.retrying.call(step)
 
+    def asked_attrs(self) -> dict[str, Any]:
+        """Who asked a trial, written at once: if this orchestrator dies before a slot takes
+        it, a restart on this host recovers it without waiting out the grace period."""
+        return {"hpo.host": self.host, "hpo.orchestrator_pid": os.getpid()}
+
     def asked(self, trial: optuna.Trial) -> None:
-        """Who asked the trial, written at once: if this orchestrator dies before a slot
-        takes it, a restart on this host recovers it without waiting out the grace period."""
-        self.write_attrs(trial._trial_id, trial.number,
-                         {"hpo.host": self.host, "hpo.orchestrator_pid": os.getpid()})
+        """:meth:`asked_attrs` of a trial ask() did not create (MirrorStorage.starting)."""
+        self.write_attrs(trial._trial_id, trial.number, self.asked_attrs())
 
     def reap(self, trial_id: int, number: int, attrs: dict[str, Any], retry: Retry | None) -> bool:
         """Fail another orchestrator's RUNNING trial, with its attrs and retry, in one

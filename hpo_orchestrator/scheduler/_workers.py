@@ -55,11 +55,14 @@ class Workers:
 
     def keep_idle(self, rt: RunningTrial) -> None:
         """The trial's worker waits for the slot's next trial; what the trial started goes
-        (not after a worker's first trial: that one also ran the objective's setup)."""
+        (not after a worker's first trial: that one also ran the objective's setup). A worker
+        with no child process left has no descendant (it is a child subreaper): no walk."""
         self.idle[rt.slot.id] = rt.worker
-        if rt.worker.trials > 1:
+        rt.worker.killed = []
+        if rt.worker.trials > 1 and (rt.outcome is None or rt.outcome.children):
             self.trees.scan(self.pids(), force=True)
-            self.trees.sweep(rt.slot.id, rt.spawned_epoch, keep=frozenset({rt.process.pid}))
+            rt.worker.killed = self.trees.sweep(rt.slot.id, rt.spawned_epoch,
+                                                keep=frozenset({rt.process.pid}))
 
     def retire(self, worker: Worker, slot_id: int, keep_lease: bool = False) -> None:
         """Stop the worker and its tree; its slot's lease goes back unless ``keep_lease``."""

@@ -83,6 +83,48 @@ def _grandchildren(trial: Any) -> None:
     trial.set_user_attr("test.grandchildren", [plain.pid, session.pid, double])
 
 
+_left: list[int] = []  # what this worker's trials left running (fork_at_end), for left_gone
+
+
+def _fork_at_end(trial: Any) -> None:
+    """Right before the objective returns: a double fork whose middle process is waited for,
+    so the grandchild is an orphan (re-parented to the worker, a subreaper) when the trial
+    ends. Its pid is in ``test.grandchildren``."""
+    read_end, write_end = os.pipe()
+    middle = os.fork()
+    if middle == 0:
+        os.setsid()
+        if os.fork() == 0:
+            os.write(write_end, str(os.getpid()).encode())
+            os.execvp("sleep", ["sleep", "603"])
+        os._exit(0)
+    os.waitpid(middle, 0)
+    os.close(write_end)
+    orphan = int(os.read(read_end, 32))
+    os.close(read_end)
+    _left.append(orphan)
+    trial.set_user_attr("test.grandchildren", [orphan])
+
+
+def _left_gone(trial: Any) -> None:
+    """What earlier trials of this worker left: ``test.left_running``, those still running
+    after up to 5 s (the orchestrator kills them at their trial's end), and
+    ``test.left_existing``, those that still exist at all (killed but not yet collected)."""
+    import psutil
+
+    def running(pid: int) -> bool:
+        try:
+            return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return False
+
+    deadline = time.monotonic() + 5.0
+    while any(running(p) for p in _left) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    trial.set_user_attr("test.left_running", [p for p in _left if running(p)])
+    trial.set_user_attr("test.left_existing", [p for p in _left if psutil.pid_exists(p)])
+
+
 def _stray_thread(trial: Any) -> None:
     """A thread that outlives the objective and still calls its trial and phase()."""
     def late() -> None:
@@ -102,7 +144,9 @@ def misbehave(trial: Any) -> float:
     by trial number), then goes on as a normal trial would (or sleeps, where the parent
     must act). Modes: ok, partial, junk, oversized, unpicklable, runs_code, threads,
     grandchildren, hpo_attr, hpo_attr_raw, stray_thread, ignore_term, keyboard_interrupt
-    (raised by the objective's own code), raise (a plain error), sleep (until stopped)."""
+    (raised by the objective's own code), raise (a plain error), sleep (until stopped),
+    fork_at_end (a double fork as the last thing before returning), left_gone (checks what
+    fork_at_end left in this worker)."""
     modes = os.environ.get("HPO_TEST_MISBEHAVE", "ok").split(",")
     mode = modes[trial.number % len(modes)]
     x = trial.suggest_float("x", 0.0, 1.0)
@@ -144,12 +188,16 @@ def misbehave(trial: Any) -> float:
         time.sleep(3600)
     elif mode == "stray_thread":
         _stray_thread(trial)
+    elif mode == "left_gone":
+        _left_gone(trial)
     elif mode == "ignore_term":  # a trial (and its subprocess) that ignore SIGTERM
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         child = subprocess.Popen([sys.executable, "-c", "import signal, time; "
                                   "signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"])
         trial.set_user_attr("test.grandchildren", [child.pid])
         time.sleep(3600)
+    elif mode == "fork_at_end":  # the last thing before returning
+        _fork_at_end(trial)
     return x
 
 

@@ -8,6 +8,7 @@ here has to undo what an import might already have initialised.
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import gc
 import importlib
 import math
@@ -27,6 +28,7 @@ from hpo_orchestrator.worker._env import begin_trial
 from hpo_orchestrator.worker._link import Link
 from hpo_orchestrator.worker._protocol import Job, TrialOutcome
 from hpo_orchestrator.worker._proxy import TrialProxy
+from hpo_orchestrator.worker._reaping import become_subreaper, collect, has_children
 
 __all__ = ["main"]
 
@@ -174,6 +176,10 @@ def main(argv: list[str]) -> int:
     """``FD [ORCHESTRATOR_PID]``: the socket to the orchestrator, and who it is."""
     _die_with_parent(int(argv[1]) if len(argv) > 1 else None)
     signal.signal(signal.SIGINT, _on_sigint)
+    # What the trials start stays our descendant (orphans come to us), so "no child" at a
+    # trial's end means nothing left running (worker/_reaping.py).
+    subreaper = become_subreaper() is not None
+    killed: set[int] = set()  # leftovers the orchestrator killed, to collect
     link = Link(Connection(int(argv[0])))
     runtime._attach(link)
     objective: Callable[[Any], Any] | None = None
@@ -185,6 +191,7 @@ def main(argv: list[str]) -> int:
         if job is None:
             return 0
         _begin(job)
+        killed.update(job.collect)
         link.open_trial(job.trial_number)
         try:
             if objective is None:  # imports and the objective's setup: once per process
@@ -200,6 +207,8 @@ def main(argv: list[str]) -> int:
         except (Exception, KeyboardInterrupt) as exc:  # before the objective ran (import, setup)
             outcome = _failure(exc)
         link.close_trial()  # a call in flight from another thread completes first
+        killed = collect(killed)
+        outcome = dataclasses.replace(outcome, children=not subreaper or has_children())
         link.send(("result", outcome))
         if not job.reuse:
             link.close()

@@ -48,6 +48,9 @@ class Job:
     log_path: str | None = None  # the trial's log: the child sends its stdout/stderr there
     artifact_store: str | None = None  # the folder save_artifact writes to (artifacts.store)
     num_threads: int | None = None  # this trial's CPU threads (a reused process's change)
+    # what the orchestrator killed at the end of this worker's previous trial: those that are
+    # this worker's children (orphans come to it) it collects (worker/_reaping.py)
+    collect: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -56,7 +59,8 @@ class TrialOutcome:
 
     kind: ``value`` (``value`` set: a tuple when the objective returned several), ``pruned``,
     or ``error`` (``fail_reason`` is ``exception`` or ``oom``; ``error`` the last line of the
-    message).
+    message). ``children``: the process had child processes when the trial ended (True when
+    it cannot tell); with none, the trial left nothing running (worker/_reaping.py).
     """
 
     kind: str
@@ -64,3 +68,4 @@ class TrialOutcome:
     fail_reason: str | None = None
     error: str | None = None
     traceback: str | None = None
+    children: bool = True
