@@ -3,7 +3,8 @@
 
 1. ``startup``: seconds from ``hpo-orchestrator run`` (a new process) to its first trial
    started on a slot, on an empty study (what start-up costs whatever the size) and on a copy
-   of a study of N finished trials (built by bulk SQL, as in bench_status.py), against
+   of a study of N finished trials (built by bulk SQL, as in bench_status.py, with its
+   tally; and once more without it, as a study of an older version is at its first run), against
    Optuna's own ``load_study`` + ``optimize`` (a new process) to its first trial's
    ``datetime_start`` on another copy (``--optuna-startup``: minutes at 100k).
 2. ``cpu``: the orchestrator process's CPU time per trial (children excluded; sqlite's work
@@ -76,9 +77,16 @@ def startup(work: Path, big: Path, n: int, with_optuna: bool) -> list[tuple[str,
     empty = work / "startup-empty.db"
     empty.unlink(missing_ok=True)
     rows = [("hpo-orchestrator run (new process), empty study", _hpo_first_trial_s(empty, 0))]
+    from bench_status import build_tally
+
     copy = work / "startup-hpo.db"
     shutil.copy(big, copy)
+    build_tally(copy)  # as a study this version has run keeps it (status/_tally.py)
     rows.append(("hpo-orchestrator run (new process)", _hpo_first_trial_s(copy, n)))
+    copy = work / "startup-older.db"  # no tally yet: the run's start builds it, once
+    shutil.copy(big, copy)
+    rows.append(("hpo-orchestrator run (new process), first run on a study of an older "
+                 "version (builds the tally)", _hpo_first_trial_s(copy, n)))
     if with_optuna:
         copy = work / "startup-optuna.db"
         shutil.copy(big, copy)
@@ -192,8 +200,8 @@ def main() -> int:
     work = args.dir or Path(tempfile.mkdtemp(prefix="hpo-bench-scale-"))
     work.mkdir(parents=True, exist_ok=True)
     big = work / f"big{args.trials}.db"
+    sys.path.insert(0, str(Path(__file__).parent))  # bench_status: the study builder
     if not big.exists():
-        sys.path.insert(0, str(Path(__file__).parent))
         from bench_status import build
 
         build(big, args.trials)
