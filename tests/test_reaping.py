@@ -11,23 +11,14 @@ import pytest
 # Run in a process of its own: becoming a subreaper must not change the test runner.
 _SCENARIO = """
 import os, signal, subprocess, time
+from hpo_orchestrator.testing.misbehaving import double_fork
 from hpo_orchestrator.worker._reaping import become_subreaper, collect, has_children
 
 assert become_subreaper() is not None
 assert not has_children(), "a fresh process has no child"
 
 # a double fork whose middle is waited for: the grandchild is an orphan, and comes to us
-read_end, write_end = os.pipe()
-middle = os.fork()
-if middle == 0:
-    os.setsid()
-    if os.fork() == 0:
-        os.write(write_end, str(os.getpid()).encode())
-        os.execvp("sleep", ["sleep", "600"])
-    os._exit(0)
-os.waitpid(middle, 0)
-os.close(write_end)
-orphan = int(os.read(read_end, 32))
+orphan = double_fork("600")
 assert has_children(), "the orphan is our child"
 assert collect({orphan}) == {orphan}, "still running: to try again"
 

@@ -68,19 +68,26 @@ def _grandchildren(trial: Any) -> None:
     their pids are recorded in ``test.grandchildren``."""
     plain = subprocess.Popen(["sleep", "600"])
     session = subprocess.Popen(["sleep", "601"], start_new_session=True)
+    trial.set_user_attr("test.grandchildren", [plain.pid, session.pid, double_fork("602")])
+
+
+def double_fork(seconds: str) -> int:
+    """``sleep seconds`` started by a double fork whose middle process (in a new session)
+    exits at once and is waited for: the sleeper is an orphan, re-parented to the nearest
+    subreaper. Returns its pid."""
     read_end, write_end = os.pipe()
     middle = os.fork()
-    if middle == 0:  # the middle process forks the grandchild and exits at once
+    if middle == 0:
         os.setsid()
         if os.fork() == 0:
             os.write(write_end, str(os.getpid()).encode())
-            os.execvp("sleep", ["sleep", "602"])
+            os.execvp("sleep", ["sleep", seconds])
         os._exit(0)
     os.waitpid(middle, 0)
     os.close(write_end)
-    double = int(os.read(read_end, 32))
+    orphan = int(os.read(read_end, 32))
     os.close(read_end)
-    trial.set_user_attr("test.grandchildren", [plain.pid, session.pid, double])
+    return orphan
 
 
 _left: list[int] = []  # what this worker's trials left running (fork_at_end), for left_gone
@@ -90,18 +97,7 @@ def _fork_at_end(trial: Any) -> None:
     """Right before the objective returns: a double fork whose middle process is waited for,
     so the grandchild is an orphan (re-parented to the worker, a subreaper) when the trial
     ends. Its pid is in ``test.grandchildren``."""
-    read_end, write_end = os.pipe()
-    middle = os.fork()
-    if middle == 0:
-        os.setsid()
-        if os.fork() == 0:
-            os.write(write_end, str(os.getpid()).encode())
-            os.execvp("sleep", ["sleep", "603"])
-        os._exit(0)
-    os.waitpid(middle, 0)
-    os.close(write_end)
-    orphan = int(os.read(read_end, 32))
-    os.close(read_end)
+    orphan = double_fork("603")
     _left.append(orphan)
     trial.set_user_attr("test.grandchildren", [orphan])
 
