@@ -148,3 +148,14 @@ def test_the_simulation_script_replays_the_rules(capsys: pytest.CaptureFixture[s
     assert sim.main(["--trials", "12", "--seeds", "1", "--workloads", "gpu_mix"]) == 0
     line = capsys.readouterr().out
     assert line.startswith("gpu_mix: fixed 1: ") and "auto " in line and "seed 0 levels 1 -> 2" in line
+
+
+def test_a_level_that_gains_nothing_ends_once_its_trials_agree() -> None:
+    """Three per GPU at exactly the throughput of two, eight trials each side of a steady
+    spread: 1.00x, under 1.05 by more than its standard error (0.04): back to two."""
+    base = {2: {LGBM: (5.0, 5.2, 4.8, 5.0, 5.1, 4.9, 5.0, 5.0)}}
+    state = _state(limit=3, times=base)
+    trials = tuple(_t(s * 1.5) for s in base[2][LGBM])
+    state, change = decide(POLICY, state, _obs(running=3, trials=trials), HOST, 1.0)
+    assert change is not None and (change.old, change.new) == (3, 2)
+    assert "1.00x the trials/min of 2 per GPU" in change.reason
