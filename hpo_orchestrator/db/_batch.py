@@ -45,17 +45,23 @@ def _state_for_update(connection: Connection, trial_id: int) -> str | None:
                                                else row[0])
 
 
-def write_param(connection: Connection, trial_id: int, name: str, value_internal: float,
-                distribution: BaseDistribution) -> None:
-    """A suggested param of a RUNNING trial, as Optuna's ``_set_trial_param`` writes it (the
-    caller has checked the distribution against the study's), in two statements where its
-    ORM session takes about 3 ms. UpdateFinishedTrialError once the trial is finished."""
+def _lock_unfinished(connection: Connection, trial_id: int) -> None:
+    """Lock the trial's row for this transaction; as Optuna: KeyError if there is none,
+    UpdateFinishedTrialError if it is already finished."""
     state = _state_for_update(connection, trial_id)
     if state is None:
         raise KeyError(f"no trial with id {trial_id}")
     if TrialState[state].is_finished():
         raise optuna.exceptions.UpdateFinishedTrialError(
             f"trial {trial_id} is already finished ({state})")
+
+
+def write_param(connection: Connection, trial_id: int, name: str, value_internal: float,
+                distribution: BaseDistribution) -> None:
+    """A suggested param of a RUNNING trial, as Optuna's ``_set_trial_param`` writes it (the
+    caller has checked the distribution against the study's), in two statements where its
+    ORM session takes about 3 ms. UpdateFinishedTrialError once the trial is finished."""
+    _lock_unfinished(connection, trial_id)
     connection.execute(insert(_params).values(
         trial_id=trial_id, param_name=name, param_value=value_internal,
         distribution_json=distribution_to_json(distribution)))
@@ -86,12 +92,7 @@ def finish_trial(connection: Connection, trial_id: int, state: TrialState,
                  attrs: Mapping[str, Any], ended: datetime) -> None:
     """The trial's pending reports, user attrs, values and final state, within the caller's
     transaction. Like Optuna: UpdateFinishedTrialError if it is already finished."""
-    current = _state_for_update(connection, trial_id)
-    if current is None:
-        raise KeyError(f"no trial with id {trial_id}")
-    if TrialState[current].is_finished():
-        raise optuna.exceptions.UpdateFinishedTrialError(
-            f"trial {trial_id} is already finished ({current})")
+    _lock_unfinished(connection, trial_id)
     if steps:
         _write_steps(connection, trial_id, steps)
     if attrs:
