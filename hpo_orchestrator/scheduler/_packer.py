@@ -64,11 +64,10 @@ def packing_key(host: str) -> str:
 
 def gpu_groups(pool: SlotPool) -> dict[int, tuple[int, ...]]:
     """The GPUs judged together, by their lowest index: those of one model and memory size."""
+    gpus = {s.gpu.index: s.gpu for s in pool.slots if s.gpu is not None}  # a GPU has many slots
     kinds: dict[tuple[str, float | None], list[int]] = {}
-    for slot in pool.slots:
-        if slot.gpu is not None and slot.gpu.index not in kinds.get(
-                (slot.gpu.name, slot.gpu.memory_total_mib), []):
-            kinds.setdefault((slot.gpu.name, slot.gpu.memory_total_mib), []).append(slot.gpu.index)
+    for index, gpu in sorted(gpus.items()):
+        kinds.setdefault((gpu.name, gpu.memory_total_mib), []).append(index)
     return {min(members): tuple(sorted(members)) for members in kinds.values()}
 
 
