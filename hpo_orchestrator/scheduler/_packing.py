@@ -226,7 +226,8 @@ def _spread(level: dict[str, list[float]], base: dict[str, tuple[float, ...]]) -
     """Standard deviation of a trial's log duration around its kind's mean (at its level),
     pooled over both levels; SPREAD_PRIOR until there are enough trials to say."""
     groups = [xs for xs in level.values()] + [[math.log(s) for s in base[k]] for k in level]
-    squares = sum((x - statistics.fmean(xs)) ** 2 for xs in groups for x in xs)
+    squares = sum(sum((x - mean) ** 2 for x in xs)
+                  for xs, mean in ((xs, statistics.fmean(xs)) for xs in groups if xs))
     freedom = sum(len(xs) - 1 for xs in groups)
     if freedom < SPREAD_MIN_FREEDOM:
         return SPREAD_PRIOR
