@@ -1,5 +1,5 @@
 # hpo-orchestrator: `make hpo` (run the default study), `make status`, `make report`,
-# `make logs TRIAL=N`, `make test`, `make lint`. (Or `. .venv/bin/activate` once, then the
+# `make logs TRIAL=N`, `make test` (`make test-long` for the longest tests), `make lint`. (Or `. .venv/bin/activate` once, then the
 # hpo-orchestrator command itself.)
 PYTHON ?= python3
 VENV ?= .venv
@@ -17,7 +17,7 @@ TRIAL ?=
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: hpo status report logs install test test-fast test-gpu lint mutation bench bench-gpu bench-packing clean
+.PHONY: hpo status report logs install test test-long test-fast test-gpu lint mutation bench bench-gpu bench-packing clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV_FLAGS) $(VENV)
@@ -45,8 +45,14 @@ logs: $(STAMP)
 	@test -n "$(TRIAL)" || { echo "usage: make logs TRIAL=N (a trial number; see make status)" >&2; exit 2; }
 	$(BIN)/hpo-orchestrator logs $(TRIAL) $(ARGS)
 
+# Everything but the GPU suite and the `long` tests (whole studies of 9 s to 90 s each: several
+# hosts, kill -9, the README in order; about 8 minutes on 2 cores, a bit over half the suite's
+# time). CI runs both.
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not gpu" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -m "not gpu and not long" $(PYTEST_ARGS)
+
+test-long: $(STAMP)
+	$(BIN)/python -m pytest -q -m "long and not gpu" $(PYTEST_ARGS)
 
 # Unit tests only: no study in subprocesses (those are marked slow; tests/conftest.py fails an
 # unmarked test that runs one).

@@ -32,7 +32,7 @@ _phase_stack: list[str] = []
 _artifact_store: str | None = None  # the running trial's store folder (Job.artifact_store)
 
 
-def _attach(connection: Link) -> None:
+def _attach(connection: Link | None) -> None:
     global _connection
     _connection = connection
 

@@ -5,7 +5,9 @@ The same fixed workload for every setting, run by ``hpo-orchestrator run`` in it
 process on every GPU of the host (``scheduler.parallel=auto``):
 
 - ``gpu_mix``: scripts/bench_gpu.py's trials, half LightGBM on the GPU (400k rows, 200
-  rounds), half a torch MLP (200k samples, 4 epochs), fixed hyperparameters, enqueued;
+  rounds), half a torch MLP (200k samples, 4 epochs), fixed hyperparameters, enqueued; its
+  ``objective.setup`` imports torch and LightGBM and makes the CUDA context, as a user's
+  module would (before round 4 of docs/BENCHMARKS.md each worker's first trials did that);
 - ``lightgbm``: the default LightGBM objective (400k rows, 200 rounds) with the same fixed
   parameters enqueued for every trial (TPE would make the trials differ between settings).
 
@@ -84,7 +86,8 @@ def workload(name: str, n: int, scale: float) -> tuple[list[dict[str, Any]], lis
 
     if name == "gpu_mix":
         return ([{"kind": "lightgbm" if i % 2 == 0 else "torch"} for i in range(n)],
-                ["objective=custom", "objective.target=hpo_orchestrator.testing.objectives:gpu_mix"])
+                ["objective=custom", "objective.target=hpo_orchestrator.testing.objectives:gpu_mix",
+                 "objective.setup=hpo_orchestrator.testing.objectives:gpu_mix_setup"])
     return ([dict(GPU_MIX_PARAMS["lightgbm"]) for _ in range(n)],
             ["objective=lightgbm", f"objective.n_rows={max(1000, int(400_000 * scale))}",
              "objective.num_boost_round=200"])

@@ -412,6 +412,7 @@ def readme_commands(heading: str) -> list[str]:
     return commands
 
 
+@pytest.mark.long
 @pytest.mark.slow
 def test_readme_own_data_section_runs_verbatim(tmp_path: Path) -> None:
     commands = readme_commands("Your own data, search space, best params, time limit")

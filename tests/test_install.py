@@ -49,6 +49,7 @@ def _fresh_venv(tmp_path: Path, wheel: Path) -> Path:
     return venv
 
 
+@pytest.mark.long
 def test_wheel_in_a_fresh_venv_runs_the_default_study_from_any_folder(tmp_path: Path) -> None:
     venv = _fresh_venv(tmp_path, _build_wheel(tmp_path))
     work = tmp_path / "elsewhere"

@@ -91,6 +91,7 @@ def shared_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     return str(request.getfixturevalue("postgres_url"))
 
 
+@pytest.mark.long
 def test_two_hosts_finish_exactly_n_trials(tmp_path: Path, shared_url: str) -> None:
     study = f"multi-{uuid.uuid4().hex[:8]}"
     a = _host(tmp_path, "host-a", shared_url, study, "study.n_trials=40")
@@ -104,6 +105,7 @@ def test_two_hosts_finish_exactly_n_trials(tmp_path: Path, shared_url: str) -> N
     assert hosts.count("host-a") > 0 and hosts.count("host-b") > 0
 
 
+@pytest.mark.long
 def test_a_forced_budget_race_still_starts_exactly_n_trials(tmp_path: Path, shared_url: str) -> None:
     """Three hosts count the budget at the same moment and hold their ask until all three
     have counted (scheduler/_race_hooks.py): only the study's lock keeps them to n_trials. Not left
@@ -142,6 +144,7 @@ def test_add_trials_on_two_hosts_started_together_adds_n_once(tmp_path: Path, sh
     assert all(t["state"] == "COMPLETE" for t in trials)
 
 
+@pytest.mark.long
 def test_a_surviving_host_recovers_a_killed_one(tmp_path: Path, shared_url: str) -> None:
     study = f"multi-{uuid.uuid4().hex[:8]}"
     args = ("study.n_trials=20", "storage.heartbeat_interval_s=1", "storage.grace_period_s=3")
@@ -162,6 +165,7 @@ def test_a_surviving_host_recovers_a_killed_one(tmp_path: Path, shared_url: str)
     assert len([t for t in trials if not t["attrs"].get("hpo.retried")]) == 20
 
 
+@pytest.mark.long
 def test_two_studies_on_one_host_never_share_a_gpu_slot(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'hpo.db'}"
     leases = f"scheduler.lease_dir={tmp_path / 'leases'}"
@@ -180,6 +184,7 @@ def test_two_studies_on_one_host_never_share_a_gpu_slot(tmp_path: Path) -> None:
         assert max_overlap(intervals) == 1, gpu
 
 
+@pytest.mark.long
 def test_a_second_study_takes_turns_on_a_gpu_that_reuse_workers_hold(tmp_path: Path) -> None:
     """One GPU, one slot, reuse workers (which keep their lease between trials): the second
     study's orchestrator does not wait for the first study to end. The first one's idle
@@ -212,6 +217,7 @@ def _trials_so_far(url: str, study: str) -> list[dict[str, Any]]:
         return []
 
 
+@pytest.mark.long
 def test_killing_an_orchestrator_frees_its_slots(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'hpo.db'}"
     lease_dir = tmp_path / "leases"
@@ -262,6 +268,7 @@ open(sys.argv[2], "w").write(datetime.datetime.now().isoformat())
 """
 
 
+@pytest.mark.long
 def test_a_gpu_busy_with_foreign_work_is_skipped_then_used(tmp_path: Path) -> None:
     ended = tmp_path / "foreign-ended"  # its last act: the local time it stops using gpu0
     # The foreign job ends once the study has 2 COMPLETE trials (not after a fixed time: on a

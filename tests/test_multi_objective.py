@@ -289,6 +289,7 @@ def test_a_multi_objective_run_enqueue_and_resume(tmp_path: Path) -> None:
     assert 1.5 in [t["params"]["x"] for t in json.loads(best.stdout)["best_trials"]]
 
 
+@pytest.mark.long
 @pytest.mark.slow
 def test_one_value_for_two_objectives_stops_the_run_by_the_failure_policy(tmp_path: Path) -> None:
     result = run_cli(tmp_path, "run", "objective=custom", TARGET + "quadratic", TWO,

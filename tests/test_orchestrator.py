@@ -89,6 +89,7 @@ def _wait_for_running(db: Path, count: int, timeout: float = 60) -> None:
         time.sleep(0.2)
 
 
+@pytest.mark.long
 def test_pinning_and_placement_on_two_fake_gpus(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     site = tmp_path / "site"
     site.mkdir()
@@ -130,6 +131,7 @@ def test_pinning_and_placement_on_two_fake_gpus(cli, tmp_path: Path) -> None:  #
     assert max_overlap(per_gpu[0] + per_gpu[1]) >= 3  # really in parallel
 
 
+@pytest.mark.long
 def test_lightgbm_study_prunes_and_logs_effective_params(cli) -> None:  # type: ignore[no-untyped-def]
     result = cli("run", "scheduler.parallel=2", "study.n_trials=8", "objective.n_rows=4000",
                  "objective.num_boost_round=100", "pruner=median", "pruner.n_startup_trials=2",
@@ -148,6 +150,7 @@ def test_lightgbm_study_prunes_and_logs_effective_params(cli) -> None:  # type: 
     assert len(study.trials) == 8
 
 
+@pytest.mark.long
 def test_torch_study_logs_what_ran(cli) -> None:  # type: ignore[no-untyped-def]
     """hpo.params_effective is read from torch and the DataLoader during the first step: on a
     CPU slot no autocast ran (the config's bf16 applies on GPUs only), float32 came out."""
@@ -193,6 +196,7 @@ def _kill_random_children(cli_pid: int, stop: threading.Event, killed: set[int])
                 pass
 
 
+@pytest.mark.long
 def test_chaos_failures_are_contained_classified_and_retried(tmp_path: Path) -> None:
     proc = start_cli(tmp_path, "run", "objective=custom", TARGET + "chaos", "scheduler.parallel=4",
                      "study.n_trials=8", "scheduler.trial_timeout_s=4", "scheduler.kill_grace_s=1",
@@ -264,6 +268,7 @@ def test_full_database_stops_cleanly_with_exit_1(tmp_path: Path) -> None:
         assert pid is None or not psutil.pid_exists(pid) or psutil.Process(pid).status() == "zombie"
 
 
+@pytest.mark.long
 def test_sigint_stops_gracefully(tmp_path: Path) -> None:
     proc = start_cli(tmp_path, "run", "objective=custom", TARGET + "sleepy",
                      "scheduler.parallel=2", "study.n_trials=6", "scheduler.kill_grace_s=2",
@@ -285,6 +290,7 @@ def test_sigint_stops_gracefully(tmp_path: Path) -> None:
         sorted(r["number"] for r in failed)
 
 
+@pytest.mark.long
 def test_resume_finishes_exactly_n_trials_and_sql_contract(cli) -> None:  # type: ignore[no-untyped-def]
     args = ("run", "objective=custom", TARGET + "quadratic", "scheduler.parallel=2")
     first = cli(*args, "study.n_trials=3")
@@ -328,6 +334,7 @@ def test_direction_conflict_is_exit_2(cli) -> None:  # type: ignore[no-untyped-d
     assert result.code == 2 and "already exists with direction minimize" in result.stderr
 
 
+@pytest.mark.long
 def test_long_reader_causes_no_failure(tmp_path: Path) -> None:
     """A sqlite3 shell or dashboard holding a read transaction must not fail trials (WAL)."""
     proc = start_cli(tmp_path, "run", "objective=custom", TARGET + "pinned",
@@ -347,6 +354,7 @@ def test_long_reader_causes_no_failure(tmp_path: Path) -> None:
     assert len(rows) == 12 and all(r["state"] == "COMPLETE" for r in rows)
 
 
+@pytest.mark.long
 def test_restart_after_kill_9_recovers_and_finishes_exactly_n(tmp_path: Path) -> None:
     """A restart on the same host fails the killed run's trials at once (their orchestrator's
     pid is gone), before it starts a trial of its own. The heartbeat grace is set far beyond

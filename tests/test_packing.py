@@ -264,6 +264,7 @@ def _overlap_per_gpu(db: Path) -> dict[int, int]:
     return {gpu: max_overlap(s) for gpu, s in spans.items()}
 
 
+@pytest.mark.long
 @pytest.mark.slow
 def test_auto_adds_trials_only_where_the_gpu_has_room(cli) -> None:  # type: ignore[no-untyped-def]
     """GPU0 at 20 % with memory to spare gets a second trial (and a third, unless the study
@@ -298,12 +299,16 @@ def test_auto_adds_trials_only_where_the_gpu_has_room(cli) -> None:  # type: ign
     assert "trials_per_gpu=auto" in text and "gpu0 1 -> 2" in text
 
 
+@pytest.mark.long
 @pytest.mark.slow
 def test_an_oom_makes_auto_back_off(cli) -> None:  # type: ignore[no-untyped-def]
     """A GPU with room for one trial: auto tries a second (utilization is low), a trial runs
     out of memory, the level goes back down and never above that again; retries finish the
     study."""
+    # No spare worker: the fake GPU counts every process pinned to it as holding memory, so a
+    # spare waiting beside the first trial would be its "OOM" already (tests/test_spares.py).
     result = cli("run", *AUTO, TARGET + "oom_when_shared", "study.n_trials=10",
+                 "scheduler.spare_workers=false",
                  env={"HPO_ORCHESTRATOR_FAKE_GPUS": '{"gpus": [{"busy_util": 20}]}',
                       "HPO_TEST_STEP_S": "0.3"})
     assert result.code == 0, result.stderr

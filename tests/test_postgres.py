@@ -15,6 +15,7 @@ import sqlalchemy
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
 
+@pytest.mark.long
 def test_run_and_status_on_postgres(cli, postgres_url: str) -> None:  # type: ignore[no-untyped-def]
     study = f"pg-{uuid.uuid4().hex[:8]}"
     result = cli("run", "objective=custom",

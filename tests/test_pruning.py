@@ -258,6 +258,7 @@ def _auto_record(db: Path) -> dict[str, Any]:
         ).fetchone()[0])
 
 
+@pytest.mark.long
 @pytest.mark.slow
 def test_run_with_auto_min_resource_records_choice_and_tune_pruner_reads_it(tmp_path: Path) -> None:
     db = _run_auto(tmp_path, 10)

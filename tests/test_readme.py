@@ -128,6 +128,7 @@ def _env() -> dict[str, str]:
     return env
 
 
+@pytest.mark.long
 def test_commands_that_need_a_server_have_valid_overrides(tmp_path: Path) -> None:
     for command, how in COMMANDS.items():
         if how == CONFIG:
@@ -161,6 +162,7 @@ def _sh(command: str, cwd: Path, timeout: float = 900) -> subprocess.CompletedPr
     return proc
 
 
+@pytest.mark.long
 @pytest.mark.slow
 @pytest.mark.timeout(1800)  # make hpo's 40 LightGBM trials, then the custom study, on a shared VM
 def test_the_readme_in_order(tmp_path: Path) -> None:

@@ -34,6 +34,7 @@ def _by_number(db: Path) -> dict[int, dict[str, Any]]:
     return {r["number"]: r for r in trial_rows(db)}
 
 
+@pytest.mark.long
 @pytest.mark.slow
 def test_bad_frames_fail_only_their_trial_and_replace_the_worker(tmp_path: Path) -> None:
     modes = "junk,oversized,unpicklable,runs_code,ok,partial,ok,ok"
@@ -150,6 +151,7 @@ def _stop_for(proc: Any, seconds: float) -> None:
         proc.send_signal(signal.SIGCONT)
 
 
+@pytest.mark.long
 @pytest.mark.slow
 def test_a_stopped_orchestrator_does_not_time_out_its_trials(tmp_path: Path) -> None:
     """SIGSTOP for longer than trial_timeout_s: the trial waited for us, it did not run."""
@@ -169,6 +171,7 @@ def test_a_stopped_orchestrator_does_not_time_out_its_trials(tmp_path: Path) -> 
     assert row["state"] == "COMPLETE", row["attrs"].get("hpo.error")
 
 
+@pytest.mark.long
 @pytest.mark.slow
 def test_a_paused_orchestrator_survives_its_partner_reaping_its_trial(tmp_path: Path) -> None:
     """Two orchestrators on one study; one is stopped past the heartbeat grace, its partner

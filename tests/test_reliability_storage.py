@@ -479,6 +479,7 @@ def _hold_write_lock(db: Path, seconds: float) -> None:
     holder.close()
 
 
+@pytest.mark.long
 @pytest.mark.slow
 def test_a_lock_during_a_run_fails_no_trial(tmp_path: Path) -> None:
     """The issue's run: a lock held far past the busy timeout while trials report. Before:
@@ -496,6 +497,7 @@ def test_a_lock_during_a_run_fails_no_trial(tmp_path: Path) -> None:
     assert "storage trouble (locked" in err
 
 
+@pytest.mark.long
 @pytest.mark.slow
 def test_a_lock_longer_than_retry_s_stops_the_run_naming_it(tmp_path: Path) -> None:
     """Past storage.retry_s: exit 1, the cause named, no trial blamed; the rerun recovers."""
@@ -540,6 +542,7 @@ def _wait_for_postgres_running(url: str) -> None:
     raise AssertionError("no trial started")
 
 
+@pytest.mark.long
 @pytest.mark.slow
 @pytest.mark.postgres
 def test_terminated_postgresql_connections_during_a_run(tmp_path: Path, postgres_url: str) -> None:

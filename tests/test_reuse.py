@@ -45,6 +45,7 @@ def test_reuse_workers_stay_pinned_and_run_many_trials(cli) -> None:  # type: ig
         assert max(t["hpo.startup_s"] for t in trials[1:]) < trials[0]["hpo.startup_s"]
 
 
+@pytest.mark.long
 def test_reuse_workers_are_replaced_after_failures_and_max_trials(cli) -> None:  # type: ignore[no-untyped-def]
     result = cli("run", "objective=custom", TARGET + "chaos", "scheduler.worker_mode=reuse",
                  "scheduler.parallel=1", "study.n_trials=16", "scheduler.trial_timeout_s=3",

@@ -217,6 +217,7 @@ def test_the_history_is_the_newest_trials_and_the_best(url: str) -> None:
     assert len(storage._studies[study_id].by_id) <= 3 * 5 // 4 + 2  # old trials forgotten
 
 
+@pytest.mark.long
 @pytest.mark.slow
 def test_four_orchestrators_claim_exactly_n_trials(tmp_path: Path, shared_url: str) -> None:
     """The budget stays exact while each orchestrator's mirror lags the others'."""

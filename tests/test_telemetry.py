@@ -156,6 +156,7 @@ def test_params_mismatch_tolerates_text_round_trips_only() -> None:
 # --- a whole study on scripted fake GPUs ---------------------------------------------------
 
 
+@pytest.mark.long
 @pytest.mark.slow
 def test_phases_gpu_verification_table_findings_and_csv(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     work = tmp_path / "work"

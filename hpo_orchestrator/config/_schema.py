@@ -67,6 +67,10 @@ class SchedulerConfig:
     # finished per minute rise (README, "Filling the GPUs").
     trials_per_gpu: Any = None
     max_trials_per_gpu: int = 4  # the most trials_per_gpu=auto puts on one GPU
+    # trials_per_gpu=auto in reuse mode: each GPU keeps a spare worker, started up (imports,
+    # objective.setup), for the place above its level; false when the setup holds too much
+    # host or GPU memory to keep one waiting.
+    spare_workers: bool = True
     # trials_per_gpu=auto adds a trial on a GPU only while its utilization is under this (%):
     # one more trial can raise throughput by at most 100/util, 1.25x at 80 %.
     target_gpu_util: float = 80.0

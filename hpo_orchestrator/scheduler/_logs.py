@@ -31,6 +31,7 @@ __all__ = [
     "keep_traceback",
     "read_tail",
     "run_dir",
+    "spare_log_path",
     "trial_log_path",
     "user_frames",
 ]
@@ -64,6 +65,11 @@ def _safe(name: str) -> str:
 
 def trial_log_path(folder: Path, number: int) -> Path:
     return folder / f"trial-{number}.log"
+
+
+def spare_log_path(folder: Path, slot_id: int) -> Path:
+    """A spare worker's start-up output until its first trial (which takes it into its log)."""
+    return folder / f"spare-slot{slot_id}.log"
 
 
 def ensure_run_dir(folder: Path) -> Path:

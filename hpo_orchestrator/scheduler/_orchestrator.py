@@ -267,7 +267,8 @@ class Orchestrator:
                             trial_pid=worker.process.pid)
         if self.sampler is not None:
             self.sampler.watch(slot.id, trial._trial_id, worker.process.pid,
-                               slot.gpu.index if slot.gpu else None, fresh=worker.trials == 1)
+                               slot.gpu.index if slot.gpu else None,
+                               fresh=worker.trials == 1 and not worker.prepared)
         # The job first, the records after: the worker starts while we write. A child that
         # died at birth (killed from outside) is classified once it is reaped.
         rt.connection.send(Job(trial_number=trial.number, objective=self.config.objective,
@@ -282,11 +283,17 @@ class Orchestrator:
 
     def _pack(self) -> None:
         """scheduler.trials_per_gpu=auto (scheduler/_packer.py): when a GPU's level changes,
-        new workers get the cores re-divided, and idle workers above the level go."""
+        new workers get the cores re-divided, and idle workers above the level go. In reuse
+        mode each GPU keeps a spare worker, started up, for the place above its level while
+        the study has trials left (scheduler.spare_workers, scheduler/_workers.py)."""
         if self.packer is None or not self.slots.auto:
             return
         self.packer.tick(self.running.values())
         self.workers.retire_over_levels()
+        if self.reuse and self.config.scheduler.spare_workers and not self._stopping \
+                and self.asking.exhausted_at is None:
+            self.workers.keep_spares(self.packer.workers_wanted(), self.threads,
+                                     self.config.objective)
 
     # --- finishing -------------------------------------------------------------------------
 

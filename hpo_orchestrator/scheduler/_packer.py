@@ -44,6 +44,8 @@ from hpo_orchestrator.scheduler._packing import (
     PackingPolicy,
     decide,
     expected_peak_mib,
+    may_rise,
+    memory_room,
 )
 from hpo_orchestrator.scheduler._slots import SlotPool, host_cores, threads_per_trial
 from hpo_orchestrator.scheduler._trial import RunningTrial
@@ -110,6 +112,9 @@ class Packer:
         self._decided_at = now
         self._written_at = -float("inf")
         self._seen: dict[int, GpuObservation] = {}  # each GPU's last observation, for the attr
+        # group -> the level at which one more trial was last seen to fit in GPU memory: a
+        # spare worker is kept for the place above only then (workers_wanted)
+        self._fits_above: dict[int, int] = {}
         mps = detect_mps()
         self._record: dict[str, Any] = {
             "mode": "auto" if pool.auto else "fixed", "target_gpu_util": self.policy.target_util,
@@ -180,8 +185,12 @@ class Packer:
             else:
                 for m in members:
                     self._seen[m] = self._observe(state, m, running, now)
-                new, change = decide(self.policy, state, _together([self._seen[m] for m in members]),
-                                     replace(host, adds=len(members)), now)
+                group = _together([self._seen[m] for m in members])
+                room = memory_room(self.policy, group, host)
+                if room is not None and room[0] >= room[1]:
+                    self._fits_above[leader] = state.limit
+                new, change = decide(self.policy, state, group, replace(host, adds=len(members)),
+                                     now)
                 held_changed |= new.held != state.held
                 if change is not None and change.new > change.old and self._threads_configured \
                         is None:
@@ -211,6 +220,20 @@ class Packer:
         """One state for a group, each GPU's copy under its own index (the attr shows each)."""
         for m in members:
             self.levels[m] = replace(state, gpu=m)
+
+    def workers_wanted(self) -> dict[int, int]:
+        """Worker processes each GPU should have: one per place at its level, and a spare for
+        the place above (scheduler/_workers.py) while the level may still rise and one more
+        trial was seen to fit in GPU memory at this level. Seen once, it holds for the level:
+        the spare's own memory (its CUDA context) is the next trial's, not a reason to drop it."""
+        room = self.pool.concurrency < self.pool.cap  # scheduler.parallel leaves a place
+        wanted = {}
+        for leader, members in self._groups.items():
+            state = self.levels[leader]
+            spare = room and may_rise(self.policy, state) \
+                and self._fits_above.get(leader) == state.limit
+            wanted.update({m: state.limit + int(spare) for m in members})
+        return wanted
 
     def close(self) -> None:
         """The final levels and why each stopped where it did."""

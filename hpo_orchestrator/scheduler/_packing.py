@@ -61,7 +61,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 __all__ = ["Change", "GpuLevel", "GpuObservation", "HostObservation", "PackingPolicy", "TrialTime",
-           "decide", "expected_peak_mib", "trial_kind"]
+           "decide", "expected_peak_mib", "may_rise", "memory_room", "trial_kind"]
 
 TRIALS_PER_LEVEL = 2  # measured trials at a level (of one kind, for "no gain") before they count
 CLEAR = 1.25  # a gain of this factor is clear from one trial on a nearly idle GPU
@@ -289,6 +289,23 @@ def decide(policy: PackingPolicy, state: GpuLevel, obs: GpuObservation,
                  f"({_measured(state, level)})")
 
 
+def memory_room(policy: PackingPolicy, obs: GpuObservation,
+                host: HostObservation) -> tuple[float, float] | None:
+    """(MiB free once the running trials reach the expected peak, MiB one more trial needs),
+    or None while either is unknown. Running trials may still grow to the expected peak:
+    their growth is set aside."""
+    if host.mem_peak_mib is None or obs.free_mib is None:
+        return None
+    growth = sum(max(0.0, host.mem_peak_mib - used) for used in obs.running_mem_mib)
+    return obs.free_mib - growth, host.mem_peak_mib * policy.mem_margin + policy.mem_reserve_mib
+
+
+def may_rise(policy: PackingPolicy, state: GpuLevel) -> bool:
+    """Can the level still go up in this run, now or at a re-probe? Not at the cap, nor once
+    an OOM or a final loss shut the level above."""
+    return state.limit < policy.max_per_gpu and state.losses.get(state.limit + 1, 0) < FINAL_LOSSES
+
+
 def _measured(state: GpuLevel, level: int) -> str:
     rate = f"{state.rates[level]:.1f} trials/min" if level in state.rates else "rate unknown"
     gain = state.gains.get(level)
@@ -334,12 +351,10 @@ def _held(policy: PackingPolicy, state: GpuLevel, obs: GpuObservation,
         return "measuring utilization"
     if obs.util >= policy.target_util:
         return f"{obs.util:.0f}% utilization >= scheduler.target_gpu_util={policy.target_util:g}"
-    if host.mem_peak_mib is None or obs.free_mib is None:
+    room = memory_room(policy, obs, host)
+    if room is None:
         return "GPU memory unknown"
-    # Running trials may still grow to the expected peak: their growth is set aside too.
-    growth = sum(max(0.0, host.mem_peak_mib - used) for used in obs.running_mem_mib)
-    need = host.mem_peak_mib * policy.mem_margin + policy.mem_reserve_mib
-    free = obs.free_mib - growth
+    free, need = room
     if free < need:
         return (f"GPU memory: {free:.0f} MiB free, a trial needs {need:.0f} MiB (peak "
                 f"{host.mem_peak_mib:.0f} MiB x {policy.mem_margin:g} + {policy.mem_reserve_mib:g})")

@@ -200,6 +200,19 @@ class SlotPool:
                 self._leases.wait_for(uuid)
         return None
 
+    def hold(self, slot: Slot) -> bool:
+        """Take the free slot's host-wide lease without starting a trial on it: a spare
+        worker waits there (scheduler/_workers.py). False when another orchestrator of this
+        host holds it or waits for its GPU."""
+        if slot.id in self._busy or self.yields(slot):
+            return False
+        if self._leases is not None and slot.gpu is not None and slot.id not in self._held:
+            lease = self._leases.try_acquire(slot.gpu.uuid, slot.k)
+            if lease is None:
+                return False
+            self._held[slot.id] = lease
+        return True
+
     def yields(self, slot: Slot) -> bool:
         """Does another orchestrator of this host wait for the slot's GPU longer than we do?
         Then we take none of its slots, and an idle worker of ours there gives its lease up."""

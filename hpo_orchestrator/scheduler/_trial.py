@@ -32,6 +32,7 @@ class Worker:
     log: IO[bytes]
     cuda_visible_devices: str
     trials: int = 0  # trials started in it so far
+    prepared: bool = False  # a spare: started up (imports, setup) before its first trial
     killed: list[int] = field(default_factory=list)  # its last trial's leftovers, killed (Job.collect)
 
 

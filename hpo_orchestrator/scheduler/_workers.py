@@ -1,19 +1,30 @@
 """The slots' worker processes: started for a trial, kept idle between trials (reuse mode),
-retired, and the process trees they leave behind.
+started ahead as spares, retired, and the process trees they leave behind.
 
 An idle reuse worker keeps its slot's host-wide lease (its process holds GPU memory and the
 objective's setup); retiring it gives the lease back, unless a trial is about to take the
 slot.
+
+Spares (trials_per_gpu=auto, reuse mode): a worker started on the slot one level above a
+GPU's level, which runs its imports and the objective's setup at once and then waits. When
+the level rises, the new place's first trial starts in a process that has started up, instead
+of paying the start-up (torch import, CUDA context, the setup's data: 10-20 s on gpu_mix,
+docs/BENCHMARKS.md) while the level is being measured. One level ahead, not up to
+max_trials_per_gpu: each spare holds the setup's host memory, and the packer may never climb.
 """
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 
-from hpo_orchestrator.scheduler._process import retire_worker, start_worker
+from hpo_orchestrator.config import ObjectiveConfig
+from hpo_orchestrator.scheduler._logs import spare_log_path
+from hpo_orchestrator.scheduler._process import retire_worker, signal_tree, start_worker
 from hpo_orchestrator.scheduler._slots import Slot, SlotPool
 from hpo_orchestrator.scheduler._tree import ProcessTrees
 from hpo_orchestrator.scheduler._trial import RunningTrial, Worker
+from hpo_orchestrator.worker import Prepare
 from hpo_orchestrator.worker._env import ChildEnv
 
 __all__ = ["Workers"]
@@ -30,13 +41,15 @@ class Workers:
         self.kill_grace_s = kill_grace_s
         self.icd_env = icd_env
         self.idle: dict[int, Worker] = {}  # slot id -> a reuse worker waiting for its next trial
+        self.spares: dict[int, Worker] = {}  # slot id -> a started-up worker waiting for its first
+        self.run_dir = run_dir
         # what the trials' processes started, also on disk in the run folder (docs: README)
         self.trees = ProcessTrees(run_dir)
 
     def for_trial(self, slot: Slot, trial_number: int, attempt: int, threads: int,
                   log_path: Path) -> Worker:
-        """The slot's idle worker, or a new process pinned to the slot."""
-        worker = self.idle.pop(slot.id, None)
+        """The slot's idle worker or spare, or a new process pinned to the slot."""
+        worker = self.idle.pop(slot.id, None) or self.spares.pop(slot.id, None)
         if worker is not None and (worker.process.poll() is not None
                                    or worker.connection.pending()):
             # Died while idle (killed from outside), or wrote after its trial ended (a thread
@@ -44,14 +57,38 @@ class Workers:
             self.retire(worker, slot.id, keep_lease=True)
             worker = None
         if worker is None:
-            child = ChildEnv(trial_number=trial_number, attempt=attempt, slot=slot.id,
-                             gpu_index=slot.gpu.index if slot.gpu else None,
-                             gpu_uuid=slot.gpu.uuid if slot.gpu else None,
-                             cuda_visible_devices=slot.cuda_visible_devices,
-                             num_threads=threads)
-            worker = start_worker(child, self.icd_env if slot.gpu is not None else {}, slot.id,
-                                  log_path)
+            worker = self._start(slot, trial_number, attempt, threads, log_path)
         return worker
+
+    def _start(self, slot: Slot, trial_number: int | None, attempt: int, threads: int,
+               log_path: Path) -> Worker:
+        child = ChildEnv(trial_number=trial_number, attempt=attempt, slot=slot.id,
+                         gpu_index=slot.gpu.index if slot.gpu else None,
+                         gpu_uuid=slot.gpu.uuid if slot.gpu else None,
+                         cuda_visible_devices=slot.cuda_visible_devices, num_threads=threads)
+        return start_worker(child, self.icd_env if slot.gpu is not None else {}, slot.id, log_path)
+
+    def keep_spares(self, wanted: dict[int, int], threads: int, objective: ObjectiveConfig) -> None:
+        """Each GPU gets workers up to ``wanted[gpu]`` (its level, plus one while the level
+        may rise): spares are started on its free slots, and those past it retire."""
+        assert self.run_dir is not None, "spares write their start-up output to the run folder"
+        for index, count in wanted.items():
+            on_gpu = [s for s in self.slots.slots if s.gpu is not None and s.gpu.index == index]
+            have = sum(1 for s in on_gpu if s.id in self.running or s.id in self.idle)
+            for slot in on_gpu:
+                if slot.id in self.running or slot.id in self.idle:
+                    continue
+                if slot.id in self.spares:
+                    have += 1
+                    if have > count:
+                        self.retire(self.spares.pop(slot.id), slot.id)
+                elif have < count and self.slots.hold(slot):
+                    log_path = spare_log_path(self.run_dir, slot.id)
+                    worker = self._start(slot, None, 1, threads, log_path)
+                    worker.prepared = True
+                    worker.connection.send(Prepare(objective=objective, log_path=str(log_path)))
+                    self.spares[slot.id] = worker
+                    have += 1
 
     def keep_idle(self, rt: RunningTrial) -> None:
         """The trial's worker waits for the slot's next trial; what the trial started goes
@@ -65,17 +102,26 @@ class Workers:
                                                 keep=frozenset({rt.process.pid}))
 
     def retire(self, worker: Worker, slot_id: int, keep_lease: bool = False) -> None:
-        """Stop the worker and its tree; its slot's lease goes back unless ``keep_lease``."""
+        """Stop the worker and its tree; its slot's lease goes back unless ``keep_lease``.
+        A spare that never ran a trial is killed at once: it may still be in its setup, and
+        the loop would wait for it; its start-up output goes with it."""
         self.trees.scan(self.pids(), force=True)  # its tree, before it comes apart
+        unused = worker.prepared and worker.trials == 0
+        if unused:
+            signal_tree(worker.process.pid, signal.SIGKILL)
         retire_worker(worker, self.kill_grace_s)
+        if unused and self.run_dir is not None:
+            spare_log_path(self.run_dir, slot_id).unlink(missing_ok=True)
         self.trees.sweep(slot_id)
         if not keep_lease:
             self.slots.drop_lease(slot_id)
 
     def retire_idle(self) -> None:
-        for slot_id, worker in list(self.idle.items()):
-            del self.idle[slot_id]
-            self.retire(worker, slot_id)
+        """Idle workers and spares go (the study needs no more trials here, or we stop)."""
+        for waiting in (self.idle, self.spares):
+            for slot_id, worker in list(waiting.items()):
+                del waiting[slot_id]
+                self.retire(worker, slot_id)
 
     def retire_over_levels(self) -> None:
         """trials_per_gpu=auto lowered a GPU's level: its idle workers above the level go
@@ -93,13 +139,14 @@ class Workers:
         """Each turn of the loop: walk the process trees; an idle worker on a GPU that another
         orchestrator of this host waits for retires and gives its lease up (_leases.py)."""
         self.trees.scan(self.pids())
-        for slot_id, worker in list(self.idle.items()):
-            if self.slots.yields(self.slots.slots[slot_id]):
-                del self.idle[slot_id]
-                self.retire(worker, slot_id)
+        for waiting in (self.idle, self.spares):
+            for slot_id, worker in list(waiting.items()):
+                if self.slots.yields(self.slots.slots[slot_id]):
+                    del waiting[slot_id]
+                    self.retire(worker, slot_id)
 
     def pids(self) -> dict[int, int]:
-        """{slot id: pid} of every worker process, running a trial or idle."""
-        pids = {slot_id: w.process.pid for slot_id, w in self.idle.items()}
+        """{slot id: pid} of every worker process, running a trial, idle or spare."""
+        pids = {slot_id: w.process.pid for slot_id, w in (*self.idle.items(), *self.spares.items())}
         pids.update({slot_id: rt.process.pid for slot_id, rt in self.running.items()})
         return pids

@@ -265,14 +265,12 @@ class _Preset:
         return getattr(self._trial, name)
 
 
-def gpu_mix(trial: Any) -> float:
-    """LightGBM on the GPU (400k rows, 200 rounds) or an MLP in torch (200k samples, 4
-    epochs), as the enqueued ``kind`` says; objects are built once per process."""
+def _gpu_mix_objective(kind: str) -> Any:
+    """gpu_mix's objective of this kind, built once per process."""
     from hpo_orchestrator.config._schema import LightGBMObjectiveConfig, TorchMLPObjectiveConfig
     from hpo_orchestrator.objectives.lightgbm import LightGBMObjective
     from hpo_orchestrator.objectives.torch_mlp import TorchMLPObjective
 
-    kind = trial.suggest_categorical("kind", ["lightgbm", "torch"])
     if kind not in _gpu_mix_objectives:
         scale = float(os.environ.get("HPO_GPU_MIX_SCALE", "1"))  # < 1: a quick run on a CPU
         if kind == "lightgbm":
@@ -281,7 +279,25 @@ def gpu_mix(trial: Any) -> float:
         else:
             _gpu_mix_objectives[kind] = TorchMLPObjective(
                 TorchMLPObjectiveConfig(n_samples=int(200_000 * scale), epochs=4, batch_size=1024))
-    return float(_gpu_mix_objectives[kind](_Preset(trial, GPU_MIX_PARAMS[kind])))
+    return _gpu_mix_objectives[kind]
+
+
+def gpu_mix(trial: Any) -> float:
+    """LightGBM on the GPU (400k rows, 200 rounds) or an MLP in torch (200k samples, 4
+    epochs), as the enqueued ``kind`` says; objects are built once per process."""
+    kind = trial.suggest_categorical("kind", ["lightgbm", "torch"])
+    return float(_gpu_mix_objective(kind)(_Preset(trial, GPU_MIX_PARAMS[kind])))
+
+
+def gpu_mix_setup() -> None:
+    """gpu_mix's start-up where a user's module would have it (``objective.setup``): torch and
+    LightGBM imported, both objectives built, the CUDA context made on the slot's GPU."""
+    for kind in GPU_MIX_PARAMS:
+        _gpu_mix_objective(kind)
+    import torch
+
+    if slot_info().on_gpu and torch.cuda.is_available():
+        torch.ones(1, device="cuda").sum().item()
 
 
 def slurm_probe(trial: Any) -> float:
@@ -341,3 +357,21 @@ def slow_setup() -> None:
     """An ``objective.setup`` that takes a while (data loading, say): start-up above the
     slow_startup finding's floor of 1 s."""
     time.sleep(float(os.environ.get("HPO_TEST_SETUP_S", "1.5")))
+
+
+def noted_setup() -> None:
+    """An ``objective.setup`` that says where it ran: a line on stdout (the worker's log), one
+    in the file $HPO_TEST_SETUP_NOTES, and a phase (which must not reach the pipe of a spare,
+    scheduler/_workers.py)."""
+    with phase("load"):
+        print(f"setup ran in {os.getpid()}", flush=True)
+    notes = os.environ.get("HPO_TEST_SETUP_NOTES")
+    if notes:
+        with open(notes, "a") as f:
+            f.write(f"{os.getpid()}\n")
+
+
+def failing_setup() -> None:
+    """An ``objective.setup`` that prints, then fails (a missing data file, say)."""
+    print("loading the data", flush=True)
+    raise FileNotFoundError("data/train.parquet")

@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
-from hpo_orchestrator.worker._protocol import ARTIFACT_CALL, OBJECTIVE_ATTRS, TRIAL_METHODS, Job, TrialOutcome
+from hpo_orchestrator.worker._protocol import (
+    ARTIFACT_CALL,
+    OBJECTIVE_ATTRS,
+    TRIAL_METHODS,
+    Job,
+    Prepare,
+    TrialOutcome,
+)
 from hpo_orchestrator.worker._proxy import TrialProxy
 
-__all__ = ["ARTIFACT_CALL", "OBJECTIVE_ATTRS", "TRIAL_METHODS", "Job", "TrialOutcome", "TrialProxy"]
+__all__ = ["ARTIFACT_CALL", "OBJECTIVE_ATTRS", "TRIAL_METHODS", "Job", "Prepare", "TrialOutcome",
+           "TrialProxy"]

@@ -26,7 +26,7 @@ from hpo_orchestrator import runtime
 from hpo_orchestrator.config import CustomObjectiveConfig, ObjectiveConfig
 from hpo_orchestrator.worker._env import begin_trial
 from hpo_orchestrator.worker._link import Link
-from hpo_orchestrator.worker._protocol import Job, TrialOutcome
+from hpo_orchestrator.worker._protocol import Job, Prepare, TrialOutcome
 from hpo_orchestrator.worker._proxy import TrialProxy
 from hpo_orchestrator.worker._reaping import become_subreaper, collect, has_children
 
@@ -172,6 +172,48 @@ def _release_trial_memory() -> None:
         torch.cuda.empty_cache()
 
 
+def _build(config: ObjectiveConfig, reuse: bool) -> Callable[[Any], Any]:
+    """Imports and the objective's setup: once per process."""
+    objective = build_objective(config)
+    if reuse:
+        # What exists now (modules, the setup's data) lives as long as the process: freezing
+        # it keeps the full collection between trials to the trial's own objects (about 50 ms
+        # -> under 1 ms per trial with torch imported). A fresh process runs one trial and
+        # never collects between trials: nothing to do.
+        gc.collect()
+        gc.freeze()
+    return objective
+
+
+def _prepare(link: Link, request: Prepare) -> tuple[Callable[[Any], Any] | None, TrialOutcome | None]:
+    """A spare's start-up, before any trial: the objective, or the failure its first trial
+    reports. The pipe stays quiet meanwhile (a ``phase()`` in the setup is not sent): nobody
+    reads it until a trial is handed over, and a spare that wrote would be taken for broken."""
+    runtime._attach(None)
+    try:
+        return _build(request.objective, reuse=True), None
+    except (Exception, KeyboardInterrupt) as exc:
+        return None, _failure(exc)
+    finally:
+        runtime._attach(link)
+
+
+def _append_startup_log(path: str) -> None:
+    """A spare's start-up output (imports, the setup's prints) goes into its first trial's
+    log, where a worker started for the trial would have written it."""
+    try:
+        with open(path, "rb") as startup:
+            text = startup.read()
+        os.unlink(path)
+    except OSError:
+        return
+    if text:
+        sys.stdout.flush()
+        with open(1, "wb", closefd=False) as out:
+            out.write(b"[hpo-orchestrator] this worker started before the trial was asked; "
+                      b"its start-up output:\n" + text)
+
+
 def main(argv: list[str]) -> int:
     """``FD [ORCHESTRATOR_PID]``: the socket to the orchestrator, and who it is."""
     _die_with_parent(int(argv[1]) if len(argv) > 1 else None)
@@ -183,27 +225,33 @@ def main(argv: list[str]) -> int:
     link = Link(Connection(int(argv[0])))
     runtime._attach(link)
     objective: Callable[[Any], Any] | None = None
+    early: TrialOutcome | None = None  # a spare's start-up failed: its first trial says so
+    startup_log: str | None = None  # a spare's start-up output, for its first trial's log
     while True:
         try:
-            job: Job | None = link.recv_job()
+            message: Job | Prepare | None = link.recv_job()
         except EOFError:  # the orchestrator closed our pipe: nothing more to do
             return 0
-        if job is None:
+        if message is None:
             return 0
+        if isinstance(message, Prepare):
+            objective, early = _prepare(link, message)
+            startup_log = message.log_path
+            continue
+        job = message
         _begin(job)
+        if startup_log is not None:
+            _append_startup_log(startup_log)
+            startup_log = None
         killed.update(job.collect)
         link.open_trial(job.trial_number)
         try:
-            if objective is None:  # imports and the objective's setup: once per process
-                objective = build_objective(job.objective)
-                if job.reuse:
-                    # What exists now (modules, the setup's data) lives as long as the process:
-                    # freezing it keeps the full collection between trials to the trial's own
-                    # objects (about 50 ms -> under 1 ms per trial with torch imported). A fresh
-                    # process runs one trial and never collects between trials: nothing to do.
-                    gc.collect()
-                    gc.freeze()
-            outcome = run_trial(link, job, objective)
+            if early is not None:
+                outcome, early = early, None
+            else:
+                if objective is None:  # imports and the objective's setup: once per process
+                    objective = _build(job.objective, job.reuse)
+                outcome = run_trial(link, job, objective)
         except (Exception, KeyboardInterrupt) as exc:  # before the objective ran (import, setup)
             outcome = _failure(exc)
         link.close_trial()  # a call in flight from another thread completes first

@@ -5,10 +5,12 @@ child -> orchestrator                      orchestrator -> child
   ("call", method, args, kwargs)            ("ok", value) / ("err", exception)
      (args/kwargs plain values only: the orchestrator unpickles nothing else)
   ("phase", name)  the objective's phase     None (reuse mode: exit now)
-  ("result", TrialOutcome)  end of a trial
+  ("result", TrialOutcome)  end of a trial     Prepare (a spare: start up now)
 
 A fresh child runs one Job and exits. A reuse child (``Job.reuse``) builds the objective
-(and runs its setup) once, then waits for the next Job after each result.
+(and runs its setup) once, then waits for the next Job after each result. A spare child
+(scheduler.trials_per_gpu=auto) gets a Prepare first: it builds the objective before any
+trial is asked for it, and says nothing until its first Job.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from hpo_orchestrator.config import ObjectiveConfig
 
-__all__ = ["ARTIFACT_CALL", "OBJECTIVE_ATTRS", "TRIAL_METHODS", "Job", "TrialOutcome"]
+__all__ = ["ARTIFACT_CALL", "OBJECTIVE_ATTRS", "TRIAL_METHODS", "Job", "Prepare", "TrialOutcome"]
 
 # The optuna.Trial methods a child may call; everything else stays in the orchestrator.
 TRIAL_METHODS = frozenset({
@@ -51,6 +53,15 @@ class Job:
     # what the orchestrator killed at the end of this worker's previous trial: those that are
     # this worker's children (orphans come to it) it collects (worker/_reaping.py)
     collect: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class Prepare:
+    """Start up ahead of the first trial: imports and the objective's setup run now, while
+    the slot waits for its GPU's level to rise (scheduler/_workers.py, spares)."""
+
+    objective: ObjectiveConfig
+    log_path: str  # where the start-up's output goes; copied into the first trial's log
 
 
 @dataclass(frozen=True)
