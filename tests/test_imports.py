@@ -76,3 +76,16 @@ def test_status_json_reads_a_kept_tally_without_sqlalchemy(tmp_path: Path) -> No
         for device in report["per_device"]:
             device.pop("busy_fraction")
     assert lite == full
+
+
+def test_every_name_a_package_exports_resolves() -> None:
+    """A package's ``__all__`` (db/ resolves names lazily through a table) names only what it
+    has: a name left behind by a removal fails ``from package import *`` and readers alike."""
+    import importlib
+
+    for name in ("db", "scheduler", "worker", "telemetry", "config", "gpu", "status", "report",
+                 "pruning", "cluster", "artifacts", "objectives", "cli"):
+        package = f"hpo_orchestrator.{name}"
+        module = importlib.import_module(package)
+        missing = [name for name in module.__all__ if not hasattr(module, name)]
+        assert not missing, f"{package}.__all__ names what it lacks: {missing}"

@@ -253,7 +253,6 @@ __all__ = [
     "retrying_of",
     "retrying_rdb_storage",
     "running_among",
-    "running_with_host_pid",
     "settled_upto",
     "setup_lock",
     "sqlite_path",
