@@ -13,7 +13,12 @@
 
 Both live in their own SQLAlchemy MetaData, so creating them never touches Optuna's schema
 (and Optuna's migrations never see them). No foreign keys to ``trials``: a row of ours must
-never block Optuna from deleting a study.
+never block Optuna from deleting a study. On sqlite, triggers delete our rows with the
+trials and studies Optuna deletes (``optuna delete-study``): sqlite gives a new row the
+highest id plus one, so a deleted study's ids come back, and its rows of ours would be read
+as the new study's (or collide with them: the end of the new trial 1 failed on
+"UNIQUE constraint failed: hpo_trial_summary.trial_id"). PostgreSQL's sequences never hand
+an id out twice: there such rows are only left over.
 """
 
 from __future__ import annotations
@@ -101,19 +106,48 @@ tally_table = Table(
 )
 
 
+# sqlite: our rows go with the trial or study Optuna deletes (module docstring).
+_SQLITE_TRIGGERS = {
+    "hpo_forget_deleted_trial": (
+        "CREATE TRIGGER hpo_forget_deleted_trial AFTER DELETE ON trials BEGIN "
+        "DELETE FROM hpo_trial_summary WHERE trial_id = OLD.trial_id; "
+        "DELETE FROM hpo_telemetry WHERE trial_id = OLD.trial_id; END"),
+    "hpo_forget_deleted_study": (
+        "CREATE TRIGGER hpo_forget_deleted_study AFTER DELETE ON studies BEGIN "
+        "DELETE FROM hpo_study_tally WHERE study_id = OLD.study_id; END"),
+}
+# Rows of trials and studies deleted before the triggers existed (once, when they are made).
+_SQLITE_ORPHANS = [
+    "DELETE FROM hpo_trial_summary WHERE trial_id NOT IN (SELECT trial_id FROM trials)",
+    "DELETE FROM hpo_telemetry WHERE trial_id NOT IN (SELECT trial_id FROM trials)",
+    "DELETE FROM hpo_study_tally WHERE study_id NOT IN (SELECT study_id FROM studies)",
+]
+
+
 def ensure_tables(engine: Engine) -> None:
-    """Create our tables (and indexes) if missing; a no-op when they exist. The summary's
-    indexes are created on their own: a table made by an older version has none of them
-    (building them on 1M rows takes seconds, once)."""
+    """Create our tables (and indexes, and on sqlite the delete triggers) if missing; a no-op
+    when they exist. The summary's indexes are created on their own: a table made by an older
+    version has none of them (building them on 1M rows takes seconds, once)."""
     _metadata.create_all(engine, checkfirst=True)
     with engine.begin() as connection:
         for index in _SUMMARY_INDEXES:  # IF NOT EXISTS: reflection skips expression indexes
             connection.execute(CreateIndex(index, if_not_exists=True))
+        if engine.dialect.name == "sqlite":
+            made = {name for (name,) in connection.execute(text(
+                "SELECT name FROM sqlite_master WHERE type = 'trigger' AND name LIKE 'hpo_%'"))}
+            missing = [sql for name, sql in _SQLITE_TRIGGERS.items() if name not in made]
+            for sql in missing:
+                connection.execute(text(sql))
+            if missing:
+                for sql in _SQLITE_ORPHANS:
+                    connection.execute(text(sql))
 
 
 def insert_summary(connection: Connection, row: dict[str, Any]) -> None:
-    """Within the caller's transaction (it writes the trial's other end-of-trial rows too)."""
-    connection.execute(summary_table.insert(), [row])
+    """Within the caller's transaction (it writes the trial's other end-of-trial rows too). A
+    trial ends once, so a row already there under its id is a deleted trial's, left by a
+    version without the delete triggers, whose id sqlite gave out again: it is replaced."""
+    connection.execute(summary_table.insert().prefix_with("OR REPLACE", dialect="sqlite"), [row])
 
 
 def insert_samples(connection: Connection, rows: Sequence[dict[str, Any]]) -> None:
