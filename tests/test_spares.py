@@ -154,3 +154,31 @@ def test_auto_climbs_onto_spares_that_started_up_ahead(cli) -> None:  # type: ig
     pids = {str(row["attrs"]["hpo.pid"]) for row in rows}
     assert len(setups) == len(set(setups)) and pids <= set(setups)  # once in every worker
     assert not list(run_dir.glob("spare-slot*.log"))
+
+
+def test_a_spare_is_wanted_only_where_one_more_trial_fits_and_the_level_may_rise(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """No spare before a trial's memory peak is known; one for the place above once it fits
+    (held for the level); none on a GPU one more trial would not fit, nor after an OOM shut
+    the level above."""
+    from hpo_orchestrator.scheduler import _packer
+    from tests.test_packer_groups import _end, _fill, _Scripted
+    from tests.test_packer_groups import _packer as packer_of
+    from tests.test_packing import _Clock
+
+    clock = _Clock()
+    monkeypatch.setattr(_packer, "time", clock)
+    readings = _Scripted(used={1: 79_500.0})  # GPU1: 500 MiB free, a trial needs 1.8 GiB
+    packer = packer_of(readings, "H100", "A100")  # judged apart
+    assert packer.workers_wanted() == {0: 1, 1: 1}  # nothing known about memory yet
+    _fill(packer)
+    for gpu in (0, 1):
+        _end(packer, clock, gpu, 30.0, pid=gpu + 1)
+    packer.tick([])
+    assert packer.workers_wanted() == {0: 2, 1: 1}
+    readings.used[0] = 79_000.0  # the spare's CUDA context and more: it stays for this level
+    clock.now += 2.0
+    packer.tick([])
+    assert packer.workers_wanted()[0] == 2
+    _end(packer, clock, 0, 5.0, pid=1, fail="oom")  # level 2 is shut for the run
+    assert packer.workers_wanted()[0] == 1
