@@ -186,12 +186,9 @@ class SlotPool:
                 if yielding[slot.gpu.uuid]:
                     wanted.add(slot.gpu.uuid)
                     continue  # its turn: another orchestrator has waited for the GPU longer
-                if slot.id not in self._held:
-                    lease = self._leases.try_acquire(slot.gpu.uuid, slot.k)
-                    if lease is None:
-                        wanted.add(slot.gpu.uuid)
-                        continue  # another orchestrator on this host runs a trial there
-                    self._held[slot.id] = lease
+                if not self._lease(slot):
+                    wanted.add(slot.gpu.uuid)
+                    continue  # another orchestrator on this host runs a trial there
             self._busy.add(slot.id)
             self.stop_waiting()
             return slot
@@ -204,13 +201,17 @@ class SlotPool:
         """Take the free slot's host-wide lease without starting a trial on it: a spare
         worker waits there (scheduler/_workers.py). False when another orchestrator of this
         host holds it or waits for its GPU."""
-        if slot.id in self._busy or self.yields(slot):
+        return slot.id not in self._busy and not self.yields(slot) and self._lease(slot)
+
+    def _lease(self, slot: Slot) -> bool:
+        """The slot's host-wide lease, kept from before or taken now; False when another
+        orchestrator of this host holds it. (CPU slots, or no lease folder: nothing to take.)"""
+        if self._leases is None or slot.gpu is None or slot.id in self._held:
+            return True
+        lease = self._leases.try_acquire(slot.gpu.uuid, slot.k)
+        if lease is None:
             return False
-        if self._leases is not None and slot.gpu is not None and slot.id not in self._held:
-            lease = self._leases.try_acquire(slot.gpu.uuid, slot.k)
-            if lease is None:
-                return False
-            self._held[slot.id] = lease
+        self._held[slot.id] = lease
         return True
 
     def yields(self, slot: Slot) -> bool:
