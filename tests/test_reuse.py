@@ -41,8 +41,9 @@ def test_reuse_workers_stay_pinned_and_run_many_trials(cli) -> None:  # type: ig
         assert len({t["hpo.gpu_index"] for t in trials}) == 1
         assert [t["test.calls_in_process"] for t in trials] == list(range(1, len(trials) + 1))
         assert [t["hpo.worker_trial"] for t in trials] == list(range(1, len(trials) + 1))
-        # imports and interpreter start are paid once per process
-        assert max(t["hpo.startup_s"] for t in trials[1:]) < trials[0]["hpo.startup_s"]
+        # imports and interpreter start are paid once per process, before its first trial is
+        # asked (the first wave: tests/test_first_wave.py), so in none of its trials
+        assert max(t["hpo.startup_s"] for t in trials) < 1.0
 
 
 @pytest.mark.long

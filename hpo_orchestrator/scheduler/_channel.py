@@ -195,7 +195,7 @@ def _well_formed(message: Any) -> bool:
     if not isinstance(message, tuple) or not message or not isinstance(message[0], str):
         return False
     kind, rest = message[0], message[1:]
-    if kind == "started":
+    if kind in ("started", "ready"):
         return not rest
     if kind == "phase":
         return len(rest) == 1 and (rest[0] is None or isinstance(rest[0], str))
@@ -308,6 +308,8 @@ def _handle(rt: RunningTrial, message: tuple[Any, ...], sampler: TelemetrySample
             sampler.set_phase(rt.slot.id, rt.phase)
     elif kind == "result":
         rt.outcome = message[1]
+    # "ready": a first-wave worker's start-up ended after its first trial was handed over
+    # (the run waited _FIRST_WAVE_WAIT_S for it, scheduler/_orchestrator.py): nothing to do.
 
 
 def _answer(rt: RunningTrial, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:

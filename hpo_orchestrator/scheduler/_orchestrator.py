@@ -18,6 +18,7 @@ remaining children and fails their trials as ``interrupted``.
 
 from __future__ import annotations
 
+import select
 import signal
 import socket
 import sqlite3
@@ -58,6 +59,10 @@ EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_INTERRUPTED = 130
 _POLL_S = 0.1
+# Reuse mode: how long the run waits for its first workers' start-up (imports, the
+# objective's setup) before it asks their trials anyway (a setup that hangs then shows as a
+# running trial, whose scheduler.trial_timeout_s applies, as before there was a wait).
+_FIRST_WAVE_WAIT_S = 30.0
 # What the storage raises when it cannot write: Optuna's wrapper for failed commits,
 # SQLAlchemy's errors (which Optuna lets through elsewhere) and the sqlite driver's own.
 _STORAGE_ERRORS = (optuna.exceptions.StorageInternalError, SQLAlchemyError, sqlite3.Error,
@@ -136,6 +141,7 @@ class Orchestrator:
             if self.sampler is not None:
                 self.sampler.start()
             self.deadline.start()
+            self._start_first_wave()
             while True:
                 if self.deadline.check(self.running.values(), self.config.scheduler.kill_grace_s):
                     self._stopping = True
@@ -215,6 +221,31 @@ class Orchestrator:
         stop_running(self.running.values(), "interrupted", self.config.scheduler.kill_grace_s)
 
     # --- launching -------------------------------------------------------------------------
+
+    def _start_first_wave(self) -> None:
+        """Reuse mode: the first slots' workers start up before any trial is asked, so that a
+        trial's RUNNING time in the study is its own, as under Optuna's study.optimize (whose
+        processes ask after their imports), and not its worker's imports and setup (0.9 s
+        for a trivial objective on the 2-core VM, 10-20 s on gpu_mix: docs/BENCHMARKS.md).
+        Waits until they are ready, at most _FIRST_WAVE_WAIT_S; a worker that dies meanwhile
+        is replaced by a fresh one at its trial (whose failure then says why)."""
+        if not self.reuse or self._signals:
+            return
+        wanted = min(self.slots.concurrency, self.budget.left())
+        held: list[Slot] = []
+        try:
+            while len(held) < wanted and (slot := self.slots.acquire()) is not None:
+                held.append(slot)
+            threads = self.threads if self.packer is None else self.packer.threads_for_next(())
+            self.workers.start_first_wave(held, threads, self.config.objective)
+        finally:
+            for slot in held:
+                self.slots.release(slot, keep_lease=slot.id in self.workers.idle)
+        until = time.monotonic() + _FIRST_WAVE_WAIT_S
+        while (starting := self.workers.starting()) and time.monotonic() < until \
+                and not self._signals and not self.deadline.check((), 0.0):
+            select.select([w.connection for w in starting], [], [], _POLL_S)
+            self.reporter.tick([])
 
     def _launch_ready(self, claim: bool = True) -> None:
         """Fill free slots (a slot first: a lease on this host; then a trial: a pre-asked one,

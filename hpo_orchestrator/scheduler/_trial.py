@@ -32,7 +32,8 @@ class Worker:
     log: IO[bytes]
     cuda_visible_devices: str
     trials: int = 0  # trials started in it so far
-    prepared: bool = False  # a spare: started up (imports, setup) before its first trial
+    prepared: bool = False  # started up (imports, setup) before its first trial: a spare, the first wave
+    starting: bool = False  # it will say ("ready",) when started up, and has not yet
     killed: list[int] = field(default_factory=list)  # its last trial's leftovers, killed (Job.collect)
 
 

@@ -19,6 +19,7 @@ import signal
 from pathlib import Path
 
 from hpo_orchestrator.config import ObjectiveConfig
+from hpo_orchestrator.scheduler._channel import ProtocolError
 from hpo_orchestrator.scheduler._logs import spare_log_path
 from hpo_orchestrator.scheduler._process import retire_worker, signal_tree, start_worker
 from hpo_orchestrator.scheduler._slots import Slot, SlotPool
@@ -51,7 +52,7 @@ class Workers:
         """The slot's idle worker or spare, or a new process pinned to the slot."""
         worker = self.idle.pop(slot.id, None) or self.spares.pop(slot.id, None)
         if worker is not None and (worker.process.poll() is not None
-                                   or worker.connection.pending()):
+                                   or self._wrote_while_idle(worker)):
             # Died while idle (killed from outside), or wrote after its trial ended (a thread
             # of the objective that lived on): the next trial gets a fresh process.
             self.retire(worker, slot.id, keep_lease=True)
@@ -68,10 +69,54 @@ class Workers:
                          cuda_visible_devices=slot.cuda_visible_devices, num_threads=threads)
         return start_worker(child, self.icd_env if slot.gpu is not None else {}, slot.id, log_path)
 
+    def _prepared(self, slot: Slot, threads: int, objective: ObjectiveConfig,
+                  announce: bool) -> Worker:
+        """A worker started up ahead of its first trial (imports, the objective's setup), its
+        output in the run folder until that trial's log exists."""
+        assert self.run_dir is not None, "start-up output goes to the run folder"
+        log_path = spare_log_path(self.run_dir, slot.id)
+        worker = self._start(slot, None, 1, threads, log_path)
+        worker.prepared = True
+        worker.starting = announce
+        worker.connection.send(Prepare(objective=objective, log_path=str(log_path),
+                                       announce=announce))
+        return worker
+
+    def start_first_wave(self, slots: list[Slot], threads: int,
+                         objective: ObjectiveConfig) -> None:
+        """Reuse mode: a worker on each of the run's first slots, started up before any trial
+        is asked (``wait_started`` waits for them), so that a trial's RUNNING time is its
+        own and the workers' imports overlap the run's own start-up. The slots must be held
+        (their lease taken); their workers wait as idle ones do."""
+        for slot in slots:
+            self.idle[slot.id] = self._prepared(slot, threads, objective, announce=True)
+
+    def starting(self) -> list[Worker]:
+        """First-wave workers still starting up: each is read here until it says ready (or
+        dies)."""
+        for slot_id, worker in list(self.idle.items()):
+            if worker.starting and worker.process.poll() is None \
+                    and self._wrote_while_idle(worker):
+                del self.idle[slot_id]  # broke the protocol: its trial gets a fresh process
+                self.retire(worker, slot_id, keep_lease=True)
+        return [w for w in self.idle.values() if w.starting and w.process.poll() is None]
+
+    def _wrote_while_idle(self, worker: Worker) -> bool:
+        """Did an idle worker send anything but its ``("ready",)``? (An idle worker must not:
+        a thread of its objective that lived on. It gets replaced.)"""
+        if not worker.connection.pending():
+            return False
+        if not worker.starting:
+            return True
+        worker.starting = False
+        try:
+            return worker.connection.receive() != [("ready",)]
+        except ProtocolError:
+            return True
+
     def keep_spares(self, wanted: dict[int, int], threads: int, objective: ObjectiveConfig) -> None:
         """Each GPU gets workers up to ``wanted[gpu]`` (its level, plus one while the level
         may rise): spares are started on its free slots, and those past it retire."""
-        assert self.run_dir is not None, "spares write their start-up output to the run folder"
         for index, count in wanted.items():
             on_gpu = [s for s in self.slots.slots if s.gpu is not None and s.gpu.index == index]
             have = sum(1 for s in on_gpu if s.id in self.running or s.id in self.idle)
@@ -83,11 +128,8 @@ class Workers:
                     if have > count:
                         self.retire(self.spares.pop(slot.id), slot.id)
                 elif have < count and self.slots.hold(slot):
-                    log_path = spare_log_path(self.run_dir, slot.id)
-                    worker = self._start(slot, None, 1, threads, log_path)
-                    worker.prepared = True
-                    worker.connection.send(Prepare(objective=objective, log_path=str(log_path)))
-                    self.spares[slot.id] = worker
+                    self.spares[slot.id] = self._prepared(slot, threads, objective,
+                                                          announce=False)
                     have += 1
 
     def keep_idle(self, rt: RunningTrial) -> None:

@@ -371,6 +371,16 @@ def noted_setup() -> None:
             f.write(f"{os.getpid()}\n")
 
 
+def setup_dies_once() -> None:
+    """An ``objective.setup`` whose first run kills its process (a crash in a native import,
+    say): the worker dies while it starts up; every later run (a marker file,
+    $HPO_TEST_SETUP_NOTES) sets up fine."""
+    marker = os.environ["HPO_TEST_SETUP_NOTES"]
+    if not os.path.exists(marker):
+        open(marker, "w").close()
+        os._exit(3)
+
+
 def failing_setup() -> None:
     """An ``objective.setup`` that prints, then fails (a missing data file, say)."""
     print("loading the data", flush=True)

@@ -186,9 +186,10 @@ def _build(config: ObjectiveConfig, reuse: bool) -> Callable[[Any], Any]:
 
 
 def _prepare(link: Link, request: Prepare) -> tuple[Callable[[Any], Any] | None, TrialOutcome | None]:
-    """A spare's start-up, before any trial: the objective, or the failure its first trial
-    reports. The pipe stays quiet meanwhile (a ``phase()`` in the setup is not sent): nobody
-    reads it until a trial is handed over, and a spare that wrote would be taken for broken."""
+    """Start-up before any trial (a first-wave worker, a spare): the objective, or the failure
+    its first trial reports. The pipe stays quiet meanwhile (a ``phase()`` in the setup is not
+    sent): nobody reads it until a trial is handed over, and an idle worker that wrote would
+    be taken for broken; the only message is ``("ready",)`` afterwards, when asked for."""
     runtime._attach(None)
     try:
         return _build(request.objective, reuse=True), None
@@ -210,7 +211,7 @@ def _append_startup_log(path: str) -> None:
     if text:
         sys.stdout.flush()
         with open(1, "wb", closefd=False) as out:
-            out.write(b"[hpo-orchestrator] this worker started before the trial was asked; "
+            out.write(b"[hpo-orchestrator] this worker started up before the trial was asked; "
                       b"its start-up output:\n" + text)
 
 
@@ -237,6 +238,8 @@ def main(argv: list[str]) -> int:
         if isinstance(message, Prepare):
             objective, early = _prepare(link, message)
             startup_log = message.log_path
+            if message.announce:
+                link.send(("ready",))
             continue
         job = message
         _begin(job)

@@ -5,12 +5,14 @@ child -> orchestrator                      orchestrator -> child
   ("call", method, args, kwargs)            ("ok", value) / ("err", exception)
      (args/kwargs plain values only: the orchestrator unpickles nothing else)
   ("phase", name)  the objective's phase     None (reuse mode: exit now)
-  ("result", TrialOutcome)  end of a trial     Prepare (a spare: start up now)
+  ("result", TrialOutcome)  end of a trial     Prepare (start up now, before any trial)
+  ("ready",)  start-up done (Prepare.announce)
 
 A fresh child runs one Job and exits. A reuse child (``Job.reuse``) builds the objective
-(and runs its setup) once, then waits for the next Job after each result. A spare child
-(scheduler.trials_per_gpu=auto) gets a Prepare first: it builds the objective before any
-trial is asked for it, and says nothing until its first Job.
+(and runs its setup) once, then waits for the next Job after each result. A reuse child of
+the run's first wave, and a spare (scheduler.trials_per_gpu=auto), get a Prepare first: they
+build the objective before any trial is asked for them. The first wave's say ``("ready",)``
+when done (the loop asks their trials then); a spare says nothing until its first Job.
 """
 
 from __future__ import annotations
@@ -58,10 +60,12 @@ class Job:
 @dataclass(frozen=True)
 class Prepare:
     """Start up ahead of the first trial: imports and the objective's setup run now, while
-    the slot waits for its GPU's level to rise (scheduler/_workers.py, spares)."""
+    the run opens its study (the first wave) or the slot waits for its GPU's level to rise
+    (a spare; scheduler/_workers.py)."""
 
     objective: ObjectiveConfig
     log_path: str  # where the start-up's output goes; copied into the first trial's log
+    announce: bool = False  # send ("ready",) once started up (or failed to)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,60 @@
+"""The first wave (reuse mode, scheduler/_orchestrator.py ``_start_first_wave``): the run's
+first workers start up (imports, the objective's setup) before any trial is asked, so a
+trial's RUNNING time is its own; a worker that fails or dies while starting up still ends in
+a trial that says why, or in a fresh worker."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import trial_rows
+
+pytestmark = pytest.mark.slow
+
+OBJECTIVES = "hpo_orchestrator.testing.objectives"
+HEADER = "this worker started up before the trial was asked"
+
+
+def _run(cli, *args: str, env: dict[str, str] | None = None):  # type: ignore[no-untyped-def]
+    return cli("run", "objective=custom", f"objective.target={OBJECTIVES}:pinned",
+               "pruner=none", "telemetry.enabled=false", *args, env=env)
+
+
+def test_the_first_trials_start_after_their_workers_set_up(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """A 2 s setup: without the wait, each first trial's start-up (spawn to objective start)
+    would hold it; with it, the trial starts in a worker that is ready."""
+    result = _run(cli, f"objective.setup={OBJECTIVES}:slow_setup", "scheduler.parallel=2",
+                  "study.n_trials=4", env={"HPO_TEST_SETUP_S": "2", "HPO_TEST_STEP_S": "0.05"})
+    assert result.code == 0, result.stderr
+    rows = trial_rows(result.db)
+    assert [r["state"] for r in rows] == ["COMPLETE"] * 4
+    first = [r for r in rows if r["attrs"]["hpo.worker_trial"] == 1]
+    assert len(first) == 2  # one worker per slot, each set up once
+    assert all(r["attrs"]["hpo.startup_s"] < 1.0 for r in first), first
+
+
+def test_a_setup_that_fails_fails_the_first_trial_with_its_traceback(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    result = _run(cli, f"objective.setup={OBJECTIVES}:failing_setup", "scheduler.parallel=1",
+                  "study.n_trials=1")
+    rows = trial_rows(result.db)
+    assert [r["state"] for r in rows] == ["FAIL"], result.stderr
+    attrs = rows[0]["attrs"]
+    assert attrs["hpo.fail_reason"] == "exception"
+    assert "data/train.parquet" in attrs["hpo.traceback"]
+    log = Path(attrs["hpo.log_path"]).read_text()
+    assert HEADER in log and "loading the data" in log
+
+
+def test_a_worker_that_dies_starting_up_is_replaced_at_its_trial(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """The first setup kills its process; the trial gets a fresh worker, which sets up fine."""
+    marker = tmp_path / "died-once"
+    result = _run(cli, f"objective.setup={OBJECTIVES}:setup_dies_once", "scheduler.parallel=1",
+                  "study.n_trials=2",
+                  env={"HPO_TEST_SETUP_NOTES": str(marker), "HPO_TEST_STEP_S": "0.05"})
+    assert result.code == 0, result.stderr
+    assert marker.exists()  # the first worker's setup did die
+    rows = trial_rows(result.db)
+    assert [r["state"] for r in rows] == ["COMPLETE"] * 2
+    assert rows[0]["attrs"]["hpo.worker_trial"] == 1  # a new worker, not the dead one's slot
