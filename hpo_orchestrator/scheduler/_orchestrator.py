@@ -153,7 +153,12 @@ class Orchestrator:
                 if not self.running and (self._signals or self.halted or self.timed_out
                                          or self.asking.study_done()):
                     break
-                _channel.serve(list(self.running.values()), _POLL_S, self.sampler)
+                # No wait when a reuse worker's result is in already (read by _answer_calls):
+                # ended() takes it now. (A fresh child's trial ends when it exits, which
+                # wakes the wait.)
+                _channel.serve(list(self.running.values()), 0.0 if self.reuse and any(
+                    rt.outcome is not None for rt in self.running.values()) else _POLL_S,
+                    self.sampler)
                 stop_faulty(self.running.values(), self.config.scheduler.kill_grace_s)
                 for rt in _channel.ended(list(self.running.values()), self.reuse, self.sampler):
                     self._finish(rt)
@@ -269,6 +274,7 @@ class Orchestrator:
                     self.workers.retire_idle()  # free their GPU memory and slots for other studies
                     return
                 self._spawn(asked, slot)
+                self._answer_calls()
             except BaseException:
                 self.slots.release(slot, keep_lease=slot.id in self.workers.idle)
                 raise
@@ -334,7 +340,15 @@ class Orchestrator:
         verdict, measured, ended_at = self._release(rt)
         if self.asking.ready:
             self._launch_ready(claim=False)
+        self._answer_calls()
         self._record(rt, verdict, measured, ended_at)
+
+    def _answer_calls(self) -> None:
+        """Answer the calls (a ``suggest``, a ``report``) that already came in, between the
+        loop's storage work for other trials: when several trials end together, each new
+        trial's first call would otherwise wait for every other trial's start and end to be
+        written (about 10 ms each on the 2-core VM, docs/BENCHMARKS.md)."""
+        _channel.serve(list(self.running.values()), 0.0, self.sampler)
 
     def _release(self, rt: RunningTrial) -> tuple[_outcome.Verdict, dict[str, object], float]:
         """Classify the trial and take it off its slot; its worker stays for the slot's next
