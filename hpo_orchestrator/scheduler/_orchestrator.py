@@ -274,10 +274,10 @@ class Orchestrator:
                     self.workers.retire_idle()  # free their GPU memory and slots for other studies
                     return
                 self._spawn(asked, slot)
-                self._answer_calls()
             except BaseException:
                 self.slots.release(slot, keep_lease=slot.id in self.workers.idle)
                 raise
+            self._answer_calls()
         if claim and self.deadline.at is None:  # not under study.timeout_s (Asking.prefetch)
             self.asking.prefetch(self._stopping)
 

@@ -1,5 +1,10 @@
 """The slots' worker processes: started for a trial, kept idle between trials (reuse mode),
-started ahead as spares, retired, and the process trees they leave behind.
+started ahead (the run's first wave, spares), retired, and the process trees they leave
+behind.
+
+The first wave (reuse mode): before the run asks its first trials, a worker on each slot it
+fills first imports the objective and runs its setup, then says ready; until then it waits
+among the idle workers, marked ``starting`` (docs/DESIGN.md §3.5).
 
 An idle reuse worker keeps its slot's host-wide lease (its process holds GPU memory and the
 objective's setup); retiring it gives the lease back, unless a trial is about to take the
@@ -85,9 +90,9 @@ class Workers:
     def start_first_wave(self, slots: list[Slot], threads: int,
                          objective: ObjectiveConfig) -> None:
         """Reuse mode: a worker on each of the run's first slots, started up before any trial
-        is asked (``wait_started`` waits for them), so that a trial's RUNNING time is its
-        own and the workers' imports overlap the run's own start-up. The slots must be held
-        (their lease taken); their workers wait as idle ones do."""
+        is asked (the loop waits while ``starting`` lists them), so that a trial's RUNNING
+        time is its own. The slots must be held (their lease taken); their workers wait as
+        idle ones do, and say ``("ready",)`` once started up."""
         for slot in slots:
             self.idle[slot.id] = self._prepared(slot, threads, objective, announce=True)
 
