@@ -194,6 +194,11 @@ class Orchestrator:
                     self.records.flush_telemetry(force=True)
                     if self.retention is not None:
                         self.retention.maybe_run(force=True)
+            if failure is None and not local_failure:
+                try:
+                    self.records.fold_tally()
+                except _STORAGE_ERRORS:
+                    pass  # the tally only saves status work: it reads the trials past it anyway
         if isinstance(failure, StorageUnavailable):
             raise failure
         if failure is not None:  # a step that is not retried: named the same way

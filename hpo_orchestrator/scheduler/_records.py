@@ -31,6 +31,10 @@ from hpo_orchestrator.telemetry import TelemetrySampler, TrialTelemetry
 __all__ = ["Retry", "RunRecords", "trial_params"]
 
 _TELEMETRY_FLUSH_S = 5.0  # how often buffered samples are written (and at every trial's end)
+# How often a trial's end also folds the trials ended since into the study's tally (and at the
+# run's end): status reads the trials above the tally's watermark anyway, and folding at every
+# end cost about a third of the loop's CPU per trial at 100+ trials/s (docs/BENCHMARKS.md).
+_TALLY_EVERY_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -68,6 +72,7 @@ class RunRecords:
         self.sampler = sampler
         self.compute_phases = compute_phases
         self._last_flush = 0.0
+        self._tally_at = -float("inf")  # when a trial's end last advanced the tally
         self.retrying = retrying_of(storage)
         if not isinstance(study._storage, MirrorStorage):
             raise TypeError("the run's study must use a MirrorStorage (runner.run_study makes it)")
@@ -214,12 +219,15 @@ class RunRecords:
             "params_mismatch": json.dumps(measured["hpo.params_mismatch"])
             if "hpo.params_mismatch" in measured else None}
         rows = self.sampler.take_rows() if self.sampler is not None else []
-        self._last_flush = time.monotonic()
+        self._last_flush = now = time.monotonic()
+        fold = now - self._tally_at >= _TALLY_EVERY_S
+        if fold:
+            self._tally_at = now
 
         def with_the_end(connection: Connection) -> None:
             insert_summary(connection, summary)
-            # the study's tally takes this trial and any that ended elsewhere since the last
-            advance_tally(connection, self.study._study_id, self.study.study_name)
+            if fold:  # the study's tally takes the trials ended since (here and elsewhere)
+                advance_tally(connection, self.study._study_id, self.study.study_name)
             insert_samples(connection, rows)
             if retry is not None:
                 _run.enqueue_waiting_trial(connection, self.study._study_id, retry.params,
@@ -257,6 +265,14 @@ class RunRecords:
             except optuna.exceptions.UpdateFinishedTrialError:
                 continue  # reaped by another orchestrator meanwhile
             self.mirror.refresh_soon(self.study._study_id)  # its place in the queue
+
+    def fold_tally(self) -> None:
+        """The run's end: the study's tally takes every trial ended since the last fold, so a
+        status after the run reads no trial one by one."""
+        def step() -> None:
+            with self.storage.engine.begin() as fresh:
+                advance_tally(fresh, self.study._study_id, self.study.study_name)
+        self.retrying.call(step)
 
     def flush_telemetry(self, force: bool = False) -> None:
         """Write buffered samples every _TELEMETRY_FLUSH_S (now, with ``force``); a trial's
