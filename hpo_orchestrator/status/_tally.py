@@ -9,8 +9,9 @@ a row for every trial the tally has folded in.
 Which trials are in it: every trial of the study with ``trial_id <= watermark``, except
 ``holes`` (trials seen unfinished, or ids not yet committed on PostgreSQL). A finished trial is
 never changed by Optuna (UpdateFinishedTrialError), so a trial folded in stays right; holes
-and trials above the watermark are read again by every status and folded in by the next
-trial's end (docs/BENCHMARKS.md "status from a kept tally").
+and trials above the watermark are read again by every status and folded in by a later
+trial's end (at most once a second) or the run's end (docs/BENCHMARKS.md "status from a kept
+tally").
 """
 
 from __future__ import annotations
@@ -189,9 +190,10 @@ _TEXT_LIMITS = (("host", 255), ("fail_reason", 32), ("opencl_platform", 255))  #
 
 def advance(connection: Connection, study_id: int, study_name: str, rebuild: bool = False) -> None:
     """Fold the study's trials ended since the tally's watermark into it, within the caller's
-    transaction: a trial's end (scheduler/_records.py), so the tally is never behind a trial
-    the orchestrator told. Without a tally (a study of an older version), or one that cannot
-    be kept exact, only ``rebuild`` (at a run's start: it reads every trial, once) makes one.
+    transaction: a trial's end, at most once a second, and the run's end
+    (scheduler/_records.py). A tally behind makes status read more trials, never a wrong
+    count. Without a tally (a study of an older version), or one that cannot be kept exact,
+    only ``rebuild`` (at a run's start: it reads every trial, once) makes one.
 
     Trials that ended elsewhere (optuna's CLI, a reaper, an older orchestrator) are folded in
     here too, and get the summary row the orchestrator would have written.
