@@ -4,6 +4,7 @@ exact small cases, censoring, ties and known-answer bootstraps. No study runs he
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import pytest
@@ -110,3 +111,72 @@ def test_quartile_band_counts_missing_runs_as_worse_and_leaves_gaps() -> None:
     # t=5: 0.3, 0.6, 0.4, 0.7
     assert list(band[:, 3]) == [0.3, 0.4, 0.6]
     assert np.isnan(quartile_band([], [1.0])).all()
+
+
+# --- the launcher's plans and the results folder (scripts/bench_quality.py, tables.py) -----
+
+def _script() -> Any:
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "bench_quality.py"
+    spec = importlib.util.spec_from_file_location("bench_quality", path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_optuna_processes_get_a_gpu_each_and_disjoint_cores(tmp_path: object) -> None:
+    from pathlib import Path
+
+    bq = _script()
+    work = bq.WORKLOADS["a"]
+    half = bq.Half([2, 3], list(range(8)), "second half")
+    plan = bq.launches("optuna-median", work, 1.0, 7, 60.0, half, "sqlite:///x.db", Path("/tmp"))
+    assert [p.gpus for p in plan] == [[2], [3]]
+    assert [p.cores for p in plan] == [[0, 1, 2, 3], [4, 5, 6, 7]] and {p.threads for p in plan} == {4}
+    assert all({"--pruner", "median", "--device", "gpu", "--seed", "7"} <= set(p.argv) for p in plan)
+    cpu = bq.launches("optuna-cpu-t2", work, 1.0, 7, 60.0, half, "sqlite:///x.db", Path("/tmp"))
+    assert len(cpu) == 4 and all(p.gpus == [] and "cpu" in p.argv for p in cpu)
+    assert sorted(c for p in cpu for c in p.cores) == list(range(8))
+    ours = bq.launches("ours-median", work, 1.0, 7, 60.0, half, "sqlite:///x.db", Path("/tmp"))
+    assert len(ours) == 1 and ours[0].gpus == [2, 3] and ours[0].threads is None
+    assert {"scheduler.parallel=2", "sampler.seed=7", "pruner=median"} <= set(ours[0].argv)
+    threads = bq.launches("optuna-threads", work, 1.0, 7, 60.0, half, "sqlite:///x.db", Path("/tmp"))
+    assert len(threads) == 1 and "--n-jobs" in threads[0].argv
+    assert bq.parse_seeds("1-3,7") == [1, 2, 3, 7]
+    assert bq.known("optuna-cpu-t16") and not bq.known("optuna-cpu-tx")
+
+
+def test_store_replaces_a_rerun_seed_picks_the_best_baseline_and_writes_tables(
+        tmp_path: object) -> None:
+    from pathlib import Path
+
+    from hpo_orchestrator.benchmarking.tables import Store
+
+    out = Path(str(tmp_path))
+    store = Store(out)
+    meta = {"command": "c", "commit": "x", "machine": "m", "gpu_util_mean": 0.0, "pruned": 0,
+            "test": None, "budget_s": 10.0}
+
+    def run(name: str, seed: int, curve: list[tuple[float, float]], group: str = "solo") -> dict:
+        return {**meta, "workload": "a", "group": group, "contender": name, "seed": seed,
+                "curve": curve, "complete": len(curve), "best_value": min(v for _, v in curve)}
+
+    store.add(run("optuna-x", 1, [(0.5, 0.9), (4.0, 0.5), (9.0, 0.4)], "reference"))
+    store.add(run("optuna-y", 1, [(0.5, 0.8), (9.0, 0.45)], "reference"))
+    entry = store.update_targets("a")
+    assert entry["contender"] == "optuna-x" and entry["targets"] == {"10%": 0.9, "50%": 0.5, "100%": 0.4}
+    store.add(run("ours", 1, [(1.0, 0.3)]))
+    store.add(run("ours", 1, [(2.0, 0.5)]))  # the same seed again: replaces
+    store.add(run("optuna-x", 1, [(4.0, 0.5)]))
+    assert len([r for r in Store(out).runs if r["contender"] == "ours"]) == 1
+    store.write_report()
+    text = (out / "results.md").read_text()
+    assert "| ours | 1 | 1 (0) | 0.50000 |" in text
+    assert ">=10.0 (1 cens.)" in text  # neither reached 0.4: censored at the budget
+    assert "| ours | optuna-x | 2.00 [2.00, 2.00], n=1; 0/0/0 |" in text
+    assert (out / "curves-a-solo.png").exists()
