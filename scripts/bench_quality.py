@@ -20,7 +20,7 @@ Contenders: ours (defaults), ours-fresh, ours-reuse, ours-tpg1, ours-tpgauto, ou
 ours-nopruner, ours-hyperband, ours-cpu, ours-gpu; optuna-median, optuna-hyperband,
 optuna-nopruner (one process per GPU, or per core without GPUs, pinned by hand),
 optuna-cpu-tT (cores/T processes of T threads on the CPU), optuna-threads (one process,
-n_jobs = GPUs or cores: Optuna's FAQ).
+n_jobs = GPUs or cores: Optuna's FAQ); best: the baseline whose reference run set the targets.
 """
 
 from __future__ import annotations
@@ -139,7 +139,8 @@ def start(name: str, work: Workload, args: argparse.Namespace, seed: int, half: 
           group: str) -> dict[str, Any]:
     from hpo_orchestrator.gpu._opencl import nvidia_icd_env
 
-    run_dir = args.out / "runs" / work.name / group / f"{name}-s{seed}"
+    folder = group.replace(":", "-").replace("+", "-")  # plain names: the GPU tool skips odd ones
+    run_dir = args.out / "runs" / work.name / folder / f"{name}-s{seed}"
     run_dir.mkdir(parents=True, exist_ok=True)
     for stale in run_dir.glob("bench.db*"):
         stale.unlink()
@@ -159,7 +160,7 @@ def start(name: str, work: Workload, args: argparse.Namespace, seed: int, half: 
             procs.append(subprocess.Popen(["taskset", "-c", ",".join(map(str, one.cores)), *one.argv],
                                           cwd=run_dir, env={**env, **extra}, stdout=log,
                                           stderr=subprocess.STDOUT, start_new_session=True))
-    return {"contender": name, "seed": seed, "workload": work.name, "group": group,
+    return {"contender": name, "seed": seed, "workload": work.name, "group": group, "dir": str(run_dir),
             "half": half.label, "gpus": half.gpus, "cores": half.cores, "launch": launch,
             "budget_s": args.budget, "url": url, "procs": procs,
             "commands": [" ".join(one.argv[1:]) for one in commands]}
@@ -204,6 +205,15 @@ def collect(run: dict[str, Any], watch: GpuWatch, with_test: bool) -> dict[str, 
     return run
 
 
+def slim(run_dir: Path) -> None:
+    import shutil
+
+    shutil.rmtree(run_dir / "hpo-runs", ignore_errors=True)
+    shutil.rmtree(run_dir / "leases", ignore_errors=True)
+    for path in run_dir.glob("bench.db*"):
+        path.unlink()
+
+
 def parse_seeds(text: str) -> list[int]:
     seeds: list[int] = []
     for part in text.split(","):
@@ -226,6 +236,8 @@ def main() -> int:
     parser.add_argument("--scale", type=float, default=1.0, help="data size factor (dry runs)")
     parser.add_argument("--no-test", action="store_true", help="skip the held-out test metric")
     parser.add_argument("--report-only", action="store_true")
+    parser.add_argument("--slim", action="store_true", help="after each run keep only its process "
+                        "logs (drop its sqlite file and trial logs: results.json has the curve)")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     store = tables.Store(args.out)
@@ -233,6 +245,8 @@ def main() -> int:
         store.write_report()
         return 0
     names = args.pair.split(",") if args.pair else args.contenders.split(",")
+    best = store.targets().get(args.workload, {}).get("contender")
+    names = [best if n == "best" and best else n for n in names]  # the reference's best baseline
     if [n for n in names if not known(n)] or (args.pair and len(names) != 2):
         print(f"error: unknown contenders or not a pair: {names}\nhint: see --help", file=sys.stderr)
         return 2
@@ -266,6 +280,8 @@ def main() -> int:
             for run in runs:
                 result = collect(run, watch, not args.no_test and not args.reference)
                 store.add({**result, **meta})
+                if args.slim:
+                    slim(Path(result["dir"]))
                 print(f"[{time.strftime('%H:%M:%S')}] {args.workload} {group} {result['contender']} "
                       f"seed {seed} ({result['half']}): {result['complete']} complete, "
                       f"{result['pruned']} pruned, best {result['best_value']}, "
