@@ -162,7 +162,7 @@ def start(name: str, work: Workload, args: argparse.Namespace, seed: int, half: 
                                           stderr=subprocess.STDOUT, start_new_session=True))
     return {"contender": name, "seed": seed, "workload": work.name, "group": group, "dir": str(run_dir),
             "half": half.label, "gpus": half.gpus, "cores": half.cores, "launch": launch,
-            "budget_s": args.budget, "url": url, "procs": procs,
+            "budget_s": args.budget, "url": url, "procs": procs, "load_1m": os.getloadavg()[0],
             "commands": [" ".join(one.argv[1:]) for one in commands]}
 
 

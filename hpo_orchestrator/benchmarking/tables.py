@@ -109,6 +109,9 @@ class Store:
         for key in ("command", "commit", "machine"):
             lines += [f"- {key}: " + "; ".join(sorted({f"`{r[key]}`" if key == "command" else str(r[key])
                                                        for r in runs}))]
+        loads = [r["load_1m"] for r in runs if "load_1m" in r]
+        if loads:
+            lines += [f"- load average (1 min) at the launches: {min(loads):.1f} to {max(loads):.1f}"]
         lines += ["", "| contender | seeds | complete (pruned) | best value | test metric | "
                   "GPU util % | " + " | ".join(f"time to {k} s" for k in goals) + " |",
                   "|---|---:|---:|---:|---:|---:|" + "---:|" * len(goals)]
