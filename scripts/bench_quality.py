@@ -48,7 +48,7 @@ OURS = {"ours": [], "ours-fresh": ["scheduler.worker_mode=fresh"],
         "ours-reuse": ["scheduler.worker_mode=reuse"], "ours-tpg1": ["scheduler.trials_per_gpu=1"],
         "ours-tpgauto": ["scheduler.trials_per_gpu=auto"], "ours-median": ["pruner=median"],
         "ours-nopruner": ["pruner=none"], "ours-hyperband": ["pruner=patient_hyperband"],
-        "ours-cpu": ["objective.device=cpu"], "ours-gpu": ["objective.device=gpu"]}
+        "ours-cpu": [], "ours-gpu": []}  # objective.device: Workload.overrides
 OPTUNA_PRUNERS = {"optuna-median": "median", "optuna-hyperband": "hyperband",
                   "optuna-nopruner": "none"}
 
@@ -84,7 +84,8 @@ def launches(name: str, work: Workload, scale: float, seed: int, budget: float, 
     py = sys.executable
     if name in OURS:
         parallel = "auto" if name == "ours-tpgauto" else str(len(half.gpus) or len(half.cores))
-        return [Launch([py, "-m", "hpo_orchestrator", "run", *work.overrides("auto"),
+        device = {"ours-cpu": "cpu", "ours-gpu": "gpu"}.get(name, "auto")
+        return [Launch([py, "-m", "hpo_orchestrator", "run", *work.overrides(device),
                         f"scheduler.parallel={parallel}", "study.name=bench", f"storage.url={url}",
                         "study.n_trials=1000000", f"study.timeout_s={budget}",
                         f"sampler.seed={seed}", f"scheduler.lease_dir={run_dir / 'leases'}",
