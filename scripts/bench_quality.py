@@ -168,7 +168,9 @@ def start(name: str, work: Workload, args: argparse.Namespace, seed: int, half: 
 
 
 def stop(run: dict[str, Any]) -> None:
-    """At the budget: SIGTERM to every process group, SIGKILL 15 s later."""
+    """At the budget: SIGTERM to every process group, SIGKILL 15 s later. A process that had
+    already ended with an error is recorded (a baseline short of a process is not fair)."""
+    run["early_failures"] = [p.returncode for p in run["procs"] if p.poll() not in (None, 0)]
     for sig, wait in ((signal.SIGTERM, 15.0), (signal.SIGKILL, 5.0)):
         for proc in run["procs"]:
             if proc.poll() is None:

@@ -62,7 +62,7 @@ def _lightgbm_device(device: str) -> dict[str, Any]:
 def _create_or_load(name: str, storage: str, sampler: Any, pruner: Any) -> Any:
     """The shared study, created by whichever process comes first. Processes that start
     together on a new sqlite file race to create its tables ('table studies already exists'):
-    the loser retries, inside the timed launch."""
+    or an IntegrityError on alembic_version): the loser retries, inside the timed launch."""
     import optuna
     import sqlalchemy.exc
 
@@ -70,7 +70,7 @@ def _create_or_load(name: str, storage: str, sampler: Any, pruner: Any) -> Any:
         try:
             return optuna.create_study(study_name=name, storage=storage, sampler=sampler,
                                        pruner=pruner, load_if_exists=True)
-        except sqlalchemy.exc.OperationalError:
+        except (sqlalchemy.exc.OperationalError, sqlalchemy.exc.IntegrityError):
             if attempt == 49:
                 raise
             time.sleep(0.2)

@@ -133,6 +133,11 @@ class Store:
                 f"{'-' if best is None else f'{best:.5f}'} | "
                 f"{'-' if not test else f'{_median(test):.5f}'} | "
                 f"{_median([r['gpu_util_mean'] for r in rs]):.0f} | " + " | ".join(cells) + " |")
+        failed = [f"{r['contender']} seed {r['seed']} (exit {r['early_failures']})"
+                  for r in runs if r.get("early_failures")]
+        if failed:
+            lines += ["", "**Runs with a process that failed before the budget** (see its "
+                      "process-N.log): " + ", ".join(failed)]
         lines += ["", "Speedup (baseline time / ours), median [95 % CI], pairs; censored: ours / "
                   "baseline / both", "", "| ours | baseline | " + " | ".join(goals) + " |",
                   "|---|---|" + "---|" * len(goals)]
