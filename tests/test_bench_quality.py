@@ -106,10 +106,10 @@ def test_quartile_band_counts_missing_runs_as_worse_and_leaves_gaps() -> None:
     runs = [[(1.0, 0.5), (3.0, 0.3)], [(2.0, 0.6)], [(4.0, 0.4)], [(1.0, 0.7)]]
     band = quartile_band(runs, [0.5, 1.0, 2.0, 5.0])
     assert np.isnan(band[:, 0]).all()  # no run has a trial yet
-    # t=1: values 0.5, inf, inf, 0.7 -> q25 0.5, median 0.7 (an observed value), q75 inf -> NaN
-    assert band[0, 1] == 0.5 and band[1, 1] == 0.7 and np.isnan(band[2, 1])
-    # t=5: 0.3, 0.6, 0.4, 0.7
-    assert list(band[:, 3]) == [0.3, 0.4, 0.6]
+    # t=1: values 0.5, inf, inf, 0.7 -> q25 between 0.5 and 0.7; median and q75 need a missing run
+    assert band[0, 1] == pytest.approx(0.65) and np.isnan(band[1, 1]) and np.isnan(band[2, 1])
+    # t=5: 0.3, 0.6, 0.4, 0.7: linear quantiles
+    assert list(band[:, 3]) == pytest.approx([0.375, 0.5, 0.625])
     assert np.isnan(quartile_band([], [1.0])).all()
 
 

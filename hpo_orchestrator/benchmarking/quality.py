@@ -117,14 +117,14 @@ def median_time(times: Sequence[Censored]) -> tuple[float, bool]:
 
 
 def quartile_band(curves: Sequence[Curve], grid: Sequence[float]) -> np.ndarray:
-    """Rows q25, median, q75 of the runs' best-so-far at each grid time (shape 3 x len(grid)).
-    A run with no trial yet counts as +inf (worse than any value), so the median appears only
-    once half the runs have a result; +inf points come back as NaN (a gap). Quantiles are
-    observed values (numpy's inverted_cdf: no interpolation, which +inf would poison)."""
+    """Rows q25, median, q75 of the runs' best-so-far at each grid time (shape 3 x len(grid)),
+    numpy's linear quantiles. A run with no trial yet counts as worse than any value, so a
+    quantile that depends on such a run (the median before half the runs have a result) is
+    undefined and comes back as NaN: a gap in the plot, not a made-up value."""
     values = np.array([[value_at(c, t) for t in grid] for c in curves], dtype=float)
     if values.size == 0:
         return np.full((3, len(grid)), np.nan)
-    with np.errstate(invalid="ignore"):
-        band = np.quantile(values, [0.25, 0.5, 0.75], axis=0, method="inverted_cdf")
-    band[~np.isfinite(band)] = np.nan
+    big = np.finfo(float).max / 4  # stands for +inf: linear interpolation with inf gives NaN
+    band = np.quantile(np.where(np.isfinite(values), values, big), [0.25, 0.5, 0.75], axis=0)
+    band[band >= big / 1e6] = np.nan
     return band  # type: ignore[no-any-return]
