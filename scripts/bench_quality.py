@@ -258,6 +258,7 @@ def main() -> int:
               f"hint: run with --reference first", file=sys.stderr)
         return 2
     work = WORKLOADS[args.workload].scaled(args.scale)
+    os.environ["HPO_QUALITY_SCALE"] = str(args.scale)  # the CNN's retraining here reads it too
     watch = GpuWatch()
     watch.start()
     cores = sorted(os.sched_getaffinity(0))
