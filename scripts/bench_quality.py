@@ -26,9 +26,11 @@ n_jobs = GPUs or cores: Optuna's FAQ); best: the baseline whose reference run se
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import platform
+import shutil
 import signal
 import subprocess
 import sys
@@ -157,10 +159,13 @@ def start(name: str, work: Workload, args: argparse.Namespace, seed: int, half: 
         if one.threads:
             extra.update(dict.fromkeys(("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"),
                                        str(one.threads)))
+        # taskset where installed; else the same affinity set in the child before exec
+        pin = ["taskset", "-c", ",".join(map(str, one.cores))] if shutil.which("taskset") else []
         with (run_dir / f"process-{i}.log").open("w") as log:
-            procs.append(subprocess.Popen(["taskset", "-c", ",".join(map(str, one.cores)), *one.argv],
-                                          cwd=run_dir, env={**env, **extra}, stdout=log,
-                                          stderr=subprocess.STDOUT, start_new_session=True))
+            procs.append(subprocess.Popen(
+                [*pin, *one.argv], cwd=run_dir, env={**env, **extra}, stdout=log,
+                stderr=subprocess.STDOUT, start_new_session=True,
+                preexec_fn=None if pin else functools.partial(os.sched_setaffinity, 0, one.cores)))
     return {"contender": name, "seed": seed, "workload": work.name, "group": group, "dir": str(run_dir),
             "half": half.label, "gpus": half.gpus, "cores": half.cores, "launch": launch,
             "budget_s": args.budget, "url": url, "procs": procs, "load_1m": os.getloadavg()[0],
@@ -209,8 +214,6 @@ def collect(run: dict[str, Any], watch: GpuWatch, with_test: bool) -> dict[str, 
 
 
 def slim(run_dir: Path) -> None:
-    import shutil
-
     shutil.rmtree(run_dir / "hpo-runs", ignore_errors=True)
     shutil.rmtree(run_dir / "leases", ignore_errors=True)
     for path in run_dir.glob("bench.db*"):
