@@ -43,6 +43,7 @@ from hpo_orchestrator.scheduler import (
     SlotPool,
     default_lease_dir,
     resolve_gpus,
+    resolve_parallel,
     run_dir,
     threads_per_trial,
 )
@@ -66,6 +67,7 @@ class PreparedRun:
     slots: int  # slots in the pool
     concurrency: int  # trials at a time
     threads: int  # CPU threads per trial
+    parallel_reason: str  # why `concurrency`: scheduler.parallel, or what its default chose
     unavailable_reason: str | None  # why no GPU was found (scheduler.gpus=auto)
     study_name: str
     already_claimed: int  # trials of n_trials claimed by earlier runs
@@ -168,7 +170,9 @@ def _run(config: Config, backend: GpuBackend,
     leases = LeaseDir(default_lease_dir(sched.lease_dir))
     if gpus:  # only GPU slots are leased
         leases.check()
-    slots = SlotPool(gpus, sched.parallel, sched.trials_per_gpu, leases=leases,
+    parallel, parallel_reason = resolve_parallel(sched.parallel, len(gpus), sched.trials_per_gpu,
+                                                 sched.host_cores, sched.threads_per_trial)
+    slots = SlotPool(gpus, parallel, sched.trials_per_gpu, leases=leases,
                      backend=backend if sched.avoid_busy_gpus else None,
                      busy=BusyRule(sched.busy_gpu_mem_mib, sched.busy_gpu_util),
                      max_per_gpu=sched.max_trials_per_gpu, cores=sched.host_cores)
@@ -205,7 +209,8 @@ def _run(config: Config, backend: GpuBackend,
         best, front = _best_so_far(storage, study._study_id, config.study.objectives)
         prepared = PreparedRun(
             config=config, gpus=gpus, slots=len(slots.slots), concurrency=slots.concurrency,
-            threads=threads, unavailable_reason=backend.unavailable_reason,
+            threads=threads, parallel_reason=parallel_reason,
+            unavailable_reason=backend.unavailable_reason,
             study_name=study.study_name,
             already_claimed=min(claimed, config.study.n_trials), n_trials=config.study.n_trials,
             log_dir=str(run_dir(config.storage.url, study.study_name, sched.log_dir)),

@@ -8,7 +8,7 @@ import pytest
 
 from hpo_orchestrator.errors import ConfigError
 from hpo_orchestrator.gpu import GpuInfo
-from hpo_orchestrator.scheduler import SlotPool, resolve_gpus, threads_per_trial
+from hpo_orchestrator.scheduler import SlotPool, resolve_gpus, resolve_parallel, threads_per_trial
 from hpo_orchestrator.scheduler._leases import LeaseDir
 from hpo_orchestrator.testing import FakeGpuBackend
 
@@ -137,3 +137,24 @@ def test_oom_retry_goes_to_the_gpu_with_most_free_memory() -> None:
     assert retry is not None and retry.gpu is not None and retry.gpu.index == 0
     plain = pool.acquire()
     assert plain is not None and plain.gpu is not None and plain.gpu.index == 1  # least loaded
+
+
+@pytest.mark.parametrize(("gpus", "trials_per_gpu", "cores", "threads", "expected"), [
+    (4, None, 16, None, 4),   # every GPU given, once
+    (2, 3, 16, None, 6),      # trials_per_gpu times each
+    (2, "auto", 16, None, "auto"),
+    (0, None, 8, None, 8),    # no GPU: one per core
+    (0, None, 8, 3, 2),       # ... or per threads_per_trial cores
+    (0, None, 2, 4, 1),       # never none
+])
+def test_parallel_unset_uses_what_the_run_was_given(
+        gpus: int, trials_per_gpu: int | str | None, cores: int, threads: int | None,
+        expected: int | str) -> None:
+    parallel, why = resolve_parallel(None, gpus, trials_per_gpu, cores, threads)
+    assert parallel == expected
+    assert ("unset" in why) == (expected != "auto")
+
+
+def test_parallel_given_is_kept_whatever_the_gpus() -> None:
+    assert resolve_parallel(3, 8, None, 64, None) == (3, "scheduler.parallel=3")
+    assert resolve_parallel("auto", 0, None, 64, None) == ("auto", "scheduler.parallel=auto")

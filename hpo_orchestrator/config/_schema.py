@@ -55,10 +55,12 @@ MAX_STUDY_NAME = 512  # characters: Optuna's studies.study_name column
 
 @dataclass
 class SchedulerConfig:
-    # Trials at once on this host. auto: "use these GPUs as well as you can": every GPU at the
-    # level trials_per_gpu sets (measured, when trials_per_gpu is auto or unset); on a host
-    # without GPUs, one trial per CPU core.
-    parallel: Any = 1
+    # Trials at once on this host. null (the default): every GPU this run was given, one trial
+    # each (or trials_per_gpu each); on a host without GPUs, cores / threads_per_trial (one per
+    # core unless threads_per_trial is set). auto: "use these GPUs as well as you can": every
+    # GPU at the level trials_per_gpu sets (measured, when trials_per_gpu is auto or unset); on
+    # a host without GPUs, one trial per CPU core. An integer: at most that many.
+    parallel: Any = None
     # auto: every GPU NVML finds (CPU slots when none); none: CPU slots; or a list of NVML indices.
     gpus: Any = "auto"
     # Trials sharing one GPU at a time; null: ceil(parallel / number of GPUs), or auto with
@@ -113,7 +115,7 @@ class SchedulerConfig:
     def validate(self, path: str) -> None:
         for key in ("parallel", "trials_per_gpu"):
             value = getattr(self, key)
-            if value not in ("auto", None) or key == "parallel":
+            if value not in ("auto", None):
                 _require(value == "auto" or (isinstance(value, int) and not isinstance(value, bool)
                                              and value >= 1),
                          f"{path}.{key}", f"expected an integer >= 1 or auto, got {value!r}",

@@ -75,6 +75,30 @@ def threads_per_trial(configured: int | None, concurrency: int, cores: int | Non
     return max(1, host_cores(cores) // max(concurrency, 1))
 
 
+def resolve_parallel(parallel: int | str | None, gpus: int, trials_per_gpu: int | str | None,
+                     cores: int | None = None, threads: int | None = None) -> tuple[int | str, str]:
+    """``scheduler.parallel`` as the run uses it, and why (the run's start-up line says it).
+
+    Unset, the run uses what it was given: every GPU once (or ``trials_per_gpu`` times: auto
+    measures it), so a host of 4 GPUs runs 4 trials with no setting (issue 27: every trial of
+    the README's custom objective ran on gpu0 at the old default of 1); a host without GPUs runs
+    one trial per ``threads`` cores (1: one per core).
+    """
+    if parallel is not None:
+        return parallel, f"scheduler.parallel={parallel}"
+    if gpus:
+        if trials_per_gpu == "auto":
+            return "auto", "every GPU given, trials_per_gpu=auto"
+        per_gpu = trials_per_gpu if isinstance(trials_per_gpu, int) else 1
+        each = "one trial" if per_gpu == 1 else f"{per_gpu} trials"
+        return gpus * per_gpu, f"{each} per GPU given, scheduler.parallel unset"
+    cores = host_cores(cores)
+    per_trial = threads or 1
+    return max(1, cores // per_trial), (
+        f"one trial per {'core' if per_trial == 1 else f'{per_trial} cores'} of {cores}, "
+        "scheduler.parallel unset")
+
+
 def is_auto_packing(parallel: Any, trials_per_gpu: Any) -> bool:
     """scheduler.trials_per_gpu=auto, or parallel=auto with trials_per_gpu left unset: the
     per-GPU level is measured (scheduler/_packing.py)."""

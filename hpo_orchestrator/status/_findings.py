@@ -57,7 +57,7 @@ def _idle_gpus(report: StatusReport, config: dict[str, Any]) -> list[Finding]:
         if busy is None or busy >= IDLE_BUSY_BELOW:
             continue
         on_host = len([g for g in gpus if g.host == use.host])  # parallel is per orchestrator
-        if parallel is not None and parallel < on_host:
+        if isinstance(parallel, int) and parallel < on_host:  # null and auto use every GPU
             advice = (f"scheduler.parallel={parallel} runs fewer trials than this host has GPUs "
                       f"({on_host}): set scheduler.parallel={on_host} or more")
         else:
