@@ -175,6 +175,8 @@ class RunRecords:
             telemetry = self.sampler.unwatch(rt.slot.id)
         if telemetry is not None:
             attrs.update(telemetry.attrs(self.compute_phases))
+            if rt.device_choice == "cpu" and "hpo.gpu_verified" in attrs:
+                attrs["hpo.gpu_verified"] = None  # it measured the CPU faster: no GPU work due
         if rt.started_at is not None:
             attrs["hpo.startup_s"] = round(rt.started_at - rt.spawned_at, 4)
         if rt.first_decision_at is not None:
