@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -89,6 +90,13 @@ def test_auto_on_a_gpu_slot_records_its_measured_choice(tmp_path: Path) -> None:
     assert all(r["attrs"]["hpo.params_effective"]["device_type"] == "cpu" for r in rows)
     assert all(r["attrs"].get("hpo.gpu_verified") is None for r in rows)
     assert "gpu_unused" not in result.stdout
+    # the study attr status and report read: the latest measurement, said in a line
+    status = run_cli(tmp_path, "status", "--json")
+    [entry] = json.loads(status.stdout)["device_choices"]
+    latest = max(r["number"] for r in rows if r["attrs"]["hpo.device_choice"]["measured_here"])
+    assert entry["learner"] == "cpu" and entry["trial"] == latest and entry["gpu"] == 0
+    text = run_cli(tmp_path, "status").stdout
+    assert "objective.device=auto on " in text and "trains on the CPU: no GPU learner ran" in text
 
 
 @pytest.mark.slow
@@ -101,3 +109,25 @@ def test_an_explicit_device_is_obeyed_without_measuring(tmp_path: Path) -> None:
     for row in trial_rows(result.db):
         assert "hpo.device_choice" not in row["attrs"]
         assert row["attrs"]["hpo.params_effective"]["device_type"] == "cpu"
+
+
+def test_low_gpu_util_says_auto_chose_the_cpu() -> None:
+    from hpo_orchestrator.status import DeviceUse, StatusReport
+    from hpo_orchestrator.status._findings import _low_utilization
+
+    def report(choices: list[dict[str, Any]]) -> StatusReport:
+        return StatusReport(
+            study="s", direction="minimize", n_trials_target=None, states={}, prune_rate=None,
+            prune_steps={}, best=None, running=[], device_choices=choices,
+            per_device=[DeviceUse("gpu0", "h", 0, util_mean=2.0, util_compute_mean=1.0)])
+
+    chose_cpu = {"host": "h", "learner": "cpu", "reason": "CPU (16 threads) 0.90 s per trial "
+                 "against cuda 4.00 s", "trial": 0}
+    [finding] = _low_utilization(report([chose_cpu]), {"objective": {"name": "lightgbm"}})
+    assert finding.severity == "info" and "measured the CPU faster" in finding.message
+    assert "not needed" in finding.message
+    [plain] = _low_utilization(report([]), {"objective": {"name": "lightgbm"}})
+    assert plain.severity == "warning" and "objective.device=cpu" in plain.advice
+    on_gpu = {**chose_cpu, "learner": "cuda"}
+    [other] = _low_utilization(report([on_gpu]), {"objective": {"name": "lightgbm"}})
+    assert other.severity == "warning"

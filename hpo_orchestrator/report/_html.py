@@ -12,7 +12,7 @@ import jinja2
 import markupsafe
 
 from hpo_orchestrator.report._data import ReportData, prune_histogram
-from hpo_orchestrator.status import packing_lines
+from hpo_orchestrator.status import device_choice_line, packing_lines
 
 __all__ = ["STATE_COLORS", "render_html"]
 
@@ -122,6 +122,7 @@ from trial #{{ first_number }} on (--last); the summary covers every trial.</p>{
 <h3>Devices</h3><ul>
 {% for d in devices %}<li>{{ d }}</li>{% else %}<li>none recorded</li>{% endfor %}
 </ul>
+{% for line in device_choices %}<p>{{ line }}</p>{% endfor %}
 {% if packing %}<h3>Trials per GPU</h3>{% for block in packing %}<pre>{{ block }}</pre>{% endfor %}{% endif %}
 {% if front %}<h3>Pareto front ({{ directions }})</h3><ul>
 {% for number, values in front %}<li>trial {{ number }}: {{ values }}</li>{% endfor %}
@@ -168,6 +169,7 @@ def render_html(data: ReportData) -> str:
         auto=_min_resource_auto(status),
         devices=[_device_line(d) for d in status.per_device],
         packing=["\n".join(lines) for lines in map(packing_lines, status.packing) if lines],
+        device_choices=[device_choice_line(c) for c in status.device_choices],
         front=[(t["number"], ", ".join(repr(v) for v in t["values"])) for t in status.best_trials],
         directions=", ".join(status.directions),
         findings=status.findings, charts=charts)
