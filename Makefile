@@ -3,7 +3,8 @@
 # hpo-orchestrator command itself.)
 PYTHON ?= python3
 VENV ?= .venv
-PAR ?= 4
+# Trials at once; empty: every GPU the run is given, once each (one per core without GPUs).
+PAR ?=
 ARGS ?=
 # PyTorch's CPU build comes from PyTorch's own CPU wheel index (from PyPI alone, torch on
 # Linux is the CUDA build, with ~19 nvidia-* packages, several GB); where that index cannot be
@@ -32,7 +33,7 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 hpo: $(STAMP)
-	$(BIN)/hpo-orchestrator run scheduler.parallel=$(PAR) $(ARGS)
+	$(BIN)/hpo-orchestrator run $(if $(PAR),scheduler.parallel=$(PAR)) $(ARGS)
 
 # The commands `make hpo` suggests, without activating the venv (ARGS="--study NAME" etc.).
 status: $(STAMP)

@@ -42,7 +42,9 @@ from hpo_orchestrator.scheduler import (
     Reporter,
     SlotPool,
     default_lease_dir,
+    resolve_cpu_slots,
     resolve_gpus,
+    resolve_parallel,
     run_dir,
     threads_per_trial,
 )
@@ -66,6 +68,7 @@ class PreparedRun:
     slots: int  # slots in the pool
     concurrency: int  # trials at a time
     threads: int  # CPU threads per trial
+    parallel_reason: str  # why `concurrency`: scheduler.parallel, or what its default chose
     unavailable_reason: str | None  # why no GPU was found (scheduler.gpus=auto)
     study_name: str
     already_claimed: int  # trials of n_trials claimed by earlier runs
@@ -168,7 +171,17 @@ def _run(config: Config, backend: GpuBackend,
     leases = LeaseDir(default_lease_dir(sched.lease_dir))
     if gpus:  # only GPU slots are leased
         leases.check()
-    slots = SlotPool(gpus, sched.parallel, sched.trials_per_gpu, leases=leases,
+    per_gpu = sched.trials_per_gpu if isinstance(sched.trials_per_gpu, int) else 1
+    cpu_slots = resolve_cpu_slots(sched.cpu_slots, len(gpus) * per_gpu, sched.host_cores)
+    if cpu_slots and getattr(config.objective, "device", None) == "gpu":
+        raise ConfigError(f"scheduler.cpu_slots={sched.cpu_slots} with objective.device=gpu: "
+                          "a trial on a CPU slot cannot train on a GPU",
+                          "leave objective.device=auto (each trial where it runs faster), or "
+                          "set scheduler.cpu_slots=0")
+    parallel, parallel_reason = resolve_parallel(sched.parallel, len(gpus), sched.trials_per_gpu,
+                                                 sched.host_cores, sched.threads_per_trial,
+                                                 cpu_slots)
+    slots = SlotPool(gpus, parallel, sched.trials_per_gpu, leases=leases, cpu_slots=cpu_slots,
                      backend=backend if sched.avoid_busy_gpus else None,
                      busy=BusyRule(sched.busy_gpu_mem_mib, sched.busy_gpu_util),
                      max_per_gpu=sched.max_trials_per_gpu, cores=sched.host_cores)
@@ -205,7 +218,8 @@ def _run(config: Config, backend: GpuBackend,
         best, front = _best_so_far(storage, study._study_id, config.study.objectives)
         prepared = PreparedRun(
             config=config, gpus=gpus, slots=len(slots.slots), concurrency=slots.concurrency,
-            threads=threads, unavailable_reason=backend.unavailable_reason,
+            threads=threads, parallel_reason=parallel_reason,
+            unavailable_reason=backend.unavailable_reason,
             study_name=study.study_name,
             already_claimed=min(claimed, config.study.n_trials), n_trials=config.study.n_trials,
             log_dir=str(run_dir(config.storage.url, study.study_name, sched.log_dir)),

@@ -50,7 +50,8 @@ OURS = {"ours": [], "ours-fresh": ["scheduler.worker_mode=fresh"],
         "ours-reuse": ["scheduler.worker_mode=reuse"], "ours-tpg1": ["scheduler.trials_per_gpu=1"],
         "ours-tpgauto": ["scheduler.trials_per_gpu=auto"], "ours-median": ["pruner=median"],
         "ours-nopruner": ["pruner=none"], "ours-hyperband": ["pruner=patient_hyperband"],
-        "ours-cpu": [], "ours-gpu": []}  # objective.device: Workload.overrides
+        "ours-cpu": [], "ours-gpu": [], "ours-cpuslots": ["scheduler.cpu_slots=auto"]}
+# ours-cpu / ours-gpu: objective.device through Workload.overrides
 OPTUNA_PRUNERS = {"optuna-median": "median", "optuna-hyperband": "hyperband",
                   "optuna-nopruner": "none"}
 
@@ -85,10 +86,11 @@ def launches(name: str, work: Workload, scale: float, seed: int, budget: float, 
     own trials); Optuna's processes get a GPU each (none on the CPU) and a slice of the cores."""
     py = sys.executable
     if name in OURS:
-        parallel = "auto" if name == "ours-tpgauto" else str(len(half.gpus) or len(half.cores))
+        # scheduler.parallel's default: every GPU of the half once, or one trial per core
+        parallel = ["scheduler.parallel=auto"] if name == "ours-tpgauto" else []
         device = {"ours-cpu": "cpu", "ours-gpu": "gpu"}.get(name, "auto")
         return [Launch([py, "-m", "hpo_orchestrator", "run", *work.overrides(device),
-                        f"scheduler.parallel={parallel}", "study.name=bench", f"storage.url={url}",
+                        *parallel, "study.name=bench", f"storage.url={url}",
                         "study.n_trials=1000000", f"study.timeout_s={budget}",
                         f"sampler.seed={seed}", f"scheduler.lease_dir={run_dir / 'leases'}",
                         *OURS[name]], half.gpus, half.cores)]

@@ -144,7 +144,9 @@ def test_optuna_processes_get_a_gpu_each_and_disjoint_cores(tmp_path: object) ->
     assert sorted(c for p in cpu for c in p.cores) == list(range(8))
     ours = bq.launches("ours-median", work, 1.0, 7, 60.0, half, "sqlite:///x.db", Path("/tmp"))
     assert len(ours) == 1 and ours[0].gpus == [2, 3] and ours[0].threads is None
-    assert {"scheduler.parallel=2", "sampler.seed=7", "pruner=median"} <= set(ours[0].argv)
+    assert {"sampler.seed=7", "pruner=median"} <= set(ours[0].argv)
+    # its defaults: every GPU of the half once (scheduler.parallel unset)
+    assert not any(a.startswith("scheduler.parallel") for a in ours[0].argv)
     on_cpu = bq.launches("ours-cpu", work, 1.0, 7, 60.0, half, "sqlite:///x.db", Path("/tmp"))
     assert [a for a in on_cpu[0].argv if a.startswith("objective.device")] == ["objective.device=cpu"]
     threads = bq.launches("optuna-threads", work, 1.0, 7, 60.0, half, "sqlite:///x.db", Path("/tmp"))

@@ -27,7 +27,7 @@ most used keys (KEY=VALUE; --show-config prints them all, with their values):
   study.name=hpo  study.n_trials=40  study.add_trials=N (N more)  study.direction=minimize
   study.directions=[minimize,maximize] (several objectives: objective=custom, no pruning)
   study.fail_fast=5  study.max_failures=null  study.allow_mixed=false
-  scheduler.parallel=1  scheduler.gpus=auto  scheduler.trials_per_gpu=null
+  scheduler.parallel=null  scheduler.gpus=auto  scheduler.trials_per_gpu=null
   scheduler.worker_mode=reuse  scheduler.trial_timeout_s=null  scheduler.log_dir=null
   storage.url=sqlite:///hpo.db  objective.target=pkg.module:function (objective=custom)
   pruner.patience=3  pruner.min_resource=3|auto  sampler.seed=null

@@ -61,12 +61,14 @@ def _run_command(args: argparse.Namespace, console: Console, totals: list[int]) 
         if run.gpus:
             where = ", ".join(f"gpu{g.index} ({g.name})" for g in run.gpus)
             console.print(f"devices: {where}; {run.slots} slots, {run.concurrency} trials at a "
-                          f"time, {run.threads} CPU threads each", highlight=False)
+                          f"time ({run.parallel_reason}), {run.threads} CPU threads each",
+                          highlight=False)
         else:
             why = f" ({run.unavailable_reason})" if config.scheduler.gpus == "auto" \
                 and run.unavailable_reason else ""
-            console.print(f"devices: no GPU{why}; {run.concurrency} CPU slots, "
-                          f"{run.threads} CPU threads each", highlight=False)
+            console.print(f"devices: no GPU{why}; {run.concurrency} CPU slots "
+                          f"({run.parallel_reason}), {run.threads} CPU threads each",
+                          highlight=False)
         console.print(f"study {run.study_name!r} in {mask_url(config.storage.url)}: "
                       f"objective {config.objective.name}, pruner {_pruner_text(config)}, "
                       f"n_trials {run.n_trials} ({run.already_claimed} done before)",

@@ -52,7 +52,7 @@ def run_again(overrides: list[str], extra: str) -> str:
     if _under_make():
         par = [o for o in kept if o.startswith("scheduler.parallel=")]
         rest = [o for o in kept if not o.startswith("scheduler.parallel=")]
-        par_arg = f"PAR={par[-1].split('=', 1)[1]} " if par and par[-1] != "scheduler.parallel=4" else ""
+        par_arg = f"PAR={par[-1].split('=', 1)[1]} " if par else ""
         return f'make hpo {par_arg}ARGS="{" ".join([*rest, extra])}"'
     return " ".join([prog(), "run", *map(shlex.quote, kept), extra])
 

@@ -31,7 +31,10 @@ class LightGBMObjectiveConfig:
     n_features: int = 40
     num_boost_round: int = 200
     report_every: int = 10  # boosting rounds between two pruning checks (one "step")
-    # auto: GPU (OpenCL, NVIDIA platform) on a GPU slot, CPU otherwise; cpu / gpu force it.
+    # auto: on a GPU slot, whichever of the CPU (the slot's threads) and the GPU learners
+    # (CUDA where LightGBM has it, OpenCL on NVIDIA's platform) a short measurement on this
+    # study's data finds faster (hpo.device_choice; docs/DESIGN.md §4); the CPU on a CPU slot.
+    # cpu / gpu force it (gpu: CUDA where it exists, else OpenCL).
     device: str = "auto"
     # auto: find the NVIDIA OpenCL platform by name; an integer forces a platform id.
     gpu_platform: Any = "auto"

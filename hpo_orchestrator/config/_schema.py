@@ -55,10 +55,12 @@ MAX_STUDY_NAME = 512  # characters: Optuna's studies.study_name column
 
 @dataclass
 class SchedulerConfig:
-    # Trials at once on this host. auto: "use these GPUs as well as you can": every GPU at the
-    # level trials_per_gpu sets (measured, when trials_per_gpu is auto or unset); on a host
-    # without GPUs, one trial per CPU core.
-    parallel: Any = 1
+    # Trials at once on this host. null (the default): every GPU this run was given, one trial
+    # each (or trials_per_gpu each); on a host without GPUs, cores / threads_per_trial (one per
+    # core unless threads_per_trial is set). auto: "use these GPUs as well as you can": every
+    # GPU at the level trials_per_gpu sets (measured, when trials_per_gpu is auto or unset); on
+    # a host without GPUs, one trial per CPU core. An integer: at most that many.
+    parallel: Any = None
     # auto: every GPU NVML finds (CPU slots when none); none: CPU slots; or a list of NVML indices.
     gpus: Any = "auto"
     # Trials sharing one GPU at a time; null: ceil(parallel / number of GPUs), or auto with
@@ -83,6 +85,11 @@ class SchedulerConfig:
     kill_grace_s: float = 5.0
     # CPU threads each trial may use; null: the machine's cores divided by `parallel`.
     threads_per_trial: int | None = None
+    # CPU slots beside the GPU slots (a host with GPUs): trials there get an empty
+    # CUDA_VISIBLE_DEVICES and train on the CPU (LightGBM on small data is faster there:
+    # docs/GPU.md). auto: one per CPU_SLOT_CORES cores left after one per GPU slot; 0: none.
+    # Counted in scheduler.parallel's default; the cores are shared by every slot's trials.
+    cpu_slots: Any = 0
     # Re-runs of the same params after a failure that was not the objective's fault (oom,
     # killed, lost). Retries do not count against study.n_trials.
     max_retries: int = 1
@@ -113,7 +120,7 @@ class SchedulerConfig:
     def validate(self, path: str) -> None:
         for key in ("parallel", "trials_per_gpu"):
             value = getattr(self, key)
-            if value not in ("auto", None) or key == "parallel":
+            if value not in ("auto", None):
                 _require(value == "auto" or (isinstance(value, int) and not isinstance(value, bool)
                                              and value >= 1),
                          f"{path}.{key}", f"expected an integer >= 1 or auto, got {value!r}",
@@ -146,6 +153,11 @@ class SchedulerConfig:
                  f"expected seconds >= 0, got {self.kill_grace_s!r}")
         if self.threads_per_trial is not None:
             _positive_int(self.threads_per_trial, f"{path}.threads_per_trial")
+        _require(self.cpu_slots == "auto" or (isinstance(self.cpu_slots, int)
+                                              and not isinstance(self.cpu_slots, bool)
+                                              and self.cpu_slots >= 0),
+                 f"{path}.cpu_slots", f"expected an integer >= 0 or auto, got {self.cpu_slots!r}",
+                 "e.g. scheduler.cpu_slots=2 or scheduler.cpu_slots=auto")
         _require(isinstance(self.log_max_mib, (int, float)) and self.log_max_mib > 0,
                  f"{path}.log_max_mib", f"expected MiB > 0, got {self.log_max_mib!r}")
 

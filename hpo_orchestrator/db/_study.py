@@ -27,7 +27,8 @@ _STUDIES_SQL = "SELECT study_name FROM studies ORDER BY study_id"
 _STUDY_ID_SQL = "SELECT study_id FROM studies WHERE study_name = :n"
 _STUDY_ATTRS_SQL = ("SELECT key, value_json FROM study_user_attributes WHERE study_id = :s "
                     "AND (key = 'hpo.config' OR key LIKE 'hpo.devices.%' "
-                    "OR key LIKE 'hpo.packing.%' OR key = 'hpo.pruner.min_resource_auto')")
+                    "OR key LIKE 'hpo.packing.%' OR key LIKE 'hpo.device_choice.%' "
+                    "OR key = 'hpo.pruner.min_resource_auto')")
 _NOW_SQL = "SELECT CURRENT_TIMESTAMP"
 
 
@@ -80,8 +81,8 @@ def study_id_of(connection: Readable, study: str | None) -> tuple[int, str]:
 
 
 def study_attrs(connection: Readable, study_id: int) -> dict[str, Any]:
-    """Our study attrs: hpo.config, hpo.devices.<host>, hpo.packing.<host> and
-    hpo.pruner.min_resource_auto, decoded."""
+    """Our study attrs: hpo.config, hpo.devices.<host>, hpo.packing.<host>,
+    hpo.device_choice.<host> and hpo.pruner.min_resource_auto, decoded."""
     return {key: json.loads(value) for key, value in rows(connection, _STUDY_ATTRS_SQL, {"s": study_id})}
 
 

@@ -18,6 +18,7 @@ from hpo_orchestrator.config._schema import LightGBMObjectiveConfig
 from hpo_orchestrator.config._space import LIGHTGBM_SPACE, resolve_space
 from hpo_orchestrator.gpu._opencl import choose_lightgbm_device, list_platforms
 from hpo_orchestrator.objectives._data import binary_classification
+from hpo_orchestrator.objectives._device import Calibration, cuda_learner_available, picture
 from hpo_orchestrator.objectives._space import suggest_all
 from hpo_orchestrator.objectives._table import infer_task, load_table, split
 from hpo_orchestrator.runtime import phase, slot_info
@@ -99,6 +100,8 @@ class LightGBMObjective:
         self.categorical: list[int] = []
         self.num_class = 1
         self.arrays: tuple[np.ndarray, ...] | None = None
+        self.calibration = Calibration()  # objective.device=auto: measured once per picture
+        self._cuda: tuple[bool, str | None] | None = None
         if config.data is not None:  # before the trial starts: counted in hpo.startup_s
             self._load(config.data, config.target_column or "")
 
@@ -136,13 +139,6 @@ class LightGBMObjective:
         with phase("data"):
             train, valid = self._datasets()
 
-        choice = choose_lightgbm_device(slot.on_gpu, cfg.device, cfg.gpu_platform,
-                                        list_platforms() if slot.on_gpu else [])
-        if choice.platform:
-            trial.set_user_attr("hpo.opencl_platform", choice.platform)
-        if choice.warning:
-            trial.set_user_attr("hpo.warning", choice.warning)
-
         objective, metric = _TASKS[self.task]
         params: dict[str, Any] = {
             "objective": objective,
@@ -153,10 +149,10 @@ class LightGBMObjective:
             "seed": cfg.seed,
             **suggest_all(trial, self.space),
             "bagging_freq": 1,
-            **choice.params,
         }
         if self.task == "multiclass":
             params["num_class"] = self.num_class
+        params.update(self._device_params(trial, slot, params))
         report_every = cfg.report_every
         best = float("inf")
 
@@ -179,3 +175,58 @@ class LightGBMObjective:
         trial.set_user_attr("hpo.params_effective", compact_params(
             effective_params(booster.model_to_string(num_iteration=1)), set(params)))
         return best
+
+    def _gpu_learners(self, trial: Any, slot: Any) -> dict[str, dict[str, Any]]:
+        """The GPU learners this trial's slot can run: the CUDA learner where this LightGBM has
+        it (pinned by CUDA_VISIBLE_DEVICES, as torch is; LightGBM's maintainers recommend it
+        over OpenCL on NVIDIA), and OpenCL on NVIDIA's platform, found by name (§4)."""
+        cfg = self.config
+        learners: dict[str, dict[str, Any]] = {}
+        if self._cuda is None:
+            self._cuda = cuda_learner_available()
+        if self._cuda[0]:
+            learners["cuda"] = {"device_type": "cuda", "gpu_device_id": 0}
+        choice = choose_lightgbm_device(slot.on_gpu, "gpu", cfg.gpu_platform, list_platforms())
+        if choice.params.get("device_type") == "gpu":
+            learners["gpu"] = choice.params
+            if choice.warning:
+                trial.set_user_attr("hpo.warning", choice.warning)
+        elif not learners and choice.warning:
+            trial.set_user_attr("hpo.warning", choice.warning)
+        return learners
+
+    def _device_params(self, trial: Any, slot: Any, params: dict[str, Any]) -> dict[str, Any]:
+        """LightGBM's device params for this trial: ``objective.device`` obeyed when cpu or
+        gpu; auto on a GPU slot measured (objectives/_device.py) and recorded as
+        ``hpo.device_choice``."""
+        cfg = self.config
+        if cfg.device == "cpu" or not slot.on_gpu:
+            if cfg.device == "gpu":
+                raise ValueError("objective.device=gpu but this trial's slot has no GPU "
+                                 "(scheduler.gpus=none or no GPU found)")
+            return {"device_type": "cpu"}
+        learners = self._gpu_learners(trial, slot)
+        if cfg.device == "gpu":
+            chosen = learners.get("cuda") or learners.get("gpu") or {"device_type": "cpu"}
+        else:
+            learners["cpu"] = {"device_type": "cpu"}
+
+            def train_for(run_params: dict[str, Any], rounds: int, tick: Any) -> None:
+                import lightgbm as lgb
+
+                fresh, valid = self._datasets()  # as a trial builds them
+                lgb.train(run_params, fresh, num_boost_round=rounds, valid_sets=[valid],
+                          callbacks=[tick])
+
+            key = picture((cfg.data, cfg.n_rows, cfg.n_features), params)
+            with phase("calibrate"):
+                answer, measured = self.calibration.choose(
+                    key, learners, params, train_for, cfg.num_boost_round, slot.num_threads)
+            trial.set_user_attr("hpo.device_choice", {**answer, "measured_here": measured})
+            chosen = learners[answer["learner"]]
+        if chosen.get("device_type") == "gpu":
+            platform = next((p.name for p in list_platforms() if p.id == chosen["gpu_platform_id"]),
+                            None)
+            if platform:
+                trial.set_user_attr("hpo.opencl_platform", platform)
+        return chosen

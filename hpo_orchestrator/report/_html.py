@@ -6,11 +6,13 @@ network. Each chart is its own ``<div class="chart" id=...>``, which a browser t
 
 from __future__ import annotations
 
-import html
 from typing import Any
 
+import jinja2
+import markupsafe
+
 from hpo_orchestrator.report._data import ReportData, prune_histogram
-from hpo_orchestrator.status import packing_lines
+from hpo_orchestrator.status import device_choice_line, packing_lines
 
 __all__ = ["STATE_COLORS", "render_html"]
 
@@ -101,49 +103,73 @@ def _history(data: ReportData) -> Any:
     return figure
 
 
-def _summary(data: ReportData) -> str:
-    status = data.status
-    counts = ", ".join(f"{s.lower()} {v.count}" for s, v in status.states.items() if v.count)
-    started = data.started_utc.strftime("%Y-%m-%d %H:%M:%S UTC") if data.started_utc else "-"
-    wall = f"{status.wall_s:.0f} s" if status.wall_s is not None else "-"
-    devices = "".join(
-        f"<li>{html.escape(d.device)}: {d.trials} trials, busy "
-        f"{'-' if d.busy_fraction is None else f'{d.busy_fraction:.0%}'}"
-        f"{'' if d.util_mean is None else f', GPU utilization {d.util_mean:.0f}%'}</li>"
-        for d in status.per_device)
-    findings = "".join(
-        f"<li><b>{html.escape(f.code)}</b>: {html.escape(f.message)}<br>"
-        f"<i>{html.escape(f.advice)}</i></li>" for f in status.findings) or "<li>none</li>"
+# Every value reaches the page through this template, and the environment escapes each one
+# (autoescape): the study's name, attrs, hosts, errors and params come from whoever can write
+# to the storage (another host, `optuna study set-user-attr`, a shared .db file), so escaping
+# is the default rather than a habit per field. Only plotly's own output is marked safe: it
+# writes the charts' data as JSON with <, > and / escaped.
+_PAGE = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined).from_string("""\
+<!DOCTYPE html><html><head><meta charset='utf-8'>
+<title>hpo-orchestrator report: {{ study }}</title>
+<style>body{font-family:sans-serif;margin:24px;max-width:1200px}.chart{margin-bottom:16px}</style>
+</head><body>
+<h1>Study {{ study }}</h1>
+<p>{{ counts }}; first trial started {{ started }}; wall time {{ wall }}</p>
+{% if drawn %}<p>The charts of trials draw the newest {{ drawn }},
+from trial #{{ first_number }} on (--last); the summary covers every trial.</p>{% endif %}
+{% if auto %}<p>pruner.min_resource=auto chose <b>{{ auto.min_resource }}</b>:
+{{ auto.reason }}</p>{% endif %}
+<h3>Devices</h3><ul>
+{% for d in devices %}<li>{{ d }}</li>{% else %}<li>none recorded</li>{% endfor %}
+</ul>
+{% for line in device_choices %}<p>{{ line }}</p>{% endfor %}
+{% if packing %}<h3>Trials per GPU</h3>{% for block in packing %}<pre>{{ block }}</pre>{% endfor %}{% endif %}
+{% if front %}<h3>Pareto front ({{ directions }})</h3><ul>
+{% for number, values in front %}<li>trial {{ number }}: {{ values }}</li>{% endfor %}
+</ul>{% endif %}
+<h3>Findings</h3><ul>
+{% for f in findings %}<li><b>{{ f.code }}</b>: {{ f.message }}<br><i>{{ f.advice }}</i></li>
+{% else %}<li>none</li>{% endfor %}
+</ul>
+{% for chart_id, chart in charts %}<div class="chart" id="{{ chart_id }}">{{ chart }}</div>{% endfor %}
+</body></html>
+""")
+
+
+def _device_line(device: Any) -> str:
+    busy = "-" if device.busy_fraction is None else f"{device.busy_fraction:.0%}"
+    util = "" if device.util_mean is None else f", GPU utilization {device.util_mean:.0f}%"
+    return f"{device.device}: {device.trials} trials, busy {busy}{util}"
+
+
+def _min_resource_auto(status: Any) -> dict[str, str] | None:
+    """What min_resource=auto chose, as text: the attr is the study's, written by anyone."""
     auto = status.min_resource_auto
-    pruner = (f"<p>pruner.min_resource=auto chose <b>{auto.get('min_resource')}</b>: "
-              f"{html.escape(str(auto.get('reason', '')))}</p>") if auto else ""
-    front = "".join(
-        f"<li>trial {t['number']}: {html.escape(', '.join(repr(v) for v in t['values']))}</li>"
-        for t in status.best_trials)
-    packing = "".join(f"<pre>{html.escape(chr(10).join(lines))}</pre>"
-                      for lines in map(packing_lines, status.packing) if lines)
-    drawn = (f"<p>The charts of trials draw the newest {len(data.bars)}, from trial "
-             f"#{data.first_number} on (--last); the summary covers every trial.</p>"
-             if data.first_number else "")
-    return (f"<h1>Study {html.escape(data.study)}</h1>"
-            f"<p>{counts}; first trial started {started}; wall time {wall}</p>{drawn}{pruner}"
-            f"<h3>Devices</h3><ul>{devices or '<li>none recorded</li>'}</ul>"
-            + (f"<h3>Trials per GPU</h3>{packing}" if packing else "")
-            + (f"<h3>Pareto front ({html.escape(', '.join(status.directions))})</h3>"
-               f"<ul>{front}</ul>" if front else "")
-            + f"<h3>Findings</h3><ul>{findings}</ul>")
+    if not auto:
+        return None
+    if not isinstance(auto, dict):
+        return {"min_resource": "unreadable", "reason": f"hpo.pruner.min_resource_auto is {auto!r}"}
+    return {"min_resource": str(auto.get("min_resource")), "reason": str(auto.get("reason", ""))}
 
 
 def render_html(data: ReportData) -> str:
+    status = data.status
     figures = dict(zip(CHART_IDS, (_timeline(data), _utilization(data), _prune_steps(data),
                                    _history(data)), strict=True))
-    charts = []
-    for i, (chart_id, figure) in enumerate(figures.items()):
-        charts.append(f'<div class="chart" id="{chart_id}">' + figure.to_html(
-            full_html=False, include_plotlyjs=i == 0, div_id=f"{chart_id}-plot",
-            config={"displaylogo": False}) + "</div>")
-    return ("<!DOCTYPE html><html><head><meta charset='utf-8'>"
-            f"<title>hpo-orchestrator report: {html.escape(data.study)}</title>"
-            "<style>body{font-family:sans-serif;margin:24px;max-width:1200px}"
-            ".chart{margin-bottom:16px}</style></head><body>"
-            + _summary(data) + "".join(charts) + "</body></html>")
+    charts = [(chart_id, markupsafe.Markup(figure.to_html(  # plotly's own, JSON-escaped
+        full_html=False, include_plotlyjs=i == 0, div_id=f"{chart_id}-plot",
+        config={"displaylogo": False})))
+        for i, (chart_id, figure) in enumerate(figures.items())]
+    return _PAGE.render(
+        study=data.study,
+        counts=", ".join(f"{s.lower()} {v.count}" for s, v in status.states.items() if v.count),
+        started=data.started_utc.strftime("%Y-%m-%d %H:%M:%S UTC") if data.started_utc else "-",
+        wall=f"{status.wall_s:.0f} s" if status.wall_s is not None else "-",
+        drawn=len(data.bars) if data.first_number else 0, first_number=data.first_number,
+        auto=_min_resource_auto(status),
+        devices=[_device_line(d) for d in status.per_device],
+        packing=["\n".join(lines) for lines in map(packing_lines, status.packing) if lines],
+        device_choices=[device_choice_line(c) for c in status.device_choices],
+        front=[(t["number"], ", ".join(repr(v) for v in t["values"])) for t in status.best_trials],
+        directions=", ".join(status.directions),
+        findings=status.findings, charts=charts)

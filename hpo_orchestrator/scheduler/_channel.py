@@ -335,6 +335,8 @@ def _answer(rt: RunningTrial, method: str, args: tuple[Any, ...], kwargs: dict[s
                 rt.params_effective = args[1] if isinstance(args[1], dict) else None
             elif method == "set_user_attr" and args and args[0] == "hpo.opencl_platform":
                 rt.opencl_platform = str(args[1])
+            elif method == "set_user_attr" and args and args[0] == "hpo.device_choice":
+                rt.device_choice = args[1] if isinstance(args[1], dict) else None
         except optuna.exceptions.UpdateFinishedTrialError:
             # Another orchestrator reaped the trial while we were stopped: it is not ours.
             rt.reaped = True

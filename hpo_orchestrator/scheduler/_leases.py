@@ -13,6 +13,13 @@ is when the wait began, its mtime when it last asked). A holder whose reuse work
 between trials then gives the lease up, and no one takes a slot of that GPU while another
 orchestrator has waited for it longer: two studies on one GPU take turns, trial by trial,
 instead of the second waiting for the first study to end.
+
+Several users: the folder is made world-writable and sticky (mode 1777, as /tmp: each user
+may add files, none may remove another's) and each lock file readable and writable by all
+(0666). Both modes are set with chmod after creation, since the umask cuts what mkdir and
+open ask for (0022 made them 1755 and 0644, and a second user got "Permission denied"). A lock
+file another user made before that, or under a stricter umask, is opened read-only: flock
+works on a read-only descriptor, so the lease holds, only its holder note is not written.
 """
 
 from __future__ import annotations
@@ -33,6 +40,8 @@ from hpo_orchestrator.errors import ConfigError
 __all__ = ["Lease", "LeaseDir", "default_lease_dir"]
 
 LEASE_DIR_ENV = "HPO_ORCHESTRATOR_LEASE_DIR"
+DIR_MODE = 0o1777  # every user adds files, only their owner removes them
+FILE_MODE = 0o666
 WAIT_FRESH_S = 5.0  # a waiter asks every loop turn (0.1 s); one silent this long stopped wanting
 
 
@@ -47,9 +56,12 @@ def default_lease_dir(configured: str | None = None) -> Path:
 class Lease:
     path: Path
     fd: int
+    writable: bool = True  # False: another user's file, opened read-only (no holder note)
 
     def describe(self, **holder: Any) -> None:
         """Record who holds it (for `hpo-orchestrator gpus`); the lock is what counts."""
+        if not self.writable:
+            return
         data = json.dumps({**holder, "pid": os.getpid(), "host": socket.gethostname(),
                            "since": time.time()}).encode()
         os.ftruncate(self.fd, 0)
@@ -57,9 +69,21 @@ class Lease:
 
     def release(self) -> None:
         try:
-            os.ftruncate(self.fd, 0)
+            if self.writable:
+                os.ftruncate(self.fd, 0)
         finally:
             os.close(self.fd)  # closing drops the flock
+
+
+def _open_shared(path: Path, flags: int) -> int:
+    """Open (or create) a file every user of the host may open read-write: chmod after
+    creation, as the umask cut the mode ``open`` asked for."""
+    try:
+        fd = os.open(path, flags | os.O_CREAT | os.O_EXCL, FILE_MODE)
+    except FileExistsError:
+        return os.open(path, flags)
+    os.fchmod(fd, FILE_MODE)
+    return fd
 
 
 class LeaseDir:
@@ -68,35 +92,67 @@ class LeaseDir:
         self._waiting: dict[str, tuple[int, Path, float]] = {}  # uuid -> (fd, marker, since)
 
     def check(self) -> None:
-        """Refuse a lease folder that cannot be one (a file, or under a file) before a run
-        creates its study: the first GPU trial would fail on it (ConfigError, exit 2)."""
+        """Refuse a lease folder that cannot be one (a file, or under a file) or that this
+        user cannot add files to, before a run creates its study: the first GPU trial would
+        fail on it (ConfigError, exit 2)."""
         existing = next((p for p in (self.path, *self.path.parents) if p.exists()), None)
         if existing is not None and not existing.is_dir():
             raise ConfigError(f"GPU lease folder {self.path}: {existing} is not a folder",
                               f"set scheduler.lease_dir (or ${LEASE_DIR_ENV}) to a folder")
+        if existing == self.path:
+            self._share()
+            if not os.access(self.path, os.W_OK | os.X_OK):
+                mode = self.path.stat().st_mode & 0o7777
+                raise ConfigError(
+                    f"GPU lease folder {self.path} is not writable by this user (mode "
+                    f"{mode:o}, owner uid {self.path.stat().st_uid}; an older version made it "
+                    "without write access for others)",
+                    f"ask its owner to run `chmod 1777 {self.path}`, or set "
+                    f"scheduler.lease_dir (or ${LEASE_DIR_ENV}) to a folder shared by the "
+                    "host's users")
+
+    def _share(self) -> None:
+        """Give a folder of ours the shared mode (one made before it was set had 1755)."""
+        try:
+            if self.path.stat().st_uid == os.geteuid() \
+                    and self.path.stat().st_mode & 0o7777 != DIR_MODE:
+                self.path.chmod(DIR_MODE)
+        except OSError:
+            pass  # not ours to change: check() says so where it matters
+
+    def _ensure_dir(self) -> None:
+        try:
+            self.path.mkdir(parents=True, mode=DIR_MODE)
+        except FileExistsError:
+            return
+        self.path.chmod(DIR_MODE)  # mkdir's mode went through the umask
 
     def _file(self, uuid: str, k: int) -> Path:
         return self.path / f"{uuid}.{k}.lock"
 
     def try_acquire(self, uuid: str, k: int) -> Lease | None:
-        self.path.mkdir(parents=True, exist_ok=True, mode=0o1777)
+        self._ensure_dir()
         path = self._file(uuid, k)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+        writable = True
+        try:
+            fd = _open_shared(path, os.O_RDWR | os.O_CLOEXEC)
+        except PermissionError:  # another user's file of a stricter mode: flock still works
+            fd, writable = os.open(path, os.O_RDONLY | os.O_CLOEXEC), False
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
             return None
-        return Lease(path, fd)
+        return Lease(path, fd, writable)
 
     def wait_for(self, uuid: str) -> None:
         """Say (or say again) that this process waits for a slot of the GPU."""
         if uuid in self._waiting:
             os.utime(self._waiting[uuid][1])
             return
-        self.path.mkdir(parents=True, exist_ok=True, mode=0o1777)
+        self._ensure_dir()
         path = self.path / f"{uuid}.waiting.{os.getpid()}-{secrets.token_hex(4)}"
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666)
+        fd = _open_shared(path, os.O_RDWR | os.O_CLOEXEC)  # a new name: never another's
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # a name of our own: never contended
         since = time.time()
         os.pwrite(fd, repr(since).encode(), 0)
@@ -138,7 +194,10 @@ class LeaseDir:
                     pass  # being written
                 continue
             os.close(fd)
-            path.unlink(missing_ok=True)  # its writer died
+            try:
+                path.unlink(missing_ok=True)  # its writer died
+            except PermissionError:
+                pass  # another user's marker (sticky folder): stale, skipped by its mtime
         return False
 
     def holders(self, uuid: str) -> dict[int, dict[str, Any]]:
@@ -153,8 +212,25 @@ class LeaseDir:
             if lease is not None:  # nobody holds it
                 os.close(lease.fd)
                 continue
-            try:
-                held[k] = json.loads(path.read_text() or "{}")
-            except (OSError, ValueError):
-                held[k] = {}
+            held[k] = _holder_note(path)
         return held
+
+
+def _holder_note(path: Path) -> dict[str, Any]:
+    """Who a held lock file says holds it. A holder that could not write its note (another
+    user's file, opened read-only) leaves the note of an earlier holder: shown only while
+    that earlier holder's process lives."""
+    try:
+        note = json.loads(path.read_text() or "{}")
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(note, dict):
+        return {}
+    if note.get("host") == socket.gethostname() and isinstance(note.get("pid"), int):
+        try:
+            os.kill(note["pid"], 0)
+        except ProcessLookupError:
+            return {}
+        except PermissionError:
+            pass  # alive, another user's
+    return note

@@ -369,6 +369,7 @@ class Orchestrator:
         if rt.process.poll() is not None:
             signal_tree(rt.process.pid, signal.SIGKILL)  # leftovers in its group, if any
         measured = self.records.measure(rt)
+        self.records.record_device_choice(rt)
         if verdict.state == TrialState.FAIL and rt.outcome is not None:
             kept = keep_traceback(rt.outcome.traceback, rt.log_path)
             if kept:

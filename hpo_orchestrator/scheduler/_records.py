@@ -12,7 +12,7 @@ import json
 import os
 import time
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import optuna
@@ -149,6 +149,18 @@ class RunRecords:
         known.update({g.index: {"index": g.index, "uuid": g.uuid, "name": g.name} for g in gpus})
         self.study.set_user_attr(key, [known[i] for i in sorted(known)])
 
+    def record_device_choice(self, rt: RunningTrial) -> None:
+        """A calibration's answer (objective.device=auto) as the study attr
+        ``hpo.device_choice.<host>``, the latest one, so status and report say what auto did
+        without reading every trial's attrs. Written only by a trial that measured."""
+        choice = rt.device_choice
+        if not choice or not choice.get("measured_here"):
+            return
+        entry = {key: value for key, value in choice.items() if key != "measured_here"}
+        entry.update(trial=rt.trial.number, gpu=rt.slot.gpu.index if rt.slot.gpu else None,
+                     time=datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC"))
+        self.retrying.call(lambda: self.study.set_user_attr(f"hpo.device_choice.{self.host}", entry))
+
     def trial_started(self, rt: RunningTrial, threads: int, worker_mode: str) -> None:
         """Where the trial runs. Optuna's datetime_start is local time and was set at ask();
         a trial asked ahead (scheduler.prefetch) waited since, so its start moves to now."""
@@ -175,6 +187,8 @@ class RunRecords:
             telemetry = self.sampler.unwatch(rt.slot.id)
         if telemetry is not None:
             attrs.update(telemetry.attrs(self.compute_phases))
+            if (rt.device_choice or {}).get("learner") == "cpu" and "hpo.gpu_verified" in attrs:
+                attrs["hpo.gpu_verified"] = None  # it measured the CPU faster: no GPU work due
         if rt.started_at is not None:
             attrs["hpo.startup_s"] = round(rt.started_at - rt.spawned_at, 4)
         if rt.first_decision_at is not None:

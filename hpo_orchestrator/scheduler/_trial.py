@@ -56,6 +56,7 @@ class RunningTrial:
     first_decision_at: float | None = None  # first should_prune answer
     params_effective: dict[str, Any] | None = None
     opencl_platform: str | None = None
+    device_choice: dict[str, Any] | None = None  # objective.device=auto's hpo.device_choice
     outcome: TrialOutcome | None = None
     stop_reason: str | None = None  # timeout / interrupted / protocol / reaped: we stopped it
     stop_error: str | None = None  # why we stopped it, when stop_reason alone does not say

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from hpo_orchestrator import db
 from hpo_orchestrator.db import TrialRow
 from hpo_orchestrator.status._common import (
+    device_choices_of,
     device_label,
     hosts_of,
     listed_devices,
@@ -173,7 +174,7 @@ def _collect(connection: Connection, study: str | None, kept: bool = False,
         wall_s=None if window is None else window[2] - window[0], queued=queued,
         min_resource_auto=study_attrs.get("hpo.pruner.min_resource_auto"),
         last_failed=max(objective_failures) if objective_failures else None,
-        packing=packing_of(study_attrs))
+        packing=packing_of(study_attrs), device_choices=device_choices_of(study_attrs))
     report.findings = find_all(report, StudyFacts(
         config=config, rows=rows, unverified=sorted(unverified), mismatches=sorted(mismatches),
         max_complete_step=None if max_complete_step is None else int(max_complete_step),

@@ -12,7 +12,8 @@ from hpo_orchestrator.db import TrialRow
 if TYPE_CHECKING:
     from hpo_orchestrator.db._sql import Readable as Connection
 
-__all__ = ["device_label", "hosts_of", "listed_devices", "packing_of", "pareto", "running_of"]
+__all__ = ["device_choices_of", "device_label", "hosts_of", "listed_devices", "packing_of", "pareto",
+           "running_of"]
 
 
 def pareto(connection: Connection, study_id: int, directions: list[str]) -> list[dict[str, Any]]:
@@ -56,6 +57,14 @@ def device_label(host: str | None, gpu: int | None, hosts: int) -> str:
     """gpu0 / cpu, prefixed with the host when the study ran on several."""
     device = "cpu" if gpu is None else f"gpu{gpu}"
     return f"{host}:{device}" if hosts > 1 and host else device
+
+
+def device_choices_of(study_attrs: dict[str, Any]) -> list[dict[str, Any]]:
+    """hpo.device_choice.<host> of every host (objective.device=auto's latest measurement),
+    with the host named; an entry someone else wrote in another shape is left out."""
+    return [{"host": key.removeprefix("hpo.device_choice."), **value}
+            for key, value in sorted(study_attrs.items())
+            if key.startswith("hpo.device_choice.") and isinstance(value, dict)]
 
 
 def packing_of(study_attrs: dict[str, Any]) -> list[dict[str, Any]]:

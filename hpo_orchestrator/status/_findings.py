@@ -57,7 +57,7 @@ def _idle_gpus(report: StatusReport, config: dict[str, Any]) -> list[Finding]:
         if busy is None or busy >= IDLE_BUSY_BELOW:
             continue
         on_host = len([g for g in gpus if g.host == use.host])  # parallel is per orchestrator
-        if parallel is not None and parallel < on_host:
+        if isinstance(parallel, int) and parallel < on_host:  # null and auto use every GPU
             advice = (f"scheduler.parallel={parallel} runs fewer trials than this host has GPUs "
                       f"({on_host}): set scheduler.parallel={on_host} or more")
         else:
@@ -96,12 +96,22 @@ def _low_utilization(report: StatusReport, config: dict[str, Any]) -> list[Findi
         if use.gpu_index is None or util is None or util >= LOW_UTIL_BELOW:
             continue
         packed = packing_of_device(report.packing, use.host, use.gpu_index)
+        chose = next((c for c in report.device_choices if c["host"] == use.host), None)
+        how: str | None
+        if chose is not None and chose.get("learner") == "cpu":
+            how = (f"objective.device=auto measured the CPU faster and trained there "
+                   f"({chose.get('reason', '-')}): the GPU was not needed for these trials")
+            tip = ("nothing to fix for this study; run another study on the GPU, or give it "
+                   "scheduler.gpus=none to leave it free")
+        else:
+            how, tip = packed, advice if packed is None else _AUTO_ADVICE
         found.append(Finding(
-            "low_gpu_util", "warning",
+            "low_gpu_util", "info" if chose is not None and chose.get("learner") == "cpu"
+            else "warning",
             f"{use.device} averaged {util:.0f}% utilization while training "
             f"({'-' if use.util_mean is None else f'{use.util_mean:.0f}%'} overall)"
-            + (f"; {packed}" if packed else ""),
-            advice if packed is None else _AUTO_ADVICE,
+            + (f"; {how}" if how else ""),
+            tip,
             {"device": use.device, "util_compute_mean": util, "util_mean": use.util_mean,
              "threshold": LOW_UTIL_BELOW, "packing": packed}))
     return found

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from hpo_orchestrator import db
 from hpo_orchestrator.status._common import (
+    device_choices_of,
     device_label,
     listed_devices,
     packing_of,
@@ -143,7 +144,7 @@ def collect_kept(connection: Connection, study_id: int, name: str, directions: l
         wall_s=None if window is None else window[2] - window[0], queued=queued,
         min_resource_auto=study_attrs.get("hpo.pruner.min_resource_auto"),
         last_failed=max(objective_failures) if objective_failures else None,
-        packing=packing_of(study_attrs))
+        packing=packing_of(study_attrs), device_choices=device_choices_of(study_attrs))
     report.findings = find_all(report, StudyFacts(
         config=config, rows=[], startup=startup,
         unverified=sorted((f.number, f.opencl_platform) for f in flags

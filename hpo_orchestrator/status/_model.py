@@ -80,6 +80,9 @@ class StatusReport:
     # Per host, hpo.packing.<host> with "host" added: trials per GPU, and every change that
     # scheduler.trials_per_gpu=auto made (docs/DESIGN.md §2.3).
     packing: list[dict[str, Any]] = field(default_factory=list)
+    # Per host, hpo.device_choice.<host> with "host" added: the latest measurement of
+    # objective.device=auto (learner, reason, timings; docs/DESIGN.md §4).
+    device_choices: list[dict[str, Any]] = field(default_factory=list)
     # One per objective; with several, ``best`` is None and ``best_trials`` holds the Pareto
     # front ({number, values, params}), as Optuna's study.best_trials.
     directions: list[str] = field(default_factory=list)

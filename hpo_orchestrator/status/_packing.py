@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["packing_lines", "packing_of_device"]
+__all__ = ["device_choice_line", "packing_lines", "packing_of_device"]
 
 _SHOWN_CHANGES = 12  # the latest changes a terminal shows (--json and the attr keep them all)
 
@@ -47,3 +47,12 @@ def packing_of_device(packing: list[dict[str, Any]], host: str | None,
                 return (f"scheduler.trials_per_gpu=auto ran up to {top} trials at once on it "
                         f"(now {level['limit']}){held}")
     return None
+
+
+def device_choice_line(entry: dict[str, Any]) -> str:
+    """objective.device=auto's latest measurement on a host, in a line (status, report and
+    the low_gpu_util finding)."""
+    learner = entry.get("learner")
+    where = "the CPU" if learner == "cpu" else f"the GPU ({learner} learner)"
+    return (f"objective.device=auto on {entry.get('host')} trains on {where}: "
+            f"{entry.get('reason', '-')} (measured by trial {entry.get('trial', '-')})")

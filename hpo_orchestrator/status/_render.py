@@ -7,7 +7,7 @@ from rich.table import Table
 from rich.text import Text
 
 from hpo_orchestrator.status._model import StatusReport
-from hpo_orchestrator.status._packing import packing_lines
+from hpo_orchestrator.status._packing import device_choice_line, packing_lines
 
 __all__ = ["print_status", "render_status"]
 
@@ -66,6 +66,8 @@ def render_status(report: StatusReport) -> Group:
         lines = packing_lines(entry)
         if lines:
             parts.append(Text("\n".join(lines)))
+    for entry in report.device_choices:
+        parts.append(Text(device_choice_line(entry)))
 
     if report.running:
         running = _table("running", ("trial", "device", "elapsed s", "last step", "heartbeat age s"))

@@ -12,14 +12,17 @@ a chart whose traces did not render reads as 0 colored pixels even though its fr
 from __future__ import annotations
 
 import base64
+import contextlib
 import io
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-__all__ = ["ChartCheck", "browser_unavailable", "check_report", "find_browser"]
+__all__ = ["ChartCheck", "browser_unavailable", "check_report", "find_browser", "report_page_eval"]
 
 _CHROMIUM = ("chromium", "chromium-browser", "google-chrome")
 
@@ -65,13 +68,11 @@ def _colored_fraction(png: bytes, box: tuple[int, int, int, int]) -> float:
     return colored / (len(raw) // 3)
 
 
-def check_report(html: Path, chart_ids: tuple[str, ...], screenshot: Path | None = None,
-                 width: int = 1280) -> list[ChartCheck]:
-    """Load ``html`` in headless Chromium; per chart, whether it was drawn. Optionally save a
-    screenshot of the whole page."""
+@contextlib.contextmanager
+def _report_in_chromium(html: Path, charts: int, width: int = 1280) -> Iterator[Any]:
+    """A headless Chromium (selenium driver) that has loaded ``html`` and drawn its charts."""
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
-    from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
     found = find_browser()
@@ -91,7 +92,27 @@ def check_report(html: Path, chart_ids: tuple[str, ...], screenshot: Path | None
     try:
         driver.get(html.resolve().as_uri())
         WebDriverWait(driver, 30).until(lambda d: d.execute_script(
-            "return document.querySelectorAll('.chart .main-svg').length") >= len(chart_ids))
+            "return document.querySelectorAll('.chart .main-svg').length") >= charts)
+        yield driver
+    finally:
+        driver.quit()
+        shutil.rmtree(profile, ignore_errors=True)
+
+
+def report_page_eval(html: Path, charts: int, script: str) -> Any:
+    """Load ``html`` in headless Chromium, wait for its charts, and return what the JavaScript
+    ``script`` (a function body: ``return ...``) returns there."""
+    with _report_in_chromium(html, charts) as driver:
+        return driver.execute_script(script)
+
+
+def check_report(html: Path, chart_ids: tuple[str, ...], screenshot: Path | None = None,
+                 width: int = 1280) -> list[ChartCheck]:
+    """Load ``html`` in headless Chromium; per chart, whether it was drawn. Optionally save a
+    screenshot of the whole page."""
+    from selenium.webdriver.common.by import By
+
+    with _report_in_chromium(html, len(chart_ids), width) as driver:
         results = []
         for chart_id in chart_ids:
             chart = driver.find_element(By.ID, chart_id)
@@ -116,6 +137,3 @@ def check_report(html: Path, chart_ids: tuple[str, ...], screenshot: Path | None
                 "clip": {"x": 0, "y": 0, "width": size[0], "height": size[1], "scale": 1}})
             screenshot.write_bytes(base64.b64decode(shot["data"]))
         return results
-    finally:
-        driver.quit()
-        shutil.rmtree(profile, ignore_errors=True)

@@ -34,7 +34,8 @@ TRIAL_METHODS = frozenset({
 
 # The ``hpo.*`` attrs an objective may set (the built-ins do: docs/DESIGN.md §2.3, "objective");
 # every other ``hpo.`` key is the orchestrator's, and a write from a child is refused.
-OBJECTIVE_ATTRS = frozenset({"hpo.params_effective", "hpo.opencl_platform", "hpo.warning"})
+OBJECTIVE_ATTRS = frozenset({"hpo.params_effective", "hpo.opencl_platform", "hpo.warning",
+                             "hpo.device_choice"})
 
 # save_artifact's call, args (meta,): the child wrote the file into the store; the orchestrator
 # checks it is there and records Optuna's artifact meta on the trial (scheduler/_artifacts.py).

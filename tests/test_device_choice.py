@@ -1,0 +1,133 @@
+"""objective.device=auto for LightGBM: the rule on scripted timings, and a real run on fake GPUs
+(issue 27.2; objectives/_device.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hpo_orchestrator.objectives._device import GPU_MARGIN, Calibration, Timing, pick, picture
+from tests.conftest import run_cli, trial_rows
+
+
+def _t(learner: str, per_round: float | None, overhead: float = 0.1,
+       error: str | None = None) -> Timing:
+    return Timing(learner, per_round, None if per_round is None else overhead, error)
+
+
+def test_the_cpu_wins_where_it_trains_faster() -> None:
+    learner, why = pick([_t("cpu", 0.004), _t("cuda", 0.015, 1.0)], rounds=200, cpu_threads=16)
+    assert learner == "cpu"
+    assert why == "CPU (16 threads) 0.90 s per trial against cuda 4.00 s"
+
+
+def test_a_gpu_learner_wins_by_its_margin_only() -> None:
+    cpu = _t("cpu", 0.06)  # 12.1 s for 200 rounds
+    clear = _t("cuda", 0.025, 0.5)  # 5.5 s
+    assert pick([cpu, clear], 200, 16)[0] == "cuda"
+    close = _t("cuda", 12.1 / GPU_MARGIN / 200 + 0.001, 0.0)  # just under the margin
+    assert pick([cpu, close], 200, 16)[0] == "cpu"
+
+
+def test_the_fastest_gpu_learner_is_the_one_weighed() -> None:
+    timings = [_t("cpu", 0.06), _t("gpu", 0.05, 3.0), _t("cuda", 0.02, 0.5)]
+    assert pick(timings, 200, 16) == ("cuda", "cuda 4.50 s per trial against CPU (16 threads) 12.10 s")
+    # with few rounds OpenCL's overhead shows: CUDA wins there too
+    assert pick([_t("cpu", 0.06), _t("gpu", 0.05, 3.0)], 20, 16)[0] == "cpu"
+
+
+def test_no_gpu_learner_that_runs_means_the_cpu_with_the_reasons() -> None:
+    timings = [_t("cpu", 0.01), _t("cuda", None, error="LightGBMError: no CUDA"),
+               _t("gpu", None, error="LightGBMError: No OpenCL device found")]
+    learner, why = pick(timings, 100, 2)
+    assert learner == "cpu"
+    assert "cuda: LightGBMError: no CUDA" in why and "gpu: LightGBMError: No OpenCL" in why
+
+
+def test_the_picture_changes_with_data_bins_threads_and_the_power_of_two_of_leaves() -> None:
+    base = {"max_bin": 63, "num_leaves": 40, "num_threads": 8}
+    assert picture("d", base) == picture("d", {**base, "num_leaves": 63})  # 32..63: same
+    for other in ({**base, "num_leaves": 64}, {**base, "max_bin": 255}, {**base, "num_threads": 4}):
+        assert picture("d", other) != picture("d", base)
+    assert picture("e", base) != picture("d", base)
+
+
+def test_calibration_measures_once_per_picture_and_again_when_it_changes() -> None:
+    runs: list[tuple[str, int]] = []
+
+    def train(params: dict[str, Any], rounds: int, tick: Any) -> None:
+        runs.append((params["device_type"], rounds))
+        for _ in range(rounds):
+            tick(None)
+
+    learners = {"cpu": {"device_type": "cpu"}, "cuda": {"device_type": "cuda"}}
+    calibration = Calibration()
+    first, measured = calibration.choose(("a",), learners, {}, train, 200, 4)
+    assert measured and len(runs) == 4  # each learner twice: the second run gives the figures
+    again, measured_again = calibration.choose(("a",), learners, {}, train, 200, 4)
+    assert again == first and not measured_again and len(runs) == 4
+    _, measured_new = calibration.choose(("b",), learners, {}, train, 200, 4)
+    assert measured_new and len(runs) == 8
+    assert {t["learner"] for t in first["timings"]} == {"cpu", "cuda"}
+
+
+@pytest.mark.slow
+def test_auto_on_a_gpu_slot_records_its_measured_choice(tmp_path: Path) -> None:
+    """On fake GPUs this host has neither LightGBM's CUDA learner nor an OpenCL GPU: auto
+    measures, trains on the CPU, says why, and the trial is not flagged as a GPU unused."""
+    result = run_cli(tmp_path, "run", "study.n_trials=3", "objective.n_rows=2000",
+                     "objective.num_boost_round=20", "objective.report_every=5",
+                     "scheduler.parallel=1", env={"HPO_ORCHESTRATOR_FAKE_GPUS": "1"})
+    assert result.code == 0, result.stderr
+    rows = sorted(trial_rows(result.db), key=lambda r: r["number"])
+    choices = [r["attrs"]["hpo.device_choice"] for r in rows]
+    assert [c["learner"] for c in choices] == ["cpu"] * 3
+    assert choices[0]["measured_here"]  # later trials measure again only for a new picture
+    assert "no GPU learner ran" in choices[0]["reason"]
+    assert all(r["attrs"]["hpo.params_effective"]["device_type"] == "cpu" for r in rows)
+    assert all(r["attrs"].get("hpo.gpu_verified") is None for r in rows)
+    assert "gpu_unused" not in result.stdout
+    # the study attr status and report read: the latest measurement, said in a line
+    status = run_cli(tmp_path, "status", "--json")
+    [entry] = json.loads(status.stdout)["device_choices"]
+    latest = max(r["number"] for r in rows if r["attrs"]["hpo.device_choice"]["measured_here"])
+    assert entry["learner"] == "cpu" and entry["trial"] == latest and entry["gpu"] == 0
+    text = run_cli(tmp_path, "status").stdout
+    assert "objective.device=auto on " in text and "trains on the CPU: no GPU learner ran" in text
+
+
+@pytest.mark.slow
+def test_an_explicit_device_is_obeyed_without_measuring(tmp_path: Path) -> None:
+    result = run_cli(tmp_path, "run", "study.n_trials=2", "objective.n_rows=2000",
+                     "objective.num_boost_round=20", "objective.report_every=5",
+                     "objective.device=cpu", "scheduler.parallel=1",
+                     env={"HPO_ORCHESTRATOR_FAKE_GPUS": "1"})
+    assert result.code == 0, result.stderr
+    for row in trial_rows(result.db):
+        assert "hpo.device_choice" not in row["attrs"]
+        assert row["attrs"]["hpo.params_effective"]["device_type"] == "cpu"
+
+
+def test_low_gpu_util_says_auto_chose_the_cpu() -> None:
+    from hpo_orchestrator.status import DeviceUse, StatusReport
+    from hpo_orchestrator.status._findings import _low_utilization
+
+    def report(choices: list[dict[str, Any]]) -> StatusReport:
+        return StatusReport(
+            study="s", direction="minimize", n_trials_target=None, states={}, prune_rate=None,
+            prune_steps={}, best=None, running=[], device_choices=choices,
+            per_device=[DeviceUse("gpu0", "h", 0, util_mean=2.0, util_compute_mean=1.0)])
+
+    chose_cpu = {"host": "h", "learner": "cpu", "reason": "CPU (16 threads) 0.90 s per trial "
+                 "against cuda 4.00 s", "trial": 0}
+    [finding] = _low_utilization(report([chose_cpu]), {"objective": {"name": "lightgbm"}})
+    assert finding.severity == "info" and "measured the CPU faster" in finding.message
+    assert "not needed" in finding.message
+    [plain] = _low_utilization(report([]), {"objective": {"name": "lightgbm"}})
+    assert plain.severity == "warning" and "objective.device=cpu" in plain.advice
+    on_gpu = {**chose_cpu, "learner": "cuda"}
+    [other] = _low_utilization(report([on_gpu]), {"objective": {"name": "lightgbm"}})
+    assert other.severity == "warning"
