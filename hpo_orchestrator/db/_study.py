@@ -9,13 +9,15 @@ text() timestamps back as strings).
 from __future__ import annotations
 
 import json
+import sqlite3
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from hpo_orchestrator.db._sql import fetch_one, rows, scalar
-from hpo_orchestrator.errors import ConfigError, StorageError
+from hpo_orchestrator.errors import ConfigError, HpoError, StorageError
 
 if TYPE_CHECKING:
     from hpo_orchestrator.db._sql import Readable
@@ -34,15 +36,28 @@ _NOW_SQL = "SELECT CURRENT_TIMESTAMP"
 @contextmanager
 def read_errors() -> Iterator[None]:
     """Database errors while reading become one StorageError (the storage, not the user's
-    input); the user's own errors (a wrong study name) pass through."""
+    input); the user's own errors (a wrong study name) pass through, and so does anything else:
+    a bug in our code is not a storage problem, and the CLI says "unexpected ... report it"
+    with its traceback under --debug."""
     try:
         yield
     except ConfigError:
         raise
-    except Exception as exc:  # sqlalchemy / driver errors
+    except Exception as exc:
+        if not isinstance(exc, HpoError) and not _is_storage_error(exc):
+            raise
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise StorageError(f"cannot read the storage: {first}",
-                           "is it an Optuna database? (optuna trials --storage URL ...)") from None
+                           "is it an Optuna database? (optuna trials --storage URL ...)") from exc
+
+
+def _is_storage_error(exc: BaseException) -> bool:
+    """SQLAlchemy's errors (drivers' are wrapped in them) and plain sqlite3's (status --json
+    reads with sqlite3 alone: SQLAlchemy is looked up only if it was imported)."""
+    if isinstance(exc, sqlite3.Error):
+        return True
+    sa_exc = sys.modules.get("sqlalchemy.exc")
+    return sa_exc is not None and isinstance(exc, sa_exc.SQLAlchemyError)
 
 
 def to_datetime(value: Any) -> datetime | None:

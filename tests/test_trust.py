@@ -1,0 +1,83 @@
+"""Issue 28's smaller trust items: what status and report do with a study they did not expect
+(``parallel=auto``, malformed attrs, a bug of ours), and how objective values are judged."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+import optuna
+import pytest
+
+from hpo_orchestrator.cli import main
+from hpo_orchestrator.db import read_errors
+from hpo_orchestrator.errors import StorageError
+from hpo_orchestrator.status._findings import find_all
+from hpo_orchestrator.status._model import DeviceUse, StateStats, StatusReport, StudyFacts
+from tests.conftest import run_cli
+
+TARGET = "objective.target=hpo_orchestrator.testing.objectives:"
+
+
+def _idle_report() -> StatusReport:
+    idle = [DeviceUse(device=f"gpu{i}", host="h", gpu_index=i, trials=3, busy_fraction_queued=0.1)
+            for i in range(2)]
+    return StatusReport(study="s", direction="minimize", n_trials_target=None,
+                        states={"COMPLETE": StateStats(count=6)}, prune_rate=0.0, prune_steps={},
+                        best=None, per_device=idle, running=[])
+
+
+@pytest.mark.parametrize("parallel", ["auto", 1, None])
+def test_14_idle_gpu_finding_takes_parallel_auto(parallel: object) -> None:
+    """`scheduler.parallel=auto` is stored as the text 'auto': compared with a number it
+    crashed status and report after every such run on a GPU host."""
+    facts = StudyFacts(config={"scheduler": {"parallel": parallel}}, rows=[],
+                       max_complete_step=None, unverified=[], mismatches=[])
+    idle = [f for f in find_all(_idle_report(), facts) if f.code == "idle_gpu"]
+    assert len(idle) == 2
+    assert ("fewer trials than this host has GPUs" in idle[0].advice) == (parallel == 1)
+
+
+def test_14_read_errors_keeps_a_bug_a_bug() -> None:
+    """Only the storage's errors are the storage's; a bug of ours keeps its type and traceback."""
+    with pytest.raises(TypeError), read_errors():
+        raise TypeError("'<' not supported between instances of 'str' and 'int'")
+    with pytest.raises(StorageError, match="cannot read the storage") as caught, read_errors():
+        raise sqlite3.OperationalError("no such table: studies")
+    assert isinstance(caught.value.__cause__, sqlite3.OperationalError)  # --debug shows it
+
+
+def _tiny_study(tmp_path: Path) -> str:
+    url = f"sqlite:///{tmp_path / 'hpo.db'}"
+    study = optuna.create_study(study_name="s", storage=url)
+    study.optimize(lambda t: t.suggest_float("x", 0, 1), n_trials=2)
+    return url
+
+
+def test_14_a_bug_under_status_is_unexpected_not_a_storage_error(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    url = _tiny_study(tmp_path)
+
+    def broken(*_: object, **__: object) -> list[object]:
+        raise TypeError("'<' not supported between instances of 'str' and 'int'")
+
+    monkeypatch.setattr("hpo_orchestrator.status._collect.find_all", broken)
+    assert main(["status", "--storage", url]) == 1
+    err = capsys.readouterr().err
+    assert "error: unexpected TypeError" in err and "report it" in err
+    assert "is it an Optuna database" not in err
+    assert main(["--debug", "status", "--storage", url]) == 1
+    assert "Traceback" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_14_status_and_report_after_parallel_auto_on_fake_gpus(tmp_path: Path) -> None:
+    env = {"HPO_ORCHESTRATOR_FAKE_GPUS": json.dumps({"gpus": [{"busy_util": 40}] * 3})}
+    result = run_cli(tmp_path, "run", "objective=custom", TARGET + "quadratic",
+                     "scheduler.parallel=auto", "study.n_trials=4", env=env)
+    assert result.code == 0, result.stderr
+    status = run_cli(tmp_path, "status", env=env)
+    assert status.code == 0, status.stderr
+    report = run_cli(tmp_path, "report", "--out", str(tmp_path / "r.html"), env=env)
+    assert report.code == 0, report.stderr
