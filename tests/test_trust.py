@@ -7,6 +7,7 @@ import json
 import sqlite3
 from pathlib import Path
 
+import numpy as np
 import optuna
 import pytest
 
@@ -81,3 +82,40 @@ def test_14_status_and_report_after_parallel_auto_on_fake_gpus(tmp_path: Path) -
     assert status.code == 0, status.stderr
     report = run_cli(tmp_path, "report", "--out", str(tmp_path / "r.html"), env=env)
     assert report.code == 0, report.stderr
+
+
+# --- 13: malformed attrs, and which values a trial may return ---------------------------------
+
+MALFORMED = {"hpo.pruner.min_resource_auto": "<b>3</b>", "hpo.config": {"scheduler": "auto"},
+             "hpo.devices.h": 5, "hpo.packing.h": {"mode": "auto", "levels": ["x"]}}
+
+
+@pytest.mark.parametrize("args", [["status"], ["status", "--json"], ["report", "--out", "r.html"]],
+                         ids=" ".join)
+def test_13_a_malformed_hpo_attr_is_named_never_a_crash(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        args: list[str]) -> None:
+    url = _tiny_study(tmp_path)
+    study = optuna.load_study(study_name="s", storage=url)
+    for key, value in MALFORMED.items():
+        study.set_user_attr(key, value)
+    monkeypatch.chdir(tmp_path)
+    assert main([*args, "--storage", url]) == 0, capsys.readouterr().err
+    if args[0] == "status":
+        out = capsys.readouterr().out
+        assert "unreadable_attr" in out and all(key in out for key in MALFORMED)
+
+
+def test_13_values_are_taken_as_plain_optuna_takes_them_but_inf() -> None:
+    """Plain Optuna completes a trial returning True, np.True_ or inf (as 1.0, 1.0, inf) and
+    fails NaN; we take the same but inf (README, Reliability)."""
+    from hpo_orchestrator.worker._child import check_value
+
+    for value in (True, np.bool_(True), np.int64(1), 1):
+        study = optuna.create_study()
+        study.optimize(lambda _t, v=value: v, n_trials=1)  # type: ignore[misc]
+        assert study.trials[0].value == check_value(value) == 1.0
+    assert check_value(np.bool_(False)) == check_value(False) == 0.0
+    for value in (float("inf"), -np.inf, float("nan"), "1", None):
+        with pytest.raises(ValueError):
+            check_value(value)

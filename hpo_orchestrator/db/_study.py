@@ -16,14 +16,15 @@ from contextlib import contextmanager
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from hpo_orchestrator.db._attr_shapes import well_formed
 from hpo_orchestrator.db._sql import fetch_one, rows, scalar
 from hpo_orchestrator.errors import ConfigError, HpoError, StorageError
 
 if TYPE_CHECKING:
     from hpo_orchestrator.db._sql import Readable
 
-__all__ = ["database_now", "list_studies", "read_errors", "state_name", "study_attrs", "study_config",
-           "study_id_of", "to_datetime"]
+__all__ = ["UNREADABLE", "database_now", "list_studies", "read_errors", "state_name", "study_attrs",
+           "study_config", "study_id_of", "to_datetime"]
 
 _STUDIES_SQL = "SELECT study_name FROM studies ORDER BY study_id"
 _STUDY_ID_SQL = "SELECT study_id FROM studies WHERE study_name = :n"
@@ -31,6 +32,9 @@ _STUDY_ATTRS_SQL = ("SELECT key, value_json FROM study_user_attributes WHERE stu
                     "AND (key = 'hpo.config' OR key LIKE 'hpo.devices.%' "
                     "OR key LIKE 'hpo.packing.%' OR key = 'hpo.pruner.min_resource_auto')")
 _NOW_SQL = "SELECT CURRENT_TIMESTAMP"
+# The key of study_attrs()'s answer that lists the attrs of a shape we never write.
+UNREADABLE = "hpo.unreadable"
+_NOT_JSON = object()
 
 
 @contextmanager
@@ -96,8 +100,20 @@ def study_id_of(connection: Readable, study: str | None) -> tuple[int, str]:
 
 def study_attrs(connection: Readable, study_id: int) -> dict[str, Any]:
     """Our study attrs: hpo.config, hpo.devices.<host>, hpo.packing.<host> and
-    hpo.pruner.min_resource_auto, decoded."""
-    return {key: json.loads(value) for key, value in rows(connection, _STUDY_ATTRS_SQL, {"s": study_id})}
+    hpo.pruner.min_resource_auto, decoded. One of a shape we never write (written by someone
+    else: not JSON, a string for a dict, ...) is left out and named under ``UNREADABLE``."""
+    attrs: dict[str, Any] = {}
+    unreadable = []
+    for key, text in rows(connection, _STUDY_ATTRS_SQL, {"s": study_id}):
+        try:
+            value = json.loads(text)
+        except (TypeError, ValueError):
+            value = _NOT_JSON
+        if value is _NOT_JSON or not well_formed(key, value):
+            unreadable.append(key)
+        else:
+            attrs[key] = value
+    return {**attrs, UNREADABLE: sorted(unreadable)} if unreadable else attrs
 
 
 def study_config(connection: Readable, study_id: int) -> dict[str, Any]:
