@@ -119,3 +119,56 @@ def test_13_values_are_taken_as_plain_optuna_takes_them_but_inf() -> None:
     for value in (float("inf"), -np.inf, float("nan"), "1", None):
         with pytest.raises(ValueError):
             check_value(value)
+
+
+# --- 11: control characters from a trial or the database are shown, never obeyed ---------------
+
+OSC = "\x1b]0;pwned\x07\x1b]52;c;ZXZpbA==\x07\x9b2J\x1b[2J"
+CONTROLS = ("\x1b", "\x07", "\x9b")
+
+
+def test_11_printable_keeps_text_newlines_and_tabs() -> None:
+    from hpo_orchestrator.cli._common import printable
+
+    assert printable("a\tb\nc") == "a\tb\nc"
+    assert printable("x" + OSC) == "x\ufffd]0;pwned\ufffd\ufffd]52;c;ZXZpbA==\ufffd\ufffd2J\ufffd[2J"
+
+
+def test_11_every_console_print_passes_through_printable() -> None:
+    """A table cell, a Text and a plain string alike; rich's own styling escapes still work."""
+    import io
+
+    from rich.table import Table
+    from rich.text import Text
+
+    from hpo_orchestrator.cli._common import _Console
+
+    out = io.StringIO()
+    console = _Console(file=out, force_terminal=True, width=200)
+    table = Table()
+    table.add_column("param" + OSC)
+    table.add_row("value" + OSC)
+    console.print(table)
+    console.print(Text("error" + OSC, style="bold red"), "plain" + OSC)
+    shown = out.getvalue()
+    assert "\x1b[1;31m" in shown  # rich's style
+    assert "]0;pwned" in shown and "\x1b]" not in shown and "\x07" not in shown
+    assert "\x9b" not in shown and "\x1b[2J" not in shown
+
+
+@pytest.mark.slow
+def test_11_an_objectives_escape_sequences_never_reach_the_terminal(tmp_path: Path) -> None:
+    (tmp_path / "evil.py").write_text(
+        "def objective(trial):\n"
+        f"    trial.suggest_float({'x' + OSC!r}, 0, 1)\n"
+        f"    print({'log' + OSC!r})\n"
+        f"    raise ValueError({'boom' + OSC!r})\n")
+    result = run_cli(tmp_path, "run", "objective=custom", "objective.target=evil:objective",
+                     "study.n_trials=2", "study.fail_fast=0")
+    assert "boom" in result.stdout + result.stderr
+    for args in (["status"], ["status", "--trial", "0"], ["logs", "0"]):
+        shown = run_cli(tmp_path, *args)
+        assert shown.code == 0, shown.stderr
+        assert "pwned" in shown.stdout + shown.stderr, args
+        outputs = [result.stdout, result.stderr, shown.stdout, shown.stderr]
+        assert not any(c in out for c in CONTROLS for out in outputs), args

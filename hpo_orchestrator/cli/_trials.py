@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 from rich.markup import escape
 
+from hpo_orchestrator.cli._common import printable
 from hpo_orchestrator.errors import ConfigError, HpoError
 
 if TYPE_CHECKING:
@@ -189,7 +190,10 @@ def _print_from(path: Path, offset: int) -> int:
             data = handle.read()
     except OSError:
         return offset
-    sys.stdout.write(data.decode(errors="replace"))
+    # The trial's own output, as text: a progress bar's lone '\r' starts a line, every other
+    # control character is shown, not obeyed
+    text = data.decode(errors="replace").replace("\r\n", "\n").replace("\r", "\n")
+    sys.stdout.write(printable(text))
     sys.stdout.flush()
     return offset + len(data)
 
