@@ -149,7 +149,7 @@ def test_3_logs_rotate_over_their_cap(tmp_path: Path) -> None:
 
 
 def test_3_run_folder_beside_the_database(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    assert run_dir(f"sqlite:///{tmp_path}/x/a.db", "my study") == tmp_path / "x" / "hpo-runs" / "my_study"
+    assert run_dir(f"sqlite:///{tmp_path}/x/a.db", "my_study") == tmp_path / "x" / "hpo-runs" / "my_study"
     monkeypatch.chdir(tmp_path)
     assert run_dir("postgresql+psycopg://u@h/db", "s") == tmp_path / "hpo-runs" / "s"
     assert run_dir("sqlite:///a.db", "s", str(tmp_path / "logs")) == tmp_path / "logs" / "s"

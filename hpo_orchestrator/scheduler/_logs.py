@@ -60,10 +60,13 @@ def run_dir(storage_url: str, study: str, log_dir: str | None = None) -> Path:
 
 
 def _safe(name: str) -> str:
-    """A study name as one folder name (study names are free text, up to 512 characters;
-    a file name, 255 bytes: a long one keeps its start and a hash of the whole)."""
+    """A study name as one folder name. Study names are free text, up to 512 characters; a
+    file name, 255 bytes of a few safe characters. A name that is already safe is its own
+    folder; any other (``exp 1``, ``Σx``, a long one) keeps its safe start plus a hash of the
+    whole name, so names that differ only in what was replaced (``exp 1`` and ``exp_1``,
+    ``Σx`` and ``Δx``) never share a folder: not their logs, process records or artifacts."""
     safe = re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip(".") or "study"
-    if len(safe) <= _MAX_FOLDER_NAME:
+    if safe == name and len(safe) <= _MAX_FOLDER_NAME:
         return safe
     digest = hashlib.sha1(name.encode()).hexdigest()[:12]
     return f"{safe[:_MAX_FOLDER_NAME - len(digest) - 1]}-{digest}"
