@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import optuna
@@ -172,3 +173,45 @@ def test_11_an_objectives_escape_sequences_never_reach_the_terminal(tmp_path: Pa
         assert "pwned" in shown.stdout + shown.stderr, args
         outputs = [result.stdout, result.stderr, shown.stdout, shown.stderr]
         assert not any(c in out for c in CONTROLS for out in outputs), args
+
+
+# --- 9: a full artifact store keeps no partial file ----------------------------------------------
+
+
+class _Link:
+    def __init__(self, reply: tuple[str, Any]) -> None:
+        self.reply = reply
+
+    def call(self, _number: int, _frame: Any) -> tuple[str, Any]:
+        return self.reply
+
+
+@pytest.mark.parametrize("failure", [OSError, KeyboardInterrupt])
+def test_9_a_failed_save_artifact_leaves_no_partial_file(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, failure: type[BaseException]) -> None:
+    import errno
+
+    from optuna.artifacts import FileSystemArtifactStore
+
+    from hpo_orchestrator import runtime, save_artifact
+    from hpo_orchestrator.worker._proxy import TrialProxy
+
+    store, model = tmp_path / "store", tmp_path / "model.bin"
+    store.mkdir()
+    model.write_bytes(b"w" * 100_000)
+    real_write = FileSystemArtifactStore.write
+
+    def full(self: FileSystemArtifactStore, artifact_id: str, content_body: Any) -> None:
+        (store / artifact_id).write_bytes(content_body.read(4096))  # what fit before ENOSPC
+        raise OSError(errno.ENOSPC, "No space left on device") if failure is OSError else failure()
+
+    monkeypatch.setattr(FileSystemArtifactStore, "write", full)
+    link = _Link(("ok", None))
+    monkeypatch.setattr(runtime, "_connection", link)
+    monkeypatch.setattr(runtime, "_artifact_store", str(store))
+    with pytest.raises(failure, match="No space left" if failure is OSError else None):
+        save_artifact(TrialProxy(link, 0), model)  # type: ignore[arg-type]
+    assert list(store.iterdir()) == []
+    monkeypatch.setattr(FileSystemArtifactStore, "write", real_write)  # and a later save works
+    artifact_id = save_artifact(TrialProxy(link, 0), model)  # type: ignore[arg-type]
+    assert (store / artifact_id).read_bytes() == model.read_bytes()
