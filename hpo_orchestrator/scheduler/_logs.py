@@ -7,11 +7,11 @@ current folder for a server database, or ``scheduler.log_dir``; one ``trial-<N>.
 the logs nor the sqlite lock files kept there show in ``git status``.
 
 Size (scheduler.log_max_mib): a thread of its own, never the loop, looks at the running
-trials' logs four times a second; one over the cap keeps its last cap of bytes in
+trials' logs ten times a second; one over the cap keeps its last cap of bytes in
 ``trial-<N>.log.1`` and is truncated (the child writes with O_APPEND, so it goes on at the new
 end), and an ended trial's log is looked at once more. So a trial leaves at most twice the cap
 on disk whatever it printed, and no copy is ever larger than the cap. Between two looks a trial
-can write what the disk takes in a quarter second: a bound in practice, not a hard one. (A hard
+can write what the disk takes in a tenth of a second: a bound in practice, not a hard one. (A hard
 one needs the bytes to pass through a reader that can refuse them: a pipe to a process of ours
 per worker, with the per-trial switching of reused workers moved out of the child; a thread
 in the child would stall on the GIL of an objective printing from native code.) Bytes
@@ -114,7 +114,7 @@ class LogCap:
     loop only hands over which logs are running (``check``), so a stat per trial or the copy
     of a rotation never stalls it. ``close`` at the run's end gives every log a last look."""
 
-    CHECK_S = 0.25
+    CHECK_S = 0.1
 
     def __init__(self, max_mib: float) -> None:
         self.limit_bytes = int(max_mib * 2**20)
@@ -134,8 +134,10 @@ class LogCap:
             self._thread.start()
 
     def _watch(self) -> None:
-        while not self._stop.wait(self.CHECK_S):
+        while True:
             self._look()
+            if self._stop.wait(self.CHECK_S):
+                return
 
     def _look(self) -> None:
         with self._lock:
