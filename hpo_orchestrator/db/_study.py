@@ -33,7 +33,7 @@ _STUDY_ATTRS_SQL = ("SELECT key, value_json FROM study_user_attributes WHERE stu
                     "OR key LIKE 'hpo.packing.%' OR key = 'hpo.pruner.min_resource_auto')")
 _NOW_SQL = "SELECT CURRENT_TIMESTAMP"
 # The key of study_attrs()'s answer that lists the attrs of a shape we never write.
-UNREADABLE = "hpo.unreadable"
+UNREADABLE = "unreadable attrs"  # not an attr of ours: those all start with "hpo."
 _NOT_JSON = object()
 
 
