@@ -43,11 +43,13 @@ def test_the_loop_only_hands_over_paths(tmp_path: Path, monkeypatch: pytest.Monk
 @pytest.mark.slow
 def test_a_trial_printing_30_mib_under_a_1_mib_cap(tmp_path: Path) -> None:
     (tmp_path / "noisy.py").write_text(
-        "import sys\n"
+        "import sys, time\n"
         "def objective(trial):\n"
         "    line = 'x' * 1023 + '\\n'\n"
         "    for i in range(30 * 1024):\n"
         "        sys.stdout.write(line)\n"
+        "    sys.stdout.flush()\n"
+        "    time.sleep(0.5)  # a rotation's copy-then-truncate loses what is written meanwhile\n"
         "    sys.stdout.write('the end\\n')\n"
         "    return trial.suggest_float('x', 0, 1)\n")
     result = run_cli(tmp_path, "run", "objective=custom", "objective.target=noisy:objective",
