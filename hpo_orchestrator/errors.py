@@ -4,26 +4,34 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["ConfigError", "HpoError", "RuntimeFailure", "StorageError", "mask_passwords",
-           "url_passwords"]
+__all__ = ["SECRET_QUERY_KEYS", "ConfigError", "HpoError", "RuntimeFailure", "StorageError",
+           "mask_passwords", "url_passwords"]
 
 # scheme://user:PASSWORD@host: the password runs to the last '@' before a space, so one that
 # holds an unescaped '@' (or that SQLAlchemy cannot parse at all) is masked whole.
 _URL_PASSWORD = re.compile(r"([A-Za-z][\w+.-]*://[^\s:/@'\"]*:)[^\s]*@")
 _ARG_PASSWORD = re.compile(r"://[^:/@]*:(.+)@")
+# Query parameters that carry a secret (libpq's password, the client key's sslpassword, and the
+# passfile that names where the password lies): masked as a password in user:pw@ is.
+SECRET_QUERY_KEYS = ("password", "sslpassword", "passfile")
+_QUERY_SECRET = re.compile(r"([?&](?:" + "|".join(SECRET_QUERY_KEYS) + r")=)[^&#\s'\"]*",
+                           re.IGNORECASE)
 
 
 def url_passwords(args: list[str]) -> list[str]:
     """The passwords of the URLs in command-line arguments, each argument read as a whole (a
     password may hold spaces, quotes, ',' or '#': Hydra's parse errors quote them back)."""
-    return [m.group(1) for arg in args if (m := _ARG_PASSWORD.search(arg))]
+    found = [m.group(1) for arg in args if (m := _ARG_PASSWORD.search(arg))]
+    return found + [m.group(0).split("=", 1)[1] for arg in args for m in _QUERY_SECRET.finditer(arg)
+                    if m.group(0).split("=", 1)[1]]
 
 
 def mask_passwords(text: str, secrets: list[str] | tuple[str, ...] = ()) -> str:
-    """``text`` with every URL password, and each of ``secrets``, replaced by ***."""
+    """``text`` with every URL password (``user:pw@`` and the query's ``password=``,
+    ``sslpassword=``, ``passfile=``), and each of ``secrets``, replaced by ***."""
     for secret in sorted(secrets, key=len, reverse=True):
         text = text.replace(secret, "***")
-    return _URL_PASSWORD.sub(r"\1***@", text)
+    return _QUERY_SECRET.sub(r"\1***", _URL_PASSWORD.sub(r"\1***@", text))
 
 
 class HpoError(Exception):

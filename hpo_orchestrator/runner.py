@@ -26,12 +26,13 @@ from hpo_orchestrator.db import (
     best_trials,
     check_url,
     ensure_tables,
+    list_studies,
     open_rdb_storage,
     retrying_rdb_storage,
     setup_lock,
     sqlite_path,
 )
-from hpo_orchestrator.errors import ConfigError
+from hpo_orchestrator.errors import ConfigError, RuntimeFailure
 from hpo_orchestrator.gpu import GpuBackend, GpuInfo, open_backend
 from hpo_orchestrator.scheduler import (
     Budget,
@@ -137,6 +138,16 @@ def _best_so_far(storage: optuna.storages.RDBStorage, study_id: int, directions:
     return (None if best is None else (int(best["number"]), float(best["value"]))), ()
 
 
+def _study_exists(storage: optuna.storages.RDBStorage, name: str) -> bool:
+    """Whether the study is still in the storage (True when that cannot be read: then the
+    KeyError is not explained by a deletion)."""
+    try:
+        with storage.engine.connect() as connection:
+            return name in list_studies(connection)
+    except Exception:
+        return True
+
+
 def run_study(config: Config, *, backend: GpuBackend | None = None,
               progress: Callable[[PreparedRun], AbstractContextManager[Reporter]] | None = None,
               ) -> RunResult:
@@ -231,7 +242,15 @@ def _run(config: Config, backend: GpuBackend,
                 if config.telemetry.enabled else None
             orchestrator = Orchestrator(config, study, storage, budget, slots, threads, reporter,
                                         sampler, backend)
-            code = orchestrator.run()
+            try:
+                code = orchestrator.run()
+            except KeyError:  # Optuna's storage and ours: "no trial/study with id ..."
+                if _study_exists(storage, study.study_name):
+                    raise  # a bug of ours: "unexpected ... report it"
+                raise RuntimeFailure(
+                    f"study {study.study_name!r} was deleted from the storage during the run "
+                    "(optuna delete-study, or another program)",
+                    "its trials are gone with it; the same command starts it anew") from None
     halted = orchestrator.halted
     return RunResult(exit_code=code, study_name=study.study_name,
                      timed_out=orchestrator.timed_out and code == 0, enqueued=enqueued,

@@ -85,3 +85,33 @@ def test_a_run_after_optuna_deleted_the_last_study_counts_only_its_own_trials(cl
     status = json.loads(cli("status", "--study", "b", "--json").stdout)
     assert status["states"]["COMPLETE"]["count"] == 3
     assert sum(d["trials"] for d in status["per_device"]) == 3
+
+
+@pytest.mark.slow
+def test_a_study_deleted_during_its_run_is_said_so(tmp_path: Path) -> None:
+    """It ended "error: unexpected KeyError: 'no trial with id 4'" (issue 28 item 10)."""
+    import time
+
+    from tests.conftest import start_cli
+
+    (tmp_path / "slow.py").write_text(
+        "import time\n"
+        "def objective(trial):\n"
+        "    time.sleep(1.5)\n"
+        "    return trial.suggest_float('x', 0, 1)\n")
+    proc = start_cli(tmp_path, "run", "objective=custom", "objective.target=slow:objective",
+                     "study.n_trials=6", "scheduler.parallel=2")
+    db, deadline = tmp_path / "hpo.db", time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            with sqlite3.connect(db) as con:
+                if con.execute("SELECT COUNT(*) FROM trials WHERE state = 'RUNNING'").fetchone()[0]:
+                    break
+        except sqlite3.Error:
+            pass  # not created yet
+        time.sleep(0.1)
+    optuna.delete_study(study_name="hpo", storage=f"sqlite:///{db}")
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1, err
+    assert "error: study 'hpo' was deleted from the storage during the run" in err
+    assert "unexpected" not in err and "Traceback" not in err

@@ -65,7 +65,9 @@ def test_1_next_steps_are_typable(monkeypatch: pytest.MonkeyPatch, under_make: b
 def test_1_next_steps_never_print_a_password(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("MAKELEVEL", raising=False)
     line = _cli_trials.next_steps("postgresql+psycopg://me:s3cret@db/hpo", "sqlite:///hpo.db", None)
-    assert "s3cret" not in line and "--storage 'postgresql+psycopg://me:***@db/hpo'" in line
+    # paste-able: the URL without the password, which libpq reads from PGPASSWORD or ~/.pgpass
+    assert "s3cret" not in line and "--storage postgresql+psycopg://me@db/hpo " in line
+    assert "PGPASSWORD" in line
 
 
 def test_1_a_venv_path_is_suggested_as_typed(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -141,12 +143,13 @@ def test_3_logs_rotate_over_their_cap(tmp_path: Path) -> None:
         writer.write(b"new line\n")
         writer.flush()
     assert log.read_bytes() == b"new line\n"  # written at the new end, no hole of zeros
-    assert log.with_name("trial-0.log.1").read_bytes() == b"old line\n" * 20
+    # only the last cap of bytes is kept (issue 28: a 1.5 GB log was copied whole)
+    assert log.with_name("trial-0.log.1").read_bytes() == (b"old line\n" * 20)[-100:]
     assert read_tail(log.with_name("trial-0.log.1"), 2) == ["old line", "old line"]
 
 
 def test_3_run_folder_beside_the_database(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    assert run_dir(f"sqlite:///{tmp_path}/x/a.db", "my study") == tmp_path / "x" / "hpo-runs" / "my_study"
+    assert run_dir(f"sqlite:///{tmp_path}/x/a.db", "my_study") == tmp_path / "x" / "hpo-runs" / "my_study"
     monkeypatch.chdir(tmp_path)
     assert run_dir("postgresql+psycopg://u@h/db", "s") == tmp_path / "hpo-runs" / "s"
     assert run_dir("sqlite:///a.db", "s", str(tmp_path / "logs")) == tmp_path / "logs" / "s"

@@ -39,8 +39,10 @@ def test_run_and_status_on_postgres(cli, postgres_url: str) -> None:  # type: ig
     assert report["states"]["COMPLETE"]["mean_s"] > 0
 
 
-def test_password_never_stored_or_printed(cli, postgres_url: str) -> None:  # type: ignore[no-untyped-def]
-    url = sqlalchemy.engine.make_url(postgres_url).set(password="s3cret-pw")
+@pytest.mark.parametrize("in_query", [False, True], ids=["user-pw", "query"])
+def test_password_never_stored_or_printed(cli, postgres_url: str, in_query: bool) -> None:  # type: ignore[no-untyped-def]
+    url = sqlalchemy.engine.make_url(postgres_url)
+    url = url.update_query_dict({"password": "s3cret-pw"}) if in_query else url.set(password="s3cret-pw")
     rendered = url.render_as_string(hide_password=False)
     study = f"pg-{uuid.uuid4().hex[:8]}"
     result = cli("run", "objective=custom",

@@ -43,7 +43,8 @@ def study(tmp_path_factory: pytest.TempPathFactory) -> RunResult:
 
     The GPUs read 37 % and 53 % while a trial runs: SM readings no CPU % would match."""
     work = tmp_path_factory.mktemp("report")
-    result = run_cli(work, "run", "objective=custom", TARGET, "scheduler.parallel=2",
+    # parallel=auto on GPUs: stored as the text "auto" (status and report compared it with a number)
+    result = run_cli(work, "run", "objective=custom", TARGET, "scheduler.parallel=auto",
                      "study.n_trials=16", "pruner=median", "pruner.n_startup_trials=2",
                      "pruner.n_warmup_steps=1", "telemetry.interval_s=0.05", "sampler=random",
                      "sampler.seed=1", env={"HPO_ORCHESTRATOR_FAKE_GPUS": json.dumps(FAKE_GPUS)})

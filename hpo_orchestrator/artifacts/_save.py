@@ -49,14 +49,26 @@ def save_artifact(trial: Any, file_path: str | os.PathLike[str], *, mimetype: st
     meta = ArtifactMeta(artifact_id=str(uuid.uuid4()), filename=path.name,
                         mimetype=mimetype or guessed_type or "application/octet-stream",
                         encoding=encoding or guessed_encoding)
-    # The bytes first, then the meta: a listed artifact is always there to fetch.
+    # The bytes first, then the meta: a listed artifact is always there to fetch. A write that
+    # fails (a full store, Ctrl-C) leaves no partial file behind. (Once the orchestrator was
+    # asked to record it, the file stays: the meta may be in the database already.)
     try:
         with open(path, "rb") as source:
             open_store(folder).write(meta.artifact_id, source)
-    except OSError as exc:
-        raise OSError(exc.errno, f"save_artifact: cannot write {path.name!r} to the artifact "
-                                 f"store {folder} ({exc.strerror or exc})") from exc
+    except BaseException as exc:
+        _remove_partial(Path(folder) / meta.artifact_id)
+        if isinstance(exc, OSError):
+            raise OSError(exc.errno, f"save_artifact: cannot write {path.name!r} to the artifact "
+                                     f"store {folder} ({exc.strerror or exc})") from exc
+        raise
     status, payload = link.call(trial.number, ("call", ARTIFACT_CALL, (asdict(meta),), {}))
     if status == "err":
         raise payload
     return meta.artifact_id
+
+
+def _remove_partial(stored: Path) -> None:
+    try:
+        stored.unlink(missing_ok=True)
+    except OSError:
+        pass  # the store's own trouble: the error being raised says it

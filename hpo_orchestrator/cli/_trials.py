@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 from rich.markup import escape
 
+from hpo_orchestrator.cli._common import printable
 from hpo_orchestrator.errors import ConfigError, HpoError
 
 if TYPE_CHECKING:
@@ -83,18 +84,19 @@ def as_typed(text: str, storage: str, default_storage: str) -> str:
 
 
 def next_steps(storage: str, default_storage: str, failed: int | None) -> str:
-    """One line of what to run next, after a run (a password in the URL is masked: never
-    printed; the user types it back)."""
-    from hpo_orchestrator.db import mask_url
+    """One line of what to run next, after a run. A password in the URL is never printed: the
+    URL is shown without it, and the line says where it comes from instead (PGPASSWORD or
+    ~/.pgpass for PostgreSQL), so the commands still paste."""
+    from hpo_orchestrator.db import paste_url
 
-    storage_shown = mask_url(storage)
+    storage_shown, secret_note = paste_url(storage)
     if _under_make() and storage == default_storage:
         steps = ["make status", "make report"] + ([f"make logs TRIAL={failed}"] if failed is not None else [])
     else:
         where = "" if storage == default_storage else f" --storage {shlex.quote(storage_shown)}"
         steps = [f"{prog()} status{where}", f"{prog()} report{where} --out report.html"] + (
             [f"{prog()} logs {failed}{where}"] if failed is not None else [])
-    return "next: " + "  |  ".join(steps)
+    return "next: " + "  |  ".join(steps) + (f"  ({secret_note})" if secret_note else "")
 
 
 def resolve_study(engine: Engine | sqlite3.Connection, study: str | None,
@@ -188,7 +190,10 @@ def _print_from(path: Path, offset: int) -> int:
             data = handle.read()
     except OSError:
         return offset
-    sys.stdout.write(data.decode(errors="replace"))
+    # The trial's own output, as text: a progress bar's lone '\r' starts a line, every other
+    # control character is shown, not obeyed
+    text = data.decode(errors="replace").replace("\r\n", "\n").replace("\r", "\n")
+    sys.stdout.write(printable(text))
     sys.stdout.flush()
     return offset + len(data)
 

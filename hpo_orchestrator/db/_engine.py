@@ -17,13 +17,13 @@ from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError, SQLAlchemyError
 
 from hpo_orchestrator.db._version import check_schema
-from hpo_orchestrator.errors import StorageError, mask_passwords
+from hpo_orchestrator.errors import SECRET_QUERY_KEYS, StorageError, mask_passwords
 
 if TYPE_CHECKING:  # status and telemetry read with SQLAlchemy only: keep optuna's import off them
     import optuna
 
 __all__ = ["ADVISORY_NAMESPACE", "check_url", "create_engine", "file_lock", "lock_file", "mask_url",
-           "mask_url_in", "open_rdb_storage", "setup_lock", "sqlite_path"]
+           "mask_url_in", "open_rdb_storage", "paste_url", "setup_lock", "sqlite_path"]
 
 # Keeps our PostgreSQL advisory lock keys apart from other applications' ("hp").
 ADVISORY_NAMESPACE = 0x6870
@@ -35,7 +35,9 @@ _ADVISORY_UNLOCK_SQL = "SELECT pg_advisory_unlock(:ns, 0)"
 
 
 def mask_url(url: str) -> str:
-    """The URL with any password replaced by ***, for every message a user may see."""
+    """The URL with any password (``user:pw@``, and the query's ``password``, ``sslpassword``,
+    ``passfile``) replaced by ***: the one helper for every message a user may see and for the
+    study attr hpo.config."""
     try:
         # SQLAlchemy ends the password at the first '@': an unescaped one leaves the rest
         return mask_passwords(make_url(url).render_as_string(hide_password=True))
@@ -250,12 +252,42 @@ def open_rdb_storage(url: str, heartbeat_interval_s: int | None = None,
 
 
 def mask_url_in(text: str, url: str) -> str:
-    """``text`` with the URL's password, if any, replaced by ***."""
+    """``text`` with the URL's password and secret query values, if any, replaced by ***
+    (a driver's message may quote them decoded, outside any URL)."""
     try:
-        password = make_url(url).password
+        parsed = make_url(url)
     except (ArgumentError, ValueError):
-        return text
-    return mask_passwords(text.replace(str(password), "***") if password else text)
+        return mask_passwords(text)
+    return mask_passwords(text, _secrets_of(parsed))
+
+
+def paste_url(url: str) -> tuple[str, str | None]:
+    """``url`` without its secrets, for a command the user pastes, and what supplies them
+    instead (None when the URL has none). PostgreSQL's libpq drivers read a password left out
+    of the URL from PGPASSWORD or ~/.pgpass (PGPASSFILE names another file), so the pasted
+    command connects; other backends take it typed back in place of ***."""
+    try:
+        parsed = make_url(url)
+    except (ArgumentError, ValueError):
+        return mask_url(url), None
+    if not _secrets_of(parsed):
+        return url, None
+    # an unescaped '@' in the password: SQLAlchemy took the rest of it for the host
+    if parsed.get_backend_name() != "postgresql" or "@" in (parsed.host or ""):
+        return mask_url(url), "type the password back in place of ***"
+    keys = [key for key in parsed.query if key.lower() in SECRET_QUERY_KEYS]
+    bare = parsed._replace(password=None).difference_update_query(keys)  # set() skips None
+    return (bare.render_as_string(hide_password=False),
+            "the password is not shown: export PGPASSWORD=... (or put it in ~/.pgpass; "
+            "PGPASSFILE=path for passfile) before these commands")
+
+
+def _secrets_of(parsed: sqlalchemy.engine.URL) -> list[str]:
+    found = [str(parsed.password)] if parsed.password else []
+    for key, value in parsed.query.items():
+        if key.lower() in SECRET_QUERY_KEYS:
+            found += [v for v in ([value] if isinstance(value, str) else value) if v]
+    return found
 
 
 def lock_file(path: Path) -> Path:

@@ -9,19 +9,22 @@ text() timestamps back as strings).
 from __future__ import annotations
 
 import json
+import sqlite3
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from hpo_orchestrator.db._attr_shapes import well_formed
 from hpo_orchestrator.db._sql import fetch_one, rows, scalar
-from hpo_orchestrator.errors import ConfigError, StorageError
+from hpo_orchestrator.errors import ConfigError, HpoError, StorageError
 
 if TYPE_CHECKING:
     from hpo_orchestrator.db._sql import Readable
 
-__all__ = ["database_now", "list_studies", "read_errors", "state_name", "study_attrs", "study_config",
-           "study_id_of", "to_datetime"]
+__all__ = ["UNREADABLE", "database_now", "list_studies", "read_errors", "state_name", "study_attrs",
+           "study_config", "study_id_of", "to_datetime"]
 
 _STUDIES_SQL = "SELECT study_name FROM studies ORDER BY study_id"
 _STUDY_ID_SQL = "SELECT study_id FROM studies WHERE study_name = :n"
@@ -30,20 +33,36 @@ _STUDY_ATTRS_SQL = ("SELECT key, value_json FROM study_user_attributes WHERE stu
                     "OR key LIKE 'hpo.packing.%' OR key LIKE 'hpo.device_choice.%' "
                     "OR key = 'hpo.pruner.min_resource_auto')")
 _NOW_SQL = "SELECT CURRENT_TIMESTAMP"
+# The key of study_attrs()'s answer that lists the attrs of a shape we never write.
+UNREADABLE = "unreadable attrs"  # not an attr of ours: those all start with "hpo."
+_NOT_JSON = object()
 
 
 @contextmanager
 def read_errors() -> Iterator[None]:
     """Database errors while reading become one StorageError (the storage, not the user's
-    input); the user's own errors (a wrong study name) pass through."""
+    input); the user's own errors (a wrong study name) pass through, and so does anything else:
+    a bug in our code is not a storage problem, and the CLI says "unexpected ... report it"
+    with its traceback under --debug."""
     try:
         yield
     except ConfigError:
         raise
-    except Exception as exc:  # sqlalchemy / driver errors
+    except Exception as exc:
+        if not isinstance(exc, HpoError) and not _is_storage_error(exc):
+            raise
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise StorageError(f"cannot read the storage: {first}",
-                           "is it an Optuna database? (optuna trials --storage URL ...)") from None
+                           "is it an Optuna database? (optuna trials --storage URL ...)") from exc
+
+
+def _is_storage_error(exc: BaseException) -> bool:
+    """SQLAlchemy's errors (drivers' are wrapped in them) and plain sqlite3's (status --json
+    reads with sqlite3 alone: SQLAlchemy is looked up only if it was imported)."""
+    if isinstance(exc, sqlite3.Error):
+        return True
+    sa_exc = sys.modules.get("sqlalchemy.exc")
+    return sa_exc is not None and isinstance(exc, sa_exc.SQLAlchemyError)
 
 
 def to_datetime(value: Any) -> datetime | None:
@@ -82,8 +101,21 @@ def study_id_of(connection: Readable, study: str | None) -> tuple[int, str]:
 
 def study_attrs(connection: Readable, study_id: int) -> dict[str, Any]:
     """Our study attrs: hpo.config, hpo.devices.<host>, hpo.packing.<host>,
-    hpo.device_choice.<host> and hpo.pruner.min_resource_auto, decoded."""
-    return {key: json.loads(value) for key, value in rows(connection, _STUDY_ATTRS_SQL, {"s": study_id})}
+    hpo.device_choice.<host> and hpo.pruner.min_resource_auto, decoded. One of a shape we
+    never write (written by someone else: not JSON, a string for a dict, ...) is left out and
+    named under ``UNREADABLE``."""
+    attrs: dict[str, Any] = {}
+    unreadable = []
+    for key, text in rows(connection, _STUDY_ATTRS_SQL, {"s": study_id}):
+        try:
+            value = json.loads(text)
+        except (TypeError, ValueError):
+            value = _NOT_JSON
+        if value is _NOT_JSON or not well_formed(key, value):
+            unreadable.append(key)
+        else:
+            attrs[key] = value
+    return {**attrs, UNREADABLE: sorted(unreadable)} if unreadable else attrs
 
 
 def study_config(connection: Readable, study_id: int) -> dict[str, Any]:

@@ -183,6 +183,7 @@ class Orchestrator:
             raise
         finally:
             self._stop_all(storage_failed=failure is not None or local_failure)
+            self.log_cap.close()  # the last trials' logs held to the cap too
             if self.packer is not None and failure is None:
                 self.packer.close()
             self.workers.trees.sweep_all()

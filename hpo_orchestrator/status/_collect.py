@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from hpo_orchestrator import db
 from hpo_orchestrator.db import TrialRow
+from hpo_orchestrator.db._study import UNREADABLE
 from hpo_orchestrator.status._common import (
     device_choices_of,
     device_label,
@@ -31,7 +32,7 @@ from hpo_orchestrator.status._common import (
 )
 from hpo_orchestrator.status._findings import find_all
 from hpo_orchestrator.status._kept import collect_kept
-from hpo_orchestrator.status._model import DeviceUse, StateStats, StatusReport, StudyFacts
+from hpo_orchestrator.status._model import DeviceUse, Finding, StateStats, StatusReport, StudyFacts
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
@@ -94,13 +95,14 @@ def _collect(connection: Connection, study: str | None, kept: bool = False,
     directions = db.study_directions(connection, study_id) or ["minimize"]
     direction = directions[0]
     study_attrs = db.study_attrs(connection, study_id)
+    unreadable = study_attrs.pop(UNREADABLE, [])
     config = study_attrs.get("hpo.config") or {}
     db_now = db.database_now(connection)
     now = time.time()
     if kept:
         report = collect_kept(connection, study_id, name, directions, study_attrs, db_now, now)
         if report is not None:
-            return report, []
+            return _note_unreadable(report, unreadable), []
     if only_kept:
         raise _NotKept
     has_summary = db.has_summary_table(connection)
@@ -179,7 +181,18 @@ def _collect(connection: Connection, study: str | None, kept: bool = False,
         config=config, rows=rows, unverified=sorted(unverified), mismatches=sorted(mismatches),
         max_complete_step=None if max_complete_step is None else int(max_complete_step),
         failures=failures))
-    return report, rows
+    return _note_unreadable(report, unreadable), rows
+
+
+def _note_unreadable(report: StatusReport, keys: list[str]) -> StatusReport:
+    """Study attrs of a shape we never write (db/_attr_shapes.py) were left out: say which."""
+    if keys:
+        report.findings.append(Finding(
+            "unreadable_attr", "warning",
+            f"study attrs of a shape this package never writes were left out: {', '.join(keys)}",
+            "something else wrote them (optuna study set-user-attr, another program on a shared "
+            "database); the rest of the study reads as usual", {"attrs": keys}))
+    return report
 
 
 

@@ -57,7 +57,8 @@ def _idle_gpus(report: StatusReport, config: dict[str, Any]) -> list[Finding]:
         if busy is None or busy >= IDLE_BUSY_BELOW:
             continue
         on_host = len([g for g in gpus if g.host == use.host])  # parallel is per orchestrator
-        if isinstance(parallel, int) and parallel < on_host:  # null and auto use every GPU
+        # parallel may be null or "auto" (every GPU): only a fixed number can be too few
+        if isinstance(parallel, int) and not isinstance(parallel, bool) and parallel < on_host:
             advice = (f"scheduler.parallel={parallel} runs fewer trials than this host has GPUs "
                       f"({on_host}): set scheduler.parallel={on_host} or more")
         else:

@@ -118,11 +118,15 @@ def check_value(value: Any) -> float | tuple[float, ...]:
 
 
 def _number(value: Any, which: str) -> float:
+    """As plain Optuna's ``study.optimize``: anything ``float()`` reads, Python's ``True`` and
+    numpy's ``np.True_`` alike (1.0); NaN fails the trial (Optuna's too). Unlike Optuna, +-inf
+    fails it as well: status --json, the tally's means and the report's charts keep finite
+    numbers (README, Reliability)."""
     what = f"objective returned {which + ' ' if which else ''}"
     if value is None:
         raise ValueError(f"{what}None; it must return a number")
     numeric = isinstance(value, (int, float)) or hasattr(value, "__float__")  # numpy, torch
-    if isinstance(value, bool) or not numeric:
+    if isinstance(value, str) or not numeric:
         raise ValueError(f"{what}{type(value).__name__}; it must return a number")
     number = float(value)
     if not math.isfinite(number):

@@ -1,0 +1,67 @@
+"""The shapes of our study attrs (``hpo.config``, ``hpo.devices.<host>``, ``hpo.packing.<host>``,
+``hpo.device_choice.<host>``, ``hpo.pruner.min_resource_auto``) as status and report read them.
+
+Anyone who can write the database can write these attrs (``optuna study set-user-attr``, another
+host, a shared .db file): one of a shape we never write is set aside as unreadable, and status
+and report name it, instead of failing on it halfway through a page.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["well_formed"]
+
+_SECTIONS = ("study", "scheduler", "objective", "pruner", "sampler", "storage", "telemetry")
+_CHANGE_KEYS = ("time", "gpu", "from", "to", "reason")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _dicts(value: Any, keys: tuple[str, ...] = (), ints: tuple[str, ...] = ()) -> bool:
+    """A list of dicts, each with ``keys``, and the ``ints`` among them whole numbers."""
+    return isinstance(value, list) and all(
+        isinstance(item, dict) and all(k in item for k in keys)
+        and all(_is_int(item[k]) for k in ints) for item in value)
+
+
+def _config(value: Any) -> bool:
+    return isinstance(value, dict) and all(
+        isinstance(value[s], dict) for s in _SECTIONS if value.get(s) is not None)
+
+
+def _devices(value: Any) -> bool:
+    return value is None or _dicts(value, ("index",), ("index",))
+
+
+def _packing(value: Any) -> bool:
+    return (isinstance(value, dict)
+            and isinstance(value.get("mps") or {}, dict)
+            and _dicts(value.get("levels") or [], ("gpu", "limit"), ("gpu",))
+            and _dicts(value.get("changes") or [], _CHANGE_KEYS, ("gpu",)))
+
+
+def _min_resource_auto(value: Any) -> bool:
+    return (isinstance(value, dict)
+            and all(value.get(k) is None or _is_int(value[k]) for k in ("min_resource", "at_trial"))
+            and isinstance(value.get("reason", ""), str))
+
+
+def _device_choice(value: Any) -> bool:
+    return isinstance(value, dict) and all(isinstance(value.get(k), str) for k in ("learner", "reason"))
+
+
+_SHAPES: list[tuple[str, Callable[[Any], bool]]] = [
+    ("hpo.config", _config), ("hpo.devices.", _devices), ("hpo.packing.", _packing),
+    ("hpo.device_choice.", _device_choice), ("hpo.pruner.min_resource_auto", _min_resource_auto)]
+
+
+def well_formed(key: str, value: Any) -> bool:
+    """Whether ``value`` has the shape we write under ``key`` (a key of no known shape: yes)."""
+    for prefix, check in _SHAPES:
+        if key == prefix or (prefix.endswith(".") and key.startswith(prefix)):
+            return check(value)
+    return True
