@@ -260,6 +260,36 @@ def test_3_logs_follow_prints_until_the_trial_ends(tmp_path: Path,
     assert out == "first line\nsecond line\n" and "trial 0 ended: COMPLETE" in err
 
 
+def test_3_logs_of_a_trial_that_printed_nothing_says_so_with_its_outcome(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """issue 30: `make logs TRIAL=3` for the default study's silent trials printed nothing."""
+    url = f"sqlite:///{tmp_path / 'hpo.db'}"
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    study = optuna.create_study(storage=url, study_name="s")
+    for number, tell in enumerate([0.25, None, "fail"]):
+        trial = study.ask()
+        log = tmp_path / f"trial-{number}.log"
+        log.write_text("")
+        trial.set_user_attr("hpo.log_path", str(log))
+        if tell == "fail":
+            trial.set_user_attr("hpo.fail_reason", "oom")
+            trial.set_user_attr("hpo.error", "MemoryError: out of memory")
+            study.tell(trial, state=optuna.trial.TrialState.FAIL)
+        elif tell is not None:
+            study.tell(trial, tell)
+    said = []
+    for number in range(3):
+        assert main(["logs", str(number), "--storage", url]) == 0
+        out, err = capsys.readouterr()
+        assert out == ""
+        said.append(err)
+    assert f"trial 0 of study 's' printed nothing (its log {tmp_path / 'trial-0.log'} is empty); " \
+        "it ended COMPLETE, value 0.25" in said[0]
+    assert "trial 1 of study 's' printed nothing" in said[1] and "still RUNNING" in said[1] \
+        and "logs 1 --follow" in said[1]
+    assert "it ended FAIL: oom: MemoryError: out of memory" in said[2]
+
+
 # --- 2: the current folder is importable ----------------------------------------------------
 
 
