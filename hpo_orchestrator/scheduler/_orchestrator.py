@@ -412,7 +412,8 @@ class Orchestrator:
         self.reporter.finished(FinishedTrial(
             number=rt.number, slot=rt.slot.label, state=verdict.state, value=verdict.value,
             duration_s=time.monotonic() - rt.spawned_at, fail_reason=verdict.fail_reason,
-            error=verdict.error, log_path=str(rt.log_path) if rt.log_path else None))
+            error=verdict.error, log_path=str(rt.log_path) if rt.log_path else None,
+            retried=retry is not None and not rt.reaped))
         # A trial the study's time limit stopped (study.timeout_grace_s) is not the
         # objective's failure: the failure policy does not count it.
         failed = verdict.state == TrialState.FAIL and rt.stop_reason != "study_timeout"
