@@ -125,3 +125,15 @@ def test_what_needs_the_storage_raises_one_error_naming_the_limitation(
     with pytest.raises(AttributeError, match="no attribute 'sugest_float'") as typo:
         trial.sugest_float  # noqa: B018
     assert not isinstance(typo.value, NotInTrialProcess)  # a typo reads as one
+
+
+def test_the_stand_in_leaves_optuna_unimported_until_a_trial_is_built() -> None:
+    """``import hpo_orchestrator`` (phase, slot_info in the objective's own scripts) stays
+    light: the stand-in imports Optuna when a trial object is built."""
+    import subprocess
+    import sys
+
+    code = ("import sys, hpo_orchestrator, hpo_orchestrator.worker; "
+            "print('optuna' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False"

@@ -6,19 +6,15 @@ import datetime
 import json
 import warnings
 from collections.abc import Callable, Sequence
-from typing import Any
-
-import optuna
-from optuna.distributions import (
-    BaseDistribution,
-    CategoricalDistribution,
-    FloatDistribution,
-    IntDistribution,
-)
+from functools import cache
+from typing import TYPE_CHECKING, Any
 
 from hpo_orchestrator.worker._link import Link
 from hpo_orchestrator.worker._protocol import OBJECTIVE_ATTRS
 from hpo_orchestrator.worker._study_view import StudyView, not_available
+
+if TYPE_CHECKING:
+    from optuna.distributions import BaseDistribution
 
 __all__ = ["TrialProxy"]
 
@@ -82,6 +78,8 @@ class TrialProxy:
 
     def suggest_float(self, name: str, low: float, high: float, *, step: float | None = None,
                       log: bool = False) -> float:
+        from optuna.distributions import FloatDistribution
+
         args = (float(low), float(high), None if step is None else float(step), bool(log))
         with warnings.catch_warnings():  # the orchestrator's trial warned already
             warnings.simplefilter("ignore")
@@ -92,6 +90,8 @@ class TrialProxy:
 
     def suggest_int(self, name: str, low: int, high: int, *, step: int = 1,
                     log: bool = False) -> int:
+        from optuna.distributions import IntDistribution
+
         args = (int(low), int(high), int(step), bool(log))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -101,6 +101,8 @@ class TrialProxy:
                 args[0], args[1], step=args[2], log=args[3]))
 
     def suggest_categorical(self, name: str, choices: Sequence[Any]) -> Any:
+        from optuna.distributions import CategoricalDistribution
+
         plain = [_plain(c) for c in choices]
         return self._suggest("suggest_categorical", name,
                              lambda: CategoricalDistribution(plain), plain)
@@ -135,7 +137,7 @@ class TrialProxy:
     def __getattr__(self, name: str) -> Any:
         """Only for names not found: a member of Optuna's Trial that needs the storage
         (``storage``, ``set_constraint``...) says why it is missing; a typo stays a typo."""
-        if name in _TRIAL_MEMBERS:
+        if name in _trial_members():
             raise not_available("trial", name)
         raise AttributeError(f"'TrialProxy' object has no attribute {name!r}")
 
@@ -143,9 +145,15 @@ class TrialProxy:
         return f"TrialProxy(number={self.number})"
 
 
-_TRIAL_MEMBERS = frozenset(n for n in dir(optuna.Trial) if not n.startswith("__")) | {
-    "storage", "_trial_id", "_study_id", "_cached_frozen_trial", "system_attrs",
-    "set_system_attr"}
+@cache
+def _trial_members() -> frozenset[str]:
+    """Members of Optuna's Trial that need the storage (imported here, not with the module:
+    see worker/_study_view.py)."""
+    import optuna
+
+    return frozenset(n for n in dir(optuna.Trial) if not n.startswith("__")) | {
+        "storage", "_trial_id", "_study_id", "_cached_frozen_trial", "system_attrs",
+        "set_system_attr"}
 
 
 def _plain(choice: Any) -> Any:

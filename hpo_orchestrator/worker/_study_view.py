@@ -13,10 +13,14 @@ raise :class:`NotInTrialProcess`, which names the limitation instead of a bare A
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from functools import cache
+from typing import TYPE_CHECKING, Any
 
-import optuna
-from optuna.study import StudyDirection
+if TYPE_CHECKING:
+    from optuna.study import StudyDirection
+
+# Optuna is imported when a trial object is built, not with this module: ``import
+# hpo_orchestrator`` (phase, slot_info) stays light for the objective's own scripts.
 
 __all__ = ["NotInTrialProcess", "StudyView", "not_available"]
 
@@ -42,10 +46,14 @@ def not_available(owner: str, name: str) -> NotInTrialProcess:
         f"set_user_attr and {', '.join(reads)} (README, 'Your own objective').")
 
 
-# Members of Optuna's Study that exist but cannot work here (a name outside it is a plain
-# AttributeError: a typo should read as one).
-_STUDY_MEMBERS = frozenset(n for n in dir(optuna.study.Study) if not n.startswith("__")) | {
-    "_storage", "_study_id", "sampler", "pruner"}
+@cache
+def _study_members() -> frozenset[str]:
+    """Members of Optuna's Study that exist but cannot work here (a name outside it is a
+    plain AttributeError: a typo should read as one)."""
+    import optuna
+
+    return frozenset(n for n in dir(optuna.study.Study) if not n.startswith("__")) | {
+        "_storage", "_study_id", "sampler", "pruner"}
 
 
 class StudyView:
@@ -54,6 +62,8 @@ class StudyView:
 
     def __init__(self, study_name: str, directions: tuple[str, ...],
                  read: Callable[[str], Any]) -> None:
+        from optuna.study import StudyDirection
+
         self._name = study_name
         self._directions = [StudyDirection[d.upper()] for d in directions]
         self._read = read
@@ -86,7 +96,7 @@ class StudyView:
         return len(self._directions) > 1
 
     def __getattr__(self, name: str) -> Any:
-        if name in _STUDY_MEMBERS:
+        if name in _study_members():
             raise not_available("trial.study", name)
         raise AttributeError(f"'StudyView' object has no attribute {name!r}")
 
