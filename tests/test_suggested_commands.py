@@ -5,6 +5,7 @@ line, configuration mistakes that name the fix, a syntax error in the objective'
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import subprocess
 import sys
@@ -149,8 +150,10 @@ def test_a_module_that_is_not_there_still_gets_the_folder_hint() -> None:
 
 def test_make_f_from_another_folder_uses_the_checkouts_venv_or_says_make_c(tmp_path: Path) -> None:
     makefile = str(REPO / "Makefile")
+    # as typed in a shell: not a sub-make of `make test-fast` (which prints its directories)
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKELEVEL", "MAKEFLAGS", "MFLAGS")}
     dry = subprocess.run(["make", "-n", "-f", makefile, "hpo", "PAR=2"], cwd=tmp_path,
-                         capture_output=True, text=True, timeout=60)
+                         capture_output=True, text=True, timeout=60, env=env)
     assert dry.returncode == 0, dry.stderr
     last = dry.stdout.strip().splitlines()[-1].strip()  # run here, with the checkout's venv
     assert last.startswith("/") and last.endswith(
@@ -159,11 +162,11 @@ def test_make_f_from_another_folder_uses_the_checkouts_venv_or_says_make_c(tmp_p
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     optuna.create_study(storage=url, study_name="here").optimize(lambda t: 1.0, n_trials=1)
     status = subprocess.run(["make", "-s", "-f", makefile, "status"], cwd=tmp_path,
-                            capture_output=True, text=True, timeout=120)
+                            capture_output=True, text=True, timeout=120, env=env)
     assert status.returncode == 0, status.stderr
     assert "here" in status.stdout  # the study in this folder's hpo.db
     for target in ("test", "lint"):
         refused = subprocess.run(["make", "-f", makefile, target], cwd=tmp_path,
-                                 capture_output=True, text=True, timeout=60)
+                                 capture_output=True, text=True, timeout=60, env=env)
         assert refused.returncode == 2
         assert "use 'make -C /" in refused.stderr and f"{REPO.name} {target}'" in refused.stderr
