@@ -2,7 +2,18 @@
 # `make logs TRIAL=N`, `make test` (`make test-long` for the longest tests), `make lint`. (Or `. .venv/bin/activate` once, then the
 # hpo-orchestrator command itself.)
 PYTHON ?= python3
-VENV ?= .venv
+# From another folder (`make -f path/to/Makefile hpo`, e.g. where your objective's package
+# is): the checkout's venv and package, and the study's files (hpo.db, hpo-runs/) in the
+# current folder. The checkout's own targets (tests, lint, benchmarks) say to use make -C.
+ROOT := $(patsubst %/,%,$(dir $(abspath $(lastword $(MAKEFILE_LIST)))))
+HERE := $(if $(filter $(ROOT),$(CURDIR)),,$(ROOT)/)
+CHECKOUT_ONLY := test test-long test-fast test-gpu lint mutation bench bench-gpu bench-packing bench-quality clean
+ifneq ($(HERE),)
+ifneq ($(filter $(CHECKOUT_ONLY),$(MAKECMDGOALS)),)
+$(error '$(filter $(CHECKOUT_ONLY),$(MAKECMDGOALS))' runs in the checkout: use 'make -C $(ROOT) $(MAKECMDGOALS)')
+endif
+endif
+VENV ?= $(HERE).venv
 # Trials at once; empty: every GPU the run is given, once each (one per core without GPUs).
 PAR ?=
 ARGS ?=
@@ -20,14 +31,14 @@ STAMP := $(VENV)/.installed
 
 .PHONY: hpo status report logs install test test-long test-fast test-gpu lint mutation bench bench-gpu bench-packing bench-quality clean
 
-$(STAMP): pyproject.toml
+$(STAMP): $(HERE)pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV_FLAGS) $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -c "import torch" 2>/dev/null \
 	  || $(BIN)/python -m pip install -q --retries 0 --timeout 15 --index-url "$(TORCH_INDEX)" "$(TORCH_SPEC)" \
 	  || { echo "PyTorch's CPU index unreachable: installing $(TORCH_SPEC) from the configured indexes"; \
 	       $(BIN)/python -m pip install -q "$(TORCH_SPEC)"; }
-	$(BIN)/python -m pip install -q -e ".[dev]"
+	$(BIN)/python -m pip install -q -e "$(if $(HERE),$(ROOT),.)[dev]"
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -27,7 +27,8 @@ from hpo_orchestrator.scheduler import FinishedTrial, RunningTrial, read_tail
 __all__ = ["LiveReporter"]
 
 _STATE_STYLE = {TrialState.COMPLETE: "green", TrialState.PRUNED: "yellow", TrialState.FAIL: "red"}
-# The bar counts every finished trial as "done", then says how each ended.
+# The bar counts the study's trials that count against n_trials (earlier runs included); the
+# text after it says how this run's ended, a re-run attempt (interrupted, retried) apart.
 _STATE_LABEL = {TrialState.COMPLETE: "complete", TrialState.PRUNED: "pruned", TrialState.FAIL: "failed"}
 _LOG_LINES = 6  # log lines shown under a failed trial
 
@@ -47,11 +48,14 @@ class LiveReporter:
         self.front = [ScoredTrial(n, n, v) for n, v in front]
         self.show_logs = show_logs
         self.counts = {TrialState.COMPLETE: 0, TrialState.PRUNED: 0, TrialState.FAIL: 0}
+        self.rerun = 0  # this run's attempts whose params run again: not counted
+        self.n_trials = n_trials
+        self.completed = min(already_done, n_trials)  # the bar: never past the budget
         self.progress = Progress(TextColumn("[bold]trials"), BarColumn(), MofNCompleteColumn(),
-                                 TextColumn("done: {task.description}"), TimeElapsedColumn(),
+                                 TextColumn("this run: {task.description}"), TimeElapsedColumn(),
                                  TextColumn("eta"), TimeRemainingColumn(), console=console)
         self.task = self.progress.add_task(self._description(), total=n_trials,
-                                           completed=already_done)
+                                           completed=self.completed)
         self.running: list[RunningTrial] = []
         self.live = Live(self._render(), console=console, refresh_per_second=4,
                          transient=True)
@@ -69,6 +73,8 @@ class LiveReporter:
     def _description(self) -> str:
         counts = ", ".join(f"[{_STATE_STYLE[s]}]{_STATE_LABEL[s]} {n}[/]"
                           for s, n in self.counts.items())
+        if self.rerun:
+            counts += f", re-run {self.rerun}"
         if len(self.directions) > 1:
             return counts + f"  Pareto front {len(self.front)} trial(s)"
         best = f"  best {self.best[1]:.6g} (#{self.best[0]})" if self.best else ""
@@ -89,7 +95,10 @@ class LiveReporter:
         self.running.append(rt)
 
     def finished(self, done: FinishedTrial) -> None:
-        self.counts[done.state] = self.counts.get(done.state, 0) + 1
+        if done.retried:
+            self.rerun += 1
+        else:
+            self.counts[done.state] = self.counts.get(done.state, 0) + 1
         value = done.value
         if done.state == TrialState.COMPLETE and value is not None:
             if isinstance(value, tuple):
@@ -110,7 +119,9 @@ class LiveReporter:
             for line in read_tail(Path(done.log_path), _LOG_LINES):
                 self.console.print(f"  [dim]| {escape(line)}[/]", highlight=False)
             self.console.print(f"  [dim]log: {escape(done.log_path)}[/]", highlight=False)
-        self.progress.update(self.task, advance=1, description=self._description())
+        if not done.retried and self.completed < self.n_trials:
+            self.completed += 1
+        self.progress.update(self.task, completed=self.completed, description=self._description())
 
     def _better(self, number: int, value: float) -> None:
         if self.best is None or (value < self.best[1] if self.direction == "minimize"

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import sys
+import traceback
 import warnings
 from collections.abc import Callable
 from contextlib import AbstractContextManager
@@ -108,15 +109,46 @@ def check_objective(config: Config) -> None:
     if not isinstance(objective, CustomObjectiveConfig):
         return
     _current_folder_importable()
-    try:
-        import_target(objective.target)
-        if objective.setup:
-            import_target(objective.setup)
-    except Exception as exc:
-        raise ConfigError(f"objective.target: cannot import {objective.target!r} "
-                          f"({type(exc).__name__}: {exc})",
-                          f"is the module under the current folder ({os.getcwd()}) or on "
-                          f"PYTHONPATH, and the name right?") from None
+    for key, target in (("objective.target", objective.target), ("objective.setup", objective.setup)):
+        if not target:
+            continue
+        try:
+            import_target(target)
+        except Exception as exc:
+            raise _import_error(key, target, exc) from None
+
+
+def _import_error(key: str, target: str, exc: Exception) -> ConfigError:
+    """Why ``target`` does not import, with the fix that matches: a syntax error names its
+    file and line, an error raised by the module's own code the line that raised it; only a
+    module that is not found gets the hint about the current folder and PYTHONPATH."""
+    module, _, attribute = target.partition(":")
+    what = f"{key}: cannot import {target!r}"
+    if isinstance(exc, SyntaxError):  # IndentationError too
+        where = f"{exc.filename}:{exc.lineno}"
+        line = f": {exc.text.strip()}" if exc.text and exc.text.strip() else ""
+        return ConfigError(f"{what}: {type(exc).__name__} in {where}: {exc.msg}",
+                           f"fix the syntax at {where}{line}")
+    if isinstance(exc, ModuleNotFoundError) and exc.name and \
+            (module == exc.name or module.startswith(exc.name + ".")):
+        return ConfigError(f"{what} ({type(exc).__name__}: {exc})",
+                           f"is the module under the current folder ({os.getcwd()}) or on "
+                           "PYTHONPATH, and its name right?")
+    if isinstance(exc, AttributeError) and attribute and f"'{attribute}'" in str(exc) \
+            and module in sys.modules:
+        return ConfigError(f"{what}: module {module!r} has no {attribute!r}",
+                           f"the name after ':' is a function of {module} "
+                           f"({sys.modules[module].__file__})")
+    frames = traceback.extract_tb(exc.__traceback__)
+    place = next((f"{f.filename}:{f.lineno}" for f in reversed(frames)
+                  if "importlib" not in f.filename), None)
+    if isinstance(exc, ModuleNotFoundError):
+        return ConfigError(f"{what}: it imports {exc.name!r}, which is not installed"
+                           + (f" ({place})" if place else ""),
+                           f"install it into this Python ({sys.executable} -m pip install ...)")
+    return ConfigError(f"{what}: importing it raised {type(exc).__name__}: {exc}",
+                       f"the error is in the module's own code{f' at {place}' if place else ''}; "
+                       f"'{sys.executable} -c \"import {module}\"' shows the traceback")
 
 
 def _current_folder_importable() -> None:

@@ -9,6 +9,7 @@ import optuna
 from optuna.study import StudyDirection
 
 from hpo_orchestrator.config import Config, NoPrunerConfig, TPESamplerConfig, to_plain_dict
+from hpo_orchestrator.config._diff import MAX_SHOWN, value_differences
 from hpo_orchestrator.db import mask_url
 from hpo_orchestrator.errors import ConfigError
 from hpo_orchestrator.pruning._factory import build_pruner
@@ -67,8 +68,10 @@ def create_or_load_study(config: Config, storage: optuna.storages.BaseStorage) -
         recorded = (storage.get_study_user_attrs(existing).get("hpo.config") or {}).get("objective")
         differences = objective_differences(recorded, to_plain_dict(config)["objective"])
         if differences and not config.study.allow_mixed:
+            shown = differences[:MAX_SHOWN] + ([f"and {len(differences) - MAX_SHOWN} more"]
+                                               if len(differences) > MAX_SHOWN else [])
             raise ConfigError(
-                f"study {name!r} was run with another objective ({'; '.join(differences)}): "
+                f"study {name!r} was run with another objective ({'; '.join(shown)}): "
                 f"this run's trials would be mixed with its trials",
                 "choose another study.name, or pass study.allow_mixed=true to add them anyway")
     study = optuna.create_study(storage=storage, study_name=name, directions=wanted,
@@ -94,8 +97,8 @@ def objective_differences(recorded: dict[str, Any] | None, wanted: dict[str, Any
         return [f"objective: {_show(recorded, 'name')} -> {_show(wanted, 'name')}"]
     # Keys one side lacks come from another release of this package: not a difference.
     keys = sorted((set(recorded) & set(wanted)) - _HOW_NOT_WHAT)
-    return [f"objective.{key}: {_show(recorded, key)} -> {_show(wanted, key)}"
-            for key in keys if recorded[key] != wanted[key]]
+    return [line for key in keys  # a search space: only what changed in it (config/_diff.py)
+            for line in value_differences(f"objective.{key}", recorded[key], wanted[key])]
 
 
 def _show(section: dict[str, Any], key: str) -> str:

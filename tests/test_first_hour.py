@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import subprocess
 import sys
+from datetime import datetime, timedelta
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -263,6 +264,36 @@ def test_3_logs_follow_prints_until_the_trial_ends(tmp_path: Path,
     assert out == "first line\nsecond line\n" and "trial 0 ended: COMPLETE" in err
 
 
+def test_3_logs_of_a_trial_that_printed_nothing_says_so_with_its_outcome(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """issue 30: `make logs TRIAL=3` for the default study's silent trials printed nothing."""
+    url = f"sqlite:///{tmp_path / 'hpo.db'}"
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    study = optuna.create_study(storage=url, study_name="s")
+    for number, tell in enumerate([0.25, None, "fail"]):
+        trial = study.ask()
+        log = tmp_path / f"trial-{number}.log"
+        log.write_text("")
+        trial.set_user_attr("hpo.log_path", str(log))
+        if tell == "fail":
+            trial.set_user_attr("hpo.fail_reason", "oom")
+            trial.set_user_attr("hpo.error", "MemoryError: out of memory")
+            study.tell(trial, state=optuna.trial.TrialState.FAIL)
+        elif tell is not None:
+            study.tell(trial, tell)
+    said = []
+    for number in range(3):
+        assert main(["logs", str(number), "--storage", url]) == 0
+        out, err = capsys.readouterr()
+        assert out == ""
+        said.append(err)
+    assert f"trial 0 of study 's' printed nothing (its log {tmp_path / 'trial-0.log'} is empty); " \
+        "it ended COMPLETE, value 0.25" in said[0]
+    assert "trial 1 of study 's' printed nothing" in said[1] and "still RUNNING" in said[1] \
+        and "logs 1 --follow" in said[1]
+    assert "it ended FAIL: oom: MemoryError: out of memory" in said[2]
+
+
 # --- 2: the current folder is importable ----------------------------------------------------
 
 
@@ -491,7 +522,7 @@ def test_9_progress_says_done_eta_and_the_studys_best() -> None:
         reporter.finished(FinishedTrial(number=5, slot="cpu0", state=TrialState.COMPLETE,
                                         value=0.5, duration_s=1.0))
     bar = out.getvalue().splitlines()[-1]
-    assert "5/10 done: complete 1, pruned 0, failed 0  best 0.125 (#2)" in bar
+    assert "5/10 this run: complete 1, pruned 0, failed 0  best 0.125 (#2)" in bar
     assert "eta" in bar and "complete 5" not in bar
 
 
@@ -545,3 +576,45 @@ def test_11_torch_comes_from_the_cpu_index_with_a_fallback() -> None:
     cpu = dry.index('--index-url "https://download.pytorch.org/whl/cpu" "torch==2.13.0"')
     fallback = dry.index('pip install -q "torch==2.13.0"', cpu)
     assert cpu < fallback and "||" in dry[cpu:fallback]
+
+
+def test_9_counts_add_up_across_an_interrupt_and_its_resume(tmp_path: Path) -> None:
+    """issue 30: 'finished 25 of 20' after a resume, a bar that counted interrupted attempts,
+    and a wall time holding the gap between the runs."""
+    from hpo_orchestrator.progress import LiveReporter
+    from hpo_orchestrator.scheduler import FinishedTrial
+    from hpo_orchestrator.status import collect_status, render_status
+
+    out = io.StringIO()
+    console = Console(file=out, width=200, force_terminal=False)
+    with LiveReporter(console, 4, 2, "minimize") as reporter:
+        for number, retried in [(5, True), (6, False), (7, False), (8, False)]:
+            reporter.finished(FinishedTrial(
+                number=number, slot="cpu0", state=TrialState.FAIL if retried else TrialState.COMPLETE,
+                value=None if retried else 1.0, duration_s=1.0,
+                fail_reason="interrupted" if retried else None, retried=retried))
+    bar = out.getvalue().splitlines()[-1]
+    assert "4/4 this run: complete 3, pruned 0, failed 0, re-run 1" in bar  # never past 4
+
+    url = f"sqlite:///{tmp_path / 'hpo.db'}"
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    study = optuna.create_study(storage=url, study_name="s")
+    study.set_user_attr("hpo.config", {"study": {"n_trials": 3}})
+    start = datetime(2026, 1, 1, 12, 0, 0)
+    for at, state in [(0, "COMPLETE"), (1, "FAIL"), (60, "COMPLETE"), (61, "COMPLETE")]:
+        trial = optuna.trial.create_trial(
+            state=getattr(optuna.trial.TrialState, state), value=1.0 if state == "COMPLETE" else None,
+            user_attrs={"hpo.host": "h", "hpo.fail_reason": "interrupted", "hpo.retried": True}
+            if state == "FAIL" else {"hpo.host": "h"})
+        trial.datetime_start = start + timedelta(seconds=at)
+        trial.datetime_complete = start + timedelta(seconds=at + 2)
+        study.add_trial(trial)
+    from hpo_orchestrator.db import create_engine
+
+    report = collect_status(create_engine(url), "s")
+    assert report.retried == 1 and report.wall_s == 63 and report.active_s == 6  # 0-3 s and 60-63 s
+    text = io.StringIO()
+    Console(file=text, width=300).print(render_status(report))
+    line = text.getvalue().splitlines()[0]
+    assert "finished 3 of 3 (+1 attempt re-run: interrupted or retried)" in line
+    assert "wall 6 s with trials running (63 s from the first start, gaps between runs included)" in line

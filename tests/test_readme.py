@@ -178,7 +178,7 @@ def test_the_readme_in_order(tmp_path: Path) -> None:
     run = {command: how for command, how in COMMANDS.items() if how == VERBATIM}
 
     made = _sh("make hpo", tmp_path)
-    assert "done: " in made.stdout and "next: make status  |  make report" in made.stdout
+    assert "this run: " in made.stdout and "next: make status  |  make report" in made.stdout
     for command in ("make status", "make report", "make logs TRIAL=3"):
         out = _sh(command, tmp_path)
         assert "Error" not in out.stderr

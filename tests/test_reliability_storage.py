@@ -303,6 +303,10 @@ def test_interrupted_twice_then_rerun_finishes_every_trial(tmp_path: Path) -> No
     rows = {r["number"]: r for r in trial_rows(db)}
     assert [r["state"] for r in rows.values()].count("COMPLETE") == 6
     assert not [r for r in rows.values() if r["state"] in ("RUNNING", "WAITING")]
+    # issue 30: the counts add up across the stops: the budget's 6, the re-run attempts apart
+    rerun = [r for r in rows.values() if r["state"] == "FAIL"]
+    assert f"finished 6 of 6 (+{len(rerun)} attempts re-run: interrupted or retried)" in final.stdout
+    assert " 6/6 this run: complete " in final.stdout
     for row in rows.values():
         if row["state"] == "FAIL":
             assert row["attrs"]["hpo.fail_reason"] == "interrupted"

@@ -115,8 +115,10 @@ def cmd_report(args: argparse.Namespace, console: Console) -> int:
 
 
 def cmd_tune_pruner(args: argparse.Namespace, console: Console) -> int:
+    from hpo_orchestrator import db
     from hpo_orchestrator.db import create_engine
     from hpo_orchestrator.pruning import default_grid, load_curves, recommend, tune
+    from hpo_orchestrator.pruning._command import recommended_command
     from hpo_orchestrator.pruning._render import LIMITS, render_tuning
 
     if args.top_k < 1:
@@ -131,14 +133,19 @@ def cmd_tune_pruner(args: argparse.Namespace, console: Console) -> int:
     grid = default_grid(curves.full_step, args.patience, args.min_resource, args.reduction_factor)
     results = tune(curves, grid, args.top_k)
     choice, reason = recommend(results)
+    with db.read_errors(), engine.connect() as connection:
+        taken = set(db.list_studies(connection))
+    command = recommended_command(_trials.prog(), curves.study, curves.config,
+                                  choice.setting.overrides(), taken)
     if args.json:
         print(json.dumps({"study": curves.study, "direction": curves.direction,
                           "full_step": curves.full_step, "first_trial": curves.first_number,
                           "limits": LIMITS,
-                          "recommendation": {**choice.to_json(), "reason": reason},
+                          "recommendation": {**choice.to_json(), "reason": reason,
+                                             "command": command},
                           "results": [r.to_json() for r in results]}, indent=2))
         return 0
-    console.print(render_tuning(curves, results, choice, reason, None if args.all else 15))
+    console.print(render_tuning(curves, results, choice, reason, None if args.all else 15, command))
     return 0
 
 

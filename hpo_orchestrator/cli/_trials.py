@@ -168,6 +168,9 @@ def cmd_logs(args: argparse.Namespace, console: Console, errors: Console) -> int
     if rotated.exists():
         errors.print(f"(earlier output of this trial: {rotated})", markup=False)
     offset = _print_from(path, 0)
+    if offset == 0 and not args.follow:  # an empty log is not "no output from the command"
+        errors.print(f"trial {args.trial} of study {name!r} printed nothing (its log {path} is "
+                     f"empty); {_outcome(detail, args.trial)}", markup=False)
     while args.follow:
         time.sleep(_FOLLOW_POLL_S)
         offset = _print_from(path, offset)
@@ -177,6 +180,22 @@ def cmd_logs(args: argparse.Namespace, console: Console, errors: Console) -> int
             errors.print(f"trial {args.trial} ended: {detail['state']}", markup=False)
             break
     return 0
+
+
+def _outcome(detail: dict[str, Any], number: int) -> str:
+    """How the trial ended, for a log that holds nothing to say it."""
+    state, attrs = detail["state"], detail["attrs"]
+    if state == "COMPLETE":
+        values = detail.get("values") or []
+        value = f"values {', '.join(repr(v) for v in values)}" if len(values) > 1 \
+            else f"value {detail['value']!r}"
+        return f"it ended COMPLETE, {value}"
+    if state == "FAIL":
+        reason = attrs.get("hpo.fail_reason")
+        return f"it ended FAIL: {reason}: {attrs.get('hpo.error')}" if reason else "it ended FAIL"
+    if state == "RUNNING":
+        return f"it is still RUNNING ('{prog()} logs {number} --follow' waits for its output)"
+    return f"it ended {state}" if state == "PRUNED" else f"it is {state}"
 
 
 def _print_from(path: Path, offset: int) -> int:

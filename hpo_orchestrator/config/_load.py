@@ -14,6 +14,7 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from hpo_orchestrator.config import _schema as schema
+from hpo_orchestrator.config._keys import imply_groups, unknown_key_hint
 from hpo_orchestrator.errors import ConfigError
 
 __all__ = ["config_dir", "load_config", "to_plain_dict"]
@@ -84,7 +85,7 @@ def _explain(exc: BaseException, overrides: list[str]) -> ConfigError:
     message = _one_line(cause)
     if "not in" in message or "Could not override" in text or "Key '" in message:
         key = full_key or message
-        return ConfigError(f"unknown configuration key {key!r}", _unknown_key_hint(str(key)))
+        return ConfigError(f"unknown configuration key {key!r}", _unknown_key_hint(str(key), overrides))
     if full_key:
         return ConfigError(f"{full_key}: {message}",
                            "check the value's type (see conf/ for the defaults)")
@@ -103,17 +104,34 @@ def _yaml_error(exc: yaml.YAMLError) -> ConfigError:
                        "fix that line (a list is [a, b], a mapping is key: value)")
 
 
-def _unknown_key_hint(key: str) -> str:
+def _unknown_key_hint(key: str, overrides: list[str]) -> str:
+    options = {group: list(choices) for group, choices in _GROUP_SCHEMAS.items()}
+    hint = unknown_key_hint(key, overrides, options, _composed)
     if key.startswith("objective.search_space."):
         from hpo_orchestrator.config._space import LIGHTGBM_SPACE, TORCH_MLP_SPACE
 
-        return (f"fields: low, high, log, step, choices, value; parameters: lightgbm "
+        guess = hint.split("?", 1)[0] + "? " if hint.startswith("did you mean") else ""
+        return (f"{guess}fields: low, high, log, step, choices, value; parameters: lightgbm "
                 f"{', '.join(LIGHTGBM_SPACE)}; torch_mlp {', '.join(TORCH_MLP_SPACE)}")
-    return "see conf/ or README 'Configuration' for the valid keys"
+    return hint
+
+
+def _composed(overrides: list[str]) -> dict[str, Any]:
+    """The configuration composed with ``overrides`` (group choices), unvalidated, as a dict;
+    empty when even that fails (the hint then names no key)."""
+    try:
+        with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
+            composed = compose(config_name="config", overrides=list(overrides))
+        plain = OmegaConf.to_container(composed, resolve=False)
+    except Exception:  # a hint is best effort: the error itself is already known
+        return {}
+    return plain if isinstance(plain, dict) else {}  # type: ignore[return-value]
 
 
 def load_config(overrides: list[str]) -> schema.Config:
-    """Compose ``conf/config.yaml`` with ``overrides`` and validate every value once."""
+    """Compose ``conf/config.yaml`` with ``overrides`` and validate every value once
+    (``objective.target`` without an objective group implies ``objective=custom``)."""
+    overrides = imply_groups(list(overrides))
     _register_schemas()
     conf = config_dir()
     if not (conf / "config.yaml").is_file():
@@ -131,7 +149,7 @@ def load_config(overrides: list[str]) -> schema.Config:
     unknown = _extra_keys(OmegaConf.to_container(composed), to_plain_dict(config))
     if unknown:
         raise ConfigError(f"unknown configuration key {unknown[0]!r}",
-                          "see conf/ or README 'Configuration' for the valid keys")
+                          _unknown_key_hint(unknown[0], overrides))
     return config.validate()
 
 

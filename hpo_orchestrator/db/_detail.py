@@ -50,6 +50,13 @@ def trial_detail(connection: Readable, study_id: int, number: int) -> dict[str, 
     }
 
 
+def count_retried(connection: Readable, study_id: int) -> int:
+    """FAIL trials whose params ran again (``hpo.retried``): attempts that do not count
+    against n_trials (interrupted ones included)."""
+    return sum(1 for _, key, value in rows(connection, _FAIL_ERRORS_SQL, {"s": study_id})
+               if key == "hpo.retried" and json.loads(value) is True)
+
+
 def fail_errors(connection: Readable, study_id: int) -> list[tuple[int, str | None, str | None]]:
     """(number, hpo.fail_reason, hpo.error) of the FAIL trials that were not retried."""
     found: dict[int, dict[str, Any]] = {}

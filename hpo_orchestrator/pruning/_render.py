@@ -28,7 +28,9 @@ def _ordered(results: list[ReplayResult], show: int | None) -> list[ReplayResult
 
 
 def render_tuning(curves: StudyCurves, results: list[ReplayResult], choice: ReplayResult,
-                  reason: str, show: int | None = 15) -> Group:
+                  reason: str, show: int | None = 15, command: str | None = None) -> Group:
+    """``command``: the run that uses the recommendation (pruning/_command.py); without it,
+    the pruner's overrides alone."""
     replayed = results[0].trials if results else 0
     newest = f" of the newest from #{curves.first_number} on (--last)" if curves.first_number else ""
     table = Table(title=f"pruner replay of study {curves.study} ({replayed} finished trials{newest}, "
@@ -56,6 +58,7 @@ def render_tuning(curves: StudyCurves, results: list[ReplayResult], choice: Repl
                           f"{current.agreement:.0%} of trials", style="dim"))
     parts.append(Text.assemble(("recommendation: ", "bold"), (choice.setting.label(), "bold green")))
     parts.append(Text(f"  why: {reason}"))
-    parts.append(Text(f"  run with: hpo-orchestrator run {choice.setting.overrides()}"))
+    parts.append(Text(f"  run with: {command}" if command else
+                      f"  run with: hpo-orchestrator run {choice.setting.overrides()}"))
     parts.append(Text(LIMITS, style="dim"))
     return Group(*parts)

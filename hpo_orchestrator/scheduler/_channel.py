@@ -30,9 +30,16 @@ import optuna
 
 from hpo_orchestrator.db import StorageUnavailable
 from hpo_orchestrator.scheduler._artifacts import record_artifact
+from hpo_orchestrator.scheduler._reads import answer_read
 from hpo_orchestrator.scheduler._trial import RunningTrial
 from hpo_orchestrator.telemetry import TelemetrySampler
-from hpo_orchestrator.worker import ARTIFACT_CALL, OBJECTIVE_ATTRS, TRIAL_METHODS, TrialOutcome
+from hpo_orchestrator.worker import (
+    ARTIFACT_CALL,
+    OBJECTIVE_ATTRS,
+    READ_CALLS,
+    TRIAL_METHODS,
+    TrialOutcome,
+)
 
 __all__ = ["MAX_FRAME_BYTES", "Channel", "ProtocolError", "drain", "ended", "serve"]
 
@@ -314,7 +321,7 @@ def _handle(rt: RunningTrial, message: tuple[Any, ...], sampler: TelemetrySample
 
 def _answer(rt: RunningTrial, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
     reply: tuple[str, Any]
-    if method not in TRIAL_METHODS and method != ARTIFACT_CALL:
+    if method not in TRIAL_METHODS and method != ARTIFACT_CALL and method not in READ_CALLS:
         reply = ("err", AttributeError(f"trial.{method} is not available in an orchestrated trial"))
     elif method == "set_user_attr" and args and isinstance(args[0], str) \
             and args[0].startswith("hpo.") and args[0] not in OBJECTIVE_ATTRS:
@@ -323,6 +330,7 @@ def _answer(rt: RunningTrial, method: str, args: tuple[Any, ...], kwargs: dict[s
     else:
         try:
             reply = ("ok", record_artifact(rt, args) if method == ARTIFACT_CALL
+                     else answer_read(rt.trial, method) if method in READ_CALLS
                      else _several_objectives(rt, method, args, kwargs)
                      if method in _PRUNING_CALLS and len(rt.trial.study.directions) > 1
                      else getattr(rt.trial, method)(*args, **kwargs))

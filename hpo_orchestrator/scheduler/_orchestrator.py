@@ -23,6 +23,7 @@ import signal
 import socket
 import sqlite3
 import time
+from datetime import datetime
 from types import FrameType
 
 import optuna
@@ -86,6 +87,8 @@ class Orchestrator:
         self.host = host or config.scheduler.host or socket.gethostname()
         self.running: dict[int, RunningTrial] = {}  # slot id -> trial
         self.reuse = config.scheduler.worker_mode == "reuse"
+        # what each Job carries for the child's trial.study (worker/_study_view.py)
+        self._directions = tuple(d.name.lower() for d in study.directions)
         self.log_dir = run_dir(config.storage.url, study.study_name, config.scheduler.log_dir)
         self.workers = Workers(slots, self.running, config.scheduler.kill_grace_s,
                                nvidia_icd_env(), self.log_dir)
@@ -317,7 +320,11 @@ class Orchestrator:
         rt.connection.send(Job(trial_number=trial.number, objective=self.config.objective,
                                attempt=asked.attempt, reuse=self.reuse,
                                log_path=str(log_path), artifact_store=rt.artifact_store,
-                               num_threads=self.threads, collect=tuple(worker.killed)))
+                               num_threads=self.threads, collect=tuple(worker.killed),
+                               study_name=self.study.study_name, directions=self._directions,
+                               # as records.trial_started stores it (a trial asked ahead
+                               # starts when spawned)
+                               datetime_start=datetime.fromtimestamp(rt.spawned_epoch)))
         try:
             self.records.trial_started(rt, self.threads, self.config.scheduler.worker_mode)
         except optuna.exceptions.UpdateFinishedTrialError:
@@ -407,7 +414,8 @@ class Orchestrator:
         self.reporter.finished(FinishedTrial(
             number=rt.number, slot=rt.slot.label, state=verdict.state, value=verdict.value,
             duration_s=time.monotonic() - rt.spawned_at, fail_reason=verdict.fail_reason,
-            error=verdict.error, log_path=str(rt.log_path) if rt.log_path else None))
+            error=verdict.error, log_path=str(rt.log_path) if rt.log_path else None,
+            retried=retry is not None and not rt.reaped))
         # A trial the study's time limit stopped (study.timeout_grace_s) is not the
         # objective's failure: the failure policy does not count it.
         failed = verdict.state == TrialState.FAIL and rt.stop_reason != "study_timeout"

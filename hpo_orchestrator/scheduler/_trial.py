@@ -105,6 +105,9 @@ class FinishedTrial:
     fail_reason: str | None = None
     error: str | None = None
     log_path: str | None = None  # the trial's log: its last lines are shown for a failure
+    # its params run again (interrupted, or retried after oom/killed/lost): it does not count
+    # against n_trials, its re-run does
+    retried: bool = False
 
 
 class Reporter(Protocol):

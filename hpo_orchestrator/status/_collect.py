@@ -162,6 +162,7 @@ def _collect(connection: Connection, study: str | None, kept: bool = False,
             reasons[str(u.attrs["hpo.fail_reason"])] += 1
 
     window = _window(rows, now)
+    placed = [r for r in rows if r.state != "RUNNING" or r.number not in queued]
     failures = db.fail_errors(connection, study_id)
     objective_failures = [n for n, reason, _ in failures if reason != "interrupted"]
     report = StatusReport(
@@ -170,10 +171,11 @@ def _collect(connection: Connection, study: str | None, kept: bool = False,
         states=states, prune_rate=prune_rate, prune_steps=dict(sorted(prune_steps.items())),
         best=db.best_trial(connection, study_id, direction) if len(directions) == 1 else None,
         directions=directions, best_trials=pareto(connection, study_id, directions),
-        per_device=_device_use([r for r in rows if r.state != "RUNNING" or r.number not in queued],
-                               study_attrs, now, window),
+        per_device=_device_use(placed, study_attrs, now, window),
         running=running, fail_reasons=dict(sorted(reasons.items())),
         wall_s=None if window is None else window[2] - window[0], queued=queued,
+        active_s=_active(placed, now, window),
+        retried=db.count_retried(connection, study_id) if counts["FAIL"] else 0,
         min_resource_auto=study_attrs.get("hpo.pruner.min_resource_auto"),
         last_failed=max(objective_failures) if objective_failures else None,
         packing=packing_of(study_attrs), device_choices=device_choices_of(study_attrs))
@@ -227,6 +229,19 @@ def _busy_seconds(intervals: list[tuple[float, float]], lo: float, queued_hi: fl
 
 
 
+
+
+def _active(rows: list[TrialRow], now: float,
+            window: tuple[float, float, float] | None) -> float | None:
+    """Seconds with a trial running on the study's device, when it had one (every CPU slot
+    of a host is one device): the union of its trials' intervals. With several, None, as
+    status/_kept.py, whose tally keeps one union per device and none across them."""
+    devices = {(r.host, r.gpu_index) for r in rows if r.host is not None or r.gpu_index is not None}
+    if window is None or len(devices) != 1:
+        return None
+    intervals = [(r.start_s, r.end_s or now) for r in rows
+                 if r.start_s is not None and (r.host is not None or r.gpu_index is not None)]
+    return _busy_seconds(intervals, window[0], window[1], window[2])[0]
 
 
 def _window(rows: list[TrialRow], now: float) -> tuple[float, float, float] | None:

@@ -117,9 +117,10 @@ def collect_kept(connection: Connection, study_id: int, name: str, directions: l
             reasons[f.fail_reason] = reasons.get(f.fail_reason, 0) + 1
     failed = db.failed_upto(connection, study_id, tally.watermark, tally.holes) + [
         t.trial_id for t in since if t.row.state == "FAIL"]
+    failed_attrs = db.fail_attrs(connection, failed)
     failures = sorted((n, a.get("hpo.fail_reason"), a.get("hpo.error"))
-                      for n, a in db.fail_attrs(connection, failed).items()
-                      if a.get("hpo.retried") is not True)
+                      for n, a in failed_attrs.items() if a.get("hpo.retried") is not True)
+    retried = sum(1 for a in failed_attrs.values() if a.get("hpo.retried") is True)
     objective_failures = [n for n, reason, _ in failures if reason != "interrupted"]
 
     startup = None
@@ -141,7 +142,11 @@ def collect_kept(connection: Connection, study_id: int, name: str, directions: l
         directions=directions, best_trials=pareto(connection, study_id, directions),
         per_device=_device_use(tally, listed), running=running,
         fail_reasons=dict(sorted(reasons.items())),
-        wall_s=None if window is None else window[2] - window[0], queued=queued,
+        wall_s=None if window is None else window[2] - window[0], queued=queued, retried=retried,
+        # the time with trials running is the union of every device's intervals; the tally
+        # keeps one union per device, so it is known only where there is one device
+        active_s=tally.devices[0].busy() if window is not None and len(tally.devices) == 1
+        else None,
         min_resource_auto=study_attrs.get("hpo.pruner.min_resource_auto"),
         last_failed=max(objective_failures) if objective_failures else None,
         packing=packing_of(study_attrs), device_choices=device_choices_of(study_attrs))

@@ -72,7 +72,13 @@ class StatusReport:
     per_device: list[DeviceUse]
     running: list[dict[str, Any]]
     fail_reasons: dict[str, int] = field(default_factory=dict)
-    wall_s: float | None = None
+    wall_s: float | None = None  # first start to last end (or now), gaps between runs included
+    # Seconds with at least one trial running: the wall time without those gaps (None where
+    # status reads the study's tally, status/_kept.py, and the study used several devices)
+    active_s: float | None = None
+    # FAIL attempts whose params ran again (interrupted, or retried for oom/killed/lost): they
+    # do not count against n_trials, their re-run does
+    retried: int = 0
     findings: list[Finding] = field(default_factory=list)
     queued: list[int] = field(default_factory=list)  # RUNNING in Optuna, asked ahead of a slot
     min_resource_auto: dict[str, Any] | None = None  # study attr hpo.pruner.min_resource_auto

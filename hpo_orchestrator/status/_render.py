@@ -29,15 +29,34 @@ def _table(title: str, columns: tuple[str, ...]) -> Table:
     return table
 
 
+def _finished(report: StatusReport) -> str:
+    """The trials that count against n_trials, as the run's budget counts them: a failed
+    attempt whose params ran again (interrupted by Ctrl-C, retried after an OOM) is said
+    apart, so the count never exceeds the budget because of a resume."""
+    done = sum(report.states[s].count for s in ("COMPLETE", "PRUNED", "FAIL")) - report.retried
+    target = f" of {report.n_trials_target}" if report.n_trials_target else ""
+    again = f" (+{report.retried} attempt{'s' if report.retried != 1 else ''} re-run: " \
+        "interrupted or retried)" if report.retried else ""
+    return f"finished {done}{target}{again}"
+
+
+def _wall(report: StatusReport) -> str:
+    """Time with trials running; the span from the first start to the last end as well when
+    it holds gaps (between a Ctrl-C and the resume) longer than a tenth of it."""
+    if report.wall_s is None:
+        return ""
+    if report.active_s is None or report.wall_s - report.active_s <= max(1.0, 0.1 * report.wall_s):
+        return f"  wall {report.wall_s:.0f} s"
+    return f"  wall {report.active_s:.0f} s with trials running ({report.wall_s:.0f} s from the " \
+        "first start, gaps between runs included)"
+
+
 def render_status(report: StatusReport) -> Group:
     parts: list[object] = []
-    done = sum(report.states[s].count for s in ("COMPLETE", "PRUNED", "FAIL"))
-    target = f" of {report.n_trials_target}" if report.n_trials_target else ""
-    wall = f"  wall {report.wall_s:.0f} s" if report.wall_s is not None else ""
     parts.append(Text.assemble(
         ("study ", "bold"), (report.study, "bold cyan"),
-        f"  ({', '.join(report.directions or [report.direction])})  finished {done}{target}  prune rate "
-        f"{_pct(report.prune_rate, fraction=True)}{wall}"))
+        f"  ({', '.join(report.directions or [report.direction])})  {_finished(report)}  prune rate "
+        f"{_pct(report.prune_rate, fraction=True)}{_wall(report)}"))
 
     states = _table("trials by state (durations in seconds)", ("state", "count", "mean", "median", "max"))
     for name, stats in report.states.items():

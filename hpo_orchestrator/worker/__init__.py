@@ -5,12 +5,14 @@ from __future__ import annotations
 from hpo_orchestrator.worker._protocol import (
     ARTIFACT_CALL,
     OBJECTIVE_ATTRS,
+    READ_CALLS,
     TRIAL_METHODS,
     Job,
     Prepare,
     TrialOutcome,
 )
 from hpo_orchestrator.worker._proxy import TrialProxy
+from hpo_orchestrator.worker._study_view import NotInTrialProcess
 
-__all__ = ["ARTIFACT_CALL", "OBJECTIVE_ATTRS", "TRIAL_METHODS", "Job", "Prepare", "TrialOutcome",
-           "TrialProxy"]
+__all__ = ["ARTIFACT_CALL", "OBJECTIVE_ATTRS", "READ_CALLS", "TRIAL_METHODS", "Job",
+           "NotInTrialProcess", "Prepare", "TrialOutcome", "TrialProxy"]

@@ -135,7 +135,8 @@ def _number(value: Any, which: str) -> float:
 
 
 def run_trial(link: Link, job: Job, objective: Callable[[Any], Any]) -> TrialOutcome:
-    trial = TrialProxy(link, job.trial_number)
+    trial = TrialProxy(link, job.trial_number, study_name=job.study_name,
+                       directions=job.directions, datetime_start=job.datetime_start)
     link.send(("started",))
     try:
         value = check_value(objective(trial))

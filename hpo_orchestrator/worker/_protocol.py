@@ -21,9 +21,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    import datetime
+
     from hpo_orchestrator.config import ObjectiveConfig
 
-__all__ = ["ARTIFACT_CALL", "OBJECTIVE_ATTRS", "TRIAL_METHODS", "Job", "Prepare", "TrialOutcome"]
+__all__ = ["ARTIFACT_CALL", "OBJECTIVE_ATTRS", "READ_CALLS", "TRIAL_METHODS", "Job", "Prepare",
+           "TrialOutcome"]
 
 # The optuna.Trial methods a child may call; everything else stays in the orchestrator.
 TRIAL_METHODS = frozenset({
@@ -31,6 +34,11 @@ TRIAL_METHODS = frozenset({
     "suggest_loguniform", "suggest_discrete_uniform", "report", "should_prune",
     "set_user_attr",
 })
+
+# What a child may read from the orchestrator's trial and study, by name (the proxy's
+# ``relative_params``, ``study.user_attrs`` and ``study.system_attrs``): these change or cost a
+# sampler call, so they are asked for when read, not sent with every Job (scheduler/_reads.py).
+READ_CALLS = frozenset({"relative_params", "study.user_attrs", "study.system_attrs"})
 
 # The ``hpo.*`` attrs an objective may set (the built-ins do: docs/DESIGN.md §2.3, "objective");
 # every other ``hpo.`` key is the orchestrator's, and a write from a child is refused.
@@ -56,6 +64,11 @@ class Job:
     # what the orchestrator killed at the end of this worker's previous trial: those that are
     # this worker's children (orphans come to it) it collects (worker/_reaping.py)
     collect: tuple[int, ...] = ()
+    # What the trial's ``trial.study`` and ``trial.datetime_start`` answer without a call (the
+    # study's name and directions do not change; worker/_study_view.py)
+    study_name: str = ""
+    directions: tuple[str, ...] = ("minimize",)  # StudyDirection names, lower case
+    datetime_start: datetime.datetime | None = None
 
 
 @dataclass(frozen=True)
