@@ -341,26 +341,6 @@ def test_direction_conflict_is_exit_2(cli) -> None:  # type: ignore[no-untyped-d
 
 
 @pytest.mark.long
-def test_long_reader_causes_no_failure(tmp_path: Path) -> None:
-    """A sqlite3 shell or dashboard holding a read transaction must not fail trials (WAL)."""
-    proc = start_cli(tmp_path, "run", "objective=custom", TARGET + "pinned",
-                     "scheduler.parallel=2", "study.n_trials=12", "pruner=none",
-                     env={"HPO_TEST_STEP_S": "0.2"})
-    db = tmp_path / "hpo.db"
-    _wait_for_running(db, 0)
-    reader = sqlite3.connect(db, isolation_level=None)
-    reader.execute("BEGIN")
-    reader.execute("SELECT COUNT(*) FROM trials").fetchone()
-    time.sleep(4.0)
-    reader.execute("COMMIT")
-    reader.close()
-    _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 0, err
-    rows = trial_rows(db)
-    assert len(rows) == 12 and all(r["state"] == "COMPLETE" for r in rows)
-
-
-@pytest.mark.long
 def test_restart_after_kill_9_recovers_and_finishes_exactly_n(tmp_path: Path) -> None:
     """A restart on the same host fails the killed run's trials at once (their orchestrator's
     pid is gone), before it starts a trial of its own. The heartbeat grace is set far beyond
