@@ -274,8 +274,16 @@ def test_sigint_stops_gracefully(tmp_path: Path) -> None:
                      "scheduler.parallel=2", "study.n_trials=6", "scheduler.kill_grace_s=2",
                      env={"HPO_TEST_SLEEP_S": "60"})
     db = tmp_path / "hpo.db"
-    _wait_for_running(db, 2)
-    time.sleep(1.0)
+    # The event itself, not a second's sleep: two trials on their slots (their pids recorded)
+    # and a third asked ahead of a free slot (scheduler.prefetch=1), RUNNING without a pid.
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        running = [r for r in _rows_so_far(db) if r["state"] == "RUNNING"]
+        if len(running) == 3 and sum("hpo.pid" in r["attrs"] for r in running) == 2:
+            break
+        time.sleep(0.1)
+    else:
+        raise AssertionError(f"never two trials on slots and one asked ahead: {running}")
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
