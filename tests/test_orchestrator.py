@@ -269,36 +269,6 @@ def test_full_database_stops_cleanly_with_exit_1(tmp_path: Path) -> None:
 
 
 @pytest.mark.long
-def test_sigint_stops_gracefully(tmp_path: Path) -> None:
-    proc = start_cli(tmp_path, "run", "objective=custom", TARGET + "sleepy",
-                     "scheduler.parallel=2", "study.n_trials=6", "scheduler.kill_grace_s=2",
-                     env={"HPO_TEST_SLEEP_S": "60"})
-    db = tmp_path / "hpo.db"
-    # The event itself, not a second's sleep: two trials on their slots (their pids recorded)
-    # and a third asked ahead of a free slot (scheduler.prefetch=1), RUNNING without a pid.
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        running = [r for r in _rows_so_far(db) if r["state"] == "RUNNING"]
-        if len(running) == 3 and sum("hpo.pid" in r["attrs"] for r in running) == 2:
-            break
-        time.sleep(0.1)
-    else:
-        raise AssertionError(f"never two trials on slots and one asked ahead: {running}")
-    proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 130, err
-    rows = trial_rows(db)
-    failed = [r for r in rows if r["state"] == "FAIL"]
-    assert all(r["attrs"]["hpo.fail_reason"] == "interrupted" for r in failed)
-    # scheduler.prefetch=1: a third trial was asked ahead of a free slot; it is not left RUNNING
-    assert len(failed) == 3
-    assert [r["attrs"]["hpo.error"] for r in failed].count("stopped before a slot took it") == 1
-    # each goes back to the queue for the next run (tests/test_reliability_storage.py)
-    assert sorted(r["attrs"]["hpo.retry_of"] for r in rows if r["state"] == "WAITING") == \
-        sorted(r["number"] for r in failed)
-
-
-@pytest.mark.long
 def test_resume_finishes_exactly_n_trials_and_sql_contract(cli) -> None:  # type: ignore[no-untyped-def]
     args = ("run", "objective=custom", TARGET + "quadratic", "scheduler.parallel=2")
     first = cli(*args, "study.n_trials=3")
