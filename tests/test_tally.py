@@ -203,6 +203,28 @@ def _tally_of_url(url: str) -> Tally | None:
         engine.dispose()
 
 
+def test_a_trial_asked_ahead_is_queued_not_running(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A trial asked ahead of a free slot (RUNNING to Optuna, no hpo.slot yet) is QUEUED in
+    status, from the kept tally as from the full visit, and on no device."""
+    url = _study(tmp_path / "s.db", 30)
+    _advance(url, rebuild=True)
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    study = optuna.load_study(study_name="big", storage=url)
+    study.set_user_attr("hpo.config", {"study": {"n_trials": 40}})  # run by the orchestrator
+    ahead = study.ask()
+    ahead.set_user_attr("hpo.host", "h0")
+    _compare(url, "big", monkeypatch)
+    engine = db.create_engine(url)
+    with engine.connect() as connection:
+        kept = _collect._collect(connection, "big", kept=True)[0]
+    engine.dispose()
+    assert _tally_of_url(url) is not None
+    assert (kept.states["RUNNING"].count, kept.states["QUEUED"].count) == (1, 1)
+    assert kept.queued == [ahead.number]
+    assert [r["number"] for r in kept.running] != [ahead.number]
+
+
 @pytest.mark.parametrize("seed", range(40))
 def test_median_reads_few_stored_values(seed: int) -> None:
     rng = random.Random(seed)
