@@ -60,16 +60,31 @@ logs: $(STAMP)
 # Everything but the GPU suite and the `long` tests (whole studies of 9 s to 90 s each: several
 # hosts, kill -9, the README in order; about 8 minutes on 2 cores, half the suite's time).
 # make test itself: about 9 minutes. CI runs both.
+# The PostgreSQL tests (the advisory-lock budget, the tally's holes, every PostgreSQL contract
+# case) run where a server can be had: scripts/test_postgres.sh finds or starts the local one
+# (127.0.0.1:5432, user postgres, database test), as .ci/run does, or says why not; then they
+# are skipped, and the run says so loudly at its end. -rs prints every skip's reason.
+define PYTEST_WITH_POSTGRES
+	@url="$$(scripts/test_postgres.sh)"; \
+	if [ -n "$$url" ]; then export HPO_TEST_POSTGRES_URL="$$url"; \
+	  echo "PostgreSQL tests: $$url"; fi; \
+	$(BIN)/python -m pytest -q -rs -m "$(1)" $(PYTEST_ARGS); status=$$?; \
+	if [ -z "$$url" ]; then \
+	  echo "*** PostgreSQL tests were SKIPPED: no server (see the reason above; set HPO_TEST_POSTGRES_URL)" >&2; \
+	fi; \
+	exit $$status
+endef
+
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not gpu and not long" $(PYTEST_ARGS)
+	$(call PYTEST_WITH_POSTGRES,not gpu and not long)
 
 test-long: $(STAMP)
-	$(BIN)/python -m pytest -q -m "long and not gpu" $(PYTEST_ARGS)
+	$(call PYTEST_WITH_POSTGRES,long and not gpu)
 
 # Unit tests only: no study in subprocesses (those are marked slow; tests/conftest.py fails an
 # unmarked test that runs one).
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not gpu and not slow" $(PYTEST_ARGS)
+	$(call PYTEST_WITH_POSTGRES,not gpu and not slow)
 
 # Fails when no GPU test ran (every one skipped or deselected): see tests/conftest.py.
 test-gpu: $(STAMP)

@@ -47,6 +47,8 @@ def test_visible_devices_select_nvml_gpus(env: dict[str, str], nvml: list[int]) 
 
 @pytest.mark.parametrize(("value", "message"), [
     ("7", "GPU 7 does not exist"),
+    ("4", "GPU 4 does not exist"),  # counted from 1: the first index past the last GPU
+    ("3,4", "GPU 4 does not exist"),
     ("1,x", "'x' is neither a GPU index nor a GPU- UUID"),
     ("GPU-00000000-dead", "GPU GPU-00000000-dead does not exist"),
     ("GPU-", "is the start of 4 GPUs' UUIDs"),
@@ -57,6 +59,17 @@ def test_bad_visible_devices_are_config_errors(value: str, message: str) -> None
     with pytest.raises(ConfigError, match=message) as error:
         allocate(FakeGpuBackend.from_spec("4"), {"CUDA_VISIBLE_DEVICES": value, **PCI})
     assert f"CUDA_VISIBLE_DEVICES={value}" in error.value.message
+
+
+@pytest.mark.parametrize("order", [PCI, {}], ids=["pci", "fastest-first"])
+def test_the_last_index_is_one_less_than_the_gpus(order: dict[str, str]) -> None:
+    """Indices count from 0 in both orders: 3 is the last of 4 GPUs, 4 names none (a
+    ConfigError, exit 2, not an IndexError's traceback)."""
+    backend = FakeGpuBackend.from_spec("4")
+    last = 3 if order else 0  # fastest first: CUDA's last is NVML 0 on the fake machine
+    assert [g.index for g in allocate(backend, {"CUDA_VISIBLE_DEVICES": "3", **order}).gpus()] == [last]
+    with pytest.raises(ConfigError, match=r"GPU 4 does not exist .*can use 4 GPU"):
+        allocate(backend, {"CUDA_VISIBLE_DEVICES": "4", **order})
 
 
 def test_indices_on_mixed_gpus_of_unknown_order_are_refused() -> None:
@@ -111,8 +124,9 @@ def test_every_trial_runs_inside_the_allocation(cli, tmp_path: Path, env: dict[s
     ({"CUDA_VISIBLE_DEVICES": "1,3", **PCI}, ["scheduler.gpus=[0]"],
      "error: scheduler.gpus: GPU 0 is outside this process's allocation, CUDA_VISIBLE_DEVICES=1,3"),
     ({"CUDA_VISIBLE_DEVICES": "1,9", **PCI}, [], "error: CUDA_VISIBLE_DEVICES=1,9: GPU 9 does not exist"),
+    ({"CUDA_VISIBLE_DEVICES": "4"}, [], "error: CUDA_VISIBLE_DEVICES=4: GPU 4 does not exist"),
     ({"CUDA_VISIBLE_DEVICES": "MIG-1"}, [], "error: CUDA_VISIBLE_DEVICES=MIG-1: MIG-1 is a MIG instance"),
-])
+], ids=["outside", "nine", "four", "mig"])
 def test_bad_allocation_exits_2_and_writes_nothing(cli, tmp_path: Path, env: dict[str, str],  # type: ignore[no-untyped-def]
                                                    args: list[str], message: str) -> None:
     result = cli("run", "objective=custom", TARGET + "quadratic", "study.n_trials=2", *args,

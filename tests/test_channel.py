@@ -72,8 +72,18 @@ def test_a_partial_frame_never_blocks_and_stalls_into_a_protocol_error(
      "not a message"),
     (_frame(pickle.dumps(["call", "suggest_float"])), "not a message"),
     (_frame(pickle.dumps(("exit",))), "not a message"),
+    (_frame(pickle.dumps(("result", TrialOutcome(kind="value", value=float("nan"))))), "not a message"),
+    (_frame(pickle.dumps(("result", TrialOutcome(kind="value", value=(1.0, float("inf")))))),
+     "not a message"),
+    (_frame(pickle.dumps(("result", TrialOutcome(kind="value", value=True)))), "not a message"),
+    (_frame(pickle.dumps(("result", TrialOutcome(kind="value", value=())))), "not a message"),
+    (_frame(pickle.dumps(("ready", "early"))), "not a message"),
+    (_frame(pickle.dumps(("phase", 3))), "not a message"),
+    (_frame(pickle.dumps(("call", "suggest_float", ("x", 0, 1), {1: 2}))), "not a message"),
 ], ids=["junk", "oversized", "oversized-long-header", "negative", "unpicklable", "runs-code",
-        "bad-result", "text-value", "foreign-reason", "not-a-tuple", "unknown-kind"])
+        "bad-result", "text-value", "foreign-reason", "not-a-tuple", "unknown-kind", "nan-value",
+        "infinite-objective", "bool-value", "no-values", "ready-with-args", "phase-not-text",
+        "call-kwargs-not-text"])
 def test_bad_bytes_are_a_protocol_error(pipe: Any, data: bytes, match: str) -> None:
     channel, child = pipe
     raw = socket.socket(fileno=child.fileno())
@@ -83,6 +93,22 @@ def test_bad_bytes_are_a_protocol_error(pipe: Any, data: bytes, match: str) -> N
         raw.detach()
     with pytest.raises(ProtocolError, match=f"^protocol: .*{match}"):
         channel.receive()
+
+
+@pytest.mark.parametrize("message", [
+    ("started",), ("ready",), ("phase", None), ("phase", "train"),
+    ("call", "suggest_float", ("x", 0.0, 1.0), {"log": False}),
+    ("result", TrialOutcome(kind="value", value=1)),
+    ("result", TrialOutcome(kind="value", value=(0.5, -2.0, 3))),
+    ("result", TrialOutcome(kind="pruned")),
+    ("result", TrialOutcome(kind="error", fail_reason="oom", error="CUDA out of memory")),
+    ("result", TrialOutcome(kind="error", fail_reason="exception", traceback="Traceback ...")),
+], ids=lambda m: "-".join(str(getattr(p, "kind", p)) for p in m[:2]))
+def test_every_well_formed_message_is_accepted(pipe: Any, message: tuple[Any, ...]) -> None:
+    """The other direction of the checks above: what the child's proxy sends gets through."""
+    channel, child = pipe
+    child.send(message)
+    assert channel.receive() == [message]
 
 
 def test_whole_messages_arrive_in_order_however_they_are_split(pipe: Any) -> None:

@@ -234,10 +234,14 @@ def test_3_reused_workers_split_their_output_per_trial(cli: Any) -> None:
         assert text.count("chatty trial") == 2, text  # nothing of another trial
 
 
-def test_3_logs_follow_prints_until_the_trial_ends(tmp_path: Path,
-                                                  capsys: pytest.CaptureFixture[str]) -> None:
+def test_3_logs_follow_prints_until_the_trial_ends(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """The writer acts on the follower's polls, not on a clock: a line written while the trial
+    runs is printed by a poll that still sees it RUNNING, and the follower stops (saying so)
+    once the trial has ended."""
     import threading
-    import time
+
+    from hpo_orchestrator.cli import _trials
 
     url = f"sqlite:///{tmp_path / 'hpo.db'}"
     optuna.logging.set_verbosity(optuna.logging.ERROR)
@@ -247,21 +251,49 @@ def test_3_logs_follow_prints_until_the_trial_ends(tmp_path: Path,
     log.write_text("first line\n")
     trial.set_user_attr("hpo.log_path", str(log))
 
-    def later() -> None:
-        time.sleep(1.0)
+    polls = threading.Condition()
+    seen: list[tuple[str, int]] = []  # (state the poll read, bytes printed before it)
+    printed = [0]
+    read_detail, print_from = _trials._detail, _trials._print_from
+
+    def counted_print(path: Path, offset: int) -> int:
+        new = print_from(path, offset)
+        printed[0] += new - offset if new >= offset else new
+        return new
+
+    def counted_detail(*args: object) -> object:
+        found = read_detail(*args)
+        with polls:
+            seen.append((found[1]["state"], printed[0]))
+            polls.notify_all()
+        return found
+
+    def wait_polls(n: int) -> None:
+        with polls:
+            assert polls.wait_for(lambda: len(seen) >= n, timeout=30), seen
+
+    monkeypatch.setattr(_trials, "_FOLLOW_POLL_S", 0.05)
+    monkeypatch.setattr(_trials, "_detail", counted_detail)
+    monkeypatch.setattr(_trials, "_print_from", counted_print)
+
+    def writer() -> None:
+        wait_polls(2)  # following: the first line printed, a poll done
         with open(log, "a") as handle:
             handle.write("second line\n")
-        time.sleep(1.0)
+        wait_polls(len(seen) + 2)  # a whole poll after the write: it printed the line
         study.tell(trial, 1.0)
 
-    writer = threading.Thread(target=later)
-    writer.start()
+    thread = threading.Thread(target=writer)
+    thread.start()
     try:
         assert main(["logs", "0", "--storage", url, "--follow"]) == 0
     finally:
-        writer.join()
+        thread.join()
     out, err = capsys.readouterr()
     assert out == "first line\nsecond line\n" and "trial 0 ended: COMPLETE" in err
+    both = len("first line\nsecond line\n")
+    assert any(state == "RUNNING" and n == both for state, n in seen), seen  # while it ran
+    assert seen[-1][0] == "COMPLETE" and [s for s, _ in seen].count("COMPLETE") == 1
 
 
 def test_3_logs_of_a_trial_that_printed_nothing_says_so_with_its_outcome(

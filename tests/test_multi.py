@@ -238,8 +238,16 @@ def test_killing_an_orchestrator_frees_its_slots(tmp_path: Path) -> None:
 
     other = start_cli(tmp_path, "run", "objective=custom", TARGET + "quadratic", "study.name=other",
                       "study.n_trials=2", *common, env=env)
-    time.sleep(3)
-    assert other.poll() is None and not _trials_or_empty(url, "other")  # waits for a free GPU
+    # It waits for a free GPU: it says so with a marker per GPU in the lease folder (so it
+    # got past its start-up and found every slot leased), and has started no trial.
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline and other.poll() is None \
+            and len(list(lease_dir.glob(f"*.waiting.{other.pid}-*"))) < 2 \
+            and not _trials_or_empty(url, "other"):
+        time.sleep(0.2)
+    assert len(list(lease_dir.glob(f"*.waiting.{other.pid}-*"))) == 2
+    assert other.poll() is None and not [
+        t for t in _trials_or_empty(url, "other") if t["state"] != "WAITING"]
     hog.send_signal(signal.SIGKILL)
     hog.communicate()
     _finish(other, timeout=60)

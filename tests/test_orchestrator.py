@@ -269,28 +269,6 @@ def test_full_database_stops_cleanly_with_exit_1(tmp_path: Path) -> None:
 
 
 @pytest.mark.long
-def test_sigint_stops_gracefully(tmp_path: Path) -> None:
-    proc = start_cli(tmp_path, "run", "objective=custom", TARGET + "sleepy",
-                     "scheduler.parallel=2", "study.n_trials=6", "scheduler.kill_grace_s=2",
-                     env={"HPO_TEST_SLEEP_S": "60"})
-    db = tmp_path / "hpo.db"
-    _wait_for_running(db, 2)
-    time.sleep(1.0)
-    proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 130, err
-    rows = trial_rows(db)
-    failed = [r for r in rows if r["state"] == "FAIL"]
-    assert all(r["attrs"]["hpo.fail_reason"] == "interrupted" for r in failed)
-    # scheduler.prefetch=1: a third trial was asked ahead of a free slot; it is not left RUNNING
-    assert len(failed) == 3
-    assert [r["attrs"]["hpo.error"] for r in failed].count("stopped before a slot took it") == 1
-    # each goes back to the queue for the next run (tests/test_reliability_storage.py)
-    assert sorted(r["attrs"]["hpo.retry_of"] for r in rows if r["state"] == "WAITING") == \
-        sorted(r["number"] for r in failed)
-
-
-@pytest.mark.long
 def test_resume_finishes_exactly_n_trials_and_sql_contract(cli) -> None:  # type: ignore[no-untyped-def]
     args = ("run", "objective=custom", TARGET + "quadratic", "scheduler.parallel=2")
     first = cli(*args, "study.n_trials=3")
@@ -338,26 +316,6 @@ def test_direction_conflict_is_exit_2(cli) -> None:  # type: ignore[no-untyped-d
     assert cli(*args).code == 0
     result = cli(*args, "study.direction=maximize")
     assert result.code == 2 and "already exists with direction minimize" in result.stderr
-
-
-@pytest.mark.long
-def test_long_reader_causes_no_failure(tmp_path: Path) -> None:
-    """A sqlite3 shell or dashboard holding a read transaction must not fail trials (WAL)."""
-    proc = start_cli(tmp_path, "run", "objective=custom", TARGET + "pinned",
-                     "scheduler.parallel=2", "study.n_trials=12", "pruner=none",
-                     env={"HPO_TEST_STEP_S": "0.2"})
-    db = tmp_path / "hpo.db"
-    _wait_for_running(db, 0)
-    reader = sqlite3.connect(db, isolation_level=None)
-    reader.execute("BEGIN")
-    reader.execute("SELECT COUNT(*) FROM trials").fetchone()
-    time.sleep(4.0)
-    reader.execute("COMMIT")
-    reader.close()
-    _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 0, err
-    rows = trial_rows(db)
-    assert len(rows) == 12 and all(r["state"] == "COMPLETE" for r in rows)
 
 
 @pytest.mark.long

@@ -220,7 +220,11 @@ def test_the_readme_in_order(tmp_path: Path) -> None:
     watch = subprocess.Popen("hpo-orchestrator status --watch", shell=True, cwd=tmp_path, env=_env(),
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                              start_new_session=True)
-    time.sleep(5)  # a few refreshes; off a terminal the screen is printed when it stops
+    # Off a terminal the screen is printed when it stops: stop it once it reads the study
+    # (past its imports, the database open), and a refresh later, not after a fixed 5 s
+    # that a loaded machine spends importing.
+    _wait_until_reading(watch.pid, tmp_path / "hpo.db")
+    time.sleep(2.5)  # its first screen (a read of a small study) and a refresh (every 2 s)
     os.killpg(watch.pid, signal.SIGINT)
     out, _err = watch.communicate(timeout=60)
     assert watch.returncode in (130, -signal.SIGINT) and "trials by state" in out
@@ -266,3 +270,20 @@ def test_keeping_a_trials_files(tmp_path: Path) -> None:
     fetched = tmp_path / "best-model" / f"model-{best.number}.txt"
     assert fetched.read_text() == f"x={best.params['x']!r}\n"
     assert sorted(p.name for p in (tmp_path / "best-model").iterdir()) == [fetched.name]
+
+
+def _wait_until_reading(pid: int, db: Path, timeout_s: float = 120.0) -> None:
+    """Until a process of ``pid``'s tree has ``db`` open (status has imported and read it)."""
+    import psutil
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            root = psutil.Process(pid)
+            for proc in (root, *root.children(recursive=True)):
+                if any(Path(f.path) == db for f in proc.open_files()):
+                    return
+        except psutil.Error:
+            pass
+        time.sleep(0.1)
+    raise AssertionError(f"status --watch never opened {db}")

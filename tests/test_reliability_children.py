@@ -70,14 +70,17 @@ def test_a_half_written_frame_still_times_out(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_sigterm_stops_a_run_whose_child_wrote_half_a_frame(tmp_path: Path) -> None:
+    """SIGTERM once the child has written its half frame (it says so in a notes file), not
+    after a fixed sleep that may come before it: the loop, holding an unfinished frame, still
+    stops the trial and the run (exit 130)."""
+    notes = tmp_path / "partial-written"
     proc = start_cli(tmp_path, "run", "objective=custom", TARGET + "misbehave", "pruner=none",
                      "study.n_trials=2", "scheduler.kill_grace_s=1",
-                     env={"HPO_TEST_MISBEHAVE": "partial"})
+                     env={"HPO_TEST_MISBEHAVE": "partial", "HPO_TEST_PARTIAL_NOTES": str(notes)})
     try:
-        _wait_for(lambda: any("x" in _params(tmp_path / "hpo.db", r) for r in _rows(tmp_path)))
-        time.sleep(1.0)  # the frame is written right after the suggest
+        _wait_for(lambda: notes.exists() and notes.read_text().endswith("\n"))
         proc.send_signal(signal.SIGTERM)
-        _out, err = proc.communicate(timeout=90)
+        _out, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -205,3 +205,35 @@ def _alive(pid: int) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
+
+
+@pytest.mark.long
+def test_sigint_stops_gracefully(tmp_path: Path) -> None:
+    proc = start_cli(tmp_path, "run", "objective=custom",
+                     "objective.target=hpo_orchestrator.testing.objectives:sleepy",
+                     "scheduler.parallel=2", "study.n_trials=6", "scheduler.kill_grace_s=2",
+                     env={"HPO_TEST_SLEEP_S": "60"})
+    db = tmp_path / "hpo.db"
+    running: list[dict[str, Any]] = []
+    # The event itself, not a second's sleep: two trials on their slots (their pids recorded)
+    # and a third asked ahead of a free slot (scheduler.prefetch=1), RUNNING without a pid.
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        running = [r for r in _rows(tmp_path) if r["state"] == "RUNNING"]
+        if len(running) == 3 and sum("hpo.pid" in r["attrs"] for r in running) == 2:
+            break
+        time.sleep(0.1)
+    else:
+        raise AssertionError(f"never two trials on slots and one asked ahead: {running}")
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    rows = trial_rows(db)
+    failed = [r for r in rows if r["state"] == "FAIL"]
+    assert all(r["attrs"]["hpo.fail_reason"] == "interrupted" for r in failed)
+    # scheduler.prefetch=1: a third trial was asked ahead of a free slot; it is not left RUNNING
+    assert len(failed) == 3
+    assert [r["attrs"]["hpo.error"] for r in failed].count("stopped before a slot took it") == 1
+    # each goes back to the queue for the next run (tests/test_reliability_storage.py)
+    assert sorted(r["attrs"]["hpo.retry_of"] for r in rows if r["state"] == "WAITING") == \
+        sorted(r["number"] for r in failed)

@@ -78,7 +78,8 @@ def test_a_spare_starts_up_quietly_and_its_first_trial_takes_its_output(workers:
     spare = workers.spares[0]
     assert spare.prepared and spare.trials == 0
     _wait_for(lambda: _setups(tmp_path) == [spare.process.pid], "the spare's setup")
-    time.sleep(0.2)
+    # The setup's phase() comes before its note (a send is written before it returns): had it
+    # been sent, it would be waiting on the pipe by now. No sleep needed, none would help.
     assert not spare.connection.pending()  # the setup's phase() was not sent: nobody reads it
     # The same wish again starts nothing more.
     workers.keep_spares({0: 1}, threads=1, objective=_objective("noted_setup"))

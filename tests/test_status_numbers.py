@@ -25,11 +25,11 @@ import hpo_orchestrator.db as db
 from hpo_orchestrator.status import collect_status
 
 
-def _study(path: Path, summarized: int, seed: int = 7) -> str:
+def _study(path: Path, summarized: int, seed: int = 7, direction: str = "minimize") -> str:
     url = f"sqlite:///{path}"
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     storage = optuna.storages.RDBStorage(url)
-    study = optuna.create_study(storage=storage, study_name="big")
+    study = optuna.create_study(storage=storage, study_name="big", direction=direction)
     rng = random.Random(seed)
     t0 = datetime.now() - timedelta(seconds=3 * summarized + 60)  # the running trial starts now
     dist = {"x": FloatDistribution(0, 1)}

@@ -154,6 +154,77 @@ def test_a_trial_started_before_a_devices_frontier_is_read_by_the_full_visit(
     _compare(url, "big", monkeypatch)
 
 
+@pytest.mark.parametrize("direction", ["maximize", "minimize"])
+def test_best_follows_the_direction(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                    direction: str) -> None:
+    """The best trial of a single-objective study is its highest value when it maximizes, its
+    lowest when it minimizes: from the kept tally as from the full visit, folded in by
+    ``advance`` and read since it (trials told after the tally), ties to the lowest number."""
+    url = _study(tmp_path / "s.db", 30, direction=direction)
+    _advance(url, rebuild=True)
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    study = optuna.load_study(study_name="big", storage=url)
+    pick = max if direction == "maximize" else min
+
+    def expected() -> tuple[float, int]:
+        complete = [t for t in study.get_trials(deepcopy=False) if t.state == TrialState.COMPLETE]
+        value = pick(t.value for t in complete)
+        return value, min(t.number for t in complete if t.value == value)
+
+    for step in range(3):
+        now = datetime.now().timestamp()
+        monkeypatch.setattr(_collect.time, "time", lambda now=now: now)
+        engine = db.create_engine(url)
+        with engine.connect() as connection:
+            kept = _collect._collect(connection, "big", kept=True)[0]
+            full = _collect._collect(connection, "big")[0]
+        engine.dispose()
+        assert _tally_of_url(url) is not None  # the kept tally answered, not the full visit
+        value, number = expected()
+        assert (kept.best["value"], kept.best["number"]) == (value, number), step
+        assert (full.best["value"], full.best["number"]) == (value, number), step
+        # Next: a new best and a tie of it, told by Optuna (read since the tally), then folded in.
+        better = value + 1 if direction == "maximize" else value - 1
+        study.tell(study.ask(), better)
+        study.tell(study.ask(), better)
+        worse = value - 5 if direction == "maximize" else value + 5
+        study.tell(study.ask(), worse)
+        if step == 1:
+            _advance(url)
+
+
+def _tally_of_url(url: str) -> Tally | None:
+    engine = db.create_engine(url)
+    try:
+        with engine.connect() as connection:
+            study_id, _ = db.study_id_of(connection, "big")
+            return _tally_of(connection, study_id, "big")
+    finally:
+        engine.dispose()
+
+
+def test_a_trial_asked_ahead_is_queued_not_running(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A trial asked ahead of a free slot (RUNNING to Optuna, no hpo.slot yet) is QUEUED in
+    status, from the kept tally as from the full visit, and on no device."""
+    url = _study(tmp_path / "s.db", 30)
+    _advance(url, rebuild=True)
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    study = optuna.load_study(study_name="big", storage=url)
+    study.set_user_attr("hpo.config", {"study": {"n_trials": 40}})  # run by the orchestrator
+    ahead = study.ask()
+    ahead.set_user_attr("hpo.host", "h0")
+    _compare(url, "big", monkeypatch)
+    engine = db.create_engine(url)
+    with engine.connect() as connection:
+        kept = _collect._collect(connection, "big", kept=True)[0]
+    engine.dispose()
+    assert _tally_of_url(url) is not None
+    assert (kept.states["RUNNING"].count, kept.states["QUEUED"].count) == (1, 1)
+    assert kept.queued == [ahead.number]
+    assert [r["number"] for r in kept.running] != [ahead.number]
+
+
 @pytest.mark.parametrize("seed", range(40))
 def test_median_reads_few_stored_values(seed: int) -> None:
     rng = random.Random(seed)
