@@ -47,7 +47,9 @@ def test_password_never_stored_or_printed(cli, postgres_url: str, in_query: bool
     study = f"pg-{uuid.uuid4().hex[:8]}"
     result = cli("run", "objective=custom",
                  "objective.target=hpo_orchestrator.testing.objectives:quadratic",
-                 "study.n_trials=1", f"study.name={study}", f"storage.url={rendered}")
+                 "study.n_trials=1", f"study.name={study}",
+                 # a query's '=' must be quoted for Hydra, as a user types it
+                 f"storage.url='{rendered}'" if in_query else f"storage.url={rendered}")
     assert result.code == 0, result.stderr  # trust auth ignores the password
     assert "s3cret-pw" not in result.stdout + result.stderr
     with sqlalchemy.create_engine(postgres_url).connect() as con:
