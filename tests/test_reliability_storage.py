@@ -31,7 +31,7 @@ from hpo_orchestrator.db import _run, count_claimed, open_rdb_storage
 from hpo_orchestrator.scheduler._records import Retry, RunRecords
 from hpo_orchestrator.scheduler._recovery import Recovery
 from hpo_orchestrator.scheduler._trial import Asked
-from hpo_orchestrator.study_storage import MirrorStorage
+from hpo_orchestrator.study import MirrorStorage
 from tests.conftest import run_cli, start_cli, trial_rows
 
 pytestmark = pytest.mark.filterwarnings("ignore:Heartbeat of storage is supposed to be used",

@@ -1,4 +1,4 @@
-"""The statements behind a study's tally (status/_tally.py): its row, the trials since its
+"""The statements behind a study's tally (study/_tally.py): its row, the trials since its
 watermark, the summary rows of the trials it folded in, and the reads status makes of the
 summary's indexes instead of visiting every row (medians as an OFFSET, flags, failures).
 

@@ -19,13 +19,20 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 from sqlalchemy.engine import Connection
 
-from hpo_orchestrator.db import _run, insert_samples, insert_summary, retrying_of
+from hpo_orchestrator.db import (
+    enqueue_waiting_trial,
+    fail_running_trial,
+    insert_samples,
+    insert_summary,
+    no_longer_running,
+    retrying_of,
+    write_trial_attrs,
+)
 from hpo_orchestrator.gpu import GpuInfo
-from hpo_orchestrator.pruning._auto import fit_step_timing
+from hpo_orchestrator.pruning import fit_step_timing
 from hpo_orchestrator.scheduler._outcome import Verdict, params_mismatch
 from hpo_orchestrator.scheduler._trial import Asked, RunningTrial
-from hpo_orchestrator.status._tally import advance as advance_tally
-from hpo_orchestrator.study_storage import MirrorStorage
+from hpo_orchestrator.study import MirrorStorage, advance_tally
 from hpo_orchestrator.telemetry import TelemetrySampler, TrialTelemetry
 
 __all__ = ["Retry", "RunRecords", "trial_params"]
@@ -98,13 +105,13 @@ class RunRecords:
 
     def write_attrs(self, trial_id: int, number: int, attrs: dict[str, Any],
                     started: datetime | None = None) -> None:
-        """Several user attrs of a RUNNING trial in one transaction (see db._run)."""
+        """Several user attrs of a RUNNING trial in one transaction (see db/_run.py)."""
         if not attrs:
             return
 
         def step() -> None:
             with self.storage.engine.begin() as connection:
-                _run.write_trial_attrs(connection, trial_id, number, attrs, started)
+                write_trial_attrs(connection, trial_id, number, attrs, started)
         self.retrying.call(step)
 
     def asked_attrs(self) -> dict[str, Any]:
@@ -122,14 +129,14 @@ class RunRecords:
         def step() -> bool:
             with self.storage.engine.begin() as connection:
                 try:
-                    _run.write_trial_attrs(connection, trial_id, number,
+                    write_trial_attrs(connection, trial_id, number,
                                            {**attrs, "hpo.retried": True} if retry else attrs)
                 except optuna.exceptions.UpdateFinishedTrialError:
                     return False
                 if retry is not None:
-                    _run.enqueue_waiting_trial(connection, self.study._study_id, retry.params,
+                    enqueue_waiting_trial(connection, self.study._study_id, retry.params,
                                                retry.user_attrs())
-                return _run.fail_running_trial(connection, trial_id)
+                return fail_running_trial(connection, trial_id)
         reaped = self.retrying.call(step)
         self.mirror.refresh_soon(self.study._study_id)  # its state and its retry, if any
         return reaped
@@ -138,7 +145,7 @@ class RunRecords:
         """Those of our trials that another orchestrator has finished (reaped)."""
         def read() -> set[int]:
             with self.storage.engine.connect() as connection:
-                return _run.no_longer_running(connection, trial_ids)
+                return no_longer_running(connection, trial_ids)
         return self.retrying.call(read) if trial_ids else set()
 
     def record_devices(self, gpus: list[GpuInfo]) -> None:
@@ -230,7 +237,7 @@ class RunRecords:
                 advance_tally(connection, self.study._study_id, self.study.study_name)
             insert_samples(connection, rows)
             if retry is not None:
-                _run.enqueue_waiting_trial(connection, self.study._study_id, retry.params,
+                enqueue_waiting_trial(connection, self.study._study_id, retry.params,
                                            retry.user_attrs())
 
         # Optuna would stamp datetime_complete at tell(); the trial ended when its result came
@@ -254,7 +261,7 @@ class RunRecords:
             retry = Retry(trial.number, trial_params(trial), "interrupted", first.attempt)
 
             def requeue(connection: Connection, retry: Retry = retry) -> None:
-                _run.enqueue_waiting_trial(connection, self.study._study_id, retry.params,
+                enqueue_waiting_trial(connection, self.study._study_id, retry.params,
                                            retry.user_attrs())
 
             self.mirror.stage_end(trial._trial_id, {  # with the FAIL, in its transaction

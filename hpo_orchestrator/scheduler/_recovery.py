@@ -18,7 +18,7 @@ import optuna
 import psutil
 from optuna.trial import FrozenTrial
 
-from hpo_orchestrator.db import _run
+from hpo_orchestrator.db import RunningTrialRow, running_among
 from hpo_orchestrator.scheduler._outcome import retry_allowed
 from hpo_orchestrator.scheduler._records import Retry, RunRecords, trial_params
 
@@ -65,10 +65,10 @@ class Recovery:
         study of 100 trials or 100,000.
         """
         ours = self.own_trials()
-        def read() -> list[_run.RunningTrialRow]:
+        def read() -> list[RunningTrialRow]:
             candidates = self.records.mirror.unfinished_trial_ids(self.records.study._study_id)
             with self.storage.engine.connect() as connection:
-                return _run.running_among(connection, candidates)
+                return running_among(connection, candidates)
         cutoff = datetime.now() - timedelta(seconds=self.grace_s)  # datetime_start is local time
         stale = [trial.trial_id for trial in self.records.retrying.call(read)
                  if self._lost(trial, ours, cutoff)]
@@ -77,7 +77,7 @@ class Recovery:
             attrs, retry = lost_attrs(frozen, self.max_retries)
             self.records.reap(trial_id, frozen.number, attrs, retry)
 
-    def _lost(self, trial: _run.RunningTrialRow, ours: set[int], cutoff: datetime) -> bool:
+    def _lost(self, trial: RunningTrialRow, ours: set[int], cutoff: datetime) -> bool:
         """Optuna's stale check (a heartbeat older than the grace period, by the database's
         clock; it spares no one: our own trials beat every round), or, for trials not ours:
         an orphan on this host (the orchestrator that asked it no longer exists: found at once

@@ -35,9 +35,9 @@ from hpo_orchestrator.status._model import DeviceUse, StateStats, StatusReport, 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
 
-    from hpo_orchestrator.db._sql import Readable as Connection
+    from hpo_orchestrator.db import Readable as Connection
 
-__all__ = ["collect_status", "collect_with_rows", "device_label"]
+__all__ = ["collect_status", "collect_status_sqlite", "collect_with_rows", "device_label"]
 
 _STATES = ("COMPLETE", "PRUNED", "FAIL", "RUNNING", "QUEUED", "WAITING")
 

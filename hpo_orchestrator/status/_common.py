@@ -10,7 +10,7 @@ from hpo_orchestrator import db
 from hpo_orchestrator.db import TrialRow
 
 if TYPE_CHECKING:
-    from hpo_orchestrator.db._sql import Readable as Connection
+    from hpo_orchestrator.db import Readable as Connection
 
 __all__ = ["device_label", "hosts_of", "listed_devices", "packing_of", "pareto", "running_of"]
 

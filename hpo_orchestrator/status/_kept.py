@@ -1,4 +1,4 @@
-"""Status from the study's kept tally (status/_tally.py): one row, the trials since its
+"""Status from the study's kept tally (study/_tally.py): one row, the trials since its
 watermark, and a few index reads of ``hpo_trial_summary`` (medians as an OFFSET, the flagged and
 failed trials), so its cost grows with the trials since the last trial's end, not with the study.
 
@@ -24,10 +24,10 @@ from hpo_orchestrator.status._common import (
 )
 from hpo_orchestrator.status._findings import find_all
 from hpo_orchestrator.status._model import DeviceUse, StateStats, StatusReport, StudyFacts
-from hpo_orchestrator.status._tally import VERSION, Tally, trusted
+from hpo_orchestrator.study import TALLY_VERSION, Tally, trusted_tally
 
 if TYPE_CHECKING:
-    from hpo_orchestrator.db._sql import Readable as Connection
+    from hpo_orchestrator.db import Readable as Connection
 
 __all__ = ["collect_kept"]
 
@@ -35,14 +35,14 @@ _STATES = ("COMPLETE", "PRUNED", "FAIL", "RUNNING", "QUEUED", "WAITING")
 
 
 def _tally_of(connection: Connection, study_id: int, name: str) -> Tally | None:
-    """The study's tally if status can trust it (status/_tally.py's ``trusted``)."""
+    """The study's tally if status can trust it (study/_tally.py's ``trusted``)."""
     if not db.has_tally_table(connection) or not db.has_summary_table(connection):
         return None  # a copy without the summary (test_telemetry.py's "plain" study)
     stored = db.read_tally(connection, study_id)
-    if stored is None or stored[0] != VERSION:
+    if stored is None or stored[0] != TALLY_VERSION:
         return None
     tally = Tally.from_json(stored[1])
-    return tally if trusted(connection, study_id, name, tally) else None
+    return tally if trusted_tally(connection, study_id, name, tally) else None
 
 
 def _median(window: Callable[[int, int], list[float]], stored: int, extra: list[float]) -> float | None:

@@ -11,7 +11,7 @@ from optuna.study import StudyDirection
 from hpo_orchestrator.config import Config, NoPrunerConfig, TPESamplerConfig, to_plain_dict
 from hpo_orchestrator.db import mask_url
 from hpo_orchestrator.errors import ConfigError
-from hpo_orchestrator.pruning._factory import build_pruner
+from hpo_orchestrator.pruning import build_pruner
 
 __all__ = ["build_sampler", "create_or_load_study", "objective_differences", "record_config",
            "without_pruning"]
