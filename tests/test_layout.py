@@ -1,5 +1,6 @@
 """The package's layout keeps its rules (docs/DESIGN.md §3.2): no import circle between
-modules, and a package's face (its ``__init__`` with ``__all__``) is its only door.
+modules, and a package's face (its ``__init__`` with ``__all__``) is its only door; an
+``hpo.*`` key that several modules use is named once, in keys.py (§2.3).
 
 Read from the source with ``ast``, nothing imported: every import counts, at module level or
 inside a function (a deferred import still ties the two modules together), and so does one
@@ -9,6 +10,8 @@ under ``TYPE_CHECKING``.
 from __future__ import annotations
 
 import ast
+import re
+from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -131,6 +134,29 @@ def test_no_import_circle() -> None:
 def test_a_package_is_entered_through_its_face() -> None:
     found = private_reaches(import_graph(ROOT))
     assert not found, "\n".join(found)
+
+
+_KEY = re.compile(r"hpo(\.[a-z0-9_]+)+\.?")
+
+
+def test_a_key_used_by_several_modules_is_named_once() -> None:
+    """A string that is a whole ``hpo.*`` key (or a key's prefix), outside keys.py: SQL text,
+    which holds keys inside longer strings, is not one; the built-in objectives and the test
+    fakes set keys by name as a user's objective does."""
+    from hpo_orchestrator import keys
+
+    named = {getattr(keys, name) for name in keys.__all__}
+    where: dict[str, set[str]] = defaultdict(set)
+    for path in sorted(ROOT.rglob("*.py")):
+        relative = path.relative_to(ROOT).as_posix()
+        if relative == "keys.py" or relative.startswith(("objectives/", "testing/")):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) \
+                    and _KEY.fullmatch(node.value):
+                where[node.value].add(relative)
+    spelt = {key: sorted(files) for key, files in where.items() if key in named or len(files) > 1}
+    assert not spelt, f"use (or add) the constant in hpo_orchestrator/keys.py: {spelt}"
 
 
 @pytest.fixture

@@ -19,6 +19,7 @@ from typing import Any
 
 import optuna
 
+from hpo_orchestrator import keys
 from hpo_orchestrator.db import StorageUnavailable
 from hpo_orchestrator.scheduler._artifacts import record_artifact
 from hpo_orchestrator.scheduler._channel import ProtocolError
@@ -137,9 +138,9 @@ def _answer(rt: RunningTrial, method: str, args: tuple[Any, ...], kwargs: dict[s
                 rt.reports.append((rt.last_step, time.monotonic() - rt.spawned_at))
             elif method == "should_prune" and rt.first_decision_at is None:
                 rt.first_decision_at = time.monotonic()
-            elif method == "set_user_attr" and args and args[0] == "hpo.params_effective":
+            elif method == "set_user_attr" and args and args[0] == keys.PARAMS_EFFECTIVE:
                 rt.params_effective = args[1] if isinstance(args[1], dict) else None
-            elif method == "set_user_attr" and args and args[0] == "hpo.opencl_platform":
+            elif method == "set_user_attr" and args and args[0] == keys.OPENCL_PLATFORM:
                 rt.opencl_platform = str(args[1])
         except optuna.exceptions.UpdateFinishedTrialError:
             # Another orchestrator reaped the trial while we were stopped: it is not ours.

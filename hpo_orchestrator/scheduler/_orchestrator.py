@@ -29,6 +29,7 @@ import optuna
 from optuna.trial import TrialState
 from sqlalchemy.exc import SQLAlchemyError
 
+from hpo_orchestrator import keys
 from hpo_orchestrator._signals import handling_stop_signals
 from hpo_orchestrator.config import Config
 from hpo_orchestrator.db import StorageUnavailable, first_line, retrying_of, trouble_of
@@ -371,7 +372,7 @@ class Orchestrator:
         if verdict.state == TrialState.FAIL and rt.outcome is not None:
             kept = keep_traceback(rt.outcome.traceback, rt.log_path)
             if kept:
-                measured["hpo.traceback"] = kept
+                measured[keys.TRACEBACK] = kept
         del self.running[rt.slot.id]
         if self.packer is not None:  # before the slot is handed on: an OOM lowers its GPU's level
             self.packer.trial_ended(rt, verdict.fail_reason, measured)

@@ -18,6 +18,7 @@ import optuna
 import psutil
 from optuna.trial import FrozenTrial
 
+from hpo_orchestrator import keys
 from hpo_orchestrator.db import RunningTrialRow, running_among
 from hpo_orchestrator.scheduler._outcome import retry_allowed
 from hpo_orchestrator.scheduler._records import Retry, RunRecords, trial_params
@@ -103,13 +104,13 @@ def lost_attrs(frozen: FrozenTrial, max_retries: int) -> tuple[dict[str, Any], R
     A trial already marked ``hpo.retried`` has its retry enqueued (in the same transaction
     as the mark): its orchestrator died before telling it, so only the state changes.
     """
-    if frozen.user_attrs.get("hpo.retried") is True:
+    if frozen.user_attrs.get(keys.RETRIED) is True:
         return {}, None
-    attempt = int(frozen.user_attrs.get("hpo.attempt", 1))
-    ran = "hpo.pid" in frozen.user_attrs  # written when a slot took it
+    attempt = int(frozen.user_attrs.get(keys.ATTEMPT, 1))
+    ran = keys.PID in frozen.user_attrs  # written when a slot took it
     attrs: dict[str, Any] = {
-        "hpo.fail_reason": "lost",
-        "hpo.error": "its orchestrator stopped sending heartbeats" if ran
+        keys.FAIL_REASON: "lost",
+        keys.ERROR: "its orchestrator stopped sending heartbeats" if ran
         else "its orchestrator stopped before a slot took it"}
     if ran and not retry_allowed("lost", attempt, max_retries):
         return attrs, None

@@ -14,7 +14,7 @@ from datetime import datetime
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from hpo_orchestrator import db
+from hpo_orchestrator import db, keys
 from hpo_orchestrator.status._common import (
     device_label,
     listed_devices,
@@ -71,7 +71,7 @@ def collect_kept(connection: Connection, study_id: int, name: str, directions: l
     tally = _tally_of(connection, study_id, name)
     if tally is None:
         return None
-    config = study_attrs.get("hpo.config") or {}
+    config = study_attrs.get(keys.CONFIG) or {}
     since = db.trials_since(connection, study_id, tally.watermark, tally.holes)
     listed = listed_devices(study_attrs)
     hosts = {d.host for d in tally.devices if d.host} | {t.row.host for t in since if t.row.host} \
@@ -116,9 +116,9 @@ def collect_kept(connection: Connection, study_id: int, name: str, directions: l
             reasons[f.fail_reason] = reasons.get(f.fail_reason, 0) + 1
     failed = db.failed_upto(connection, study_id, tally.watermark, tally.holes) + [
         t.trial_id for t in since if t.row.state == "FAIL"]
-    failures = sorted((n, a.get("hpo.fail_reason"), a.get("hpo.error"))
+    failures = sorted((n, a.get(keys.FAIL_REASON), a.get(keys.ERROR))
                       for n, a in db.fail_attrs(connection, failed).items()
-                      if a.get("hpo.retried") is not True)
+                      if a.get(keys.RETRIED) is not True)
     objective_failures = [n for n, reason, _ in failures if reason != "interrupted"]
 
     startup = None
@@ -141,7 +141,7 @@ def collect_kept(connection: Connection, study_id: int, name: str, directions: l
         per_device=_device_use(tally, listed), running=running,
         fail_reasons=dict(sorted(reasons.items())),
         wall_s=None if window is None else window[2] - window[0], queued=queued,
-        min_resource_auto=study_attrs.get("hpo.pruner.min_resource_auto"),
+        min_resource_auto=study_attrs.get(keys.PRUNER_MIN_RESOURCE_AUTO),
         last_failed=max(objective_failures) if objective_failures else None,
         packing=packing_of(study_attrs))
     report.findings = find_all(report, StudyFacts(
