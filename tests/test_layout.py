@@ -131,6 +131,24 @@ def test_no_import_circle() -> None:
         "\n".join(" <-> ".join(c) for c in found)
 
 
+def test_no_room_reaches_back() -> None:
+    """The rooms (the top-level packages and modules) import one another in one direction only
+    (docs/DESIGN.md §3.2: the data flow's order), so none is a circle even through others."""
+    def room(module: str) -> str:
+        return ".".join(module.split(".")[:2])
+
+    rooms: dict[str, dict[str, int]] = {}
+    for importer, targets in import_graph(ROOT).items():
+        edges = rooms.setdefault(room(importer), {})
+        for target, line in targets.items():
+            if room(target) != room(importer):
+                edges.setdefault(room(target), line)
+    for target in [t for edges in rooms.values() for t in edges]:
+        rooms.setdefault(target, {})
+    found = cycles(rooms)
+    assert not found, "rooms that reach back:\n" + "\n".join(" <-> ".join(c) for c in found)
+
+
 def test_a_package_is_entered_through_its_face() -> None:
     found = private_reaches(import_graph(ROOT))
     assert not found, "\n".join(found)
