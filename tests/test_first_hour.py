@@ -479,7 +479,7 @@ def test_7_slow_startup_has_a_floor_and_advice_that_applies(config: dict[str, An
 
 
 def test_9_progress_says_done_eta_and_the_studys_best() -> None:
-    from hpo_orchestrator.progress import LiveReporter
+    from hpo_orchestrator.cli._progress import LiveReporter
     from hpo_orchestrator.scheduler import FinishedTrial
 
     out = io.StringIO()

@@ -23,11 +23,22 @@ from hpo_orchestrator.config._schema import (
     TorchMLPObjectiveConfig,
     TPESamplerConfig,
 )
+from hpo_orchestrator.config._space import (
+    LIGHTGBM_SPACE,
+    SPACES,
+    TORCH_MLP_SPACE,
+    ParamSpec,
+    check_params,
+    resolve_space,
+)
 
 if TYPE_CHECKING:
     from hpo_orchestrator.config._load import config_dir, load_config, to_plain_dict
 
 __all__ = [
+    "LIGHTGBM_SPACE",
+    "SPACES",
+    "TORCH_MLP_SPACE",
     "ArtifactsConfig",
     "Config",
     "CustomObjectiveConfig",
@@ -35,6 +46,7 @@ __all__ = [
     "MedianPrunerConfig",
     "NoPrunerConfig",
     "ObjectiveConfig",
+    "ParamSpec",
     "PatientHyperbandPrunerConfig",
     "PrunerConfig",
     "RandomSamplerConfig",
@@ -45,8 +57,10 @@ __all__ = [
     "TPESamplerConfig",
     "TelemetryConfig",
     "TorchMLPObjectiveConfig",
+    "check_params",
     "config_dir",
     "load_config",
+    "resolve_space",
     "to_plain_dict",
 ]
 

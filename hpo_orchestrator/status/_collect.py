@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from hpo_orchestrator import db
+from hpo_orchestrator import db, keys
 from hpo_orchestrator.db import TrialRow
 from hpo_orchestrator.status._common import (
     device_choices_of,
@@ -36,9 +36,9 @@ from hpo_orchestrator.status._model import DeviceUse, StateStats, StatusReport, 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
 
-    from hpo_orchestrator.db._sql import Readable as Connection
+    from hpo_orchestrator.db import Readable as Connection
 
-__all__ = ["collect_status", "collect_with_rows", "device_label"]
+__all__ = ["collect_status", "collect_status_sqlite", "collect_with_rows", "device_label"]
 
 _STATES = ("COMPLETE", "PRUNED", "FAIL", "RUNNING", "QUEUED", "WAITING")
 
@@ -94,7 +94,7 @@ def _collect(connection: Connection, study: str | None, kept: bool = False,
     directions = db.study_directions(connection, study_id) or ["minimize"]
     direction = directions[0]
     study_attrs = db.study_attrs(connection, study_id)
-    config = study_attrs.get("hpo.config") or {}
+    config = study_attrs.get(keys.CONFIG) or {}
     db_now = db.database_now(connection)
     now = time.time()
     if kept:
@@ -152,12 +152,12 @@ def _collect(connection: Connection, study: str | None, kept: bool = False,
             if flags.fail_reason:
                 reasons[flags.fail_reason] += 1
     for u in uncovered:
-        if u.attrs.get("hpo.gpu_verified") is False:
-            unverified.append((u.row.number, u.attrs.get("hpo.opencl_platform")))
-        if u.attrs.get("hpo.params_mismatch"):
-            mismatches.append((u.row.number, u.attrs["hpo.params_mismatch"]))
-        if u.attrs.get("hpo.fail_reason"):
-            reasons[str(u.attrs["hpo.fail_reason"])] += 1
+        if u.attrs.get(keys.GPU_VERIFIED) is False:
+            unverified.append((u.row.number, u.attrs.get(keys.OPENCL_PLATFORM)))
+        if u.attrs.get(keys.PARAMS_MISMATCH):
+            mismatches.append((u.row.number, u.attrs[keys.PARAMS_MISMATCH]))
+        if u.attrs.get(keys.FAIL_REASON):
+            reasons[str(u.attrs[keys.FAIL_REASON])] += 1
 
     window = _window(rows, now)
     failures = db.fail_errors(connection, study_id)
@@ -172,7 +172,7 @@ def _collect(connection: Connection, study: str | None, kept: bool = False,
                                study_attrs, now, window),
         running=running, fail_reasons=dict(sorted(reasons.items())),
         wall_s=None if window is None else window[2] - window[0], queued=queued,
-        min_resource_auto=study_attrs.get("hpo.pruner.min_resource_auto"),
+        min_resource_auto=study_attrs.get(keys.PRUNER_MIN_RESOURCE_AUTO),
         last_failed=max(objective_failures) if objective_failures else None,
         packing=packing_of(study_attrs), device_choices=device_choices_of(study_attrs))
     report.findings = find_all(report, StudyFacts(
