@@ -18,7 +18,7 @@ TRIAL ?=
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: hpo status report logs install test test-long test-fast test-gpu lint mutation bench bench-gpu bench-packing clean
+.PHONY: hpo status report logs install test test-long test-fast test-gpu lint mutation bench bench-gpu bench-packing bench-quality clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV_FLAGS) $(VENV)
@@ -84,6 +84,16 @@ bench-gpu: $(STAMP)
 OUT ?= bench-packing
 bench-packing: $(STAMP)
 	$(BIN)/python scripts/bench_packing.py --out $(OUT)
+
+# Time to quality (issue 26, docs/QUALITY.md): each contender launched as its own command and
+# timed to targets from a reference run. OUT (default bench-quality) keeps results.json,
+# targets.json, results.md and the curves PNG; a call adds its seeds (--seeds 3-5) to OUT.
+# QUALITY_ARGS: everything else; the default is the CPU smoke run of workload (a) (make
+# bench-quality QUALITY_ARGS="--reference ..." first: see docs/QUALITY.md for the commands).
+QUALITY_OUT = $(if $(filter command line environment,$(origin OUT)),$(OUT),bench-quality)
+QUALITY_ARGS ?= --workload a --seeds 1-2 --budget 60 --contenders ours,optuna-cpu-t1
+bench-quality: $(STAMP)
+	$(BIN)/python scripts/bench_quality.py --out $(QUALITY_OUT) $(QUALITY_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check hpo_orchestrator tests scripts

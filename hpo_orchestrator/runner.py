@@ -42,6 +42,7 @@ from hpo_orchestrator.scheduler import (
     Reporter,
     SlotPool,
     default_lease_dir,
+    resolve_cpu_slots,
     resolve_gpus,
     resolve_parallel,
     run_dir,
@@ -174,9 +175,17 @@ def _run(config: Config, backend: GpuBackend,
     leases = LeaseDir(default_lease_dir(sched.lease_dir))
     if gpus:  # only GPU slots are leased
         leases.check()
+    per_gpu = sched.trials_per_gpu if isinstance(sched.trials_per_gpu, int) else 1
+    cpu_slots = resolve_cpu_slots(sched.cpu_slots, len(gpus) * per_gpu, sched.host_cores)
+    if cpu_slots and getattr(config.objective, "device", None) == "gpu":
+        raise ConfigError(f"scheduler.cpu_slots={sched.cpu_slots} with objective.device=gpu: "
+                          "a trial on a CPU slot cannot train on a GPU",
+                          "leave objective.device=auto (each trial where it runs faster), or "
+                          "set scheduler.cpu_slots=0")
     parallel, parallel_reason = resolve_parallel(sched.parallel, len(gpus), sched.trials_per_gpu,
-                                                 sched.host_cores, sched.threads_per_trial)
-    slots = SlotPool(gpus, parallel, sched.trials_per_gpu, leases=leases,
+                                                 sched.host_cores, sched.threads_per_trial,
+                                                 cpu_slots)
+    slots = SlotPool(gpus, parallel, sched.trials_per_gpu, leases=leases, cpu_slots=cpu_slots,
                      backend=backend if sched.avoid_busy_gpus else None,
                      busy=BusyRule(sched.busy_gpu_mem_mib, sched.busy_gpu_util),
                      max_per_gpu=sched.max_trials_per_gpu, cores=sched.host_cores)

@@ -8,7 +8,13 @@ import pytest
 
 from hpo_orchestrator.errors import ConfigError
 from hpo_orchestrator.gpu import GpuInfo
-from hpo_orchestrator.scheduler import SlotPool, resolve_gpus, resolve_parallel, threads_per_trial
+from hpo_orchestrator.scheduler import (
+    SlotPool,
+    resolve_cpu_slots,
+    resolve_gpus,
+    resolve_parallel,
+    threads_per_trial,
+)
 from hpo_orchestrator.scheduler._leases import LeaseDir
 from hpo_orchestrator.testing import FakeGpuBackend
 
@@ -158,3 +164,30 @@ def test_parallel_unset_uses_what_the_run_was_given(
 def test_parallel_given_is_kept_whatever_the_gpus() -> None:
     assert resolve_parallel(3, 8, None, 64, None) == (3, "scheduler.parallel=3")
     assert resolve_parallel("auto", 0, None, 64, None) == ("auto", "scheduler.parallel=auto")
+
+
+@pytest.mark.parametrize(("cpu_slots", "gpu_places", "cores", "expected"), [
+    ("auto", 2, 32, 2),   # 32 cores: 4 places of 8, 2 taken by the GPUs
+    ("auto", 4, 64, 4),
+    ("auto", 1, 16, 1),
+    ("auto", 4, 16, 0),   # the GPU slots take every 8-core place
+    ("auto", 0, 64, 0),   # no GPU: every slot is a CPU slot already
+    (3, 2, 8, 3),
+])
+def test_cpu_slots_beside_the_gpus(cpu_slots: int | str, gpu_places: int, cores: int,
+                                   expected: int) -> None:
+    assert resolve_cpu_slots(cpu_slots, gpu_places, cores) == expected
+
+
+def test_cpu_slots_run_beside_the_gpu_slots_after_them() -> None:
+    gpus = FakeGpuBackend.from_spec("2").gpus()
+    parallel, why = resolve_parallel(None, 2, None, 32, None, cpu_slots=2)
+    assert (parallel, why) == (4, "one trial per GPU given and 2 on CPU slots, scheduler.parallel unset")
+    assert isinstance(parallel, int)
+    pool = SlotPool(gpus, parallel, None, cpu_slots=2)
+    assert pool.concurrency == 4 and threads_per_trial(None, pool.concurrency, 32) == 8
+    taken = [pool.acquire() for _ in range(5)]
+    assert taken[4] is None
+    # the GPUs first, then the CPU slots, with an empty CUDA_VISIBLE_DEVICES
+    assert [s.gpu.index if s and s.gpu else None for s in taken[:4]] == [0, 1, None, None]
+    assert all(s is not None and s.cuda_visible_devices == "" for s in taken[2:4])

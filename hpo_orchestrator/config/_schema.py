@@ -85,6 +85,11 @@ class SchedulerConfig:
     kill_grace_s: float = 5.0
     # CPU threads each trial may use; null: the machine's cores divided by `parallel`.
     threads_per_trial: int | None = None
+    # CPU slots beside the GPU slots (a host with GPUs): trials there get an empty
+    # CUDA_VISIBLE_DEVICES and train on the CPU (LightGBM on small data is faster there:
+    # docs/GPU.md). auto: one per CPU_SLOT_CORES cores left after one per GPU slot; 0: none.
+    # Counted in scheduler.parallel's default; the cores are shared by every slot's trials.
+    cpu_slots: Any = 0
     # Re-runs of the same params after a failure that was not the objective's fault (oom,
     # killed, lost). Retries do not count against study.n_trials.
     max_retries: int = 1
@@ -148,6 +153,11 @@ class SchedulerConfig:
                  f"expected seconds >= 0, got {self.kill_grace_s!r}")
         if self.threads_per_trial is not None:
             _positive_int(self.threads_per_trial, f"{path}.threads_per_trial")
+        _require(self.cpu_slots == "auto" or (isinstance(self.cpu_slots, int)
+                                              and not isinstance(self.cpu_slots, bool)
+                                              and self.cpu_slots >= 0),
+                 f"{path}.cpu_slots", f"expected an integer >= 0 or auto, got {self.cpu_slots!r}",
+                 "e.g. scheduler.cpu_slots=2 or scheduler.cpu_slots=auto")
         _require(isinstance(self.log_max_mib, (int, float)) and self.log_max_mib > 0,
                  f"{path}.log_max_mib", f"expected MiB > 0, got {self.log_max_mib!r}")
 

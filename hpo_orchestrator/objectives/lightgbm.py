@@ -86,7 +86,8 @@ _TASKS = {"binary": ("binary", "binary_logloss"), "multiclass": ("multiclass", "
 
 class LightGBMObjective:
     """Built from ``objective.*`` config; called once per trial. The user's table is read once
-    per worker process (in reuse mode: once per slot), the generated data per trial."""
+    per worker process (in reuse mode: once per slot); the generated data once per process
+    (objectives/_data.py caches it), so a reuse worker does not regenerate it per trial."""
 
     def __init__(self, config: LightGBMObjectiveConfig) -> None:
         # Imported here, not per call, so the import counts as start-up (hpo.startup_s).

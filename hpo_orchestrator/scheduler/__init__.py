@@ -12,6 +12,7 @@ from hpo_orchestrator.scheduler._slots import (
     BusyRule,
     Slot,
     SlotPool,
+    resolve_cpu_slots,
     resolve_gpus,
     resolve_parallel,
     threads_per_trial,
@@ -20,4 +21,5 @@ from hpo_orchestrator.scheduler._trial import FinishedTrial, QuietReporter, Repo
 
 __all__ = ["Budget", "BusyRule", "FinishedTrial", "LeaseDir", "Orchestrator", "QuietReporter", "Reporter",
            "RunningTrial", "Slot", "SlotPool", "default_lease_dir", "params_mismatch",
-           "read_tail", "resolve_gpus", "resolve_parallel", "run_dir", "threads_per_trial"]
+           "read_tail", "resolve_cpu_slots", "resolve_gpus", "resolve_parallel", "run_dir",
+           "threads_per_trial"]

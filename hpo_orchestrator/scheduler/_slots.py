@@ -75,8 +75,22 @@ def threads_per_trial(configured: int | None, concurrency: int, cores: int | Non
     return max(1, host_cores(cores) // max(concurrency, 1))
 
 
+CPU_SLOT_CORES = 8  # cpu_slots=auto: a CPU slot per 8 cores (docs/GPU.md: 8 threads ~ 16 at 40k)
+
+
+def resolve_cpu_slots(cpu_slots: int | str, gpu_places: int, cores: int | None = None) -> int:
+    """``scheduler.cpu_slots`` as a number: auto gives the cores the GPU slots leave, one slot
+    per CPU_SLOT_CORES; none without GPUs (every slot is a CPU slot there already)."""
+    if not gpu_places:
+        return 0
+    if cpu_slots == "auto":
+        return max(0, host_cores(cores) // CPU_SLOT_CORES - gpu_places)
+    return int(cpu_slots)
+
+
 def resolve_parallel(parallel: int | str | None, gpus: int, trials_per_gpu: int | str | None,
-                     cores: int | None = None, threads: int | None = None) -> tuple[int | str, str]:
+                     cores: int | None = None, threads: int | None = None,
+                     cpu_slots: int = 0) -> tuple[int | str, str]:
     """``scheduler.parallel`` as the run uses it, and why (the run's start-up line says it).
 
     Unset, the run uses what it was given: every GPU once (or ``trials_per_gpu`` times: auto
@@ -91,7 +105,9 @@ def resolve_parallel(parallel: int | str | None, gpus: int, trials_per_gpu: int 
             return "auto", "every GPU given, trials_per_gpu=auto"
         per_gpu = trials_per_gpu if isinstance(trials_per_gpu, int) else 1
         each = "one trial" if per_gpu == 1 else f"{per_gpu} trials"
-        return gpus * per_gpu, f"{each} per GPU given, scheduler.parallel unset"
+        beside = f" and {cpu_slots} on CPU slots" if cpu_slots else ""
+        return gpus * per_gpu + cpu_slots, \
+            f"{each} per GPU given{beside}, scheduler.parallel unset"
     cores = host_cores(cores)
     per_trial = threads or 1
     return max(1, cores // per_trial), (
@@ -128,13 +144,14 @@ class SlotPool:
     trials_per_gpu; with ``auto`` (scheduler.trials_per_gpu=auto, or parallel=auto alone) it
     starts at 1 and the packer moves it (:meth:`set_limit`) within ``max_per_gpu`` slots per
     GPU. ``parallel="auto"``: every GPU at its level (no further cap); on CPU slots, one trial
-    per core.
+    per core. ``cpu_slots``: CPU slots beside the GPU slots (numbered after them, no level,
+    no lease), counted in the concurrency.
     """
 
     def __init__(self, gpus: list[GpuInfo], parallel: int | str, trials_per_gpu: int | str | None,
                  leases: LeaseDir | None = None, backend: GpuBackend | None = None,
                  busy: BusyRule | None = None, max_per_gpu: int = 4,
-                 cores: int | None = None) -> None:
+                 cores: int | None = None, cpu_slots: int = 0) -> None:
         self.auto = bool(gpus) and is_auto_packing(parallel, trials_per_gpu)
         if gpus:
             if self.auto:
@@ -143,12 +160,16 @@ class SlotPool:
                 self.per_gpu = trials_per_gpu
             else:
                 assert isinstance(parallel, int)  # parallel=auto alone is auto packing
-                self.per_gpu = math.ceil(parallel / len(gpus))
+                self.per_gpu = math.ceil(max(parallel - cpu_slots, 1) / len(gpus))
             self.slots = [Slot(id=i, gpu=gpu, k=k) for i, (k, gpu) in
                           enumerate((k, gpu) for k in range(self.per_gpu) for gpu in gpus)]
             self.limits = {gpu.index: 1 if self.auto else self.per_gpu for gpu in gpus}
+            # CPU slots beside them (scheduler.cpu_slots): no level, no lease, numbered last
+            self.cpu_places = cpu_slots
+            self.slots += [Slot(id=len(self.slots) + i, gpu=None) for i in range(cpu_slots)]
         else:
             self.per_gpu = 0
+            self.cpu_places = 0
             count = parallel if isinstance(parallel, int) else host_cores(cores)
             self.slots = [Slot(id=i, gpu=None) for i in range(count)]
             self.limits = {}
@@ -164,7 +185,7 @@ class SlotPool:
     @property
     def concurrency(self) -> int:
         """Trials at once now: the GPUs' levels (or the CPU slots), within scheduler.parallel."""
-        places = sum(self.limits.values()) if self.limits else len(self.slots)
+        places = sum(self.limits.values()) + self.cpu_places if self.limits else len(self.slots)
         return min(self.cap, places)
 
     def set_limit(self, gpu_index: int, limit: int) -> None:

@@ -1,0 +1,144 @@
+"""Workload (c): a small CNN on generated images, GPU-bound, with a real start-up cost.
+
+The product runs it as a custom objective (``objective=custom
+objective.target=hpo_orchestrator.benchmarking.cnn:objective``) and Optuna's processes call the
+same function, so both train the identical model on identical data in the identical space.
+Start-up is real: importing torch, making the CUDA context, and generating the images (once
+per process: cached, so a reuse worker or a long-lived Optuna process pays it once and a
+fresh worker pays it per trial). Labels come from a fixed random "teacher" CNN plus noise:
+structure a CNN can learn, with a floor on the loss. No download.
+
+HPO_QUALITY_SCALE (default 1) shrinks the data for a dry run on a CPU machine.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["EPOCHS", "objective", "retrain_test_loss"]
+
+EPOCHS = 10
+_ROWS = {"train": 24_000, "valid": 6_000, "test": 6_000}
+_CLASSES = 10
+
+
+def _device() -> Any:
+    import torch
+
+    return torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
+
+
+@functools.cache
+def _data() -> dict[str, tuple[Any, Any]]:
+    """Images and labels per split, on the device, generated once per process (seed 0)."""
+    import torch
+    from torch import nn
+
+    scale = float(os.environ.get("HPO_QUALITY_SCALE", "1"))
+    gen = torch.Generator().manual_seed(0)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        teacher = nn.Sequential(nn.Conv2d(3, 16, 5, padding=2), nn.ReLU(), nn.MaxPool2d(4),
+                                nn.Conv2d(16, 16, 3, padding=1), nn.ReLU(),
+                                nn.AdaptiveAvgPool2d(2), nn.Flatten(), nn.Linear(64, _CLASSES))
+    out = {}
+    for split, rows in _ROWS.items():
+        n = max(256, int(rows * scale))
+        # smooth images (noise, blurred): local structure for the convolutions to find
+        x = nn.functional.avg_pool2d(torch.randn(n, 3, 34, 34, generator=gen), 3, stride=1)
+        with torch.no_grad():
+            logits = teacher(x) * 4.0 + torch.randn(n, _CLASSES, generator=gen)
+        out[split] = (x.to(_device()), logits.argmax(1).to(_device()))
+    return out
+
+
+def _model(params: dict[str, Any]) -> Any:
+    from torch import nn
+
+    layers: list[nn.Module] = []
+    width, fan_in = int(params["channels"]), 3
+    for _ in range(int(params["depth"])):
+        layers += [nn.Conv2d(fan_in, width, 3, padding=1), nn.BatchNorm2d(width), nn.ReLU(),
+                   nn.MaxPool2d(2)]
+        fan_in, width = width, width * 2
+    return nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+                         nn.Dropout(float(params["dropout"])), nn.Linear(fan_in, _CLASSES))
+
+
+def _loss(model: Any, split: tuple[Any, Any], use_bf16: bool) -> float:
+    import torch
+
+    x, y = split
+    model.eval()
+    total = 0.0
+    with torch.no_grad(), torch.autocast(x.device.type, torch.bfloat16, enabled=use_bf16):
+        for i in range(0, len(y), 2048):
+            out = model(x[i:i + 2048]).float()
+            total += float(torch.nn.functional.cross_entropy(out, y[i:i + 2048], reduction="sum"))
+    return total / len(y)
+
+
+def _fit(params: dict[str, Any], seed: int,
+         after_epoch: Callable[[int, float], None] | None) -> tuple[float, float, int]:
+    """Train; returns (best validation loss, test loss at that epoch, that epoch)."""
+    import torch
+
+    data = _data()
+    device = _device()
+    use_bf16 = device.type == "cuda"
+    torch.manual_seed(seed)
+    model = _model(params).to(device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=float(params["lr"]),
+                                  weight_decay=float(params["weight_decay"]))
+    x, y = data["train"]
+    batch = int(params["batch_size"])
+    best = (float("inf"), float("nan"), 0)
+    for epoch in range(1, EPOCHS + 1):
+        model.train()
+        order = torch.randperm(len(y), device=device)
+        for i in range(0, len(y), batch):
+            idx = order[i:i + batch]
+            with torch.autocast(device.type, torch.bfloat16, enabled=use_bf16):
+                loss = torch.nn.functional.cross_entropy(model(x[idx]).float(), y[idx])
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+        valid = _loss(model, data["valid"], use_bf16)
+        if valid < best[0]:
+            test = float("nan") if after_epoch else _loss(model, data["test"], use_bf16)
+            best = (valid, test, epoch)
+        if after_epoch is not None:
+            after_epoch(epoch, valid)
+    return best
+
+
+def _suggest(trial: Any) -> dict[str, Any]:
+    return {"lr": trial.suggest_float("lr", 1e-4, 3e-2, log=True),
+            "channels": trial.suggest_int("channels", 16, 96, log=True),
+            "depth": trial.suggest_int("depth", 1, 3),
+            "dropout": trial.suggest_float("dropout", 0.0, 0.5),
+            "weight_decay": trial.suggest_float("weight_decay", 1e-6, 1e-2, log=True),
+            "batch_size": trial.suggest_categorical("batch_size", [64, 128, 256])}
+
+
+def objective(trial: Any) -> float:
+    """A plain Optuna objective: the validation loss every epoch, pruned before the last."""
+    import optuna
+
+    params = _suggest(trial)
+
+    def after_epoch(epoch: int, valid: float) -> None:
+        trial.report(valid, epoch)
+        if epoch < EPOCHS and trial.should_prune():
+            raise optuna.TrialPruned(f"pruned after epoch {epoch}")
+
+    return _fit(params, trial.number, after_epoch)[0]
+
+
+def retrain_test_loss(params: dict[str, Any]) -> dict[str, Any]:
+    """The held-out test loss of ``params`` retrained once, at its best validation epoch."""
+    valid, test, epoch = _fit(params, 0, None)
+    return {"test_loss": test, "valid_loss": valid, "epoch": epoch}

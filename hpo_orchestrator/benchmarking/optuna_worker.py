@@ -1,0 +1,118 @@
+"""One of Optuna's own processes in the benchmark: Optuna done right, as its docs show it.
+
+    python -m hpo_orchestrator.benchmarking.optuna_worker --workload a --storage URL \
+        --seed 3 --index 0 --pruner median --device gpu --threads 8 --timeout 90
+
+Several of these share one sqlite study (WAL, a busy timeout); each is pinned by its
+launcher (CUDA_VISIBLE_DEVICES, taskset). TPE with ``multivariate=True, constant_liar=True``,
+seeded per process (the same seed in every process would propose the same start-up points).
+``--n-jobs`` > 1 is Optuna's thread mode (its FAQ's answer to "how to run in parallel").
+On a GPU, LightGBM trains on NVIDIA's OpenCL platform picked by name, with NVIDIA's ICD
+registered by the launcher: the host's default platform may be PoCL, a CPU, which trains at
+0 % GPU without a warning. No NVIDIA platform: exit 3, never a silent CPU run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sqlite3
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["main"]
+
+
+def _sqlite_pragmas() -> None:
+    """WAL, synchronous=NORMAL and a busy timeout on every connection, as the product sets on
+    its own (db/_engine.py), so neither side pays for the other's storage settings."""
+    import sqlalchemy
+    from sqlalchemy import event
+
+    @event.listens_for(sqlalchemy.engine.Engine, "connect")
+    def _tune(dbapi_connection: Any, _record: Any) -> None:
+        if isinstance(dbapi_connection, sqlite3.Connection):
+            for pragma in ("journal_mode=WAL", "busy_timeout=30000", "synchronous=NORMAL"):
+                dbapi_connection.execute("PRAGMA " + pragma)
+
+
+def _pruner(name: str) -> Any:
+    import optuna
+
+    return {"median": optuna.pruners.MedianPruner, "hyperband": optuna.pruners.HyperbandPruner,
+            "none": optuna.pruners.NopPruner}[name]()
+
+
+def _lightgbm_device(device: str) -> dict[str, Any]:
+    from hpo_orchestrator.gpu._opencl import choose_lightgbm_device, list_platforms
+
+    if device == "cpu":
+        return {"device_type": "cpu"}
+    platforms = list_platforms()
+    choice = choose_lightgbm_device(True, "gpu", "auto", platforms)
+    if choice.params.get("device_type") != "gpu" or choice.warning:
+        print(f"error: no NVIDIA OpenCL platform for LightGBM ({choice.warning}); "
+              f"platforms: {platforms}", file=sys.stderr)
+        raise SystemExit(3)
+    print(f"LightGBM on OpenCL platform {choice.platform}: {choice.params}", file=sys.stderr)
+    return dict(choice.params)
+
+
+def _create_or_load(name: str, storage: str, sampler: Any, pruner: Any) -> Any:
+    """The shared study, created by whichever process comes first. Processes that start
+    together on a new sqlite file race to create its tables ('table studies already exists'):
+    or an IntegrityError on alembic_version): the loser retries, inside the timed launch."""
+    import optuna
+    import sqlalchemy.exc
+
+    for attempt in range(50):
+        try:
+            return optuna.create_study(study_name=name, storage=storage, sampler=sampler,
+                                       pruner=pruner, load_if_exists=True)
+        except (sqlalchemy.exc.OperationalError, sqlalchemy.exc.IntegrityError):
+            if attempt == 49:
+                raise
+            time.sleep(0.2)
+    raise AssertionError("unreachable")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--workload", required=True)
+    parser.add_argument("--scale", type=float, default=1.0)
+    parser.add_argument("--storage", required=True)
+    parser.add_argument("--study", default="bench")
+    parser.add_argument("--seed", type=int, required=True)
+    parser.add_argument("--index", type=int, default=0, help="this process's number")
+    parser.add_argument("--pruner", choices=("median", "hyperband", "none"), default="median")
+    parser.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
+    parser.add_argument("--threads", type=int, default=1, help="threads per trial")
+    parser.add_argument("--n-jobs", type=int, default=1, help="Optuna threads in this process")
+    parser.add_argument("--timeout", type=float, required=True, help="seconds")
+    args = parser.parse_args(argv)
+
+    import optuna
+
+    from hpo_orchestrator.benchmarking.workloads import WORKLOADS, lightgbm_objective
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    _sqlite_pragmas()
+    workload = WORKLOADS[args.workload].scaled(args.scale)
+    objective: Callable[[Any], float]
+    if workload.kind == "cnn":
+        from hpo_orchestrator.benchmarking import cnn
+
+        objective = cnn.objective
+    else:
+        objective = lightgbm_objective(workload.lightgbm, _lightgbm_device(args.device),
+                                       args.threads)
+    sampler = optuna.samplers.TPESampler(multivariate=True, constant_liar=True,
+                                         seed=args.seed * 1000 + args.index)
+    study = _create_or_load(args.study, args.storage, sampler, _pruner(args.pruner))
+    study.optimize(objective, timeout=args.timeout, n_jobs=args.n_jobs)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,139 @@
+"""The benchmark's workloads, one definition for every contender.
+
+Ours runs a workload through ``hpo-orchestrator run`` with :attr:`Workload.overrides`; Optuna's
+own processes (optuna_worker.py) build the same model from the same pieces the product uses:
+the data generator (objectives/_data.py), the search space (config/_space.py, suggested by
+objectives/_space.py) and the config defaults (max_bin, seed, rounds, report interval) of
+LightGBMObjectiveConfig. The objective below is what a careful Optuna user writes: train,
+report the validation loss every ``report_every`` rounds, prune, return the best reported loss.
+
+:func:`test_metric` judges a run's best params where no trial looked: retrained once on the
+training rows, the iteration chosen by the validation loss (as the trial's value was), the
+log loss read on :func:`held_out_test` rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from hpo_orchestrator.config._objectives import LightGBMObjectiveConfig
+from hpo_orchestrator.config._space import LIGHTGBM_SPACE
+from hpo_orchestrator.objectives._data import binary_classification, held_out_test
+from hpo_orchestrator.objectives._space import suggest_all
+
+__all__ = ["WORKLOADS", "Workload", "lightgbm_objective", "test_metric"]
+
+TEST_ROWS = 20_000
+CNN_TARGET = "hpo_orchestrator.benchmarking.cnn:objective"
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    kind: str  # lightgbm | cnn
+    what: str
+    lightgbm: LightGBMObjectiveConfig = field(default_factory=LightGBMObjectiveConfig)
+
+    def scaled(self, scale: float) -> Workload:
+        """Fewer rows for a dry run (scale < 1); the CNN reads HPO_QUALITY_SCALE itself."""
+        rows = max(2_000, int(self.lightgbm.n_rows * scale))
+        return replace(self, lightgbm=replace(self.lightgbm, n_rows=rows))
+
+    def overrides(self, device: str) -> list[str]:
+        """``hpo-orchestrator run`` arguments that make the product run this workload."""
+        if self.kind == "cnn":
+            return ["objective=custom", f"objective.target={CNN_TARGET}"]
+        cfg = self.lightgbm
+        return ["objective=lightgbm", f"objective.n_rows={cfg.n_rows}",
+                f"objective.n_features={cfg.n_features}",
+                f"objective.num_boost_round={cfg.num_boost_round}",
+                f"objective.report_every={cfg.report_every}", f"objective.device={device}"]
+
+
+WORKLOADS = {
+    "a": Workload("a", "lightgbm", "LightGBM, the default `make hpo` study: 40k x 40 generated "
+                  "rows, 200 rounds, validation logloss every 10"),
+    "b": Workload("b", "lightgbm", "LightGBM on 1M x 40 generated rows, 200 rounds, every 10",
+                  LightGBMObjectiveConfig(n_rows=1_000_000)),
+    "c": Workload("c", "cnn", "a small CNN on generated 3x32x32 images (torch), 10 epochs, "
+                  "validation loss every epoch"),
+}
+
+
+def _params(cfg: LightGBMObjectiveConfig, suggested: dict[str, Any], device: dict[str, Any],
+            num_threads: int) -> dict[str, Any]:
+    """LightGBM params exactly as objectives/lightgbm.py builds them for a binary task."""
+    return {"objective": "binary", "metric": "binary_logloss", "verbosity": -1,
+            "num_threads": num_threads, "max_bin": cfg.max_bin, "seed": cfg.seed,
+            **suggested, "bagging_freq": 1, **device}
+
+
+def _datasets(cfg: LightGBMObjectiveConfig) -> tuple[Any, Any]:
+    import lightgbm as lgb
+
+    x_train, y_train, x_valid, y_valid = binary_classification(cfg.n_rows, cfg.n_features,
+                                                               cfg.seed)
+    train = lgb.Dataset(x_train, y_train, params={"max_bin": cfg.max_bin})
+    return train, lgb.Dataset(x_valid, y_valid, reference=train)
+
+
+def lightgbm_objective(cfg: LightGBMObjectiveConfig, device: dict[str, Any],
+                       num_threads: int) -> Callable[[Any], float]:
+    """An Optuna objective for Optuna's own processes. ``device``: LightGBM's device params
+    ({"device_type": "cpu"}, or the NVIDIA OpenCL platform chosen by the caller)."""
+    import lightgbm as lgb
+    import optuna
+
+    def objective(trial: Any) -> float:
+        train, valid = _datasets(cfg)
+        params = _params(cfg, suggest_all(trial, LIGHTGBM_SPACE), device, num_threads)
+        best = float("inf")
+
+        def report(env: Any) -> None:
+            nonlocal best
+            if (env.iteration + 1) % cfg.report_every:
+                return
+            loss = float(env.evaluation_result_list[0][2])
+            best = min(best, loss)
+            trial.report(loss, (env.iteration + 1) // cfg.report_every)
+            if env.iteration + 1 + cfg.report_every <= env.end_iteration and trial.should_prune():
+                raise optuna.TrialPruned(f"pruned at round {env.iteration + 1}")
+
+        lgb.train(params, train, num_boost_round=cfg.num_boost_round, valid_sets=[valid],
+                  callbacks=[report])
+        return best
+
+    return objective
+
+
+def _logloss(y: np.ndarray, p: np.ndarray) -> float:
+    p = np.clip(p, 1e-15, 1 - 1e-15)
+    return float(-np.mean(y * np.log(p) + (1 - y) * np.log(1 - p)))
+
+
+def test_metric(workload: Workload, params: dict[str, Any], num_threads: int) -> dict[str, Any]:
+    """Retrain ``params`` once (CPU for LightGBM) and read the held-out test loss at the report
+    step with the lowest validation loss (the trial's value is that minimum)."""
+    if workload.kind == "cnn":
+        from hpo_orchestrator.benchmarking.cnn import retrain_test_loss
+
+        return retrain_test_loss(params)
+    import lightgbm as lgb
+
+    cfg = workload.lightgbm
+    train, valid = _datasets(cfg)
+    log: dict[str, Any] = {}
+    booster = lgb.train(_params(cfg, params, {"device_type": "cpu"}, num_threads), train,
+                        num_boost_round=cfg.num_boost_round, valid_sets=[valid],
+                        callbacks=[lgb.record_evaluation(log)])
+    curve = log["valid_0"]["binary_logloss"]
+    steps = range(cfg.report_every, cfg.num_boost_round + 1, cfg.report_every)
+    best_round = min(steps, key=lambda r: curve[r - 1])
+    x_test, y_test = held_out_test(cfg.n_rows, cfg.n_features, cfg.seed, TEST_ROWS)
+    predicted = np.asarray(booster.predict(x_test, num_iteration=best_round))
+    return {"test_logloss": _logloss(y_test, predicted),
+            "valid_logloss": float(curve[best_round - 1]), "round": best_round}

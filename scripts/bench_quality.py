@@ -1,0 +1,307 @@
+#!/usr/bin/env python3
+"""Time to quality (issue 26): how soon each contender's search finds a good model.
+
+Each contender is launched as its own command from a common wall clock and stopped at the
+budget; its curve is read from its own sqlite file (every COMPLETE trial's datetime_complete
+and value, less the launch time: imports, data and CUDA/OpenCL set-up count). Targets come
+from a longer reference run of the baselines (``--reference`` writes OUT/targets.json); the
+tables give each contender's time to each target, censored at the budget, and our median
+speedup against each baseline over paired seeds with a bootstrap interval
+(docs/QUALITY.md: method, commands and results).
+
+    python scripts/bench_quality.py --out OUT --workload a --reference --seeds 1 --budget 120 \
+        --contenders optuna-cpu-t1,optuna-cpu-t2
+    python scripts/bench_quality.py --out OUT --workload a --seeds 1-5 --budget 60 \
+        --contenders ours,optuna-cpu-t1           # appends seeds; rerun with --seeds 6-10
+    python scripts/bench_quality.py --out OUT --workload c --pair ours,optuna-median --seeds 1-4
+    python scripts/bench_quality.py --out OUT --report-only
+
+Contenders: ours (defaults), ours-fresh, ours-reuse, ours-tpg1, ours-tpgauto, ours-median,
+ours-nopruner, ours-hyperband, ours-cpu, ours-gpu; optuna-median, optuna-hyperband,
+optuna-nopruner (one process per GPU, or per core without GPUs, pinned by hand),
+optuna-cpu-tT (cores/T processes of T threads on the CPU), optuna-threads (one process,
+n_jobs = GPUs or cores: Optuna's FAQ); best: the baseline whose reference run set the targets.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # the GPU host runs from the source tree
+
+from hpo_orchestrator.benchmarking import tables  # noqa: E402
+from hpo_orchestrator.benchmarking.workloads import WORKLOADS, Workload, test_metric  # noqa: E402
+
+OURS = {"ours": [], "ours-fresh": ["scheduler.worker_mode=fresh"],
+        "ours-reuse": ["scheduler.worker_mode=reuse"], "ours-tpg1": ["scheduler.trials_per_gpu=1"],
+        "ours-tpgauto": ["scheduler.trials_per_gpu=auto"], "ours-median": ["pruner=median"],
+        "ours-nopruner": ["pruner=none"], "ours-hyperband": ["pruner=patient_hyperband"],
+        "ours-cpu": [], "ours-gpu": [], "ours-cpuslots": ["scheduler.cpu_slots=auto"]}
+# ours-cpu / ours-gpu: objective.device through Workload.overrides
+OPTUNA_PRUNERS = {"optuna-median": "median", "optuna-hyperband": "hyperband",
+                  "optuna-nopruner": "none"}
+
+
+@dataclass(frozen=True)
+class Half:
+    """The GPUs and cores a contender may use (all of them, or half in --pair mode)."""
+
+    gpus: list[int]
+    cores: list[int]
+    label: str
+
+
+def known(name: str) -> bool:
+    return name in OURS or name in OPTUNA_PRUNERS or name == "optuna-threads" or (
+        name.startswith("optuna-cpu-t") and name[12:].isdigit())
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One process of a contender: its command, the GPUs it sees, the cores it is pinned to."""
+
+    argv: list[str]
+    gpus: list[int]
+    cores: list[int]
+    threads: int | None = None  # OMP/MKL/OPENBLAS threads (ours sets its trials' own)
+
+
+def launches(name: str, work: Workload, scale: float, seed: int, budget: float, half: Half,
+             url: str, run_dir: Path) -> list[Launch]:
+    """The processes that make up one contender's run. Ours gets the whole half (it pins its
+    own trials); Optuna's processes get a GPU each (none on the CPU) and a slice of the cores."""
+    py = sys.executable
+    if name in OURS:
+        # scheduler.parallel's default: every GPU of the half once, or one trial per core
+        parallel = ["scheduler.parallel=auto"] if name == "ours-tpgauto" else []
+        device = {"ours-cpu": "cpu", "ours-gpu": "gpu"}.get(name, "auto")
+        return [Launch([py, "-m", "hpo_orchestrator", "run", *work.overrides(device),
+                        *parallel, "study.name=bench", f"storage.url={url}",
+                        "study.n_trials=1000000", f"study.timeout_s={budget}",
+                        f"sampler.seed={seed}", f"scheduler.lease_dir={run_dir / 'leases'}",
+                        *OURS[name]], half.gpus, half.cores)]
+    base = [py, "-m", "hpo_orchestrator.benchmarking.optuna_worker", "--workload", work.name,
+            "--scale", str(scale), "--storage", url, "--seed", str(seed), "--timeout", str(budget)]
+    if name == "optuna-threads":  # Optuna's FAQ: n_jobs threads in one process, nothing pinned
+        jobs = len(half.gpus) or len(half.cores)
+        threads = max(1, len(half.cores) // jobs)
+        return [Launch([*base, "--n-jobs", str(jobs), "--threads", str(threads), "--device",
+                        "gpu" if half.gpus else "cpu"], half.gpus, half.cores, threads)]
+    on_cpu = name.startswith("optuna-cpu-t")
+    threads = int(name[12:]) if on_cpu else max(1, len(half.cores) // (len(half.gpus) or len(half.cores)))
+    count = max(1, len(half.cores) // threads) if on_cpu else (len(half.gpus) or len(half.cores))
+    pruner = "median" if on_cpu else OPTUNA_PRUNERS[name]
+    out = []
+    for i in range(count):
+        cores = half.cores[i * threads:(i + 1) * threads] or half.cores
+        gpus = [] if on_cpu or not half.gpus else [half.gpus[i]]
+        out.append(Launch([*base, "--index", str(i), "--pruner", pruner, "--threads", str(threads),
+                           "--device", "gpu" if gpus else "cpu"], gpus, cores, threads))
+    return out
+
+
+class GpuWatch(threading.Thread):
+    """Every GPU's utilization every 0.5 s through the product's backend (NVML; none here)."""
+
+    def __init__(self) -> None:
+        super().__init__(daemon=True)
+        from hpo_orchestrator.gpu import open_backend
+
+        self.backend = open_backend()
+        self.gpus = [g.index for g in self.backend.gpus()]
+        self.samples: list[tuple[float, dict[int, float]]] = []
+
+    def run(self) -> None:
+        while True:
+            time.sleep(0.5)
+            row = {}
+            for index in self.gpus:
+                sample = self.backend.sample(index)
+                row[index] = float(sample.sm_util) if sample and sample.sm_util is not None else 0.0
+            self.samples.append((time.time(), row))
+
+    def mean(self, gpus: list[int], lo: float, hi: float) -> dict[str, float]:
+        rows = [r for t, r in self.samples if lo <= t <= hi]
+        return {f"gpu{g}": round(sum(r.get(g, 0.0) for r in rows) / len(rows), 1) if rows else 0.0
+                for g in gpus}
+
+
+def start(name: str, work: Workload, args: argparse.Namespace, seed: int, half: Half,
+          group: str) -> dict[str, Any]:
+    from hpo_orchestrator.gpu._opencl import nvidia_icd_env
+
+    folder = group.replace(":", "-").replace("+", "-")  # plain names: the GPU tool skips odd ones
+    run_dir = args.out / "runs" / work.name / folder / f"{name}-s{seed}"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    for stale in run_dir.glob("bench.db*"):
+        stale.unlink()
+    url = f"sqlite:///{run_dir / 'bench.db'}"
+    commands = launches(name, work, args.scale, seed, args.budget, half, url, run_dir)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+           "HPO_QUALITY_SCALE": str(args.scale), "PYTHONPATH": f"{ROOT}:{os.environ.get('PYTHONPATH', '')}",
+           **nvidia_icd_env()}
+    launch = time.time()
+    procs = []
+    for i, one in enumerate(commands):
+        extra = {"CUDA_VISIBLE_DEVICES": ",".join(map(str, one.gpus))}
+        if one.threads:
+            extra.update(dict.fromkeys(("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"),
+                                       str(one.threads)))
+        with (run_dir / f"process-{i}.log").open("w") as log:
+            procs.append(subprocess.Popen(["taskset", "-c", ",".join(map(str, one.cores)), *one.argv],
+                                          cwd=run_dir, env={**env, **extra}, stdout=log,
+                                          stderr=subprocess.STDOUT, start_new_session=True))
+    return {"contender": name, "seed": seed, "workload": work.name, "group": group, "dir": str(run_dir),
+            "half": half.label, "gpus": half.gpus, "cores": half.cores, "launch": launch,
+            "budget_s": args.budget, "url": url, "procs": procs, "load_1m": os.getloadavg()[0],
+            "commands": [" ".join(one.argv[1:]) for one in commands]}
+
+
+def stop(run: dict[str, Any]) -> None:
+    """At the budget: SIGTERM to every process group, SIGKILL 15 s later. A process that had
+    already ended with an error is recorded (a baseline short of a process is not fair)."""
+    run["early_failures"] = [p.returncode for p in run["procs"] if p.poll() not in (None, 0)]
+    for sig, wait in ((signal.SIGTERM, 15.0), (signal.SIGKILL, 5.0)):
+        for proc in run["procs"]:
+            if proc.poll() is None:
+                os.killpg(proc.pid, sig)
+        deadline = time.time() + wait
+        while time.time() < deadline and any(p.poll() is None for p in run["procs"]):
+            time.sleep(0.2)
+    run["exit_codes"] = [p.returncode for p in run.pop("procs")]
+
+
+def collect(run: dict[str, Any], watch: GpuWatch, with_test: bool) -> dict[str, Any]:
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    launch, budget = run["launch"], run["budget_s"]
+    try:
+        trials = optuna.load_study(study_name="bench", storage=run.pop("url")).trials
+    except KeyError:  # the contender never created its study
+        trials = []
+    state = optuna.trial.TrialState
+    ended = [t for t in trials if t.datetime_complete and t.datetime_complete.timestamp() - launch <= budget]
+    done = [t for t in ended if t.state == state.COMPLETE and t.value is not None]
+    run["curve"] = sorted((round(t.datetime_complete.timestamp() - launch, 3), t.value) for t in done)
+    run["complete"] = len(done)
+    run["pruned"] = sum(t.state == state.PRUNED for t in ended)
+    run["failed"] = sum(t.state == state.FAIL for t in ended)
+    run["gpu_util"] = watch.mean(run["gpus"], launch, launch + budget)
+    run["gpu_util_mean"] = round(sum(run["gpu_util"].values()) / len(run["gpu_util"]), 1) \
+        if run["gpu_util"] else 0.0
+    best = min(done, key=lambda t: t.value) if done else None
+    run["best_value"] = best.value if best else None
+    run["best_params"] = best.params if best else None
+    run["test"] = test_metric(WORKLOADS[run["workload"]], best.params, os.cpu_count() or 1) \
+        if best and with_test else None
+    return run
+
+
+def slim(run_dir: Path) -> None:
+    import shutil
+
+    shutil.rmtree(run_dir / "hpo-runs", ignore_errors=True)
+    shutil.rmtree(run_dir / "leases", ignore_errors=True)
+    for path in run_dir.glob("bench.db*"):
+        path.unlink()
+
+
+def parse_seeds(text: str) -> list[int]:
+    seeds: list[int] = []
+    for part in text.split(","):
+        lo, _, hi = part.partition("-")
+        seeds += list(range(int(lo), int(hi or lo) + 1))
+    return seeds
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--workload", choices=sorted(WORKLOADS), default="a")
+    parser.add_argument("--contenders", default="ours,optuna-cpu-t1")
+    parser.add_argument("--pair", help="A,B: two contenders at once on disjoint halves of the GPUs "
+                        "and cores, the halves swapped between seeds")
+    parser.add_argument("--seeds", default="1-2", help="e.g. 1-5 or 6,7 (appended to OUT)")
+    parser.add_argument("--budget", type=float, default=60.0, help="seconds per run")
+    parser.add_argument("--reference", action="store_true", help="a reference run: writes targets.json")
+    parser.add_argument("--scale", type=float, default=1.0, help="data size factor (dry runs)")
+    parser.add_argument("--no-test", action="store_true", help="skip the held-out test metric")
+    parser.add_argument("--report-only", action="store_true")
+    parser.add_argument("--slim", action="store_true", help="after each run keep only its process "
+                        "logs (drop its sqlite file and trial logs: results.json has the curve)")
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    store = tables.Store(args.out)
+    if args.report_only:
+        store.write_report()
+        return 0
+    names = args.pair.split(",") if args.pair else args.contenders.split(",")
+    best = store.targets().get(args.workload, {}).get("contender")
+    names = [best if n == "best" and best else n for n in names]  # the reference's best baseline
+    if [n for n in names if not known(n)] or (args.pair and len(names) != 2):
+        print(f"error: unknown contenders or not a pair: {names}\nhint: see --help", file=sys.stderr)
+        return 2
+    if not args.reference and not store.targets().get(args.workload):
+        print(f"error: no targets for workload {args.workload} in {args.out}/targets.json\n"
+              f"hint: run with --reference first", file=sys.stderr)
+        return 2
+    work = WORKLOADS[args.workload].scaled(args.scale)
+    os.environ["HPO_QUALITY_SCALE"] = str(args.scale)  # the CNN's retraining here reads it too
+    watch = GpuWatch()
+    watch.start()
+    cores = sorted(os.sched_getaffinity(0))
+    whole = Half(watch.gpus, cores, "all")
+    halves = [Half(watch.gpus[:len(watch.gpus) // 2], cores[:len(cores) // 2], "first half"),
+              Half(watch.gpus[len(watch.gpus) // 2:], cores[len(cores) // 2:], "second half")]
+    group = "reference" if args.reference else (f"pair:{names[0]}+{names[1]}" if args.pair else "solo")
+    meta = {"command": " ".join(sys.argv), "commit": tables.commit(ROOT), "scale": args.scale,
+            "machine": f"{platform.node()}: {len(cores)} cores, "
+                       f"{', '.join(g.name for g in watch.backend.gpus()) or 'no GPU'}, "
+                       f"Python {platform.python_version()}"}
+    for seed in parse_seeds(args.seeds):
+        if args.pair:
+            first, second = (halves if seed % 2 == 0 else halves[::-1])
+            batches = [[(names[0], first), (names[1], second)]]
+        else:
+            batches = [[(name, whole)] for name in names]
+        for batch in batches:
+            runs = [start(n, work, args, seed, h, group) for n, h in batch]
+            time.sleep(max(0.0, runs[0]["launch"] + args.budget - time.time()))
+            for run in runs:
+                stop(run)
+            for run in runs:
+                result = collect(run, watch, not args.no_test and not args.reference)
+                store.add({**result, **meta})
+                if args.slim:
+                    slim(Path(result["dir"]))
+                print(f"[{time.strftime('%H:%M:%S')}] {args.workload} {group} {result['contender']} "
+                      f"seed {seed} ({result['half']}): {result['complete']} complete, "
+                      f"{result['pruned']} pruned, best {result['best_value']}, "
+                      f"GPU {result['gpu_util']}, exit {result['exit_codes']}", flush=True)
+    if args.reference:
+        entry = store.update_targets(args.workload)
+        print(json.dumps(entry, indent=1))
+        if not all(v < float("inf") for v in entry["targets"].values()):
+            print("warning: the best baseline had no trial by some fraction of its budget: that "
+                  "target is met by any run at once; use a longer --budget", file=sys.stderr)
+    store.write_report()
+    print(f"results: {args.out}/results.md")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
