@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from hpo_orchestrator.runtime import SlotInfo, phase, slot_info
+from hpo_orchestrator.worker import SlotInfo, phase, slot_info
 
 if TYPE_CHECKING:
     from hpo_orchestrator.artifacts import save_artifact

@@ -50,10 +50,14 @@ from hpo_orchestrator.scheduler import (
     run_dir,
     threads_per_trial,
 )
-from hpo_orchestrator.status._tally import advance as advance_tally
-from hpo_orchestrator.study import create_or_load_study, record_config, without_pruning
-from hpo_orchestrator.study_storage import MirrorStorage
-from hpo_orchestrator.study_tools import enqueue_configured
+from hpo_orchestrator.study import (
+    MirrorStorage,
+    advance_tally,
+    create_or_load_study,
+    enqueue_configured,
+    record_config,
+    without_pruning,
+)
 from hpo_orchestrator.telemetry import TelemetrySampler
 
 __all__ = ["PreparedRun", "RunResult", "run_study"]
@@ -103,7 +107,7 @@ class RunResult:
 def check_objective(config: Config) -> None:
     """A custom objective that cannot be imported is a configuration error, found before a
     study is created (ConfigError, exit 2), not in every trial's child."""
-    from hpo_orchestrator.worker._child import import_target
+    from hpo_orchestrator.worker import import_target
 
     objective = config.objective
     if not isinstance(objective, CustomObjectiveConfig):

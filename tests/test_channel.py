@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from hpo_orchestrator.scheduler import _channel
+from hpo_orchestrator.scheduler import _calls, _channel
 from hpo_orchestrator.scheduler._channel import Channel, ProtocolError
 from hpo_orchestrator.worker import TrialOutcome, TrialProxy
 from hpo_orchestrator.worker._link import Link, TrialEnded
@@ -220,8 +220,8 @@ def test_the_orchestrator_refuses_hpo_attrs_sent_past_the_proxy(pipe: Any) -> No
     writes: list[Any] = []
     trial = SimpleNamespace(set_user_attr=lambda *a: writes.append(a), number=0)
     rt = SimpleNamespace(trial=trial, connection=channel, number=0)
-    _channel._answer(rt, "set_user_attr", ("hpo.retried", True), {})  # type: ignore[arg-type]
-    _channel._answer(rt, "set_user_attr", ("hpo.warning", "cpu only"), {})  # type: ignore[arg-type]
+    _calls._answer(rt, "set_user_attr", ("hpo.retried", True), {})  # type: ignore[arg-type]
+    _calls._answer(rt, "set_user_attr", ("hpo.warning", "cpu only"), {})  # type: ignore[arg-type]
     first, second = child.recv(), child.recv()
     assert first[0] == "err" and "orchestrator's" in str(first[1])
     assert second == ("ok", None)

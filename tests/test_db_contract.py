@@ -831,7 +831,7 @@ def test_tally_reads_as_the_full_visit(built: Built, monkeypatch: pytest.MonkeyP
     """The tally built on this study (trial #1 ended elsewhere: it gets a summary row) gives
     status's numbers, on both backends; rolled back."""
     from hpo_orchestrator.status import _collect
-    from hpo_orchestrator.status._tally import Tally, advance
+    from hpo_orchestrator.study._tally import Tally, advance
 
     monkeypatch.setattr(_collect.time, "time", lambda: T0.timestamp() + 500)
     with built.engine.connect() as connection, connection.begin() as transaction:

@@ -28,7 +28,7 @@ from hpo_orchestrator.errors import ConfigError
 from hpo_orchestrator.objectives._space import suggest_all
 from hpo_orchestrator.objectives._table import infer_task, load_table
 from hpo_orchestrator.scheduler._outcome import classify
-from hpo_orchestrator.study_tools import enqueue_params, find_best, load_params
+from hpo_orchestrator.study import enqueue_params, find_best, load_params
 from tests.conftest import REPO, cli_env, trial_rows
 
 SPACE = "objective.search_space"

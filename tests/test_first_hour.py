@@ -545,7 +545,7 @@ def test_7_slow_startup_has_a_floor_and_advice_that_applies(config: dict[str, An
 
 
 def test_9_progress_says_done_eta_and_the_studys_best() -> None:
-    from hpo_orchestrator.progress import LiveReporter
+    from hpo_orchestrator.cli._progress import LiveReporter
     from hpo_orchestrator.scheduler import FinishedTrial
 
     out = io.StringIO()
@@ -613,7 +613,7 @@ def test_11_torch_comes_from_the_cpu_index_with_a_fallback() -> None:
 def test_9_counts_add_up_across_an_interrupt_and_its_resume(tmp_path: Path) -> None:
     """issue 30: 'finished 25 of 20' after a resume, a bar that counted interrupted attempts,
     and a wall time holding the gap between the runs."""
-    from hpo_orchestrator.progress import LiveReporter
+    from hpo_orchestrator.cli._progress import LiveReporter
     from hpo_orchestrator.scheduler import FinishedTrial
     from hpo_orchestrator.status import collect_status, render_status
 

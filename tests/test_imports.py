@@ -1,4 +1,6 @@
-"""Production code loads the test fakes only when the user asks for them (docs/DESIGN.md §3.4)."""
+"""Production code loads the test fakes only when the user asks for them (docs/DESIGN.md §3.4).
+
+The layout's own rules (no import circle, a package entered through its face): test_layout.py."""
 
 from __future__ import annotations
 
@@ -15,13 +17,15 @@ _IMPORT_ALL = """
 import importlib, pathlib, sys
 import hpo_orchestrator
 root = pathlib.Path(hpo_orchestrator.__file__).parent
+fakes = ("hpo_orchestrator.testing", "hpo_orchestrator.gpu._fake")
 for path in sorted(root.rglob("*.py")):  # pkgutil.walk_packages would import testing/ itself
     parts = path.relative_to(root.parent).with_suffix("").parts
-    if parts[1] != "testing" and parts[-1] != "__main__":
-        importlib.import_module(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
+    name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+    if not name.startswith(fakes) and parts[-1] != "__main__":
+        importlib.import_module(name)
 from hpo_orchestrator.gpu import open_backend
 backend = open_backend()
-print(backend.name, any(m.startswith("hpo_orchestrator.testing") for m in sys.modules))
+print(backend.name, any(m.startswith(fakes) for m in sys.modules))
 """
 
 
@@ -85,7 +89,7 @@ def test_every_name_a_package_exports_resolves() -> None:
     import importlib
 
     for name in ("db", "scheduler", "worker", "telemetry", "config", "gpu", "status", "report",
-                 "pruning", "cluster", "artifacts", "objectives", "cli"):
+                 "pruning", "cluster", "artifacts", "objectives", "cli", "study", "testing"):
         package = f"hpo_orchestrator.{name}"
         module = importlib.import_module(package)
         missing = [name for name in module.__all__ if not hasattr(module, name)]

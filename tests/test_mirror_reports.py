@@ -11,7 +11,7 @@ import optuna
 from optuna.trial import TrialState
 
 from hpo_orchestrator.db import open_rdb_storage
-from hpo_orchestrator.study_storage import MirrorStorage
+from hpo_orchestrator.study import MirrorStorage
 from tests.test_scale import _Clock
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)

@@ -17,7 +17,7 @@ import pytest
 from optuna.trial import FrozenTrial, TrialState
 
 from hpo_orchestrator.db import open_rdb_storage
-from hpo_orchestrator.study_storage import MirrorStorage
+from hpo_orchestrator.study import MirrorStorage
 from tests.test_multi import _finish, _host, _trials
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)

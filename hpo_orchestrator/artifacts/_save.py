@@ -9,10 +9,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from hpo_orchestrator import runtime
 from hpo_orchestrator.artifacts._store import open_store
-from hpo_orchestrator.worker._protocol import ARTIFACT_CALL
-from hpo_orchestrator.worker._proxy import TrialProxy
+from hpo_orchestrator.worker import ARTIFACT_CALL, TrialProxy, artifact_store, orchestrator_link
 
 __all__ = ["save_artifact"]
 
@@ -40,7 +38,7 @@ def save_artifact(trial: Any, file_path: str | os.PathLike[str], *, mimetype: st
 
         return upload_artifact(artifact_store=store, file_path=str(path), study_or_trial=trial,
                                mimetype=mimetype, encoding=encoding)
-    link, folder = runtime._connection, runtime._artifact_store
+    link, folder = orchestrator_link(), artifact_store()
     if link is None or folder is None:
         raise RuntimeError("save_artifact: this trial's process has no artifact store")
     from optuna.artifacts import ArtifactMeta

@@ -45,7 +45,7 @@ def _pruner(name: str) -> Any:
 
 
 def _lightgbm_device(device: str) -> dict[str, Any]:
-    from hpo_orchestrator.gpu._opencl import choose_lightgbm_device, list_platforms
+    from hpo_orchestrator.gpu import choose_lightgbm_device, list_platforms
 
     if device == "cpu":
         return {"device_type": "cpu"}

@@ -20,10 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from hpo_orchestrator.config._objectives import LightGBMObjectiveConfig
-from hpo_orchestrator.config._space import LIGHTGBM_SPACE
-from hpo_orchestrator.objectives._data import binary_classification, held_out_test
-from hpo_orchestrator.objectives._space import suggest_all
+from hpo_orchestrator.config import LIGHTGBM_SPACE, LightGBMObjectiveConfig
+from hpo_orchestrator.objectives import binary_classification, held_out_test, suggest_all
 
 __all__ = ["WORKLOADS", "Workload", "lightgbm_objective", "test_metric"]
 

@@ -56,7 +56,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         command = args.command
         commands = {"run": cmd_run, "status": cmd_status, "telemetry": cmd_telemetry,
-                    "gpus": cmd_gpus, "report": cmd_report, "submit": cmd_submit,
+                    "gpus": cmd_gpus, "report": cmd_report,
+                    "submit": lambda a, c: cmd_submit(a, c, main),
                     "tune-pruner": cmd_tune_pruner, "best": cmd_best, "enqueue": cmd_enqueue,
                     "logs": lambda a, c: _trials.cmd_logs(a, c, errors),
                     "artifacts": lambda a, c: _artifacts.cmd_artifacts(a, c, errors)}

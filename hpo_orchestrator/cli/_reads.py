@@ -48,7 +48,7 @@ def _status_json_sqlite(args: argparse.Namespace) -> bool:
     from contextlib import closing
 
     from hpo_orchestrator.db import open_sqlite
-    from hpo_orchestrator.status._collect import collect_status_sqlite
+    from hpo_orchestrator.status import collect_status_sqlite
 
     connection = open_sqlite(args.storage)
     if connection is None:
@@ -84,7 +84,7 @@ def check_output(path: Path, option: str) -> None:
 
 def cmd_telemetry(args: argparse.Namespace, console: Console) -> int:
     from hpo_orchestrator.db import create_engine
-    from hpo_orchestrator.telemetry._export import export_csv
+    from hpo_orchestrator.telemetry import export_csv
 
     if args.csv != "-":
         check_output(Path(args.csv), "--csv")
@@ -117,9 +117,15 @@ def cmd_report(args: argparse.Namespace, console: Console) -> int:
 def cmd_tune_pruner(args: argparse.Namespace, console: Console) -> int:
     from hpo_orchestrator import db
     from hpo_orchestrator.db import create_engine
-    from hpo_orchestrator.pruning import default_grid, load_curves, recommend, tune
-    from hpo_orchestrator.pruning._command import recommended_command
-    from hpo_orchestrator.pruning._render import LIMITS, render_tuning
+    from hpo_orchestrator.pruning import (
+        LIMITS,
+        default_grid,
+        load_curves,
+        recommend,
+        recommended_command,
+        render_tuning,
+        tune,
+    )
 
     if args.top_k < 1:
         raise ConfigError(f"--top-k: expected an integer >= 1, got {args.top_k}", "e.g. --top-k 5")

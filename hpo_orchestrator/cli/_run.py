@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 from rich.console import Console
@@ -40,9 +42,9 @@ def _run_command(args: argparse.Namespace, console: Console, totals: list[int]) 
     import optuna
     from omegaconf import OmegaConf
 
+    from hpo_orchestrator.cli._progress import LiveReporter
     from hpo_orchestrator.config import load_config, to_plain_dict
     from hpo_orchestrator.db import create_engine, mask_url
-    from hpo_orchestrator.progress import LiveReporter
     from hpo_orchestrator.runner import PreparedRun, run_study
     from hpo_orchestrator.scheduler import QuietReporter, Reporter
     from hpo_orchestrator.study import without_pruning
@@ -117,8 +119,10 @@ def _pruner_text(config: Any) -> str:
     return f"{config.pruner.name} (min_resource {min_resource})"
 
 
-def cmd_submit(args: argparse.Namespace, console: Console) -> int:
+def cmd_submit(args: argparse.Namespace, console: Console, main: Callable[[Sequence[str]], int]) -> int:
+    """``main`` is the CLI's entry (cli/__init__.py): each job runs it on its node."""
+    from hpo_orchestrator.cli._node import NodeRun
     from hpo_orchestrator.cluster import submit
 
-    return submit(args.overrides, args.dry_run, console)
+    return submit(args.overrides, args.dry_run, console, partial(NodeRun, main))
 

@@ -17,7 +17,7 @@ def cmd_best(args: argparse.Namespace, console: Console) -> int:
     """``best``: the best trial, or a multi-objective study's Pareto front (or one of its
     trials: ``--index``/``--trial``), with its params as overrides and as an enqueue command."""
     from hpo_orchestrator.db import create_engine
-    from hpo_orchestrator.study_tools import enqueue_command, find_best, override_line
+    from hpo_orchestrator.study import enqueue_command, find_best, override_line
 
     engine = create_engine(args.storage)
     best = find_best(engine, _trials.resolve_study(engine, args.study, errors()))
@@ -51,7 +51,7 @@ def cmd_best(args: argparse.Namespace, console: Console) -> int:
 
 
 def cmd_enqueue(args: argparse.Namespace, console: Console) -> int:
-    from hpo_orchestrator.study_tools import enqueue_params, load_params
+    from hpo_orchestrator.study import enqueue_params, load_params
 
     done = enqueue_params(args.storage, args.study, load_params(args.params, args.file))
     added = ", ".join(f"#{n}" for n in done.added) or "none"

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 from rich.markup import escape
 
+from hpo_orchestrator import keys
 from hpo_orchestrator.cli._common import printable
 from hpo_orchestrator.errors import ConfigError, HpoError
 
@@ -151,15 +152,15 @@ def cmd_logs(args: argparse.Namespace, console: Console, errors: Console) -> int
     engine = create_engine(args.storage)
     name, detail = _detail(engine, resolve_study(engine, args.study, errors), args.trial)
     attrs = detail["attrs"]
-    path = Path(attrs["hpo.log_path"]) if attrs.get("hpo.log_path") else None
+    path = Path(attrs[keys.LOG_PATH]) if attrs.get(keys.LOG_PATH) else None
     if path is None or not path.exists():
-        traceback = attrs.get("hpo.traceback")
+        traceback = attrs.get(keys.TRACEBACK)
         if traceback:  # the storage keeps it even where the log file is out of reach
             errors.print(f"no log file for trial {args.trial} here ({path or 'none recorded'}); "
                          "its stored traceback:", markup=False)
             console.out(traceback, highlight=False)
             return 0
-        host = f" on host {attrs['hpo.host']}" if attrs.get("hpo.host") else ""
+        host = f" on host {attrs[keys.HOST]}" if attrs.get(keys.HOST) else ""
         raise ConfigError(f"trial {args.trial} of study {name!r} has no log file here "
                           f"({path or 'none recorded'})",
                           f"logs are written{host} where the run ran (scheduler.log_dir); "
@@ -191,8 +192,8 @@ def _outcome(detail: dict[str, Any], number: int) -> str:
             else f"value {detail['value']!r}"
         return f"it ended COMPLETE, {value}"
     if state == "FAIL":
-        reason = attrs.get("hpo.fail_reason")
-        return f"it ended FAIL: {reason}: {attrs.get('hpo.error')}" if reason else "it ended FAIL"
+        reason = attrs.get(keys.FAIL_REASON)
+        return f"it ended FAIL: {reason}: {attrs.get(keys.ERROR)}" if reason else "it ended FAIL"
     if state == "RUNNING":
         return f"it is still RUNNING ('{prog()} logs {number} --follow' waits for its output)"
     return f"it ended {state}" if state == "PRUNED" else f"it is {state}"
@@ -238,18 +239,18 @@ def print_trial(args: argparse.Namespace, console: Console, errors: Console) -> 
         lines.append("params: " + " ".join(f"{k}={v!r}" if isinstance(v, str) else f"{k}={v}"
                                            for k, v in detail["params"].items()))
     where = [f"{k.removeprefix('hpo.')}={attrs[k]}" for k in
-             ("hpo.host", "hpo.gpu_index", "hpo.slot", "hpo.pid", "hpo.exit_code") if k in attrs]
+             (keys.HOST, keys.GPU_INDEX, keys.SLOT, keys.PID, keys.EXIT_CODE) if k in attrs]
     if where:
         lines.append("ran on: " + " ".join(where))
-    if attrs.get("hpo.fail_reason"):
-        lines.append(f"failed: {attrs['hpo.fail_reason']}: {attrs.get('hpo.error')}")
+    if attrs.get(keys.FAIL_REASON):
+        lines.append(f"failed: {attrs[keys.FAIL_REASON]}: {attrs.get(keys.ERROR)}")
     for line in lines:
         console.print(escape(line), highlight=False)
-    if attrs.get("hpo.traceback"):
+    if attrs.get(keys.TRACEBACK):
         console.print("traceback:", style="bold")
-        console.out(attrs["hpo.traceback"].rstrip(), highlight=False)
-    if attrs.get("hpo.log_path"):
-        console.print(escape(f"log: {attrs['hpo.log_path']}  ({prog()} logs {args.trial})"),
+        console.out(attrs[keys.TRACEBACK].rstrip(), highlight=False)
+    if attrs.get(keys.LOG_PATH):
+        console.print(escape(f"log: {attrs[keys.LOG_PATH]}  ({prog()} logs {args.trial})"),
                       highlight=False)
     return 0
 

@@ -3,6 +3,6 @@
 from __future__ import annotations
 
 from hpo_orchestrator.cluster._config import SlurmConfig, load_slurm_config
-from hpo_orchestrator.cluster._submit import submit
+from hpo_orchestrator.cluster._submit import Payload, submit
 
-__all__ = ["SlurmConfig", "load_slurm_config", "submit"]
+__all__ = ["Payload", "SlurmConfig", "load_slurm_config", "submit"]

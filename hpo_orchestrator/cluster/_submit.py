@@ -14,23 +14,29 @@ import shlex
 import shutil
 import sys
 import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
 from rich.console import Console
 
 from hpo_orchestrator.cluster._config import SlurmConfig, load_slurm_config, split_overrides
-from hpo_orchestrator.cluster._job import NodeRun
 from hpo_orchestrator.config import load_config
 from hpo_orchestrator.db import mask_url, sqlite_path
 from hpo_orchestrator.errors import ConfigError
 
-__all__ = ["submit"]
+__all__ = ["Payload", "submit"]
+
+# What a job runs, made on the submitting machine from the run's overrides and the GPUs per
+# node, then pickled by submitit and called with the job's index on its node.
+Payload: TypeAlias = Callable[[list[str], int], Callable[[int], int]]
 
 _PYTHON = shlex.quote(sys.executable)  # the jobs run this interpreter (a shared filesystem)
 
 
-def submit(overrides: list[str], dry_run: bool, console: Console) -> int:
+def submit(overrides: list[str], dry_run: bool, console: Console, payload: Payload) -> int:
+    """Submit one job per node; each calls ``payload(run_overrides, gpus_per_node)(index)``
+    there (the CLI passes its ``run``: cli/_node.py)."""
     slurm_overrides, run_overrides = split_overrides(overrides)
     slurm = load_slurm_config(slurm_overrides)
     config = load_config(run_overrides)  # the job runs these: refuse them here, not on a node
@@ -49,7 +55,7 @@ def submit(overrides: list[str], dry_run: bool, console: Console) -> int:
     if not any(o.startswith("scheduler.parallel=") for o in run_overrides) and slurm.gpus_per_node:
         run_overrides = [*run_overrides, f"scheduler.parallel={slurm.gpus_per_node}"]
     folder = Path(slurm.folder).resolve() / f"{slurm.job_name}-{uuid.uuid4().hex[:8]}"
-    job = NodeRun(run_overrides, slurm.gpus_per_node)
+    job = payload(run_overrides, slurm.gpus_per_node)
     if dry_run:
         sys.stdout.write(_sbatch_script(folder, slurm))
         return 0
@@ -99,7 +105,7 @@ def _sbatch_script(folder: Path, slurm: SlurmConfig) -> str:
     return _make_sbatch_string(command=command, folder=folder, **params)
 
 
-def _submit_array(executor, job: NodeRun, slurm: SlurmConfig) -> list:  # type: ignore[no-untyped-def,type-arg]
+def _submit_array(executor, job: Callable[[int], int], slurm: SlurmConfig) -> list:  # type: ignore[no-untyped-def,type-arg]
     from submitit.core.utils import FailedJobError
 
     # submitit prints sbatch's stderr itself; it is passed on below, as one line

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from hpo_orchestrator.config._diff import MAX_SHOWN, value_differences
 from hpo_orchestrator.config._schema import (
     ArtifactsConfig,
     Config,
@@ -23,11 +24,23 @@ from hpo_orchestrator.config._schema import (
     TorchMLPObjectiveConfig,
     TPESamplerConfig,
 )
+from hpo_orchestrator.config._space import (
+    LIGHTGBM_SPACE,
+    SPACES,
+    TORCH_MLP_SPACE,
+    ParamSpec,
+    check_params,
+    resolve_space,
+)
 
 if TYPE_CHECKING:
     from hpo_orchestrator.config._load import config_dir, load_config, to_plain_dict
 
 __all__ = [
+    "LIGHTGBM_SPACE",
+    "MAX_SHOWN",
+    "SPACES",
+    "TORCH_MLP_SPACE",
     "ArtifactsConfig",
     "Config",
     "CustomObjectiveConfig",
@@ -35,6 +48,7 @@ __all__ = [
     "MedianPrunerConfig",
     "NoPrunerConfig",
     "ObjectiveConfig",
+    "ParamSpec",
     "PatientHyperbandPrunerConfig",
     "PrunerConfig",
     "RandomSamplerConfig",
@@ -45,9 +59,12 @@ __all__ = [
     "TPESamplerConfig",
     "TelemetryConfig",
     "TorchMLPObjectiveConfig",
+    "check_params",
     "config_dir",
     "load_config",
+    "resolve_space",
     "to_plain_dict",
+    "value_differences",
 ]
 
 

@@ -172,7 +172,7 @@ class StorageConfig:
     # failover), retrying with backoff, before it stops with exit 1 and names the cause.
     retry_s: float = 120.0
     # How stale the run loop's mirror of the study may get: the longest before another
-    # orchestrator's trials reach this one's sampler (hpo_orchestrator/study_storage.py).
+    # orchestrator's trials reach this one's sampler (hpo_orchestrator/study/_storage.py).
     refresh_s: float = 1.0
 
     @property

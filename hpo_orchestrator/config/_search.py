@@ -82,7 +82,7 @@ class TPESamplerConfig:
     name: str = "tpe"
     n_startup_trials: int = 10
     seed: int | None = None
-    # The history the sampler and pruner see (hpo_orchestrator/study_storage.py): the newest
+    # The history the sampler and pruner see (hpo_orchestrator/study/_storage.py): the newest
     # max_history trials plus the keep_best best COMPLETE ones; null: every trial of the study.
     max_history: int | None = 5000
     keep_best: int = 100

@@ -6,6 +6,8 @@ database made by the installed Optuna. Modules by concern:
 
 - ``_engine``: URLs, engines (sqlite tuned for a long run), the locks between orchestrators;
 - ``_version``: the Optuna schema revision a database must have, checked at open;
+- ``_sql``: running a statement on a SQLAlchemy connection or a plain ``sqlite3`` one;
+- ``_sqlite``: a plain sqlite study opened read-only with ``sqlite3`` alone (``status --json``);
 - ``_schema``: our own tables (``hpo_telemetry``, ``hpo_trial_summary``);
 - ``_study``: study lookup, direction, our study attrs, read errors;
 - ``_trials``: one narrow row per trial, counts, best trial, heartbeats (status, report);
@@ -13,9 +15,10 @@ database made by the installed Optuna. Modules by concern:
 - ``_telemetry``: reads of the samples (report, telemetry export);
 - ``_budget``: the statements behind the shared trial budget;
 - ``_run``: what the orchestrator reads and writes beside Optuna's storage API during a run;
+- ``_mirror``, ``_batch``: the bulk reads behind the run's mirror of its study, and a trial's
+  end written in one transaction (study/_storage.py);
 - ``_retention``: old trials' telemetry averaged down to a bounded number of rows;
-- ``_best``: directions, the best trial or Pareto front, a trial's params (``best``).
-- ``_retry``: storage trouble during a run: its cause, retries for ``storage.retry_s``.
+- ``_retry``: storage trouble during a run: its cause, retries for ``storage.retry_s``;
 - ``_best``: directions, the best trial or Pareto front, a trial's params (``best``);
 - ``_detail``: one trial in full, the failures' errors, the most recently run study;
 - ``_artifacts``: the artifacts Optuna's meta lists on trials, and the store each went to;
@@ -36,6 +39,7 @@ from typing import TYPE_CHECKING
 # SQLAlchemy (db/_sql.py); type checkers see the plain imports.
 if TYPE_CHECKING:
     from hpo_orchestrator.db._artifacts import StoredArtifact, trial_artifacts
+    from hpo_orchestrator.db._batch import finish_trial, write_param, write_steps
     from hpo_orchestrator.db._best import (
         ScoredTrial,
         best_trials,
@@ -72,6 +76,12 @@ if TYPE_CHECKING:
         setup_lock,
         sqlite_path,
     )
+    from hpo_orchestrator.db._mirror import (
+        best_trial_ids,
+        read_trials,
+        recent_trial_ids,
+        unfinished_trial_ids_before,
+    )
     from hpo_orchestrator.db._retention import RetentionRaced, downsample_trial, retention_candidates
     from hpo_orchestrator.db._retry import (
         Retrying,
@@ -82,10 +92,15 @@ if TYPE_CHECKING:
         trouble_of,
     )
     from hpo_orchestrator.db._run import (
+        RunningTrialRow,
         attempt_of,
+        create_running_trial,
+        enqueue_waiting_trial,
+        fail_running_trial,
         max_completed_step,
         no_longer_running,
         running_among,
+        start_running_trial,
         write_trial_attrs,
     )
     from hpo_orchestrator.db._schema import (
@@ -97,8 +112,11 @@ if TYPE_CHECKING:
         tally_table,
         telemetry_table,
     )
-    from hpo_orchestrator.db._sql import open_sqlite
+    from hpo_orchestrator.db._sql import Readable as Readable  # a type only: not in __all__
+    from hpo_orchestrator.db._sql import dialect
+    from hpo_orchestrator.db._sqlite import open_sqlite
     from hpo_orchestrator.db._study import (
+        UNREADABLE,
         database_now,
         list_studies,
         read_errors,
@@ -149,7 +167,11 @@ if TYPE_CHECKING:
     from hpo_orchestrator.db._version import SCHEMA_REVISION, check_schema
 
 _MODULES = {
-    "open_sqlite": "_sql",
+    "open_sqlite": "_sqlite",
+    "dialect": "_sql",
+    **dict.fromkeys(["finish_trial", "write_param", "write_steps"], "_batch"),
+    **dict.fromkeys(["best_trial_ids", "read_trials", "recent_trial_ids",
+                     "unfinished_trial_ids_before"], "_mirror"),
     **dict.fromkeys(["StoredArtifact", "trial_artifacts"], "_artifacts"),
     **dict.fromkeys(["ScoredTrial", "best_trials", "pareto_front", "study_directions",
                      "trial_params"], "_best"),
@@ -164,12 +186,13 @@ _MODULES = {
     **dict.fromkeys(["RetentionRaced", "downsample_trial", "retention_candidates"], "_retention"),
     **dict.fromkeys(["Retrying", "StorageUnavailable", "first_line", "retrying_of",
                      "retrying_rdb_storage", "trouble_of"], "_retry"),
-    **dict.fromkeys(["attempt_of", "max_completed_step", "no_longer_running", "running_among",
-                     "write_trial_attrs"], "_run"),
+    **dict.fromkeys(["RunningTrialRow", "attempt_of", "create_running_trial", "enqueue_waiting_trial",
+                     "fail_running_trial", "max_completed_step", "no_longer_running", "running_among",
+                     "start_running_trial", "write_trial_attrs"], "_run"),
     **dict.fromkeys(["TELEMETRY_COLUMNS", "ensure_tables", "insert_samples", "insert_summary",
                      "summary_table", "tally_table", "telemetry_table"], "_schema"),
-    **dict.fromkeys(["database_now", "list_studies", "read_errors", "state_name", "study_attrs",
-                     "study_config", "study_id_of", "to_datetime"], "_study"),
+    **dict.fromkeys(["UNREADABLE", "database_now", "list_studies", "read_errors", "state_name",
+                     "study_attrs", "study_config", "study_id_of", "to_datetime"], "_study"),
     **dict.fromkeys(["SinceTrial", "existing_ids", "fail_attrs", "failed_upto", "flags_upto",
                      "has_tally_table", "ordered_window", "read_tally", "summarize",
                      "summary_count_upto", "trials_since", "write_tally"], "_tally"),
@@ -196,9 +219,11 @@ __all__ = [
     "ADVISORY_NAMESPACE",
     "SCHEMA_REVISION",
     "TELEMETRY_COLUMNS",
+    "UNREADABLE",
     "CurveTrial",
     "RetentionRaced",
     "Retrying",
+    "RunningTrialRow",
     "Sample",
     "ScoredTrial",
     "SinceTrial",
@@ -210,6 +235,7 @@ __all__ = [
     "attempt_of",
     "best_of",
     "best_trial",
+    "best_trial_ids",
     "best_trials",
     "check_schema",
     "check_url",
@@ -219,14 +245,19 @@ __all__ = [
     "count_retried",
     "count_running",
     "create_engine",
+    "create_running_trial",
     "database_now",
+    "dialect",
     "downsample_trial",
+    "enqueue_waiting_trial",
     "ensure_tables",
     "existing_ids",
     "fail_attrs",
     "fail_errors",
+    "fail_running_trial",
     "failed_upto",
     "file_lock",
+    "finish_trial",
     "first_line",
     "first_of_last",
     "flags_upto",
@@ -253,6 +284,8 @@ __all__ = [
     "paste_url",
     "read_errors",
     "read_tally",
+    "read_trials",
+    "recent_trial_ids",
     "retention_candidates",
     "retrying_of",
     "retrying_rdb_storage",
@@ -260,6 +293,7 @@ __all__ = [
     "settled_upto",
     "setup_lock",
     "sqlite_path",
+    "start_running_trial",
     "state_counts",
     "state_name",
     "step_timings",
@@ -288,6 +322,9 @@ __all__ = [
     "trials_with_values",
     "trouble_of",
     "uncovered_trials",
+    "unfinished_trial_ids_before",
+    "write_param",
+    "write_steps",
     "write_tally",
     "write_trial_attrs",
 ]

@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from hpo_orchestrator import keys
+
 __all__ = ["well_formed"]
 
 _SECTIONS = ("study", "scheduler", "objective", "pruner", "sampler", "storage", "telemetry")
@@ -55,8 +57,9 @@ def _device_choice(value: Any) -> bool:
 
 
 _SHAPES: list[tuple[str, Callable[[Any], bool]]] = [
-    ("hpo.config", _config), ("hpo.devices.", _devices), ("hpo.packing.", _packing),
-    ("hpo.device_choice.", _device_choice), ("hpo.pruner.min_resource_auto", _min_resource_auto)]
+    (keys.CONFIG, _config), (keys.DEVICES_PREFIX, _devices), (keys.PACKING_PREFIX, _packing),
+    (keys.DEVICE_CHOICE_PREFIX, _device_choice),
+    (keys.PRUNER_MIN_RESOURCE_AUTO, _min_resource_auto)]
 
 
 def well_formed(key: str, value: Any) -> bool:

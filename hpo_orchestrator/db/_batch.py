@@ -1,5 +1,5 @@
 """A trial's end in one transaction, and its intermediate values written in batches
-(hpo_orchestrator.study_storage, docs/BENCHMARKS.md "Large studies").
+(study/_storage.py, docs/BENCHMARKS.md "Large studies").
 
 Optuna writes each reported value, each user attr and the final state in a transaction of its
 own (10 reports: 10 commits). Here the run loop's storage keeps a running trial's reports in

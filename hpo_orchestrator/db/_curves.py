@@ -9,6 +9,7 @@ from typing import NamedTuple
 from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
+from hpo_orchestrator import keys
 from hpo_orchestrator.db._study import state_name
 
 __all__ = ["CurveTrial", "first_of_last", "intermediate_values", "step_timings", "trials_with_values"]
@@ -70,4 +71,4 @@ def step_timings(connection: Connection, study_id: int, first: int = 0) -> dict[
     found: dict[int, dict[str, float]] = {}
     for trial_id, key, value in connection.execute(text(_TIMINGS_SQL), {"s": study_id, "first": first}):
         found.setdefault(int(trial_id), {})[key] = float(json.loads(value))
-    return {trial_id: (v["hpo.overhead_s"], v["hpo.step_s"]) for trial_id, v in found.items() if len(v) == 2}
+    return {trial_id: (v[keys.OVERHEAD_S], v[keys.STEP_S]) for trial_id, v in found.items() if len(v) == 2}

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
+from hpo_orchestrator import keys
 from hpo_orchestrator.db import _trials
 from hpo_orchestrator.db._sql import fetch_all, fetch_one, rows, scalar
 from hpo_orchestrator.db._study import state_name, to_datetime
@@ -54,7 +55,7 @@ def count_retried(connection: Readable, study_id: int) -> int:
     """FAIL trials whose params ran again (``hpo.retried``): attempts that do not count
     against n_trials (interrupted ones included)."""
     return sum(1 for _, key, value in rows(connection, _FAIL_ERRORS_SQL, {"s": study_id})
-               if key == "hpo.retried" and json.loads(value) is True)
+               if key == keys.RETRIED and json.loads(value) is True)
 
 
 def fail_errors(connection: Readable, study_id: int) -> list[tuple[int, str | None, str | None]]:
@@ -62,8 +63,8 @@ def fail_errors(connection: Readable, study_id: int) -> list[tuple[int, str | No
     found: dict[int, dict[str, Any]] = {}
     for number, key, value in rows(connection, _FAIL_ERRORS_SQL, {"s": study_id}):
         found.setdefault(int(number), {})[key] = json.loads(value)
-    return sorted((n, a.get("hpo.fail_reason"), a.get("hpo.error"))
-                  for n, a in found.items() if a.get("hpo.retried") is not True)
+    return sorted((n, a.get(keys.FAIL_REASON), a.get(keys.ERROR))
+                  for n, a in found.items() if a.get(keys.RETRIED) is not True)
 
 
 def latest_study(connection: Readable) -> str | None:

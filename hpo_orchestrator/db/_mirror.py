@@ -1,5 +1,5 @@
 """Bulk reads of Optuna trials for the run loop's in-memory mirror of a study
-(hpo_orchestrator.study_storage): one statement per table, never the ORM.
+(study/_storage.py): one statement per table, never the ORM.
 
 Optuna's own cache loads a trial through the ORM's relationships (1.7 ms a trial: 170 s for
 100,000); these build the same ``FrozenTrial`` from five flat result sets. Values are decoded

@@ -188,7 +188,7 @@ class Retrying:
 
 
 # The RDBStorage calls a run makes (study set-up excluded: its errors are exit 2), and those of
-# the run's MirrorStorage (hpo_orchestrator/study_storage.py) that reach the database.
+# the run's MirrorStorage (study/_storage.py) that reach the database.
 _RETRIED = ("set_study_user_attr", "set_study_system_attr", "get_study_id_from_name",
             "get_study_name_from_id", "get_study_directions", "get_study_user_attrs",
             "get_study_system_attrs", "get_trial_user_attrs", "get_trial_system_attrs",

@@ -102,7 +102,7 @@ tally_table = Table(
     "hpo_study_tally", _metadata,
     Column("study_id", Integer, primary_key=True, autoincrement=False),
     Column("version", Integer, nullable=False),  # of the JSON below: another one is rebuilt
-    Column("tally", Text, nullable=False),  # JSON, status/_tally.py
+    Column("tally", Text, nullable=False),  # JSON, study/_tally.py
 )
 
 

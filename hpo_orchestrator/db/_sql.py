@@ -13,7 +13,6 @@ from __future__ import annotations
 import re
 import sqlite3
 from collections.abc import Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -23,7 +22,7 @@ if TYPE_CHECKING:
 
     Readable: TypeAlias = Connection | sqlite3.Connection  # what the package's readers take
 
-__all__ = ["dialect", "fetch_all", "fetch_one", "has_table", "open_sqlite", "rows", "scalar"]
+__all__ = ["dialect", "fetch_all", "fetch_one", "has_table", "rows", "scalar"]
 
 _TABLES_SQL = "SELECT name FROM sqlite_master WHERE type = 'table'"
 
@@ -76,26 +75,3 @@ def has_table(connection: Readable, name: str) -> bool:
     from sqlalchemy import inspect
 
     return bool(inspect(connection).has_table(name))
-
-
-def open_sqlite(url: str) -> sqlite3.Connection | None:
-    """A read-only sqlite3 connection to the Optuna database of a plain ``sqlite:///PATH`` URL,
-    checked as db.create_engine checks it (the schema revision: StorageError); None for any
-    other URL or anything unusual (no file, no studies, a file only readable as immutable):
-    the caller opens it with create_engine, which says what is wrong."""
-    from hpo_orchestrator.db._version import check_schema  # imports this module
-
-    if not url.startswith("sqlite:///") or "?" in url or url == "sqlite:///:memory:":
-        return None
-    path = Path(url.removeprefix("sqlite:///"))
-    if not path.is_file():
-        return None
-    try:
-        connection = sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True,
-                                     timeout=60.0, isolation_level=None)
-        if not has_table(connection, "studies") or not check_schema(connection, url):
-            connection.close()
-            return None
-    except sqlite3.Error:
-        return None
-    return connection

@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from hpo_orchestrator import keys
 from hpo_orchestrator.db._attr_shapes import well_formed
 from hpo_orchestrator.db._sql import fetch_one, rows, scalar
 from hpo_orchestrator.errors import ConfigError, HpoError, StorageError
@@ -120,7 +121,7 @@ def study_attrs(connection: Readable, study_id: int) -> dict[str, Any]:
 
 def study_config(connection: Readable, study_id: int) -> dict[str, Any]:
     """The resolved config the study ran with (study attr hpo.config); {} when absent."""
-    return study_attrs(connection, study_id).get("hpo.config") or {}
+    return study_attrs(connection, study_id).get(keys.CONFIG) or {}
 
 
 def database_now(connection: Readable) -> datetime | None:

@@ -1,4 +1,4 @@
-"""The statements behind a study's tally (status/_tally.py): its row, the trials since its
+"""The statements behind a study's tally (study/_tally.py): its row, the trials since its
 watermark, the summary rows of the trials it folded in, and the reads status makes of the
 summary's indexes instead of visiting every row (medians as an OFFSET, flags, failures).
 
@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from hpo_orchestrator import keys
 from hpo_orchestrator.db._sql import dialect, fetch_all, fetch_one, has_table, rows, scalar
 from hpo_orchestrator.db._study import state_name, to_datetime
 from hpo_orchestrator.db._trials import _ATTR_KEYS, SummaryFlags, TrialRow, _number
@@ -150,16 +151,16 @@ def trials_since(connection: Readable, study_id: int, watermark: int,
         if trial_id not in found:
             a = attrs.get(trial_id, {})
             row = TrialRow(
-                number, state, a.get("hpo.host"), a.get("hpo.gpu_index"),
+                number, state, a.get(keys.HOST), a.get(keys.GPU_INDEX),
                 start.timestamp() if start else None, end.timestamp() if end else None,
-                _number(a.get("hpo.startup_s")), _number(a.get("hpo.first_decision_s")),
-                _number(a.get("hpo.gpu_util_mean")), _number(a.get("hpo.gpu_util_compute_mean")),
-                _number(a.get("hpo.gpu_energy_j")), None if last_step is None else int(last_step))
-            verified = a.get("hpo.gpu_verified")
-            reason = a.get("hpo.fail_reason")
+                _number(a.get(keys.STARTUP_S)), _number(a.get(keys.FIRST_DECISION_S)),
+                _number(a.get(keys.GPU_UTIL_MEAN)), _number(a.get(keys.GPU_UTIL_COMPUTE_MEAN)),
+                _number(a.get(keys.GPU_ENERGY_J)), None if last_step is None else int(last_step))
+            verified = a.get(keys.GPU_VERIFIED)
+            reason = a.get(keys.FAIL_REASON)
             found[trial_id] = SinceTrial(trial_id, row, SummaryFlags(
                 number, verified if isinstance(verified, bool) else None,
-                a.get("hpo.opencl_platform"), a.get("hpo.params_mismatch") or None,
+                a.get(keys.OPENCL_PLATFORM), a.get(keys.PARAMS_MISMATCH) or None,
                 str(reason) if reason else None), a, values[trial_id], False)
     return [found[t] for t in sorted(found)]
 

@@ -13,6 +13,7 @@ import sqlite3
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from hpo_orchestrator import keys
 from hpo_orchestrator.db._sql import fetch_all, fetch_one, has_table, rows, scalar
 from hpo_orchestrator.db._study import state_name, to_datetime
 
@@ -24,10 +25,10 @@ __all__ = ["SummaryFlags", "TrialRow", "UncoveredTrial", "best_of", "best_trial"
            "summary_prune_steps", "summary_rows", "trial_rows", "trial_values", "uncovered_trials"]
 
 # Per-trial attrs read for trials without a summary row (one query for all of them).
-_ATTR_KEYS = ("hpo.host", "hpo.gpu_index", "hpo.startup_s", "hpo.first_decision_s",
-              "hpo.gpu_util_mean", "hpo.gpu_util_compute_mean", "hpo.gpu_energy_j",
-              "hpo.gpu_verified", "hpo.fail_reason", "hpo.params_mismatch", "hpo.opencl_platform",
-              "hpo.slot")
+_ATTR_KEYS = (keys.HOST, keys.GPU_INDEX, keys.STARTUP_S, keys.FIRST_DECISION_S,
+              keys.GPU_UTIL_MEAN, keys.GPU_UTIL_COMPUTE_MEAN, keys.GPU_ENERGY_J,
+              keys.GPU_VERIFIED, keys.FAIL_REASON, keys.PARAMS_MISMATCH, keys.OPENCL_PLATFORM,
+              keys.SLOT)
 # Below this many uncovered trials their attrs are fetched by id (the usual case: a few running
 # or foreign trials); above it, for the whole study.
 _ATTRS_BY_ID_UP_TO = 500
@@ -154,11 +155,11 @@ def uncovered_trials(connection: Readable, study_id: int, has_summary: bool,
         a = attrs.get(int(trial_id), {})
         begin, finish = to_datetime(start), to_datetime(end)
         found.append(UncoveredTrial(int(trial_id), TrialRow(
-            int(number), state_name(state), a.get("hpo.host"), a.get("hpo.gpu_index"),
+            int(number), state_name(state), a.get(keys.HOST), a.get(keys.GPU_INDEX),
             begin.timestamp() if begin else None, finish.timestamp() if finish else None,
-            _number(a.get("hpo.startup_s")), _number(a.get("hpo.first_decision_s")),
-            _number(a.get("hpo.gpu_util_mean")), _number(a.get("hpo.gpu_util_compute_mean")),
-            _number(a.get("hpo.gpu_energy_j")), None if last_step is None else int(last_step)), a))
+            _number(a.get(keys.STARTUP_S)), _number(a.get(keys.FIRST_DECISION_S)),
+            _number(a.get(keys.GPU_UTIL_MEAN)), _number(a.get(keys.GPU_UTIL_COMPUTE_MEAN)),
+            _number(a.get(keys.GPU_ENERGY_J)), None if last_step is None else int(last_step)), a))
     return found
 
 

@@ -1,6 +1,28 @@
 """Built-in objectives. Each is a class built from its ``objective.*`` config and called with
-a trial; they mark their phases and log ``hpo.params_effective``."""
+a trial; they mark their phases and log ``hpo.params_effective``.
+
+The data and search-space helpers are exported for the benchmarks (hpo_orchestrator.benchmarking),
+on first use: importing this package must not import numpy.
+"""
 
 from __future__ import annotations
 
-__all__: list[str] = []
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from hpo_orchestrator.objectives._data import binary_classification, held_out_test
+    from hpo_orchestrator.objectives._space import suggest_all
+
+__all__ = ["binary_classification", "held_out_test", "suggest_all"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("binary_classification", "held_out_test"):
+        from hpo_orchestrator.objectives import _data
+
+        return getattr(_data, name)
+    if name == "suggest_all":
+        from hpo_orchestrator.objectives import _space
+
+        return _space.suggest_all
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

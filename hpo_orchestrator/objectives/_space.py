@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hpo_orchestrator.config._space import ParamSpec
+from hpo_orchestrator.config import ParamSpec
 
 __all__ = ["suggest", "suggest_all"]
 

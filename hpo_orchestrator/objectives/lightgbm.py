@@ -14,14 +14,13 @@ from typing import Any, Literal
 import numpy as np
 import optuna
 
-from hpo_orchestrator.config._schema import LightGBMObjectiveConfig
-from hpo_orchestrator.config._space import LIGHTGBM_SPACE, resolve_space
-from hpo_orchestrator.gpu._opencl import choose_lightgbm_device, list_platforms
+from hpo_orchestrator.config import LIGHTGBM_SPACE, LightGBMObjectiveConfig, resolve_space
+from hpo_orchestrator.gpu import choose_lightgbm_device, list_platforms
 from hpo_orchestrator.objectives._data import binary_classification
 from hpo_orchestrator.objectives._device import Calibration, cuda_learner_available, picture
 from hpo_orchestrator.objectives._space import suggest_all
 from hpo_orchestrator.objectives._table import infer_task, load_table, split
-from hpo_orchestrator.runtime import phase, slot_info
+from hpo_orchestrator.worker import phase, slot_info
 
 __all__ = ["LightGBMObjective", "compact_params", "effective_params"]
 

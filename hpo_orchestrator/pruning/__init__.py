@@ -3,6 +3,10 @@
 
 from __future__ import annotations
 
+from hpo_orchestrator.pruning._auto import AutoPruner, fit_step_timing
+from hpo_orchestrator.pruning._command import recommended_command
+from hpo_orchestrator.pruning._factory import build_pruner
+from hpo_orchestrator.pruning._render import LIMITS, render_tuning
 from hpo_orchestrator.pruning._replay import (
     PrunerSetting,
     ReplayResult,
@@ -15,5 +19,6 @@ from hpo_orchestrator.pruning._replay import (
     tune,
 )
 
-__all__ = ["PrunerSetting", "ReplayResult", "StudyCurves", "TrialCurve", "default_grid",
-           "load_curves", "recommend", "replay", "tune"]
+__all__ = ["LIMITS", "AutoPruner", "PrunerSetting", "ReplayResult", "StudyCurves", "TrialCurve",
+           "build_pruner", "default_grid", "fit_step_timing", "load_curves", "recommend",
+           "recommended_command", "render_tuning", "replay", "tune"]

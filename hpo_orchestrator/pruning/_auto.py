@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.engine import Connection, Engine
 
+from hpo_orchestrator import keys
 from hpo_orchestrator.config import PatientHyperbandPrunerConfig, PrunerConfig
 from hpo_orchestrator.db import max_completed_step, step_timings
 from hpo_orchestrator.pruning._factory import build_pruner
@@ -162,13 +163,13 @@ class AutoPruner:
     def observe(self, number: int, measured: dict[str, Any], completed_step: int | None) -> None:
         """A finished trial's measured attrs (hpo.overhead_s, hpo.step_s) and, when it
         completed, the last step it reached."""
-        if "hpo.step_s" not in measured:
+        if keys.STEP_S not in measured:
             return
-        timing = StepTiming(measured["hpo.overhead_s"], measured["hpo.step_s"])
+        timing = StepTiming(measured[keys.OVERHEAD_S], measured[keys.STEP_S])
         if self.choice.add(timing, completed_step, at_trial=number):
             self._apply()
 
     def _apply(self) -> None:
         assert self.choice.value is not None
         self.study.pruner = build_pruner(self.config, self.choice.value)
-        self.study.set_user_attr("hpo.pruner.min_resource_auto", self.choice.record())
+        self.study.set_user_attr(keys.PRUNER_MIN_RESOURCE_AUTO, self.choice.record())

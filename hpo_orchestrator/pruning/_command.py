@@ -68,8 +68,7 @@ def _new_name(study: str, pruner: str, taken: set[str]) -> str:
 def _defaults(recorded: dict[str, Any]) -> dict[str, Any] | None:
     """The resolved defaults for the recorded objective and sampler (None when they no
     longer load: then only the groups, the budget and the parallelism are given)."""
-    from hpo_orchestrator.config import load_config
-    from hpo_orchestrator.config._load import to_plain_dict
+    from hpo_orchestrator.config import load_config, to_plain_dict
 
     groups = [f"{group}={section['name']}" for group in ("objective", "sampler")
               if isinstance(section := recorded.get(group), dict) and section.get("name")]

@@ -8,7 +8,7 @@ from rich.text import Text
 
 from hpo_orchestrator.pruning._replay import ReplayResult, StudyCurves
 
-__all__ = ["render_tuning"]
+__all__ = ["LIMITS", "render_tuning"]
 
 LIMITS = ("limits: a replay runs the stored trials one after another (the real study ran them "
           "side by side, so its pruner saw fewer finished trials); a trial pruned for real that "

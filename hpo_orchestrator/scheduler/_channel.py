@@ -1,11 +1,9 @@
-"""The orchestrator's side of the pipe to each child (the protocol: worker/_protocol.py).
+"""The orchestrator's side of the pipe to each child, as bytes (the protocol:
+worker/_protocol.py; what the messages do: _calls.py).
 
 Every read of a child's bytes happens here, and none of them blocks: a :class:`Channel`
 reads what its non-blocking socket holds, keeps a partial frame for later, and hands out
-only complete frames. :func:`serve` waits on all open channels at once and handles what
-arrived; :func:`drain` reads what a child sent before it exited. A child's
-``suggest_*``/``report``/``should_prune``/``set_user_attr`` calls are answered by the real
-``optuna.Trial`` held in its RunningTrial.
+only complete, well-formed messages.
 
 A child runs the user's code, so its bytes are not trusted to be well-formed: a frame that
 is too large, stalls half-way, does not unpickle, names a class that is not a message, or is
@@ -15,33 +13,17 @@ error starting with "protocol:") and the worker is replaced; the loop never wait
 
 from __future__ import annotations
 
-import inspect
 import io
 import math
 import pickle
-import selectors
 import socket
 import struct
 import time
-from collections.abc import Callable, Sequence
 from typing import Any
 
-import optuna
+from hpo_orchestrator.worker import TrialOutcome
 
-from hpo_orchestrator.db import StorageUnavailable
-from hpo_orchestrator.scheduler._artifacts import record_artifact
-from hpo_orchestrator.scheduler._reads import answer_read
-from hpo_orchestrator.scheduler._trial import RunningTrial
-from hpo_orchestrator.telemetry import TelemetrySampler
-from hpo_orchestrator.worker import (
-    ARTIFACT_CALL,
-    OBJECTIVE_ATTRS,
-    READ_CALLS,
-    TRIAL_METHODS,
-    TrialOutcome,
-)
-
-__all__ = ["MAX_FRAME_BYTES", "Channel", "ProtocolError", "drain", "ended", "serve"]
+__all__ = ["MAX_FRAME_BYTES", "Channel", "ProtocolError"]
 
 MAX_FRAME_BYTES = 16 << 20  # one message; a trial's attrs and traceback are far smaller
 STALL_S = 15.0  # a frame's sender writes it in one go: a longer pause mid-frame is a fault
@@ -228,159 +210,3 @@ def _well_formed_outcome(outcome: Any) -> bool:
     if outcome.kind == "error":
         return plain and outcome.fail_reason in ("exception", "oom")
     return plain and outcome.kind == "pruned"
-
-
-def serve(running: Sequence[RunningTrial], timeout: float, sampler: TelemetrySampler | None) -> None:
-    """Handle every message that arrives within ``timeout`` (sleep it when no pipe is open).
-
-    A child that broke the protocol gets ``protocol_error`` set and its channel closed; the
-    loop stops it and fails its trial.
-    """
-    open_trials = [rt for rt in running if rt.connection_open]
-    if not open_trials:
-        time.sleep(timeout)
-        return
-    with selectors.DefaultSelector() as selector:
-        for rt in open_trials:
-            events = selectors.EVENT_READ | (selectors.EVENT_WRITE if rt.connection.wants_write else 0)
-            selector.register(rt.connection, events, rt)
-        ready = selector.select(timeout)
-    for key, _ in ready:
-        _guarded(key.data, _service, sampler)
-    for rt in open_trials:
-        if rt.connection_open:
-            _guarded(rt, _check_stall, sampler)
-
-
-def _service(rt: RunningTrial, sampler: TelemetrySampler | None) -> None:
-    rt.connection.flush()
-    for message in rt.connection.receive():
-        _handle(rt, message, sampler)
-    if rt.connection.closed:
-        rt.connection_open = False
-
-
-def _check_stall(rt: RunningTrial, _sampler: TelemetrySampler | None) -> None:
-    rt.connection.check_stall()
-
-
-def _guarded(rt: RunningTrial, step: Callable[[RunningTrial, TelemetrySampler | None], None],
-             sampler: TelemetrySampler | None) -> None:
-    try:
-        step(rt, sampler)
-    except ProtocolError as exc:
-        rt.connection_open = False
-        if rt.protocol_error is None:
-            rt.protocol_error = str(exc)
-
-
-def ended(running: Sequence[RunningTrial], reuse: bool,
-          sampler: TelemetrySampler | None) -> list[RunningTrial]:
-    """Trials whose process exited (their last messages read), and in reuse mode those
-    whose result is in (the process lives on)."""
-    done = []
-    for rt in running:
-        if rt.process.poll() is not None:
-            drain(rt, sampler)
-            done.append(rt)
-        elif reuse and rt.outcome is not None:
-            done.append(rt)
-    return done
-
-
-def drain(rt: RunningTrial, sampler: TelemetrySampler | None) -> None:
-    """Read what the child sent before it exited (its result may still be buffered), then
-    close its pipe. A broken frame at this point only loses what followed it."""
-    if rt.connection_open:
-        try:
-            for message in rt.connection.receive():
-                _handle(rt, message, sampler)
-        except ProtocolError as exc:
-            if rt.protocol_error is None:
-                rt.protocol_error = str(exc)
-    rt.connection_open = False
-    rt.connection.close()
-
-
-def _handle(rt: RunningTrial, message: tuple[Any, ...], sampler: TelemetrySampler | None) -> None:
-    kind = message[0]
-    if kind == "call":
-        _, method, args, kwargs = message
-        _answer(rt, method, args, kwargs)
-    elif kind == "started":  # hpo.startup_s is written with the trial's other results
-        rt.started_at = time.monotonic()
-    elif kind == "phase":
-        rt.phase = message[1]
-        if sampler is not None:
-            sampler.set_phase(rt.slot.id, rt.phase)
-    elif kind == "result":
-        rt.outcome = message[1]
-    # "ready": a first-wave worker's start-up ended after its first trial was handed over
-    # (the run waited _FIRST_WAVE_WAIT_S for it, scheduler/_orchestrator.py): nothing to do.
-
-
-def _answer(rt: RunningTrial, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-    reply: tuple[str, Any]
-    if method not in TRIAL_METHODS and method != ARTIFACT_CALL and method not in READ_CALLS:
-        reply = ("err", AttributeError(f"trial.{method} is not available in an orchestrated trial"))
-    elif method == "set_user_attr" and args and isinstance(args[0], str) \
-            and args[0].startswith("hpo.") and args[0] not in OBJECTIVE_ATTRS:
-        reply = ("err", ValueError(f"trial.set_user_attr({args[0]!r}): the 'hpo.' attributes "
-                                   "are the orchestrator's; use another prefix"))
-    else:
-        try:
-            reply = ("ok", record_artifact(rt, args) if method == ARTIFACT_CALL
-                     else answer_read(rt.trial, method) if method in READ_CALLS
-                     else _several_objectives(rt, method, args, kwargs)
-                     if method in _PRUNING_CALLS and len(rt.trial.study.directions) > 1
-                     else getattr(rt.trial, method)(*args, **kwargs))
-            if method == "report":
-                rt.last_step = int(args[1])
-                rt.reports.append((rt.last_step, time.monotonic() - rt.spawned_at))
-            elif method == "should_prune" and rt.first_decision_at is None:
-                rt.first_decision_at = time.monotonic()
-            elif method == "set_user_attr" and args and args[0] == "hpo.params_effective":
-                rt.params_effective = args[1] if isinstance(args[1], dict) else None
-            elif method == "set_user_attr" and args and args[0] == "hpo.opencl_platform":
-                rt.opencl_platform = str(args[1])
-            elif method == "set_user_attr" and args and args[0] == "hpo.device_choice":
-                rt.device_choice = args[1] if isinstance(args[1], dict) else None
-        except optuna.exceptions.UpdateFinishedTrialError:
-            # Another orchestrator reaped the trial while we were stopped: it is not ours.
-            rt.reaped = True
-            reply = ("err", RuntimeError(f"trial {rt.number} was finished by another "
-                                         "orchestrator (its heartbeats had stopped)"))
-        except StorageUnavailable:
-            raise  # the orchestrator's trouble, not the trial's: the run stops, recovery follows
-        except Exception as exc:  # the objective's misuse (bad range...) is its error
-            reply = ("err", _sendable(exc))
-    rt.connection.send(reply)
-
-
-_PRUNING_CALLS = frozenset({"report", "should_prune"})
-
-
-def _several_objectives(rt: RunningTrial, method: str, args: tuple[Any, ...],
-                        kwargs: dict[str, Any]) -> bool | None:
-    """``report``/``should_prune`` in a multi-objective study, where Optuna's own raise: the
-    report is stored as Optuna stores it (curves for status, report and step timing) and the
-    answer is never prune, so one objective's code runs unchanged with pruning off
-    (docs/DESIGN.md §3.9)."""
-    if method == "should_prune":
-        return False
-    bound = inspect.signature(optuna.Trial.report).bind(None, *args, **kwargs).arguments
-    step = int(bound["step"])
-    if step < 0:
-        raise ValueError(f"`{step=}` must be non-negative.")
-    rt.trial.storage.set_trial_intermediate_value(rt.trial._trial_id, step, float(bound["value"]))
-    return None
-
-
-def _sendable(exc: Exception) -> Exception:
-    """The exception itself when it pickles (the child re-raises it as it was), else a
-    RuntimeError with its text."""
-    try:
-        pickle.dumps(exc)
-    except Exception:
-        return RuntimeError(f"{type(exc).__name__}: {exc}")
-    return exc

@@ -8,7 +8,7 @@ Data flow per trial::
 
 This module is the loop and its recipe; the parts live beside it: the model (_trial), where
 trials come from (_asking), the slots' workers (_workers), child processes (_process), the
-pipe (_channel), outcome rules (_outcome), storage writes (_records), heartbeats and reaping
+pipe (_channel, _calls), outcome rules (_outcome), storage writes (_records), heartbeats and reaping
 (_recovery), stopping (_stopping), and pruner.min_resource=auto (pruning/_auto).
 
 Lifecycle: ``run()`` returns an exit code (0 done, 130 stopped by a stop signal). Whatever
@@ -30,13 +30,13 @@ import optuna
 from optuna.trial import TrialState
 from sqlalchemy.exc import SQLAlchemyError
 
+from hpo_orchestrator import keys
 from hpo_orchestrator._signals import handling_stop_signals
 from hpo_orchestrator.config import Config
 from hpo_orchestrator.db import StorageUnavailable, first_line, retrying_of, trouble_of
-from hpo_orchestrator.gpu import GpuBackend
-from hpo_orchestrator.gpu._opencl import nvidia_icd_env
-from hpo_orchestrator.pruning._auto import AutoPruner
-from hpo_orchestrator.scheduler import _channel, _outcome
+from hpo_orchestrator.gpu import GpuBackend, nvidia_icd_env
+from hpo_orchestrator.pruning import AutoPruner
+from hpo_orchestrator.scheduler import _calls, _outcome
 from hpo_orchestrator.scheduler._asking import Asking
 from hpo_orchestrator.scheduler._budget import Budget
 from hpo_orchestrator.scheduler._deadlines import LoopClock, StudyDeadline, enforce_deadlines, stop_faulty
@@ -159,11 +159,11 @@ class Orchestrator:
                 # No wait when a reuse worker's result is in already (read by _answer_calls):
                 # ended() takes it now. (A fresh child's trial ends when it exits, which
                 # wakes the wait.)
-                _channel.serve(list(self.running.values()), 0.0 if self.reuse and any(
+                _calls.serve(list(self.running.values()), 0.0 if self.reuse and any(
                     rt.outcome is not None for rt in self.running.values()) else _POLL_S,
                     self.sampler)
                 stop_faulty(self.running.values(), self.config.scheduler.kill_grace_s)
-                for rt in _channel.ended(list(self.running.values()), self.reuse, self.sampler):
+                for rt in _calls.ended(list(self.running.values()), self.reuse, self.sampler):
                     self._finish(rt)
                 self.reporter.tick(list(self.running.values()))
                 self.clock.discount_stall(self.running.values())
@@ -361,7 +361,7 @@ class Orchestrator:
         loop's storage work for other trials: when several trials end together, each new
         trial's first call would otherwise wait for every other trial's start and end to be
         written (about 10 ms each on the 2-core VM, docs/BENCHMARKS.md)."""
-        _channel.serve(list(self.running.values()), 0.0, self.sampler)
+        _calls.serve(list(self.running.values()), 0.0, self.sampler)
 
     def _release(self, rt: RunningTrial) -> tuple[_outcome.Verdict, dict[str, object], float]:
         """Classify the trial and take it off its slot; its worker stays for the slot's next
@@ -381,7 +381,7 @@ class Orchestrator:
         if verdict.state == TrialState.FAIL and rt.outcome is not None:
             kept = keep_traceback(rt.outcome.traceback, rt.log_path)
             if kept:
-                measured["hpo.traceback"] = kept
+                measured[keys.TRACEBACK] = kept
         del self.running[rt.slot.id]
         if self.packer is not None:  # before the slot is handed on: an OOM lowers its GPU's level
             self.packer.trial_ended(rt, verdict.fail_reason, measured)
@@ -457,7 +457,7 @@ class Orchestrator:
         wait_stopped(self.running.values(), self.config.scheduler.kill_grace_s,
                      hard=self._signals > 1)
         for rt in list(self.running.values()):
-            _channel.drain(rt, self.sampler)
+            _calls.drain(rt, self.sampler)
             if storage_failed:
                 self.workers.retire(rt.worker, rt.slot.id, keep_lease=True)
                 self.slots.release(rt.slot)

@@ -35,6 +35,7 @@ from typing import Any
 import optuna
 import psutil
 
+from hpo_orchestrator import keys
 from hpo_orchestrator.config import Config
 from hpo_orchestrator.scheduler._packing import (
     Change,
@@ -61,7 +62,7 @@ _MPS_DAEMONS = ("nvidia-cuda-mps-control", "nvidia-cuda-mps-server")
 
 
 def packing_key(host: str) -> str:
-    return f"hpo.packing.{host}"
+    return f"{keys.PACKING_PREFIX}{host}"
 
 
 def gpu_groups(pool: SlotPool) -> dict[int, tuple[int, ...]]:
@@ -148,7 +149,7 @@ class Packer:
                                            rt.spawned_at, now, ok=fail_reason is None))
         if fail_reason == "oom":
             self._ooms[gpu.index].append(now)
-        peak = measured.get("hpo.gpu_mem_peak_mib")
+        peak = measured.get(keys.GPU_MEM_PEAK_MIB)
         if isinstance(peak, (int, float)):
             self._mem_peaks.append(float(peak))
         if fail_reason == "oom":  # decided now, before the slot takes its next trial

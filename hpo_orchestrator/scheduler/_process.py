@@ -15,7 +15,7 @@ import psutil
 
 from hpo_orchestrator.scheduler._channel import Channel, ProtocolError
 from hpo_orchestrator.scheduler._trial import Worker
-from hpo_orchestrator.worker._env import ChildEnv
+from hpo_orchestrator.worker import ChildEnv
 
 __all__ = ["cgroup_oom_kills", "log_tail", "oom_killed_since", "retire_worker", "signal_tree", "start_worker"]
 

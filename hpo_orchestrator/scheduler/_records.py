@@ -19,13 +19,21 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 from sqlalchemy.engine import Connection
 
-from hpo_orchestrator.db import _run, insert_samples, insert_summary, retrying_of
+from hpo_orchestrator import keys
+from hpo_orchestrator.db import (
+    enqueue_waiting_trial,
+    fail_running_trial,
+    insert_samples,
+    insert_summary,
+    no_longer_running,
+    retrying_of,
+    write_trial_attrs,
+)
 from hpo_orchestrator.gpu import GpuInfo
-from hpo_orchestrator.pruning._auto import fit_step_timing
+from hpo_orchestrator.pruning import fit_step_timing
 from hpo_orchestrator.scheduler._outcome import Verdict, params_mismatch
 from hpo_orchestrator.scheduler._trial import Asked, RunningTrial
-from hpo_orchestrator.status._tally import advance as advance_tally
-from hpo_orchestrator.study_storage import MirrorStorage
+from hpo_orchestrator.study import MirrorStorage, advance_tally
 from hpo_orchestrator.telemetry import TelemetrySampler, TrialTelemetry
 
 __all__ = ["Retry", "RunRecords", "trial_params"]
@@ -49,7 +57,7 @@ class Retry:
     def user_attrs(self) -> dict[str, Any]:
         attrs: dict[str, Any] = {"hpo.retry_of": self.number, "hpo.retry_reason": self.reason}
         if self.attempt > 1:  # absent: 1 (docs/DESIGN.md §2.3)
-            attrs["hpo.attempt"] = self.attempt
+            attrs[keys.ATTEMPT] = self.attempt
         return attrs
 
 
@@ -82,7 +90,7 @@ class RunRecords:
 
     def attempt_of(self, trial: optuna.Trial) -> int:
         """1 for a new trial, 2 and up for a retry (from the mirror: no statement)."""
-        return int(self.mirror.get_trial(trial._trial_id).user_attrs.get("hpo.attempt", 1))
+        return int(self.mirror.get_trial(trial._trial_id).user_attrs.get(keys.ATTEMPT, 1))
 
     def next_is_oom_retry(self) -> bool:
         """Is the next trial to ask a retry of one that ran out of GPU memory? Read where
@@ -98,19 +106,19 @@ class RunRecords:
 
     def write_attrs(self, trial_id: int, number: int, attrs: dict[str, Any],
                     started: datetime | None = None) -> None:
-        """Several user attrs of a RUNNING trial in one transaction (see db._run)."""
+        """Several user attrs of a RUNNING trial in one transaction (see db/_run.py)."""
         if not attrs:
             return
 
         def step() -> None:
             with self.storage.engine.begin() as connection:
-                _run.write_trial_attrs(connection, trial_id, number, attrs, started)
+                write_trial_attrs(connection, trial_id, number, attrs, started)
         self.retrying.call(step)
 
     def asked_attrs(self) -> dict[str, Any]:
         """Who asked a trial, written at once: if this orchestrator dies before a slot takes
         it, a restart on this host recovers it without waiting out the grace period."""
-        return {"hpo.host": self.host, "hpo.orchestrator_pid": os.getpid()}
+        return {keys.HOST: self.host, "hpo.orchestrator_pid": os.getpid()}
 
     def asked(self, trial: optuna.Trial) -> None:
         """:meth:`asked_attrs` of a trial ask() did not create (MirrorStorage.starting)."""
@@ -122,14 +130,14 @@ class RunRecords:
         def step() -> bool:
             with self.storage.engine.begin() as connection:
                 try:
-                    _run.write_trial_attrs(connection, trial_id, number,
-                                           {**attrs, "hpo.retried": True} if retry else attrs)
+                    write_trial_attrs(connection, trial_id, number,
+                                           {**attrs, keys.RETRIED: True} if retry else attrs)
                 except optuna.exceptions.UpdateFinishedTrialError:
                     return False
                 if retry is not None:
-                    _run.enqueue_waiting_trial(connection, self.study._study_id, retry.params,
+                    enqueue_waiting_trial(connection, self.study._study_id, retry.params,
                                                retry.user_attrs())
-                return _run.fail_running_trial(connection, trial_id)
+                return fail_running_trial(connection, trial_id)
         reaped = self.retrying.call(step)
         self.mirror.refresh_soon(self.study._study_id)  # its state and its retry, if any
         return reaped
@@ -138,12 +146,12 @@ class RunRecords:
         """Those of our trials that another orchestrator has finished (reaped)."""
         def read() -> set[int]:
             with self.storage.engine.connect() as connection:
-                return _run.no_longer_running(connection, trial_ids)
+                return no_longer_running(connection, trial_ids)
         return self.retrying.call(read) if trial_ids else set()
 
     def record_devices(self, gpus: list[GpuInfo]) -> None:
         """This host's devices as a study attr, so status can name a GPU that never got work."""
-        key = f"hpo.devices.{self.host}"
+        key = f"{keys.DEVICES_PREFIX}{self.host}"
         # Another orchestrator on this host (another Slurm job) may hold other GPUs of it.
         known = {d["index"]: d for d in self.study.user_attrs.get(key) or []}
         known.update({g.index: {"index": g.index, "uuid": g.uuid, "name": g.name} for g in gpus})
@@ -159,23 +167,23 @@ class RunRecords:
         entry = {key: value for key, value in choice.items() if key != "measured_here"}
         entry.update(trial=rt.trial.number, gpu=rt.slot.gpu.index if rt.slot.gpu else None,
                      time=datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC"))
-        self.retrying.call(lambda: self.study.set_user_attr(f"hpo.device_choice.{self.host}", entry))
+        self.retrying.call(lambda: self.study.set_user_attr(f"{keys.DEVICE_CHOICE_PREFIX}{self.host}", entry))
 
     def trial_started(self, rt: RunningTrial, threads: int, worker_mode: str) -> None:
         """Where the trial runs. Optuna's datetime_start is local time and was set at ask();
         a trial asked ahead (scheduler.prefetch) waited since, so its start moves to now."""
         slot, worker = rt.slot, rt.worker
         self.write_attrs(rt.trial._trial_id, rt.number, {
-            "hpo.host": self.host,
-            "hpo.pid": worker.process.pid,
-            "hpo.slot": slot.id,
-            "hpo.gpu_index": slot.gpu.index if slot.gpu else None,
+            keys.HOST: self.host,
+            keys.PID: worker.process.pid,
+            keys.SLOT: slot.id,
+            keys.GPU_INDEX: slot.gpu.index if slot.gpu else None,
             "hpo.gpu_uuid": slot.gpu.uuid if slot.gpu else None,
             "hpo.cuda_visible_devices": worker.cuda_visible_devices,
             "hpo.num_threads": threads,
             "hpo.worker_mode": worker_mode,
             "hpo.worker_trial": worker.trials,  # 1: the process was started for this trial
-            "hpo.log_path": None if rt.log_path is None else str(rt.log_path),
+            keys.LOG_PATH: None if rt.log_path is None else str(rt.log_path),
         }, started=datetime.fromtimestamp(rt.spawned_epoch))
 
     def measure(self, rt: RunningTrial) -> dict[str, Any]:
@@ -187,21 +195,21 @@ class RunRecords:
             telemetry = self.sampler.unwatch(rt.slot.id)
         if telemetry is not None:
             attrs.update(telemetry.attrs(self.compute_phases))
-            if (rt.device_choice or {}).get("learner") == "cpu" and "hpo.gpu_verified" in attrs:
-                attrs["hpo.gpu_verified"] = None  # it measured the CPU faster: no GPU work due
+            if (rt.device_choice or {}).get("learner") == "cpu" and keys.GPU_VERIFIED in attrs:
+                attrs[keys.GPU_VERIFIED] = None  # it measured the CPU faster: no GPU work due
         if rt.started_at is not None:
-            attrs["hpo.startup_s"] = round(rt.started_at - rt.spawned_at, 4)
+            attrs[keys.STARTUP_S] = round(rt.started_at - rt.spawned_at, 4)
         if rt.first_decision_at is not None:
-            attrs["hpo.first_decision_s"] = round(rt.first_decision_at - rt.spawned_at, 4)
+            attrs[keys.FIRST_DECISION_S] = round(rt.first_decision_at - rt.spawned_at, 4)
         timing = fit_step_timing(rt.reports, None if rt.started_at is None
                                  else rt.started_at - rt.spawned_at)
         if timing is not None:  # for pruner.min_resource=auto and tune-pruner's cost model
-            attrs["hpo.overhead_s"] = round(timing.overhead_s, 4)
-            attrs["hpo.step_s"] = round(timing.step_s, 5)
+            attrs[keys.OVERHEAD_S] = round(timing.overhead_s, 4)
+            attrs[keys.STEP_S] = round(timing.step_s, 5)
         if rt.params_effective is not None:
             mismatch = params_mismatch(rt.trial.params, rt.params_effective)
             if mismatch:
-                attrs["hpo.params_mismatch"] = mismatch
+                attrs[keys.PARAMS_MISMATCH] = mismatch
         return attrs
 
     def trial_ended(self, rt: RunningTrial, verdict: Verdict, measured: dict[str, Any],
@@ -211,27 +219,27 @@ class RunRecords:
         hpo.attempt; None: no retry) in one transaction (the study's MirrorStorage runs it at
         tell): the ``hpo.retried`` mark and the retry commit together or not at all."""
         trial = rt.trial
-        attrs = {"hpo.exit_code": rt.process.returncode, **measured}
+        attrs = {keys.EXIT_CODE: rt.process.returncode, **measured}
         if verdict.fail_reason is not None:
-            attrs.update({"hpo.fail_reason": verdict.fail_reason, "hpo.error": verdict.error})
+            attrs.update({keys.FAIL_REASON: verdict.fail_reason, keys.ERROR: verdict.error})
         retry = None
         if retry_attempt is not None and verdict.fail_reason is not None:
             retry = Retry(trial.number, trial_params(trial), verdict.fail_reason, retry_attempt)
-            attrs["hpo.retried"] = True
+            attrs[keys.RETRIED] = True
         summary = {
             "trial_id": trial._trial_id, "study_id": self.study._study_id, "number": trial.number,
             "state": verdict.state.name, "host": self.host,
             "gpu_index": rt.slot.gpu.index if rt.slot.gpu else None,
             "start_s": rt.spawned_epoch, "end_s": ended_at,
             "startup_s": None if rt.started_at is None else rt.started_at - rt.spawned_at,
-            "first_decision_s": measured.get("hpo.first_decision_s"), "last_step": rt.last_step,
-            "gpu_util_mean": measured.get("hpo.gpu_util_mean"),
-            "gpu_util_compute_mean": measured.get("hpo.gpu_util_compute_mean"),
-            "gpu_energy_j": measured.get("hpo.gpu_energy_j"),
-            "gpu_verified": measured.get("hpo.gpu_verified"), "fail_reason": verdict.fail_reason,
+            "first_decision_s": measured.get(keys.FIRST_DECISION_S), "last_step": rt.last_step,
+            "gpu_util_mean": measured.get(keys.GPU_UTIL_MEAN),
+            "gpu_util_compute_mean": measured.get(keys.GPU_UTIL_COMPUTE_MEAN),
+            "gpu_energy_j": measured.get(keys.GPU_ENERGY_J),
+            "gpu_verified": measured.get(keys.GPU_VERIFIED), "fail_reason": verdict.fail_reason,
             "opencl_platform": rt.opencl_platform,
-            "params_mismatch": json.dumps(measured["hpo.params_mismatch"])
-            if "hpo.params_mismatch" in measured else None}
+            "params_mismatch": json.dumps(measured[keys.PARAMS_MISMATCH])
+            if keys.PARAMS_MISMATCH in measured else None}
         rows = self.sampler.take_rows() if self.sampler is not None else []
         self._last_flush = now = time.monotonic()
         fold = now - self._tally_at >= _TALLY_EVERY_S
@@ -244,7 +252,7 @@ class RunRecords:
                 advance_tally(connection, self.study._study_id, self.study.study_name)
             insert_samples(connection, rows)
             if retry is not None:
-                _run.enqueue_waiting_trial(connection, self.study._study_id, retry.params,
+                enqueue_waiting_trial(connection, self.study._study_id, retry.params,
                                            retry.user_attrs())
 
         # Optuna would stamp datetime_complete at tell(); the trial ended when its result came
@@ -268,12 +276,12 @@ class RunRecords:
             retry = Retry(trial.number, trial_params(trial), "interrupted", first.attempt)
 
             def requeue(connection: Connection, retry: Retry = retry) -> None:
-                _run.enqueue_waiting_trial(connection, self.study._study_id, retry.params,
+                enqueue_waiting_trial(connection, self.study._study_id, retry.params,
                                            retry.user_attrs())
 
             self.mirror.stage_end(trial._trial_id, {  # with the FAIL, in its transaction
-                "hpo.host": self.host, "hpo.fail_reason": "interrupted",
-                "hpo.error": "stopped before a slot took it", "hpo.retried": True}, then=requeue)
+                keys.HOST: self.host, keys.FAIL_REASON: "interrupted",
+                keys.ERROR: "stopped before a slot took it", keys.RETRIED: True}, then=requeue)
             try:
                 self.study.tell(trial, state=TrialState.FAIL)
             except optuna.exceptions.UpdateFinishedTrialError:

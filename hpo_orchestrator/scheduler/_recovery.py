@@ -18,7 +18,8 @@ import optuna
 import psutil
 from optuna.trial import FrozenTrial
 
-from hpo_orchestrator.db import _run
+from hpo_orchestrator import keys
+from hpo_orchestrator.db import RunningTrialRow, running_among
 from hpo_orchestrator.scheduler._outcome import retry_allowed
 from hpo_orchestrator.scheduler._records import Retry, RunRecords, trial_params
 
@@ -65,10 +66,10 @@ class Recovery:
         study of 100 trials or 100,000.
         """
         ours = self.own_trials()
-        def read() -> list[_run.RunningTrialRow]:
+        def read() -> list[RunningTrialRow]:
             candidates = self.records.mirror.unfinished_trial_ids(self.records.study._study_id)
             with self.storage.engine.connect() as connection:
-                return _run.running_among(connection, candidates)
+                return running_among(connection, candidates)
         cutoff = datetime.now() - timedelta(seconds=self.grace_s)  # datetime_start is local time
         stale = [trial.trial_id for trial in self.records.retrying.call(read)
                  if self._lost(trial, ours, cutoff)]
@@ -77,7 +78,7 @@ class Recovery:
             attrs, retry = lost_attrs(frozen, self.max_retries)
             self.records.reap(trial_id, frozen.number, attrs, retry)
 
-    def _lost(self, trial: _run.RunningTrialRow, ours: set[int], cutoff: datetime) -> bool:
+    def _lost(self, trial: RunningTrialRow, ours: set[int], cutoff: datetime) -> bool:
         """Optuna's stale check (a heartbeat older than the grace period, by the database's
         clock; it spares no one: our own trials beat every round), or, for trials not ours:
         an orphan on this host (the orchestrator that asked it no longer exists: found at once
@@ -103,13 +104,13 @@ def lost_attrs(frozen: FrozenTrial, max_retries: int) -> tuple[dict[str, Any], R
     A trial already marked ``hpo.retried`` has its retry enqueued (in the same transaction
     as the mark): its orchestrator died before telling it, so only the state changes.
     """
-    if frozen.user_attrs.get("hpo.retried") is True:
+    if frozen.user_attrs.get(keys.RETRIED) is True:
         return {}, None
-    attempt = int(frozen.user_attrs.get("hpo.attempt", 1))
-    ran = "hpo.pid" in frozen.user_attrs  # written when a slot took it
+    attempt = int(frozen.user_attrs.get(keys.ATTEMPT, 1))
+    ran = keys.PID in frozen.user_attrs  # written when a slot took it
     attrs: dict[str, Any] = {
-        "hpo.fail_reason": "lost",
-        "hpo.error": "its orchestrator stopped sending heartbeats" if ran
+        keys.FAIL_REASON: "lost",
+        keys.ERROR: "its orchestrator stopped sending heartbeats" if ran
         else "its orchestrator stopped before a slot took it"}
     if ran and not retry_allowed("lost", attempt, max_retries):
         return attrs, None

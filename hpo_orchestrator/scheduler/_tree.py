@@ -38,8 +38,7 @@ from pathlib import Path
 
 import psutil
 
-from hpo_orchestrator.worker._env import SLOT
-from hpo_orchestrator.worker._reaping import become_subreaper, restore_subreaper
+from hpo_orchestrator.worker import SLOT, become_subreaper, restore_subreaper
 
 __all__ = ["ProcessTrees", "become_subreaper", "restore_subreaper", "sweep_left_behind"]
 

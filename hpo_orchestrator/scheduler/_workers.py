@@ -30,8 +30,7 @@ from hpo_orchestrator.scheduler._process import retire_worker, signal_tree, star
 from hpo_orchestrator.scheduler._slots import Slot, SlotPool
 from hpo_orchestrator.scheduler._tree import ProcessTrees
 from hpo_orchestrator.scheduler._trial import RunningTrial, Worker
-from hpo_orchestrator.worker import Prepare
-from hpo_orchestrator.worker._env import ChildEnv
+from hpo_orchestrator.worker import ChildEnv, Prepare
 
 __all__ = ["Workers"]
 

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 from hpo_orchestrator.db import list_studies
-from hpo_orchestrator.status._collect import collect_status, collect_with_rows, device_label
+from hpo_orchestrator.status._collect import (
+    collect_status,
+    collect_status_sqlite,
+    collect_with_rows,
+    device_label,
+)
 from hpo_orchestrator.status._model import DeviceUse, Finding, StateStats, StatusReport, StudyFacts
 from hpo_orchestrator.status._packing import device_choice_line, packing_lines
 from hpo_orchestrator.status._render import print_status, render_status
 
 __all__ = ["DeviceUse", "Finding", "StateStats", "StatusReport", "StudyFacts", "collect_status",
-           "collect_with_rows", "device_choice_line", "device_label", "list_studies", "packing_lines",
-           "print_status", "render_status"]
+           "collect_status_sqlite", "collect_with_rows", "device_choice_line", "device_label",
+           "list_studies", "packing_lines", "print_status", "render_status"]

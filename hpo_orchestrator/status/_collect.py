@@ -18,9 +18,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from hpo_orchestrator import db
+from hpo_orchestrator import db, keys
 from hpo_orchestrator.db import TrialRow
-from hpo_orchestrator.db._study import UNREADABLE
 from hpo_orchestrator.status._common import (
     device_choices_of,
     device_label,
@@ -37,9 +36,9 @@ from hpo_orchestrator.status._model import DeviceUse, Finding, StateStats, Statu
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
 
-    from hpo_orchestrator.db._sql import Readable as Connection
+    from hpo_orchestrator.db import Readable as Connection
 
-__all__ = ["collect_status", "collect_with_rows", "device_label"]
+__all__ = ["collect_status", "collect_status_sqlite", "collect_with_rows", "device_label"]
 
 _STATES = ("COMPLETE", "PRUNED", "FAIL", "RUNNING", "QUEUED", "WAITING")
 
@@ -95,8 +94,8 @@ def _collect(connection: Connection, study: str | None, kept: bool = False,
     directions = db.study_directions(connection, study_id) or ["minimize"]
     direction = directions[0]
     study_attrs = db.study_attrs(connection, study_id)
-    unreadable = study_attrs.pop(UNREADABLE, [])
-    config = study_attrs.get("hpo.config") or {}
+    unreadable = study_attrs.pop(db.UNREADABLE, [])
+    config = study_attrs.get(keys.CONFIG) or {}
     db_now = db.database_now(connection)
     now = time.time()
     if kept:
@@ -154,12 +153,12 @@ def _collect(connection: Connection, study: str | None, kept: bool = False,
             if flags.fail_reason:
                 reasons[flags.fail_reason] += 1
     for u in uncovered:
-        if u.attrs.get("hpo.gpu_verified") is False:
-            unverified.append((u.row.number, u.attrs.get("hpo.opencl_platform")))
-        if u.attrs.get("hpo.params_mismatch"):
-            mismatches.append((u.row.number, u.attrs["hpo.params_mismatch"]))
-        if u.attrs.get("hpo.fail_reason"):
-            reasons[str(u.attrs["hpo.fail_reason"])] += 1
+        if u.attrs.get(keys.GPU_VERIFIED) is False:
+            unverified.append((u.row.number, u.attrs.get(keys.OPENCL_PLATFORM)))
+        if u.attrs.get(keys.PARAMS_MISMATCH):
+            mismatches.append((u.row.number, u.attrs[keys.PARAMS_MISMATCH]))
+        if u.attrs.get(keys.FAIL_REASON):
+            reasons[str(u.attrs[keys.FAIL_REASON])] += 1
 
     window = _window(rows, now)
     placed = [r for r in rows if r.state != "RUNNING" or r.number not in queued]
@@ -176,7 +175,7 @@ def _collect(connection: Connection, study: str | None, kept: bool = False,
         wall_s=None if window is None else window[2] - window[0], queued=queued,
         active_s=_active(placed, now, window),
         retried=db.count_retried(connection, study_id) if counts["FAIL"] else 0,
-        min_resource_auto=study_attrs.get("hpo.pruner.min_resource_auto"),
+        min_resource_auto=study_attrs.get(keys.PRUNER_MIN_RESOURCE_AUTO),
         last_failed=max(objective_failures) if objective_failures else None,
         packing=packing_of(study_attrs), device_choices=device_choices_of(study_attrs))
     report.findings = find_all(report, StudyFacts(
@@ -186,14 +185,14 @@ def _collect(connection: Connection, study: str | None, kept: bool = False,
     return _note_unreadable(report, unreadable), rows
 
 
-def _note_unreadable(report: StatusReport, keys: list[str]) -> StatusReport:
+def _note_unreadable(report: StatusReport, names: list[str]) -> StatusReport:
     """Study attrs of a shape we never write (db/_attr_shapes.py) were left out: say which."""
-    if keys:
+    if names:
         report.findings.append(Finding(
             "unreadable_attr", "warning",
-            f"study attrs of a shape this package never writes were left out: {', '.join(keys)}",
+            f"study attrs of a shape this package never writes were left out: {', '.join(names)}",
             "something else wrote them (optuna study set-user-attr, another program on a shared "
-            "database); the rest of the study reads as usual", {"attrs": keys}))
+            "database); the rest of the study reads as usual", {"attrs": names}))
     return report
 
 

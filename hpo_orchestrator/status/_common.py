@@ -6,11 +6,11 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from hpo_orchestrator import db
+from hpo_orchestrator import db, keys
 from hpo_orchestrator.db import TrialRow
 
 if TYPE_CHECKING:
-    from hpo_orchestrator.db._sql import Readable as Connection
+    from hpo_orchestrator.db import Readable as Connection
 
 __all__ = ["device_choices_of", "device_label", "hosts_of", "listed_devices", "packing_of", "pareto",
            "running_of"]
@@ -48,7 +48,7 @@ def running_of(connection: Connection, trials: list[db.UncoveredTrial], db_now: 
             "last_step": row.last_step, "heartbeat_age_s": age,
             "stale": age is not None and age > grace, "grace_s": grace})
     slotless = {u.row.number for u in trials if u.row.state == "RUNNING" and config
-                and u.attrs.get("hpo.slot") is None}
+                and u.attrs.get(keys.SLOT) is None}
     queued = sorted(r["number"] for r in running if r["number"] in slotless and not r["stale"])
     return [r for r in running if r["number"] not in queued], queued
 
@@ -62,23 +62,23 @@ def device_label(host: str | None, gpu: int | None, hosts: int) -> str:
 def device_choices_of(study_attrs: dict[str, Any]) -> list[dict[str, Any]]:
     """hpo.device_choice.<host> of every host (objective.device=auto's latest measurement),
     with the host named; an entry someone else wrote in another shape is left out."""
-    return [{"host": key.removeprefix("hpo.device_choice."), **value}
+    return [{"host": key.removeprefix(keys.DEVICE_CHOICE_PREFIX), **value}
             for key, value in sorted(study_attrs.items())
-            if key.startswith("hpo.device_choice.") and isinstance(value, dict)]
+            if key.startswith(keys.DEVICE_CHOICE_PREFIX) and isinstance(value, dict)]
 
 
 def packing_of(study_attrs: dict[str, Any]) -> list[dict[str, Any]]:
     """hpo.packing.<host> of every host, with the host named (scheduler/_packer.py writes it)."""
-    return [{"host": key.removeprefix("hpo.packing."), **value}
+    return [{"host": key.removeprefix(keys.PACKING_PREFIX), **value}
             for key, value in sorted(study_attrs.items())
-            if key.startswith("hpo.packing.") and isinstance(value, dict)]
+            if key.startswith(keys.PACKING_PREFIX) and isinstance(value, dict)]
 
 
 def listed_devices(study_attrs: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
     """host -> its GPUs, as each orchestrator recorded them (study attr hpo.devices.<host>), so
     a GPU that never got a trial still shows up."""
-    return {key.removeprefix("hpo.devices."): devices or [] for key, devices in study_attrs.items()
-            if key.startswith("hpo.devices.")}
+    return {key.removeprefix(keys.DEVICES_PREFIX): devices or [] for key, devices in study_attrs.items()
+            if key.startswith(keys.DEVICES_PREFIX)}
 
 
 def hosts_of(rows: list[TrialRow], listed: dict[str, list[dict[str, Any]]]) -> set[str]:

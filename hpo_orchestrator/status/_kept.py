@@ -1,4 +1,4 @@
-"""Status from the study's kept tally (status/_tally.py): one row, the trials since its
+"""Status from the study's kept tally (study/_tally.py): one row, the trials since its
 watermark, and a few index reads of ``hpo_trial_summary`` (medians as an OFFSET, the flagged and
 failed trials), so its cost grows with the trials since the last trial's end, not with the study.
 
@@ -14,7 +14,7 @@ from datetime import datetime
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from hpo_orchestrator import db
+from hpo_orchestrator import db, keys
 from hpo_orchestrator.status._common import (
     device_choices_of,
     device_label,
@@ -25,10 +25,10 @@ from hpo_orchestrator.status._common import (
 )
 from hpo_orchestrator.status._findings import find_all
 from hpo_orchestrator.status._model import DeviceUse, StateStats, StatusReport, StudyFacts
-from hpo_orchestrator.status._tally import VERSION, Tally, trusted
+from hpo_orchestrator.study import TALLY_VERSION, Tally, trusted_tally
 
 if TYPE_CHECKING:
-    from hpo_orchestrator.db._sql import Readable as Connection
+    from hpo_orchestrator.db import Readable as Connection
 
 __all__ = ["collect_kept"]
 
@@ -36,14 +36,14 @@ _STATES = ("COMPLETE", "PRUNED", "FAIL", "RUNNING", "QUEUED", "WAITING")
 
 
 def _tally_of(connection: Connection, study_id: int, name: str) -> Tally | None:
-    """The study's tally if status can trust it (status/_tally.py's ``trusted``)."""
+    """The study's tally if status can trust it (study/_tally.py's ``trusted``)."""
     if not db.has_tally_table(connection) or not db.has_summary_table(connection):
         return None  # a copy without the summary (test_telemetry.py's "plain" study)
     stored = db.read_tally(connection, study_id)
-    if stored is None or stored[0] != VERSION:
+    if stored is None or stored[0] != TALLY_VERSION:
         return None
     tally = Tally.from_json(stored[1])
-    return tally if trusted(connection, study_id, name, tally) else None
+    return tally if trusted_tally(connection, study_id, name, tally) else None
 
 
 def _median(window: Callable[[int, int], list[float]], stored: int, extra: list[float]) -> float | None:
@@ -72,7 +72,7 @@ def collect_kept(connection: Connection, study_id: int, name: str, directions: l
     tally = _tally_of(connection, study_id, name)
     if tally is None:
         return None
-    config = study_attrs.get("hpo.config") or {}
+    config = study_attrs.get(keys.CONFIG) or {}
     since = db.trials_since(connection, study_id, tally.watermark, tally.holes)
     listed = listed_devices(study_attrs)
     hosts = {d.host for d in tally.devices if d.host} | {t.row.host for t in since if t.row.host} \
@@ -118,9 +118,9 @@ def collect_kept(connection: Connection, study_id: int, name: str, directions: l
     failed = db.failed_upto(connection, study_id, tally.watermark, tally.holes) + [
         t.trial_id for t in since if t.row.state == "FAIL"]
     failed_attrs = db.fail_attrs(connection, failed)
-    failures = sorted((n, a.get("hpo.fail_reason"), a.get("hpo.error"))
-                      for n, a in failed_attrs.items() if a.get("hpo.retried") is not True)
-    retried = sum(1 for a in failed_attrs.values() if a.get("hpo.retried") is True)
+    failures = sorted((n, a.get(keys.FAIL_REASON), a.get(keys.ERROR))
+                      for n, a in failed_attrs.items() if a.get(keys.RETRIED) is not True)
+    retried = sum(1 for a in failed_attrs.values() if a.get(keys.RETRIED) is True)
     objective_failures = [n for n, reason, _ in failures if reason != "interrupted"]
 
     startup = None
@@ -147,7 +147,7 @@ def collect_kept(connection: Connection, study_id: int, name: str, directions: l
         # keeps one union per device, so it is known only where there is one device
         active_s=tally.devices[0].busy() if window is not None and len(tally.devices) == 1
         else None,
-        min_resource_auto=study_attrs.get("hpo.pruner.min_resource_auto"),
+        min_resource_auto=study_attrs.get(keys.PRUNER_MIN_RESOURCE_AUTO),
         last_failed=max(objective_failures) if objective_failures else None,
         packing=packing_of(study_attrs), device_choices=device_choices_of(study_attrs))
     report.findings = find_all(report, StudyFacts(

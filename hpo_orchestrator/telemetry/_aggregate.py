@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from hpo_orchestrator import keys
+
 __all__ = ["PhaseStats", "TrialTelemetry"]
 
 UNMARKED = "unmarked"
@@ -178,14 +180,14 @@ class TrialTelemetry:
         }
         if self.on_gpu:
             values.update({
-                "hpo.gpu_util_mean": o.gpu_util_mean,
+                keys.GPU_UTIL_MEAN: o.gpu_util_mean,
                 "hpo.gpu_util_max": o.gpu_util_max,
-                "hpo.gpu_util_compute_mean": compute.gpu_util_mean,
+                keys.GPU_UTIL_COMPUTE_MEAN: compute.gpu_util_mean,
                 "hpo.gpu_proc_util_mean": o.proc_util_mean,
-                "hpo.gpu_mem_peak_mib": _round(o.gpu_mem_peak),
+                keys.GPU_MEM_PEAK_MIB: _round(o.gpu_mem_peak),
                 "hpo.gpu_power_mean_w": _mean(o.power_sum, o.power_n),
-                "hpo.gpu_energy_j": round(o.energy_j, 1) if o.power_n else None,
-                "hpo.gpu_verified": self.gpu_verified(compute_phases),
+                keys.GPU_ENERGY_J: round(o.energy_j, 1) if o.power_n else None,
+                keys.GPU_VERIFIED: self.gpu_verified(compute_phases),
             })
         phases = {}
         for name in sorted(set(self.phases) | set(self.phase_seconds)):

@@ -17,8 +17,7 @@ import threading
 import time
 from typing import Any
 
-from hpo_orchestrator import runtime
-from hpo_orchestrator.runtime import phase
+from hpo_orchestrator.worker import orchestrator_link, phase
 
 __all__ = ["misbehave", "stopwatch"]
 
@@ -43,8 +42,9 @@ def _note(variable: str, text: str) -> None:
 
 def _pipe_fd() -> int:
     """The child's end of its pipe to the orchestrator, as a careless objective could find it."""
-    assert runtime._connection is not None, "not in an orchestrated child"
-    return runtime._connection.fileno()
+    link = orchestrator_link()
+    assert link is not None, "not in an orchestrated child"
+    return link.fileno()
 
 
 def _threads(trial: Any) -> None:
@@ -180,8 +180,9 @@ def misbehave(trial: Any) -> float:
     elif mode == "hpo_attr":  # raises: the namespace is the orchestrator's
         trial.set_user_attr("hpo.retried", True)
     elif mode == "hpo_attr_raw":  # past the proxy: the orchestrator refuses it too
-        assert runtime._connection is not None
-        status, error = runtime._connection.call(
+        link = orchestrator_link()
+        assert link is not None
+        status, error = link.call(
             trial.number, ("call", "set_user_attr", ("hpo.retried", True), {}))
         if status == "err":
             raise error

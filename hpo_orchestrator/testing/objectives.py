@@ -11,8 +11,7 @@ from typing import Any
 
 import optuna
 
-from hpo_orchestrator import runtime
-from hpo_orchestrator.runtime import phase, slot_info
+from hpo_orchestrator.worker import phase, phase_depth, slot_info
 
 __all__ = ["chaos", "chatty", "cuda_oom_once", "cuda_probe", "curves", "oom_when_shared", "phased",
            "pinned", "quadratic", "reports10", "reuse_probe", "shared_gpu", "sleepy", "slow_setup",
@@ -67,7 +66,7 @@ def phased(trial: Any) -> float:
     """A data phase without GPU work, a training phase with it, then validation.
 
     With the fake GPU backend, the training phase "works" on the GPU by creating the marker
-    file ``$HPO_FAKE_GPU_WORK_DIR/<pid>`` (see hpo_orchestrator.testing.fake_gpu).
+    file ``$HPO_FAKE_GPU_WORK_DIR/<pid>`` (see hpo_orchestrator/gpu/_fake.py).
     """
     x = trial.suggest_float("x", 0.0, 1.0)
     step_s = float(os.environ.get("HPO_TEST_STEP_S", "0.5"))
@@ -179,7 +178,7 @@ def oom_when_shared(trial: Any) -> float:
     """Like ``pinned``, but "runs out of GPU memory" (a CUDA-like OOM error) as soon as another
     trial process of this study is pinned to the same fake GPU, checked before every step: a
     GPU with room for one trial."""
-    from hpo_orchestrator.testing.fake_gpu import FakeGpuBackend
+    from hpo_orchestrator.gpu import FakeGpuBackend
 
     spec = os.environ.get("HPO_ORCHESTRATOR_FAKE_GPUS")
     index = slot_info().gpu_index
@@ -218,7 +217,7 @@ def reuse_probe(trial: Any) -> float:
     trial.set_user_attr("test.env_trial_number", os.environ.get("HPO_TRIAL_NUMBER"))
     trial.set_user_attr("test.cuda_visible_devices", os.environ.get("CUDA_VISIBLE_DEVICES"))
     trial.set_user_attr("test.cuda_device_order", os.environ.get("CUDA_DEVICE_ORDER"))
-    trial.set_user_attr("test.phase_stack_empty", not runtime._phase_stack)
+    trial.set_user_attr("test.phase_stack_empty", phase_depth() == 0)
     trial.set_user_attr("test.attempt", slot_info().attempt)
     x = trial.suggest_float("x", -1.0, 1.0)
     with phase("train"):
@@ -267,7 +266,7 @@ class _Preset:
 
 def _gpu_mix_objective(kind: str) -> Any:
     """gpu_mix's objective of this kind, built once per process."""
-    from hpo_orchestrator.config._schema import LightGBMObjectiveConfig, TorchMLPObjectiveConfig
+    from hpo_orchestrator.config import LightGBMObjectiveConfig, TorchMLPObjectiveConfig
     from hpo_orchestrator.objectives.lightgbm import LightGBMObjective
     from hpo_orchestrator.objectives.torch_mlp import TorchMLPObjective
 

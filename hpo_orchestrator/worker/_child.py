@@ -22,15 +22,15 @@ from typing import Any
 
 import optuna
 
-from hpo_orchestrator import runtime
 from hpo_orchestrator.config import CustomObjectiveConfig, ObjectiveConfig
+from hpo_orchestrator.worker import _runtime as runtime
 from hpo_orchestrator.worker._env import begin_trial
 from hpo_orchestrator.worker._link import Link
 from hpo_orchestrator.worker._protocol import Job, Prepare, TrialOutcome
 from hpo_orchestrator.worker._proxy import TrialProxy
 from hpo_orchestrator.worker._reaping import become_subreaper, collect, has_children
 
-__all__ = ["main"]
+__all__ = ["import_target", "main"]
 
 BUILTIN_OBJECTIVES = {
     "lightgbm": "hpo_orchestrator.objectives.lightgbm:LightGBMObjective",

@@ -15,7 +15,7 @@ import os
 from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
 
-__all__ = ["ChildEnv", "begin_trial"]
+__all__ = ["SLOT", "ChildEnv", "begin_trial"]
 
 TRIAL_NUMBER = "HPO_TRIAL_NUMBER"
 ATTEMPT = "HPO_ATTEMPT"

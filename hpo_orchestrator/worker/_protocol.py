@@ -20,6 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from hpo_orchestrator import keys
+
 if TYPE_CHECKING:
     import datetime
 
@@ -42,8 +44,8 @@ READ_CALLS = frozenset({"relative_params", "study.user_attrs", "study.system_att
 
 # The ``hpo.*`` attrs an objective may set (the built-ins do: docs/DESIGN.md §2.3, "objective");
 # every other ``hpo.`` key is the orchestrator's, and a write from a child is refused.
-OBJECTIVE_ATTRS = frozenset({"hpo.params_effective", "hpo.opencl_platform", "hpo.warning",
-                             "hpo.device_choice"})
+OBJECTIVE_ATTRS = frozenset({keys.PARAMS_EFFECTIVE, keys.OPENCL_PLATFORM, keys.WARNING,
+                             keys.DEVICE_CHOICE})
 
 # save_artifact's call, args (meta,): the child wrote the file into the store; the orchestrator
 # checks it is there and records Optuna's artifact meta on the trial (scheduler/_artifacts.py).

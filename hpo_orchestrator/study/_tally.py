@@ -23,11 +23,10 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from hpo_orchestrator import db
-from hpo_orchestrator.db import TrialRow
-from hpo_orchestrator.db._sql import dialect
+from hpo_orchestrator.db import TrialRow, dialect
 
 if TYPE_CHECKING:
-    from hpo_orchestrator.db._sql import Readable as Connection
+    from hpo_orchestrator.db import Readable as Connection
 
 __all__ = ["VERSION", "DeviceTally", "Tally", "advance", "trusted"]
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from sqlalchemy.engine import Engine
 
-from hpo_orchestrator.config._space import SPACES, check_params
+from hpo_orchestrator.config import SPACES, check_params
 from hpo_orchestrator.db import (
     best_trials,
     count_claimed,

@@ -1,5 +1,5 @@
 """The trials of one study as the run loop's samplers and pruners see them (the data
-structure behind hpo_orchestrator.study_storage.MirrorStorage; no I/O here)."""
+structure behind study/_storage.py's MirrorStorage; no I/O here)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Optuna's storage calls that MirrorStorage (study_storage.py) passes through to its
+"""Optuna's storage calls that MirrorStorage (study/_storage.py) passes through to its
 ``RDBStorage``: the study-level ones and the heartbeats. Study names and directions never
 change, so they are looked up once (Hyperband builds a Study per pruning decision, which
 looks its name up each time)."""

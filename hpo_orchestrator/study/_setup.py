@@ -8,11 +8,18 @@ from typing import Any
 import optuna
 from optuna.study import StudyDirection
 
-from hpo_orchestrator.config import Config, NoPrunerConfig, TPESamplerConfig, to_plain_dict
-from hpo_orchestrator.config._diff import MAX_SHOWN, value_differences
+from hpo_orchestrator import keys
+from hpo_orchestrator.config import (
+    MAX_SHOWN,
+    Config,
+    NoPrunerConfig,
+    TPESamplerConfig,
+    to_plain_dict,
+    value_differences,
+)
 from hpo_orchestrator.db import mask_url
 from hpo_orchestrator.errors import ConfigError
-from hpo_orchestrator.pruning._factory import build_pruner
+from hpo_orchestrator.pruning import build_pruner
 
 __all__ = ["build_sampler", "create_or_load_study", "objective_differences", "record_config",
            "without_pruning"]
@@ -65,7 +72,7 @@ def create_or_load_study(config: Config, storage: optuna.storages.BaseStorage) -
             raise ConfigError(
                 f"study {name!r} already exists with direction {', '.join(have)}, not {asked}",
                 f"pass {pass_} or choose another study.name")
-        recorded = (storage.get_study_user_attrs(existing).get("hpo.config") or {}).get("objective")
+        recorded = (storage.get_study_user_attrs(existing).get(keys.CONFIG) or {}).get("objective")
         differences = objective_differences(recorded, to_plain_dict(config)["objective"])
         if differences and not config.study.allow_mixed:
             shown = differences[:MAX_SHOWN] + ([f"and {len(differences) - MAX_SHOWN} more"]
@@ -85,7 +92,7 @@ def record_config(study: optuna.Study, config: Config) -> None:
     """The resolved config as the study attr hpo.config (password masked)."""
     resolved = to_plain_dict(config)
     resolved["storage"]["url"] = mask_url(resolved["storage"]["url"])  # never store a password
-    study.set_user_attr("hpo.config", resolved)
+    study.set_user_attr(keys.CONFIG, resolved)
 
 
 def objective_differences(recorded: dict[str, Any] | None, wanted: dict[str, Any]) -> list[str]:
@@ -96,8 +103,8 @@ def objective_differences(recorded: dict[str, Any] | None, wanted: dict[str, Any
     if recorded.get("name") != wanted.get("name"):
         return [f"objective: {_show(recorded, 'name')} -> {_show(wanted, 'name')}"]
     # Keys one side lacks come from another release of this package: not a difference.
-    keys = sorted((set(recorded) & set(wanted)) - _HOW_NOT_WHAT)
-    return [line for key in keys  # a search space: only what changed in it (config/_diff.py)
+    shared = sorted((set(recorded) & set(wanted)) - _HOW_NOT_WHAT)
+    return [line for key in shared  # a search space: only what changed in it (config/_diff.py)
             for line in value_differences(f"objective.{key}", recorded[key], wanted[key])]
 
 

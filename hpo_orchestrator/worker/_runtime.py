@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from hpo_orchestrator.worker._env import ChildEnv
 from hpo_orchestrator.worker._link import Link
 
-__all__ = ["SlotInfo", "phase", "slot_info"]
+__all__ = ["SlotInfo", "artifact_store", "orchestrator_link", "phase", "phase_depth", "slot_info"]
 
 # Set by the worker bootstrap; None outside an orchestrated child.
 _connection: Link | None = None
@@ -80,3 +80,22 @@ def phase(name: str) -> Iterator[None]:
         _phase_stack.pop()
         if _connection is not None:
             _connection.send(("phase", _phase_stack[-1] if _phase_stack else None))
+
+
+def orchestrator_link() -> Link | None:
+    """This child's pipe to the orchestrator, None outside an orchestrated child: for the
+    package's own calls beside the trial proxy's (``save_artifact``) and for the test fakes
+    that misuse it on purpose."""
+    return _connection
+
+
+def artifact_store() -> str | None:
+    """The running trial's artifact store folder (``Job.artifact_store``); None outside a
+    trial, or when the run keeps no artifacts."""
+    return _artifact_store
+
+
+def phase_depth() -> int:
+    """How many ``phase`` blocks are open: 0 between trials, which a reused worker must
+    restore (a test objective checks it)."""
+    return len(_phase_stack)

@@ -6,7 +6,7 @@ trial of the study through the ORM (170 s at 100,000 trials), and whose ``ask()`
 WAITING trials, reads the new trial back and looks the study up again per pruning decision.
 Here:
 
-- reads come from the mirror, loaded once with bulk SQL (hpo_orchestrator.db._mirror: one
+- reads come from the mirror, loaded once with bulk SQL (db/_mirror.py: one
   statement per table) and refreshed incrementally: trials above the highest id seen, and the
   ones the mirror holds unfinished (RUNNING, WAITING), at most every ``refresh_s`` seconds;
   so another orchestrator's trials reach the sampler within ``refresh_s`` of its ask;
@@ -15,7 +15,7 @@ Here:
 - a running trial's reports are written in batches (at most ``refresh_s`` late: pruning
   reads them from the mirror at once), and its end (last reports, attrs the orchestrator
   staged, value, state, and the orchestrator's own rows) in one transaction, through
-  hpo_orchestrator.db._batch: a trial is told completely or not at all;
+  db/_batch.py: a trial is told completely or not at all;
 - the history is bounded: with ``max_history=N`` the sampler and pruner see the N newest
   trials plus the ``keep_best`` best COMPLETE ones (and any unfinished trial), never the whole
   study, so ask/tell cost stays flat as the study grows. ``max_history=None``: every trial.
@@ -47,16 +47,19 @@ from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 from sqlalchemy.engine import Connection
 
-from hpo_orchestrator._mirror import StudyMirror, by_number, new_running_trial
-from hpo_orchestrator._passthrough import PassThroughStorage
-from hpo_orchestrator.db._batch import finish_trial, write_param, write_steps
-from hpo_orchestrator.db._mirror import (
+from hpo_orchestrator.db import (
     best_trial_ids,
+    create_running_trial,
+    finish_trial,
     read_trials,
     recent_trial_ids,
+    start_running_trial,
     unfinished_trial_ids_before,
+    write_param,
+    write_steps,
 )
-from hpo_orchestrator.db._run import create_running_trial, start_running_trial
+from hpo_orchestrator.study._mirror import StudyMirror, by_number, new_running_trial
+from hpo_orchestrator.study._passthrough import PassThroughStorage
 
 __all__ = ["MirrorStorage"]
 

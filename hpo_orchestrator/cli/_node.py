@@ -1,6 +1,8 @@
 """What one Slurm job runs: one orchestrator on the GPUs Slurm gave the job.
 
-Pickled by submitit on the submitting machine and called on the node. Slurm's GRES plugin has
+The CLI's own payload, handed to ``cluster.submit`` as a function (submitit takes one), so that
+cluster/ knows nothing of the CLI. Pickled by submitit on the submitting machine and called on
+the node. Slurm's GRES plugin has
 set ``CUDA_VISIBLE_DEVICES`` to the job's GPUs, as indices of the node's GPU device files
 (gres.conf ``File=``), whose order is the driver's minor numbers, in practice PCI bus order;
 so indices are read with ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` unless the job says otherwise.
@@ -9,6 +11,7 @@ so indices are read with ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` unless the job says ot
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Sequence
 
 import submitit
 
@@ -23,18 +26,18 @@ class NodeRun(submitit.helpers.Checkpointable):
     A plain scancel sends SIGTERM: the orchestrator stops its trials (``interrupted``).
     """
 
-    def __init__(self, overrides: list[str], gpus_per_node: int) -> None:
+    def __init__(self, main: Callable[[Sequence[str]], int], overrides: list[str],
+                 gpus_per_node: int) -> None:
+        self.main = main  # the CLI's entry, pickled by reference: the node imports it
         self.overrides = overrides
         self.gpus_per_node = gpus_per_node
 
     def __call__(self, index: int) -> int:
-        from hpo_orchestrator.cli import main
-
         os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
         if self.gpus_per_node == 0:
             # a CPU job: a CUDA_VISIBLE_DEVICES carried over from the submitting shell is not ours
             os.environ["CUDA_VISIBLE_DEVICES"] = ""
-        code = main(["run", *self.overrides])
+        code = self.main(["run", *self.overrides])
         if code != 0:
             raise RuntimeError(f"hpo-orchestrator run exited with {code} (job task {index}); "
                                "see this job's log above")
