@@ -18,7 +18,7 @@ import pytest
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.study import StudyDirection
 
-from hpo_orchestrator.scheduler import _channel
+from hpo_orchestrator.scheduler import _calls
 from hpo_orchestrator.scheduler._channel import Channel
 from hpo_orchestrator.worker import NotInTrialProcess, TrialProxy
 from hpo_orchestrator.worker._link import Link
@@ -26,7 +26,7 @@ from hpo_orchestrator.worker._link import Link
 
 class _Orchestrator:
     """The orchestrator's side for one trial: a real Optuna trial answers the proxy's calls
-    through the same ``_channel._answer`` a run uses."""
+    through the same ``_calls._answer`` a run uses."""
 
     def __init__(self, directions: list[str]) -> None:
         self.study = optuna.create_study(study_name="reads", directions=directions,
@@ -45,7 +45,7 @@ class _Orchestrator:
         while not self._stop.is_set():
             for message in self.channel.receive():
                 _, method, args, kwargs = message
-                _channel._answer(rt, method, args, kwargs)  # type: ignore[arg-type]
+                _calls._answer(rt, method, args, kwargs)  # type: ignore[arg-type]
             self.channel.flush()
             self._stop.wait(0.001)
 

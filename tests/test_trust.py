@@ -193,7 +193,8 @@ def test_9_a_failed_save_artifact_leaves_no_partial_file(
 
     from optuna.artifacts import FileSystemArtifactStore
 
-    from hpo_orchestrator import runtime, save_artifact
+    from hpo_orchestrator import save_artifact
+    from hpo_orchestrator.worker import _runtime as runtime
     from hpo_orchestrator.worker._proxy import TrialProxy
 
     store, model = tmp_path / "store", tmp_path / "model.bin"
