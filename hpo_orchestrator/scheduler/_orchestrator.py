@@ -150,6 +150,8 @@ class Orchestrator:
                     self._stopping = True
                 if not self._signals and self.halted is None:
                     self._launch_ready()
+                if self._signals:  # one that came mid-launch found that trial not running yet
+                    self._interrupt_running()
                 # right after the launch: a tick between a trial's end and the refill of its
                 # place would read a busy GPU as idle (then its level never grows)
                 self._pack()
