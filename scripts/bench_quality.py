@@ -222,6 +222,25 @@ def slim(run_dir: Path) -> None:
         path.unlink()
 
 
+def seed_batches(names: list[str], pair: str | None, seed: int) -> list[list[tuple[str, str]]]:
+    """What runs together for one seed: the pair on the two halves (swapped on odd seeds), or
+    each contender alone on the whole machine (or block)."""
+    if pair:
+        first, second = ("first", "second") if seed % 2 == 0 else ("second", "first")
+        return [[(names[0], first), (names[1], second)]]
+    return [[(name, "all")] for name in names]
+
+
+def half(which: str, gpus: list[int], cores: list[int]) -> Half:
+    """The GPUs and cores of ``which`` ("all", "first", "second") of a block."""
+    if which == "all":
+        return Half(gpus, cores, "all")
+    g, c = len(gpus) // 2, len(cores) // 2
+    if which == "first":
+        return Half(gpus[:g], cores[:c], f"first half, cores {cores[0]}-{cores[c - 1]}")
+    return Half(gpus[g:], cores[c:], f"second half, cores {cores[c]}-{cores[-1]}")
+
+
 def parse_seeds(text: str) -> list[int]:
     seeds: list[int] = []
     for part in text.split(","):
@@ -246,6 +265,11 @@ def main() -> int:
     parser.add_argument("--report-only", action="store_true")
     parser.add_argument("--slim", action="store_true", help="after each run keep only its process "
                         "logs (drop its sqlite file and trial logs: results.json has the curve)")
+    parser.add_argument("--cpus", help="cores to use, e.g. 0-31 (default: this process's affinity)")
+    parser.add_argument("--no-gpu", action="store_true", help="give the contenders no GPU (a CPU "
+                        "workload on a GPU host: CUDA_VISIBLE_DEVICES empty)")
+    parser.add_argument("--concurrent", type=int, default=1, help="K: run K seeds (or reference "
+                        "runs) at once, each on its own block of cores/K (needs --no-gpu or K=1)")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     store = tables.Store(args.out)
@@ -266,35 +290,39 @@ def main() -> int:
     os.environ["HPO_QUALITY_SCALE"] = str(args.scale)  # the CNN's retraining here reads it too
     watch = GpuWatch()
     watch.start()
-    cores = sorted(os.sched_getaffinity(0))
-    whole = Half(watch.gpus, cores, "all")
-    halves = [Half(watch.gpus[:len(watch.gpus) // 2], cores[:len(cores) // 2], "first half"),
-              Half(watch.gpus[len(watch.gpus) // 2:], cores[len(cores) // 2:], "second half")]
+    cores = parse_seeds(args.cpus) if args.cpus else sorted(os.sched_getaffinity(0))
+    gpus = [] if args.no_gpu else watch.gpus
+    if args.concurrent < 1 or (args.concurrent > 1 and gpus) or len(cores) < 2 * args.concurrent:
+        print(f"error: --concurrent {args.concurrent} with {len(gpus)} GPUs and {len(cores)} cores\n"
+              "hint: concurrent runs split the cores, not the GPUs: add --no-gpu (a CPU workload), "
+              "and give at least 2 cores per run", file=sys.stderr)
+        return 2
+    block = len(cores) // args.concurrent
+    blocks = [cores[i * block:(i + 1) * block] for i in range(args.concurrent)]
     group = "reference" if args.reference else (f"pair:{names[0]}+{names[1]}" if args.pair else "solo")
     meta = {"command": " ".join(sys.argv), "commit": tables.commit(ROOT), "scale": args.scale,
+            "concurrent": args.concurrent,
             "machine": f"{platform.node()}: {len(cores)} cores, "
-                       f"{', '.join(g.name for g in watch.backend.gpus()) or 'no GPU'}, "
+                       f"{', '.join(g.name for g in watch.backend.gpus()) if gpus else 'no GPU'}, "
                        f"Python {platform.python_version()}"}
-    for seed in parse_seeds(args.seeds):
-        if args.pair:
-            first, second = (halves if seed % 2 == 0 else halves[::-1])
-            batches = [[(names[0], first), (names[1], second)]]
-        else:
-            batches = [[(name, whole)] for name in names]
-        for batch in batches:
-            runs = [start(n, work, args, seed, h, group) for n, h in batch]
-            time.sleep(max(0.0, runs[0]["launch"] + args.budget - time.time()))
-            for run in runs:
-                stop(run)
-            for run in runs:
-                result = collect(run, watch, not args.no_test and not args.reference)
-                store.add({**result, **meta})
-                if args.slim:
-                    slim(Path(result["dir"]))
-                print(f"[{time.strftime('%H:%M:%S')}] {args.workload} {group} {result['contender']} "
-                      f"seed {seed} ({result['half']}): {result['complete']} complete, "
-                      f"{result['pruned']} pruned, best {result['best_value']}, "
-                      f"GPU {result['gpu_util']}, exit {result['exit_codes']}", flush=True)
+    batches = [(seed, batch) for seed in parse_seeds(args.seeds)
+               for batch in seed_batches(names, args.pair, seed)]
+    for at in range(0, len(batches), args.concurrent):  # K batches at once, one block each
+        runs = [start(name, work, args, seed, half(which, gpus, cores_of), group)
+                for (seed, batch), cores_of in zip(batches[at:at + args.concurrent], blocks)
+                for name, which in batch]
+        time.sleep(max(0.0, max(r["launch"] for r in runs) + args.budget - time.time()))
+        for run in runs:
+            stop(run)
+        for run in runs:
+            result = collect(run, watch, not args.no_test and not args.reference)
+            store.add({**result, **meta})
+            if args.slim:
+                slim(Path(result["dir"]))
+            print(f"[{time.strftime('%H:%M:%S')}] {args.workload} {group} {result['contender']} "
+                  f"seed {result['seed']} ({result['half']}): {result['complete']} complete, "
+                  f"{result['pruned']} pruned, best {result['best_value']}, "
+                  f"GPU {result['gpu_util']}, exit {result['exit_codes']}", flush=True)
     if args.reference:
         entry = store.update_targets(args.workload)
         print(json.dumps(entry, indent=1))

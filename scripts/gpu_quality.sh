@@ -2,21 +2,32 @@
 # One GPU-host call of the time-to-quality benchmark (docs/QUALITY.md, "GPU host"):
 #   scripts/gpu_quality.sh --workload a --budget 90 --seeds 1-4 --pair ours,best
 # Installs the wheelhouse as scripts/gpu_host_check.sh does (once per machine), starts from
-# the results carried in bench-quality-gpu/ (results.json, targets.json of earlier calls),
-# runs scripts/bench_quality.py into $OUT/q with --slim (no sqlite files or trial logs come
-# back; results.json holds every curve). Several invocations in one call append to $OUT/q.
+# the results carried in bench-quality-$QUALITY_SET/ (results.json, targets.json of earlier
+# calls; QUALITY_SET defaults to gpu), runs scripts/bench_quality.py into $OUT/$QUALITY_SET
+# with --slim (no sqlite files or trial logs come back; results.json holds every curve).
+# Several invocations in one call append to the same folder; two sets (say gpu and cpu: a
+# CPU workload on some cores with --no-gpu --cpus, beside a GPU one on the others) run at
+# once from separate invocations, each with its own folder.
 set -euo pipefail
 site=/tmp/hpo-site
 wheels="${WHEELS:-.wheelhouse}"
-out="${OUT:?set OUT (the device tool does)}/q"
+set_name="${QUALITY_SET:-gpu}"
+out="${OUT:?set OUT (the device tool does)}/$set_name"
 if [[ ! -d "$site/optuna" ]]; then
-    python3 -m pip install -q --no-index --no-deps --no-build-isolation --target "$site" \
-        "$wheels"/* > /tmp/quality-pip.txt 2>&1 || { cat /tmp/quality-pip.txt; exit 1; }
+    # one installer at a time: two sets started together share the site folder
+    exec 9>/tmp/hpo-site.lock
+    flock 9
+    if [[ ! -d "$site/optuna" ]]; then
+        python3 -m pip install -q --no-index --no-deps --no-build-isolation --target "$site.tmp" \
+            "$wheels"/* > /tmp/quality-pip.txt 2>&1 || { cat /tmp/quality-pip.txt; exit 1; }
+        mv "$site.tmp" "$site"
+    fi
+    flock -u 9
 fi
 export PYTHONPATH="$PWD:$site${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 mkdir -p "$out"
 if [[ ! -f "$out/results.json" ]]; then
-    cp bench-quality-gpu/*.json "$out/" 2>/dev/null || true
+    cp "bench-quality-$set_name"/*.json "$out/" 2>/dev/null || true
 fi
 nvidia-smi --query-gpu=index,name,driver_version --format=csv,noheader > "$out/gpus.txt" || true
 python3 scripts/bench_quality.py --out "$out" --slim "$@"
