@@ -145,7 +145,7 @@ def start(name: str, work: Workload, args: argparse.Namespace, seed: int, half: 
     from hpo_orchestrator.gpu._opencl import nvidia_icd_env
 
     folder = group.replace(":", "-").replace("+", "-")  # plain names: the GPU tool skips odd ones
-    run_dir = args.out / "runs" / work.name / folder / f"{name}-s{seed}"
+    run_dir = (args.runs or args.out / "runs") / work.name / folder / f"{name}-s{seed}"
     run_dir.mkdir(parents=True, exist_ok=True)
     for stale in run_dir.glob("bench.db*"):
         stale.unlink()
@@ -265,6 +265,7 @@ def main() -> int:
     parser.add_argument("--report-only", action="store_true")
     parser.add_argument("--slim", action="store_true", help="after each run keep only its process "
                         "logs (drop its sqlite file and trial logs: results.json has the curve)")
+    parser.add_argument("--runs", type=Path, help="where the runs' folders go (default OUT/runs)")
     parser.add_argument("--cpus", help="cores to use, e.g. 0-31 (default: this process's affinity)")
     parser.add_argument("--no-gpu", action="store_true", help="give the contenders no GPU (a CPU "
                         "workload on a GPU host: CUDA_VISIBLE_DEVICES empty)")
