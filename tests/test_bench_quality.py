@@ -184,3 +184,19 @@ def test_store_replaces_a_rerun_seed_picks_the_best_baseline_and_writes_tables(
     assert ">=10.0 (1 cens.)" in text  # neither reached 0.4: censored at the budget
     assert "| ours | optuna-x | 2.00 [2.00, 2.00], n=1; 0/0/0 |" in text
     assert (out / "curves-a-solo.png").exists()
+    # an ablation pair (two of ours, no Optuna baseline): the variant against plain `ours`
+    store.add(run("ours", 2, [(2.0, 0.5)], "pair:ours-median+ours"))
+    store.add(run("ours-median", 2, [(1.0, 0.5)], "pair:ours-median+ours"))
+    store.write_report()
+    text = (out / "results.md").read_text()
+    assert "| ours-median | ours | 2.00 [2.00, 2.00], n=1; 0/0/0 |" in text
+
+
+def test_concurrent_seeds_get_disjoint_core_blocks_and_pairs_swap_halves() -> None:
+    bq = _script()
+    assert bq.seed_batches(["a", "b"], "a,b", 2) == [[("a", "first"), ("b", "second")]]
+    assert bq.seed_batches(["a", "b"], "a,b", 3) == [[("a", "second"), ("b", "first")]]
+    assert bq.seed_batches(["a", "b"], None, 1) == [[("a", "all")], [("b", "all")]]
+    first, second = bq.half("first", [], [8, 9, 10, 11]), bq.half("second", [], [8, 9, 10, 11])
+    assert (first.cores, second.cores, first.gpus) == ([8, 9], [10, 11], [])
+    assert bq.half("second", [0, 1, 2, 3], [0, 1]).gpus == [2, 3]

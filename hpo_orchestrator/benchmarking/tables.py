@@ -141,8 +141,11 @@ class Store:
         lines += ["", "Speedup (baseline time / ours), median [95 % CI], pairs; censored: ours / "
                   "baseline / both", "", "| ours | baseline | " + " | ".join(goals) + " |",
                   "|---|---|" + "---|" * len(goals)]
-        for ours in [n for n in sorted(times) if n.startswith("ours")]:
-            for base in [n for n in sorted(times) if n.startswith("optuna")]:
+        # An ablation pair (two of ours, no Optuna baseline) compares the variant with `ours`.
+        bases = [n for n in sorted(times) if n.startswith("optuna")] or \
+            [n for n in ("ours",) if n in times]
+        for ours in [n for n in sorted(times) if n.startswith("ours") and n not in bases]:
+            for base in bases:
                 paired = sorted(set(by[ours]) & set(by[base]))
                 if not paired:
                     continue
