@@ -324,3 +324,12 @@ def _wait_until_reading(pid: int, db: Path, timeout_s: float = 120.0) -> None:
             pass
         time.sleep(0.1)
     raise AssertionError(f"status --watch never opened {db}")
+
+
+def test_make_test_prints_why_tests_skipped() -> None:
+    """The README's `make test` says skipped tests print their reason: pytest's -rs, on every
+    suite target (issue 30: 119 skips went unexplained)."""
+    for target in ("test", "test-long", "test-fast", "test-gpu"):
+        dry = subprocess.run(["make", "-n", target, "VENV=/nonexistent/venv"], cwd=REPO,
+                             capture_output=True, text=True, check=True).stdout
+        assert re.search(r"-m pytest -q .*-rs|-m pytest -q -rs", dry), (target, dry)
