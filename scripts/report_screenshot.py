@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Render a report in headless Chromium, check that every chart was drawn, save a picture of
-the whole page (the README's docs/report.png came from this).
+the whole page (docs/REPORT.md's docs/report.png came from this).
 
 Usage: python scripts/report_screenshot.py REPORT.html OUT.png
 """

@@ -56,6 +56,22 @@ def test_dry_run_prints_the_sbatch_script(cli, tmp_path: Path) -> None:  # type:
                  "#SBATCH --time=120", "#SBATCH --qos=high", "#SBATCH --nodes=1"):
         assert line in result.stdout.splitlines()
     assert "s3cret" not in result.stdout and not (tmp_path / "slurm-jobs").exists()
+    # issue 30: the run each job executes, and the cores scaled with the GPUs (4 per GPU)
+    lines = result.stdout.splitlines()
+    assert lines[0] == "#!/bin/bash"
+    assert lines[1] == "# each job runs on its node: hpo-orchestrator run " \
+        "storage.url=postgresql+psycopg://u:***@db.example/hpo scheduler.parallel=2"
+    assert "#SBATCH --cpus-per-task=8" in lines
+    assert lines[2].startswith("# --time=120 minutes; --cpus-per-task=8 (4 per GPU")
+
+
+def test_submit_s_cores_follow_the_gpus_per_node() -> None:
+    """--cpus-per-task was 4 whatever the node's GPUs: 8 GPUs' trials shared 4 cores."""
+    from hpo_orchestrator.cluster._config import load_slurm_config
+
+    assert load_slurm_config(["slurm.gpus_per_node=8"]).cpus() == 32
+    assert load_slurm_config(["slurm.gpus_per_node=0"]).cpus() == 4
+    assert load_slurm_config(["slurm.gpus_per_node=8", "slurm.cpus_per_task=6"]).cpus() == 6
 
 
 # --- against the local Slurm ----------------------------------------------------------------

@@ -134,6 +134,9 @@ def test_load_table_codes_text_columns_and_keeps_missing_values(tmp_path: Path) 
     (None, ["objective.target_column=label"], "applies only with objective.data"),
     ("d.csv", ["objective.data=d.csv", "objective.target_column=label", "objective.task=poisson"],
      "expected auto, binary, multiclass or regression"),
+    # issue 30: a text target was accepted for regression, and every trial then failed
+    ("d.csv", ["objective.data=d.csv", "objective.target_column=label", "objective.task=regression"],
+     "objective.task=regression: the target column 'label' holds text"),
 ])
 def test_data_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, setup: str | None,
                      overrides: list[str], message: str) -> None:
@@ -399,12 +402,13 @@ def test_study_timeout_grace_stops_running_trials(cli) -> None:  # type: ignore[
     assert all(r["state"] == "FAIL" and r["attrs"]["hpo.fail_reason"] == "timeout" for r in rows)
 
 
-# --- the README's section, verbatim --------------------------------------------------------------
+# --- the docs' section, verbatim ----------------------------------------------------------------
 
 
 def readme_commands(heading: str) -> list[str]:
-    """The ``sh`` blocks under ``heading`` in README.md, one command per (joined) line."""
-    text = (REPO / "README.md").read_text()
+    """The ``sh`` blocks under ``heading`` in docs/OBJECTIVES.md (the README's section moved
+    there), one command per (joined) line."""
+    text = (REPO / "docs" / "OBJECTIVES.md").read_text()
     section = text.split(f"\n## {heading}\n", 1)[1].split("\n## ", 1)[0]
     commands = []
     for block in re.findall(r"```sh\n(.*?)```", section, flags=re.S):

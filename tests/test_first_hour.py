@@ -171,8 +171,16 @@ def test_3_failing_trials_finding_names_the_common_errors() -> None:
     found = find_all(_report(FAIL=4, COMPLETE=1), StudyFacts(
         config={}, rows=[], max_complete_step=None, unverified=[], mismatches=[], failures=failures))
     finding = next(f for f in found if f.code == "failing_trials")
-    assert finding.message == ("3 trials failed: 2 x ValueError: lr=0.1 too big (e.g. trial 0); "
+    # issue 30: grouped by message; lr=0.3's trial was counted under lr=0.1's text
+    assert finding.message == ("3 trials failed: 1 x ValueError: lr=0.1 too big (e.g. trial 0); "
+                               "1 x ValueError: lr=0.3 too big (e.g. trial 2); "
                                "1 x CUDA out of memory (e.g. trial 3)")
+    failures += [(6, "exception", "KeyError: 'a'"), (7, "exception", "ValueError: lr=0.1 too big")]
+    found = find_all(_report(FAIL=6, COMPLETE=1), StudyFacts(
+        config={}, rows=[], max_complete_step=None, unverified=[], mismatches=[], failures=failures))
+    finding = next(f for f in found if f.code == "failing_trials")
+    assert finding.message.startswith("5 trials failed: 2 x ValueError: lr=0.1 too big (e.g. trial 0)")
+    assert finding.message.endswith("; 1 more with 1 other message(s)")
     assert "'hpo-orchestrator logs 0'" in finding.advice
     none = find_all(_report(COMPLETE=1), StudyFacts(config={}, rows=[], max_complete_step=None,
                                                      unverified=[], mismatches=[], failures=[]))
@@ -650,3 +658,25 @@ def test_9_counts_add_up_across_an_interrupt_and_its_resume(tmp_path: Path) -> N
     line = text.getvalue().splitlines()[0]
     assert "finished 3 of 3 (+1 attempt re-run: interrupted or retried)" in line
     assert "wall 6 s with trials running (63 s from the first start, gaps between runs included)" in line
+
+
+def test_3_a_repeated_error_shows_its_traceback_once(tmp_path: Path) -> None:
+    """issue 30: fail-fast's five trials, failing alike, printed the same traceback five
+    times; the later ones name the first, and another error still shows its own."""
+    from hpo_orchestrator.cli._progress import LiveReporter
+    from hpo_orchestrator.scheduler import FinishedTrial
+
+    out = io.StringIO()
+    console = Console(file=out, width=200, force_terminal=False)
+    errors = ["ValueError: boom"] * 3 + ["KeyError: 'x'"]
+    with LiveReporter(console, 10, 0, "minimize") as reporter:
+        for number, error in enumerate(errors):
+            log = tmp_path / f"trial-{number}.log"
+            log.write_text(f"Traceback (most recent call last):\n  in trial {number}\n{error}\n")
+            reporter.finished(FinishedTrial(number=number, slot="cpu0", state=TrialState.FAIL,
+                                            value=None, duration_s=0.1, fail_reason="exception",
+                                            error=error, log_path=str(log)))
+    text = out.getvalue()
+    assert text.count("| Traceback (most recent call last):") == 2  # boom once, KeyError once
+    assert "in trial 0" in text and "in trial 1" not in text and "in trial 3" in text
+    assert text.count("(the same error as trial 0, shown above)") == 2

@@ -47,6 +47,9 @@ class LiveReporter:
         # Several objectives have no one best: the study's Pareto front, earlier runs included
         self.front = [ScoredTrial(n, n, v) for n, v in front]
         self.show_logs = show_logs
+        # A failed trial's log tail is shown once per error: the next trials failing the same
+        # way (fail-fast's five) name the first instead of repeating its traceback.
+        self.shown_errors: dict[tuple[str | None, str | None], int] = {}
         self.counts = {TrialState.COMPLETE: 0, TrialState.PRUNED: 0, TrialState.FAIL: 0}
         self.rerun = 0  # this run's attempts whose params run again: not counted
         self.n_trials = n_trials
@@ -116,9 +119,12 @@ class LiveReporter:
                 and self.show_logs:
             from pathlib import Path
 
-            for line in read_tail(Path(done.log_path), _LOG_LINES):
-                self.console.print(f"  [dim]| {escape(line)}[/]", highlight=False)
-            self.console.print(f"  [dim]log: {escape(done.log_path)}[/]", highlight=False)
+            first = self.shown_errors.setdefault((done.fail_reason, done.error), done.number)
+            if first == done.number:
+                for line in read_tail(Path(done.log_path), _LOG_LINES):
+                    self.console.print(f"  [dim]| {escape(line)}[/]", highlight=False)
+            same = "" if first == done.number else f"  (the same error as trial {first}, shown above)"
+            self.console.print(f"  [dim]log: {escape(done.log_path)}{same}[/]", highlight=False)
         if not done.retried and self.completed < self.n_trials:
             self.completed += 1
         self.progress.update(self.task, completed=self.completed, description=self._description())

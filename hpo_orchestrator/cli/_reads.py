@@ -98,7 +98,7 @@ def cmd_telemetry(args: argparse.Namespace, console: Console) -> int:
 
 def cmd_report(args: argparse.Namespace, console: Console) -> int:
     from hpo_orchestrator.db import create_engine
-    from hpo_orchestrator.report import write_report
+    from hpo_orchestrator.report import lane_device, write_report
 
     for path, option in ((args.out, "--out"), (args.png, "--png")):
         if path is not None:
@@ -107,10 +107,11 @@ def cmd_report(args: argparse.Namespace, console: Console) -> int:
     engine = create_engine(args.storage)
     data = write_report(engine, _trials.resolve_study(engine, args.study, errors()), args.out,
                         args.png, last)
-    written = " and ".join(str(p) for p in (args.out, args.png) if p is not None)
+    # Absolute: `make report` runs from the checkout or (make -f) another folder.
+    written = " and ".join(str(p.resolve()) for p in (args.out, args.png) if p is not None)
     console.print(f"wrote {written}: study {data.study!r}, {len(data.bars)} trials on "
-                  f"{len({lane.rsplit(' #', 1)[0] for lane in data.lanes})} device(s)",
-                  highlight=False)
+                  f"{len({lane_device(lane) for lane in data.lanes})} device(s)",
+                  highlight=False, soft_wrap=True)
     return 0
 
 

@@ -16,7 +16,12 @@ from omegaconf.errors import OmegaConfBaseException
 from hpo_orchestrator.config import config_dir
 from hpo_orchestrator.errors import ConfigError
 
-__all__ = ["SlurmConfig", "load_slurm_config", "split_overrides"]
+__all__ = ["CPUS_PER_GPU", "SlurmConfig", "load_slurm_config", "split_overrides"]
+
+# CPU cores asked per GPU when slurm.cpus_per_task is unset: a trial's data loading and the
+# orchestrator need cores beside each GPU (4 for a whole 8-GPU node left 7 of 8 trials a
+# half-core each).
+CPUS_PER_GPU = 4
 
 # sbatch --time: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS
 _TIME = re.compile(r"^(\d+-)?\d+(:\d{1,2}){0,2}$")
@@ -30,7 +35,7 @@ class SlurmConfig:
     time: str = "01:00:00"
     nodes: int = 1
     gpus_per_node: int = 1
-    cpus_per_task: int = 4
+    cpus_per_task: int | None = None  # None: CPUS_PER_GPU per GPU (cpus())
     mem: str | None = None
     job_name: str = "hpo"
     folder: str = "slurm-jobs"
@@ -39,7 +44,7 @@ class SlurmConfig:
     def validate(self) -> SlurmConfig:
         for key, minimum in (("nodes", 1), ("gpus_per_node", 0), ("cpus_per_task", 1)):
             value = getattr(self, key)
-            if value < minimum:
+            if value is not None and value < minimum:
                 raise ConfigError(f"slurm.{key}: expected an integer >= {minimum}, got {value}", _HINT)
         if not _TIME.match(self.time):
             raise ConfigError(f"slurm.time: expected minutes or [D-]HH:MM:SS, got {self.time!r}",
@@ -51,6 +56,12 @@ class SlurmConfig:
                 raise ConfigError(f"slurm.extra: expected sbatch options such as '--qos=high', "
                                   f"got {line!r}", "e.g. slurm.extra='[--qos=high,--exclusive]'")
         return self
+
+    def cpus(self) -> int:
+        """``--cpus-per-task``: as set, or CPUS_PER_GPU per GPU of the node (a CPU job: 4)."""
+        if self.cpus_per_task is not None:
+            return self.cpus_per_task
+        return CPUS_PER_GPU * max(1, self.gpus_per_node)
 
     def minutes(self) -> int:
         """``time`` in whole minutes (submitit counts its requeues against it)."""

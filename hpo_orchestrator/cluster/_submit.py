@@ -20,10 +20,10 @@ from typing import Any, TypeAlias
 
 from rich.console import Console
 
-from hpo_orchestrator.cluster._config import SlurmConfig, load_slurm_config, split_overrides
+from hpo_orchestrator.cluster._config import CPUS_PER_GPU, SlurmConfig, load_slurm_config, split_overrides
 from hpo_orchestrator.config import load_config
 from hpo_orchestrator.db import mask_url, sqlite_path
-from hpo_orchestrator.errors import ConfigError
+from hpo_orchestrator.errors import ConfigError, mask_passwords
 
 __all__ = ["Payload", "submit"]
 
@@ -57,7 +57,7 @@ def submit(overrides: list[str], dry_run: bool, console: Console, payload: Paylo
     folder = Path(slurm.folder).resolve() / f"{slurm.job_name}-{uuid.uuid4().hex[:8]}"
     job = payload(run_overrides, slurm.gpus_per_node)
     if dry_run:
-        sys.stdout.write(_sbatch_script(folder, slurm))
+        sys.stdout.write(_sbatch_script(folder, slurm, run_overrides, slurm_overrides))
         return 0
     if shutil.which("sbatch") is None or shutil.which("srun") is None:
         raise ConfigError("sbatch is not on PATH: this machine cannot submit Slurm jobs",
@@ -83,7 +83,7 @@ def _parameters(slurm: SlurmConfig) -> dict[str, Any]:
     """submitit's SlurmExecutor parameters: one node and one task per job, the array's size."""
     params: dict[str, Any] = {
         "job_name": slurm.job_name, "time": slurm.minutes(), "nodes": 1, "ntasks_per_node": 1,
-        "cpus_per_task": slurm.cpus_per_task, "array_parallelism": slurm.nodes,
+        "cpus_per_task": slurm.cpus(), "array_parallelism": slurm.nodes,
         "additional_parameters": slurm.sbatch_options()}
     if slurm.gpus_per_node:
         params["gpus_per_node"] = slurm.gpus_per_node
@@ -93,16 +93,28 @@ def _parameters(slurm: SlurmConfig) -> dict[str, Any]:
     return params
 
 
-def _sbatch_script(folder: Path, slurm: SlurmConfig) -> str:
+def _sbatch_script(folder: Path, slurm: SlurmConfig, run_overrides: list[str],
+                   slurm_overrides: list[str]) -> str:
     """The script submitit hands to sbatch. Written by submitit's own (private) function, so
-    the dry run shows exactly what a submission sends, without needing Slurm here."""
+    the dry run shows exactly what a submission sends, without needing Slurm here. Below its
+    first line, comments (sbatch reads on past them) say what each job runs (its command is
+    submitit's, which unpickles that run) and where the time and cores came from."""
     from submitit.slurm.slurm import _make_sbatch_string
 
     params = _parameters(slurm)
     if slurm.nodes > 1:
         params["map_count"] = slurm.nodes  # submitit sets the array size at submission
     command = f"{_PYTHON} -u -m submitit.core._submit {shlex.quote(str(folder))}"
-    return _make_sbatch_string(command=command, folder=folder, **params)
+    script = _make_sbatch_string(command=command, folder=folder, **params)
+    run = mask_passwords(shlex.join(["hpo-orchestrator", "run", *run_overrides]))
+    typed = {o.split("=", 1)[0].removeprefix("slurm.") for o in slurm_overrides}
+    time_from = "" if "time" in typed else " (the default: slurm.time=HH:MM:SS sets it)"
+    cpus_from = "" if "cpus_per_task" in typed else \
+        f" ({CPUS_PER_GPU} per GPU: slurm.cpus_per_task=N sets it)"
+    said = [f"# each job runs on its node: {run}",
+            f"# --time={slurm.minutes()} minutes{time_from}; --cpus-per-task={slurm.cpus()}{cpus_from}"]
+    shebang, _, rest = script.partition("\n")
+    return "\n".join([shebang, *said, rest])
 
 
 def _submit_array(executor, job: Callable[[int], int], slurm: SlurmConfig) -> list:  # type: ignore[no-untyped-def,type-arg]

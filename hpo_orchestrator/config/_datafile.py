@@ -1,7 +1,8 @@
 """``objective.data``: the user's own table (CSV or Parquet), checked once at load.
 
 The file must exist, have a known suffix, and hold ``objective.target_column``; Parquet needs
-pyarrow. Found here, before a study is created, rather than in every trial's child.
+pyarrow. ``objective.task=regression`` needs a numeric target. Found here, before a study is
+created, rather than in every trial's child.
 """
 
 from __future__ import annotations
@@ -31,7 +32,26 @@ def columns_of(path: Path) -> list[str]:
     return list(pq.read_schema(path).names)
 
 
-def check_data_file(data: str | None, target_column: str | None, path: str) -> str | None:
+def text_cell(path: Path, column: str) -> str | None:
+    """A non-empty cell of ``column`` that is not a number (the first), or None."""
+    if path.suffix.lower() == ".csv":
+        with path.open(newline="") as handle:
+            for row in csv.DictReader(handle):
+                cell = row.get(column) or ""
+                try:
+                    float(cell or "nan")  # an empty cell is a missing value
+                except ValueError:
+                    return cell
+        return None
+    import pyarrow.parquet as pq
+    import pyarrow.types as pat
+
+    kind = pq.read_schema(path).field(column).type
+    return None if pat.is_integer(kind) or pat.is_floating(kind) or pat.is_null(kind) else str(kind)
+
+
+def check_data_file(data: str | None, target_column: str | None, path: str,
+                    task: str = "auto") -> str | None:
     """The absolute path of ``data`` (children and hpo.config then name the same file);
     ConfigError when it cannot be used."""
     if data is None:
@@ -65,4 +85,12 @@ def check_data_file(data: str | None, target_column: str | None, path: str) -> s
     if len(columns) < 2:
         raise ConfigError(f"{path}.data: {data!r} has no feature column besides the target",
                           "the table needs the target and at least one feature column")
+    if task == "regression":  # else LightGBM fails every trial on the coded labels' meaning
+        text = text_cell(file, target_column)
+        if text is not None:
+            raise ConfigError(
+                f"{path}.task=regression: the target column {target_column!r} holds text "
+                f"({text[:40]!r}), not numbers",
+                f"leave {path}.task=auto (text targets are classes: binary or multiclass), or "
+                "predict a numeric column")
     return str(file.resolve())

@@ -49,7 +49,7 @@ def unknown_key_hint(key: str, overrides: list[str], options: dict[str, list[str
             if option != chosen and typed in _paths(compose([*groups, f"{group}={option}"])):
                 return f"{typed} is a key of {group}={option}: use {group}={option}; {show}"
     close = _closest(typed, composed, known)
-    return f"did you mean {close!r}? {show}" if close else f"{show} (README 'Configuration')"
+    return f"did you mean {close!r}? {show}" if close else f"{show} (docs/CONFIGURATION.md)"
 
 
 def _closest(typed: str, composed: dict[str, Any], known: list[str]) -> str | None:

@@ -58,7 +58,7 @@ class LightGBMObjectiveConfig:
                  f"{path}.valid_fraction",
                  f"expected a share between 0 and 1, got {self.valid_fraction!r}")
         # Made absolute here, once: the children and hpo.config then name the same file.
-        self.data = check_data_file(self.data, self.target_column, path)
+        self.data = check_data_file(self.data, self.target_column, path, self.task)
         for key in ("n_rows", "n_features", "num_boost_round", "report_every", "max_bin"):
             _positive_int(getattr(self, key), f"{path}.{key}")
         _require(self.n_rows >= 100, f"{path}.n_rows", f"expected at least 100 rows, got {self.n_rows}")

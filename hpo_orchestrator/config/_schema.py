@@ -66,7 +66,7 @@ class SchedulerConfig:
     # Trials sharing one GPU at a time; null: ceil(parallel / number of GPUs), or auto with
     # parallel=auto. auto: start at 1 per GPU and add one while the GPU's measured
     # utilization stays under target_gpu_util, the next trial's memory fits and the trials
-    # finished per minute rise (README, "Filling the GPUs").
+    # finished per minute rise (docs/HOSTS.md, "Filling the GPUs").
     trials_per_gpu: Any = None
     max_trials_per_gpu: int = 4  # the most trials_per_gpu=auto puts on one GPU
     # trials_per_gpu=auto in reuse mode: each GPU keeps a spare worker, started up (imports,
@@ -277,7 +277,7 @@ class TelemetryConfig:
     compute_phases: list[str] = field(default_factory=lambda: ["train"])
     # Retention of hpo_telemetry: a trial's samples are kept at full resolution until its last
     # sample is keep_full_s old, then averaged down to at most max_rows_per_trial rows per GPU
-    # (its hpo.* aggregates never change). README, "Telemetry retention".
+    # (its hpo.* aggregates never change). docs/RECORDING.md, "Telemetry retention".
     keep_full_s: float = 3600.0
     max_rows_per_trial: int = 300
 
@@ -344,7 +344,7 @@ class Config:
                  "study.directions", f"objective {self.objective.name} returns one value; "
                  f"study.directions asks for {len(self.study.objectives)}",
                  "several objectives need objective=custom with objective.target=pkg.mod:fn "
-                 "returning one number per direction (README 'Several objectives')")
+                 "returning one number per direction (docs/OBJECTIVES.md, 'Several objectives')")
         check_params(self.study.enqueue, self.objective.name,
                      getattr(self.objective, "search_space", None), "study.enqueue")
         return self

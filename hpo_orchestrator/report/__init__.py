@@ -15,11 +15,12 @@ from pathlib import Path
 from sqlalchemy.engine import Engine
 
 from hpo_orchestrator.errors import ConfigError
-from hpo_orchestrator.report._data import ReportData, collect_report
+from hpo_orchestrator.report._data import ReportData, collect_report, lane_device
 from hpo_orchestrator.report._html import CHART_IDS, render_html
 from hpo_orchestrator.report._png import render_png
 
-__all__ = ["CHART_IDS", "ReportData", "collect_report", "render_html", "render_png", "write_report"]
+__all__ = ["CHART_IDS", "ReportData", "collect_report", "lane_device", "render_html", "render_png",
+           "write_report"]
 
 
 def _check_target(path: Path, suffix: str, option: str) -> None:

@@ -19,10 +19,14 @@ from hpo_orchestrator import db
 from hpo_orchestrator.db import TrialRow
 from hpo_orchestrator.status import StatusReport, collect_with_rows, device_label
 
-__all__ = ["Bar", "ReportData", "Series", "collect_report", "prune_histogram"]
+__all__ = ["CPU_AXIS", "Bar", "ReportData", "Series", "collect_report", "lane_device", "lane_name",
+           "prune_histogram"]
 
 # Most points drawn per utilization line: samples are averaged into buckets beyond that.
 _MAX_POINTS = 1500
+# The CPU chart's unit: cores, summed over the trials (a trial's cpu_util is % of one core,
+# so several trials' sum read as "% of one core" went past 100 % x the host's cores).
+CPU_AXIS = "cores in use (all trials)"
 
 
 @dataclass(frozen=True)
@@ -126,12 +130,23 @@ def _timeline(rows: list[TrialRow], values: dict[int, float], origin: float,
             ends.append(end)
         else:
             ends[lane] = end
-        bars.append(Bar(lane=f"{device} #{lane + 1}", number=row.number, state=row.state,
+        bars.append(Bar(lane=lane_name(device, lane), number=row.number, state=row.state,
                         start=row.start_s - origin, end=end - origin,
                         value=values.get(row.number), last_step=row.last_step))
-    lanes = [f"{device} #{i + 1}" for device in sorted(lane_ends)
+    lanes = [lane_name(device, i) for device in sorted(lane_ends)
              for i in range(len(lane_ends[device]))]
     return lanes, bars
+
+
+def lane_name(device: str, lane: int) -> str:
+    """A timeline row, named as the run names its slots: CPU slots are cpu0, cpu1, ...
+    (one trial each); a GPU's slots are all gpuN, so its rows are gpuN #1, #2, ..."""
+    return f"{device}{lane}" if device.rsplit(":", 1)[-1] == "cpu" else f"{device} #{lane + 1}"
+
+
+def lane_device(lane: str) -> str:
+    """The device of a timeline row (lane_name's inverse)."""
+    return lane.rsplit(" #", 1)[0] if " #" in lane else lane.rstrip("0123456789")
 
 
 def _utilization(samples: list[_Sample], origin: float, kind: str,
@@ -140,11 +155,14 @@ def _utilization(samples: list[_Sample], origin: float, kind: str,
 
     GPU: the card's SM utilization; trials sharing a card read the same card, so their
     readings are averaged. CPU: different trials use different cores, so a bucket's value is
-    the sum over trials of each trial's mean in that bucket.
+    the cores in use, the sum over trials of each trial's mean (% of one core / 100) times the
+    share of the bucket it ran (its samples x the sampling interval): a trial that ended and
+    the next one on its slot within one bucket count once, not twice.
     """
     if not samples:
         return []
     width = max(1.0, (samples[-1].epoch - samples[0].epoch) / _MAX_POINTS)
+    interval = _sampling_interval(samples)
     # device -> bucket -> trial -> readings
     buckets: dict[str, dict[int, dict[int, list[float]]]] = {}
     for sample in samples:
@@ -163,10 +181,22 @@ def _utilization(samples: list[_Sample], origin: float, kind: str,
             util = [statistics.fmean(r for readings in per_bucket[b].values() for r in readings)
                     for b in t]
         else:
-            util = [sum(statistics.fmean(readings) for readings in per_bucket[b].values())
-                    for b in t]
+            util = [sum(statistics.fmean(readings) / 100 * min(1.0, len(readings) * interval / width)
+                        for readings in per_bucket[b].values()) for b in t]
         series.append(Series(device=device, t=[(b + 0.5) * width for b in t], util=util))
     return series
+
+
+def _sampling_interval(samples: list[_Sample]) -> float:
+    """The telemetry interval, as sampled: the median gap between a trial's readings."""
+    last: dict[tuple[int, int | None], float] = {}
+    gaps = []
+    for sample in samples:
+        key = (sample.trial, sample.gpu)
+        if key in last and sample.epoch > last[key]:
+            gaps.append(sample.epoch - last[key])
+        last[key] = sample.epoch
+    return statistics.median(gaps) if gaps else 1.0
 
 
 def _best_so_far(history: list[tuple[int, float]], direction: str) -> list[tuple[int, float]]:

@@ -11,7 +11,7 @@ from typing import Any
 import jinja2
 import markupsafe
 
-from hpo_orchestrator.report._data import ReportData, prune_histogram
+from hpo_orchestrator.report._data import CPU_AXIS, ReportData, prune_histogram
 from hpo_orchestrator.status import device_choice_line, packing_lines
 
 __all__ = ["STATE_COLORS", "render_html"]
@@ -61,7 +61,7 @@ def _utilization(data: ReportData) -> Any:
     if data.utilization_kind == "gpu":
         title, axis = "GPU utilization over time (hpo_telemetry)", "SM utilization %"
     else:
-        title, axis = "CPU use of the trials over time (no GPU in this study)", "% of one core"
+        title, axis = "CPU use of the trials over time (no GPU in this study)", CPU_AXIS
     if not data.utilization:
         title += ": no samples"
     span = max((b.end for b in data.bars), default=0.0)  # the timeline's axis, for comparison

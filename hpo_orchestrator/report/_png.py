@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hpo_orchestrator.report._data import ReportData, prune_histogram
+from hpo_orchestrator.report._data import CPU_AXIS, ReportData, prune_histogram
 from hpo_orchestrator.report._html import STATE_COLORS
 
 __all__ = ["render_png"]
@@ -44,7 +44,7 @@ def render_png(data: ReportData, path: Path) -> None:
     gpu = data.utilization_kind == "gpu"
     utilization.set_title("GPU utilization over time (hpo_telemetry)" if gpu
                           else "CPU use of the trials over time (no GPU in this study)")
-    utilization.set_ylabel("SM utilization %" if gpu else "% of one core")
+    utilization.set_ylabel("SM utilization %" if gpu else CPU_AXIS)
     utilization.set_xlabel("seconds since the first trial started")
     if data.bars:  # the same time axis as the timeline
         utilization.set_xlim(timeline.get_xlim())

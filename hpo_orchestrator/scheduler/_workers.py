@@ -48,7 +48,7 @@ class Workers:
         self.idle: dict[int, Worker] = {}  # slot id -> a reuse worker waiting for its next trial
         self.spares: dict[int, Worker] = {}  # slot id -> a started-up worker waiting for its first
         self.run_dir = run_dir
-        # what the trials' processes started, also on disk in the run folder (docs: README)
+        # what the trials' processes started, also on disk in the run folder (docs/OBJECTIVES.md)
         self.trees = ProcessTrees(run_dir)
 
     def for_trial(self, slot: Slot, trial_number: int, attempt: int, threads: int,

@@ -8,7 +8,6 @@ to argue about.
 
 from __future__ import annotations
 
-import re
 import statistics
 from collections import Counter
 from typing import Any
@@ -51,26 +50,33 @@ def _idle_gpus(report: StatusReport, config: dict[str, Any]) -> list[Finding]:
     gpus = [d for d in report.per_device if d.gpu_index is not None]
     scheduler = config.get("scheduler", {})
     parallel = scheduler.get("parallel")
-    found = []
-    for use in gpus:
-        busy = use.busy_fraction_queued
-        if busy is None or busy >= IDLE_BUSY_BELOW:
-            continue
-        on_host = len([g for g in gpus if g.host == use.host])  # parallel is per orchestrator
-        # parallel may be null or "auto" (every GPU): only a fixed number can be too few
-        if isinstance(parallel, int) and not isinstance(parallel, bool) and parallel < on_host:
-            advice = (f"scheduler.parallel={parallel} runs fewer trials than this host has GPUs "
-                      f"({on_host}): set scheduler.parallel={on_host} or more")
-        else:
-            advice = ("slots stayed empty between trials: look at startup time (hpo.startup_s), "
-                      "trials failing at once, or another process holding the GPU")
-        found.append(Finding(
-            "idle_gpu", "warning",
-            f"{use.device} was busy {busy:.0%} of the time trials were waiting to start "
-            f"({use.trials} trials ran on it)",
-            advice, {"device": use.device, "busy_fraction_queued": round(busy, 3),
-                     "trials": use.trials, "scheduler.parallel": parallel}))
-    return found
+    idle = [use for use in gpus if use.busy_fraction_queued is not None
+            and use.busy_fraction_queued < IDLE_BUSY_BELOW]
+    if not idle:
+        return []
+    # One finding naming every idle GPU (the advice is the same for all): one per GPU read as
+    # eight problems on an 8-GPU host.
+    short = [len([g for g in gpus if g.host == use.host]) for use in idle]  # parallel is per host
+    # parallel may be null or "auto" (every GPU): only a fixed number can be too few
+    if isinstance(parallel, int) and not isinstance(parallel, bool) and parallel < max(short):
+        advice = (f"scheduler.parallel={parallel} runs fewer trials than this host has GPUs "
+                  f"({max(short)}): set scheduler.parallel={max(short)} or more")
+    else:
+        advice = ("slots stayed empty between trials: look at startup time (hpo.startup_s), "
+                  "trials failing at once, or another process holding the GPU")
+    if len(idle) == 1:
+        use = idle[0]
+        message = (f"{use.device} was busy {use.busy_fraction_queued:.0%} of the time trials were "
+                   f"waiting to start ({use.trials} trials ran on it)")
+    else:
+        each = ", ".join(f"{u.device} {u.busy_fraction_queued:.0%} ({u.trials} trials)" for u in idle)
+        message = (f"{len(idle)} GPUs were busy under {IDLE_BUSY_BELOW:.0%} of the time trials "
+                   f"were waiting to start: {each}")
+    return [Finding("idle_gpu", "warning", message, advice, {
+        "device": ", ".join(u.device for u in idle),
+        "devices": [{"device": u.device, "busy_fraction_queued": round(u.busy_fraction_queued or 0, 3),
+                     "trials": u.trials} for u in idle],
+        "scheduler.parallel": parallel})]
 
 
 _LOW_UTIL_ADVICE = {
@@ -178,18 +184,23 @@ def _startup_advice(config: dict[str, Any]) -> str:
 
 
 def _failing_trials(facts: StudyFacts) -> list[Finding]:
-    """Trials that failed by their own doing (not interrupted, not retried), by error."""
+    """Trials that failed by their own doing (not interrupted, not retried), by error message:
+    each message as it was (two messages that differ only in a number are two errors, and
+    naming the second by the first's text would misquote it)."""
     failed = [(n, reason, error) for n, reason, error in facts.failures if reason != "interrupted"]
     if not failed:
         return []
     by_error: Counter[str] = Counter()
     example: dict[str, tuple[int, str]] = {}
     for number, reason, error in failed:
-        key = re.sub(r"\d+(\.\d+)?", "#", error or reason or "unknown")
+        key = error or reason or "unknown"
         by_error[key] += 1
-        example.setdefault(key, (number, error or reason or "unknown"))
+        example.setdefault(key, (number, key))
     common = by_error.most_common(FAILING_SHOWN)
     shown = "; ".join(f"{n} x {example[k][1]} (e.g. trial {example[k][0]})" for k, n in common)
+    if len(by_error) > len(common):
+        rest = len(failed) - sum(n for _, n in common)
+        shown += f"; {rest} more with {len(by_error) - len(common)} other message(s)"
     first = example[common[0][0]][0]
     return [Finding(
         "failing_trials", "warning",

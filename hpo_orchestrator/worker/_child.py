@@ -121,7 +121,7 @@ def _number(value: Any, which: str) -> float:
     """As plain Optuna's ``study.optimize``: anything ``float()`` reads, Python's ``True`` and
     numpy's ``np.True_`` alike (1.0); NaN fails the trial (Optuna's too). Unlike Optuna, +-inf
     fails it as well: status --json, the tally's means and the report's charts keep finite
-    numbers (README, Reliability)."""
+    numbers (docs/OBJECTIVES.md, "What a trial's process cannot do to the run")."""
     what = f"objective returned {which + ' ' if which else ''}"
     if value is None:
         raise ValueError(f"{what}None; it must return a number")

@@ -43,7 +43,7 @@ def not_available(owner: str, name: str) -> NotInTrialProcess:
         f"{owner}.{name} is not available in an orchestrated trial: the objective runs in a "
         "child process, and only the orchestrator asks, tells and optimizes the study (its "
         "storage is never opened here). The trial offers suggest_*, report, should_prune, "
-        f"set_user_attr and {', '.join(reads)} (README, 'Your own objective').")
+        f"set_user_attr and {', '.join(reads)} (README, 'What `trial` offers inside a run').")
 
 
 @cache
