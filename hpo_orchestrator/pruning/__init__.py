@@ -21,6 +21,6 @@ from hpo_orchestrator.pruning._replay import (
     tune,
 )
 
-__all__ = ["LIMITS", "AutoPruner", "PrunerSetting", "ReplayResult", "StudyCurves", "TrialCurve",
-           "PrunerTuner", "build_pruner", "default_grid", "fit_step_timing", "load_curves", "recommend",
+__all__ = ["LIMITS", "AutoPruner", "PrunerSetting", "PrunerTuner", "ReplayResult", "StudyCurves",
+           "TrialCurve", "build_pruner", "default_grid", "fit_step_timing", "load_curves", "recommend",
            "recommended_command", "render_tuning", "replay", "tune"]

@@ -25,7 +25,8 @@ def _expected(entry: dict[str, Any]) -> str:
         return ""
     before = f"{old['expected_s_to_best']:.0f} s -> " if "expected_s_to_best" in old else ""
     return (f" (expected device time to the best {before}{new['expected_s_to_best']:.0f} s, "
-            f"{evidence.get('replayed_trials', '?')} trials replayed, best #{evidence.get('best_trial')} kept)")
+            f"{evidence.get('replayed_trials', '?')} trials replayed, "
+            f"best #{evidence.get('best_trial')} kept)")
 
 
 def pruner_tuning_lines(report: StatusReport) -> list[str]:

@@ -13,9 +13,9 @@ import optuna
 
 from hpo_orchestrator.worker import phase, phase_depth, slot_info
 
-__all__ = ["chaos", "chatty", "cuda_oom_once", "cuda_probe", "curves", "oom_when_shared", "phased", "rising",
-           "pinned", "quadratic", "reports10", "reuse_probe", "shared_gpu", "sleepy", "slow_setup",
-           "two_objectives"]
+__all__ = ["chaos", "chatty", "cuda_oom_once", "cuda_probe", "curves", "oom_when_shared", "phased",
+           "pinned", "quadratic", "reports10", "reuse_probe", "rising", "shared_gpu", "sleepy",
+           "slow_setup", "two_objectives"]
 
 
 def quadratic(trial: Any) -> float:
