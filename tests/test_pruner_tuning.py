@@ -147,7 +147,40 @@ def test_no_replay_below_the_threshold_and_status_says_so(tmp_path: Path) -> Non
     tuner.tick()
     assert _attr(db, keys.PRUNER_TUNING) is None and _attr(db, keys.PRUNER_HISTORY) is None
     status = run_cli(tmp_path, "status")
-    assert "no replay yet: the first comes at 20 finished trials" in " ".join(status.stdout.split())
+    # status does not import the pruning package: its own copy of the threshold must agree
+    shown = " ".join(status.stdout.split())
+    assert f"no replay yet: the first comes at {MIN_CURVES} finished trials" in shown
+
+
+def test_finished_trials_without_curves_wait_with_a_reason(tmp_path: Path) -> None:
+    db = tmp_path / "hpo.db"
+    study = _study(db, late_best=False)
+    with sqlite3.connect(db) as con:  # as if the objective had reported nothing
+        con.execute("DELETE FROM trial_intermediate_values")
+    _tuner(study, db).tick()
+    verdict = _attr(db, keys.PRUNER_TUNING)
+    assert verdict["decision"] == "waiting" and "0 of the newest 30 trials" in verdict["reason"]
+    assert verdict["next_at_finished"] == N_TRIALS + 10
+
+
+def test_replay_runs_in_a_child_and_the_loop_does_not_wait_for_it(tmp_path: Path) -> None:
+    """tick() starts the replay in a child process and returns; a later tick() takes the
+    answer once the child has exited, and switches then."""
+    db = tmp_path / "hpo.db"
+    study = _study(db, late_best=False)
+    tuner = _tuner(study, db)
+    tuner.inline = False
+    try:
+        tuner.tick()
+        child = tuner._child
+        assert child is not None and _attr(db, keys.PRUNER_TUNING) is None
+        child.process.wait()
+        tuner.tick()
+    finally:
+        tuner.close()
+    assert tuner._child is None and not child.folder.exists()
+    assert _attr(db, keys.PRUNER_TUNING)["decision"] == "switched"
+    assert _attr(db, keys.PRUNER_HISTORY)[0]["new"]["patience"] == 0
 
 
 def test_kept_setting_is_not_switched_for_a_small_saving() -> None:

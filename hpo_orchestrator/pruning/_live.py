@@ -207,9 +207,14 @@ class PrunerTuner:
             return
         curves = load_curves(self.engine, self.study.study_name, last=WINDOW)
         replayable = [c for c in curves.curves if c.state in ("COMPLETE", "PRUNED") and c.steps]
-        if len(replayable) < MIN_CURVES or sum(c.state == "COMPLETE" for c in replayable) < MIN_COMPLETE:
-            return  # finished trials without curves (an objective that reports nothing) wait
-        self.replayed_at = finished
+        complete = sum(c.state == "COMPLETE" for c in replayable)
+        self.replayed_at = finished  # tried at this count: the next try comes EVERY trials later
+        if len(replayable) < MIN_CURVES or complete < MIN_COMPLETE:
+            # finished trials without curves (an objective that reports nothing), or all pruned
+            self._verdict("waiting", f"{len(replayable)} of the newest {len(curves.curves)} trials "
+                          f"finished with learning curves, {complete} of them complete; a replay "
+                          f"needs {MIN_CURVES}, {MIN_COMPLETE} complete", len(replayable))
+            return
         self._curves = curves
         grid = live_grid(curves, self.live, self.max_resource)
         if self.inline:

@@ -37,7 +37,7 @@ def pruner_tuning_lines(report: StatusReport) -> list[str]:
         return []
     switches = f"{len(history)} switch{'es' if len(history) != 1 else ''}"
     if tuning:
-        latest = (f"latest replay at {tuning.get('time')} ({tuning.get('replayed_trials')} trials): "
+        latest = (f"latest check at {tuning.get('time')} ({tuning.get('replayed_trials')} trials): "
                   f"{tuning.get('decision')}, {tuning.get('reason')}")
     else:
         finished = sum(report.states[s].count for s in ("COMPLETE", "PRUNED") if s in report.states)
