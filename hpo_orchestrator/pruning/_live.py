@@ -84,6 +84,11 @@ def expected_s_to_best(result: ReplayResult) -> float:
     return result.gpu_s / result.trials * (result.trials + 1) / 2
 
 
+def _words(setting: PrunerSetting) -> str:
+    return (f"patience={setting.patience} min_resource={setting.min_resource} "
+            f"reduction_factor={setting.reduction_factor}")
+
+
 def _params(setting: PrunerSetting) -> dict[str, Any]:
     return {"patience": setting.patience, "min_resource": setting.min_resource,
             "reduction_factor": setting.reduction_factor}
@@ -114,17 +119,21 @@ def decide(results: list[ReplayResult], live: PrunerSetting) -> Decision:
     if old is not None and old.outcomes.get(best) == "complete" and (
             new.setting == live or expected_s_to_best(old) - expected_s_to_best(new)
             <= KEEP_CURRENT_WITHIN * expected_s_to_best(old)):
-        return Decision(False, old, new, (
-            f"kept {live.short()}: it lets the best trial #{best} complete and the best other "
-            f"setting that does ({new.setting.short()}) would save "
-            f"{_share(old, new):.0%} of the expected device time to the best "
-            f"(a switch needs more than {KEEP_CURRENT_WITHIN:.0%})"), evidence)
+        if new.setting == live:
+            why = (f"of the settings that let the best trial #{best} complete in replay, it "
+                   "reaches it soonest")
+        else:
+            why = (f"it lets the best trial #{best} complete, and the best other setting that "
+                   f"does ({_words(new.setting)}) would save {_share(old, new):.0%} of the "
+                   f"expected device time to the best (a switch needs more than "
+                   f"{KEEP_CURRENT_WITHIN:.0%})")
+        return Decision(False, old, new, f"kept {_words(live)}: {why}", evidence)
     why = ("the setting as it ran prunes it in replay" if old is not None
            and old.outcomes.get(best) != "complete" else
            f"{_share(old, new):.0%} less expected device time to the best"
            if old is not None else "the setting as it ran was not replayed")
     return Decision(True, old, new, (
-        f"{new.setting.short()} lets the best trial #{best} complete and reaches it soonest: "
+        f"{_words(new.setting)} lets the best trial #{best} complete and reaches it soonest: "
         f"{why} ({expected_s_to_best(new):.0f} s"
         + (f" instead of {expected_s_to_best(old):.0f} s)" if old is not None else ")")), evidence)
 
