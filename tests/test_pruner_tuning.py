@@ -231,6 +231,6 @@ def test_run_with_tune_auto_records_its_replay(tmp_path: Path) -> None:
     history = _attr(result.db, keys.PRUNER_HISTORY) or []
     assert verdict is not None and verdict["reason"]
     assert verdict["decision"] in ("switched", "kept", "stopped")
-    assert bool(history) == any(e for e in history if e["evidence"]["new"]["keeps_best"])
+    assert all(e["evidence"]["new"]["keeps_best"] and e["evidence"]["old"] for e in history)
     status = run_cli(tmp_path, "status")
     assert "pruner tuning (pruner.tune=auto)" in status.stdout
