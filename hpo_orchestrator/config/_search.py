@@ -32,6 +32,10 @@ class PatientHyperbandPrunerConfig:
     max_resource: Any = "auto"
     reduction_factor: int = 3
     startup_share: float = 0.25
+    # auto: the orchestrator replays the study's finished curves at intervals and switches
+    # patience, min_resource and reduction_factor during the run (pruning/_live.py). Off by
+    # default until the time-to-quality benchmark (docs/QUALITY.md) shows it pays.
+    tune: str = "off"
 
     def validate(self, path: str) -> None:
         _require(isinstance(self.patience, int) and self.patience >= 0, f"{path}.patience",
@@ -45,6 +49,13 @@ class PatientHyperbandPrunerConfig:
                  f"{path}.startup_share", f"expected a share between 0 and 1, got {self.startup_share!r}",
                  "e.g. pruner.startup_share=0.25 (start-up at most a quarter of the time)")
         _positive_int(self.reduction_factor, f"{path}.reduction_factor", minimum=2)
+        _require(self.tune in ("off", "auto"), f"{path}.tune", f"expected auto or off, got {self.tune!r}",
+                 "pruner.tune=auto switches the pruner's setting during the run from replays of "
+                 "the study's curves; pruner.tune=off keeps the one given")
+        _require(self.tune == "off" or self.min_resource != "auto", f"{path}.tune",
+                 "pruner.tune=auto and pruner.min_resource=auto both choose min_resource",
+                 "give pruner.min_resource a number (the starting value pruner.tune=auto "
+                 "replays against), or set pruner.tune=off")
         if self.max_resource != "auto":
             _positive_int(self.max_resource, f"{path}.max_resource")
             _require(self.min_resource == "auto" or self.min_resource <= self.max_resource,

@@ -1,5 +1,6 @@
 """The shapes of our study attrs (``hpo.config``, ``hpo.devices.<host>``, ``hpo.packing.<host>``,
-``hpo.device_choice.<host>``, ``hpo.pruner.min_resource_auto``) as status and report read them.
+``hpo.device_choice.<host>``, ``hpo.pruner.min_resource_auto``, ``hpo.pruner_history``,
+``hpo.pruner_tuning``) as status and report read them.
 
 Anyone who can write the database can write these attrs (``optuna study set-user-attr``, another
 host, a shared .db file): one of a shape we never write is set aside as unreadable, and status
@@ -52,6 +53,22 @@ def _min_resource_auto(value: Any) -> bool:
             and isinstance(value.get("reason", ""), str))
 
 
+def _setting(value: Any) -> bool:
+    return isinstance(value, dict) and all(
+        value.get(k) is None or _is_int(value[k]) for k in ("patience", "min_resource", "reduction_factor"))
+
+
+def _pruner_history(value: Any) -> bool:
+    return _dicts(value, ("time", "old", "new", "evidence")) and all(
+        _setting(e["old"]) and _setting(e["new"]) and isinstance(e["evidence"], dict)
+        and isinstance(e.get("reason", ""), str) for e in value)
+
+
+def _pruner_tuning(value: Any) -> bool:
+    return (isinstance(value, dict) and all(isinstance(value.get(k), str) for k in ("decision", "reason"))
+            and _setting(value.get("setting") or {}))
+
+
 def _device_choice(value: Any) -> bool:
     return isinstance(value, dict) and all(isinstance(value.get(k), str) for k in ("learner", "reason"))
 
@@ -59,7 +76,8 @@ def _device_choice(value: Any) -> bool:
 _SHAPES: list[tuple[str, Callable[[Any], bool]]] = [
     (keys.CONFIG, _config), (keys.DEVICES_PREFIX, _devices), (keys.PACKING_PREFIX, _packing),
     (keys.DEVICE_CHOICE_PREFIX, _device_choice),
-    (keys.PRUNER_MIN_RESOURCE_AUTO, _min_resource_auto)]
+    (keys.PRUNER_MIN_RESOURCE_AUTO, _min_resource_auto),
+    (keys.PRUNER_HISTORY, _pruner_history), (keys.PRUNER_TUNING, _pruner_tuning)]
 
 
 def well_formed(key: str, value: Any) -> bool:

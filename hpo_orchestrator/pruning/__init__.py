@@ -1,11 +1,13 @@
-"""Pruner tuning from evidence: replay stored curves (``tune-pruner``) and choose
-``pruner.min_resource`` from measured start-up and step times (``min_resource=auto``)."""
+"""Pruner tuning from evidence: replay stored curves (``tune-pruner``), choose
+``pruner.min_resource`` from measured start-up and step times (``min_resource=auto``), and
+switch the setting during a run from replays (``pruner.tune=auto``)."""
 
 from __future__ import annotations
 
 from hpo_orchestrator.pruning._auto import AutoPruner, fit_step_timing
 from hpo_orchestrator.pruning._command import recommended_command
 from hpo_orchestrator.pruning._factory import build_pruner
+from hpo_orchestrator.pruning._live import PrunerTuner
 from hpo_orchestrator.pruning._render import LIMITS, render_tuning
 from hpo_orchestrator.pruning._replay import (
     PrunerSetting,
@@ -19,6 +21,6 @@ from hpo_orchestrator.pruning._replay import (
     tune,
 )
 
-__all__ = ["LIMITS", "AutoPruner", "PrunerSetting", "ReplayResult", "StudyCurves", "TrialCurve",
-           "build_pruner", "default_grid", "fit_step_timing", "load_curves", "recommend",
+__all__ = ["LIMITS", "AutoPruner", "PrunerSetting", "PrunerTuner", "ReplayResult", "StudyCurves",
+           "TrialCurve", "build_pruner", "default_grid", "fit_step_timing", "load_curves", "recommend",
            "recommended_command", "render_tuning", "replay", "tune"]

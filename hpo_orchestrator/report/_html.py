@@ -12,7 +12,7 @@ import jinja2
 import markupsafe
 
 from hpo_orchestrator.report._data import CPU_AXIS, ReportData, prune_histogram
-from hpo_orchestrator.status import device_choice_line, packing_lines
+from hpo_orchestrator.status import device_choice_line, packing_lines, pruner_tuning_lines
 
 __all__ = ["STATE_COLORS", "render_html"]
 
@@ -119,6 +119,7 @@ _PAGE = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined).fr
 from trial #{{ first_number }} on (--last); the summary covers every trial.</p>{% endif %}
 {% if auto %}<p>pruner.min_resource=auto chose <b>{{ auto.min_resource }}</b>:
 {{ auto.reason }}</p>{% endif %}
+{% if tuning %}<h3>Pruner tuning</h3><pre>{{ tuning }}</pre>{% endif %}
 <h3>Devices</h3><ul>
 {% for d in devices %}<li>{{ d }}</li>{% else %}<li>none recorded</li>{% endfor %}
 </ul>
@@ -167,6 +168,7 @@ def render_html(data: ReportData) -> str:
         wall=f"{status.wall_s:.0f} s" if status.wall_s is not None else "-",
         drawn=len(data.bars) if data.first_number else 0, first_number=data.first_number,
         auto=_min_resource_auto(status),
+        tuning="\n".join(pruner_tuning_lines(status)),
         devices=[_device_line(d) for d in status.per_device],
         packing=["\n".join(lines) for lines in map(packing_lines, status.packing) if lines],
         device_choices=[device_choice_line(c) for c in status.device_choices],

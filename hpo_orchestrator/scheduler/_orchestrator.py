@@ -35,7 +35,7 @@ from hpo_orchestrator._signals import handling_stop_signals
 from hpo_orchestrator.config import Config
 from hpo_orchestrator.db import StorageUnavailable, first_line, retrying_of, trouble_of
 from hpo_orchestrator.gpu import GpuBackend, nvidia_icd_env
-from hpo_orchestrator.pruning import AutoPruner
+from hpo_orchestrator.pruning import AutoPruner, PrunerTuner
 from hpo_orchestrator.scheduler import _calls, _outcome
 from hpo_orchestrator.scheduler._asking import Asking
 from hpo_orchestrator.scheduler._budget import Budget
@@ -104,6 +104,8 @@ class Orchestrator:
                                  config.storage.heartbeat_interval_s, config.storage.grace_s,
                                  config.scheduler.max_retries)
         self.auto = AutoPruner.for_config(study, config.pruner)  # pruner.min_resource=auto
+        # pruner.tune=auto: replays in a child process, switches study.pruner (pruning/_live.py)
+        self.tuner = PrunerTuner.for_config(study, storage.engine, config.pruner)
         self.log_cap = LogCap(config.scheduler.log_max_mib)
         self.failures = FailurePolicy(config.study.fail_fast, config.study.max_failures)
         self.halted: Halt | None = None  # the failure policy stopped the run (exit 1)
@@ -178,6 +180,8 @@ class Orchestrator:
                 self.records.flush_telemetry()
                 if self.retention is not None:
                     self.retention.maybe_run()
+                if self.tuner is not None:
+                    self.tuner.tick()
         except _STORAGE_ERRORS as exc:
             failure = exc
         except OSError:
@@ -188,6 +192,8 @@ class Orchestrator:
             raise
         finally:
             self._stop_all(storage_failed=failure is not None or local_failure)
+            if self.tuner is not None:
+                self.tuner.close()  # a replay still running is of no use any more
             self.log_cap.close()  # the last trials' logs held to the cap too
             if self.packer is not None and failure is None:
                 self.packer.close()

@@ -176,6 +176,9 @@ def _collect(connection: Connection, study: str | None, kept: bool = False,
         active_s=_active(placed, now, window),
         retried=db.count_retried(connection, study_id) if counts["FAIL"] else 0,
         min_resource_auto=study_attrs.get(keys.PRUNER_MIN_RESOURCE_AUTO),
+        pruner_tune=(config.get("pruner") or {}).get("tune") == "auto",
+        pruner_history=study_attrs.get(keys.PRUNER_HISTORY) or [],
+        pruner_tuning=study_attrs.get(keys.PRUNER_TUNING),
         last_failed=max(objective_failures) if objective_failures else None,
         packing=packing_of(study_attrs), device_choices=device_choices_of(study_attrs))
     report.findings = find_all(report, StudyFacts(

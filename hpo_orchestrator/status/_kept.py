@@ -148,6 +148,9 @@ def collect_kept(connection: Connection, study_id: int, name: str, directions: l
         active_s=tally.devices[0].busy() if window is not None and len(tally.devices) == 1
         else None,
         min_resource_auto=study_attrs.get(keys.PRUNER_MIN_RESOURCE_AUTO),
+        pruner_tune=(config.get("pruner") or {}).get("tune") == "auto",
+        pruner_history=study_attrs.get(keys.PRUNER_HISTORY) or [],
+        pruner_tuning=study_attrs.get(keys.PRUNER_TUNING),
         last_failed=max(objective_failures) if objective_failures else None,
         packing=packing_of(study_attrs), device_choices=device_choices_of(study_attrs))
     report.findings = find_all(report, StudyFacts(

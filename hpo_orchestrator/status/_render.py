@@ -8,6 +8,7 @@ from rich.text import Text
 
 from hpo_orchestrator.status._model import StatusReport
 from hpo_orchestrator.status._packing import device_choice_line, packing_lines
+from hpo_orchestrator.status._tuning import pruner_tuning_lines
 
 __all__ = ["print_status", "render_status"]
 
@@ -103,6 +104,9 @@ def render_status(report: StatusReport) -> Group:
         parts.append(Text(f"pruner.min_resource=auto chose {auto.get('min_resource')}"
                           + (f" (at trial {auto['at_trial']})" if auto.get("at_trial") is not None else "")
                           + f": {auto.get('reason', '')}"))
+    tuning = pruner_tuning_lines(report)
+    if tuning:
+        parts.append(Text("\n".join(tuning)))
 
     if report.fail_reasons:
         reasons = ", ".join(f"{k}: {v}" for k, v in report.fail_reasons.items())

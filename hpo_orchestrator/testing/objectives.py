@@ -14,8 +14,8 @@ import optuna
 from hpo_orchestrator.worker import phase, phase_depth, slot_info
 
 __all__ = ["chaos", "chatty", "cuda_oom_once", "cuda_probe", "curves", "oom_when_shared", "phased",
-           "pinned", "quadratic", "reports10", "reuse_probe", "shared_gpu", "sleepy", "slow_setup",
-           "two_objectives"]
+           "pinned", "quadratic", "reports10", "reuse_probe", "rising", "shared_gpu", "sleepy",
+           "slow_setup", "two_objectives"]
 
 
 def quadratic(trial: Any) -> float:
@@ -55,6 +55,22 @@ def curves(trial: Any) -> float:
     value = 0.0
     for step in range(1, 11):
         value = x + 1.0 / step
+        trial.report(value, step)
+        if trial.should_prune():
+            raise optuna.TrialPruned()
+        time.sleep(step_s)
+    return value
+
+
+def rising(trial: Any) -> float:
+    """As :func:`curves`, except that trials with ``x >= 0.5`` get worse at every step from
+    the first: a pruner with less patience stops them sooner (pruner.tune=auto's end-to-end
+    test). Steps take ``HPO_TEST_STEP_S`` seconds (default 0.02)."""
+    x = trial.suggest_float("x", 0.0, 1.0)
+    step_s = float(os.environ.get("HPO_TEST_STEP_S", "0.02"))
+    value = 0.0
+    for step in range(1, 11):
+        value = x + 1.0 / step if x < 0.5 else 1.0 + x + 0.05 * step
         trial.report(value, step)
         if trial.should_prune():
             raise optuna.TrialPruned()
