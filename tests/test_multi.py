@@ -292,6 +292,7 @@ def test_a_gpu_busy_with_foreign_work_is_skipped_then_used(tmp_path: Path) -> No
         foreign.kill()
         foreign.wait()
     assert result.code == 0, result.stderr
+    assert "note: gpu0 skipped: " in result.stdout and "MiB used by other processes" in result.stdout
     trials = sorted(_trials(f"sqlite:///{result.db}", "hpo"), key=lambda t: t["start"])
     first_on_0 = next(i for i, t in enumerate(trials) if t["attrs"]["hpo.gpu_index"] == 0)
     assert first_on_0 >= 2, [t["attrs"]["hpo.gpu_index"] for t in trials]  # skipped at first

@@ -134,6 +134,9 @@ class LiveReporter:
                                  else value > self.best[1]):
             self.best = (number, value)
 
+    def note(self, text: str) -> None:
+        self.console.print(f"[yellow]note:[/] {escape(text)}", highlight=False)
+
     def tick(self, running: list[RunningTrial]) -> None:
         self.running = running
         now = time.monotonic()

@@ -170,6 +170,8 @@ class Orchestrator:
                 for rt in _calls.ended(list(self.running.values()), self.reuse, self.sampler):
                     self._finish(rt)
                 self.reporter.tick(list(self.running.values()))
+                for text in self.slots.take_notes():
+                    self.reporter.note(text)
                 self.clock.discount_stall(self.running.values())
                 enforce_deadlines(self.running.values(), self.config.scheduler.trial_timeout_s,
                                   self.config.scheduler.kill_grace_s)

@@ -181,6 +181,10 @@ class SlotPool:
         self._rule = busy
         self.skipped: dict[int, str] = {}  # GPU index -> why it is skipped now
         self._checked_at: dict[int, float] = {}
+        # what the user is told (take_notes): a GPU skipped as busy, then free again; said
+        # once per change, since the run's only other sign was an idle_gpu finding at the end
+        self._notes: list[str] = []
+        self._said_skipped: set[int] = set()
 
     @property
     def concurrency(self) -> int:
@@ -312,4 +316,22 @@ class SlotPool:
         elif sample.sm_util is not None and sample.sm_util >= self._rule.util:
             self.skipped[gpu.index] = (f"{sample.sm_util:.0f} % utilization by other processes "
                                        f"(scheduler.busy_gpu_util={self._rule.util:g})")
+        self._note_change(gpu.index)
         return gpu.index in self.skipped
+
+    def _note_change(self, index: int) -> None:
+        if index in self.skipped and index not in self._said_skipped:
+            self._said_skipped.add(index)
+            self._notes.append(
+                f"gpu{index} skipped: {self.skipped[index]}; its trials go to the other slots, "
+                "and it is looked at again every "
+                f"{self._rule.recheck_s if self._rule else 0:g} s "
+                "(scheduler.avoid_busy_gpus=false uses it anyway)")
+        elif index not in self.skipped and index in self._said_skipped:
+            self._said_skipped.discard(index)
+            self._notes.append(f"gpu{index} is no longer busy with other processes: trials start there again")
+
+    def take_notes(self) -> list[str]:
+        """What changed about the GPUs the run may use since the last call (for the user)."""
+        notes, self._notes = self._notes, []
+        return notes

@@ -119,6 +119,9 @@ class Reporter(Protocol):
 
     def tick(self, running: list[RunningTrial]) -> None: ...
 
+    def note(self, text: str) -> None:
+        """Something the user should know now (a GPU skipped as busy, say)."""
+
 
 class QuietReporter:
     """The reporter of a run nobody watches, or one with nothing to do (the study already has
@@ -137,4 +140,7 @@ class QuietReporter:
         pass
 
     def tick(self, running: list[RunningTrial]) -> None:
+        pass
+
+    def note(self, text: str) -> None:
         pass
