@@ -84,6 +84,22 @@ def test_every_old_trial_is_downsampled_once_over_several_batches(
     assert retention.downsampled == 8 and len(_rows(engine)[ids[8]][0]) == 2
 
 
+def test_trials_that_ended_at_the_same_time_across_a_batch_boundary_are_all_found(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(retention_module, "_BATCH", 2)
+    engine, study_id, ids = _study(tmp_path / "r.db", [("h1", 3600.0, (0,))] * 5)
+    with engine.begin() as connection:  # one end time for all: a batch ends among equals
+        connection.execute(sqlalchemy.text("UPDATE hpo_trial_summary SET end_s = 1000.0"))
+    retention = TelemetryRetention(engine, study_id, "h1", keep_full_s=KEEP_S, max_rows=2)
+    passes = []
+    for _ in range(4):
+        before = retention.downsampled
+        retention.maybe_run(force=True)
+        passes.append(retention.downsampled - before)
+    assert passes == [2, 2, 1, 0]
+    assert all(len(_rows(engine)[t][0]) == 2 for t in ids)
+
+
 def test_each_gpu_is_bucketed_alone_with_means_and_peaks(tmp_path: Path) -> None:
     engine, study_id, ids = _study(tmp_path / "r.db", [("h1", 3600.0, (0, 1))])
     retention = TelemetryRetention(engine, study_id, "h1", keep_full_s=KEEP_S, max_rows=2)

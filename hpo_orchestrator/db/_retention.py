@@ -28,7 +28,8 @@ __all__ = ["RetentionRaced", "downsample_trial", "retention_candidates"]
 
 _CANDIDATES_SQL = (
     "SELECT trial_id, end_s FROM hpo_trial_summary WHERE study_id = :s AND host = :h "
-    "AND end_s > :since AND end_s < :cutoff ORDER BY end_s LIMIT :n")
+    "AND (end_s > :since OR (end_s = :since AND trial_id > :after)) AND end_s < :cutoff "
+    "ORDER BY end_s, trial_id LIMIT :n")
 _COUNTS_SQL = "SELECT COUNT(*) FROM hpo_telemetry WHERE trial_id = :t GROUP BY gpu_index"
 _ROWS_SQL = "SELECT id, {columns} FROM hpo_telemetry WHERE trial_id = :t ORDER BY ts, id"
 _DELETE_SQL = "DELETE FROM hpo_telemetry WHERE trial_id = :t AND id <= :last"
@@ -42,11 +43,17 @@ class RetentionRaced(Exception):
 
 
 def retention_candidates(connection: Connection, study_id: int, host: str, since: float,
-                         cutoff: float, limit: int) -> list[tuple[int, float]]:
-    """(trial_id, end_s) of this host's trials of the study that ended in (since, cutoff),
-    oldest first (epoch seconds, from hpo_trial_summary)."""
+                         cutoff: float, limit: int, after: int | None = None
+                         ) -> list[tuple[int, float]]:
+    """(trial_id, end_s) of this host's trials of the study that ended after the cursor
+    (``since``, ``after``) and before ``cutoff``, oldest first (epoch seconds, from
+    hpo_trial_summary). The cursor is the last (end_s, trial_id) looked at: trials that ended
+    at the same time as the last of a batch are found by the next one (end_s alone skipped
+    them for ever). Without ``after``, strictly after ``since``."""
     rows = connection.execute(text(_CANDIDATES_SQL), {"s": study_id, "h": host, "since": since,
-                                                      "cutoff": cutoff, "n": limit})
+                                                      "after": 2**62 if after is None else after,
+                                                      "cutoff": cutoff,
+                                                      "n": limit})
     return [(int(trial_id), float(end_s)) for trial_id, end_s in rows]
 
 

@@ -30,6 +30,7 @@ class TelemetryRetention:
         self.max_rows = max_rows
         self.every_s = min(600.0, max(1.0, keep_full_s / 2))
         self._since = 0.0  # end time (epoch s) of the last trial looked at
+        self._since_id = -1  # and its id: trials that ended at the same time come after it
         self._ran_at = time.monotonic()
         self.downsampled = 0  # trials downsampled by this run
 
@@ -41,11 +42,11 @@ class TelemetryRetention:
         cutoff = time.time() - self.keep_full_s
         with self.engine.connect() as connection:
             trials = retention_candidates(connection, self.study_id, self.host, self._since,
-                                          cutoff, _BATCH)
+                                          cutoff, _BATCH, after=self._since_id)
         for trial_id, end_s in trials:
             try:
                 with self.engine.begin() as connection:
                     self.downsampled += downsample_trial(connection, trial_id, self.max_rows)
             except RetentionRaced:
                 pass  # another orchestrator did it (rolled back here)
-            self._since = end_s
+            self._since, self._since_id = end_s, trial_id
