@@ -17,8 +17,11 @@ With ``--baseline CHECKOUT`` (e.g. ``git worktree add /tmp/base <commit>``) the 
 of that checkout are timed alternately with this tree's; ``--read-commands`` adds ``report``
 and ``tune-pruner`` with their default flags.
 
+With ``--real-run N``, also a study of N trials made by a real run (its tally folded trial by
+trial as the run told them): status from that tally, checked equal to the full visit.
+
 Usage: python scripts/bench_status.py [--trials 100000] [--optuna-trials 20000] [--dir DIR]
-       [--baseline CHECKOUT] [--read-commands] [--timeout 300]
+       [--baseline CHECKOUT] [--read-commands] [--real-run N] [--timeout 300]
 Prints a Markdown table (paste it into docs/BENCHMARKS.md).
 """
 
@@ -148,6 +151,32 @@ def check_readable(db: Path, n_trials: int) -> None:
     assert len(first.user_attrs) == 5
 
 
+def real_run(work: Path, n_trials: int) -> tuple[Path, str]:
+    """A study made by a real run (`hpo-orchestrator run`, a fast objective whose curves get
+    pruned, two at a time, reuse workers): its tally folded trial by trial as the run told
+    them, not rebuilt at once. Returns the database and the run's wall seconds."""
+    db = work / f"real{n_trials}.db"
+    if db.exists():
+        return db, "kept from an earlier call"
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "hpo_orchestrator", "run", "objective=custom",
+                    "objective.target=hpo_orchestrator.testing.objectives:curves",
+                    f"study.name={STUDY}", f"storage.url=sqlite:///{db}",
+                    f"study.n_trials={n_trials}", "scheduler.parallel=2", "scheduler.gpus=none",
+                    "scheduler.worker_mode=reuse", "telemetry.enabled=false",
+                    f"scheduler.lease_dir={work / 'leases'}"],
+                   check=True, stdout=subprocess.DEVNULL, cwd=work,
+                   env={**os.environ, "HPO_TEST_STEP_S": "0"})
+    return db, f"{time.perf_counter() - start:.0f} s"
+
+
+def status_json(db: Path) -> dict[str, object]:
+    out = subprocess.run([sys.executable, "-m", "hpo_orchestrator", "status", "--json",
+                          "--storage", f"sqlite:///{db}"], check=True, capture_output=True,
+                         text=True, cwd=REPO).stdout
+    return json.loads(out)
+
+
 def timed(cmd: list[str], repeat: int, cwd: Path | None = None,
           timeout: float | None = None) -> tuple[float, float]:
     """Best wall time and best CPU time (user + system, its processes) of ``repeat`` runs of a
@@ -192,6 +221,11 @@ def _seconds(value: Times | None, timeout: float | None) -> str:
     return f"> {timeout:.0f}" if wall == float("inf") else f"{wall:.2f} ({cpu:.2f} CPU)"
 
 
+def _comparable(status: dict[str, object]) -> dict[str, object]:
+    """A status without what differs between two reads of one study (the clock's readings)."""
+    return {k: v for k, v in status.items() if k not in ("now", "generated_at", "age_s")}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -205,6 +239,9 @@ def main() -> int:
                              "alternating with this tree's")
     parser.add_argument("--read-commands", action="store_true",
                         help="time report and tune-pruner (default flags) too")
+    parser.add_argument("--real-run", type=int, default=0, metavar="N",
+                        help="also a study of N trials made by a real run (its tally folded "
+                             "trial by trial): status from it, checked against the full visit")
     parser.add_argument("--timeout", type=float, default=300.0,
                         help="seconds after which a command is stopped and reported as '> T'")
     args = parser.parse_args()
@@ -284,6 +321,25 @@ def main() -> int:
     if plain_s is not None:
         print(f"| the same, study without `hpo_trial_summary` (plain Optuna) | {args.trials:,} | "
               f"{plain_s:.2f} | |")
+    if args.real_run:
+        real, took = real_run(work, args.real_run)
+        kept = status_json(real)
+        visited = real.with_name(real.stem + "-visited.db")
+        visited.unlink(missing_ok=True)
+        with sqlite3.connect(real) as source, sqlite3.connect(visited) as con:
+            source.backup(con)  # with the WAL's pages (a file copy would miss the last trials)
+            con.execute("DROP TABLE hpo_study_tally")  # no tally: status visits every trial
+        same = _comparable(kept) == _comparable(status_json(visited))
+        if not same:
+            print(f"error: status from the run's tally differs from the full visit ({real})",
+                  file=sys.stderr)
+        status_real = timed([*module, "status", "--json", "--storage", f"sqlite:///{real}"],
+                            args.repeat, REPO)
+        print(f"| `hpo-orchestrator status --json`, a real run's study (tally folded trial by "
+              f"trial; the run took {took}) | {args.real_run:,} | {_seconds(status_real, None)} | "
+              f"{'equal to the full visit' if same else 'DIFFERS from the full visit'} |")
+        if not same:
+            return 1
     if args.optuna_trials:
         status_small = timed([*module, "status", "--json", "--storage", f"sqlite:///{small}"],
                              args.repeat, REPO)[0]
