@@ -29,6 +29,7 @@ __all__ = [
     "HOST",
     "LOG_PATH",
     "OPENCL_PLATFORM",
+    "ORCHESTRATOR_PID",
     "OVERHEAD_S",
     "PACKING_PREFIX",
     "PARAMS_EFFECTIVE",
@@ -36,6 +37,7 @@ __all__ = [
     "PID",
     "PRUNER_MIN_RESOURCE_AUTO",
     "RETRIED",
+    "RETRY_OF",
     "SLOT",
     "STARTUP_S",
     "STEP_S",
@@ -50,6 +52,8 @@ SLOT = "hpo.slot"
 GPU_INDEX = "hpo.gpu_index"
 LOG_PATH = "hpo.log_path"
 ATTEMPT = "hpo.attempt"
+ORCHESTRATOR_PID = "hpo.orchestrator_pid"  # with hpo.host at ask(): who asked the trial
+RETRY_OF = "hpo.retry_of"  # a retry enqueued by an orchestrator: the trial it retries
 
 # a trial's end (the orchestrator)
 EXIT_CODE = "hpo.exit_code"

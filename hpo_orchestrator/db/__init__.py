@@ -93,6 +93,7 @@ if TYPE_CHECKING:
     )
     from hpo_orchestrator.db._run import (
         RunningTrialRow,
+        asked_outside,
         attempt_of,
         create_running_trial,
         enqueue_waiting_trial,
@@ -186,7 +187,7 @@ _MODULES = {
     **dict.fromkeys(["RetentionRaced", "downsample_trial", "retention_candidates"], "_retention"),
     **dict.fromkeys(["Retrying", "StorageUnavailable", "first_line", "retrying_of",
                      "retrying_rdb_storage", "trouble_of"], "_retry"),
-    **dict.fromkeys(["RunningTrialRow", "attempt_of", "create_running_trial", "enqueue_waiting_trial",
+    **dict.fromkeys(["RunningTrialRow", "asked_outside", "attempt_of", "create_running_trial", "enqueue_waiting_trial",
                      "fail_running_trial", "max_completed_step", "no_longer_running", "running_among",
                      "start_running_trial", "write_trial_attrs"], "_run"),
     **dict.fromkeys(["TELEMETRY_COLUMNS", "ensure_tables", "insert_samples", "insert_summary",

@@ -375,7 +375,7 @@ class Orchestrator:
             log_tail=lambda: log_tail(rt.log_path) if rt.log_path else "",
             protocol_error=rt.protocol_error, stop_error=rt.stop_error,
             directions=tuple(self.config.study.objectives))
-        ended_at = time.time()
+        ended_at = rt.ended_epoch(time.time())
         if rt.process.poll() is not None:
             signal_tree(rt.process.pid, signal.SIGKILL)  # leftovers in its group, if any
         measured = self.records.measure(rt)
@@ -407,15 +407,14 @@ class Orchestrator:
                 self.records.trial_ended(rt, verdict, measured, ended_at, retry)
             except optuna.exceptions.UpdateFinishedTrialError:
                 rt.reaped = True
-        if rt.reaped:  # reaped by a partner while we were stopped: its record stands, not ours
-            verdict = _outcome.Verdict(TrialState.FAIL, None, "lost", "reaped by another "
-                                       "orchestrator while this one was stopped; result dropped")
+        if rt.reaped:  # finished elsewhere: its record stands, not ours; say what it holds
+            verdict = self.records.finished_elsewhere(rt)
         elif self.auto is not None:
             self.auto.observe(rt.number, measured,
                               rt.last_step if verdict.state == TrialState.COMPLETE else None)
         self.reporter.finished(FinishedTrial(
             number=rt.number, slot=rt.slot.label, state=verdict.state, value=verdict.value,
-            duration_s=time.monotonic() - rt.spawned_at, fail_reason=verdict.fail_reason,
+            duration_s=ended_at - rt.spawned_epoch, fail_reason=verdict.fail_reason,
             error=verdict.error, log_path=str(rt.log_path) if rt.log_path else None,
             retried=retry is not None and not rt.reaped))
         # A trial the study's time limit stopped (study.timeout_grace_s) is not the

@@ -55,7 +55,7 @@ class Retry:
     attempt: int  # hpo.attempt of the retry
 
     def user_attrs(self) -> dict[str, Any]:
-        attrs: dict[str, Any] = {"hpo.retry_of": self.number, "hpo.retry_reason": self.reason}
+        attrs: dict[str, Any] = {keys.RETRY_OF: self.number, "hpo.retry_reason": self.reason}
         if self.attempt > 1:  # absent: 1 (docs/DESIGN.md §2.3)
             attrs[keys.ATTEMPT] = self.attempt
         return attrs
@@ -118,7 +118,7 @@ class RunRecords:
     def asked_attrs(self) -> dict[str, Any]:
         """Who asked a trial, written at once: if this orchestrator dies before a slot takes
         it, a restart on this host recovers it without waiting out the grace period."""
-        return {keys.HOST: self.host, "hpo.orchestrator_pid": os.getpid()}
+        return {keys.HOST: self.host, keys.ORCHESTRATOR_PID: os.getpid()}
 
     def asked(self, trial: optuna.Trial) -> None:
         """:meth:`asked_attrs` of a trial ask() did not create (MirrorStorage.starting)."""
@@ -141,6 +141,21 @@ class RunRecords:
         reaped = self.retrying.call(step)
         self.mirror.refresh_soon(self.study._study_id)  # its state and its retry, if any
         return reaped
+
+    def finished_elsewhere(self, rt: RunningTrial) -> Verdict:
+        """What the row of a trial of ours that was finished elsewhere says: reaped by another
+        orchestrator while this one was stopped ('lost'), or told outside the run (``optuna
+        tell``, another program), with the state and value it holds. This run's result is
+        dropped either way."""
+        frozen = self.retrying.call(lambda: self.storage.get_trial(rt.trial._trial_id))
+        if frozen.user_attrs.get(keys.FAIL_REASON) == "lost":
+            return Verdict(TrialState.FAIL, None, "lost", "reaped by another orchestrator "
+                           "while this one was stopped; result dropped")
+        held = frozen.state.name
+        if frozen.values is not None:
+            held += " " + ", ".join(f"{v:.6g}" for v in frozen.values)
+        return Verdict(frozen.state, None, "outside", f"finished outside this run (optuna tell?): "
+                       f"the study has {held}; this run's result dropped")
 
     def no_longer_running(self, trial_ids: list[int]) -> set[int]:
         """Those of our trials that another orchestrator has finished (reaped)."""

@@ -77,6 +77,13 @@ class RunningTrial:
     def process(self) -> subprocess.Popen[bytes]:
         return self.worker.process
 
+    def ended_epoch(self, now: float) -> float:
+        """When the trial ended: its child's own time of the objective's return (sent with
+        the result), not when the loop read it (the loop may have waited out a storage outage
+        or been stopped meanwhile); kept within its spawn and ``now``, whatever a child says."""
+        ended = self.outcome.ended if self.outcome is not None else None
+        return now if ended is None else min(max(ended, self.spawned_epoch), now)
+
     @property
     def connection(self) -> Channel:
         return self.worker.connection
