@@ -38,6 +38,9 @@ def test_run_study_runs_a_cpu_study_in_process(tmp_path: Path) -> None:
         def tick(self, running: list[RunningTrial]) -> None:
             pass
 
+        def setting_up(self, workers: int, elapsed_s: float) -> None:
+            pass
+
     def progress(run: PreparedRun) -> nullcontext[Reporter]:
         prepared.append(run)
         return nullcontext(Reporter())

@@ -116,8 +116,9 @@ def _handle(rt: RunningTrial, message: tuple[Any, ...], sampler: TelemetrySample
             sampler.set_phase(rt.slot.id, rt.phase)
     elif kind == "result":
         rt.outcome = message[1]
-    # "ready": a first-wave worker's start-up ended after its first trial was handed over
-    # (the run waited _FIRST_WAVE_WAIT_S for it, scheduler/_orchestrator.py): nothing to do.
+    elif kind == "ready":  # a first-wave worker's start-up ended after its first trial was
+        rt.worker.starting = False  # handed over (scheduler/_orchestrator.py's wait ran out)
+        rt.in_setup = False
 
 
 def _answer(rt: RunningTrial, method: str, args: tuple[Any, ...], kwargs: dict[str, Any],

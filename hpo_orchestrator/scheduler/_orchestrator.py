@@ -41,7 +41,14 @@ from hpo_orchestrator.scheduler._asking import Asking
 from hpo_orchestrator.scheduler._budget import Budget
 from hpo_orchestrator.scheduler._deadlines import LoopClock, StudyDeadline, enforce_deadlines, stop_faulty
 from hpo_orchestrator.scheduler._failures import FailurePolicy, Halt
-from hpo_orchestrator.scheduler._logs import LogCap, ensure_run_dir, keep_traceback, run_dir, trial_log_path
+from hpo_orchestrator.scheduler._logs import (
+    LogCap,
+    ensure_run_dir,
+    keep_traceback,
+    run_dir,
+    take_startup_log,
+    trial_log_path,
+)
 from hpo_orchestrator.scheduler._packer import Packer
 from hpo_orchestrator.scheduler._process import cgroup_oom_kills, log_tail, oom_killed_since, signal_tree
 from hpo_orchestrator.scheduler._records import RunRecords
@@ -145,6 +152,7 @@ class Orchestrator:
                 self.sampler.start()
             self.deadline.start()
             self._start_first_wave()
+            self.clock.restart()  # the wait for the first wave was no stall of the loop
             while True:
                 if self.deadline.check(self.running.values(), self.config.scheduler.kill_grace_s):
                     self._stopping = True
@@ -168,6 +176,7 @@ class Orchestrator:
                 for rt in _calls.ended(list(self.running.values()), self.reuse, self.sampler):
                     self._finish(rt)
                 self.reporter.tick(list(self.running.values()))
+                self.records.setup_ended(self.running.values())
                 self.clock.discount_stall(self.running.values())
                 enforce_deadlines(self.running.values(), self.config.scheduler.trial_timeout_s,
                                   self.config.scheduler.kill_grace_s)
@@ -257,11 +266,13 @@ class Orchestrator:
         finally:
             for slot in held:
                 self.slots.release(slot, keep_lease=slot.id in self.workers.idle)
-        until = time.monotonic() + _FIRST_WAVE_WAIT_S
+        # no longer than a trial may take: a setup past it fails the first trial at once
+        timeout_s = self.config.scheduler.trial_timeout_s
+        until = time.monotonic() + min(_FIRST_WAVE_WAIT_S, timeout_s or _FIRST_WAVE_WAIT_S)
         while (starting := self.workers.starting()) and time.monotonic() < until \
                 and not self._signals and not self.deadline.check((), 0.0):
             select.select([w.connection for w in starting], [], [], _POLL_S)
-            self.reporter.tick([])
+            self.reporter.setting_up(len(starting), time.monotonic() - starting[0].born)
 
     def _launch_ready(self, claim: bool = True) -> None:
         """Fill free slots (a slot first: a lease on this host; then a trial: a pre-asked one,
@@ -306,10 +317,18 @@ class Orchestrator:
             self.study.tell(trial, state=TrialState.FAIL)
             raise
         worker.trials += 1
+        # A first-wave worker whose start-up outlasted the wait: the trial's clock (its timeout,
+        # its duration) starts with the worker, setup included, as in a worker started for it;
+        # what the start-up printed so far becomes the start of the trial's log.
+        in_setup = worker.starting and worker.trials == 1
+        if in_setup and self.log_dir is not None:
+            take_startup_log(self.log_dir, slot.id, log_path, trial.number)
         rt = RunningTrial(trial=trial, slot=slot, worker=worker, attempt=asked.attempt,
-                          spawned_at=time.monotonic(), spawned_epoch=time.time(),
+                          spawned_at=worker.born if in_setup else time.monotonic(),
+                          spawned_epoch=worker.born_epoch if in_setup else time.time(),
                           oom_kills_at_spawn=cgroup_oom_kills(), log_path=log_path,
-                          artifact_store=self.config.artifacts.store, threads=self.threads)
+                          artifact_store=self.config.artifacts.store, threads=self.threads,
+                          in_setup=in_setup)
         self.running[slot.id] = rt
         self.slots.describe(slot, study=self.study.study_name, trial=trial.number,
                             trial_pid=worker.process.pid)

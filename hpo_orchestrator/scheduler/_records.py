@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -199,7 +200,17 @@ class RunRecords:
             "hpo.worker_mode": worker_mode,
             "hpo.worker_trial": worker.trials,  # 1: the process was started for this trial
             keys.LOG_PATH: None if rt.log_path is None else str(rt.log_path),
+            **({keys.SETUP_RUNNING: True} if rt.in_setup else {}),
         }, started=datetime.fromtimestamp(rt.spawned_epoch))
+        rt.setup_flagged = rt.in_setup
+
+    def setup_ended(self, running: Iterable[RunningTrial]) -> None:
+        """``hpo.setup_running`` false for trials whose worker said ready since (status shows
+        "setup still running" while it is true); at most once per first-wave worker."""
+        for rt in running:
+            if rt.setup_flagged and not rt.in_setup:
+                rt.setup_flagged = False
+                self.write_attrs(rt.trial._trial_id, rt.number, {keys.SETUP_RUNNING: False})
 
     def measure(self, rt: RunningTrial) -> dict[str, Any]:
         """Telemetry aggregates, time to the first pruning decision, params that did not
@@ -212,6 +223,8 @@ class RunRecords:
             attrs.update(telemetry.attrs(self.compute_phases))
             if (rt.device_choice or {}).get("learner") == "cpu" and keys.GPU_VERIFIED in attrs:
                 attrs[keys.GPU_VERIFIED] = None  # it measured the CPU faster: no GPU work due
+        if rt.setup_flagged:  # it ended before its worker's start-up did
+            attrs[keys.SETUP_RUNNING] = False
         if rt.started_at is not None:
             attrs[keys.STARTUP_S] = round(rt.started_at - rt.spawned_at, 4)
         if rt.first_decision_at is not None:

@@ -54,7 +54,9 @@ def running_of(connection: Connection, trials: list[db.UncoveredTrial], db_now: 
             "elapsed_s": now - row.start_s if row.start_s is not None else None,
             "last_step": row.last_step, "heartbeat_age_s": age,
             "stale": age is not None and age > grace, "grace_s": grace,
-            "outside": row.number in outside})
+            "outside": row.number in outside,
+            # a first-wave worker's start-up outlasted the run's wait (hpo.setup_running)
+            "setup_running": attrs.get(keys.SETUP_RUNNING) is True})
     slotless = {u.row.number for u in trials if u.row.state == "RUNNING" and config
                 and u.attrs.get(keys.SLOT) is None and u.row.number not in outside}
     queued = sorted(r["number"] for r in running if r["number"] in slotless and not r["stale"])

@@ -98,8 +98,10 @@ def render_status(report: StatusReport) -> Group:
         running = _table("running", ("trial", "device", "elapsed s", "last step", "heartbeat age s"))
         for entry in report.running:
             beat = _secs(entry["heartbeat_age_s"]) + (" STALE" if entry["stale"] else "")
+            step = "setup still running" if entry.get("setup_running") else \
+                "-" if entry["last_step"] is None else str(entry["last_step"])
             running.add_row(str(entry["number"]), entry["device"], _secs(entry["elapsed_s"]),
-                            "-" if entry["last_step"] is None else str(entry["last_step"]), beat)
+                            step, beat)
         parts.append(running)
         if any(entry.get("outside") for entry in report.running):
             parts.append(Text("outside: made outside any run (optuna ask, another program); "

@@ -147,9 +147,10 @@ def misbehave(trial: Any) -> float:
     """Breaks the rules in one of the ways HPO_TEST_MISBEHAVE lists (comma-separated, picked
     by trial number), then goes on as a normal trial would (or sleeps, where the parent
     must act). Modes: ok, partial, junk, oversized, unpicklable, runs_code, threads,
-    grandchildren, hpo_attr, hpo_attr_raw, stray_thread, unread_call (a call frame written to
-    the pipe directly, its reply never read; _then_suggest: a proxied call follows), stop_orchestrator (SIGSTOPs its parent as its
-    last act, HPO_TEST_STOP_NOTES says when), ignore_term, keyboard_interrupt
+    grandchildren, hpo_attr, hpo_attr_raw, stray_thread, unread_call (a call frame written
+    to the pipe directly, its reply never read; _then_suggest: a proxied call follows),
+    stop_orchestrator (SIGSTOPs its parent as its last act, HPO_TEST_STOP_NOTES says when),
+    ignore_term, keyboard_interrupt
     (raised by the objective's own code), raise (a plain error), sleep (until stopped),
     fork_at_end (a double fork as the last thing before returning), left_gone (checks what
     fork_at_end left in this worker)."""
