@@ -228,3 +228,36 @@ def test_the_orchestrator_refuses_hpo_attrs_sent_past_the_proxy(pipe: Any) -> No
     assert first[0] == "err" and "orchestrator's" in str(first[1]) and first[2] == 1
     assert second == ("ok", None, 2)
     assert writes == [("hpo.warning", "cpu only")]
+
+
+# --- replies a trial never read (issue 28, item 7) -----------------------------------------
+
+def test_a_reply_nobody_waits_for_is_dropped_by_the_next_call_and_by_the_wait_for_a_job(
+        pipe: Any) -> None:
+    """Replies to untagged requests (a call frame the objective wrote itself) sit before the
+    next reply and before the next Job: the Link skips them, so a call gets its own answer
+    and a reuse worker its job, not a stale ``("ok", ...)`` tuple."""
+    from hpo_orchestrator.worker import Job
+
+    channel, child = pipe
+    link = Link(child)
+    link.open_trial(3)
+    channel.send(("ok", "stale", None))  # the answer to the objective's own frame
+    channel.send(("ok", "stale", 99))  # another request's (a forged tag)
+
+    def serve() -> None:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            for message in channel.receive():
+                channel.send(("ok", "mine", message[4]))
+                return
+            time.sleep(0.001)
+    server = threading.Thread(target=serve)
+    server.start()
+    assert link.call(3, ("call", "suggest_float", ("x", 0.0, 1.0), {})) == ("ok", "mine")
+    server.join()
+    link.close_trial()
+    channel.send(("ok", "stale", None))  # left unread when the trial ended
+    job = Job(trial_number=4, objective=None)  # type: ignore[arg-type]
+    channel.send(job)
+    assert link.recv_job() == job

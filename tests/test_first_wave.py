@@ -83,7 +83,9 @@ def test_a_hanging_setup_is_timed_from_its_workers_start_and_its_output_is_the_t
     assert "objective.setup still running" in attrs["hpo.error"]
     assert attrs["hpo.setup_running"] is False  # it was true while the trial ran
     duration = datetime.fromisoformat(row["end"]) - datetime.fromisoformat(row["start"])
-    assert duration.total_seconds() < 15.0, duration  # 5 s and the kill, not 35 s
+    # 5 s and the kill: not 35 s (the 30 s wait given back as a stall), nor 10 s (the wait,
+    # capped at the timeout, given back)
+    assert duration.total_seconds() < 8.0, duration
     log = Path(attrs["hpo.log_path"])
     assert log.name == "trial-0.log" and "setup: fetching the data" in log.read_text()
     assert not list(log.parent.glob("spare-slot*.log"))

@@ -86,3 +86,36 @@ def test_a_trial_optuna_ask_made_is_left_to_its_maker(tmp_path: Path) -> None:
     study.tell(study.ask(), 2.0)  # and one more, past the budget
     status = run_cli(tmp_path, "status")
     assert "finished 4 of 4 (+1 more" in status.stdout, status.stdout
+
+
+def test_reaping_leaves_a_trial_outside_alone_and_fails_one_that_never_beat() -> None:
+    """Recovery._lost: a trial started long ago that never beat is lost when an orchestrator
+    asked it (its hpo.* attrs), left alone when none did."""
+    from datetime import datetime, timedelta
+
+    from hpo_orchestrator.scheduler._recovery import Recovery
+
+    recovery = object.__new__(Recovery)
+    recovery.grace_s, recovery.host = 30.0, "here"
+    long_ago = datetime.now() - timedelta(hours=1)
+    cutoff = datetime.now() - timedelta(seconds=30)
+    outside = RunningTrialRow(1, long_ago, None, None, None, None, None)
+    ours_once = RunningTrialRow(2, long_ago, None, None, None, None, None, retry_of=0)
+    assert not recovery._lost(outside, set(), cutoff)
+    assert recovery._lost(ours_once, set(), cutoff)
+
+
+def test_a_trial_ends_at_its_childs_own_time_kept_within_its_spawn_and_now() -> None:
+    from types import SimpleNamespace
+
+    from hpo_orchestrator.scheduler import RunningTrial
+    from hpo_orchestrator.worker import TrialOutcome
+
+    def ended(child_end: float | None) -> float:
+        rt = SimpleNamespace(outcome=TrialOutcome(kind="value", value=1.0, ended=child_end),
+                             spawned_epoch=100.0)
+        return RunningTrial.ended_epoch(rt, 170.4)  # type: ignore[arg-type]
+
+    assert ended(100.5) == 100.5  # the loop read it 70 s later
+    assert ended(None) == 170.4
+    assert ended(50.0) == 100.0 and ended(1e12) == 170.4  # whatever a child says
