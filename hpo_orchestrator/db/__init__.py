@@ -82,6 +82,7 @@ if TYPE_CHECKING:
         recent_trial_ids,
         unfinished_trial_ids_before,
     )
+    from hpo_orchestrator.db._outside import asked_outside
     from hpo_orchestrator.db._retention import RetentionRaced, downsample_trial, retention_candidates
     from hpo_orchestrator.db._retry import (
         Retrying,
@@ -93,7 +94,6 @@ if TYPE_CHECKING:
     )
     from hpo_orchestrator.db._run import (
         RunningTrialRow,
-        asked_outside,
         attempt_of,
         create_running_trial,
         enqueue_waiting_trial,
@@ -187,7 +187,8 @@ _MODULES = {
     **dict.fromkeys(["RetentionRaced", "downsample_trial", "retention_candidates"], "_retention"),
     **dict.fromkeys(["Retrying", "StorageUnavailable", "first_line", "retrying_of",
                      "retrying_rdb_storage", "trouble_of"], "_retry"),
-    **dict.fromkeys(["RunningTrialRow", "asked_outside", "attempt_of", "create_running_trial",
+    "asked_outside": "_outside",
+    **dict.fromkeys(["RunningTrialRow", "attempt_of", "create_running_trial",
                      "enqueue_waiting_trial", "fail_running_trial", "max_completed_step",
                      "no_longer_running", "running_among", "start_running_trial",
                      "write_trial_attrs"], "_run"),

@@ -8,7 +8,7 @@ a 20,000-trial study). Rows are written exactly as Optuna writes them (key, JSON
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Mapping
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -17,9 +17,10 @@ from sqlalchemy import Column, DateTime, Integer, MetaData, String, Table, Text,
 from sqlalchemy.engine import Connection
 
 from hpo_orchestrator import keys
+from hpo_orchestrator.db._outside import asked_outside
 from hpo_orchestrator.db._study import state_name, to_datetime
 
-__all__ = ["RunningTrialRow", "asked_outside", "attempt_of", "create_running_trial", "enqueue_waiting_trial",
+__all__ = ["RunningTrialRow", "attempt_of", "create_running_trial", "enqueue_waiting_trial",
            "fail_running_trial", "max_completed_step", "no_longer_running", "running_among",
            "start_running_trial", "write_trial_attrs"]
 
@@ -191,15 +192,6 @@ class RunningTrialRow:
         return asked_outside({keys.HOST: self.host, keys.PID: self.pid,
                               keys.ORCHESTRATOR_PID: self.orchestrator_pid,
                               keys.RETRY_OF: self.retry_of}, self.heartbeat is not None)
-
-
-def asked_outside(attrs: Mapping[str, Any], beats: bool) -> bool:
-    """A RUNNING trial that no orchestrator asked (``optuna ask``, a plain ``study.optimize``
-    beside the run): none of the attrs an orchestrator writes with the trial's row (or, for
-    a retry it enqueued, before) and no heartbeat. Its maker finishes it, not a run: reaping
-    leaves it alone and the budget does not wait for it; status shows it as ``outside``."""
-    return not beats and all(attrs.get(key) is None for key in (
-        keys.HOST, keys.PID, keys.ORCHESTRATOR_PID, keys.RETRY_OF))
 
 
 def running_among(connection: Connection, trial_ids: Collection[int]) -> list[RunningTrialRow]:
