@@ -29,6 +29,7 @@ __all__ = [
     "HOST",
     "LOG_PATH",
     "OPENCL_PLATFORM",
+    "ORCHESTRATOR_PID",
     "OVERHEAD_S",
     "PACKING_PREFIX",
     "PARAMS_EFFECTIVE",
@@ -38,6 +39,8 @@ __all__ = [
     "PRUNER_MIN_RESOURCE_AUTO",
     "PRUNER_TUNING",
     "RETRIED",
+    "RETRY_OF",
+    "SETUP_RUNNING",
     "SLOT",
     "STARTUP_S",
     "STEP_S",
@@ -51,7 +54,10 @@ PID = "hpo.pid"
 SLOT = "hpo.slot"
 GPU_INDEX = "hpo.gpu_index"
 LOG_PATH = "hpo.log_path"
+SETUP_RUNNING = "hpo.setup_running"  # true while its first-wave worker's start-up still runs
 ATTEMPT = "hpo.attempt"
+ORCHESTRATOR_PID = "hpo.orchestrator_pid"  # with hpo.host at ask(): who asked the trial
+RETRY_OF = "hpo.retry_of"  # a retry enqueued by an orchestrator: the trial it retries
 
 # a trial's end (the orchestrator)
 EXIT_CODE = "hpo.exit_code"

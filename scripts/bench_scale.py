@@ -145,6 +145,12 @@ class _Marks:
     def tick(self, running: Any) -> None:
         pass
 
+    def setting_up(self, workers: int, elapsed_s: float) -> None:
+        pass
+
+    def note(self, text: str) -> None:
+        pass
+
     def finished(self, done: Any) -> None:
         self.done += 1
         if self.done in (20, self.n):

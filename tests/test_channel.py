@@ -80,10 +80,11 @@ def test_a_partial_frame_never_blocks_and_stalls_into_a_protocol_error(
     (_frame(pickle.dumps(("ready", "early"))), "not a message"),
     (_frame(pickle.dumps(("phase", 3))), "not a message"),
     (_frame(pickle.dumps(("call", "suggest_float", ("x", 0, 1), {1: 2}))), "not a message"),
+    (_frame(pickle.dumps(("call", "suggest_float", ("x", 0, 1), {}, "tag"))), "not a message"),
 ], ids=["junk", "oversized", "oversized-long-header", "negative", "unpicklable", "runs-code",
         "bad-result", "text-value", "foreign-reason", "not-a-tuple", "unknown-kind", "nan-value",
         "infinite-objective", "bool-value", "no-values", "ready-with-args", "phase-not-text",
-        "call-kwargs-not-text"])
+        "call-kwargs-not-text", "call-tag-not-a-number"])
 def test_bad_bytes_are_a_protocol_error(pipe: Any, data: bytes, match: str) -> None:
     channel, child = pipe
     raw = socket.socket(fileno=child.fileno())
@@ -98,6 +99,7 @@ def test_bad_bytes_are_a_protocol_error(pipe: Any, data: bytes, match: str) -> N
 @pytest.mark.parametrize("message", [
     ("started",), ("ready",), ("phase", None), ("phase", "train"),
     ("call", "suggest_float", ("x", 0.0, 1.0), {"log": False}),
+    ("call", "suggest_float", ("x", 0.0, 1.0), {"log": False}, 7),
     ("result", TrialOutcome(kind="value", value=1)),
     ("result", TrialOutcome(kind="value", value=(0.5, -2.0, 3))),
     ("result", TrialOutcome(kind="pruned")),
@@ -142,8 +144,8 @@ def _serve_in_thread(channel: Channel, stop: threading.Event, seen: list[Any]) -
             for message in channel.receive():
                 seen.append(message)
                 if message[0] == "call":
-                    _, method, args, _kwargs = message
-                    channel.send(("ok", args[1] if method == "suggest_float" else None))
+                    _, method, args, _kwargs, tag = message
+                    channel.send(("ok", args[1] if method == "suggest_float" else None, tag))
             channel.flush()
             time.sleep(0.0005)
     thread = threading.Thread(target=loop, daemon=True)
@@ -220,9 +222,42 @@ def test_the_orchestrator_refuses_hpo_attrs_sent_past_the_proxy(pipe: Any) -> No
     writes: list[Any] = []
     trial = SimpleNamespace(set_user_attr=lambda *a: writes.append(a), number=0)
     rt = SimpleNamespace(trial=trial, connection=channel, number=0)
-    _calls._answer(rt, "set_user_attr", ("hpo.retried", True), {})  # type: ignore[arg-type]
-    _calls._answer(rt, "set_user_attr", ("hpo.warning", "cpu only"), {})  # type: ignore[arg-type]
+    _calls._answer(rt, "set_user_attr", ("hpo.retried", True), {}, 1)  # type: ignore[arg-type]
+    _calls._answer(rt, "set_user_attr", ("hpo.warning", "cpu only"), {}, 2)  # type: ignore[arg-type]
     first, second = child.recv(), child.recv()
-    assert first[0] == "err" and "orchestrator's" in str(first[1])
-    assert second == ("ok", None)
+    assert first[0] == "err" and "orchestrator's" in str(first[1]) and first[2] == 1
+    assert second == ("ok", None, 2)
     assert writes == [("hpo.warning", "cpu only")]
+
+
+# --- replies a trial never read (issue 28, item 7) -----------------------------------------
+
+def test_a_reply_nobody_waits_for_is_dropped_by_the_next_call_and_by_the_wait_for_a_job(
+        pipe: Any) -> None:
+    """Replies to untagged requests (a call frame the objective wrote itself) sit before the
+    next reply and before the next Job: the Link skips them, so a call gets its own answer
+    and a reuse worker its job, not a stale ``("ok", ...)`` tuple."""
+    from hpo_orchestrator.worker import Job
+
+    channel, child = pipe
+    link = Link(child)
+    link.open_trial(3)
+    channel.send(("ok", "stale", None))  # the answer to the objective's own frame
+    channel.send(("ok", "stale", 99))  # another request's (a forged tag)
+
+    def serve() -> None:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            for message in channel.receive():
+                channel.send(("ok", "mine", message[4]))
+                return
+            time.sleep(0.001)
+    server = threading.Thread(target=serve)
+    server.start()
+    assert link.call(3, ("call", "suggest_float", ("x", 0.0, 1.0), {})) == ("ok", "mine")
+    server.join()
+    link.close_trial()
+    channel.send(("ok", "stale", None))  # left unread when the trial ended
+    job = Job(trial_number=4, objective=None)  # type: ignore[arg-type]
+    channel.send(job)
+    assert link.recv_job() == job

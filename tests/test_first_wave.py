@@ -65,3 +65,29 @@ def test_a_worker_that_dies_starting_up_is_replaced_at_its_trial(cli, tmp_path: 
     rows = trial_rows(result.db)
     assert [r["state"] for r in rows] == ["COMPLETE"] * 2
     assert rows[0]["attrs"]["hpo.worker_trial"] == 1  # a new worker, not the dead one's slot
+
+
+def test_a_hanging_setup_is_timed_from_its_workers_start_and_its_output_is_the_trials_log(  # type: ignore[no-untyped-def]
+        cli, tmp_path: Path) -> None:
+    """Issue 28, item 6: the first wave's wait ends at trial_timeout_s, and the trial it then
+    hands over is timed from its worker's start (setup included): FAIL timeout saying so, not
+    30 s past the limit (the wait was taken for a stopped loop and given back to the trial);
+    its printed log exists and holds the setup's output, which ``logs 0`` shows (it was left
+    in spare-slot0.log, and ``logs 0`` said the log was on another host)."""
+    result = _run(cli, f"objective.setup={OBJECTIVES}:hanging_setup", "scheduler.parallel=1",
+                  "study.n_trials=1", "scheduler.trial_timeout_s=5", "scheduler.kill_grace_s=1")
+    assert result.code == 1, result.stderr
+    (row,) = trial_rows(result.db)
+    attrs = row["attrs"]
+    assert row["state"] == "FAIL" and attrs["hpo.fail_reason"] == "timeout", attrs
+    assert "objective.setup still running" in attrs["hpo.error"]
+    assert attrs["hpo.setup_running"] is False  # it was true while the trial ran
+    duration = datetime.fromisoformat(row["end"]) - datetime.fromisoformat(row["start"])
+    # 5 s and the kill: not 35 s (the 30 s wait given back as a stall), nor 10 s (the wait,
+    # capped at the timeout, given back)
+    assert duration.total_seconds() < 8.0, duration
+    log = Path(attrs["hpo.log_path"])
+    assert log.name == "trial-0.log" and "setup: fetching the data" in log.read_text()
+    assert not list(log.parent.glob("spare-slot*.log"))
+    shown = cli("logs", "0")
+    assert shown.code == 0 and "setup: fetching the data" in shown.stdout, shown.stderr

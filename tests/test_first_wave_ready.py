@@ -77,3 +77,35 @@ def test_an_idle_worker_that_said_ready_and_writes_again_is_replaced() -> None:
     assert workers._wrote_while_idle(worker) is False
     worker.connection.inbox.append(("ready",))  # type: ignore[attr-defined]
     assert workers._wrote_while_idle(worker) is True
+
+
+# --- a start-up that outlasted the wait, as status and the progress show it (issue 28, item 6)
+
+def test_status_says_setup_still_running_for_a_trial_whose_worker_starts_up(tmp_path: Any) -> None:
+    import optuna
+
+    from tests.conftest import run_cli
+
+    storage = f"sqlite:///{tmp_path / 'hpo.db'}"
+    study = optuna.create_study(study_name="hpo", storage=storage)
+    trial = study.ask()
+    for key, value in {"hpo.host": "h", "hpo.orchestrator_pid": 1, "hpo.slot": 0,
+                       "hpo.setup_running": True}.items():
+        trial.set_user_attr(key, value)
+    study._storage.record_heartbeat(trial._trial_id)  # type: ignore[attr-defined]
+    result = run_cli(tmp_path, "status")
+    assert result.code == 0, result.stderr
+    assert "setup still running" in result.stdout, result.stdout
+    assert "outside" not in result.stdout
+
+
+def test_the_progress_says_setup_still_running_while_the_first_wave_starts_up() -> None:
+    from rich.console import Console
+
+    from hpo_orchestrator.cli._progress import LiveReporter
+
+    console = Console(record=True, width=200)
+    reporter = LiveReporter(console, n_trials=4, already_done=0, direction="minimize")
+    reporter.setting_up(2, 12.0)
+    console.print(reporter._render())
+    assert "setup still running: 2 worker(s)" in console.export_text()

@@ -138,16 +138,13 @@ def test_the_readme_reads_in_ten_minutes() -> None:
 
 def test_readme_and_docs_links_resolve() -> None:
     """Every relative link of the README and the docs it moved text to names a file that is
-    there. docs/RELIABILITY.md is written by another change of issue 30: linked, and checked
-    once it is in the tree."""
+    there."""
     for path in [README, *DOCS, REPO / "docs" / "CONFIGURATION.md", REPO / "docs" / "RECORDING.md",
                  REPO / "docs" / "TESTING.md"]:
         for target in re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", path.read_text()):
             if "://" in target:
                 continue
             resolved = (path.parent / target).resolve()
-            if resolved == (REPO / "docs" / "RELIABILITY.md").resolve():
-                continue
             assert resolved.exists(), f"{path.name}: {target}"
 
 

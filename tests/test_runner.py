@@ -41,6 +41,9 @@ def test_run_study_runs_a_cpu_study_in_process(tmp_path: Path) -> None:
         def note(self, text: str) -> None:
             pass
 
+        def setting_up(self, workers: int, elapsed_s: float) -> None:
+            pass
+
     def progress(run: PreparedRun) -> nullcontext[Reporter]:
         prepared.append(run)
         return nullcontext(Reporter())

@@ -378,17 +378,19 @@ def test_ask_numbers_trials_as_optuna_does_without_counting_the_study(url: str) 
 @pytest.mark.filterwarnings("ignore:Heartbeat of storage is supposed to be used")
 def test_reaping_reads_only_the_unfinished_trials(url: str) -> None:
     """Every kind of lost trial is still found (a stale heartbeat, by the database's clock;
-    one that never beat; an orphan of a dead orchestrator on this host), by statements that
-    read the unfinished trials by id, never the study's finished ones."""
+    one an orchestrator asked that never beat; an orphan of a dead orchestrator on this host),
+    by statements that read the unfinished trials by id, never the study's finished ones. One
+    no orchestrator asked (``optuna ask``: no hpo.* attr, no heartbeat) is left alone."""
     from tests.test_reliability_storage import HOST, Run, _dead_pid
 
     run = Run(url, grace_s=60)
     run.study.optimize(lambda t: t.suggest_float("x", 0, 1), n_trials=20)
     orphan = run.asked_by(_dead_pid())
-    stale, never, ours, alive = (run.study.ask() for _ in range(4))
+    stale, never, ours, alive, outside = (run.study.ask() for _ in range(5))
     for trial in (stale, ours, alive):
         run.storage.record_heartbeat(trial._trial_id)
-    run.records.write_attrs(alive._trial_id, alive.number, {"hpo.host": "elsewhere"})
+    for trial in (alive, never):
+        run.records.write_attrs(trial._trial_id, trial.number, {"hpo.host": "elsewhere"})
     run.own = {ours._trial_id}
     with run.storage.engine.begin() as connection:
         connection.exec_driver_sql(  # both began 10 minutes ago; only `stale` beat since then
@@ -396,13 +398,13 @@ def test_reaping_reads_only_the_unfinished_trials(url: str) -> None:
             f"WHERE trial_id = {stale._trial_id}")
         connection.exec_driver_sql(
             "UPDATE trials SET datetime_start = datetime('now', 'localtime', '-10 minutes') "
-            f"WHERE trial_id IN ({stale._trial_id}, {never._trial_id})")
+            f"WHERE trial_id IN ({stale._trial_id}, {never._trial_id}, {outside._trial_id})")
     with _statements(run.storage.engine) as statements:
         run.recovery.reap()
     states = {t.number: (t.state, t.user_attrs.get("hpo.fail_reason")) for t in run.trials()}
     for lost in (orphan, stale, never):
         assert states[lost.number] == (TrialState.FAIL, "lost")
-    for kept in (ours, alive):
+    for kept in (ours, alive, outside):
         assert states[kept.number] == (TrialState.RUNNING, None)
     assert HOST != "elsewhere" and len(run.retries_of(orphan.number)) == 1
     assert statements and _walks_the_study(url, statements) == []
@@ -528,8 +530,9 @@ def test_the_next_oom_retry_is_known_without_walking_the_study(url: str) -> None
 
 
 def test_the_budget_counts_running_trials_from_the_mirrors_unfinished_ones(url: str) -> None:
-    """At a run's end the loop polls 'is anything RUNNING anywhere?': any process's trial
-    counts, WAITING and finished ones do not, and no statement walks the study."""
+    """At a run's end the loop polls 'is anything RUNNING anywhere?': any orchestrator's
+    trial counts, WAITING and finished ones do not, nor one no orchestrator asked (``optuna
+    ask``: its maker's, issue 28), and no statement walks the study."""
     from hpo_orchestrator.scheduler import Budget
 
     rdb = open_rdb_storage(url)
@@ -538,6 +541,8 @@ def test_the_budget_counts_running_trials_from_the_mirrors_unfinished_ones(url: 
     study.optimize(lambda t: t.suggest_float("x", 0, 1), n_trials=5)
     theirs = optuna.load_study(study_name="s", storage=url)
     running = theirs.ask()
+    running.set_user_attr("hpo.host", "another")  # as another host's orchestrator asks it
+    outside = theirs.ask()
     theirs.enqueue_trial({"x": 0.5})
     budget = Budget(rdb.engine, study._study_id, 10, None,
                     unfinished=lambda: mirror.unfinished_trial_ids(study._study_id))
@@ -546,3 +551,4 @@ def test_the_budget_counts_running_trials_from_the_mirrors_unfinished_ones(url: 
     assert _walks_the_study(url, statements) == []
     theirs.tell(running, 1.0)
     assert budget.running() == 0
+    theirs.tell(outside, 1.0)

@@ -66,7 +66,8 @@ def _run_trial(worker: Worker, number: int, log: Path) -> Any:
             if message[0] == "result":
                 return message[1]
             if message[0] == "call":
-                worker.connection.send(("ok", 0.5 if message[1] == "suggest_float" else None))
+                worker.connection.send(("ok", 0.5 if message[1] == "suggest_float" else None,
+                                        message[4]))
         time.sleep(0.01)
     raise AssertionError("the trial did not end")
 

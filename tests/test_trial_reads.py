@@ -44,8 +44,8 @@ class _Orchestrator:
         rt = SimpleNamespace(trial=self.trial, connection=self.channel, number=self.trial.number)
         while not self._stop.is_set():
             for message in self.channel.receive():
-                _, method, args, kwargs = message
-                _calls._answer(rt, method, args, kwargs)  # type: ignore[arg-type]
+                _, method, args, kwargs, tag = message
+                _calls._answer(rt, method, args, kwargs, tag)  # type: ignore[arg-type]
             self.channel.flush()
             self._stop.wait(0.001)
 

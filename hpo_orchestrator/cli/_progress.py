@@ -60,6 +60,7 @@ class LiveReporter:
         self.task = self.progress.add_task(self._description(), total=n_trials,
                                            completed=self.completed)
         self.running: list[RunningTrial] = []
+        self.setup: tuple[int, float] | None = None  # first workers still starting up, since
         self.live = Live(self._render(), console=console, refresh_per_second=4,
                          transient=True)
         self._last_render = 0.0
@@ -90,8 +91,14 @@ class LiveReporter:
         now = time.monotonic()
         for rt in sorted(self.running, key=lambda r: r.slot.id):
             table.add_row(f"#{rt.number}", rt.slot.label, f"{now - rt.spawned_at:.0f}s",
-                          rt.phase or ("starting" if rt.started_at is None else "-"),
+                          "setup still running" if rt.in_setup else rt.phase
+                          or ("starting" if rt.started_at is None else "-"),
                           "-" if rt.last_step is None else str(rt.last_step))
+        if self.setup is not None and not self.running:
+            workers, elapsed = self.setup
+            return Group(self.progress.get_renderable(), f"setup still running: {workers} "
+                         f"worker(s) importing the objective and running objective.setup "
+                         f"({elapsed:.0f}s); the first trials start when they are ready")
         return Group(self.progress.get_renderable(), table)
 
     def started(self, rt: RunningTrial) -> None:
@@ -137,8 +144,14 @@ class LiveReporter:
     def note(self, text: str) -> None:
         self.console.print(f"[yellow]note:[/] {escape(text)}", highlight=False)
 
+    def setting_up(self, workers: int, elapsed_s: float) -> None:
+        self.setup = (workers, elapsed_s)
+        self.tick([])
+
     def tick(self, running: list[RunningTrial]) -> None:
         self.running = running
+        if running:
+            self.setup = None
         now = time.monotonic()
         if now - self._last_render >= 0.25:
             self._last_render = now

@@ -82,6 +82,7 @@ if TYPE_CHECKING:
         recent_trial_ids,
         unfinished_trial_ids_before,
     )
+    from hpo_orchestrator.db._outside import asked_outside
     from hpo_orchestrator.db._retention import RetentionRaced, downsample_trial, retention_candidates
     from hpo_orchestrator.db._retry import (
         Retrying,
@@ -186,9 +187,11 @@ _MODULES = {
     **dict.fromkeys(["RetentionRaced", "downsample_trial", "retention_candidates"], "_retention"),
     **dict.fromkeys(["Retrying", "StorageUnavailable", "first_line", "retrying_of",
                      "retrying_rdb_storage", "trouble_of"], "_retry"),
-    **dict.fromkeys(["RunningTrialRow", "attempt_of", "create_running_trial", "enqueue_waiting_trial",
-                     "fail_running_trial", "max_completed_step", "no_longer_running", "running_among",
-                     "start_running_trial", "write_trial_attrs"], "_run"),
+    "asked_outside": "_outside",
+    **dict.fromkeys(["RunningTrialRow", "attempt_of", "create_running_trial",
+                     "enqueue_waiting_trial", "fail_running_trial", "max_completed_step",
+                     "no_longer_running", "running_among", "start_running_trial",
+                     "write_trial_attrs"], "_run"),
     **dict.fromkeys(["TELEMETRY_COLUMNS", "ensure_tables", "insert_samples", "insert_summary",
                      "summary_table", "tally_table", "telemetry_table"], "_schema"),
     **dict.fromkeys(["UNREADABLE", "database_now", "list_studies", "read_errors", "state_name",
@@ -232,6 +235,7 @@ __all__ = [
     "SummaryFlags",
     "TrialRow",
     "UncoveredTrial",
+    "asked_outside",
     "attempt_of",
     "best_of",
     "best_trial",

@@ -31,7 +31,12 @@ _UNSETTLED_SQL = (
     "SELECT MIN(trial_id) FROM trials WHERE study_id = :s AND (state IN ('RUNNING', 'WAITING') "
     "OR datetime_complete IS NULL OR datetime_complete > :since)")
 _MAX_ID_SQL = "SELECT MAX(trial_id) FROM trials WHERE study_id = :s"
-_RUNNING_SQL = "SELECT COUNT(*) FROM trials WHERE study_id = :s AND state = 'RUNNING'"
+# Trials an orchestrator asked (db/_run.py asked_outside: the others are their maker's to finish)
+_RUNNING_SQL = (
+    "SELECT COUNT(*) FROM trials t WHERE t.study_id = :s AND t.state = 'RUNNING' AND ("
+    "EXISTS (SELECT 1 FROM trial_heartbeats b WHERE b.trial_id = t.trial_id) OR EXISTS ("
+    "SELECT 1 FROM trial_user_attributes a WHERE a.trial_id = t.trial_id AND a.key IN "
+    "('hpo.host', 'hpo.pid', 'hpo.orchestrator_pid', 'hpo.retry_of')))")
 _LOCK_SQL = "SELECT pg_advisory_xact_lock(:ns, :s)"
 
 
@@ -41,7 +46,7 @@ def count_claimed(connection: Connection, study_id: int) -> int:
 
 
 def count_running(connection: Connection, study_id: int) -> int:
-    """RUNNING trials of the study, whoever runs them."""
+    """RUNNING trials of the study that an orchestrator asked, whichever runs them."""
     return int(connection.execute(text(_RUNNING_SQL), {"s": study_id}).scalar() or 0)
 
 

@@ -16,6 +16,8 @@ from typing import Any
 from sqlalchemy import Column, DateTime, Integer, MetaData, String, Table, Text, bindparam, text
 from sqlalchemy.engine import Connection
 
+from hpo_orchestrator import keys
+from hpo_orchestrator.db._outside import asked_outside
 from hpo_orchestrator.db._study import state_name, to_datetime
 
 __all__ = ["RunningTrialRow", "attempt_of", "create_running_trial", "enqueue_waiting_trial",
@@ -52,12 +54,14 @@ _ATTEMPT_SQL = "SELECT value_json FROM trial_user_attributes WHERE trial_id = :t
 # statement at 100,000 trials, three of them every heartbeat round).
 _RUNNING_AMONG_SQL = (
     "SELECT t.trial_id, t.datetime_start, b.heartbeat, CURRENT_TIMESTAMP, h.value_json, "
-    "p.value_json, o.value_json FROM trials t "
+    "p.value_json, o.value_json, r.value_json FROM trials t "
     "LEFT JOIN trial_heartbeats b ON b.trial_id = t.trial_id "
     "LEFT JOIN trial_user_attributes h ON h.trial_id = t.trial_id AND h.key = 'hpo.host' "
     "LEFT JOIN trial_user_attributes p ON p.trial_id = t.trial_id AND p.key = 'hpo.pid' "
     "LEFT JOIN trial_user_attributes o ON o.trial_id = t.trial_id "
-    "AND o.key = 'hpo.orchestrator_pid' WHERE t.trial_id IN :ids AND t.state = 'RUNNING'")
+    "AND o.key = 'hpo.orchestrator_pid' "
+    "LEFT JOIN trial_user_attributes r ON r.trial_id = t.trial_id AND r.key = 'hpo.retry_of' "
+    "WHERE t.trial_id IN :ids AND t.state = 'RUNNING'")
 _NO_LONGER_RUNNING_SQL = "SELECT trial_id FROM trials WHERE trial_id IN :ids AND state != 'RUNNING'"
 _MAX_COMPLETED_STEP_SQL = (
     "SELECT MAX(iv.step) FROM trial_intermediate_values iv JOIN trials t "
@@ -180,6 +184,14 @@ class RunningTrialRow:
     host: Any  # hpo.host (None: no orchestrator of this project asked it)
     pid: Any  # hpo.pid: its child (None: no slot took it yet)
     orchestrator_pid: Any  # hpo.orchestrator_pid (None: recorded by an older version)
+    retry_of: Any = None  # hpo.retry_of: a retry an orchestrator enqueued
+
+    @property
+    def outside(self) -> bool:
+        """No orchestrator asked it (:func:`asked_outside`)."""
+        return asked_outside({keys.HOST: self.host, keys.PID: self.pid,
+                              keys.ORCHESTRATOR_PID: self.orchestrator_pid,
+                              keys.RETRY_OF: self.retry_of}, self.heartbeat is not None)
 
 
 def running_among(connection: Connection, trial_ids: Collection[int]) -> list[RunningTrialRow]:
@@ -193,8 +205,8 @@ def running_among(connection: Connection, trial_ids: Collection[int]) -> list[Ru
         return None if value is None else json.loads(value)
 
     return [RunningTrialRow(int(trial_id), to_datetime(start), to_datetime(beat), to_datetime(now),
-                            decoded(host), decoded(pid), decoded(orchestrator))
-            for trial_id, start, beat, now, host, pid, orchestrator in rows]
+                            decoded(host), decoded(pid), decoded(orchestrator), decoded(retry_of))
+            for trial_id, start, beat, now, host, pid, orchestrator, retry_of in rows]
 
 
 def no_longer_running(connection: Connection, trial_ids: list[int]) -> set[int]:

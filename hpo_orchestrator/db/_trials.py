@@ -28,7 +28,8 @@ __all__ = ["SummaryFlags", "TrialRow", "UncoveredTrial", "best_of", "best_trial"
 _ATTR_KEYS = (keys.HOST, keys.GPU_INDEX, keys.STARTUP_S, keys.FIRST_DECISION_S,
               keys.GPU_UTIL_MEAN, keys.GPU_UTIL_COMPUTE_MEAN, keys.GPU_ENERGY_J,
               keys.GPU_VERIFIED, keys.FAIL_REASON, keys.PARAMS_MISMATCH, keys.OPENCL_PLATFORM,
-              keys.SLOT)
+              keys.SLOT, keys.PID, keys.ORCHESTRATOR_PID, keys.RETRY_OF,
+              keys.SETUP_RUNNING)
 # Below this many uncovered trials their attrs are fetched by id (the usual case: a few running
 # or foreign trials); above it, for the whole study.
 _ATTRS_BY_ID_UP_TO = 500

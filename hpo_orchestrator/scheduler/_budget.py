@@ -98,13 +98,14 @@ class Budget:
         return max(0, self.n_trials - self.claimed())
 
     def running(self) -> int:
-        """RUNNING trials of the study, whoever runs them."""
+        """RUNNING trials of the study that an orchestrator asked, whichever runs them (one
+        made outside any run, by ``optuna ask``, is its maker's to finish: not waited for)."""
         def read() -> int:
             candidates = self.unfinished() if self.unfinished is not None else None
             with self.engine.connect() as connection:
                 if candidates is None:
                     return count_running(connection, self.study_id)
-                return len(running_among(connection, candidates))
+                return sum(not row.outside for row in running_among(connection, candidates))
         return self.retrying.call(read)
 
     def claim(self, ask: Callable[[], T]) -> T | None:

@@ -106,8 +106,8 @@ def drain(rt: RunningTrial, sampler: TelemetrySampler | None) -> None:
 def _handle(rt: RunningTrial, message: tuple[Any, ...], sampler: TelemetrySampler | None) -> None:
     kind = message[0]
     if kind == "call":
-        _, method, args, kwargs = message
-        _answer(rt, method, args, kwargs)
+        _, method, args, kwargs, *tag = message
+        _answer(rt, method, args, kwargs, tag[0] if tag else None)
     elif kind == "started":  # hpo.startup_s is written with the trial's other results
         rt.started_at = time.monotonic()
     elif kind == "phase":
@@ -116,11 +116,15 @@ def _handle(rt: RunningTrial, message: tuple[Any, ...], sampler: TelemetrySample
             sampler.set_phase(rt.slot.id, rt.phase)
     elif kind == "result":
         rt.outcome = message[1]
-    # "ready": a first-wave worker's start-up ended after its first trial was handed over
-    # (the run waited _FIRST_WAVE_WAIT_S for it, scheduler/_orchestrator.py): nothing to do.
+    elif kind == "ready":  # a first-wave worker's start-up ended after its first trial was
+        rt.worker.starting = False  # handed over (scheduler/_orchestrator.py's wait ran out)
+        rt.in_setup = False
 
 
-def _answer(rt: RunningTrial, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+def _answer(rt: RunningTrial, method: str, args: tuple[Any, ...], kwargs: dict[str, Any],
+            tag: int | None) -> None:
+    """Answer a call, echoing its tag: the child's Link drops a reply whose request nobody
+    waits for, so it never reaches another call or the next trial (worker/_link.py)."""
     reply: tuple[str, Any]
     if method not in TRIAL_METHODS and method != ARTIFACT_CALL and method not in READ_CALLS:
         reply = ("err", AttributeError(f"trial.{method} is not available in an orchestrated trial"))
@@ -155,7 +159,7 @@ def _answer(rt: RunningTrial, method: str, args: tuple[Any, ...], kwargs: dict[s
             raise  # the orchestrator's trouble, not the trial's: the run stops, recovery follows
         except Exception as exc:  # the objective's misuse (bad range...) is its error
             reply = ("err", _sendable(exc))
-    rt.connection.send(reply)
+    rt.connection.send((*reply, tag))
 
 
 _PRUNING_CALLS = frozenset({"report", "should_prune"})

@@ -190,9 +190,11 @@ def _well_formed(message: Any) -> bool:
         return len(rest) == 1 and (rest[0] is None or isinstance(rest[0], str))
     if kind == "result":
         return len(rest) == 1 and _well_formed_outcome(rest[0])
-    if kind == "call":
-        return (len(rest) == 3 and isinstance(rest[0], str) and isinstance(rest[1], tuple)
-                and isinstance(rest[2], dict) and all(isinstance(k, str) for k in rest[2]))
+    if kind == "call":  # the tag is optional: a reply to an untagged request reaches no one
+        return (len(rest) in (3, 4) and isinstance(rest[0], str) and isinstance(rest[1], tuple)
+                and isinstance(rest[2], dict) and all(isinstance(k, str) for k in rest[2])
+                and (len(rest) == 3 or rest[3] is None
+                     or (isinstance(rest[3], int) and not isinstance(rest[3], bool))))
     return False
 
 
@@ -201,7 +203,9 @@ def _well_formed_outcome(outcome: Any) -> bool:
     if not isinstance(outcome, TrialOutcome):
         return False
     plain = all(v is None or isinstance(v, str) for v in (outcome.error, outcome.traceback)) \
-        and isinstance(outcome.children, bool)
+        and isinstance(outcome.children, bool) and (outcome.ended is None or (
+            isinstance(outcome.ended, (int, float)) and not isinstance(outcome.ended, bool)
+            and math.isfinite(outcome.ended)))
     if outcome.kind == "value":
         values = outcome.value if isinstance(outcome.value, tuple) else (outcome.value,)
         return plain and bool(values) and all(

@@ -30,6 +30,11 @@ class LoopClock:
         self.poll_s = poll_s
         self._last_tick = time.monotonic()
 
+    def restart(self) -> None:
+        """The loop starts (again) now: time spent before, waiting on purpose (the first
+        wave's start-up), is no stall to give back."""
+        self._last_tick = time.monotonic()
+
     def discount_stall(self, running: Iterable[RunningTrial]) -> float:
         """Call once per iteration; returns the seconds given back (0 most of the time)."""
         now = time.monotonic()
@@ -94,6 +99,9 @@ def enforce_deadlines(running: Iterable[RunningTrial], timeout_s: float | None,
         running_s = now - rt.spawned_at - rt.paused_s
         if rt.stop_reason is None and timeout_s is not None and running_s > timeout_s:
             rt.stop_reason = "timeout"
+            if rt.in_setup:  # its worker's start-up counts: it began with the trial's clock
+                rt.stop_error = (" with objective.setup still running (the worker's start-up "
+                                 "counts against it)")
             signal_tree(rt.process.pid, signal.SIGTERM)
             rt.kill_at = now + kill_grace_s
         if rt.kill_at is not None and now >= rt.kill_at:

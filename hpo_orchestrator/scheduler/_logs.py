@@ -38,6 +38,7 @@ __all__ = [
     "read_tail",
     "run_dir",
     "spare_log_path",
+    "take_startup_log",
     "trial_log_path",
     "user_frames",
 ]
@@ -79,6 +80,24 @@ def trial_log_path(folder: Path, number: int) -> Path:
 def spare_log_path(folder: Path, slot_id: int) -> Path:
     """A spare worker's start-up output until its first trial (which takes it into its log)."""
     return folder / f"spare-slot{slot_id}.log"
+
+
+def take_startup_log(folder: Path, slot_id: int, log_path: Path, number: int) -> None:
+    """A first-wave worker still starting up is handed trial ``number``: its start-up output
+    so far becomes the start of the trial's log (renamed: the worker writes on into the same
+    file, and its own copy at the trial's start finds nothing left to copy), so the log the
+    run prints and ``logs N`` shows exists and holds the setup's output."""
+    startup = spare_log_path(folder, slot_id)
+    if log_path.exists() or not startup.exists():
+        return
+    try:
+        with open(startup, "ab") as out:
+            out.write(f"[hpo-orchestrator] trial {number} was handed to this worker while its "
+                      "start-up (imports, objective.setup) still ran; its output so far is "
+                      "above\n".encode())
+        startup.rename(log_path)
+    except OSError:
+        pass  # the worker copies what it can at the trial's start (worker/_child.py)
 
 
 def ensure_run_dir(folder: Path) -> Path:

@@ -41,7 +41,14 @@ from hpo_orchestrator.scheduler._asking import Asking
 from hpo_orchestrator.scheduler._budget import Budget
 from hpo_orchestrator.scheduler._deadlines import LoopClock, StudyDeadline, enforce_deadlines, stop_faulty
 from hpo_orchestrator.scheduler._failures import FailurePolicy, Halt
-from hpo_orchestrator.scheduler._logs import LogCap, ensure_run_dir, keep_traceback, run_dir, trial_log_path
+from hpo_orchestrator.scheduler._logs import (
+    LogCap,
+    ensure_run_dir,
+    keep_traceback,
+    run_dir,
+    take_startup_log,
+    trial_log_path,
+)
 from hpo_orchestrator.scheduler._packer import Packer
 from hpo_orchestrator.scheduler._process import cgroup_oom_kills, log_tail, oom_killed_since, signal_tree
 from hpo_orchestrator.scheduler._records import RunRecords
@@ -147,6 +154,7 @@ class Orchestrator:
                 self.sampler.start()
             self.deadline.start()
             self._start_first_wave()
+            self.clock.restart()  # the wait for the first wave was no stall of the loop
             while True:
                 if self.deadline.check(self.running.values(), self.config.scheduler.kill_grace_s):
                     self._stopping = True
@@ -172,6 +180,7 @@ class Orchestrator:
                 self.reporter.tick(list(self.running.values()))
                 for text in self.slots.take_notes():
                     self.reporter.note(text)
+                self.records.setup_ended(self.running.values())
                 self.clock.discount_stall(self.running.values())
                 enforce_deadlines(self.running.values(), self.config.scheduler.trial_timeout_s,
                                   self.config.scheduler.kill_grace_s)
@@ -265,11 +274,13 @@ class Orchestrator:
         finally:
             for slot in held:
                 self.slots.release(slot, keep_lease=slot.id in self.workers.idle)
-        until = time.monotonic() + _FIRST_WAVE_WAIT_S
+        # no longer than a trial may take: a setup past it fails the first trial at once
+        timeout_s = self.config.scheduler.trial_timeout_s
+        until = time.monotonic() + min(_FIRST_WAVE_WAIT_S, timeout_s or _FIRST_WAVE_WAIT_S)
         while (starting := self.workers.starting()) and time.monotonic() < until \
                 and not self._signals and not self.deadline.check((), 0.0):
             select.select([w.connection for w in starting], [], [], _POLL_S)
-            self.reporter.tick([])
+            self.reporter.setting_up(len(starting), time.monotonic() - starting[0].born)
 
     def _launch_ready(self, claim: bool = True) -> None:
         """Fill free slots (a slot first: a lease on this host; then a trial: a pre-asked one,
@@ -314,10 +325,18 @@ class Orchestrator:
             self.study.tell(trial, state=TrialState.FAIL)
             raise
         worker.trials += 1
+        # A first-wave worker whose start-up outlasted the wait: the trial's clock (its timeout,
+        # its duration) starts with the worker, setup included, as in a worker started for it;
+        # what the start-up printed so far becomes the start of the trial's log.
+        in_setup = worker.starting and worker.trials == 1
+        if in_setup and self.log_dir is not None:
+            take_startup_log(self.log_dir, slot.id, log_path, trial.number)
         rt = RunningTrial(trial=trial, slot=slot, worker=worker, attempt=asked.attempt,
-                          spawned_at=time.monotonic(), spawned_epoch=time.time(),
+                          spawned_at=worker.born if in_setup else time.monotonic(),
+                          spawned_epoch=worker.born_epoch if in_setup else time.time(),
                           oom_kills_at_spawn=cgroup_oom_kills(), log_path=log_path,
-                          artifact_store=self.config.artifacts.store, threads=self.threads)
+                          artifact_store=self.config.artifacts.store, threads=self.threads,
+                          in_setup=in_setup)
         self.running[slot.id] = rt
         self.slots.describe(slot, study=self.study.study_name, trial=trial.number,
                             trial_pid=worker.process.pid)
@@ -383,7 +402,7 @@ class Orchestrator:
             log_tail=lambda: log_tail(rt.log_path) if rt.log_path else "",
             protocol_error=rt.protocol_error, stop_error=rt.stop_error,
             directions=tuple(self.config.study.objectives))
-        ended_at = time.time()
+        ended_at = rt.ended_epoch(time.time())
         if rt.process.poll() is not None:
             signal_tree(rt.process.pid, signal.SIGKILL)  # leftovers in its group, if any
         measured = self.records.measure(rt)
@@ -415,15 +434,14 @@ class Orchestrator:
                 self.records.trial_ended(rt, verdict, measured, ended_at, retry)
             except optuna.exceptions.UpdateFinishedTrialError:
                 rt.reaped = True
-        if rt.reaped:  # reaped by a partner while we were stopped: its record stands, not ours
-            verdict = _outcome.Verdict(TrialState.FAIL, None, "lost", "reaped by another "
-                                       "orchestrator while this one was stopped; result dropped")
+        if rt.reaped:  # finished elsewhere: its record stands, not ours; say what it holds
+            verdict = self.records.finished_elsewhere(rt)
         elif self.auto is not None:
             self.auto.observe(rt.number, measured,
                               rt.last_step if verdict.state == TrialState.COMPLETE else None)
         self.reporter.finished(FinishedTrial(
             number=rt.number, slot=rt.slot.label, state=verdict.state, value=verdict.value,
-            duration_s=time.monotonic() - rt.spawned_at, fail_reason=verdict.fail_reason,
+            duration_s=ended_at - rt.spawned_epoch, fail_reason=verdict.fail_reason,
             error=verdict.error, log_path=str(rt.log_path) if rt.log_path else None,
             retried=retry is not None and not rt.reaped))
         # A trial the study's time limit stopped (study.timeout_grace_s) is not the

@@ -54,14 +54,15 @@ def classify(*, stop_reason: str | None, outcome: TrialOutcome | None, returncod
     what the child said (``outcome``; ``protocol_error`` when its bytes broke the protocol:
     the objective's fault, whatever it said before) and how its process ended
     (``returncode``, None while it lives). ``stop_error``: why an interrupted trial was
-    stopped when not by a signal (the failure policy).
+    stopped when not by a signal (the failure policy), or what a timed-out trial was doing.
 
     ``oom_killed`` (did the kernel's OOM killer act since the spawn?) and ``log_tail`` (the
     last line the child printed) are asked only for a child that died without a result.
     ``directions``: the study's, one per value the objective must return.
     """
     if stop_reason == "timeout":
-        return Verdict(TrialState.FAIL, None, "timeout", f"ran past scheduler.trial_timeout_s={timeout_s}")
+        return Verdict(TrialState.FAIL, None, "timeout",
+                       f"ran past scheduler.trial_timeout_s={timeout_s}{stop_error or ''}")
     if protocol_error is not None:
         return Verdict(TrialState.FAIL, None, "exception", protocol_error)
     if outcome is not None and outcome.kind == "value":

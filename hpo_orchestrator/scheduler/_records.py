@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -55,7 +56,7 @@ class Retry:
     attempt: int  # hpo.attempt of the retry
 
     def user_attrs(self) -> dict[str, Any]:
-        attrs: dict[str, Any] = {"hpo.retry_of": self.number, "hpo.retry_reason": self.reason}
+        attrs: dict[str, Any] = {keys.RETRY_OF: self.number, "hpo.retry_reason": self.reason}
         if self.attempt > 1:  # absent: 1 (docs/DESIGN.md §2.3)
             attrs[keys.ATTEMPT] = self.attempt
         return attrs
@@ -118,7 +119,7 @@ class RunRecords:
     def asked_attrs(self) -> dict[str, Any]:
         """Who asked a trial, written at once: if this orchestrator dies before a slot takes
         it, a restart on this host recovers it without waiting out the grace period."""
-        return {keys.HOST: self.host, "hpo.orchestrator_pid": os.getpid()}
+        return {keys.HOST: self.host, keys.ORCHESTRATOR_PID: os.getpid()}
 
     def asked(self, trial: optuna.Trial) -> None:
         """:meth:`asked_attrs` of a trial ask() did not create (MirrorStorage.starting)."""
@@ -141,6 +142,21 @@ class RunRecords:
         reaped = self.retrying.call(step)
         self.mirror.refresh_soon(self.study._study_id)  # its state and its retry, if any
         return reaped
+
+    def finished_elsewhere(self, rt: RunningTrial) -> Verdict:
+        """What the row of a trial of ours that was finished elsewhere says: reaped by another
+        orchestrator while this one was stopped ('lost'), or told outside the run (``optuna
+        tell``, another program), with the state and value it holds. This run's result is
+        dropped either way."""
+        frozen = self.retrying.call(lambda: self.storage.get_trial(rt.trial._trial_id))
+        if frozen.user_attrs.get(keys.FAIL_REASON) == "lost":
+            return Verdict(TrialState.FAIL, None, "lost", "reaped by another orchestrator "
+                           "while this one was stopped; result dropped")
+        held = frozen.state.name
+        if frozen.values is not None:
+            held += " " + ", ".join(f"{v:.6g}" for v in frozen.values)
+        return Verdict(frozen.state, None, "outside", f"finished outside this run (optuna tell?): "
+                       f"the study has {held}; this run's result dropped")
 
     def no_longer_running(self, trial_ids: list[int]) -> set[int]:
         """Those of our trials that another orchestrator has finished (reaped)."""
@@ -184,7 +200,17 @@ class RunRecords:
             "hpo.worker_mode": worker_mode,
             "hpo.worker_trial": worker.trials,  # 1: the process was started for this trial
             keys.LOG_PATH: None if rt.log_path is None else str(rt.log_path),
+            **({keys.SETUP_RUNNING: True} if rt.in_setup else {}),
         }, started=datetime.fromtimestamp(rt.spawned_epoch))
+        rt.setup_flagged = rt.in_setup
+
+    def setup_ended(self, running: Iterable[RunningTrial]) -> None:
+        """``hpo.setup_running`` false for trials whose worker said ready since (status shows
+        "setup still running" while it is true); at most once per first-wave worker."""
+        for rt in running:
+            if rt.setup_flagged and not rt.in_setup:
+                rt.setup_flagged = False
+                self.write_attrs(rt.trial._trial_id, rt.number, {keys.SETUP_RUNNING: False})
 
     def measure(self, rt: RunningTrial) -> dict[str, Any]:
         """Telemetry aggregates, time to the first pruning decision, params that did not
@@ -197,6 +223,8 @@ class RunRecords:
             attrs.update(telemetry.attrs(self.compute_phases))
             if (rt.device_choice or {}).get("learner") == "cpu" and keys.GPU_VERIFIED in attrs:
                 attrs[keys.GPU_VERIFIED] = None  # it measured the CPU faster: no GPU work due
+        if rt.setup_flagged:  # it ended before its worker's start-up did
+            attrs[keys.SETUP_RUNNING] = False
         if rt.started_at is not None:
             attrs[keys.STARTUP_S] = round(rt.started_at - rt.spawned_at, 4)
         if rt.first_decision_at is not None:

@@ -88,7 +88,7 @@ class Recovery:
         if trial.heartbeat is not None and trial.now is not None \
                 and trial.now - trial.heartbeat > timedelta(seconds=self.grace_s):
             return True
-        if trial.trial_id in ours:
+        if trial.trial_id in ours or trial.outside:  # outside: no orchestrator asked it
             return False
         if trial.heartbeat is None and trial.started is not None and trial.started < cutoff:
             return True

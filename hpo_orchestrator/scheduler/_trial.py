@@ -7,6 +7,7 @@ telemetry thread, which only sees slot ids and pids.
 from __future__ import annotations
 
 import subprocess
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Protocol
@@ -35,6 +36,8 @@ class Worker:
     prepared: bool = False  # started up (imports, setup) before its first trial: a spare, the first wave
     starting: bool = False  # it will say ("ready",) when started up, and has not yet
     killed: list[int] = field(default_factory=list)  # its last trial's leftovers, killed (Job.collect)
+    born: float = field(default_factory=time.monotonic)  # when its process was started
+    born_epoch: float = field(default_factory=time.time)
 
 
 @dataclass
@@ -68,6 +71,10 @@ class RunningTrial:
     log_path: Path | None = None  # the trial's own log (scheduler/_logs.py)
     artifact_store: str | None = None  # artifacts.store, resolved: where save_artifact writes
     artifacts: list[dict[str, Any]] = field(default_factory=list)  # hpo.artifacts so far
+    # handed to a first-wave worker whose start-up (imports, objective.setup) still ran: its
+    # clock started with the worker; True until the worker says ready (hpo.setup_running)
+    in_setup: bool = False
+    setup_flagged: bool = False  # hpo.setup_running is true in the storage
 
     @property
     def number(self) -> int:
@@ -76,6 +83,13 @@ class RunningTrial:
     @property
     def process(self) -> subprocess.Popen[bytes]:
         return self.worker.process
+
+    def ended_epoch(self, now: float) -> float:
+        """When the trial ended: its child's own time of the objective's return (sent with
+        the result), not when the loop read it (the loop may have waited out a storage outage
+        or been stopped meanwhile); kept within its spawn and ``now``, whatever a child says."""
+        ended = self.outcome.ended if self.outcome is not None else None
+        return now if ended is None else min(max(ended, self.spawned_epoch), now)
 
     @property
     def connection(self) -> Channel:
@@ -122,6 +136,9 @@ class Reporter(Protocol):
     def note(self, text: str) -> None:
         """Something the user should know now (a GPU skipped as busy, say)."""
 
+    def setting_up(self, workers: int, elapsed_s: float) -> None:
+        """The run waits for its first workers' start-up (imports, objective.setup)."""
+
 
 class QuietReporter:
     """The reporter of a run nobody watches, or one with nothing to do (the study already has
@@ -143,4 +160,7 @@ class QuietReporter:
         pass
 
     def note(self, text: str) -> None:
+        pass
+
+    def setting_up(self, workers: int, elapsed_s: float) -> None:
         pass

@@ -34,21 +34,31 @@ def running_of(connection: Connection, trials: list[db.UncoveredTrial], db_now: 
     A trial asked ahead of a free slot (scheduler.prefetch) is RUNNING to Optuna but has no
     process yet: the orchestrator records its slot (hpo.slot) when a slot takes it. Its
     heartbeat is kept up meanwhile; a stale one stays with the running (stale_running).
+    A trial no orchestrator asked (``optuna ask``: db.asked_outside) is running on device
+    ``outside``, ``"outside": true``: its maker finishes it, no run reaps it.
     """
     storage = config.get("storage", {})
     grace = storage.get("grace_period_s") or 3 * (storage.get("heartbeat_interval_s") or 10)
     running: list[dict[str, Any]] = []
-    for trial_id, row, _attrs in sorted((u for u in trials if u.row.state == "RUNNING"),
-                                        key=lambda u: u.row.number):
+    outside: set[int] = set()  # made by `optuna ask` or another program: no run's to finish
+    for trial_id, row, attrs in sorted((u for u in trials if u.row.state == "RUNNING"),
+                                       key=lambda u: u.row.number):
         beat = db.heartbeat_of(connection, trial_id)
         age = (db_now - beat).total_seconds() if beat is not None and db_now is not None else None
+        if db.asked_outside(attrs, beat is not None):
+            outside.add(row.number)
         running.append({
-            "number": row.number, "device": device_label(row.host, row.gpu_index, hosts), "host": row.host,
+            "number": row.number, "host": row.host,
+            "device": "outside" if row.number in outside
+            else device_label(row.host, row.gpu_index, hosts),
             "elapsed_s": now - row.start_s if row.start_s is not None else None,
             "last_step": row.last_step, "heartbeat_age_s": age,
-            "stale": age is not None and age > grace, "grace_s": grace})
+            "stale": age is not None and age > grace, "grace_s": grace,
+            "outside": row.number in outside,
+            # a first-wave worker's start-up outlasted the run's wait (hpo.setup_running)
+            "setup_running": attrs.get(keys.SETUP_RUNNING) is True})
     slotless = {u.row.number for u in trials if u.row.state == "RUNNING" and config
-                and u.attrs.get(keys.SLOT) is None}
+                and u.attrs.get(keys.SLOT) is None and u.row.number not in outside}
     queued = sorted(r["number"] for r in running if r["number"] in slotless and not r["stale"])
     return [r for r in running if r["number"] not in queued], queued
 

@@ -36,6 +36,12 @@ def _finished(report: StatusReport) -> str:
     apart, so the count never exceeds the budget because of a resume."""
     done = sum(report.states[s].count for s in ("COMPLETE", "PRUNED", "FAIL")) - report.retried
     target = f" of {report.n_trials_target}" if report.n_trials_target else ""
+    if report.n_trials_target and done > report.n_trials_target:
+        # trials told or added outside the runs (optuna tell, study.add_trial): never shown
+        # as more than the budget
+        extra = done - report.n_trials_target
+        target += f" (+{extra} more, finished outside the runs)"
+        done = report.n_trials_target
     again = f" (+{report.retried} attempt{'s' if report.retried != 1 else ''} re-run: " \
         "interrupted or retried)" if report.retried else ""
     return f"finished {done}{target}{again}"
@@ -93,9 +99,14 @@ def render_status(report: StatusReport) -> Group:
         running = _table("running", ("trial", "device", "elapsed s", "last step", "heartbeat age s"))
         for entry in report.running:
             beat = _secs(entry["heartbeat_age_s"]) + (" STALE" if entry["stale"] else "")
+            step = "setup still running" if entry.get("setup_running") else \
+                "-" if entry["last_step"] is None else str(entry["last_step"])
             running.add_row(str(entry["number"]), entry["device"], _secs(entry["elapsed_s"]),
-                            "-" if entry["last_step"] is None else str(entry["last_step"]), beat)
+                            step, beat)
         parts.append(running)
+        if any(entry.get("outside") for entry in report.running):
+            parts.append(Text("outside: made outside any run (optuna ask, another program); "
+                              "its maker finishes it, no run reaps it", style="dim"))
     if report.queued:
         parts.append(Text(f"queued (asked ahead of a free slot, no process yet): "
                           f"{', '.join(f'#{n}' for n in report.queued)}", style="dim"))

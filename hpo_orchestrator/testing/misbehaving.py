@@ -147,7 +147,10 @@ def misbehave(trial: Any) -> float:
     """Breaks the rules in one of the ways HPO_TEST_MISBEHAVE lists (comma-separated, picked
     by trial number), then goes on as a normal trial would (or sleeps, where the parent
     must act). Modes: ok, partial, junk, oversized, unpicklable, runs_code, threads,
-    grandchildren, hpo_attr, hpo_attr_raw, stray_thread, ignore_term, keyboard_interrupt
+    grandchildren, hpo_attr, hpo_attr_raw, stray_thread, unread_call (a call frame written
+    to the pipe directly, its reply never read; _then_suggest: a proxied call follows),
+    stop_orchestrator (SIGSTOPs its parent as its last act, HPO_TEST_STOP_NOTES says when),
+    ignore_term, keyboard_interrupt
     (raised by the objective's own code), raise (a plain error), sleep (until stopped),
     fork_at_end (a double fork as the last thing before returning), left_gone (checks what
     fork_at_end left in this worker)."""
@@ -190,6 +193,16 @@ def misbehave(trial: Any) -> float:
         raise KeyboardInterrupt("raised by the objective")
     elif mode == "raise":
         raise RuntimeError("boom from the objective")
+    elif mode == "stop_orchestrator":  # its last act: SIGSTOP the orchestrator (a test resumes it)
+        _note("HPO_TEST_STOP_NOTES", f"{trial.number}")
+        os.kill(os.getppid(), signal.SIGSTOP)
+    elif mode in ("unread_call", "unread_call_then_suggest"):  # a call frame of its own, its
+        os.write(fd, _frame(pickle.dumps(("call", "suggest_float", ("y", 0.0, 1.0), {}))))
+        if mode == "unread_call":  # reply never read: it waits for the worker's next job
+            return x
+        z = trial.suggest_float("z", 5.0, 6.0)  # through the proxy: must get its own reply
+        if not 5.0 <= z <= 6.0:
+            raise AssertionError(f"suggest_float('z', 5, 6) answered {z}: another call's reply")
     elif mode == "sleep":
         time.sleep(3600)
     elif mode == "stray_thread":

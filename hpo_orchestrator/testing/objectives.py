@@ -374,6 +374,12 @@ def slow_setup() -> None:
     time.sleep(float(os.environ.get("HPO_TEST_SETUP_S", "1.5")))
 
 
+def hanging_setup() -> None:
+    """An ``objective.setup`` that prints, then never ends (a stuck download, say)."""
+    print("setup: fetching the data", flush=True)
+    time.sleep(3600)
+
+
 def noted_setup() -> None:
     """An ``objective.setup`` that says where it ran: a line on stdout (the worker's log), one
     in the file $HPO_TEST_SETUP_NOTES, and a phase (which must not reach the pipe of a spare,

@@ -15,6 +15,7 @@ import math
 import os
 import signal
 import sys
+import time
 import traceback
 from collections.abc import Callable
 from multiprocessing.connection import Connection
@@ -262,9 +263,11 @@ def main(argv: list[str]) -> int:
                 outcome = run_trial(link, job, objective)
         except (Exception, KeyboardInterrupt) as exc:  # before the objective ran (import, setup)
             outcome = _failure(exc)
+        ended = time.time()  # before anything that may wait for the orchestrator
         link.close_trial()  # a call in flight from another thread completes first
         killed = collect(killed)
-        outcome = dataclasses.replace(outcome, children=not subreaper or has_children())
+        outcome = dataclasses.replace(outcome, children=not subreaper or has_children(),
+                                      ended=ended)
         link.send(("result", outcome))
         if not job.reuse:
             link.close()

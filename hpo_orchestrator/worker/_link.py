@@ -6,6 +6,11 @@ thread that asked; every frame is written whole under a second lock, so a large
 ``set_user_attr`` never interleaves with a ``phase`` message. Exchanges stop when the trial
 ends (:meth:`Link.close_trial`): a thread still calling after that gets an error, and in
 reuse mode no stray bytes reach the next trial.
+
+Each request carries a tag (a number unique in this process) that its reply echoes: a reply
+nobody waits for (the objective wrote a call frame to the pipe itself and never read the
+answer) is dropped where it is met, by a later exchange or by the wait for the next job, so
+it can neither answer another call nor be taken for the next trial's job (docs/DESIGN.md §3.8).
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ class Link:
         self._exchange = threading.Lock()  # one request/reply pair at a time
         self._write = threading.Lock()  # one frame at a time
         self._trial: int | None = None  # the trial whose exchanges are allowed
+        self._tag = 0  # the last request's tag
 
     def fileno(self) -> int:
         return self._connection.fileno()
@@ -37,14 +43,19 @@ class Link:
         with self._write:
             self._connection.send(message)
 
-    def call(self, trial: int, message: Any) -> Any:
-        """Send a request for ``trial`` and return the orchestrator's reply to it."""
+    def call(self, trial: int, message: tuple[Any, ...]) -> tuple[str, Any]:
+        """Send a request (``("call", method, args, kwargs)``) for ``trial``; the
+        orchestrator's reply to it, ``(status, payload)``."""
         with self._exchange:
             if self._trial != trial:
                 raise TrialEnded(f"trial {trial} has ended; its trial object cannot be used "
                                  "any more (a thread outlived the objective?)")
-            self.send(message)
-            return self._connection.recv()
+            self._tag += 1
+            self.send((*message, self._tag))
+            while True:  # a reply to a request nobody waits for is dropped
+                reply = self._connection.recv()
+                if isinstance(reply, tuple) and len(reply) == 3 and reply[2] == self._tag:
+                    return reply[0], reply[1]
 
     def open_trial(self, trial: int) -> None:
         with self._exchange:
@@ -56,9 +67,12 @@ class Link:
             self._trial = None
 
     def recv_job(self) -> Any:
-        """The next job (reuse mode), read while no exchange can be in flight."""
+        """The next job (reuse mode), read while no exchange can be in flight; replies left
+        unread by the trial before (tuples: a job never is one) are dropped."""
         with self._exchange:
-            return self._connection.recv()
+            while isinstance(message := self._connection.recv(), tuple):
+                pass
+            return message
 
     def close(self) -> None:
         self._connection.close()

@@ -2,8 +2,9 @@
 
 child -> orchestrator                      orchestrator -> child
   ("started",)   objective about to run       Job (starts a trial)
-  ("call", method, args, kwargs)            ("ok", value) / ("err", exception)
-     (args/kwargs plain values only: the orchestrator unpickles nothing else)
+  ("call", method, args, kwargs, tag)       ("ok", value, tag) / ("err", exception, tag)
+     (args/kwargs plain values only: the orchestrator unpickles nothing else; the reply
+     echoes the request's tag, None for a request without one: worker/_link.py)
   ("phase", name)  the objective's phase     None (reuse mode: exit now)
   ("result", TrialOutcome)  end of a trial     Prepare (start up now, before any trial)
   ("ready",)  start-up done (Prepare.announce)
@@ -92,6 +93,9 @@ class TrialOutcome:
     or ``error`` (``fail_reason`` is ``exception`` or ``oom``; ``error`` the last line of the
     message). ``children``: the process had child processes when the trial ended (True when
     it cannot tell); with none, the trial left nothing running (worker/_reaping.py).
+    ``ended``: when the objective returned or raised (``time.time()`` in the child): the
+    trial's recorded end, however late the orchestrator reads the result (a storage outage,
+    a stopped orchestrator).
     """
 
     kind: str
@@ -100,3 +104,4 @@ class TrialOutcome:
     error: str | None = None
     traceback: str | None = None
     children: bool = True
+    ended: float | None = None
