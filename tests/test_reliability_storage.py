@@ -387,11 +387,12 @@ def test_a_lock_held_past_the_busy_timeout_is_waited_out(tmp_path: Path,
     """sqlite's busy timeout (here 0.1 s) runs out while another process holds the write
     lock; the call is retried until the lock is gone, or fails naming the lock."""
 
-    from hpo_orchestrator.db import StorageUnavailable, _engine, retrying_rdb_storage
+    from hpo_orchestrator.db import StorageUnavailable, _engine
 
     monkeypatch.setattr(_engine, "_SQLITE_BUSY_TIMEOUT_S", 0.1)
     run = Run(f"sqlite:///{tmp_path / 'rel.db'}")
-    retrying = retrying_rdb_storage(run.storage, retry_s=60)
+    mirror = run.study._storage
+    retrying = mirror.start_retrying(retry_s=60)
     trial = run.study.ask()
     locked, release = threading.Event(), threading.Event()
 
@@ -411,7 +412,7 @@ def test_a_lock_held_past_the_busy_timeout_is_waited_out(tmp_path: Path,
         timer = threading.Timer(1.5, release.set)  # releases the lock 1.5 s in (15 busy timeouts)
         timer.start()
         try:
-            run.storage.set_trial_user_attr(trial._trial_id, "k", retry_s)
+            mirror.set_trial_user_attr(trial._trial_id, "k", retry_s)
             return None
         except StorageUnavailable as exc:
             return exc
@@ -434,10 +435,8 @@ def test_a_terminated_postgresql_connection_is_reopened(postgres_url: str) -> No
     """pg_terminate_backend in the middle of a step: the step runs again on a new connection."""
     import sqlalchemy
 
-    from hpo_orchestrator.db import retrying_rdb_storage
-
     run = Run(postgres_url)
-    retrying = retrying_rdb_storage(run.storage, retry_s=60)
+    retrying = run.study._storage.start_retrying(retry_s=60)
     attempts = []
 
     def step() -> int:

@@ -33,7 +33,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from hpo_orchestrator import keys
 from hpo_orchestrator._signals import handling_stop_signals
 from hpo_orchestrator.config import Config
-from hpo_orchestrator.db import StorageUnavailable, first_line, retrying_of, trouble_of
+from hpo_orchestrator.db import StorageUnavailable, first_line, trouble_of
 from hpo_orchestrator.gpu import GpuBackend, nvidia_icd_env
 from hpo_orchestrator.pruning import AutoPruner
 from hpo_orchestrator.scheduler import _calls, _outcome
@@ -221,7 +221,7 @@ class Orchestrator:
         if self._signals > 1:  # a second Ctrl-C: no more grace
             for rt in self.running.values():
                 signal_tree(rt.process.pid, signal.SIGKILL)
-            retrying_of(self.storage).give_up()  # nor waiting for the storage to come back
+            self.records.retrying.give_up()  # nor waiting for the storage to come back
 
     def _halt(self, halt: Halt) -> None:
         """The failure policy says stop: nothing new starts, running trials are stopped as on

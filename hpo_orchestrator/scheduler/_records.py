@@ -21,6 +21,7 @@ from sqlalchemy.engine import Connection
 
 from hpo_orchestrator import keys
 from hpo_orchestrator.db import (
+    Retrying,
     enqueue_waiting_trial,
     fail_running_trial,
     insert_samples,
@@ -81,10 +82,14 @@ class RunRecords:
         self.compute_phases = compute_phases
         self._last_flush = 0.0
         self._tally_at = -float("inf")  # when a trial's end last advanced the tally
-        self.retrying = retrying_of(storage)
         if not isinstance(study._storage, MirrorStorage):
             raise TypeError("the run's study must use a MirrorStorage (runner.run_study makes it)")
         self.mirror = study._storage
+
+    @property
+    def retrying(self) -> Retrying:
+        """The run's retrier: the mirror's, once the run started retrying (db/_retry.py)."""
+        return retrying_of(self.mirror)
 
     # --- reads ---------------------------------------------------------------------------
 

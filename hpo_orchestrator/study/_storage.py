@@ -24,6 +24,12 @@ Samplers and pruners see a ``FrozenTrial`` exactly as Optuna's storage builds it
 orchestrator updates behind the storage API (its ``hpo.*`` attrs, through hpo_orchestrator.db)
 reach the mirror with the next refresh; no sampler or pruner reads them.
 
+Storage trouble: each method that reaches the database is declared ``@retried`` (db/_retry.py):
+once the run calls :meth:`MirrorStorage.start_retrying`, transient trouble (a lock, a lost
+connection) in it is waited out and the call runs again. The rest are named in
+``NOT_RETRIED`` with the reason; tests/test_storage_retries.py checks that every public method
+is one or the other.
+
 Thread safety: one lock around the mirror; the orchestrator's loop is its one caller.
 """
 
@@ -37,7 +43,7 @@ from collections.abc import Callable, Container, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, ClassVar
 
 import optuna
 from optuna._typing import JSONSerializable
@@ -48,11 +54,13 @@ from optuna.trial import FrozenTrial, TrialState
 from sqlalchemy.engine import Connection
 
 from hpo_orchestrator.db import (
+    Retrying,
     best_trial_ids,
     create_running_trial,
     finish_trial,
     read_trials,
     recent_trial_ids,
+    retried,
     start_running_trial,
     unfinished_trial_ids_before,
     write_param,
@@ -94,6 +102,25 @@ class MirrorStorage(PassThroughStorage):
     RDBStorage), so ``optuna.create_study(storage=MirrorStorage(...))`` uses it as it is.
     """
 
+    # Public methods that are not retried steps of their own, and why (the others are @retried).
+    NOT_RETRIED: ClassVar[dict[str, str]] = {
+        "starting": "no database: marks the trials ask() creates (create_new_trial writes)",
+        "stage_end": "no database: kept for the tell (set_trial_state_values writes)",
+        "refresh_soon": "no database: the next read refreshes",
+        "start_retrying": "no database: starts the retries",
+        "get_heartbeat_interval": "no database: the backend's setting",
+        "get_heartbeat_stale_trial_callback": "no database: the backend's setting",
+        "get_failed_trial_callback": "BaseHeartbeat's: the backend's setting, no database",
+        "check_trial_is_updatable": "BaseStorage's: no database, a FrozenTrial's state",
+        "remove_session": "BaseStorage's: does nothing",
+        "get_n_trials": "BaseStorage's: reads through get_all_trials (retried)",
+        "get_trial_number_from_id": "BaseStorage's: reads through get_trial (retried)",
+        "get_trial_param": "BaseStorage's: reads through get_trial (retried)",
+        "get_trial_params": "BaseStorage's: reads through get_trial (retried)",
+        "get_trial_user_attrs": "BaseStorage's: reads through get_trial (retried)",
+        "get_trial_system_attrs": "BaseStorage's: reads through get_trial (retried)",
+    }
+
     def __init__(self, backend: RDBStorage, *, max_history: int | None = None,
                  keep_best: int = 100, refresh_s: float = 1.0,
                  clock: Callable[[], float] = time.monotonic) -> None:
@@ -110,8 +137,15 @@ class MirrorStorage(PassThroughStorage):
         self._ends: dict[int, _End] = {}
         self._starting: tuple[dict[str, Any], set[int]] | None = None  # see starting()
 
+    def start_retrying(self, retry_s: float) -> Retrying:
+        """From here on, transient storage trouble in a call (``@retried``) is waited out for
+        ``retry_s`` seconds; returns the retrier, for the run's own steps to share."""
+        self.retrying = Retrying(retry_s, self.backend.engine.dialect.name)
+        return self.retrying
+
     # --- studies: through to the database (_passthrough.py), but the mirror's ---------------
 
+    @retried
     def delete_study(self, study_id: int) -> None:
         with self._lock:
             self._studies.pop(study_id, None)
@@ -133,6 +167,7 @@ class MirrorStorage(PassThroughStorage):
         finally:
             self._starting = None
 
+    @retried
     def create_new_trial(self, study_id: int, template_trial: FrozenTrial | None = None) -> int:
         mirror = self._mirror(study_id)
         if template_trial is None:  # every ask(): numbered without counting the study
@@ -151,6 +186,7 @@ class MirrorStorage(PassThroughStorage):
             self._trial_study[frozen._trial_id] = study_id
         return frozen._trial_id
 
+    @retried
     def set_trial_param(self, trial_id: int, param_name: str, param_value_internal: float,
                         distribution: BaseDistribution) -> None:
         mirror, trial = self._mirrored(trial_id)
@@ -176,6 +212,7 @@ class MirrorStorage(PassThroughStorage):
         trial (its ``tell``); forgotten if that tell fails."""
         self._ends[trial_id] = _End(dict(attrs), ended, then)
 
+    @retried
     def set_trial_state_values(self, trial_id: int, state: TrialState,
                                values: Sequence[float] | None = None) -> bool:
         mirror, trial = self._mirrored(trial_id)
@@ -209,7 +246,7 @@ class MirrorStorage(PassThroughStorage):
     def _finish(self, trial_id: int, state: TrialState, values: Sequence[float] | None,
                 mirror: StudyMirror | None) -> bool:
         # Kept until the transaction commits: a storage error leaves them for the retry
-        # (hpo_orchestrator.db._retry runs this call again).
+        # (set_trial_state_values is @retried: the call runs again).
         end = self._ends.get(trial_id) or _End()
         steps = self._pending.get(trial_id, {})
         try:
@@ -228,6 +265,7 @@ class MirrorStorage(PassThroughStorage):
         self._pending.pop(trial_id, None)
         return True
 
+    @retried
     def set_trial_intermediate_value(self, trial_id: int, step: int,
                                      intermediate_value: float) -> None:
         _, trial = self._mirrored(trial_id)
@@ -239,6 +277,7 @@ class MirrorStorage(PassThroughStorage):
         if self._clock() - self._flushed_at >= self.refresh_s:
             self.flush()
 
+    @retried
     def flush(self) -> None:
         """Write the reports kept back (one transaction); those of a trial that another
         process finished meanwhile are dropped, as Optuna would refuse them."""
@@ -249,7 +288,7 @@ class MirrorStorage(PassThroughStorage):
                 with self.backend.engine.begin() as connection:
                     for trial_id, steps in pending.items():
                         write_steps(connection, trial_id, steps)
-            except Exception:  # kept for the retry (db._retry), newer reports first
+            except Exception:  # kept for the retry (@retried), newer reports first
                 for trial_id, steps in pending.items():
                     self._pending[trial_id] = {**steps, **self._pending.get(trial_id, {})}
                 raise
@@ -261,10 +300,12 @@ class MirrorStorage(PassThroughStorage):
         if mirror is not None:
             mirror.refreshed_at = -float("inf")
 
+    @retried
     def set_trial_user_attr(self, trial_id: int, key: str, value: Any) -> None:
         self.backend.set_trial_user_attr(trial_id, key, value)
         self._update(trial_id, "_user_attrs", key, value)
 
+    @retried
     def set_trial_system_attr(self, trial_id: int, key: str, value: JSONSerializable) -> None:
         self.backend.set_trial_system_attr(trial_id, key, value)
         self._update(trial_id, "_system_attrs", key, value)
@@ -280,6 +321,7 @@ class MirrorStorage(PassThroughStorage):
 
     # --- trial reads: from the mirror ----------------------------------------------------
 
+    @retried
     def get_trial_id_from_study_id_trial_number(self, study_id: int, trial_number: int) -> int:
         mirror = self._studies.get(study_id)
         if mirror is not None:
@@ -288,6 +330,7 @@ class MirrorStorage(PassThroughStorage):
                 return mirror.ordered[index]._trial_id
         return self.backend.get_trial_id_from_study_id_trial_number(study_id, trial_number)
 
+    @retried
     def get_trial(self, trial_id: int) -> FrozenTrial:
         _, trial = self._mirrored(trial_id)
         if trial is None:
@@ -295,6 +338,7 @@ class MirrorStorage(PassThroughStorage):
         # Callers (optuna.Trial) change the unfinished trial they get: theirs is a copy.
         return trial if trial.state.is_finished() else _callers_copy(trial)
 
+    @retried
     def get_all_trials(self, study_id: int, deepcopy: bool = True,
                        states: Container[TrialState] | None = None) -> list[FrozenTrial]:
         mirror = self._refreshed(study_id)
@@ -311,6 +355,7 @@ class MirrorStorage(PassThroughStorage):
                     trials = [t for t in trials if t.state in states]
         return copy.deepcopy(trials) if deepcopy else trials
 
+    @retried
     def unfinished_trial_ids(self, study_id: int) -> set[int]:
         """RUNNING and WAITING trials, any process's, as of at most ``refresh_s`` ago."""
         mirror = self._refreshed(study_id)  # the database read outside the lock
