@@ -8,7 +8,10 @@ database made by the installed Optuna. Modules by concern:
 - ``_version``: the Optuna schema revision a database must have, checked at open;
 - ``_sql``: running a statement on a SQLAlchemy connection or a plain ``sqlite3`` one;
 - ``_sqlite``: a plain sqlite study opened read-only with ``sqlite3`` alone (``status --json``);
-- ``_schema``: our own tables (``hpo_telemetry``, ``hpo_trial_summary``);
+- ``_schema``: our own tables (``hpo_telemetry``, ``hpo_trial_summary``), and the summary's
+  columns that a table of an older version lacks, added at a run's start;
+- ``_summary``: ``SummaryRow``, the summary row's one definition (columns, the attrs each
+  copies);
 - ``_study``: study lookup, direction, our study attrs, read errors;
 - ``_trials``: one narrow row per trial, counts, best trial, heartbeats (status, report);
 - ``_curves``: learning curves and step timings (tune-pruner, min_resource=auto);
@@ -106,6 +109,7 @@ if TYPE_CHECKING:
     )
     from hpo_orchestrator.db._schema import (
         TELEMETRY_COLUMNS,
+        add_summary_columns,
         ensure_tables,
         insert_samples,
         insert_summary,
@@ -127,6 +131,7 @@ if TYPE_CHECKING:
         study_id_of,
         to_datetime,
     )
+    from hpo_orchestrator.db._summary import SUMMARY_COLUMNS, SummaryRow
     from hpo_orchestrator.db._tally import (
         SinceTrial,
         existing_ids,
@@ -190,8 +195,9 @@ _MODULES = {
     **dict.fromkeys(["RunningTrialRow", "attempt_of", "create_running_trial", "enqueue_waiting_trial",
                      "fail_running_trial", "max_completed_step", "no_longer_running", "running_among",
                      "start_running_trial", "write_trial_attrs"], "_run"),
-    **dict.fromkeys(["TELEMETRY_COLUMNS", "ensure_tables", "insert_samples", "insert_summary",
-                     "summary_table", "tally_table", "telemetry_table"], "_schema"),
+    **dict.fromkeys(["TELEMETRY_COLUMNS", "add_summary_columns", "ensure_tables", "insert_samples",
+                     "insert_summary", "summary_table", "tally_table", "telemetry_table"], "_schema"),
+    **dict.fromkeys(["SUMMARY_COLUMNS", "SummaryRow"], "_summary"),
     **dict.fromkeys(["UNREADABLE", "database_now", "list_studies", "read_errors", "state_name",
                      "study_attrs", "study_config", "study_id_of", "to_datetime"], "_study"),
     **dict.fromkeys(["SinceTrial", "existing_ids", "fail_attrs", "failed_upto", "flags_upto",
@@ -219,6 +225,7 @@ def __getattr__(name: str) -> object:
 __all__ = [
     "ADVISORY_NAMESPACE",
     "SCHEMA_REVISION",
+    "SUMMARY_COLUMNS",
     "TELEMETRY_COLUMNS",
     "UNREADABLE",
     "CurveTrial",
@@ -231,8 +238,10 @@ __all__ = [
     "StorageUnavailable",
     "StoredArtifact",
     "SummaryFlags",
+    "SummaryRow",
     "TrialRow",
     "UncoveredTrial",
+    "add_summary_columns",
     "attempt_of",
     "best_of",
     "best_trial",

@@ -8,7 +8,6 @@ what remains propagates: the loop stops every child and exits 1.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ from sqlalchemy.engine import Connection
 from hpo_orchestrator import keys
 from hpo_orchestrator.db import (
     Retrying,
+    SummaryRow,
     enqueue_waiting_trial,
     fail_running_trial,
     insert_samples,
@@ -231,20 +231,16 @@ class RunRecords:
         if retry_attempt is not None and verdict.fail_reason is not None:
             retry = Retry(trial.number, trial_params(trial), verdict.fail_reason, retry_attempt)
             attrs[keys.RETRIED] = True
-        summary = {
-            "trial_id": trial._trial_id, "study_id": self.study._study_id, "number": trial.number,
-            "state": verdict.state.name, "host": self.host,
-            "gpu_index": rt.slot.gpu.index if rt.slot.gpu else None,
-            "start_s": rt.spawned_epoch, "end_s": ended_at,
-            "startup_s": None if rt.started_at is None else rt.started_at - rt.spawned_at,
-            "first_decision_s": measured.get(keys.FIRST_DECISION_S), "last_step": rt.last_step,
-            "gpu_util_mean": measured.get(keys.GPU_UTIL_MEAN),
-            "gpu_util_compute_mean": measured.get(keys.GPU_UTIL_COMPUTE_MEAN),
-            "gpu_energy_j": measured.get(keys.GPU_ENERGY_J),
-            "gpu_verified": measured.get(keys.GPU_VERIFIED), "fail_reason": verdict.fail_reason,
-            "opencl_platform": rt.opencl_platform,
-            "params_mismatch": json.dumps(measured[keys.PARAMS_MISMATCH])
-            if keys.PARAMS_MISMATCH in measured else None}
+        summary = SummaryRow.of(trial._trial_id, self.study._study_id, trial.number,
+                                verdict.state.name, {
+                                    **measured, keys.HOST: self.host,
+                                    keys.GPU_INDEX: rt.slot.gpu.index if rt.slot.gpu else None,
+                                    keys.FAIL_REASON: verdict.fail_reason,
+                                    keys.OPENCL_PLATFORM: rt.opencl_platform,
+                                    # unrounded (the attr has 4 decimals)
+                                    keys.STARTUP_S: None if rt.started_at is None
+                                    else rt.started_at - rt.spawned_at},
+                                start_s=rt.spawned_epoch, end_s=ended_at, last_step=rt.last_step)
         rows = self.sampler.take_rows() if self.sampler is not None else []
         self._last_flush = now = time.monotonic()
         fold = now - self._tally_at >= _TALLY_EVERY_S
