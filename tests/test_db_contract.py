@@ -267,7 +267,8 @@ def _(built: Built, connection: Connection) -> None:
     assert [(r.number, r.state, r.last_step) for r in rows] == [(0, "COMPLETE", 4), (2, "PRUNED", 1),
                                                                  (3, "FAIL", None)]
     assert rows[0].end_s - rows[0].start_s == pytest.approx(10.0)
-    assert (rows[0].host, rows[0].gpu_index, rows[0].gpu_util_mean, rows[0].gpu_energy_j) == ("h1", 0, 80.0, 500.0)
+    first = rows[0]
+    assert (first.host, first.gpu_index, first.gpu_util_mean, first.gpu_energy_j) == ("h1", 0, 80.0, 500.0)
 
 
 @case("trials.UNCOVERED")

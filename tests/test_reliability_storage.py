@@ -28,11 +28,10 @@ import pytest
 from optuna.trial import TrialState
 
 from hpo_orchestrator.db import _run, count_claimed, open_rdb_storage
-from hpo_orchestrator.scheduler import _records
 from hpo_orchestrator.scheduler._records import Retry, RunRecords
 from hpo_orchestrator.scheduler._recovery import Recovery
 from hpo_orchestrator.scheduler._trial import Asked
-from hpo_orchestrator.study import MirrorStorage
+from hpo_orchestrator.study import MirrorStorage, _end
 from tests.conftest import run_cli, start_cli, trial_rows
 
 pytestmark = pytest.mark.filterwarnings("ignore:Heartbeat of storage is supposed to be used",
@@ -138,16 +137,16 @@ def test_failing_between_the_mark_and_the_enqueue_leaves_neither(url: str,
     it rolls all back; the trial stays RUNNING and counted, and recovery retries it once."""
     run = Run(url)
     trial = run.asked_by(_dead_pid())
-    real = _records.enqueue_waiting_trial  # db's, as the records call it
+    real = _end.enqueue_waiting_trial  # db's, as a trial's end calls it
 
     def enqueue_then_crash(*args: Any, **kwargs: Any) -> int:
         real(*args, **kwargs)
         raise RuntimeError("crashed between the two steps")
 
-    monkeypatch.setattr(_records, "enqueue_waiting_trial", enqueue_then_crash)
+    monkeypatch.setattr(_end, "enqueue_waiting_trial", enqueue_then_crash)
     with pytest.raises(RuntimeError):
         run.records.fail_unstarted([Asked(trial, 1, False)])
-    monkeypatch.setattr(_records, "enqueue_waiting_trial", real)
+    monkeypatch.setattr(_end, "enqueue_waiting_trial", real)
     frozen = run.storage.get_trial(trial._trial_id)
     assert frozen.state == TrialState.RUNNING and "hpo.retried" not in frozen.user_attrs
     assert [t for t in run.trials() if t.state == TrialState.WAITING] == []

@@ -96,7 +96,7 @@ def _locked_once(target: Any, name: str, monkeypatch: pytest.MonkeyPatch) -> lis
 
 
 # One call of each kind: a pass-through write, a heartbeat, a study read, and the tell, whose
-# transaction is the mirror's own (db/_batch.py's finish_trial).
+# transaction is the mirror's own (study/_end.py's, through db/_batch.py's finish_trial).
 _CALLS: dict[str, tuple[str, Callable[[MirrorStorage, optuna.Study, optuna.Trial], Any]]] = {
     "set_trial_user_attr": ("backend", lambda m, s, t: m.set_trial_user_attr(t._trial_id, "k", 1)),
     "record_heartbeat": ("backend", lambda m, s, t: m.record_heartbeat(t._trial_id)),
@@ -111,8 +111,8 @@ def test_transient_trouble_in_a_storage_call_is_waited_out(
         clock: SimpleNamespace, monkeypatch: pytest.MonkeyPatch) -> None:
     mirror, study, trial = storage
     where, call = _CALLS[method]
-    import hpo_orchestrator.study._storage as storage_module
-    target = mirror.backend if where == "backend" else storage_module
+    import hpo_orchestrator.study._end as end_module
+    target = mirror.backend if where == "backend" else end_module
     calls = _locked_once(target, method if where == "backend" else where, monkeypatch)
     mirror.start_retrying(retry_s=60)
     call(mirror, study, trial)

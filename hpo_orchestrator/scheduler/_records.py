@@ -16,7 +16,6 @@ from typing import Any
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
-from sqlalchemy.engine import Connection
 
 from hpo_orchestrator import keys
 from hpo_orchestrator.db import (
@@ -25,7 +24,6 @@ from hpo_orchestrator.db import (
     enqueue_waiting_trial,
     fail_running_trial,
     insert_samples,
-    insert_summary,
     no_longer_running,
     retrying_of,
     write_trial_attrs,
@@ -34,7 +32,7 @@ from hpo_orchestrator.gpu import GpuInfo
 from hpo_orchestrator.pruning import fit_step_timing
 from hpo_orchestrator.scheduler._outcome import Verdict, params_mismatch
 from hpo_orchestrator.scheduler._trial import Asked, RunningTrial
-from hpo_orchestrator.study import MirrorStorage, advance_tally
+from hpo_orchestrator.study import MirrorStorage, Requeue, TrialEnd, advance_tally
 from hpo_orchestrator.telemetry import TelemetrySampler, TrialTelemetry
 
 __all__ = ["Retry", "RunRecords", "trial_params"]
@@ -60,6 +58,10 @@ class Retry:
         if self.attempt > 1:  # absent: 1 (docs/DESIGN.md §2.3)
             attrs[keys.ATTEMPT] = self.attempt
         return attrs
+
+    def requeue(self) -> Requeue:
+        """As a trial's end enqueues it (study/_end.py)."""
+        return Requeue(self.params, self.user_attrs())
 
 
 def trial_params(trial: optuna.Trial | FrozenTrial) -> dict[str, Any]:
@@ -221,8 +223,9 @@ class RunRecords:
                     ended_at: float, retry_attempt: int | None) -> None:
         """Tell the trial: its attrs, last reports, value, state and real end time, the
         summary row, the buffered telemetry and its retry (``retry_attempt``: the retry's
-        hpo.attempt; None: no retry) in one transaction (the study's MirrorStorage runs it at
-        tell): the ``hpo.retried`` mark and the retry commit together or not at all."""
+        hpo.attempt; None: no retry) in one transaction: a ``TrialEnd`` staged on the study's
+        MirrorStorage, which writes it at Optuna's tell (study/_end.py): the ``hpo.retried``
+        mark and the retry commit together or not at all."""
         trial = rt.trial
         attrs = {keys.EXIT_CODE: rt.process.returncode, **measured}
         if verdict.fail_reason is not None:
@@ -246,20 +249,12 @@ class RunRecords:
         fold = now - self._tally_at >= _TALLY_EVERY_S
         if fold:
             self._tally_at = now
-
-        def with_the_end(connection: Connection) -> None:
-            insert_summary(connection, summary)
-            if fold:  # the study's tally takes the trials ended since (here and elsewhere)
-                advance_tally(connection, self.study._study_id, self.study.study_name)
-            insert_samples(connection, rows)
-            if retry is not None:
-                enqueue_waiting_trial(connection, self.study._study_id, retry.params,
-                                           retry.user_attrs())
-
         # Optuna would stamp datetime_complete at tell(); the trial ended when its result came
         # (its slot may already run the next trial), so the stored duration is the trial's.
-        self.mirror.stage_end(trial._trial_id, attrs, datetime.fromtimestamp(ended_at),
-                              with_the_end)
+        self.mirror.stage_end(trial._trial_id, TrialEnd(
+            self.study._study_id, self.study.study_name, attrs,
+            ended=datetime.fromtimestamp(ended_at), summary=summary, samples=rows,
+            retry=None if retry is None else retry.requeue(), fold_tally=fold))
         if verdict.state == TrialState.COMPLETE:
             self.study.tell(trial, verdict.value)
         else:
@@ -275,14 +270,11 @@ class RunRecords:
             first = asked.pop(0)
             trial = first.trial
             retry = Retry(trial.number, trial_params(trial), "interrupted", first.attempt)
-
-            def requeue(connection: Connection, retry: Retry = retry) -> None:
-                enqueue_waiting_trial(connection, self.study._study_id, retry.params,
-                                           retry.user_attrs())
-
-            self.mirror.stage_end(trial._trial_id, {  # with the FAIL, in its transaction
-                keys.HOST: self.host, keys.FAIL_REASON: "interrupted",
-                keys.ERROR: "stopped before a slot took it", keys.RETRIED: True}, then=requeue)
+            self.mirror.stage_end(trial._trial_id, TrialEnd(  # with the FAIL, in its transaction
+                self.study._study_id, self.study.study_name, {
+                    keys.HOST: self.host, keys.FAIL_REASON: "interrupted",
+                    keys.ERROR: "stopped before a slot took it", keys.RETRIED: True},
+                retry=retry.requeue()))
             try:
                 self.study.tell(trial, state=TrialState.FAIL)
             except optuna.exceptions.UpdateFinishedTrialError:

@@ -8,6 +8,7 @@ Modules by concern:
 - ``_storage`` (over ``_mirror``, ``_passthrough``): ``MirrorStorage``, the run's Optuna
   storage: reads from an in-memory mirror of the study, writes through ``RDBStorage``
   (docs/DESIGN.md §3.2);
+- ``_end``: a trial's end as a value (``TrialEnd``), written in the transaction of its tell;
 - ``_tally``: the study's kept tally and its update at a trial's end (status reads it);
 - ``_tools``: ``best`` and ``enqueue`` (and ``study.enqueue`` at a run's start).
 
@@ -21,6 +22,7 @@ import importlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from hpo_orchestrator.study._end import Requeue, TrialEnd
     from hpo_orchestrator.study._setup import (
         build_sampler,
         create_or_load_study,
@@ -52,6 +54,8 @@ _MODULES = {
                                            "objective_differences", "record_config",
                                            "without_pruning")},
     "MirrorStorage": ("_storage", "MirrorStorage"),
+    "Requeue": ("_end", "Requeue"),
+    "TrialEnd": ("_end", "TrialEnd"),
     "TALLY_VERSION": ("_tally", "VERSION"),
     "DeviceTally": ("_tally", "DeviceTally"),
     "Tally": ("_tally", "Tally"),
@@ -80,7 +84,9 @@ __all__ = [
     "DeviceTally",
     "Enqueued",
     "MirrorStorage",
+    "Requeue",
     "Tally",
+    "TrialEnd",
     "advance_tally",
     "build_sampler",
     "create_or_load_study",

@@ -13,9 +13,9 @@ Here:
 - writes go to RDBStorage first (durable, in Optuna's own representation, before the call
   returns) and are then applied to the mirror, so this process sees its own writes at once;
 - a running trial's reports are written in batches (at most ``refresh_s`` late: pruning
-  reads them from the mirror at once), and its end (last reports, attrs the orchestrator
-  staged, value, state, and the orchestrator's own rows) in one transaction, through
-  db/_batch.py: a trial is told completely or not at all;
+  reads them from the mirror at once), and its end (last reports, value, state and the
+  ``TrialEnd`` the orchestrator staged: study/_end.py) in one transaction: a trial is told
+  completely or not at all;
 - the history is bounded: with ``max_history=N`` the sampler and pruner see the N newest
   trials plus the ``keep_best`` best COMPLETE ones (and any unfinished trial), never the whole
   study, so ask/tell cost stays flat as the study grows. ``max_history=None``: every trial.
@@ -24,11 +24,9 @@ Samplers and pruners see a ``FrozenTrial`` exactly as Optuna's storage builds it
 orchestrator updates behind the storage API (its ``hpo.*`` attrs, through hpo_orchestrator.db)
 reach the mirror with the next refresh; no sampler or pruner reads them.
 
-Storage trouble: each method that reaches the database is declared ``@retried`` (db/_retry.py):
-once the run calls :meth:`MirrorStorage.start_retrying`, transient trouble (a lock, a lost
-connection) in it is waited out and the call runs again. The rest are named in
-``NOT_RETRIED`` with the reason; tests/test_storage_retries.py checks that every public method
-is one or the other.
+Storage trouble: a method that reaches the database is ``@retried`` (db/_retry.py): after
+:meth:`MirrorStorage.start_retrying`, transient trouble in it is waited out and the call runs
+again; ``NOT_RETRIED`` names the rest and why (tests/test_storage_retries.py).
 
 Thread safety: one lock around the mirror; the orchestrator's loop is its one caller.
 """
@@ -41,7 +39,6 @@ import threading
 import time
 from collections.abc import Callable, Container, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, ClassVar
 
@@ -51,13 +48,11 @@ from optuna.distributions import BaseDistribution, check_distribution_compatibil
 from optuna.storages import RDBStorage
 from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
-from sqlalchemy.engine import Connection
 
 from hpo_orchestrator.db import (
     Retrying,
     best_trial_ids,
     create_running_trial,
-    finish_trial,
     read_trials,
     recent_trial_ids,
     retried,
@@ -66,31 +61,11 @@ from hpo_orchestrator.db import (
     write_param,
     write_steps,
 )
-from hpo_orchestrator.study._mirror import StudyMirror, by_number, new_running_trial
+from hpo_orchestrator.study._end import TrialEnd, write_end
+from hpo_orchestrator.study._mirror import StudyMirror, by_number, callers_copy, new_running_trial
 from hpo_orchestrator.study._passthrough import PassThroughStorage
 
 __all__ = ["MirrorStorage"]
-
-
-def _callers_copy(trial: FrozenTrial) -> FrozenTrial:
-    """A copy to change as optuna.Trial changes the trial it caches (it sets keys of its
-    params, distributions, attrs and intermediate values): those dicts copied, their values
-    shared (the mirror replaces a value, never changes one in place). copy.deepcopy cost
-    0.15-0.5 ms a call, three calls a trial."""
-    copied = copy.copy(trial)
-    copied._params, copied._distributions = dict(trial._params), dict(trial._distributions)
-    copied._user_attrs, copied._system_attrs = dict(trial._user_attrs), dict(trial._system_attrs)
-    copied.intermediate_values = dict(trial.intermediate_values)
-    return copied
-
-
-@dataclass
-class _End:
-    """What a trial's end writes besides its state and values (RunRecords stages it)."""
-
-    attrs: dict[str, Any] = field(default_factory=dict)
-    ended: datetime | None = None
-    then: Callable[[Connection], None] | None = None  # more writes in the same transaction
 
 
 class MirrorStorage(PassThroughStorage):
@@ -134,7 +109,7 @@ class MirrorStorage(PassThroughStorage):
         self._lock = threading.RLock()
         self._pending: dict[int, dict[int, float]] = {}  # trial id -> reports not yet written
         self._flushed_at = clock()
-        self._ends: dict[int, _End] = {}
+        self._ends: dict[int, TrialEnd] = {}
         self._starting: tuple[dict[str, Any], set[int]] | None = None  # see starting()
 
     def start_retrying(self, retry_s: float) -> Retrying:
@@ -206,11 +181,10 @@ class MirrorStorage(PassThroughStorage):
                 trial._distributions = {**trial.distributions, param_name: distribution}
                 mirror.put(trial)
 
-    def stage_end(self, trial_id: int, attrs: dict[str, Any], ended: datetime | None = None,
-                  then: Callable[[Connection], None] | None = None) -> None:
-        """Attrs, the true end time and more writes for the transaction that finishes the
-        trial (its ``tell``); forgotten if that tell fails."""
-        self._ends[trial_id] = _End(dict(attrs), ended, then)
+    def stage_end(self, trial_id: int, end: TrialEnd) -> None:
+        """What the transaction that finishes the trial (its ``tell``) writes besides its
+        state and values (study/_end.py); kept until that transaction commits."""
+        self._ends[trial_id] = end
 
     @retried
     def set_trial_state_values(self, trial_id: int, state: TrialState,
@@ -247,14 +221,10 @@ class MirrorStorage(PassThroughStorage):
                 mirror: StudyMirror | None) -> bool:
         # Kept until the transaction commits: a storage error leaves them for the retry
         # (set_trial_state_values is @retried: the call runs again).
-        end = self._ends.get(trial_id) or _End()
         steps = self._pending.get(trial_id, {})
         try:
             with self.backend.engine.begin() as connection:
-                finish_trial(connection, trial_id, state, values, steps, end.attrs,
-                             end.ended or datetime.now())
-                if end.then is not None:
-                    end.then(connection)
+                write_end(connection, trial_id, state, values, steps, self._ends.get(trial_id))
         except optuna.exceptions.UpdateFinishedTrialError:
             self._ends.pop(trial_id, None)
             self._pending.pop(trial_id, None)
@@ -336,7 +306,7 @@ class MirrorStorage(PassThroughStorage):
         if trial is None:
             return self.backend.get_trial(trial_id)
         # Callers (optuna.Trial) change the unfinished trial they get: theirs is a copy.
-        return trial if trial.state.is_finished() else _callers_copy(trial)
+        return trial if trial.state.is_finished() else callers_copy(trial)
 
     @retried
     def get_all_trials(self, study_id: int, deepcopy: bool = True,
