@@ -16,7 +16,7 @@ from omegaconf.errors import OmegaConfBaseException
 from hpo_orchestrator.config import config_dir
 from hpo_orchestrator.errors import ConfigError
 
-__all__ = ["SlurmConfig", "load_slurm_config", "split_overrides"]
+__all__ = ["SlurmConfig", "load_slurm_config"]
 
 # sbatch --time: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS
 _TIME = re.compile(r"^(\d+-)?\d+(:\d{1,2}){0,2}$")
@@ -70,12 +70,6 @@ class SlurmConfig:
             key, sep, value = line[2:].partition("=")
             options[key.replace("-", "_")] = value if sep else True
         return options
-
-
-def split_overrides(overrides: list[str]) -> tuple[list[str], list[str]]:
-    """(``slurm=...``/``slurm.*`` overrides, the run's overrides)."""
-    slurm = [o for o in overrides if o.split("=", 1)[0] == "slurm" or o.startswith("slurm.")]
-    return slurm, [o for o in overrides if o not in slurm]
 
 
 def load_slurm_config(overrides: list[str]) -> SlurmConfig:
