@@ -34,8 +34,9 @@ Readers take a SQLAlchemy ``Connection`` and return plain Python values (states 
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
+
+from hpo_orchestrator._lazy import lazy_getattr
 
 # Each name is imported from its module on first use (PEP 562), so that a command imports only
 # what it reads with: ``status --json`` on sqlite reads through sqlite3 and never imports
@@ -213,129 +214,7 @@ _MODULES = {
 }
 
 
-def __getattr__(name: str) -> object:
-    module = _MODULES.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value  # the next lookup is a plain one
-    return value
-
-
-__all__ = [
-    "ADVISORY_NAMESPACE",
-    "SCHEMA_REVISION",
-    "SUMMARY_COLUMNS",
-    "TELEMETRY_COLUMNS",
-    "UNREADABLE",
-    "CurveTrial",
-    "RetentionRaced",
-    "Retrying",
-    "RunningTrialRow",
-    "Sample",
-    "ScoredTrial",
-    "SinceTrial",
-    "StorageUnavailable",
-    "StoredArtifact",
-    "SummaryFlags",
-    "SummaryRow",
-    "TrialRow",
-    "UncoveredTrial",
-    "add_summary_columns",
-    "attempt_of",
-    "best_of",
-    "best_trial",
-    "best_trial_ids",
-    "best_trials",
-    "check_schema",
-    "check_url",
-    "claimed_rows_after",
-    "count_claimed",
-    "count_claimed_upto",
-    "count_retried",
-    "count_running",
-    "create_engine",
-    "create_running_trial",
-    "database_now",
-    "dialect",
-    "downsample_trial",
-    "enqueue_waiting_trial",
-    "ensure_tables",
-    "existing_ids",
-    "fail_attrs",
-    "fail_errors",
-    "fail_running_trial",
-    "failed_upto",
-    "file_lock",
-    "finish_trial",
-    "first_line",
-    "first_of_last",
-    "flags_upto",
-    "has_summary_table",
-    "has_tally_table",
-    "has_telemetry_table",
-    "has_trial",
-    "heartbeat_of",
-    "insert_samples",
-    "insert_summary",
-    "intermediate_values",
-    "is_retried",
-    "latest_study",
-    "list_studies",
-    "lock_file",
-    "lock_study_budget",
-    "mask_url",
-    "mask_url_in",
-    "max_completed_step",
-    "no_longer_running",
-    "open_rdb_storage",
-    "open_sqlite",
-    "ordered_window",
-    "pareto_front",
-    "paste_url",
-    "read_errors",
-    "read_tally",
-    "read_trials",
-    "recent_trial_ids",
-    "retention_candidates",
-    "retried",
-    "retrying_of",
-    "running_among",
-    "settled_upto",
-    "setup_lock",
-    "sqlite_path",
-    "start_running_trial",
-    "state_counts",
-    "state_name",
-    "step_timings",
-    "study_attrs",
-    "study_config",
-    "study_directions",
-    "study_id_of",
-    "summarize",
-    "summary_count_upto",
-    "summary_flags",
-    "summary_max_complete_step",
-    "summary_prune_steps",
-    "summary_rows",
-    "summary_table",
-    "tally_table",
-    "telemetry_rows",
-    "telemetry_samples",
-    "telemetry_table",
-    "to_datetime",
-    "trial_artifacts",
-    "trial_detail",
-    "trial_params",
-    "trial_rows",
-    "trial_values",
-    "trials_since",
-    "trials_with_values",
-    "trouble_of",
-    "uncovered_trials",
-    "unfinished_trial_ids_before",
-    "write_param",
-    "write_steps",
-    "write_tally",
-    "write_trial_attrs",
-]
+__getattr__ = lazy_getattr(__name__, _MODULES, globals())
+# Every name of the table; the imports above name the same for type checkers
+# (tests/test_imports.py checks that they agree).
+__all__ = sorted(_MODULES)

@@ -18,8 +18,9 @@ the tally without importing Optuna, a run's set-up imports all of it.
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
+
+from hpo_orchestrator._lazy import lazy_getattr
 
 if TYPE_CHECKING:
     from hpo_orchestrator.study._end import Requeue, TrialEnd
@@ -67,38 +68,7 @@ _MODULES = {
 }
 
 
-def __getattr__(name: str) -> object:
-    found = _MODULES.get(name)
-    if found is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    module, attr = found
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), attr)
-    globals()[name] = value  # the next lookup is a plain one
-    return value
-
-
-__all__ = [
-    "TALLY_VERSION",
-    "BestTrial",
-    "BestTrials",
-    "DeviceTally",
-    "Enqueued",
-    "MirrorStorage",
-    "Requeue",
-    "Tally",
-    "TrialEnd",
-    "advance_tally",
-    "build_sampler",
-    "create_or_load_study",
-    "enqueue_command",
-    "enqueue_configured",
-    "enqueue_params",
-    "find_best",
-    "load_params",
-    "objective_differences",
-    "override_line",
-    "overrides",
-    "record_config",
-    "trusted_tally",
-    "without_pruning",
-]
+__getattr__ = lazy_getattr(__name__, _MODULES, globals())
+# Every name of the table; the imports above name the same for type checkers
+# (tests/test_imports.py checks that they agree).
+__all__ = sorted(_MODULES)
