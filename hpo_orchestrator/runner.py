@@ -29,7 +29,6 @@ from hpo_orchestrator.db import (
     ensure_tables,
     list_studies,
     open_rdb_storage,
-    retrying_rdb_storage,
     setup_lock,
     sqlite_path,
 )
@@ -252,7 +251,7 @@ def _run(config: Config, backend: GpuBackend,
             enqueued = enqueue_configured(study, config.study.enqueue)
         prepare_store(store)  # created once the storage is known good (a refused one: no folder)
         # from here on, transient storage trouble is waited out (storage.retry_s)
-        retrying = retrying_rdb_storage(storage, config.storage.retry_s, mirror)
+        retrying = mirror.start_retrying(config.storage.retry_s)
         budget = Budget(storage.engine, study._study_id, config.study.n_trials,
                         sqlite_path(config.storage.url), retrying,
                         unfinished=lambda: mirror.unfinished_trial_ids(study._study_id))

@@ -320,7 +320,7 @@ def main() -> int:
                for batch in seed_batches(names, args.pair, seed)]
     for at in range(0, len(batches), args.concurrent):  # K batches at once, one block each
         runs = [start(name, work, args, seed, half(which, gpus, cores_of), group)
-                for (seed, batch), cores_of in zip(batches[at:at + args.concurrent], blocks)
+                for (seed, batch), cores_of in zip(batches[at:at + args.concurrent], blocks, strict=False)
                 for name, which in batch]
         time.sleep(max(0.0, max(r["launch"] for r in runs) + args.budget - time.time()))
         for run in runs:

@@ -67,7 +67,7 @@ def test_dry_run_prints_the_sbatch_script(cli, tmp_path: Path) -> None:  # type:
 
 def test_submit_s_cores_follow_the_gpus_per_node() -> None:
     """--cpus-per-task was 4 whatever the node's GPUs: 8 GPUs' trials shared 4 cores."""
-    from hpo_orchestrator.cluster._config import load_slurm_config
+    from hpo_orchestrator.cluster.slurm._config import load_slurm_config
 
     assert load_slurm_config(["slurm.gpus_per_node=8"]).cpus() == 32
     assert load_slurm_config(["slurm.gpus_per_node=0"]).cpus() == 4

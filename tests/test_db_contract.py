@@ -267,7 +267,8 @@ def _(built: Built, connection: Connection) -> None:
     assert [(r.number, r.state, r.last_step) for r in rows] == [(0, "COMPLETE", 4), (2, "PRUNED", 1),
                                                                  (3, "FAIL", None)]
     assert rows[0].end_s - rows[0].start_s == pytest.approx(10.0)
-    assert (rows[0].host, rows[0].gpu_index, rows[0].util_mean, rows[0].energy_j) == ("h1", 0, 80.0, 500.0)
+    first = rows[0]
+    assert (first.host, first.gpu_index, first.gpu_util_mean, first.gpu_energy_j) == ("h1", 0, 80.0, 500.0)
 
 
 @case("trials.UNCOVERED")
@@ -767,6 +768,15 @@ def _(built: Built, connection: Connection) -> None:
         again = db.trials_since(connection, built.study_id, ids[1] - 1, [])[0]
         assert again.summarized and again.row == one.row and again.flags == one.flags
         transaction.rollback()
+
+
+@case("schema.ADD_COLUMN")
+def _(built: Built, connection: Connection) -> None:
+    """On a database of its own: a summary table of an older version gets its new columns."""
+    from tests.test_summary_migration import check_an_older_database_migrates
+
+    with tempfile.TemporaryDirectory() as folder, _database(built.backend, Path(folder)) as url:
+        check_an_older_database_migrates(url)
 
 
 @case("sql.TABLES")

@@ -11,6 +11,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.conftest import cli_env
 
 _IMPORT_ALL = """
@@ -94,3 +96,26 @@ def test_every_name_a_package_exports_resolves() -> None:
         module = importlib.import_module(package)
         missing = [name for name in module.__all__ if not hasattr(module, name)]
         assert not missing, f"{package}.__all__ names what it lacks: {missing}"
+
+
+@pytest.mark.parametrize("package", ["db", "study"])
+def test_a_lazy_face_types_what_it_exports(package: str) -> None:
+    """db/ and study/ list their names once, in the lookup table that ``__all__`` and the lazy
+    imports come from; the TYPE_CHECKING imports beside it (for type checkers) must name the
+    same, each from the module the table names."""
+    import ast
+    import importlib
+
+    module = importlib.import_module(f"hpo_orchestrator.{package}")
+    tree = ast.parse(Path(module.__file__ or "").read_text())
+    [guarded] = [n for n in tree.body if isinstance(n, ast.If) and ast.unparse(n.test) == "TYPE_CHECKING"]
+    typed = {}
+    for node in ast.walk(guarded):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            for alias in node.names:
+                typed[alias.asname or alias.name] = (node.module.rsplit(".", 1)[1], alias.name)
+    typed.pop("Readable", None)  # db's: a type only, not exported
+    table = {name: (found, name) if isinstance(found, str) else found
+             for name, found in module._MODULES.items()}
+    assert typed == table
+    assert module.__all__ == sorted(table)

@@ -323,3 +323,22 @@ def test_tune_pruner_bad_input(tmp_path: Path, args: list[str], message: str) ->
     result = run_cli(tmp_path, "tune-pruner", *args)
     assert result.code == 2 and result.stderr.startswith("error: ") and message in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_a_setting_keeps_the_recorded_options_the_grid_does_not_vary() -> None:
+    """tune-pruner replays (and recommends) a grid point applied to the study's recorded pruner
+    config: an option outside the grid, such as one added later, is the study's, not
+    silently dropped (issue 29)."""
+    from hpo_orchestrator.pruning._replay import PrunerSetting
+
+    median = PrunerSetting("median", n_warmup_steps=2, n_startup_trials=1)
+    assert median.config({"name": "median", "interval_steps": 4, "n_warmup_steps": 9}) \
+        == MedianPrunerConfig(n_startup_trials=1, n_warmup_steps=2, interval_steps=4)
+    patient = PrunerSetting("patient_hyperband", patience=2, min_resource=1, reduction_factor=3)
+    ran = {"name": "patient_hyperband", "patience": 5, "min_delta": 0.1, "max_resource": 30,
+           "min_resource": "auto"}
+    assert patient.config(ran) == PatientHyperbandPrunerConfig(
+        patience=2, min_delta=0.1, min_resource=1, max_resource=30, reduction_factor=3)
+    assert patient.config({**ran, "max_resource": "auto"}).max_resource == "auto"
+    # another kind's options are not this pruner's
+    assert median.config(ran) == MedianPrunerConfig(n_startup_trials=1, n_warmup_steps=2)

@@ -28,11 +28,10 @@ import pytest
 from optuna.trial import TrialState
 
 from hpo_orchestrator.db import _run, count_claimed, open_rdb_storage
-from hpo_orchestrator.scheduler import _records
 from hpo_orchestrator.scheduler._records import Retry, RunRecords
 from hpo_orchestrator.scheduler._recovery import Recovery
 from hpo_orchestrator.scheduler._trial import Asked
-from hpo_orchestrator.study import MirrorStorage
+from hpo_orchestrator.study import MirrorStorage, _end
 from tests.conftest import run_cli, start_cli, trial_rows
 
 pytestmark = pytest.mark.filterwarnings("ignore:Heartbeat of storage is supposed to be used",
@@ -138,16 +137,16 @@ def test_failing_between_the_mark_and_the_enqueue_leaves_neither(url: str,
     it rolls all back; the trial stays RUNNING and counted, and recovery retries it once."""
     run = Run(url)
     trial = run.asked_by(_dead_pid())
-    real = _records.enqueue_waiting_trial  # db's, as the records call it
+    real = _end.enqueue_waiting_trial  # db's, as a trial's end calls it
 
     def enqueue_then_crash(*args: Any, **kwargs: Any) -> int:
         real(*args, **kwargs)
         raise RuntimeError("crashed between the two steps")
 
-    monkeypatch.setattr(_records, "enqueue_waiting_trial", enqueue_then_crash)
+    monkeypatch.setattr(_end, "enqueue_waiting_trial", enqueue_then_crash)
     with pytest.raises(RuntimeError):
         run.records.fail_unstarted([Asked(trial, 1, False)])
-    monkeypatch.setattr(_records, "enqueue_waiting_trial", real)
+    monkeypatch.setattr(_end, "enqueue_waiting_trial", real)
     frozen = run.storage.get_trial(trial._trial_id)
     assert frozen.state == TrialState.RUNNING and "hpo.retried" not in frozen.user_attrs
     assert [t for t in run.trials() if t.state == TrialState.WAITING] == []
@@ -387,11 +386,12 @@ def test_a_lock_held_past_the_busy_timeout_is_waited_out(tmp_path: Path,
     """sqlite's busy timeout (here 0.1 s) runs out while another process holds the write
     lock; the call is retried until the lock is gone, or fails naming the lock."""
 
-    from hpo_orchestrator.db import StorageUnavailable, _engine, retrying_rdb_storage
+    from hpo_orchestrator.db import StorageUnavailable, _engine
 
     monkeypatch.setattr(_engine, "_SQLITE_BUSY_TIMEOUT_S", 0.1)
     run = Run(f"sqlite:///{tmp_path / 'rel.db'}")
-    retrying = retrying_rdb_storage(run.storage, retry_s=60)
+    mirror = run.study._storage
+    retrying = mirror.start_retrying(retry_s=60)
     trial = run.study.ask()
     locked, release = threading.Event(), threading.Event()
 
@@ -411,7 +411,7 @@ def test_a_lock_held_past_the_busy_timeout_is_waited_out(tmp_path: Path,
         timer = threading.Timer(1.5, release.set)  # releases the lock 1.5 s in (15 busy timeouts)
         timer.start()
         try:
-            run.storage.set_trial_user_attr(trial._trial_id, "k", retry_s)
+            mirror.set_trial_user_attr(trial._trial_id, "k", retry_s)
             return None
         except StorageUnavailable as exc:
             return exc
@@ -434,10 +434,8 @@ def test_a_terminated_postgresql_connection_is_reopened(postgres_url: str) -> No
     """pg_terminate_backend in the middle of a step: the step runs again on a new connection."""
     import sqlalchemy
 
-    from hpo_orchestrator.db import retrying_rdb_storage
-
     run = Run(postgres_url)
-    retrying = retrying_rdb_storage(run.storage, retry_s=60)
+    retrying = run.study._storage.start_retrying(retry_s=60)
     attempts = []
 
     def step() -> int:

@@ -9,15 +9,17 @@ import math
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import optuna
 import pytest
+import sqlalchemy.exc
 from optuna.trial import FrozenTrial, TrialState
 
 from hpo_orchestrator.db import open_rdb_storage
-from hpo_orchestrator.study import MirrorStorage
+from hpo_orchestrator.study import MirrorStorage, TrialEnd
 from tests.test_multi import _finish, _host, _trials
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -278,23 +280,22 @@ def test_the_budget_count_stays_exact_across_its_checkpoint(url: str) -> None:
 
 def test_a_trial_end_is_written_whole_or_not_at_all(url: str) -> None:
     """Everything of a trial's end is one transaction: a failure in its middle (here: the
-    orchestrator's own rows) leaves the trial RUNNING with nothing of its end written."""
+    orchestrator's own rows, into a table that is not there) leaves the trial RUNNING with
+    nothing of its end written."""
     storage = MirrorStorage(open_rdb_storage(url), refresh_s=60.0)
     study = optuna.create_study(study_name="s", storage=storage)
     trial = study.ask()
     trial.suggest_float("x", 0.0, 1.0)
     trial.report(0.5, 1)  # kept back: refresh_s has not passed
+    end = TrialEnd(study._study_id, "s", {"hpo.exit_code": 0})
 
-    def crash(connection: Any) -> None:
-        raise RuntimeError("killed in the middle of the end")
-
-    storage.stage_end(trial._trial_id, {"hpo.exit_code": 0}, then=crash)
-    with pytest.raises(RuntimeError):
+    storage.stage_end(trial._trial_id, replace(end, samples=[{"trial_id": trial._trial_id}]))
+    with pytest.raises(sqlalchemy.exc.OperationalError, match="hpo_telemetry"):
         study.tell(trial, 0.25)
     [stored] = optuna.load_study(study_name="s", storage=url).get_trials()
     assert stored.state == TrialState.RUNNING and stored.values is None
     assert stored.user_attrs == {} and stored.intermediate_values == {}
-    storage.stage_end(trial._trial_id, {"hpo.exit_code": 0})
+    storage.stage_end(trial._trial_id, end)
     study.tell(trial, 0.25)
     [stored] = optuna.load_study(study_name="s", storage=url).get_trials()
     assert (stored.state, stored.value, stored.user_attrs) == (TrialState.COMPLETE, 0.25,

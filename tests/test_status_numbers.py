@@ -116,12 +116,12 @@ def test_status_numbers_are_the_rows_numbers(tmp_path: Path, summarized: int) ->
         assert use.busy_fraction == pytest.approx(_union(intervals, lo, hi) / (hi - lo), abs=1e-3)
         assert use.busy_fraction_queued == pytest.approx(
             _union(intervals, lo, queued_hi) / (queued_hi - lo), abs=1e-9)
-        timed = [(r.util_mean, (r.end_s or hi) - r.start_s) for r in members
-                 if r.util_mean is not None and r.start_s is not None]
+        timed = [(r.gpu_util_mean, (r.end_s or hi) - r.start_s) for r in members
+                 if r.gpu_util_mean is not None and r.start_s is not None]
         weight = sum(w for _, w in timed)
         assert use.util_mean == (pytest.approx(round(sum(u * w for u, w in timed) / weight, 1), abs=0.11)
                                  if weight > 0 else None)
-        energy = [r.energy_j for r in members if r.energy_j is not None]
+        energy = [r.gpu_energy_j for r in members if r.gpu_energy_j is not None]
         assert use.energy_kj == (pytest.approx(round(sum(energy) / 1000, 3)) if energy else None)
 
     pairs = [(r.startup_s, r.first_decision_s) for r in rows

@@ -8,6 +8,7 @@ with ``--debug``. One module per command group; this one dispatches and reports 
 
 from __future__ import annotations
 
+import logging
 import sys
 import traceback
 from collections.abc import Sequence
@@ -28,9 +29,21 @@ __all__ = ["EXIT_STDOUT_CLOSED", "main"]
 EXIT_STDOUT_CLOSED = 141  # 128 + SIGPIPE: what a shell reports for a writer whose reader left
 
 
+def _debug_logging() -> None:
+    """``--debug``: our DEBUG lines on stderr too (the loop's slow duties, scheduler/_recipe.py)."""
+    log = logging.getLogger("hpo_orchestrator")
+    if not log.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        log.addHandler(handler)
+    log.setLevel(logging.DEBUG)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
+    if debug:
+        _debug_logging()
     secrets = url_passwords(argv)
     console = _console()
     errors = _errors()

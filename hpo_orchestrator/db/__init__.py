@@ -8,7 +8,10 @@ database made by the installed Optuna. Modules by concern:
 - ``_version``: the Optuna schema revision a database must have, checked at open;
 - ``_sql``: running a statement on a SQLAlchemy connection or a plain ``sqlite3`` one;
 - ``_sqlite``: a plain sqlite study opened read-only with ``sqlite3`` alone (``status --json``);
-- ``_schema``: our own tables (``hpo_telemetry``, ``hpo_trial_summary``);
+- ``_schema``: our own tables (``hpo_telemetry``, ``hpo_trial_summary``), and the summary's
+  columns that a table of an older version lacks, added at a run's start;
+- ``_summary``: ``SummaryRow``, the summary row's one definition (columns, the attrs each
+  copies);
 - ``_study``: study lookup, direction, our study attrs, read errors;
 - ``_trials``: one narrow row per trial, counts, best trial, heartbeats (status, report);
 - ``_curves``: learning curves and step timings (tune-pruner, min_resource=auto);
@@ -31,8 +34,9 @@ Readers take a SQLAlchemy ``Connection`` and return plain Python values (states 
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
+
+from hpo_orchestrator._lazy import lazy_getattr
 
 # Each name is imported from its module on first use (PEP 562), so that a command imports only
 # what it reads with: ``status --json`` on sqlite reads through sqlite3 and never imports
@@ -88,8 +92,9 @@ if TYPE_CHECKING:
         Retrying,
         StorageUnavailable,
         first_line,
+        is_retried,
+        retried,
         retrying_of,
-        retrying_rdb_storage,
         trouble_of,
     )
     from hpo_orchestrator.db._run import (
@@ -106,6 +111,7 @@ if TYPE_CHECKING:
     )
     from hpo_orchestrator.db._schema import (
         TELEMETRY_COLUMNS,
+        add_summary_columns,
         ensure_tables,
         insert_samples,
         insert_summary,
@@ -127,6 +133,7 @@ if TYPE_CHECKING:
         study_id_of,
         to_datetime,
     )
+    from hpo_orchestrator.db._summary import SUMMARY_COLUMNS, SummaryRow
     from hpo_orchestrator.db._tally import (
         SinceTrial,
         existing_ids,
@@ -185,15 +192,15 @@ _MODULES = {
                      "mask_url", "mask_url_in", "open_rdb_storage", "paste_url", "setup_lock",
                      "sqlite_path"], "_engine"),
     **dict.fromkeys(["RetentionRaced", "downsample_trial", "retention_candidates"], "_retention"),
-    **dict.fromkeys(["Retrying", "StorageUnavailable", "first_line", "retrying_of",
-                     "retrying_rdb_storage", "trouble_of"], "_retry"),
     "asked_outside": "_outside",
-    **dict.fromkeys(["RunningTrialRow", "attempt_of", "create_running_trial",
-                     "enqueue_waiting_trial", "fail_running_trial", "max_completed_step",
-                     "no_longer_running", "running_among", "start_running_trial",
-                     "write_trial_attrs"], "_run"),
-    **dict.fromkeys(["TELEMETRY_COLUMNS", "ensure_tables", "insert_samples", "insert_summary",
-                     "summary_table", "tally_table", "telemetry_table"], "_schema"),
+    **dict.fromkeys(["Retrying", "StorageUnavailable", "first_line", "is_retried", "retried",
+                     "retrying_of", "trouble_of"], "_retry"),
+    **dict.fromkeys(["RunningTrialRow", "attempt_of", "create_running_trial", "enqueue_waiting_trial",
+                     "fail_running_trial", "max_completed_step", "no_longer_running", "running_among",
+                     "start_running_trial", "write_trial_attrs"], "_run"),
+    **dict.fromkeys(["TELEMETRY_COLUMNS", "add_summary_columns", "ensure_tables", "insert_samples",
+                     "insert_summary", "summary_table", "tally_table", "telemetry_table"], "_schema"),
+    **dict.fromkeys(["SUMMARY_COLUMNS", "SummaryRow"], "_summary"),
     **dict.fromkeys(["UNREADABLE", "database_now", "list_studies", "read_errors", "state_name",
                      "study_attrs", "study_config", "study_id_of", "to_datetime"], "_study"),
     **dict.fromkeys(["SinceTrial", "existing_ids", "fail_attrs", "failed_upto", "flags_upto",
@@ -209,126 +216,7 @@ _MODULES = {
 }
 
 
-def __getattr__(name: str) -> object:
-    module = _MODULES.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value  # the next lookup is a plain one
-    return value
-
-
-__all__ = [
-    "ADVISORY_NAMESPACE",
-    "SCHEMA_REVISION",
-    "TELEMETRY_COLUMNS",
-    "UNREADABLE",
-    "CurveTrial",
-    "RetentionRaced",
-    "Retrying",
-    "RunningTrialRow",
-    "Sample",
-    "ScoredTrial",
-    "SinceTrial",
-    "StorageUnavailable",
-    "StoredArtifact",
-    "SummaryFlags",
-    "TrialRow",
-    "UncoveredTrial",
-    "asked_outside",
-    "attempt_of",
-    "best_of",
-    "best_trial",
-    "best_trial_ids",
-    "best_trials",
-    "check_schema",
-    "check_url",
-    "claimed_rows_after",
-    "count_claimed",
-    "count_claimed_upto",
-    "count_retried",
-    "count_running",
-    "create_engine",
-    "create_running_trial",
-    "database_now",
-    "dialect",
-    "downsample_trial",
-    "enqueue_waiting_trial",
-    "ensure_tables",
-    "existing_ids",
-    "fail_attrs",
-    "fail_errors",
-    "fail_running_trial",
-    "failed_upto",
-    "file_lock",
-    "finish_trial",
-    "first_line",
-    "first_of_last",
-    "flags_upto",
-    "has_summary_table",
-    "has_tally_table",
-    "has_telemetry_table",
-    "has_trial",
-    "heartbeat_of",
-    "insert_samples",
-    "insert_summary",
-    "intermediate_values",
-    "latest_study",
-    "list_studies",
-    "lock_file",
-    "lock_study_budget",
-    "mask_url",
-    "mask_url_in",
-    "max_completed_step",
-    "no_longer_running",
-    "open_rdb_storage",
-    "open_sqlite",
-    "ordered_window",
-    "pareto_front",
-    "paste_url",
-    "read_errors",
-    "read_tally",
-    "read_trials",
-    "recent_trial_ids",
-    "retention_candidates",
-    "retrying_of",
-    "retrying_rdb_storage",
-    "running_among",
-    "settled_upto",
-    "setup_lock",
-    "sqlite_path",
-    "start_running_trial",
-    "state_counts",
-    "state_name",
-    "step_timings",
-    "study_attrs",
-    "study_config",
-    "study_directions",
-    "study_id_of",
-    "summarize",
-    "summary_count_upto",
-    "summary_flags",
-    "summary_max_complete_step",
-    "summary_prune_steps",
-    "summary_rows",
-    "summary_table",
-    "tally_table",
-    "telemetry_rows",
-    "telemetry_samples",
-    "telemetry_table",
-    "to_datetime",
-    "trial_artifacts",
-    "trial_detail",
-    "trial_params",
-    "trial_rows",
-    "trial_values",
-    "trials_since",
-    "trials_with_values",
-    "trouble_of",
-    "uncovered_trials",
-    "unfinished_trial_ids_before",
-    "write_param",
-    "write_steps",
-    "write_tally",
-    "write_trial_attrs",
-]
+__getattr__ = lazy_getattr(__name__, _MODULES, globals())
+# Every name of the table; the imports above name the same for type checkers
+# (tests/test_imports.py checks that they agree).
+__all__ = sorted(_MODULES)

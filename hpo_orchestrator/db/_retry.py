@@ -7,8 +7,10 @@ or at once for a full disk or a read-only sqlite file, the run stops with exit 1
 that names the cause (issue 15: a lock failed a trial as the objective's ``exception``, and a
 dropped connection ended the run with a hint about disk space).
 
-What is retried: each call of Optuna's RDBStorage the run makes (ask, tell, heartbeats, the
-trial proxy's calls), and each transaction of ours (:meth:`Retrying.call`). A step whose
+What is retried: each call the run makes on its study's storage (study/_storage.py's
+``MirrorStorage``: ask, tell, heartbeats, the trial proxy's calls; its methods are declared
+:func:`retried`, and Optuna's RDBStorage calls they make are retried with them), and each
+transaction of ours (:meth:`Retrying.call`). A step whose
 commit reached the server but whose answer was lost may run twice: harmless for writes of
 attrs and values; an ask may leave one extra RUNNING trial without a heartbeat, which
 recovery fails as ``lost`` (not counted against n_trials) after the grace period.
@@ -16,22 +18,20 @@ recovery fails as ``lost`` (not counted against n_trials) after the grace period
 
 from __future__ import annotations
 
+import functools
 import logging
 import random
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from sqlalchemy.exc import DBAPIError
 
 from hpo_orchestrator.errors import RuntimeFailure
 
-if TYPE_CHECKING:
-    import optuna
-
-__all__ = ["Retrying", "StorageUnavailable", "first_line", "retrying_of", "retrying_rdb_storage",
-           "trouble_of"]
+__all__ = ["Retrying", "StorageUnavailable", "first_line", "is_retried", "retried",
+           "retrying_of", "trouble_of"]
 
 T = TypeVar("T")
 _log = logging.getLogger("hpo_orchestrator")
@@ -176,45 +176,31 @@ class Retrying:
                 delay = min(delay * 2, _BACKOFF_MAX_S)
 
 
-    def wrap(self, target: Any, names: tuple[str, ...]) -> None:
-        """Make each named method of ``target`` (an instance) a retried step."""
-        for name in names:
-            method = getattr(target, name)
 
-            def wrapped(*args: Any, _method: Callable[..., Any] = method, **kwargs: Any) -> Any:
-                return self.call(lambda: _method(*args, **kwargs))
+def retried(method: Callable[..., T]) -> Callable[..., T]:
+    """Declares a storage method a retried step: it runs through its storage's ``retrying``
+    (a :class:`Retrying` once a run starts retrying), or as it is while that is None (study
+    set-up: its errors are exit 2). Declared on the method, so it follows a rename; the
+    storage's test checks that every public method is retried or exempt by name and reason."""
 
-            setattr(target, name, wrapped)
+    @functools.wraps(method)
+    def step(self: Any, *args: Any, **kwargs: Any) -> T:
+        retrying = self.retrying
+        if retrying is None:
+            return method(self, *args, **kwargs)
+        return retrying.call(lambda: method(self, *args, **kwargs))
 
-
-# The RDBStorage calls a run makes (study set-up excluded: its errors are exit 2), and those of
-# the run's MirrorStorage (study/_storage.py) that reach the database.
-_RETRIED = ("set_study_user_attr", "set_study_system_attr", "get_study_id_from_name",
-            "get_study_name_from_id", "get_study_directions", "get_study_user_attrs",
-            "get_study_system_attrs", "get_trial_user_attrs", "get_trial_system_attrs",
-            "get_all_studies", "create_new_trial", "_create_new_trial", "set_trial_param",
-            "_set_trial_param", "get_trial_param", "set_trial_state_values",
-            "set_trial_intermediate_value", "set_trial_user_attr", "set_trial_system_attr",
-            "get_trial_id_from_study_id_trial_number", "get_trial", "get_all_trials",
-            "get_best_trial", "record_heartbeat", "_get_stale_trial_ids")
-_MIRROR_RETRIED = ("create_new_trial", "set_trial_param", "set_trial_state_values",
-                   "set_trial_intermediate_value", "flush", "set_trial_user_attr",
-                   "set_trial_system_attr", "get_trial", "get_all_trials")
+    step.retried = True  # type: ignore[attr-defined]
+    return step
 
 
-def retrying_rdb_storage(storage: optuna.storages.RDBStorage, retry_s: float,
-                         mirror: Any = None) -> Retrying:
-    """Make ``storage``'s calls (and its ``mirror``'s) retry transient trouble, in place: the
-    study, the mirror and our own steps share the one instance; returns the retrier."""
-    retrying = Retrying(retry_s, storage.engine.dialect.name)
-    retrying.wrap(storage, _RETRIED)
-    if mirror is not None:
-        retrying.wrap(mirror, _MIRROR_RETRIED)
-    storage.retrying = retrying  # type: ignore[attr-defined]
-    return retrying
+def is_retried(method: Any) -> bool:
+    """Whether ``method`` was declared with :func:`retried`."""
+    return getattr(method, "retried", False) is True
 
 
 def retrying_of(storage: Any) -> Retrying:
-    """The retrier of a storage opened for a run; one that never retries otherwise."""
+    """The retrier of a run's storage (a MirrorStorage that started retrying); one that never
+    retries otherwise."""
     found = getattr(storage, "retrying", None)
     return found if isinstance(found, Retrying) else Retrying(0.0, storage.engine.dialect.name)

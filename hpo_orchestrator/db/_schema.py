@@ -2,7 +2,9 @@
 
 - ``hpo_telemetry``: one row per sample per trial (the time series).
 - ``hpo_trial_summary``: one narrow, numeric row per finished trial (times as epoch seconds,
-  device, telemetry aggregates), written when the trial is told. ``status`` aggregates it in
+  device, telemetry aggregates), written when the trial is told; its columns are the fields
+  of ``SummaryRow`` (db/_summary.py), and a table made before a field existed gets its column
+  at the next run's start (:func:`ensure_tables`: ``create_all`` never adds one). ``status`` aggregates it in
   one scan instead of decoding every trial's JSON user attrs (5-6x faster on 100k trials).
   Optuna's tables stay the authority: the same facts are in the trial's ``hpo.*`` attrs.
   A trial that ended outside the orchestrator (optuna's CLI, a reaped trial) gets its row when
@@ -24,16 +26,32 @@ an id out twice: there such rows are only left over.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import Field, fields
 from typing import Any
 
-from sqlalchemy import Boolean, Column, DateTime, Float, Index, Integer, MetaData, String, Table, Text, text
+from sqlalchemy import (
+    Boolean,
+    Column,
+    DateTime,
+    Float,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    inspect,
+    text,
+)
 from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.schema import CreateIndex
 
-from hpo_orchestrator.db._tally import FLAGGED_WHERE
+from hpo_orchestrator.db._summary import FLAGGED_WHERE, SummaryRow
+from hpo_orchestrator.errors import RuntimeFailure
 
-__all__ = ["TELEMETRY_COLUMNS", "ensure_tables", "insert_samples", "insert_summary", "summary_table",
-           "tally_table", "telemetry_table"]
+__all__ = ["TELEMETRY_COLUMNS", "add_summary_columns", "ensure_tables", "insert_samples",
+           "insert_summary", "summary_table", "tally_table", "telemetry_table"]
 
 _metadata = MetaData()
 
@@ -59,27 +77,18 @@ telemetry_table = Table(
 
 TELEMETRY_COLUMNS = [c.name for c in telemetry_table.columns if c.name != "id"]
 
-summary_table = Table(
-    "hpo_trial_summary", _metadata,
-    Column("trial_id", Integer, primary_key=True, autoincrement=False),
-    Column("study_id", Integer, nullable=False, index=True),
-    Column("number", Integer, nullable=False),
-    Column("state", String(8), nullable=False),
-    Column("host", String(255)),
-    Column("gpu_index", Integer),  # NULL on a CPU slot
-    Column("start_s", Float),  # epoch seconds (spawn)
-    Column("end_s", Float),  # epoch seconds (told)
-    Column("startup_s", Float),
-    Column("first_decision_s", Float),
-    Column("last_step", Integer),  # last reported step (the pruning step of a PRUNED trial)
-    Column("gpu_util_mean", Float),
-    Column("gpu_util_compute_mean", Float),
-    Column("gpu_energy_j", Float),
-    Column("gpu_verified", Boolean),
-    Column("fail_reason", String(32)),
-    Column("opencl_platform", String(255)),
-    Column("params_mismatch", Text),  # JSON {name: [suggested, effective]}, NULL when none
-)
+# Its columns are SummaryRow's fields (db/_summary.py); ensure_tables adds the ones an older
+# table lacks.
+_TYPES: dict[str, Any] = {"int": Integer, "float": Float, "bool": Boolean, "json": Text}
+
+
+def _summary_column(f: Field[Any]) -> Column[Any]:
+    kind, length = f.metadata["kind"], f.metadata["length"]
+    return Column(f.name, String(length) if kind == "str" else _TYPES[kind](),
+                  **f.metadata["options"])
+
+
+summary_table = Table("hpo_trial_summary", _metadata, *map(_summary_column, fields(SummaryRow)))
 
 # What status reads in order, so that a median is an OFFSET into an index instead of a sort
 # of every row (trial_id last: the tally's watermark filter is answered from the index too).
@@ -106,6 +115,9 @@ tally_table = Table(
 )
 
 
+# A SummaryRow field that an older version's table lacks (add_summary_columns).
+_ADD_COLUMN_SQL = "ALTER TABLE hpo_trial_summary ADD COLUMN {name} {kind}"
+
 # sqlite: our rows go with the trial or study Optuna deletes (module docstring).
 _SQLITE_TRIGGERS = {
     "hpo_forget_deleted_trial": (
@@ -126,9 +138,11 @@ _SQLITE_ORPHANS = [
 
 def ensure_tables(engine: Engine) -> None:
     """Create our tables (and indexes, and on sqlite the delete triggers) if missing; a no-op
-    when they exist. The summary's indexes are created on their own: a table made by an older
-    version has none of them (building them on 1M rows takes seconds, once)."""
+    when they exist. A summary table made by an older version gets the columns it lacks, and
+    the summary's indexes are created on their own: such a table may have none of them
+    (building them on 1M rows takes seconds, once)."""
     _metadata.create_all(engine, checkfirst=True)
+    add_summary_columns(engine)
     with engine.begin() as connection:
         for index in _SUMMARY_INDEXES:  # IF NOT EXISTS: reflection skips expression indexes
             connection.execute(CreateIndex(index, if_not_exists=True))
@@ -143,11 +157,47 @@ def ensure_tables(engine: Engine) -> None:
                     connection.execute(text(sql))
 
 
-def insert_summary(connection: Connection, row: dict[str, Any]) -> None:
+def add_summary_columns(engine: Engine) -> list[str]:
+    """``ALTER TABLE hpo_trial_summary ADD COLUMN`` for each SummaryRow field its table lacks
+    (a database of an older version), then checked: every field has its column. Returns the
+    columns added. Each is nullable (a test holds SummaryRow to it), so the rows already there
+    get NULL, as status reads a fact that was not recorded. Another orchestrator adding the
+    same column at the same moment is no error (the run's set-up lock makes it rare)."""
+    had = _summary_columns_of(engine)
+    added = []
+    for column in summary_table.columns:
+        if column.name in had:
+            continue
+        kind = column.type.compile(dialect=engine.dialect)
+        name = engine.dialect.identifier_preparer.quote(column.name)
+        try:
+            with engine.begin() as connection:
+                connection.execute(text(_ADD_COLUMN_SQL.format(name=name, kind=kind)))
+        except DBAPIError:
+            if column.name not in _summary_columns_of(engine):
+                raise
+        added.append(column.name)
+    now = _summary_columns_of(engine) if added else had
+    missing = [c.name for c in summary_table.columns if c.name not in now]
+    if missing:  # e.g. a dialect that ignored the statement
+        raise RuntimeFailure(f"hpo_trial_summary lacks the columns {missing} after adding them",
+                             "add them by hand (docs/DESIGN.md §2.4 lists the table's columns)")
+    return added
+
+
+def _summary_columns_of(engine: Engine) -> set[str]:
+    with engine.connect() as connection:
+        return {c["name"] for c in inspect(connection).get_columns("hpo_trial_summary")}
+
+
+def insert_summary(connection: Connection, row: SummaryRow | dict[str, Any]) -> None:
     """Within the caller's transaction (it writes the trial's other end-of-trial rows too). A
     trial ends once, so a row already there under its id is a deleted trial's, left by a
-    version without the delete triggers, whose id sqlite gave out again: it is replaced."""
-    connection.execute(summary_table.insert().prefix_with("OR REPLACE", dialect="sqlite"), [row])
+    version without the delete triggers, whose id sqlite gave out again: it is replaced.
+    (A dict: the columns given, for tests that need only some.)"""
+    values = row.values() if isinstance(row, SummaryRow) else row
+    connection.execute(summary_table.insert().prefix_with("OR REPLACE", dialect="sqlite"),
+                       [values])
 
 
 def insert_samples(connection: Connection, rows: Sequence[dict[str, Any]]) -> None:

@@ -11,10 +11,10 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from hpo_orchestrator import keys
 from hpo_orchestrator.db._sql import dialect, fetch_all, fetch_one, has_table, rows, scalar
 from hpo_orchestrator.db._study import state_name, to_datetime
-from hpo_orchestrator.db._trials import _ATTR_KEYS, SummaryFlags, TrialRow, _number
+from hpo_orchestrator.db._summary import FLAGGED_WHERE, SUMMARY_COLUMNS, SummaryRow
+from hpo_orchestrator.db._trials import _ATTR_KEYS, SummaryFlags, TrialRow, from_attrs
 
 if TYPE_CHECKING:
     from hpo_orchestrator.db._sql import Readable
@@ -23,18 +23,11 @@ __all__ = ["SinceTrial", "existing_ids", "fail_attrs", "failed_upto", "flags_upt
            "ordered_window", "read_tally", "summarize", "summary_count_upto", "trials_since",
            "write_tally"]
 
-# The flagged summary rows: the WHERE of a partial index (db/_schema.py) and of the query.
-FLAGGED_WHERE = "gpu_verified = false OR params_mismatch IS NOT NULL OR fail_reason IS NOT NULL"
 _TALLY_SQL = "SELECT version, tally FROM hpo_study_tally WHERE study_id = :s"
 _TALLY_UPDATE_SQL = "UPDATE hpo_study_tally SET version = :v, tally = :t WHERE study_id = :s"
 _TALLY_INSERT_SQL = "INSERT INTO hpo_study_tally (study_id, version, tally) VALUES (:s, :v, :t)"
-_SUMMARIZE_SQL = (
-    "INSERT INTO hpo_trial_summary (trial_id, study_id, number, state, host, gpu_index, start_s, "
-    "end_s, startup_s, first_decision_s, last_step, gpu_util_mean, gpu_util_compute_mean, "
-    "gpu_energy_j, gpu_verified, fail_reason, opencl_platform, params_mismatch) VALUES (:trial_id, "
-    ":study_id, :number, :state, :host, :gpu_index, :start_s, :end_s, :startup_s, "
-    ":first_decision_s, :last_step, :gpu_util_mean, :gpu_util_compute_mean, :gpu_energy_j, "
-    ":gpu_verified, :fail_reason, :opencl_platform, :params_mismatch)")
+_SUMMARIZE_SQL = (f"INSERT INTO hpo_trial_summary ({', '.join(SUMMARY_COLUMNS)}) "
+                  f"VALUES ({', '.join(':' + c for c in SUMMARY_COLUMNS)})")
 _TALLY_LOCK_SQL = _TALLY_SQL + " FOR UPDATE"  # PostgreSQL: one writer of a study's tally at once
 # Each read of the trials since runs twice, for ids above the watermark and for the holes: an
 # OR of the two would make sqlite scan the study's trials instead of a range of its index.
@@ -44,10 +37,10 @@ _SINCE_TRIALS_SQL = (
     "(SELECT MAX(iv.step) FROM trial_intermediate_values iv WHERE iv.trial_id = t.trial_id), "
     "(SELECT v.value FROM trial_values v WHERE v.trial_id = t.trial_id AND v.objective = 0) "
     "FROM trials t WHERE t.study_id = :s AND {since}")
+# trial_id, TrialRow's columns, SummaryFlags' (its number is TrialRow's)
+_SINCE_COLUMNS = ("trial_id", *TrialRow._fields, *SummaryFlags._fields[1:])
 _SINCE_SUMMARY_SQL = (
-    "SELECT t.trial_id, t.number, t.state, t.host, t.gpu_index, t.start_s, t.end_s, t.startup_s, "
-    "t.first_decision_s, t.gpu_util_mean, t.gpu_util_compute_mean, t.gpu_energy_j, t.last_step, "
-    "t.gpu_verified, t.opencl_platform, t.params_mismatch, t.fail_reason "
+    f"SELECT {', '.join('t.' + c for c in _SINCE_COLUMNS)} "
     "FROM hpo_trial_summary t WHERE t.study_id = :s AND {since}")
 _SINCE_ATTRS_SQL = (
     "SELECT a.trial_id, a.key, a.value_json FROM trial_user_attributes a JOIN trials t "
@@ -74,7 +67,7 @@ _DURATION_WINDOW_SQL = _ORDERED_SQL["duration"]
 _STARTUP_WINDOW_SQL = _ORDERED_SQL["startup_s"]
 _DECISION_WINDOW_SQL = _ORDERED_SQL["first_decision_s"]
 _FLAGS_UPTO_SQL = (
-    "SELECT number, gpu_verified, opencl_platform, params_mismatch, fail_reason FROM "
+    f"SELECT {', '.join(SummaryFlags._fields)} FROM "
     f"hpo_trial_summary WHERE study_id = :s AND ({FLAGGED_WHERE}) AND {_UPTO}")
 _FAILED_UPTO_SQL = ("SELECT trial_id FROM hpo_trial_summary WHERE study_id = :s "
                     f"AND state = 'FAIL' AND {_UPTO}")
@@ -94,6 +87,7 @@ class SinceTrial(NamedTuple):
     attrs: dict[str, Any]  # {} when summarized
     value: float | None  # the first objective's
     summarized: bool
+    summary: SummaryRow | None = None  # the row to write for one that has none (summarize)
 
 
 def has_tally_table(connection: Readable) -> bool:
@@ -138,9 +132,10 @@ def trials_since(connection: Readable, study_id: int, watermark: int,
     for r in _since(connection, _SINCE_SUMMARY_SQL, params):
         trial_id = int(r[0])
         if trial_id in trials:
-            found[trial_id] = SinceTrial(trial_id, TrialRow(*r[1:13]), SummaryFlags(
-                int(r[1]), None if r[13] is None else bool(r[13]), r[14],
-                json.loads(r[15]) if r[15] else None, r[16] or None), {}, values[trial_id], True)
+            split = 1 + len(TrialRow._fields)
+            found[trial_id] = SinceTrial(trial_id, TrialRow(*r[1:split]),
+                                         SummaryFlags.read((r[1], *r[split:])), {},
+                                         values[trial_id], True)
     attrs: dict[int, dict[str, Any]] = {}
     if len(found) < len(trials):
         for trial_id, key, value in _since(connection, _SINCE_ATTRS_SQL,
@@ -150,34 +145,18 @@ def trials_since(connection: Readable, study_id: int, watermark: int,
     for trial_id, (number, state, start, end, last_step) in trials.items():
         if trial_id not in found:
             a = attrs.get(trial_id, {})
-            row = TrialRow(
-                number, state, a.get(keys.HOST), a.get(keys.GPU_INDEX),
-                start.timestamp() if start else None, end.timestamp() if end else None,
-                _number(a.get(keys.STARTUP_S)), _number(a.get(keys.FIRST_DECISION_S)),
-                _number(a.get(keys.GPU_UTIL_MEAN)), _number(a.get(keys.GPU_UTIL_COMPUTE_MEAN)),
-                _number(a.get(keys.GPU_ENERGY_J)), None if last_step is None else int(last_step))
-            verified = a.get(keys.GPU_VERIFIED)
-            reason = a.get(keys.FAIL_REASON)
-            found[trial_id] = SinceTrial(trial_id, row, SummaryFlags(
-                number, verified if isinstance(verified, bool) else None,
-                a.get(keys.OPENCL_PLATFORM), a.get(keys.PARAMS_MISMATCH) or None,
-                str(reason) if reason else None), a, values[trial_id], False)
+            row = from_attrs(trial_id, study_id, number, state, start, end, last_step, a)
+            found[trial_id] = SinceTrial(trial_id, TrialRow.of(row), SummaryFlags.of(row), a,
+                                         values[trial_id], False, row)
     return [found[t] for t in sorted(found)]
 
 
 def summarize(connection: Readable, study_id: int, trial: SinceTrial) -> None:
     """A summary row for a trial that ended outside the orchestrator, from its attrs (as the
     orchestrator writes one for its own), so the summary's indexes cover every folded trial."""
-    row, flags = trial.row, trial.flags
-    rows(connection, _SUMMARIZE_SQL, {
-        "trial_id": trial.trial_id, "study_id": study_id, "number": row.number,
-        "state": row.state, "host": row.host, "gpu_index": row.gpu_index,
-        "start_s": row.start_s, "end_s": row.end_s, "startup_s": row.startup_s,
-        "first_decision_s": row.first_decision_s, "last_step": row.last_step,
-        "gpu_util_mean": row.util_mean, "gpu_util_compute_mean": row.util_compute_mean,
-        "gpu_energy_j": row.energy_j, "gpu_verified": flags.gpu_verified,
-        "fail_reason": flags.fail_reason, "opencl_platform": flags.opencl_platform,
-        "params_mismatch": json.dumps(flags.params_mismatch) if flags.params_mismatch else None})
+    if trial.summary is None:
+        raise ValueError(f"trial {trial.trial_id} has its summary row already")
+    rows(connection, _SUMMARIZE_SQL, {**trial.summary.values(), "study_id": study_id})
 
 
 def existing_ids(connection: Readable, lo: int, hi: int, holes: list[int]) -> set[int]:
@@ -207,10 +186,8 @@ def ordered_window(connection: Readable, study_id: int, watermark: int, holes: l
 
 
 def flags_upto(connection: Readable, study_id: int, watermark: int, holes: list[int]) -> list[SummaryFlags]:
-    return [SummaryFlags(int(number), None if verified is None else bool(verified), platform,
-                         json.loads(mismatch) if mismatch else None, reason or None)
-            for number, verified, platform, mismatch, reason in rows(
-                connection, _FLAGS_UPTO_SQL, {"s": study_id, "w": watermark, "holes": holes}, ["holes"])]
+    return [SummaryFlags.read(r) for r in rows(
+        connection, _FLAGS_UPTO_SQL, {"s": study_id, "w": watermark, "holes": holes}, ["holes"])]
 
 
 def failed_upto(connection: Readable, study_id: int, watermark: int, holes: list[int]) -> list[int]:

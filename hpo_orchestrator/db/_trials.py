@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from hpo_orchestrator import keys
 from hpo_orchestrator.db._sql import fetch_all, fetch_one, has_table, rows, scalar
 from hpo_orchestrator.db._study import state_name, to_datetime
+from hpo_orchestrator.db._summary import FLAGGED_WHERE, SUMMARY_ATTRS, SUMMARY_COLUMNS, SummaryRow
 
 if TYPE_CHECKING:
     from hpo_orchestrator.db._sql import Readable
@@ -23,49 +25,6 @@ if TYPE_CHECKING:
 __all__ = ["SummaryFlags", "TrialRow", "UncoveredTrial", "best_of", "best_trial", "has_summary_table",
            "heartbeat_of", "state_counts", "summary_flags", "summary_max_complete_step",
            "summary_prune_steps", "summary_rows", "trial_rows", "trial_values", "uncovered_trials"]
-
-# Per-trial attrs read for trials without a summary row (one query for all of them).
-_ATTR_KEYS = (keys.HOST, keys.GPU_INDEX, keys.STARTUP_S, keys.FIRST_DECISION_S,
-              keys.GPU_UTIL_MEAN, keys.GPU_UTIL_COMPUTE_MEAN, keys.GPU_ENERGY_J,
-              keys.GPU_VERIFIED, keys.FAIL_REASON, keys.PARAMS_MISMATCH, keys.OPENCL_PLATFORM,
-              keys.SLOT, keys.PID, keys.ORCHESTRATOR_PID, keys.RETRY_OF,
-              keys.SETUP_RUNNING)
-# Below this many uncovered trials their attrs are fetched by id (the usual case: a few running
-# or foreign trials); above it, for the whole study.
-_ATTRS_BY_ID_UP_TO = 500
-
-_SUMMARY_ROWS_SQL = (
-    "SELECT number, state, host, gpu_index, start_s, end_s, startup_s, first_decision_s, "
-    "gpu_util_mean, gpu_util_compute_mean, gpu_energy_j, last_step FROM hpo_trial_summary "
-    "WHERE study_id = {study_id:d} AND number >= {first:d}")
-_UNCOVERED_SQL = (
-    "SELECT t.trial_id, t.number, t.state, t.datetime_start, t.datetime_complete, "
-    "(SELECT MAX(iv.step) FROM trial_intermediate_values iv WHERE iv.trial_id = t.trial_id) "
-    "FROM trials t WHERE t.study_id = :s AND t.number >= :first")
-_NOT_SUMMARIZED_SQL = " AND NOT EXISTS (SELECT 1 FROM hpo_trial_summary h WHERE h.trial_id = t.trial_id)"
-_ATTRS_SQL = ("SELECT a.trial_id, a.key, a.value_json FROM trial_user_attributes a "
-              "JOIN trials t ON t.trial_id = a.trial_id WHERE t.study_id = :s AND t.number >= :first "
-              "AND a.key IN :keys")
-_ATTRS_BY_ID_SQL = " AND a.trial_id IN :ids"
-_STATE_COUNTS_SQL = "SELECT state, COUNT(*) FROM trials WHERE study_id = :s GROUP BY state"
-_PRUNE_STEPS_SQL = (
-    "SELECT last_step, COUNT(*) FROM hpo_trial_summary WHERE study_id = :s "
-    "AND state = 'PRUNED' AND last_step IS NOT NULL GROUP BY last_step")
-_MAX_COMPLETE_STEP_SQL = (
-    "SELECT MAX(last_step) FROM hpo_trial_summary WHERE study_id = :s AND state = 'COMPLETE'")
-_FLAGS_SQL = (
-    "SELECT number, gpu_verified, opencl_platform, params_mismatch, fail_reason "
-    "FROM hpo_trial_summary WHERE study_id = :s AND (gpu_verified = false "
-    "OR params_mismatch IS NOT NULL OR fail_reason IS NOT NULL)")
-_BEST_SQL = (
-    "SELECT t.trial_id, t.number, v.value FROM trials t JOIN trial_values v "
-    "ON v.trial_id = t.trial_id WHERE t.study_id = :s AND t.state = 'COMPLETE' "
-    "AND v.objective = 0 AND v.value IS NOT NULL ORDER BY v.value {order}, t.number LIMIT 1")
-_PARAMS_SQL = "SELECT param_name, param_value, distribution_json FROM trial_params WHERE trial_id = :t"
-_HEARTBEAT_SQL = "SELECT heartbeat FROM trial_heartbeats WHERE trial_id = :t"
-_VALUES_SQL = (
-    "SELECT t.number, v.value FROM trials t JOIN trial_values v ON v.trial_id = t.trial_id "
-    "WHERE t.study_id = :s AND t.number >= :first AND v.objective = 0 AND v.value IS NOT NULL")
 
 
 class TrialRow(NamedTuple):
@@ -80,10 +39,14 @@ class TrialRow(NamedTuple):
     end_s: float | None  # None while running
     startup_s: float | None
     first_decision_s: float | None
-    util_mean: float | None
-    util_compute_mean: float | None
-    energy_j: float | None
+    gpu_util_mean: float | None
+    gpu_util_compute_mean: float | None
+    gpu_energy_j: float | None
     last_step: int | None
+
+    @classmethod
+    def of(cls, row: SummaryRow) -> TrialRow:
+        return cls(*(getattr(row, name) for name in cls._fields))
 
 
 class UncoveredTrial(NamedTuple):
@@ -102,6 +65,74 @@ class SummaryFlags(NamedTuple):
     opencl_platform: str | None
     params_mismatch: dict[str, Any] | None
     fail_reason: str | None
+
+    @classmethod
+    def of(cls, row: SummaryRow) -> SummaryFlags:
+        return cls(row.number, row.gpu_verified, row.opencl_platform, row.mismatch(),
+                   row.fail_reason)
+
+    @classmethod
+    def read(cls, values: Sequence[Any]) -> SummaryFlags:
+        """From its fields' summary columns as a driver returns them (a JSON mismatch, sqlite's
+        0/1 for a boolean)."""
+        number, verified, platform, mismatch, reason = values
+        return cls(int(number), None if verified is None else bool(verified), platform,
+                   json.loads(mismatch) if mismatch else None, reason or None)
+
+
+def from_attrs(trial_id: int, study_id: int, number: int, state: str, start: datetime | None,
+               end: datetime | None, last_step: int | None, attrs: dict[str, Any]) -> SummaryRow:
+    """The summary row of a trial that has none (running, or ended outside the orchestrator),
+    from Optuna's columns and its ``hpo.*`` attrs."""
+    return SummaryRow.of(trial_id, study_id, number, state, attrs,
+                         start_s=start.timestamp() if start else None,
+                         end_s=end.timestamp() if end else None,
+                         last_step=None if last_step is None else int(last_step))
+
+
+def _columns(names: tuple[str, ...], prefix: str = "") -> str:
+    assert set(names) <= set(SUMMARY_COLUMNS), names  # TrialRow, SummaryFlags: summary columns
+    return ", ".join(prefix + name for name in names)
+
+
+# Per-trial attrs read for trials without a summary row (one query for all of them): those the
+# summary copies, the slot (status's running trials), and what tells a trial an orchestrator
+# asked from one made outside the runs (db/_outside.py) and a setup still running.
+_ATTR_KEYS = (*SUMMARY_ATTRS, keys.SLOT, keys.PID, keys.ORCHESTRATOR_PID, keys.RETRY_OF,
+              keys.SETUP_RUNNING)
+# Below this many uncovered trials their attrs are fetched by id (the usual case: a few running
+# or foreign trials); above it, for the whole study.
+_ATTRS_BY_ID_UP_TO = 500
+
+_SUMMARY_ROWS_SQL = (
+    f"SELECT {_columns(TrialRow._fields)} FROM hpo_trial_summary "
+    "WHERE study_id = {study_id:d} AND number >= {first:d}")
+_UNCOVERED_SQL = (
+    "SELECT t.trial_id, t.number, t.state, t.datetime_start, t.datetime_complete, "
+    "(SELECT MAX(iv.step) FROM trial_intermediate_values iv WHERE iv.trial_id = t.trial_id) "
+    "FROM trials t WHERE t.study_id = :s AND t.number >= :first")
+_NOT_SUMMARIZED_SQL = " AND NOT EXISTS (SELECT 1 FROM hpo_trial_summary h WHERE h.trial_id = t.trial_id)"
+_ATTRS_SQL = ("SELECT a.trial_id, a.key, a.value_json FROM trial_user_attributes a "
+              "JOIN trials t ON t.trial_id = a.trial_id WHERE t.study_id = :s AND t.number >= :first "
+              "AND a.key IN :keys")
+_ATTRS_BY_ID_SQL = " AND a.trial_id IN :ids"
+_STATE_COUNTS_SQL = "SELECT state, COUNT(*) FROM trials WHERE study_id = :s GROUP BY state"
+_PRUNE_STEPS_SQL = (
+    "SELECT last_step, COUNT(*) FROM hpo_trial_summary WHERE study_id = :s "
+    "AND state = 'PRUNED' AND last_step IS NOT NULL GROUP BY last_step")
+_MAX_COMPLETE_STEP_SQL = (
+    "SELECT MAX(last_step) FROM hpo_trial_summary WHERE study_id = :s AND state = 'COMPLETE'")
+_FLAGS_SQL = (f"SELECT {_columns(SummaryFlags._fields)} FROM hpo_trial_summary "
+              f"WHERE study_id = :s AND ({FLAGGED_WHERE})")
+_BEST_SQL = (
+    "SELECT t.trial_id, t.number, v.value FROM trials t JOIN trial_values v "
+    "ON v.trial_id = t.trial_id WHERE t.study_id = :s AND t.state = 'COMPLETE' "
+    "AND v.objective = 0 AND v.value IS NOT NULL ORDER BY v.value {order}, t.number LIMIT 1")
+_PARAMS_SQL = "SELECT param_name, param_value, distribution_json FROM trial_params WHERE trial_id = :t"
+_HEARTBEAT_SQL = "SELECT heartbeat FROM trial_heartbeats WHERE trial_id = :t"
+_VALUES_SQL = (
+    "SELECT t.number, v.value FROM trials t JOIN trial_values v ON v.trial_id = t.trial_id "
+    "WHERE t.study_id = :s AND t.number >= :first AND v.objective = 0 AND v.value IS NOT NULL")
 
 
 def has_summary_table(connection: Readable) -> bool:
@@ -154,18 +185,10 @@ def uncovered_trials(connection: Readable, study_id: int, has_summary: bool,
     found = []
     for trial_id, number, state, start, end, last_step in trials:
         a = attrs.get(int(trial_id), {})
-        begin, finish = to_datetime(start), to_datetime(end)
-        found.append(UncoveredTrial(int(trial_id), TrialRow(
-            int(number), state_name(state), a.get(keys.HOST), a.get(keys.GPU_INDEX),
-            begin.timestamp() if begin else None, finish.timestamp() if finish else None,
-            _number(a.get(keys.STARTUP_S)), _number(a.get(keys.FIRST_DECISION_S)),
-            _number(a.get(keys.GPU_UTIL_MEAN)), _number(a.get(keys.GPU_UTIL_COMPUTE_MEAN)),
-            _number(a.get(keys.GPU_ENERGY_J)), None if last_step is None else int(last_step)), a))
+        row = from_attrs(int(trial_id), study_id, int(number), state_name(state),
+                         to_datetime(start), to_datetime(end), last_step, a)
+        found.append(UncoveredTrial(int(trial_id), TrialRow.of(row), a))
     return found
-
-
-def _number(value: Any) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 def state_counts(connection: Readable, study_id: int) -> dict[str, int]:
@@ -188,10 +211,7 @@ def summary_max_complete_step(connection: Readable, study_id: int) -> int | None
 
 def summary_flags(connection: Readable, study_id: int) -> list[SummaryFlags]:
     """Summarized trials whose GPU showed no work, whose params differ, or that failed."""
-    return [SummaryFlags(int(number), None if verified is None else bool(verified), platform,
-                         json.loads(mismatch) if mismatch else None, reason or None)
-            for number, verified, platform, mismatch, reason
-            in rows(connection, _FLAGS_SQL, {"s": study_id})]
+    return [SummaryFlags.read(r) for r in rows(connection, _FLAGS_SQL, {"s": study_id})]
 
 
 def best_trial(connection: Readable, study_id: int, direction: str) -> dict[str, Any] | None:

@@ -34,6 +34,7 @@ window; each orchestrator of a study tunes its own pruner (the history is the st
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import os
 import pickle
@@ -259,7 +260,7 @@ class PrunerTuner:
         assert decision.new is not None
         old, new = self.live, decision.new.setting
         # the next should_prune of every running trial asks this object (module doc)
-        self.study.pruner = new.build(self.config.max_resource, self.config.min_delta)
+        self.study.pruner = new.build(dataclasses.asdict(self.config))  # its other options kept
         self.live = new
         last = max((c.number for c in self._curves.curves), default=None) if self._curves else None
         entry = {"time": _now(), "at_trial": last, "old": _params(old), "new": _params(new),

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import statistics
 import warnings
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
 from typing import Any
 
 from sqlalchemy.engine import Engine
@@ -100,18 +101,27 @@ class PrunerSetting:
                 f"pruner.min_resource={self.min_resource} "
                 f"pruner.reduction_factor={self.reduction_factor}")
 
-    def config(self, max_resource: Any = "auto", min_delta: float = 0.0) -> PrunerConfig:
-        """The run's pruner config for this setting; ``max_resource`` and ``min_delta`` are
-        not part of the grid and come from the study that is replayed."""
+    def config(self, recorded: Mapping[str, Any] | None = None) -> PrunerConfig:
+        """The run's pruner config for this setting: this point of the grid applied to the
+        study's recorded pruner config (``hpo.config``'s ``pruner``), so that an option the
+        grid does not vary (``min_delta``, ``max_resource``, ``interval_steps``, and any
+        option added later) is the study's, not dropped; one of another kind of pruner gives
+        nothing (its options are another pruner's)."""
+        kind = MedianPrunerConfig if self.kind == "median" else PatientHyperbandPrunerConfig
+        options = {f.name for f in fields(kind)} - {"name"}
+        ran = dict(recorded or {})
+        kept = {k: v for k, v in ran.items() if k in options} if ran.get("name") == kind.name else {}
+        if not isinstance(kept.get("max_resource"), int):
+            kept.pop("max_resource", None)  # "auto" or an odd value: Hyperband's own "auto"
         if self.kind == "median":
-            return MedianPrunerConfig(n_startup_trials=self.n_startup_trials or 0,
-                                      n_warmup_steps=self.n_warmup_steps or 0)
-        return PatientHyperbandPrunerConfig(
-            patience=self.patience or 0, min_delta=min_delta, min_resource=self.min_resource or 1,
-            max_resource=max_resource, reduction_factor=self.reduction_factor or 3)
+            return MedianPrunerConfig(**{**kept, "n_startup_trials": self.n_startup_trials or 0,
+                                         "n_warmup_steps": self.n_warmup_steps or 0})
+        return PatientHyperbandPrunerConfig(**{
+            **kept, "patience": self.patience or 0, "min_resource": self.min_resource or 1,
+            "reduction_factor": self.reduction_factor or 3})
 
-    def build(self, max_resource: Any = "auto", min_delta: float = 0.0) -> Any:
-        return build_pruner(self.config(max_resource, min_delta))
+    def build(self, recorded: Mapping[str, Any] | None = None) -> Any:
+        return build_pruner(self.config(recorded))
 
 
 @dataclass
@@ -208,13 +218,11 @@ def replay(curves: StudyCurves, setting: PrunerSetting, top_k: int = 5,
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)  # PatientPruner
     ran_with = curves.config.get("pruner", {})
-    max_resource = ran_with.get("max_resource", "auto")
     study = optuna.create_study(
         storage=optuna.storages.InMemoryStorage(), study_name=curves.study,
         direction="maximize" if curves.direction == "maximize" else "minimize",
         sampler=optuna.samplers.RandomSampler(seed=0),
-        pruner=setting.build(max_resource if isinstance(max_resource, int) else "auto",
-                             float(ran_with.get("min_delta", 0.0))))
+        pruner=setting.build(ran_with))
     outcomes: dict[int, str] = {}
     pruned_at: dict[int, int] = {}
     reached: dict[int, int] = {}  # the step each replayed trial ran to

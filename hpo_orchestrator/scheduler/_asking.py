@@ -50,7 +50,7 @@ class Asking:
             return None
         self.exhausted_at = None
         if trial._trial_id not in created:  # ask() took a WAITING trial (a retry, an enqueued one)
-            self.storage.record_heartbeat(trial._trial_id)
+            self.records.mirror.record_heartbeat(trial._trial_id)
             self.records.asked(trial)
         return Asked(trial, self.records.attempt_of(trial), oom_retry)
 

@@ -8,7 +8,6 @@ what remains propagates: the loop stops every child and exits 1.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections.abc import Iterable
@@ -18,14 +17,14 @@ from typing import Any
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
-from sqlalchemy.engine import Connection
 
 from hpo_orchestrator import keys
 from hpo_orchestrator.db import (
+    Retrying,
+    SummaryRow,
     enqueue_waiting_trial,
     fail_running_trial,
     insert_samples,
-    insert_summary,
     no_longer_running,
     retrying_of,
     write_trial_attrs,
@@ -34,7 +33,7 @@ from hpo_orchestrator.gpu import GpuInfo
 from hpo_orchestrator.pruning import fit_step_timing
 from hpo_orchestrator.scheduler._outcome import Verdict, params_mismatch
 from hpo_orchestrator.scheduler._trial import Asked, RunningTrial
-from hpo_orchestrator.study import MirrorStorage, advance_tally
+from hpo_orchestrator.study import MirrorStorage, Requeue, TrialEnd, advance_tally
 from hpo_orchestrator.telemetry import TelemetrySampler, TrialTelemetry
 
 __all__ = ["Retry", "RunRecords", "trial_params"]
@@ -61,6 +60,10 @@ class Retry:
             attrs[keys.ATTEMPT] = self.attempt
         return attrs
 
+    def requeue(self) -> Requeue:
+        """As a trial's end enqueues it (study/_end.py)."""
+        return Requeue(self.params, self.user_attrs())
+
 
 def trial_params(trial: optuna.Trial | FrozenTrial) -> dict[str, Any]:
     """The params to run again: those suggested so far, and for a trial that was itself
@@ -82,10 +85,14 @@ class RunRecords:
         self.compute_phases = compute_phases
         self._last_flush = 0.0
         self._tally_at = -float("inf")  # when a trial's end last advanced the tally
-        self.retrying = retrying_of(storage)
         if not isinstance(study._storage, MirrorStorage):
             raise TypeError("the run's study must use a MirrorStorage (runner.run_study makes it)")
         self.mirror = study._storage
+
+    @property
+    def retrying(self) -> Retrying:
+        """The run's retrier: the mirror's, once the run started retrying (db/_retry.py)."""
+        return retrying_of(self.mirror)
 
     # --- reads ---------------------------------------------------------------------------
 
@@ -244,8 +251,9 @@ class RunRecords:
                     ended_at: float, retry_attempt: int | None) -> None:
         """Tell the trial: its attrs, last reports, value, state and real end time, the
         summary row, the buffered telemetry and its retry (``retry_attempt``: the retry's
-        hpo.attempt; None: no retry) in one transaction (the study's MirrorStorage runs it at
-        tell): the ``hpo.retried`` mark and the retry commit together or not at all."""
+        hpo.attempt; None: no retry) in one transaction: a ``TrialEnd`` staged on the study's
+        MirrorStorage, which writes it at Optuna's tell (study/_end.py): the ``hpo.retried``
+        mark and the retry commit together or not at all."""
         trial = rt.trial
         attrs = {keys.EXIT_CODE: rt.process.returncode, **measured}
         if verdict.fail_reason is not None:
@@ -254,39 +262,27 @@ class RunRecords:
         if retry_attempt is not None and verdict.fail_reason is not None:
             retry = Retry(trial.number, trial_params(trial), verdict.fail_reason, retry_attempt)
             attrs[keys.RETRIED] = True
-        summary = {
-            "trial_id": trial._trial_id, "study_id": self.study._study_id, "number": trial.number,
-            "state": verdict.state.name, "host": self.host,
-            "gpu_index": rt.slot.gpu.index if rt.slot.gpu else None,
-            "start_s": rt.spawned_epoch, "end_s": ended_at,
-            "startup_s": None if rt.started_at is None else rt.started_at - rt.spawned_at,
-            "first_decision_s": measured.get(keys.FIRST_DECISION_S), "last_step": rt.last_step,
-            "gpu_util_mean": measured.get(keys.GPU_UTIL_MEAN),
-            "gpu_util_compute_mean": measured.get(keys.GPU_UTIL_COMPUTE_MEAN),
-            "gpu_energy_j": measured.get(keys.GPU_ENERGY_J),
-            "gpu_verified": measured.get(keys.GPU_VERIFIED), "fail_reason": verdict.fail_reason,
-            "opencl_platform": rt.opencl_platform,
-            "params_mismatch": json.dumps(measured[keys.PARAMS_MISMATCH])
-            if keys.PARAMS_MISMATCH in measured else None}
+        summary = SummaryRow.of(trial._trial_id, self.study._study_id, trial.number,
+                                verdict.state.name, {
+                                    **measured, keys.HOST: self.host,
+                                    keys.GPU_INDEX: rt.slot.gpu.index if rt.slot.gpu else None,
+                                    keys.FAIL_REASON: verdict.fail_reason,
+                                    keys.OPENCL_PLATFORM: rt.opencl_platform,
+                                    # unrounded (the attr has 4 decimals)
+                                    keys.STARTUP_S: None if rt.started_at is None
+                                    else rt.started_at - rt.spawned_at},
+                                start_s=rt.spawned_epoch, end_s=ended_at, last_step=rt.last_step)
         rows = self.sampler.take_rows() if self.sampler is not None else []
         self._last_flush = now = time.monotonic()
         fold = now - self._tally_at >= _TALLY_EVERY_S
         if fold:
             self._tally_at = now
-
-        def with_the_end(connection: Connection) -> None:
-            insert_summary(connection, summary)
-            if fold:  # the study's tally takes the trials ended since (here and elsewhere)
-                advance_tally(connection, self.study._study_id, self.study.study_name)
-            insert_samples(connection, rows)
-            if retry is not None:
-                enqueue_waiting_trial(connection, self.study._study_id, retry.params,
-                                           retry.user_attrs())
-
         # Optuna would stamp datetime_complete at tell(); the trial ended when its result came
         # (its slot may already run the next trial), so the stored duration is the trial's.
-        self.mirror.stage_end(trial._trial_id, attrs, datetime.fromtimestamp(ended_at),
-                              with_the_end)
+        self.mirror.stage_end(trial._trial_id, TrialEnd(
+            self.study._study_id, self.study.study_name, attrs,
+            ended=datetime.fromtimestamp(ended_at), summary=summary, samples=rows,
+            retry=None if retry is None else retry.requeue(), fold_tally=fold))
         if verdict.state == TrialState.COMPLETE:
             self.study.tell(trial, verdict.value)
         else:
@@ -302,14 +298,11 @@ class RunRecords:
             first = asked.pop(0)
             trial = first.trial
             retry = Retry(trial.number, trial_params(trial), "interrupted", first.attempt)
-
-            def requeue(connection: Connection, retry: Retry = retry) -> None:
-                enqueue_waiting_trial(connection, self.study._study_id, retry.params,
-                                           retry.user_attrs())
-
-            self.mirror.stage_end(trial._trial_id, {  # with the FAIL, in its transaction
-                keys.HOST: self.host, keys.FAIL_REASON: "interrupted",
-                keys.ERROR: "stopped before a slot took it", keys.RETRIED: True}, then=requeue)
+            self.mirror.stage_end(trial._trial_id, TrialEnd(  # with the FAIL, in its transaction
+                self.study._study_id, self.study.study_name, {
+                    keys.HOST: self.host, keys.FAIL_REASON: "interrupted",
+                    keys.ERROR: "stopped before a slot took it", keys.RETRIED: True},
+                retry=retry.requeue()))
             try:
                 self.study.tell(trial, state=TrialState.FAIL)
             except optuna.exceptions.UpdateFinishedTrialError:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any
 
 import optuna
@@ -50,7 +51,7 @@ class Recovery:
             return False
         self._last_beat = now
         for trial_id in self.own_trials():
-            self.storage.record_heartbeat(trial_id)
+            self.records.mirror.record_heartbeat(trial_id)  # @retried
         self.reap()
         return True
 
@@ -74,7 +75,8 @@ class Recovery:
         stale = [trial.trial_id for trial in self.records.retrying.call(read)
                  if self._lost(trial, ours, cutoff)]
         for trial_id in sorted(stale):
-            frozen = self.storage.get_trial(trial_id)
+            # the database's copy (the mirror's may be older), through storage trouble
+            frozen = self.records.retrying.call(partial(self.storage.get_trial, trial_id))
             attrs, retry = lost_attrs(frozen, self.max_retries)
             self.records.reap(trial_id, frozen.number, attrs, retry)
 

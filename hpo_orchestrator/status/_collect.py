@@ -283,7 +283,7 @@ def _device_use(rows: list[TrialRow], study_attrs: dict[str, Any], now: float,
             use.busy_fraction_queued = queued / (queued_hi - study_lo)
         use.util_mean = _weighted(members, now, compute=False)
         use.util_compute_mean = _weighted(members, now, compute=True)
-        energy = [r.energy_j for r in members if r.energy_j is not None]
+        energy = [r.gpu_energy_j for r in members if r.gpu_energy_j is not None]
         use.energy_kj = round(sum(energy) / 1000, 3) if energy else None
     return sorted(inventory.values(), key=lambda d: d.device)
 
@@ -292,7 +292,7 @@ def _weighted(rows: list[TrialRow], now: float, compute: bool) -> float | None:
     """Mean GPU utilization over trials, weighted by each trial's duration."""
     total = weight = 0.0
     for row in rows:
-        value = row.util_compute_mean if compute else row.util_mean
+        value = row.gpu_util_compute_mean if compute else row.gpu_util_mean
         if value is not None and row.start_s is not None:
             w = (row.end_s or now) - row.start_s
             total += value * w

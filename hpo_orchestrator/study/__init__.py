@@ -8,6 +8,7 @@ Modules by concern:
 - ``_storage`` (over ``_mirror``, ``_passthrough``): ``MirrorStorage``, the run's Optuna
   storage: reads from an in-memory mirror of the study, writes through ``RDBStorage``
   (docs/DESIGN.md §3.2);
+- ``_end``: a trial's end as a value (``TrialEnd``), written in the transaction of its tell;
 - ``_tally``: the study's kept tally and its update at a trial's end (status reads it);
 - ``_tools``: ``best`` and ``enqueue`` (and ``study.enqueue`` at a run's start).
 
@@ -17,10 +18,12 @@ the tally without importing Optuna, a run's set-up imports all of it.
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
 
+from hpo_orchestrator._lazy import lazy_getattr
+
 if TYPE_CHECKING:
+    from hpo_orchestrator.study._end import Requeue, TrialEnd
     from hpo_orchestrator.study._setup import (
         build_sampler,
         create_or_load_study,
@@ -52,6 +55,8 @@ _MODULES = {
                                            "objective_differences", "record_config",
                                            "without_pruning")},
     "MirrorStorage": ("_storage", "MirrorStorage"),
+    "Requeue": ("_end", "Requeue"),
+    "TrialEnd": ("_end", "TrialEnd"),
     "TALLY_VERSION": ("_tally", "VERSION"),
     "DeviceTally": ("_tally", "DeviceTally"),
     "Tally": ("_tally", "Tally"),
@@ -63,36 +68,7 @@ _MODULES = {
 }
 
 
-def __getattr__(name: str) -> object:
-    found = _MODULES.get(name)
-    if found is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    module, attr = found
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), attr)
-    globals()[name] = value  # the next lookup is a plain one
-    return value
-
-
-__all__ = [
-    "TALLY_VERSION",
-    "BestTrial",
-    "BestTrials",
-    "DeviceTally",
-    "Enqueued",
-    "MirrorStorage",
-    "Tally",
-    "advance_tally",
-    "build_sampler",
-    "create_or_load_study",
-    "enqueue_command",
-    "enqueue_configured",
-    "enqueue_params",
-    "find_best",
-    "load_params",
-    "objective_differences",
-    "override_line",
-    "overrides",
-    "record_config",
-    "trusted_tally",
-    "without_pruning",
-]
+__getattr__ = lazy_getattr(__name__, _MODULES, globals())
+# Every name of the table; the imports above name the same for type checkers
+# (tests/test_imports.py checks that they agree).
+__all__ = sorted(_MODULES)

@@ -4,13 +4,14 @@ structure behind study/_storage.py's MirrorStorage; no I/O here)."""
 from __future__ import annotations
 
 import bisect
+import copy
 from datetime import datetime
 from typing import Any
 
 from optuna.distributions import BaseDistribution
 from optuna.trial import FrozenTrial, TrialState
 
-__all__ = ["StudyMirror", "by_number", "new_running_trial"]
+__all__ = ["StudyMirror", "by_number", "callers_copy", "new_running_trial"]
 
 
 def by_number(trial: FrozenTrial) -> int:
@@ -24,6 +25,18 @@ def new_running_trial(trial_id: int, number: int, started: datetime,
                        datetime_start=started, datetime_complete=None, params={},
                        distributions={}, user_attrs=dict(user_attrs or {}), system_attrs={},
                        intermediate_values={}, trial_id=trial_id)
+
+
+def callers_copy(trial: FrozenTrial) -> FrozenTrial:
+    """A copy to change as optuna.Trial changes the trial it caches (it sets keys of its
+    params, distributions, attrs and intermediate values): those dicts copied, their values
+    shared (the mirror replaces a value, never changes one in place). copy.deepcopy cost
+    0.15-0.5 ms a call, three calls a trial."""
+    copied = copy.copy(trial)
+    copied._params, copied._distributions = dict(trial._params), dict(trial._distributions)
+    copied._user_attrs, copied._system_attrs = dict(trial._user_attrs), dict(trial._system_attrs)
+    copied.intermediate_values = dict(trial.intermediate_values)
+    return copied
 
 
 class StudyMirror:

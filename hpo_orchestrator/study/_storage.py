@@ -13,9 +13,9 @@ Here:
 - writes go to RDBStorage first (durable, in Optuna's own representation, before the call
   returns) and are then applied to the mirror, so this process sees its own writes at once;
 - a running trial's reports are written in batches (at most ``refresh_s`` late: pruning
-  reads them from the mirror at once), and its end (last reports, attrs the orchestrator
-  staged, value, state, and the orchestrator's own rows) in one transaction, through
-  db/_batch.py: a trial is told completely or not at all;
+  reads them from the mirror at once), and its end (last reports, value, state and the
+  ``TrialEnd`` the orchestrator staged: study/_end.py) in one transaction: a trial is told
+  completely or not at all;
 - the history is bounded: with ``max_history=N`` the sampler and pruner see the N newest
   trials plus the ``keep_best`` best COMPLETE ones (and any unfinished trial), never the whole
   study, so ask/tell cost stays flat as the study grows. ``max_history=None``: every trial.
@@ -23,6 +23,10 @@ Here:
 Samplers and pruners see a ``FrozenTrial`` exactly as Optuna's storage builds it. Trials the
 orchestrator updates behind the storage API (its ``hpo.*`` attrs, through hpo_orchestrator.db)
 reach the mirror with the next refresh; no sampler or pruner reads them.
+
+Storage trouble: a method that reaches the database is ``@retried`` (db/_retry.py): after
+:meth:`MirrorStorage.start_retrying`, transient trouble in it is waited out and the call runs
+again; ``NOT_RETRIED`` names the rest and why (tests/test_storage_retries.py).
 
 Thread safety: one lock around the mirror; the orchestrator's loop is its one caller.
 """
@@ -35,9 +39,8 @@ import threading
 import time
 from collections.abc import Callable, Container, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, ClassVar
 
 import optuna
 from optuna._typing import JSONSerializable
@@ -45,44 +48,24 @@ from optuna.distributions import BaseDistribution, check_distribution_compatibil
 from optuna.storages import RDBStorage
 from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
-from sqlalchemy.engine import Connection
 
 from hpo_orchestrator.db import (
+    Retrying,
     best_trial_ids,
     create_running_trial,
-    finish_trial,
     read_trials,
     recent_trial_ids,
+    retried,
     start_running_trial,
     unfinished_trial_ids_before,
     write_param,
     write_steps,
 )
-from hpo_orchestrator.study._mirror import StudyMirror, by_number, new_running_trial
+from hpo_orchestrator.study._end import TrialEnd, write_end
+from hpo_orchestrator.study._mirror import StudyMirror, by_number, callers_copy, new_running_trial
 from hpo_orchestrator.study._passthrough import PassThroughStorage
 
 __all__ = ["MirrorStorage"]
-
-
-def _callers_copy(trial: FrozenTrial) -> FrozenTrial:
-    """A copy to change as optuna.Trial changes the trial it caches (it sets keys of its
-    params, distributions, attrs and intermediate values): those dicts copied, their values
-    shared (the mirror replaces a value, never changes one in place). copy.deepcopy cost
-    0.15-0.5 ms a call, three calls a trial."""
-    copied = copy.copy(trial)
-    copied._params, copied._distributions = dict(trial._params), dict(trial._distributions)
-    copied._user_attrs, copied._system_attrs = dict(trial._user_attrs), dict(trial._system_attrs)
-    copied.intermediate_values = dict(trial.intermediate_values)
-    return copied
-
-
-@dataclass
-class _End:
-    """What a trial's end writes besides its state and values (RunRecords stages it)."""
-
-    attrs: dict[str, Any] = field(default_factory=dict)
-    ended: datetime | None = None
-    then: Callable[[Connection], None] | None = None  # more writes in the same transaction
 
 
 class MirrorStorage(PassThroughStorage):
@@ -93,6 +76,25 @@ class MirrorStorage(PassThroughStorage):
     looking for other processes' trials. Optuna does not wrap it again (it wraps only a bare
     RDBStorage), so ``optuna.create_study(storage=MirrorStorage(...))`` uses it as it is.
     """
+
+    # Public methods that are not retried steps of their own, and why (the others are @retried).
+    NOT_RETRIED: ClassVar[dict[str, str]] = {
+        "starting": "no database: marks the trials ask() creates (create_new_trial writes)",
+        "stage_end": "no database: kept for the tell (set_trial_state_values writes)",
+        "refresh_soon": "no database: the next read refreshes",
+        "start_retrying": "no database: starts the retries",
+        "get_heartbeat_interval": "no database: the backend's setting",
+        "get_heartbeat_stale_trial_callback": "no database: the backend's setting",
+        "get_failed_trial_callback": "BaseHeartbeat's: the backend's setting, no database",
+        "check_trial_is_updatable": "BaseStorage's: no database, a FrozenTrial's state",
+        "remove_session": "BaseStorage's: does nothing",
+        "get_n_trials": "BaseStorage's: reads through get_all_trials (retried)",
+        "get_trial_number_from_id": "BaseStorage's: reads through get_trial (retried)",
+        "get_trial_param": "BaseStorage's: reads through get_trial (retried)",
+        "get_trial_params": "BaseStorage's: reads through get_trial (retried)",
+        "get_trial_user_attrs": "BaseStorage's: reads through get_trial (retried)",
+        "get_trial_system_attrs": "BaseStorage's: reads through get_trial (retried)",
+    }
 
     def __init__(self, backend: RDBStorage, *, max_history: int | None = None,
                  keep_best: int = 100, refresh_s: float = 1.0,
@@ -107,11 +109,18 @@ class MirrorStorage(PassThroughStorage):
         self._lock = threading.RLock()
         self._pending: dict[int, dict[int, float]] = {}  # trial id -> reports not yet written
         self._flushed_at = clock()
-        self._ends: dict[int, _End] = {}
+        self._ends: dict[int, TrialEnd] = {}
         self._starting: tuple[dict[str, Any], set[int]] | None = None  # see starting()
+
+    def start_retrying(self, retry_s: float) -> Retrying:
+        """From here on, transient storage trouble in a call (``@retried``) is waited out for
+        ``retry_s`` seconds; returns the retrier, for the run's own steps to share."""
+        self.retrying = Retrying(retry_s, self.backend.engine.dialect.name)
+        return self.retrying
 
     # --- studies: through to the database (_passthrough.py), but the mirror's ---------------
 
+    @retried
     def delete_study(self, study_id: int) -> None:
         with self._lock:
             self._studies.pop(study_id, None)
@@ -133,6 +142,7 @@ class MirrorStorage(PassThroughStorage):
         finally:
             self._starting = None
 
+    @retried
     def create_new_trial(self, study_id: int, template_trial: FrozenTrial | None = None) -> int:
         mirror = self._mirror(study_id)
         if template_trial is None:  # every ask(): numbered without counting the study
@@ -151,6 +161,7 @@ class MirrorStorage(PassThroughStorage):
             self._trial_study[frozen._trial_id] = study_id
         return frozen._trial_id
 
+    @retried
     def set_trial_param(self, trial_id: int, param_name: str, param_value_internal: float,
                         distribution: BaseDistribution) -> None:
         mirror, trial = self._mirrored(trial_id)
@@ -170,12 +181,12 @@ class MirrorStorage(PassThroughStorage):
                 trial._distributions = {**trial.distributions, param_name: distribution}
                 mirror.put(trial)
 
-    def stage_end(self, trial_id: int, attrs: dict[str, Any], ended: datetime | None = None,
-                  then: Callable[[Connection], None] | None = None) -> None:
-        """Attrs, the true end time and more writes for the transaction that finishes the
-        trial (its ``tell``); forgotten if that tell fails."""
-        self._ends[trial_id] = _End(dict(attrs), ended, then)
+    def stage_end(self, trial_id: int, end: TrialEnd) -> None:
+        """What the transaction that finishes the trial (its ``tell``) writes besides its
+        state and values (study/_end.py); kept until that transaction commits."""
+        self._ends[trial_id] = end
 
+    @retried
     def set_trial_state_values(self, trial_id: int, state: TrialState,
                                values: Sequence[float] | None = None) -> bool:
         mirror, trial = self._mirrored(trial_id)
@@ -209,15 +220,11 @@ class MirrorStorage(PassThroughStorage):
     def _finish(self, trial_id: int, state: TrialState, values: Sequence[float] | None,
                 mirror: StudyMirror | None) -> bool:
         # Kept until the transaction commits: a storage error leaves them for the retry
-        # (hpo_orchestrator.db._retry runs this call again).
-        end = self._ends.get(trial_id) or _End()
+        # (set_trial_state_values is @retried: the call runs again).
         steps = self._pending.get(trial_id, {})
         try:
             with self.backend.engine.begin() as connection:
-                finish_trial(connection, trial_id, state, values, steps, end.attrs,
-                             end.ended or datetime.now())
-                if end.then is not None:
-                    end.then(connection)
+                write_end(connection, trial_id, state, values, steps, self._ends.get(trial_id))
         except optuna.exceptions.UpdateFinishedTrialError:
             self._ends.pop(trial_id, None)
             self._pending.pop(trial_id, None)
@@ -228,6 +235,7 @@ class MirrorStorage(PassThroughStorage):
         self._pending.pop(trial_id, None)
         return True
 
+    @retried
     def set_trial_intermediate_value(self, trial_id: int, step: int,
                                      intermediate_value: float) -> None:
         _, trial = self._mirrored(trial_id)
@@ -239,6 +247,7 @@ class MirrorStorage(PassThroughStorage):
         if self._clock() - self._flushed_at >= self.refresh_s:
             self.flush()
 
+    @retried
     def flush(self) -> None:
         """Write the reports kept back (one transaction); those of a trial that another
         process finished meanwhile are dropped, as Optuna would refuse them."""
@@ -249,7 +258,7 @@ class MirrorStorage(PassThroughStorage):
                 with self.backend.engine.begin() as connection:
                     for trial_id, steps in pending.items():
                         write_steps(connection, trial_id, steps)
-            except Exception:  # kept for the retry (db._retry), newer reports first
+            except Exception:  # kept for the retry (@retried), newer reports first
                 for trial_id, steps in pending.items():
                     self._pending[trial_id] = {**steps, **self._pending.get(trial_id, {})}
                 raise
@@ -261,10 +270,12 @@ class MirrorStorage(PassThroughStorage):
         if mirror is not None:
             mirror.refreshed_at = -float("inf")
 
+    @retried
     def set_trial_user_attr(self, trial_id: int, key: str, value: Any) -> None:
         self.backend.set_trial_user_attr(trial_id, key, value)
         self._update(trial_id, "_user_attrs", key, value)
 
+    @retried
     def set_trial_system_attr(self, trial_id: int, key: str, value: JSONSerializable) -> None:
         self.backend.set_trial_system_attr(trial_id, key, value)
         self._update(trial_id, "_system_attrs", key, value)
@@ -280,6 +291,7 @@ class MirrorStorage(PassThroughStorage):
 
     # --- trial reads: from the mirror ----------------------------------------------------
 
+    @retried
     def get_trial_id_from_study_id_trial_number(self, study_id: int, trial_number: int) -> int:
         mirror = self._studies.get(study_id)
         if mirror is not None:
@@ -288,13 +300,15 @@ class MirrorStorage(PassThroughStorage):
                 return mirror.ordered[index]._trial_id
         return self.backend.get_trial_id_from_study_id_trial_number(study_id, trial_number)
 
+    @retried
     def get_trial(self, trial_id: int) -> FrozenTrial:
         _, trial = self._mirrored(trial_id)
         if trial is None:
             return self.backend.get_trial(trial_id)
         # Callers (optuna.Trial) change the unfinished trial they get: theirs is a copy.
-        return trial if trial.state.is_finished() else _callers_copy(trial)
+        return trial if trial.state.is_finished() else callers_copy(trial)
 
+    @retried
     def get_all_trials(self, study_id: int, deepcopy: bool = True,
                        states: Container[TrialState] | None = None) -> list[FrozenTrial]:
         mirror = self._refreshed(study_id)
@@ -311,6 +325,7 @@ class MirrorStorage(PassThroughStorage):
                     trials = [t for t in trials if t.state in states]
         return copy.deepcopy(trials) if deepcopy else trials
 
+    @retried
     def unfinished_trial_ids(self, study_id: int) -> set[int]:
         """RUNNING and WAITING trials, any process's, as of at most ``refresh_s`` ago."""
         mirror = self._refreshed(study_id)  # the database read outside the lock

@@ -60,13 +60,14 @@ class DeviceTally:
         cannot place it, and status visits every trial instead."""
         self.trials += 1
         self.states[row.state] = self.states.get(row.state, 0) + 1
-        if row.energy_j is not None:
-            self.energy[0] += row.energy_j
+        if row.gpu_energy_j is not None:
+            self.energy[0] += row.gpu_energy_j
             self.energy[1] += 1
         if row.start_s is None:
             return True
         end = end if end is not None else row.start_s
-        for value, sums in ((row.util_mean, self.util), (row.util_compute_mean, self.util_compute)):
+        for value, sums in ((row.gpu_util_mean, self.util),
+                            (row.gpu_util_compute_mean, self.util_compute)):
             if value is not None:
                 sums[0] += value * (end - row.start_s)
                 sums[1] += end - row.start_s

@@ -16,7 +16,7 @@ from omegaconf.errors import OmegaConfBaseException
 from hpo_orchestrator.config import config_dir
 from hpo_orchestrator.errors import ConfigError
 
-__all__ = ["CPUS_PER_GPU", "SlurmConfig", "load_slurm_config", "split_overrides"]
+__all__ = ["CPUS_PER_GPU", "SlurmConfig", "load_slurm_config"]
 
 # CPU cores asked per GPU when slurm.cpus_per_task is unset: a trial's data loading and the
 # orchestrator need cores beside each GPU (4 for a whole 8-GPU node left 7 of 8 trials a
@@ -81,12 +81,6 @@ class SlurmConfig:
             key, sep, value = line[2:].partition("=")
             options[key.replace("-", "_")] = value if sep else True
         return options
-
-
-def split_overrides(overrides: list[str]) -> tuple[list[str], list[str]]:
-    """(``slurm=...``/``slurm.*`` overrides, the run's overrides)."""
-    slurm = [o for o in overrides if o.split("=", 1)[0] == "slurm" or o.startswith("slurm.")]
-    return slurm, [o for o in overrides if o not in slurm]
 
 
 def load_slurm_config(overrides: list[str]) -> SlurmConfig:

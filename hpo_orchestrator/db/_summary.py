@@ -1,0 +1,101 @@
+"""A finished trial's summary row (``hpo_trial_summary``, docs/DESIGN.md §2.4), in one place.
+
+:class:`SummaryRow` is the row: the table's columns (db/_schema.py), the column lists of the
+statements that write and read it (db/_tally.py, db/_trials.py) and the row built from a
+trial's ``hpo.*`` attrs (a trial that ended outside the orchestrator, or one the orchestrator
+told: scheduler/_records.py) all come from its fields. A new column is one field here, with
+its ``hpo.*`` key when it mirrors an attr: nullable, so that a database written before it gets
+it by ``ALTER TABLE ... ADD COLUMN`` at the next run's start (db/_schema.ensure_tables), its
+older rows NULL there.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import Field, asdict, dataclass, field, fields
+from typing import Any
+
+from hpo_orchestrator import keys
+
+__all__ = ["FLAGGED_WHERE", "KINDS", "SUMMARY_ATTRS", "SUMMARY_COLUMNS", "SummaryRow"]
+
+# A column's kind, as db/_schema.py maps it to a SQLAlchemy type (not imported here: status
+# --json on sqlite reads the summary through sqlite3 alone, db/_sql.py): "str" has a length.
+KINDS = ("int", "float", "bool", "str", "json")
+
+
+def _column(kind: str, attr: str | None = None, *, length: int | None = None,
+            required: bool = False, **options: Any) -> Any:
+    """A field that is a column of ``kind``; ``attr``: the ``hpo.*`` key it copies;
+    ``options``: the SQLAlchemy Column's (a required field's: the key, NOT NULL, an index)."""
+    metadata = {"kind": kind, "length": length, "attr": attr, "options": options}
+    return field(metadata=metadata) if required else field(default=None, metadata=metadata)
+
+
+@dataclass(frozen=True)
+class SummaryRow:
+    """One narrow row per finished trial, so ``status`` reads 100k trials in one scan. Optuna's
+    tables stay the authority: each fact is also in Optuna's trial or its ``hpo.*`` attrs."""
+
+    trial_id: int = _column("int", required=True, primary_key=True, autoincrement=False)
+    study_id: int = _column("int", required=True, nullable=False, index=True)
+    number: int = _column("int", required=True, nullable=False)
+    state: str = _column("str", length=8, required=True, nullable=False)
+    host: str | None = _column("str", keys.HOST, length=255)
+    gpu_index: int | None = _column("int", keys.GPU_INDEX)  # NULL on a CPU slot
+    start_s: float | None = _column("float")  # epoch seconds (spawn)
+    end_s: float | None = _column("float")  # epoch seconds (told)
+    startup_s: float | None = _column("float", keys.STARTUP_S)
+    first_decision_s: float | None = _column("float", keys.FIRST_DECISION_S)
+    last_step: int | None = _column("int")  # last reported (a PRUNED trial's pruning step)
+    gpu_util_mean: float | None = _column("float", keys.GPU_UTIL_MEAN)
+    gpu_util_compute_mean: float | None = _column("float", keys.GPU_UTIL_COMPUTE_MEAN)
+    gpu_energy_j: float | None = _column("float", keys.GPU_ENERGY_J)
+    gpu_verified: bool | None = _column("bool", keys.GPU_VERIFIED)
+    fail_reason: str | None = _column("str", keys.FAIL_REASON, length=32)
+    opencl_platform: str | None = _column("str", keys.OPENCL_PLATFORM, length=255)
+    params_mismatch: str | None = _column("json", keys.PARAMS_MISMATCH)  # NULL when none
+
+    @classmethod
+    def of(cls, trial_id: int, study_id: int, number: int, state: str, attrs: dict[str, Any],
+           *, start_s: float | None = None, end_s: float | None = None,
+           last_step: int | None = None) -> SummaryRow:
+        """The row of a trial whose ``hpo.*`` attrs are ``attrs`` (values of the wrong type
+        read as NULL, as status would ignore them)."""
+        copied = {f.name: _from_attr(f, attrs.get(f.metadata["attr"]))
+                  for f in fields(cls) if f.metadata["attr"] is not None}
+        return cls(trial_id, study_id, number, state, start_s=start_s, end_s=end_s,
+                   last_step=last_step, **copied)
+
+    def values(self) -> dict[str, Any]:
+        """Column name -> value, as the INSERT binds them."""
+        return asdict(self)
+
+    def mismatch(self) -> dict[str, Any] | None:
+        return json.loads(self.params_mismatch) if self.params_mismatch else None
+
+
+def _from_attr(column: Field[Any], value: Any) -> Any:
+    kind = column.metadata["kind"]
+    if kind == "bool":
+        return value if isinstance(value, bool) else None
+    if isinstance(value, bool) or value is None:  # JSON true is no number
+        return None
+    if kind == "float":
+        return float(value) if isinstance(value, (int, float)) else None
+    if kind == "int":
+        return value if isinstance(value, int) else None
+    if kind == "json":  # of a dict or list; none when empty
+        return json.dumps(value) if value else None
+    return str(value) if value != "" else None
+
+
+SUMMARY_COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(SummaryRow))
+# The hpo.* attrs the summary copies (read for a trial without a row, to make one).
+SUMMARY_ATTRS: tuple[str, ...] = tuple(f.metadata["attr"] for f in fields(SummaryRow)
+                                       if f.metadata["attr"] is not None)
+
+
+# The flagged summary rows (GPU unused, params differ, a failure): the WHERE of a partial
+# index (db/_schema.py) and of the queries that use it (sqlite requires the same text).
+FLAGGED_WHERE = "gpu_verified = false OR params_mismatch IS NOT NULL OR fail_reason IS NOT NULL"

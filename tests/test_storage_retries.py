@@ -1,0 +1,148 @@
+"""Retries declared where the methods are (issue 29, item 4; study/_storage.py, db/_retry.py).
+
+Every public method of the run's storage is either a retried step (``@retried``) or named in
+``MirrorStorage.NOT_RETRIED`` with the reason, so a renamed or new method cannot silently lose
+its retry; once a run starts retrying, transient trouble in such a call is waited out, and
+before (study set-up: exit 2) it is not. A fake clock: nothing sleeps here."""
+
+from __future__ import annotations
+
+import inspect
+import sqlite3
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import optuna
+import pytest
+import sqlalchemy.exc
+
+import hpo_orchestrator.db._retry as retry_module
+from hpo_orchestrator.db import StorageUnavailable, is_retried, open_rdb_storage
+from hpo_orchestrator.study import MirrorStorage
+
+
+def _public_methods(cls: type) -> dict[str, Any]:
+    """The methods a caller (Optuna, the scheduler) may call: public ones, and the heartbeat
+    hook Optuna calls by its underscore name."""
+    found = {}
+    for name in dir(cls):
+        if name.startswith("__") or (name.startswith("_") and name != "_get_stale_trial_ids"):
+            continue
+        value = inspect.getattr_static(cls, name)
+        if isinstance(value, (staticmethod, classmethod)) or inspect.isfunction(value):
+            found[name] = getattr(cls, name)
+    return found
+
+
+def test_every_storage_method_is_retried_or_exempt_by_name() -> None:
+    methods = _public_methods(MirrorStorage)
+    unaccounted = sorted(name for name, method in methods.items()
+                         if not is_retried(method) and name not in MirrorStorage.NOT_RETRIED)
+    assert unaccounted == [], "declare them @retried, or name them in NOT_RETRIED with why"
+    # an exempt name that no longer exists (renamed) or is retried after all says nothing
+    stale = sorted(set(MirrorStorage.NOT_RETRIED) - set(methods))
+    assert stale == [], "NOT_RETRIED names methods MirrorStorage does not have"
+    both = sorted(name for name in MirrorStorage.NOT_RETRIED if is_retried(methods[name]))
+    assert both == []
+    assert all(why.strip() for why in MirrorStorage.NOT_RETRIED.values())
+    # Optuna's calls: every abstract method of its storage API is one of ours, retried
+    abstract = optuna.storages.BaseStorage.__abstractmethods__
+    assert sorted(n for n in abstract if not is_retried(methods[n])) == []
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> SimpleNamespace:
+    """db/_retry's time: monotonic() reads ``now``, sleep() advances it."""
+    fake = SimpleNamespace(now=0.0)
+
+    def sleep(seconds: float) -> None:
+        fake.now += seconds
+
+    monkeypatch.setattr(retry_module, "time",
+                        SimpleNamespace(monotonic=lambda: fake.now, sleep=sleep))
+    return fake
+
+
+@pytest.fixture
+def storage(tmp_path: Path) -> tuple[MirrorStorage, optuna.Study, optuna.Trial]:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        backend = open_rdb_storage(f"sqlite:///{tmp_path / 'retries.db'}",
+                                   heartbeat_interval_s=60, grace_period_s=180)
+    mirror = MirrorStorage(backend)
+    study = optuna.create_study(storage=mirror, study_name="retries")
+    with warnings.catch_warnings():  # heartbeats outside Study.optimize: the orchestrator's way
+        warnings.simplefilter("ignore")
+        return mirror, study, study.ask()
+
+
+def _locked_once(target: Any, name: str, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """``target.name`` fails once with sqlite's lock error, then works; the calls counted."""
+    real: Callable[..., Any] = getattr(target, name)
+    calls: list[int] = []
+
+    def flaky(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        if len(calls) == 1:
+            raise sqlalchemy.exc.OperationalError("UPDATE ...", {},
+                                                  sqlite3.OperationalError("database is locked"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(target, name, flaky)
+    return calls
+
+
+# One call of each kind: a pass-through write, a heartbeat, a study read, and the tell, whose
+# transaction is the mirror's own (study/_end.py's, through db/_batch.py's finish_trial).
+_CALLS: dict[str, tuple[str, Callable[[MirrorStorage, optuna.Study, optuna.Trial], Any]]] = {
+    "set_trial_user_attr": ("backend", lambda m, s, t: m.set_trial_user_attr(t._trial_id, "k", 1)),
+    "record_heartbeat": ("backend", lambda m, s, t: m.record_heartbeat(t._trial_id)),
+    "get_study_user_attrs": ("backend", lambda m, s, t: m.get_study_user_attrs(s._study_id)),
+    "set_trial_state_values": ("finish_trial", lambda m, s, t: s.tell(t, 1.0)),
+}
+
+
+@pytest.mark.parametrize("method", sorted(_CALLS))
+def test_transient_trouble_in_a_storage_call_is_waited_out(
+        method: str, storage: tuple[MirrorStorage, optuna.Study, optuna.Trial],
+        clock: SimpleNamespace, monkeypatch: pytest.MonkeyPatch) -> None:
+    mirror, study, trial = storage
+    where, call = _CALLS[method]
+    import hpo_orchestrator.study._end as end_module
+    target = mirror.backend if where == "backend" else end_module
+    calls = _locked_once(target, method if where == "backend" else where, monkeypatch)
+    mirror.start_retrying(retry_s=60)
+    call(mirror, study, trial)
+    assert len(calls) == 2 and clock.now > 0  # failed, waited, ran again
+    if method == "set_trial_state_values":
+        assert mirror.backend.get_trial(trial._trial_id).state == optuna.trial.TrialState.COMPLETE
+
+
+def test_before_a_run_retries_the_first_error_is_raised(
+        storage: tuple[MirrorStorage, optuna.Study, optuna.Trial],
+        clock: SimpleNamespace, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Study set-up: a storage that cannot be used is exit 2 at once, not a wait."""
+    mirror, _, trial = storage
+    calls = _locked_once(mirror.backend, "set_trial_user_attr", monkeypatch)
+    with pytest.raises(sqlalchemy.exc.OperationalError):
+        mirror.set_trial_user_attr(trial._trial_id, "k", 1)
+    assert len(calls) == 1 and clock.now == 0
+
+
+def test_retries_run_out_with_the_cause_named(
+        storage: tuple[MirrorStorage, optuna.Study, optuna.Trial],
+        clock: SimpleNamespace, monkeypatch: pytest.MonkeyPatch) -> None:
+    mirror, _, trial = storage
+
+    def locked(*_: Any) -> None:
+        raise sqlalchemy.exc.OperationalError("UPDATE ...", {},
+                                              sqlite3.OperationalError("database is locked"))
+
+    monkeypatch.setattr(mirror.backend, "record_heartbeat", locked)
+    mirror.start_retrying(retry_s=30)
+    with pytest.raises(StorageUnavailable) as raised:
+        mirror.record_heartbeat(trial._trial_id)
+    assert raised.value.cause == "locked" and clock.now == pytest.approx(30.0)
