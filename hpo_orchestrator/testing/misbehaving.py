@@ -7,6 +7,7 @@ could; the orchestrator must fail that trial alone and carry on.
 
 from __future__ import annotations
 
+import math
 import os
 import pickle
 import signal
@@ -19,7 +20,7 @@ from typing import Any
 
 from hpo_orchestrator.worker import orchestrator_link, phase
 
-__all__ = ["misbehave", "stopwatch"]
+__all__ = ["chaos", "misbehave", "stopwatch"]
 
 class _RunsCode:
     """Pickles as a call of os._exit(3): unpickled in the orchestrator, it would end it."""
@@ -227,3 +228,24 @@ def stopwatch(trial: Any) -> float:
         time.sleep(float(os.environ.get("HPO_TEST_STEP_S", "0.5")))
         trial.report(x, step)
     return x
+
+
+def chaos(trial: Any) -> float:
+    """Fails in a different way per trial number (a chaos study for the reliability tests)."""
+    trial.suggest_float("x", 0.0, 1.0)
+    mode = ("ok", "raise", "abort", "hang", "nan", "none", "memory", "sigkill")[trial.number % 8]
+    if mode == "raise":
+        raise RuntimeError("boom from the objective")
+    if mode == "abort":
+        os.abort()
+    if mode == "hang":
+        time.sleep(3600)
+    if mode == "nan":
+        return math.nan
+    if mode == "none":
+        return None  # type: ignore[return-value]
+    if mode == "memory":
+        raise MemoryError("could not allocate")
+    if mode == "sigkill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    return 1.0

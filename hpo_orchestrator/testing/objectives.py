@@ -3,14 +3,13 @@
 
 from __future__ import annotations
 
-import math
 import os
-import signal
 import time
 from typing import Any
 
 import optuna
 
+from hpo_orchestrator.testing.misbehaving import chaos  # objectives:chaos, as the tests name it
 from hpo_orchestrator.worker import phase, phase_depth, slot_info
 
 __all__ = ["chaos", "chatty", "cuda_oom_once", "cuda_probe", "curves", "oom_when_shared", "phased",
@@ -140,27 +139,6 @@ def sleepy(trial: Any) -> float:
     trial.suggest_float("x", 0.0, 1.0)
     time.sleep(float(os.environ.get("HPO_TEST_SLEEP_S", "60")))
     return 0.0
-
-
-def chaos(trial: Any) -> float:
-    """Fails in a different way per trial number (a chaos study for the reliability tests)."""
-    trial.suggest_float("x", 0.0, 1.0)
-    mode = ("ok", "raise", "abort", "hang", "nan", "none", "memory", "sigkill")[trial.number % 8]
-    if mode == "raise":
-        raise RuntimeError("boom from the objective")
-    if mode == "abort":
-        os.abort()
-    if mode == "hang":
-        time.sleep(3600)
-    if mode == "nan":
-        return math.nan
-    if mode == "none":
-        return None  # type: ignore[return-value]
-    if mode == "memory":
-        raise MemoryError("could not allocate")
-    if mode == "sigkill":
-        os.kill(os.getpid(), signal.SIGKILL)
-    return 1.0
 
 
 def cuda_probe(trial: Any) -> float:
