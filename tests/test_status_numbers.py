@@ -1,5 +1,5 @@
 """status's numbers are the numbers the trials' rows give: a guard for whoever makes status
-faster on large studies (docs/BENCHMARKS.md "Status on a large study" says what was tried).
+faster on large studies (what was tried: `git log -p docs/BENCHMARKS.md`, "Status on a large study").
 
 The study mixes what a real one holds: summarized trials on two GPUs of two hosts, overlapping
 and with gaps, trials of another tool without a summary row (finished, with hpo.* attrs), and

@@ -8,14 +8,14 @@ report show it). The rules themselves are pure: scheduler/_packing.py.
 
 GPUs of one model and size are judged together (:func:`gpu_groups`): one study's trials on
 identical GPUs have one best level, and judged apart two GPUs misread each other. In run K on
-two H100s (docs/BENCHMARKS.md) they share the host's cores, so one GPU's climb slowed the
+two H100s (docs/DESIGN.md §3.7) they share the host's cores, so one GPU's climb slowed the
 other's trials, read there as a loss. Together, a level rests on the trials of every GPU
 (twice the evidence in the same time on two GPUs: a shorter climb) and the GPUs move as one;
 memory is checked on the GPU with the least free, an OOM on any of them counts.
 
 Threads (auto): each trial gets the host's cores over the trials at once, but never more
 than the running trials leave free, so the cores are never oversubscribed (LightGBM's OpenMP
-threads spin: 16 + 8 threads on 16 cores made trials 30x slower, docs/BENCHMARKS.md). A
+threads spin: 16 + 8 threads on 16 cores made trials 30x slower, docs/BENCHMARKS.md "Costs the code cites"). A
 level that goes up waits until the running trials leave the new share free: the trial that
 runs at 16 threads ends first, then both start at 8.
 

@@ -1,10 +1,8 @@
 """``scheduler.trials_per_gpu=auto``: how many trials each GPU runs at once (pure rules).
 
-Issue 17 measured it on H100s: gpu_mix (LightGBM-GPU and torch trials) ran 2.1-2.3x faster at
-three per GPU than at one, while the default LightGBM study ran 0.65x at two (its one trial
-already keeps the host's cores busy; two OpenCL contexts time-slice the GPU). Utilization
-alone cannot tell these apart (both left the GPU 8-30 % busy), so each GPU gets a *level*
-(trials at once) that this module moves one step at a time, from what was measured:
+Some studies gain from sharing a GPU and some lose, while leaving it equally idle, so
+utilization alone cannot decide: each GPU gets a *level* (trials at once) that this module moves
+one step at a time, from what was measured:
 
 - up, while the GPU's utilization at the current level stays under ``target_util``, the next
   trial's expected peak memory (with margin) fits in the GPU's free memory, the running
@@ -21,32 +19,29 @@ or a different mix of kinds at two levels, would misjudge it. A worker's first t
 start, imports, LightGBM's OpenCL kernel build) is left out by the caller. A running trial
 that is already slower than break-even counts too: a loss shows before the trial ends.
 
-How many trials a verdict needs (runs D-G, E2/F2 on H100s, docs/BENCHMARKS.md): one trial of
-a kind varied 1.5x by what ran beside it, and verdicts from two or three trials judged levels
-0.96x and 1.00x where the fixed setting gained 1.28x and 1.6x. So:
+How many trials a verdict needs: one trial's duration varies with what runs beside it, so
 
 - "no gain" is a gain under ``1 + min_gain`` by more than its standard error (``Z``): the
   spread of the trials' log durations around their kind's mean, pooled over both levels,
   over the square root of how many trials there are (``_Gain.error``); a level is left on
-  one trial only for a ``FAR_LOSS`` (or an OOM). LightGBM's 0.94x and 0.88x at two per GPU
-  still end it.
+  one trial only for a ``FAR_LOSS`` (or an OOM).
 - The durations of every visit to a level are kept (``past``), so a level visited again is
   judged on all of its trials, not on its last two.
 - A "no gain" against a base of under ``TRIALS_PER_LEVEL`` trials (the level below was left
   on one clear trial) is not counted: the level is tried again after ``REPROBE_TRIALS``
   trials below, against a base that was measured meanwhile. A counted loss
-  (``FINAL_LOSSES``) or an OOM shuts the level for the run: re-probing every lost level
-  cost LightGBM 4-9 % in the simulation of scripts/sim_packing.py and did not help gpu_mix.
+  (``FINAL_LOSSES``) or an OOM shuts the level for the run (re-probing every lost level
+  did not pay).
 - A level is climbed past only when it gained ``climb_gain`` over the level below (each
   climb costs a new worker's warm-up), and not when its gain shrank from the level below's
-  by so much that the next level's, shrinking alike, would be under ``1 + min_gain`` (run A:
-  1.62x, 1.27x, then 0.89x at four per GPU).
+  by so much that the next level's, shrinking alike, would be under ``1 + min_gain``.
 - Level 1 is left after ``TRIALS_PER_LEVEL`` trials, the base every later level is judged
   on; above it, one trial is enough to climb on where the GPU is nearly idle with memory for
   two more (``fast_util``) and the trial shows a ``CLEAR`` gain.
 
 Only kinds measured at both levels are compared (scheduler/_trial_times.py folds a study of
-many kinds into one).
+many kinds into one). The H100 runs behind each of these rules: docs/DESIGN.md §3.7; the
+figures: docs/BENCHMARKS.md "Trials per GPU".
 
 Everything here is a function of its inputs (no clock, no I/O), so the tests drive it with
 scripted numbers; scheduler/_packer.py gathers the inputs and applies the outputs.
