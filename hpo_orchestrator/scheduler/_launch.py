@@ -62,7 +62,8 @@ class Launching:
         """Answer the calls (a ``suggest``, a ``report``) that already came in, between the
         loop's storage work for other trials: when several trials end together, each new
         trial's first call would otherwise wait for every other trial's start and end to be
-        written (about 10 ms each on the 2-core VM, docs/BENCHMARKS.md)."""
+        written (about 10 ms each on the 2-core VM: docs/BENCHMARKS.md "Costs the code
+        cites")."""
         _calls.serve(list(self.running.values()), 0.0, self.sampler)
 
     # --- launching -------------------------------------------------------------------------
@@ -71,7 +72,8 @@ class Launching:
         """Reuse mode: the first slots' workers start up before any trial is asked, so that a
         trial's RUNNING time in the study is its own, as under Optuna's study.optimize (whose
         processes ask after their imports), and not its worker's imports and setup (0.9 s
-        for a trivial objective on the 2-core VM, 10-20 s on gpu_mix: docs/BENCHMARKS.md).
+        for a trivial objective on the 2-core VM, 10-20 s on gpu_mix: docs/BENCHMARKS.md
+        "Costs the code cites").
         Waits until they are ready, at most _FIRST_WAVE_WAIT_S; a worker that dies meanwhile
         is replaced by a fresh one at its trial (whose failure then says why)."""
         if not self.reuse or self._signals:

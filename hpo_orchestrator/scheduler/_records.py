@@ -41,7 +41,8 @@ __all__ = ["Retry", "RunRecords", "trial_params"]
 _TELEMETRY_FLUSH_S = 5.0  # how often buffered samples are written (and at every trial's end)
 # How often a trial's end also folds the trials ended since into the study's tally (and at the
 # run's end): status reads the trials above the tally's watermark anyway, and folding at every
-# end cost about a third of the loop's CPU per trial at 100+ trials/s (docs/BENCHMARKS.md).
+# end cost about a third of the loop's CPU per trial at 100+ trials/s (docs/BENCHMARKS.md "Costs
+# the code cites").
 _TALLY_EVERY_S = 1.0
 
 

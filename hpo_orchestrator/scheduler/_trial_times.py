@@ -1,12 +1,12 @@
 """Which trials measure a GPU's level for ``scheduler.trials_per_gpu=auto``.
 
-Measured on one H100 (docs/BENCHMARKS.md, issue 17): in a reuse worker, the first trial of
-each kind pays that kind's start-up: the gpu_mix torch trial ran 19 s the first time in a
-worker (torch import, CUDA context, its data) and 8 s after; LightGBM's first paid its OpenCL
-kernel build. Counted, such *warm-up* trials inflate the level they ran at. A new worker also
-slows the trials beside it while it starts (imports and kernel builds take the cores): a
-trial at three per GPU that overlapped one ran 12.5 s where its kind took 4-5 s, and the level
-was judged "no gain" where the fixed setting gained 1.27x over two.
+Measured on one H100 (issue 17, docs/BENCHMARKS.md "Costs the code cites"): in a reuse worker,
+the first trial of each kind pays that kind's start-up: the gpu_mix torch trial ran 19 s the
+first time in a worker (torch import, CUDA context, its data) and 8 s after; LightGBM's first
+paid its OpenCL kernel build. Counted, such *warm-up* trials inflate the level they ran at. A
+new worker also slows the trials beside it while it starts (imports and kernel builds take the
+cores): a trial at three per GPU that overlapped one ran 12.5 s where its kind took 4-5 s, and
+the level was judged "no gain" where the fixed setting gained 1.27x over two.
 
 So a trial measures its level only when it is not a warm-up and no warm-up ran on its GPU
 while it ran. With fresh workers (one process per trial) every trial pays its start: that is
