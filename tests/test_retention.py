@@ -59,6 +59,16 @@ def _study(path: Path, trials: list[tuple[str, float, tuple[int | None, ...]]]) 
     return engine, study._study_id, ids
 
 
+def _passes(retention: TelemetryRetention, count: int) -> list[int]:
+    """Trials downsampled by each of ``count`` forced passes."""
+    done = []
+    for _ in range(count):
+        before = retention.downsampled
+        retention.maybe_run(force=True)
+        done.append(retention.downsampled - before)
+    return done
+
+
 def test_every_old_trial_is_downsampled_once_over_several_batches(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(retention_module, "_BATCH", 3)
@@ -66,12 +76,7 @@ def test_every_old_trial_is_downsampled_once_over_several_batches(
     trials = [*old, ("h2", 3000.0, (0,)), ("h1", 1.0, (0,))]  # another host's; a recent one
     engine, study_id, ids = _study(tmp_path / "r.db", trials)
     retention = TelemetryRetention(engine, study_id, "h1", keep_full_s=KEEP_S, max_rows=2)
-    passes = []
-    for _ in range(4):
-        before = retention.downsampled
-        retention.maybe_run(force=True)
-        passes.append(retention.downsampled - before)
-    assert passes == [3, 3, 1, 0]  # the cursor moves on: each old trial once, then nothing
+    assert _passes(retention, 4) == [3, 3, 1, 0]  # the cursor moves on: each old trial once, then nothing
     rows = _rows(engine)
     assert all(len(rows[t][0]) == 2 for t in ids[:7])
     assert len(rows[ids[7]][0]) == SAMPLES  # another host's trial: its orchestrator's
@@ -91,12 +96,7 @@ def test_trials_that_ended_at_the_same_time_across_a_batch_boundary_are_all_foun
     with engine.begin() as connection:  # one end time for all: a batch ends among equals
         connection.execute(sqlalchemy.text("UPDATE hpo_trial_summary SET end_s = 1000.0"))
     retention = TelemetryRetention(engine, study_id, "h1", keep_full_s=KEEP_S, max_rows=2)
-    passes = []
-    for _ in range(4):
-        before = retention.downsampled
-        retention.maybe_run(force=True)
-        passes.append(retention.downsampled - before)
-    assert passes == [2, 2, 1, 0]
+    assert _passes(retention, 4) == [2, 2, 1, 0]
     assert all(len(_rows(engine)[t][0]) == 2 for t in ids)
 
 

@@ -316,16 +316,15 @@ class SlotPool:
         elif sample.sm_util is not None and sample.sm_util >= self._rule.util:
             self.skipped[gpu.index] = (f"{sample.sm_util:.0f} % utilization by other processes "
                                        f"(scheduler.busy_gpu_util={self._rule.util:g})")
-        self._note_change(gpu.index)
+        self._note_change(gpu.index, self._rule.recheck_s)
         return gpu.index in self.skipped
 
-    def _note_change(self, index: int) -> None:
+    def _note_change(self, index: int, recheck_s: float) -> None:
         if index in self.skipped and index not in self._said_skipped:
             self._said_skipped.add(index)
             self._notes.append(
                 f"gpu{index} skipped: {self.skipped[index]}; its trials go to the other slots, "
-                "and it is looked at again every "
-                f"{self._rule.recheck_s if self._rule else 0:g} s "
+                f"and it is looked at again every {recheck_s:g} s "
                 "(scheduler.avoid_busy_gpus=false uses it anyway)")
         elif index not in self.skipped and index in self._said_skipped:
             self._said_skipped.discard(index)
