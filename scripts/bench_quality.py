@@ -17,7 +17,8 @@ speedup against each baseline over paired seeds with a bootstrap interval
     python scripts/bench_quality.py --out OUT --report-only
 
 Contenders: ours (defaults), ours-fresh, ours-reuse, ours-tpg1, ours-tpgauto, ours-median,
-ours-nopruner, ours-hyperband, ours-cpu, ours-gpu; optuna-median, optuna-hyperband,
+ours-nopruner, ours-hyperband, ours-cpu, ours-gpu, ours-cpuslots, ours-mvtpe (TPE multivariate
+and constant liar), ours-startup5, ours-startup20 (TPE n_startup_trials); optuna-median, optuna-hyperband,
 optuna-nopruner (one process per GPU, or per core without GPUs, pinned by hand),
 optuna-cpu-tT (cores/T processes of T threads on the CPU), optuna-threads (one process,
 n_jobs = GPUs or cores: Optuna's FAQ); best: the baseline whose reference run set the targets.
@@ -36,6 +37,7 @@ import subprocess
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -50,7 +52,10 @@ OURS = {"ours": [], "ours-fresh": ["scheduler.worker_mode=fresh"],
         "ours-reuse": ["scheduler.worker_mode=reuse"], "ours-tpg1": ["scheduler.trials_per_gpu=1"],
         "ours-tpgauto": ["scheduler.trials_per_gpu=auto"], "ours-median": ["pruner=median"],
         "ours-nopruner": ["pruner=none"], "ours-hyperband": ["pruner=patient_hyperband"],
-        "ours-cpu": [], "ours-gpu": [], "ours-cpuslots": ["scheduler.cpu_slots=auto"]}
+        "ours-cpu": [], "ours-gpu": [], "ours-cpuslots": ["scheduler.cpu_slots=auto"],
+        "ours-mvtpe": ["sampler.multivariate=true", "sampler.constant_liar=true"],
+        "ours-startup5": ["sampler.n_startup_trials=5"],
+        "ours-startup20": ["sampler.n_startup_trials=20"]}
 # ours-cpu / ours-gpu: objective.device through Workload.overrides
 OPTUNA_PRUNERS = {"optuna-median": "median", "optuna-hyperband": "hyperband",
                   "optuna-nopruner": "none"}
@@ -81,7 +86,7 @@ class Launch:
 
 
 def launches(name: str, work: Workload, scale: float, seed: int, budget: float, half: Half,
-             url: str, run_dir: Path) -> list[Launch]:
+             url: str, run_dir: Path, gpu_learner: str = "gpu") -> list[Launch]:
     """The processes that make up one contender's run. Ours gets the whole half (it pins its
     own trials); Optuna's processes get a GPU each (none on the CPU) and a slice of the cores."""
     py = sys.executable
@@ -100,7 +105,7 @@ def launches(name: str, work: Workload, scale: float, seed: int, budget: float, 
         jobs = len(half.gpus) or len(half.cores)
         threads = max(1, len(half.cores) // jobs)
         return [Launch([*base, "--n-jobs", str(jobs), "--threads", str(threads), "--device",
-                        "gpu" if half.gpus else "cpu"], half.gpus, half.cores, threads)]
+                        gpu_learner if half.gpus else "cpu"], half.gpus, half.cores, threads)]
     on_cpu = name.startswith("optuna-cpu-t")
     threads = int(name[12:]) if on_cpu else max(1, len(half.cores) // (len(half.gpus) or len(half.cores)))
     count = max(1, len(half.cores) // threads) if on_cpu else (len(half.gpus) or len(half.cores))
@@ -110,7 +115,7 @@ def launches(name: str, work: Workload, scale: float, seed: int, budget: float, 
         cores = half.cores[i * threads:(i + 1) * threads] or half.cores
         gpus = [] if on_cpu or not half.gpus else [half.gpus[i]]
         out.append(Launch([*base, "--index", str(i), "--pruner", pruner, "--threads", str(threads),
-                           "--device", "gpu" if gpus else "cpu"], gpus, cores, threads))
+                           "--device", gpu_learner if gpus else "cpu"], gpus, cores, threads))
     return out
 
 
@@ -150,7 +155,8 @@ def start(name: str, work: Workload, args: argparse.Namespace, seed: int, half: 
     for stale in run_dir.glob("bench.db*"):
         stale.unlink()
     url = f"sqlite:///{run_dir / 'bench.db'}"
-    commands = launches(name, work, args.scale, seed, args.budget, half, url, run_dir)
+    commands = launches(name, work, args.scale, seed, args.budget, half, url, run_dir,
+                        args.gpu_learner)
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
            "HPO_QUALITY_SCALE": str(args.scale), "PYTHONPATH": f"{ROOT}:{os.environ.get('PYTHONPATH', '')}",
            **nvidia_icd_env()}
@@ -170,7 +176,8 @@ def start(name: str, work: Workload, args: argparse.Namespace, seed: int, half: 
                 preexec_fn=None if pin else functools.partial(os.sched_setaffinity, 0, one.cores)))
     return {"contender": name, "seed": seed, "workload": work.name, "group": group, "dir": str(run_dir),
             "half": half.label, "gpus": half.gpus, "cores": half.cores, "launch": launch,
-            "budget_s": args.budget, "url": url, "procs": procs, "load_1m": os.getloadavg()[0],
+            "budget_s": args.budget, "url": url, "gpu_learner": args.gpu_learner, "procs": procs,
+            "load_1m": os.getloadavg()[0],
             "commands": [" ".join(one.argv[1:]) for one in commands]}
 
 
@@ -188,7 +195,7 @@ def stop(run: dict[str, Any]) -> None:
     run["exit_codes"] = [p.returncode for p in run.pop("procs")]
 
 
-def collect(run: dict[str, Any], watch: GpuWatch, with_test: bool) -> dict[str, Any]:
+def collect(run: dict[str, Any], watch: GpuWatch, with_test: bool, threads: int) -> dict[str, Any]:
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -210,11 +217,11 @@ def collect(run: dict[str, Any], watch: GpuWatch, with_test: bool) -> dict[str, 
     best = min(done, key=lambda t: t.value) if done else None
     run["best_value"] = best.value if best else None
     run["best_params"] = best.params if best else None
-    run["test"] = held_out_test(run["workload"], best.params) if best and with_test else None
+    run["test"] = held_out_test(run["workload"], best.params, threads) if best and with_test else None
     return run
 
 
-def held_out_test(workload: str, params: dict[str, Any]) -> dict[str, Any]:
+def held_out_test(workload: str, params: dict[str, Any], threads: int) -> dict[str, Any]:
     """The test metric, retrained in a child process: in this process the CNN's CUDA context and
     cached images would stay on GPU 0, whose memory the next run's orchestrator then reads as
     another user's work and skips (its busy-GPU rule): a benchmark that slows ours down."""
@@ -222,7 +229,7 @@ def held_out_test(workload: str, params: dict[str, Any]) -> dict[str, Any]:
     from concurrent.futures import ProcessPoolExecutor
 
     with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
-        return pool.submit(test_metric, WORKLOADS[workload], params, os.cpu_count() or 1).result()
+        return pool.submit(test_metric, WORKLOADS[workload], params, threads).result()
 
 
 def slim(run_dir: Path) -> None:
@@ -279,6 +286,9 @@ def main() -> int:
     parser.add_argument("--cpus", help="cores to use, e.g. 0-31 (default: this process's affinity)")
     parser.add_argument("--no-gpu", action="store_true", help="give the contenders no GPU (a CPU "
                         "workload on a GPU host: CUDA_VISIBLE_DEVICES empty)")
+    parser.add_argument("--gpu-learner", choices=("gpu", "cuda"), default="gpu",
+                        help="LightGBM learner of Optuna's GPU processes: gpu (OpenCL, PyPI's "
+                        "wheel) or cuda (a LightGBM built with CUDA; ours prefers it by itself)")
     parser.add_argument("--concurrent", type=int, default=1, help="K: run K seeds (or reference "
                         "runs) at once, each on its own block of cores/K (needs --no-gpu or K=1)")
     args = parser.parse_args()
@@ -325,8 +335,13 @@ def main() -> int:
         time.sleep(max(0.0, max(r["launch"] for r in runs) + args.budget - time.time()))
         for run in runs:
             stop(run)
-        for run in runs:
-            result = collect(run, watch, not args.no_test and not args.reference)
+        # each run's test retraining is its own process: a batch's runs side by side, sharing
+        # this process's cores
+        threads = max(1, len(os.sched_getaffinity(0)) // len(runs))
+        with ThreadPoolExecutor(len(runs)) as pool:
+            results = list(pool.map(
+                lambda r: collect(r, watch, not args.no_test and not args.reference, threads), runs))
+        for result in results:
             store.add({**result, **meta})
             if args.slim:
                 slim(Path(result["dir"]))

@@ -49,6 +49,15 @@ def _lightgbm_device(device: str) -> dict[str, Any]:
 
     if device == "cpu":
         return {"device_type": "cpu"}
+    if device == "cuda":  # LightGBM's CUDA learner, pinned by CUDA_VISIBLE_DEVICES like torch
+        from hpo_orchestrator.objectives import _device
+
+        available, why = _device.cuda_learner_available()
+        if not available:
+            print(f"error: this LightGBM has no CUDA learner ({why})", file=sys.stderr)
+            raise SystemExit(3)
+        print("LightGBM's CUDA learner", file=sys.stderr)
+        return {"device_type": "cuda"}
     platforms = list_platforms()
     choice = choose_lightgbm_device(True, "gpu", "auto", platforms)
     if choice.params.get("device_type") != "gpu" or choice.warning:
@@ -86,7 +95,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, required=True)
     parser.add_argument("--index", type=int, default=0, help="this process's number")
     parser.add_argument("--pruner", choices=("median", "hyperband", "none"), default="median")
-    parser.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
+    parser.add_argument("--device", choices=("cpu", "gpu", "cuda"), default="cpu",
+                        help="gpu: LightGBM's OpenCL learner; cuda: its CUDA learner")
     parser.add_argument("--threads", type=int, default=1, help="threads per trial")
     parser.add_argument("--n-jobs", type=int, default=1, help="Optuna threads in this process")
     parser.add_argument("--timeout", type=float, required=True, help="seconds")

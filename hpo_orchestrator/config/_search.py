@@ -93,6 +93,11 @@ class TPESamplerConfig:
     name: str = "tpe"
     n_startup_trials: int = 10
     seed: int | None = None
+    # Optuna's TPESampler options for parallel runs: joint sampling of the parameters, and
+    # running trials counted as bad so that parallel asks spread out (docs/QUALITY.md measures
+    # them against the defaults, off)
+    multivariate: bool = False
+    constant_liar: bool = False
     # The history the sampler and pruner see (hpo_orchestrator/study/_storage.py): the newest
     # max_history trials plus the keep_best best COMPLETE ones; null: every trial of the study.
     max_history: int | None = 5000

@@ -34,7 +34,9 @@ _HOW_NOT_WHAT = frozenset({"device", "gpu_platform", "num_workers", "pin_memory"
 def build_sampler(config: Config) -> optuna.samplers.BaseSampler:
     cfg = config.sampler
     if isinstance(cfg, TPESamplerConfig):
-        return optuna.samplers.TPESampler(n_startup_trials=cfg.n_startup_trials, seed=cfg.seed)
+        return optuna.samplers.TPESampler(n_startup_trials=cfg.n_startup_trials, seed=cfg.seed,
+                                          multivariate=cfg.multivariate,
+                                          constant_liar=cfg.constant_liar)
     return optuna.samplers.RandomSampler(seed=cfg.seed)
 
 
