@@ -17,8 +17,9 @@ speedup against each baseline over paired seeds with a bootstrap interval
     python scripts/bench_quality.py --out OUT --report-only
 
 Contenders: ours (defaults), ours-fresh, ours-reuse, ours-tpg1, ours-tpgauto, ours-median,
-ours-nopruner, ours-hyperband, ours-cpu, ours-gpu, ours-cpuslots, ours-mvtpe (TPE multivariate
-and constant liar), ours-startup5, ours-startup20 (TPE n_startup_trials); optuna-median, optuna-hyperband,
+ours-nopruner, ours-hyperband, ours-cpu, ours-gpu, ours-cpuslots, ours-mvtpe / ours-indtpe
+(TPE multivariate and constant liar on / off), ours-startup5, ours-startup20 (TPE
+n_startup_trials); optuna-median, optuna-hyperband,
 optuna-nopruner (one process per GPU, or per core without GPUs, pinned by hand),
 optuna-cpu-tT (cores/T processes of T threads on the CPU), optuna-threads (one process,
 n_jobs = GPUs or cores: Optuna's FAQ); best: the baseline whose reference run set the targets.
@@ -54,6 +55,7 @@ OURS = {"ours": [], "ours-fresh": ["scheduler.worker_mode=fresh"],
         "ours-nopruner": ["pruner=none"], "ours-hyperband": ["pruner=patient_hyperband"],
         "ours-cpu": [], "ours-gpu": [], "ours-cpuslots": ["scheduler.cpu_slots=auto"],
         "ours-mvtpe": ["sampler.multivariate=true", "sampler.constant_liar=true"],
+        "ours-indtpe": ["sampler.multivariate=false", "sampler.constant_liar=false"],
         "ours-startup5": ["sampler.n_startup_trials=5"],
         "ours-startup20": ["sampler.n_startup_trials=20"]}
 # ours-cpu / ours-gpu: objective.device through Workload.overrides
@@ -339,8 +341,9 @@ def main() -> int:
         # this process's cores
         threads = max(1, len(os.sched_getaffinity(0)) // len(runs))
         with ThreadPoolExecutor(len(runs)) as pool:
-            results = list(pool.map(
-                lambda r: collect(r, watch, not args.no_test and not args.reference, threads), runs))
+            results = list(pool.map(collect, runs, [watch] * len(runs),
+                                    [not args.no_test and not args.reference] * len(runs),
+                                    [threads] * len(runs)))
         for result in results:
             store.add({**result, **meta})
             if args.slim:

@@ -153,6 +153,18 @@ def test_optuna_processes_get_a_gpu_each_and_disjoint_cores(tmp_path: object) ->
     assert len(threads) == 1 and "--n-jobs" in threads[0].argv
     assert bq.parse_seeds("1-3,7") == [1, 2, 3, 7]
     assert bq.known("optuna-cpu-t16") and not bq.known("optuna-cpu-tx")
+    cuda = bq.launches("optuna-nopruner", work, 1.0, 7, 60.0, half, "sqlite:///x.db", Path("/tmp"),
+                       "cuda")
+    assert all(p.argv[p.argv.index("--device") + 1] == "cuda" for p in cuda)
+    mv = bq.launches("ours-mvtpe", work, 1.0, 7, 60.0, half, "sqlite:///x.db", Path("/tmp"))
+    assert {"sampler.multivariate=true", "sampler.constant_liar=true"} <= set(mv[0].argv)
+
+
+def test_optuna_workers_know_which_workloads_train_lightgbm() -> None:
+    from hpo_orchestrator.benchmarking.optuna_worker import LIGHTGBM_WORKLOADS
+    from hpo_orchestrator.benchmarking.workloads import WORKLOADS
+
+    assert set(LIGHTGBM_WORKLOADS) == {n for n, w in WORKLOADS.items() if w.kind == "lightgbm"}
 
 
 def test_store_replaces_a_rerun_seed_picks_the_best_baseline_and_writes_tables(

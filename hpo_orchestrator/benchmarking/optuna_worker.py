@@ -21,7 +21,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["main"]
+__all__ = ["LIGHTGBM_WORKLOADS", "main"]
+
+# The workloads that train LightGBM (workloads.WORKLOADS, kind "lightgbm"; a test checks),
+# named here so that LightGBM can be imported before the module that would import numpy
+LIGHTGBM_WORKLOADS = ("a", "b")
 
 
 def _sqlite_pragmas() -> None:
@@ -50,9 +54,9 @@ def _lightgbm_device(device: str) -> dict[str, Any]:
     if device == "cpu":
         return {"device_type": "cpu"}
     if device == "cuda":  # LightGBM's CUDA learner, pinned by CUDA_VISIBLE_DEVICES like torch
-        from hpo_orchestrator.objectives import _device
+        from hpo_orchestrator.objectives import cuda_learner_available
 
-        available, why = _device.cuda_learner_available()
+        available, why = cuda_learner_available()
         if not available:
             print(f"error: this LightGBM has no CUDA learner ({why})", file=sys.stderr)
             raise SystemExit(3)
@@ -101,6 +105,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--n-jobs", type=int, default=1, help="Optuna threads in this process")
     parser.add_argument("--timeout", type=float, required=True, help="seconds")
     args = parser.parse_args(argv)
+    if args.workload in LIGHTGBM_WORKLOADS:
+        # LightGBM's library before numpy: a LightGBM built from source (the CUDA learner)
+        # crashed in its first Dataset otherwise, as the product's workers would have
+        # (hpo_orchestrator/worker/__main__.py, docs/GPU.md)
+        import lightgbm  # noqa: F401
 
     import optuna
 

@@ -11,9 +11,10 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from hpo_orchestrator.objectives._data import binary_classification, held_out_test
+    from hpo_orchestrator.objectives._device import cuda_learner_available
     from hpo_orchestrator.objectives._space import suggest_all
 
-__all__ = ["binary_classification", "held_out_test", "suggest_all"]
+__all__ = ["binary_classification", "cuda_learner_available", "held_out_test", "suggest_all"]
 
 
 def __getattr__(name: str) -> Any:
@@ -21,6 +22,10 @@ def __getattr__(name: str) -> Any:
         from hpo_orchestrator.objectives import _data
 
         return getattr(_data, name)
+    if name == "cuda_learner_available":
+        from hpo_orchestrator.objectives import _device
+
+        return _device.cuda_learner_available
     if name == "suggest_all":
         from hpo_orchestrator.objectives import _space
 

@@ -52,7 +52,7 @@ from hpo_orchestrator.scheduler._slots import SlotPool
 from hpo_orchestrator.scheduler._stopping import stop_running, wait_stopped
 from hpo_orchestrator.scheduler._tree import become_subreaper, restore_subreaper, sweep_left_behind
 from hpo_orchestrator.scheduler._trial import FinishedTrial, Reporter, RunningTrial
-from hpo_orchestrator.scheduler._workers import Workers
+from hpo_orchestrator.scheduler._workers import Workers, first_imports
 from hpo_orchestrator.telemetry import TelemetryRetention, TelemetrySampler
 
 __all__ = ["Orchestrator"]
@@ -88,7 +88,7 @@ class Orchestrator(Launching):
         self._directions = tuple(d.name.lower() for d in study.directions)
         self.log_dir = run_dir(config.storage.url, study.study_name, config.scheduler.log_dir)
         self.workers = Workers(slots, self.running, config.scheduler.kill_grace_s,
-                               nvidia_icd_env(), self.log_dir)
+                               nvidia_icd_env(), self.log_dir, first_imports(config.objective))
         self._stopping = False  # shutting down: nothing new is started
         self._signals = 0
         self.deadline = StudyDeadline(config.study.timeout_s, config.study.timeout_grace_s)

@@ -23,7 +23,7 @@ from __future__ import annotations
 import signal
 from pathlib import Path
 
-from hpo_orchestrator.config import ObjectiveConfig
+from hpo_orchestrator.config import LightGBMObjectiveConfig, ObjectiveConfig
 from hpo_orchestrator.scheduler._channel import ProtocolError
 from hpo_orchestrator.scheduler._logs import spare_log_path
 from hpo_orchestrator.scheduler._process import retire_worker, signal_tree, start_worker
@@ -32,7 +32,13 @@ from hpo_orchestrator.scheduler._tree import ProcessTrees
 from hpo_orchestrator.scheduler._trial import RunningTrial, Worker
 from hpo_orchestrator.worker import ChildEnv, Prepare
 
-__all__ = ["Workers"]
+__all__ = ["Workers", "first_imports"]
+
+
+def first_imports(objective: ObjectiveConfig) -> tuple[str, ...]:
+    """What the objective's processes import before anything else: LightGBM for the built-in
+    LightGBM objective (a source build crashed where numpy came first: worker/__main__.py)."""
+    return ("lightgbm",) if isinstance(objective, LightGBMObjectiveConfig) else ()
 
 
 class Workers:
@@ -40,11 +46,13 @@ class Workers:
     trees are walked from every worker, busy or idle."""
 
     def __init__(self, slots: SlotPool, running: dict[int, RunningTrial], kill_grace_s: float,
-                 icd_env: dict[str, str], run_dir: Path | None = None) -> None:
+                 icd_env: dict[str, str], run_dir: Path | None = None,
+                 import_first: tuple[str, ...] = ()) -> None:
         self.slots = slots
         self.running = running
         self.kill_grace_s = kill_grace_s
         self.icd_env = icd_env
+        self.import_first = import_first  # worker/_env.py, IMPORT_FIRST
         self.idle: dict[int, Worker] = {}  # slot id -> a reuse worker waiting for its next trial
         self.spares: dict[int, Worker] = {}  # slot id -> a started-up worker waiting for its first
         self.run_dir = run_dir
@@ -70,7 +78,8 @@ class Workers:
         child = ChildEnv(trial_number=trial_number, attempt=attempt, slot=slot.id,
                          gpu_index=slot.gpu.index if slot.gpu else None,
                          gpu_uuid=slot.gpu.uuid if slot.gpu else None,
-                         cuda_visible_devices=slot.cuda_visible_devices, num_threads=threads)
+                         cuda_visible_devices=slot.cuda_visible_devices, num_threads=threads,
+                         import_first=self.import_first)
         return start_worker(child, self.icd_env if slot.gpu is not None else {}, slot.id, log_path)
 
     def _prepared(self, slot: Slot, threads: int, objective: ObjectiveConfig,

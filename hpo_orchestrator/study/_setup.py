@@ -34,9 +34,13 @@ _HOW_NOT_WHAT = frozenset({"device", "gpu_platform", "num_workers", "pin_memory"
 def build_sampler(config: Config) -> optuna.samplers.BaseSampler:
     cfg = config.sampler
     if isinstance(cfg, TPESamplerConfig):
+        # Multivariate TPE samples a parameter outside the trials' common search space (a
+        # conditional one) on its own, and would log that for every such trial: a custom
+        # objective's conditional space is expected, not news
         return optuna.samplers.TPESampler(n_startup_trials=cfg.n_startup_trials, seed=cfg.seed,
                                           multivariate=cfg.multivariate,
-                                          constant_liar=cfg.constant_liar)
+                                          constant_liar=cfg.constant_liar,
+                                          warn_independent_sampling=False)
     return optuna.samplers.RandomSampler(seed=cfg.seed)
 
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import time
 from typing import Any
 
@@ -12,9 +13,9 @@ import optuna
 from hpo_orchestrator.testing.misbehaving import chaos  # objectives:chaos, as the tests name it
 from hpo_orchestrator.worker import phase, phase_depth, slot_info
 
-__all__ = ["chaos", "chatty", "cuda_oom_once", "cuda_probe", "curves", "oom_when_shared", "phased",
-           "pinned", "quadratic", "reports10", "reuse_probe", "rising", "shared_gpu", "sleepy",
-           "slow_setup", "two_objectives"]
+__all__ = ["chaos", "chatty", "cuda_oom_once", "cuda_probe", "curves", "import_order",
+           "oom_when_shared", "phased", "pinned", "quadratic", "reports10", "reuse_probe", "rising",
+           "shared_gpu", "sleepy", "slow_setup", "two_objectives"]
 
 
 def quadratic(trial: Any) -> float:
@@ -384,3 +385,13 @@ def failing_setup() -> None:
     """An ``objective.setup`` that prints, then fails (a missing data file, say)."""
     print("loading the data", flush=True)
     raise FileNotFoundError("data/train.parquet")
+
+
+def import_order(trial: Any) -> float:
+    """Whether this process loaded LightGBM's library before numpy (worker/__main__.py,
+    IMPORT_FIRST). sys.modules keeps the order in which imports finished; lightgbm.libpath
+    loads the library and imports nothing heavy."""
+    names = list(sys.modules)
+    first = "lightgbm.libpath" in names and names.index("lightgbm.libpath") < names.index("numpy")
+    trial.set_user_attr("test.lightgbm_before_numpy", first)
+    return trial.suggest_float("x", 0.0, 1.0)

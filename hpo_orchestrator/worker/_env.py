@@ -15,7 +15,7 @@ import os
 from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
 
-__all__ = ["SLOT", "ChildEnv", "begin_trial"]
+__all__ = ["IMPORT_FIRST", "SLOT", "ChildEnv", "begin_trial"]
 
 TRIAL_NUMBER = "HPO_TRIAL_NUMBER"
 ATTEMPT = "HPO_ATTEMPT"
@@ -24,6 +24,9 @@ GPU_INDEX = "HPO_GPU_INDEX"
 GPU_UUID = "HPO_GPU_UUID"
 NUM_THREADS = "HPO_NUM_THREADS"
 CUDA_VISIBLE_DEVICES = "CUDA_VISIBLE_DEVICES"
+# Modules the child imports before anything else (comma-separated; the worker bootstrap,
+# hpo_orchestrator/worker/__main__.py). A user may set it for a custom objective too.
+IMPORT_FIRST = "HPO_IMPORT_FIRST"
 
 
 @dataclass(frozen=True)
@@ -38,6 +41,7 @@ class ChildEnv:
     gpu_uuid: str | None
     cuda_visible_devices: str | None  # exactly what the child got (hpo.cuda_visible_devices)
     num_threads: int | None
+    import_first: tuple[str, ...] = ()  # see IMPORT_FIRST
 
     def render(self) -> dict[str, str]:
         """The variables to set in the child, on top of the orchestrator's own environment."""
@@ -55,6 +59,7 @@ class ChildEnv:
             "MKL_NUM_THREADS": threads,
             "OPENBLAS_NUM_THREADS": threads,
             "PYTHONUNBUFFERED": "1",  # a native crash's last words reach the log
+            **({IMPORT_FIRST: ",".join(self.import_first)} if self.import_first else {}),
         }
 
     @classmethod
@@ -67,6 +72,7 @@ class ChildEnv:
             gpu_uuid=environ.get(GPU_UUID) or None,
             cuda_visible_devices=environ.get(CUDA_VISIBLE_DEVICES),
             num_threads=_int(environ.get(NUM_THREADS)),
+            import_first=tuple(filter(None, environ.get(IMPORT_FIRST, "").split(","))),
         )
 
 
