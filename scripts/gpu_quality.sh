@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One GPU-host call of the time-to-quality benchmark (docs/QUALITY.md, "GPU host"):
 #   scripts/gpu_quality.sh --workload a --budget 90 --seeds 1-4 --pair ours,best
-# Installs the wheelhouse as scripts/gpu_host_check.sh does (once per machine), starts from
+# Installs the wheelhouse as scripts/gpu_host_check.sh does (once per machine; with
+# LIGHTGBM_CUDA_SDIST=PATH also LightGBM built there with its CUDA learner), starts from
 # the results carried in bench-quality-$QUALITY_SET/ (results.json, targets.json of earlier
 # calls; QUALITY_SET defaults to gpu), runs scripts/bench_quality.py into $OUT/$QUALITY_SET
 # with --slim (no sqlite files or trial logs; results.json holds every curve, and the runs'
@@ -14,7 +15,8 @@ site=/tmp/hpo-site
 wheels="${WHEELS:-.wheelhouse}"
 set_name="${QUALITY_SET:-gpu}"
 out="${OUT:?set OUT (the device tool does)}/$set_name"
-if [[ ! -d "$site/optuna" ]]; then
+cuda_sdist="${LIGHTGBM_CUDA_SDIST:-}"  # e.g. .wheelhouse-cuda/lightgbm-4.7.0.tar.gz
+if [[ ! -d "$site/optuna" || ( -n "$cuda_sdist" && ! -f "$site/.lightgbm-cuda" ) ]]; then
     # one installer at a time: two sets started together share the site folder
     exec 9>/tmp/hpo-site.lock
     flock 9
@@ -22,6 +24,18 @@ if [[ ! -d "$site/optuna" ]]; then
         python3 -m pip install -q --no-index --no-deps --no-build-isolation --target "$site.tmp" \
             "$wheels"/* > /tmp/quality-pip.txt 2>&1 || { cat /tmp/quality-pip.txt; exit 1; }
         mv "$site.tmp" "$site"
+    fi
+    if [[ -n "$cuda_sdist" && ! -f "$site/.lightgbm-cuda" ]]; then
+        # LightGBM's CUDA learner, built here from its sdist (PyPI's wheel has none), in place
+        # of PyPI's wheel for every contender: about 3 minutes on 8 cores (docs/GPU.md)
+        python3 -m pip wheel -q --no-deps --no-index --no-build-isolation -w /tmp/lightgbm-cuda \
+            --config-settings=cmake.define.USE_CUDA=ON \
+            --config-settings=cmake.define.CMAKE_CUDA_ARCHITECTURES=90 "$cuda_sdist" \
+            > /tmp/quality-cuda-build.txt 2>&1 || { tail -30 /tmp/quality-cuda-build.txt; exit 1; }
+        python3 -m pip install -q --no-index --no-deps --upgrade --target "$site" \
+            /tmp/lightgbm-cuda/lightgbm-*.whl > /tmp/quality-pip.txt 2>&1 \
+            || { cat /tmp/quality-pip.txt; exit 1; }
+        touch "$site/.lightgbm-cuda"
     fi
     flock -u 9
 fi
