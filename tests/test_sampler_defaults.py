@@ -5,6 +5,7 @@ be turned off, and conditional parameters are sampled without a warning per tria
 from __future__ import annotations
 
 import logging
+import warnings
 
 import optuna
 import pytest
@@ -27,15 +28,15 @@ def test_plain_tpe_is_one_override_away() -> None:
 
 def test_a_conditional_parameter_is_sampled_without_a_warning_per_trial(
         caplog: pytest.LogCaptureFixture) -> None:
-    study = optuna.create_study(sampler=build_sampler(load_config(
-        ["sampler.n_startup_trials=2", "sampler.seed=1"])))
-
     def objective(trial: optuna.Trial) -> float:
         x = trial.suggest_float("x", 0.0, 1.0)
         if x > 0.5:  # a parameter only some trials have
             return x + trial.suggest_float("y", 0.0, 1.0)
         return x
 
-    with caplog.at_level(logging.WARNING, logger="optuna"):
+    with caplog.at_level(logging.WARNING, logger="optuna"), warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)  # no deprecated argument either
+        study = optuna.create_study(sampler=build_sampler(load_config(
+            ["sampler.n_startup_trials=2", "sampler.seed=1"])))
         study.optimize(objective, n_trials=8)
     assert not [r for r in caplog.records if "sampled independently" in r.getMessage()]
