@@ -219,11 +219,13 @@ def collect(run: dict[str, Any], watch: GpuWatch, with_test: bool, threads: int)
     best = min(done, key=lambda t: t.value) if done else None
     run["best_value"] = best.value if best else None
     run["best_params"] = best.params if best else None
-    run["test"] = held_out_test(run["workload"], best.params, threads) if best and with_test else None
+    run["test"] = held_out_test(run["workload"], best.params, threads, best.number) \
+        if best and with_test else None
     return run
 
 
-def held_out_test(workload: str, params: dict[str, Any], threads: int) -> dict[str, Any]:
+def held_out_test(workload: str, params: dict[str, Any], threads: int,
+                  trial_number: int) -> dict[str, Any]:
     """The test metric, retrained in a child process: in this process the CNN's CUDA context and
     cached images would stay on GPU 0, whose memory the next run's orchestrator then reads as
     another user's work and skips (its busy-GPU rule): a benchmark that slows ours down."""
@@ -231,7 +233,8 @@ def held_out_test(workload: str, params: dict[str, Any], threads: int) -> dict[s
     from concurrent.futures import ProcessPoolExecutor
 
     with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
-        return pool.submit(test_metric, WORKLOADS[workload], params, threads).result()
+        return pool.submit(test_metric, WORKLOADS[workload], params, threads,
+                           trial_number).result()
 
 
 def slim(run_dir: Path) -> None:

@@ -164,7 +164,9 @@ def objective(trial: Any) -> float:
     return _fit(params, trial.number, after_epoch)[0]
 
 
-def retrain_test_loss(params: dict[str, Any]) -> dict[str, Any]:
-    """The held-out test loss of ``params`` retrained once, at its best validation epoch."""
-    valid, test, epoch = _fit(params, 0, None)
+def retrain_test_loss(params: dict[str, Any], seed: int = 0) -> dict[str, Any]:
+    """The held-out test loss of ``params`` retrained once, at its best validation epoch.
+    ``seed``: the trial's number, which seeded its own training (objective above), so the
+    retrained model starts as the trial's did."""
+    valid, test, epoch = _fit(params, seed, None)
     return {"test_loss": test, "valid_loss": valid, "epoch": epoch}

@@ -113,13 +113,15 @@ def _logloss(y: np.ndarray, p: np.ndarray) -> float:
     return float(-np.mean(y * np.log(p) + (1 - y) * np.log(1 - p)))
 
 
-def test_metric(workload: Workload, params: dict[str, Any], num_threads: int) -> dict[str, Any]:
+def test_metric(workload: Workload, params: dict[str, Any], num_threads: int,
+                trial_number: int = 0) -> dict[str, Any]:
     """Retrain ``params`` once (CPU for LightGBM) and read the held-out test loss at the report
-    step with the lowest validation loss (the trial's value is that minimum)."""
+    step with the lowest validation loss (the trial's value is that minimum). The CNN is
+    seeded with the trial's number, as the trial was; LightGBM's seed is in its params."""
     if workload.kind == "cnn":
         from hpo_orchestrator.benchmarking.cnn import retrain_test_loss
 
-        return retrain_test_loss(params)
+        return retrain_test_loss(params, trial_number)
     import lightgbm as lgb
 
     cfg = workload.lightgbm
