@@ -343,10 +343,10 @@ def main() -> int:
         # each run's test retraining is its own process: a batch's runs side by side, sharing
         # this process's cores
         threads = max(1, len(os.sched_getaffinity(0)) // len(runs))
+        one = functools.partial(collect, watch=watch, threads=threads,
+                                with_test=not args.no_test and not args.reference)
         with ThreadPoolExecutor(len(runs)) as pool:
-            results = list(pool.map(collect, runs, [watch] * len(runs),
-                                    [not args.no_test and not args.reference] * len(runs),
-                                    [threads] * len(runs)))
+            results = list(pool.map(one, runs))
         for result in results:
             store.add({**result, **meta})
             if args.slim:
