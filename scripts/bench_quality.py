@@ -19,13 +19,21 @@ speedup against each baseline over paired seeds with a bootstrap interval
 Contenders: ours (defaults), ours-fresh, ours-reuse, ours-tpg1, ours-tpgauto, ours-median,
 ours-nopruner, ours-hyperband, ours-cpu, ours-gpu, ours-cpuslots, ours-mvtpe / ours-indtpe
 (TPE multivariate and constant liar on / off), ours-startup5, ours-startup20 (TPE
-n_startup_trials); optuna-median, optuna-hyperband,
+n_startup_trials), ours-tuneauto (pruner.tune=auto); optuna-median, optuna-hyperband,
 optuna-nopruner (one process per GPU, or per core without GPUs, pinned by hand),
 optuna-cpu-tT (cores/T processes of T threads on the CPU), optuna-threads (one process,
 n_jobs = GPUs or cores: Optuna's FAQ); best: the baseline whose reference run set the targets.
 """
 
 from __future__ import annotations
+
+try:
+    # First: a LightGBM built from source (the CUDA learner of workload b) crashes in its first
+    # Dataset if numpy or scikit-learn were loaded before it (docs/GPU.md). The test metric's
+    # retraining runs in a spawned child, which re-imports this script before it trains.
+    import lightgbm  # noqa: F401
+except ImportError:  # the CNN workload needs no LightGBM
+    pass
 
 import argparse
 import functools
@@ -57,7 +65,8 @@ OURS = {"ours": [], "ours-fresh": ["scheduler.worker_mode=fresh"],
         "ours-mvtpe": ["sampler.multivariate=true", "sampler.constant_liar=true"],
         "ours-indtpe": ["sampler.multivariate=false", "sampler.constant_liar=false"],
         "ours-startup5": ["sampler.n_startup_trials=5"],
-        "ours-startup20": ["sampler.n_startup_trials=20"]}
+        "ours-startup20": ["sampler.n_startup_trials=20"],
+        "ours-tuneauto": ["pruner.tune=auto"]}
 # ours-cpu / ours-gpu: objective.device through Workload.overrides
 OPTUNA_PRUNERS = {"optuna-median": "median", "optuna-hyperband": "hyperband",
                   "optuna-nopruner": "none"}

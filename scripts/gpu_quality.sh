@@ -11,14 +11,16 @@
 # CPU workload on some cores with --no-gpu --cpus, beside a GPU one on the others) run at
 # once from separate invocations, each with its own folder.
 set -euo pipefail
-site=/tmp/hpo-site
+# HPO_SITE: another install folder, for a set that must not share the CUDA build (say a CPU
+# workload started beside workload b, which would otherwise wait for the build and use it)
+site="${HPO_SITE:-/tmp/hpo-site}"
 wheels="${WHEELS:-.wheelhouse}"
 set_name="${QUALITY_SET:-gpu}"
 out="${OUT:?set OUT (the device tool does)}/$set_name"
 cuda_sdist="${LIGHTGBM_CUDA_SDIST:-}"  # e.g. .wheelhouse-cuda/lightgbm-4.7.0.tar.gz
 if [[ ! -d "$site/optuna" || ( -n "$cuda_sdist" && ! -f "$site/.lightgbm-cuda" ) ]]; then
     # one installer at a time: two sets started together share the site folder
-    exec 9>/tmp/hpo-site.lock
+    exec 9>"$site.lock"
     flock 9
     if [[ ! -d "$site/optuna" ]]; then
         python3 -m pip install -q --no-index --no-deps --no-build-isolation --target "$site.tmp" \
