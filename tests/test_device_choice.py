@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from hpo_orchestrator.objectives._device import GPU_MARGIN, Calibration, Timing, pick, picture
+from hpo_orchestrator.objectives._device import GPU_MARGIN, LEAVES_FACTOR, Calibration, Timing, pick, picture
 from tests.conftest import run_cli, trial_rows
 
 
@@ -47,12 +47,14 @@ def test_no_gpu_learner_that_runs_means_the_cpu_with_the_reasons() -> None:
     assert "cuda: LightGBMError: no CUDA" in why and "gpu: LightGBMError: No OpenCL" in why
 
 
-def test_the_picture_changes_with_data_bins_threads_and_the_power_of_two_of_leaves() -> None:
+def test_the_picture_changes_with_data_bins_threads_and_leaves_a_factor_away() -> None:
     base = {"max_bin": 63, "num_leaves": 40, "num_threads": 8}
-    assert picture("d", base) == picture("d", {**base, "num_leaves": 63})  # 32..63: same
-    for other in ({**base, "num_leaves": 64}, {**base, "max_bin": 255}, {**base, "num_threads": 4}):
-        assert picture("d", other) != picture("d", base)
-    assert picture("e", base) != picture("d", base)
+    assert picture("d", base).near(picture("d", {**base, "num_leaves": 4 * 40 - 1}))
+    assert picture("d", base).near(picture("d", {**base, "num_leaves": 11}))
+    for other in ({**base, "num_leaves": LEAVES_FACTOR * 40}, {**base, "num_leaves": 10},
+                  {**base, "max_bin": 255}, {**base, "num_threads": 4}):
+        assert not picture("d", other).near(picture("d", base))
+    assert not picture("e", base).near(picture("d", base))
 
 
 def test_calibration_measures_once_per_picture_and_again_when_it_changes() -> None:
@@ -65,13 +67,34 @@ def test_calibration_measures_once_per_picture_and_again_when_it_changes() -> No
 
     learners = {"cpu": {"device_type": "cpu"}, "cuda": {"device_type": "cuda"}}
     calibration = Calibration()
-    first, measured = calibration.choose(("a",), learners, {}, train, 200, 4)
-    assert measured and len(runs) == 4  # each learner twice: the second run gives the figures
-    again, measured_again = calibration.choose(("a",), learners, {}, train, 200, 4)
-    assert again == first and not measured_again and len(runs) == 4
-    _, measured_new = calibration.choose(("b",), learners, {}, train, 200, 4)
-    assert measured_new and len(runs) == 8
+    first, measured = calibration.choose(picture("a", {"num_leaves": 31}), learners, {}, train,
+                                         200, 4)
+    assert measured and runs == [("cpu", 20), ("cuda", 20)]  # once each: no kernel to build
+    assert first["num_leaves"] == 31
+    for leaves in (31, 100, 9):  # near the measured 31: the answer holds
+        again, measured_again = calibration.choose(picture("a", {"num_leaves": leaves}),
+                                                   learners, {}, train, 200, 4)
+        assert again == first and not measured_again and len(runs) == 2
+    _, measured_new = calibration.choose(picture("b", {"num_leaves": 31}), learners, {}, train,
+                                         200, 4)
+    assert measured_new and len(runs) == 4
+    big, measured_big = calibration.choose(picture("a", {"num_leaves": 200}), learners, {},
+                                           train, 200, 4)
+    assert measured_big and big["num_leaves"] == 200 and len(runs) == 6
     assert {t["learner"] for t in first["timings"]} == {"cpu", "cuda"}
+
+
+def test_opencl_runs_twice_so_its_kernel_build_is_left_out() -> None:
+    runs: list[str] = []
+
+    def train(params: dict[str, Any], rounds: int, tick: Any) -> None:
+        runs.append(params["device_type"])
+        for _ in range(rounds):
+            tick(None)
+
+    learners = {"cpu": {"device_type": "cpu"}, "gpu": {"device_type": "gpu"}}
+    Calibration().choose(picture("a", {}), learners, {}, train, 200, 4)
+    assert runs == ["cpu", "gpu", "gpu"]
 
 
 @pytest.mark.slow

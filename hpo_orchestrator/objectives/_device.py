@@ -5,12 +5,17 @@ CUDA learner in 3.0 s and its OpenCL learner in 7.1 s; at 2M rows the CUDA learn
 the CPU (docs/GPU.md, "CPU or GPU for one LightGBM training"). Which side wins depends on the
 data and the params, so a trial on a GPU slot measures it: a short training on the study's
 own data, with the trial's params, on the CPU with the threads this slot gives and on each
-GPU learner this LightGBM has (CUDA, where it was built with it, and OpenCL on NVIDIA's
-platform), each run twice so that one-time costs (the OpenCL kernel build, CUDA's context)
-are left out. The estimate of a whole trial, ``overhead + rounds x seconds per round``,
-decides; a GPU learner must win by ``GPU_MARGIN``. The answer is kept for the worker process
-and measured again when the picture changes (another data shape, ``max_bin``, or
-``num_leaves`` in another power of two).
+GPU learner this LightGBM has: CUDA where it was built with it (then OpenCL is not
+measured: it was the slower GPU learner in every measurement, and its kernel build costs
+seconds), else OpenCL on NVIDIA's platform, run twice so that its one-time kernel build is
+left out (the CUDA check has already made this process's CUDA context). The estimate of a
+whole trial, ``overhead + rounds x seconds per round``, decides; a GPU learner must win by
+``GPU_MARGIN``. The answer is kept for the worker process and measured again when the
+picture changes: another data shape, ``max_bin`` or thread count, or ``num_leaves``
+``LEAVES_FACTOR`` times away from every picture measured. Each measurement costs a few
+trainings of 20 rounds on the study's data: on 1M rows, measuring again at every power of
+two of ``num_leaves``, with OpenCL beside CUDA, slowed a two-GPU run's first minute several
+times over (docs/QUALITY.md, workload b).
 
 :func:`pick` is the pure rule (unit-tested with scripted timings); :class:`Calibration`
 measures and remembers.
@@ -19,17 +24,18 @@ measures and remembers.
 from __future__ import annotations
 
 import itertools
-import math
 import statistics
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-__all__ = ["GPU_MARGIN", "Calibration", "Timing", "cuda_learner_available", "pick", "picture"]
+__all__ = ["GPU_MARGIN", "LEAVES_FACTOR", "Calibration", "Picture", "Timing",
+           "cuda_learner_available", "pick", "picture"]
 
 GPU_MARGIN = 1.1  # a GPU trial also holds a GPU another trial could use: ask for a clear win
 CALIBRATION_ROUNDS = 20
+LEAVES_FACTOR = 4  # an answer holds for num_leaves within this factor of a measured picture's
 
 
 @dataclass(frozen=True)
@@ -69,23 +75,34 @@ def _seconds(value: float | None) -> str:
     return "failed" if value is None else f"{value:.2f} s"
 
 
-def picture(data: Any, params: dict[str, Any]) -> tuple[Any, ...]:
-    """What decides the answer, coarsely: the data (a hashable description of it), the bins,
-    the tree size (to a power of two), and the CPU threads."""
-    leaves = int(params.get("num_leaves", 31))
-    return (data, params.get("max_bin"), int(math.log2(max(leaves, 2))), params.get("num_threads"))
+@dataclass(frozen=True)
+class Picture:
+    """What decides the answer: the data (a hashable description of it), the bins and the
+    CPU threads exactly; the tree size (``num_leaves``) roughly."""
+
+    fixed: tuple[Any, ...]
+    leaves: int
+
+    def near(self, other: Picture) -> bool:
+        return (self.fixed == other.fixed
+                and max(self.leaves, other.leaves) < LEAVES_FACTOR * min(self.leaves, other.leaves))
+
+
+def picture(data: Any, params: dict[str, Any]) -> Picture:
+    return Picture((data, params.get("max_bin"), params.get("num_threads")),
+                   max(int(params.get("num_leaves", 31)), 2))
 
 
 def _train_timing(learner: str, train: Callable[[dict[str, Any], int, Any], None],
                   params: dict[str, Any], rounds: int) -> Timing:
-    """Time ``train`` (Dataset plus lgb.train) twice; the second run gives the figures."""
+    """Time ``train`` (Dataset plus lgb.train); OpenCL twice, the second run giving the figures."""
     ticks: list[float] = []
 
     def tick(_env: Any) -> None:
         ticks.append(time.perf_counter())
 
     try:
-        for _ in range(2):
+        for _ in range(2 if learner == "gpu" else 1):
             ticks.clear()
             start = time.perf_counter()
             train(params, rounds, tick)
@@ -115,21 +132,23 @@ class Calibration:
     """Measured answers of one worker process, by picture."""
 
     def __init__(self) -> None:
-        self._answers: dict[tuple[Any, ...], dict[str, Any]] = {}
+        self._answers: list[tuple[Picture, dict[str, Any]]] = []
 
-    def choose(self, key: tuple[Any, ...], learners: dict[str, dict[str, Any]],
+    def choose(self, key: Picture, learners: dict[str, dict[str, Any]],
                base_params: dict[str, Any], train: Callable[[dict[str, Any], int, Any], None],
                rounds: int, cpu_threads: int) -> tuple[dict[str, Any], bool]:
-        """The choice for ``key`` (``hpo.device_choice``): measured now (True) or before.
+        """The choice for ``key`` (``hpo.device_choice``): measured now (True), or before for a
+        picture near this one.
 
         ``learners``: learner name -> its device params (``cpu`` always among them).
         """
-        if key in self._answers:
-            return self._answers[key], False
+        for measured, answer in self._answers:
+            if measured.near(key):
+                return answer, False
         timings = [_train_timing(name, train, {**base_params, **device}, CALIBRATION_ROUNDS)
                    for name, device in learners.items()]
         learner, reason = pick(timings, rounds, cpu_threads)
         answer = {"learner": learner, "reason": reason, "rounds": rounds,
-                  "timings": [asdict(t) for t in timings]}
-        self._answers[key] = answer
+                  "num_leaves": key.leaves, "timings": [asdict(t) for t in timings]}
+        self._answers.append((key, answer))
         return answer, True

@@ -178,21 +178,16 @@ class LightGBMObjective:
     def _gpu_learners(self, trial: Any, slot: Any) -> dict[str, dict[str, Any]]:
         """The GPU learners this trial's slot can run: the CUDA learner where this LightGBM has
         it (pinned by CUDA_VISIBLE_DEVICES, as torch is; LightGBM's maintainers recommend it
-        over OpenCL on NVIDIA), and OpenCL on NVIDIA's platform, found by name (§4)."""
+        over OpenCL on NVIDIA), else OpenCL on NVIDIA's platform, found by name (§4)."""
         cfg = self.config
-        learners: dict[str, dict[str, Any]] = {}
         if self._cuda is None:
             self._cuda = cuda_learner_available()
-        if self._cuda[0]:
-            learners["cuda"] = {"device_type": "cuda", "gpu_device_id": 0}
+        if self._cuda[0]:  # OpenCL is not weighed against it (objectives/_device.py)
+            return {"cuda": {"device_type": "cuda", "gpu_device_id": 0}}
         choice = choose_lightgbm_device(slot.on_gpu, "gpu", cfg.gpu_platform, list_platforms())
-        if choice.params.get("device_type") == "gpu":
-            learners["gpu"] = choice.params
-            if choice.warning:
-                trial.set_user_attr("hpo.warning", choice.warning)
-        elif not learners and choice.warning:
+        if choice.warning:
             trial.set_user_attr("hpo.warning", choice.warning)
-        return learners
+        return {"gpu": choice.params} if choice.params.get("device_type") == "gpu" else {}
 
     def _device_params(self, trial: Any, slot: Any, params: dict[str, Any]) -> dict[str, Any]:
         """LightGBM's device params for this trial: ``objective.device`` obeyed when cpu or

@@ -80,7 +80,7 @@ def _idle_gpus(report: StatusReport, config: dict[str, Any]) -> list[Finding]:
 
 
 _LOW_UTIL_ADVICE = {
-    "lightgbm": "LightGBM's OpenCL learner keeps the GPU busy only on large data: let the "
+    "lightgbm": "LightGBM's GPU learners (CUDA, OpenCL) keep a GPU busy only on large data: let the "
                 "orchestrator run more trials per GPU (scheduler.trials_per_gpu=auto), raise "
                 "objective.n_rows, or train on CPU (objective.device=cpu) and use the GPUs for "
                 "other studies",
