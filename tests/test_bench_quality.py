@@ -160,6 +160,24 @@ def test_optuna_processes_get_a_gpu_each_and_disjoint_cores(tmp_path: object) ->
     assert {"sampler.multivariate=true", "sampler.constant_liar=true"} <= set(mv[0].argv)
 
 
+def test_the_best_trial_is_retrained_on_the_learner_it_used() -> None:
+    bq = _script()
+    cuda = {"device_type": "cuda", "gpu_device_id": 2}
+    ours = {"contender": "ours", "gpus": [2, 3], "gpu_learner": "cuda"}
+    effective = {"hpo.params_effective": {"device_type": "cuda", "num_leaves": 31}}
+    assert bq.retrain_device(ours, effective) == cuda
+    # ours' auto chose the CPU for that trial; or the trial recorded nothing
+    assert bq.retrain_device(ours, {"hpo.params_effective": {"device_type": "cpu"}}) == {
+        "device_type": "cpu"}
+    assert bq.retrain_device(ours, {}) == {"device_type": "cpu"}
+    base = {"contender": "optuna-nopruner", "gpus": [2, 3], "gpu_learner": "cuda"}
+    assert bq.retrain_device(base, {}) == cuda
+    # OpenCL, Optuna's CPU processes and a half without GPUs retrain on the CPU
+    assert bq.retrain_device({**base, "gpu_learner": "gpu"}, {}) == {"device_type": "cpu"}
+    assert bq.retrain_device({**base, "contender": "optuna-cpu-t8"}, {}) == {"device_type": "cpu"}
+    assert bq.retrain_device({**base, "gpus": []}, {}) == {"device_type": "cpu"}
+
+
 def test_optuna_workers_know_which_workloads_train_lightgbm() -> None:
     from hpo_orchestrator.benchmarking.optuna_worker import LIGHTGBM_WORKLOADS
     from hpo_orchestrator.benchmarking.workloads import WORKLOADS

@@ -114,10 +114,11 @@ def _logloss(y: np.ndarray, p: np.ndarray) -> float:
 
 
 def test_metric(workload: Workload, params: dict[str, Any], num_threads: int,
-                trial_number: int = 0) -> dict[str, Any]:
-    """Retrain ``params`` once (CPU for LightGBM) and read the held-out test loss at the report
-    step with the lowest validation loss (the trial's value is that minimum). The CNN is
-    seeded with the trial's number, as the trial was; LightGBM's seed is in its params."""
+                trial_number: int = 0, device: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Retrain ``params`` once (LightGBM on ``device``: the CPU unless given) and read the
+    held-out test loss at the report step with the lowest validation loss (the trial's value
+    is that minimum). The CNN is seeded with the trial's number, as the trial was; LightGBM's
+    seed is in its params."""
     if workload.kind == "cnn":
         from hpo_orchestrator.benchmarking.cnn import retrain_test_loss
 
@@ -127,7 +128,7 @@ def test_metric(workload: Workload, params: dict[str, Any], num_threads: int,
     cfg = workload.lightgbm
     train, valid = _datasets(cfg)
     log: dict[str, Any] = {}
-    booster = lgb.train(_params(cfg, params, {"device_type": "cpu"}, num_threads), train,
+    booster = lgb.train(_params(cfg, params, device or {"device_type": "cpu"}, num_threads), train,
                         num_boost_round=cfg.num_boost_round, valid_sets=[valid],
                         callbacks=[lgb.record_evaluation(log)])
     curve = log["valid_0"]["binary_logloss"]
