@@ -97,6 +97,27 @@ def test_opencl_runs_twice_so_its_kernel_build_is_left_out() -> None:
     assert runs == ["cpu", "gpu", "gpu"]
 
 
+def test_with_the_cuda_learner_opencl_is_not_measured(monkeypatch: pytest.MonkeyPatch) -> None:
+    """OpenCL was the slower GPU learner in every measurement, and its kernel build costs
+    seconds per calibration: beside CUDA it is left out; without CUDA it is the GPU learner."""
+    from types import SimpleNamespace
+
+    import hpo_orchestrator.objectives.lightgbm as lgb_objective
+    from hpo_orchestrator.config import LightGBMObjectiveConfig
+    from hpo_orchestrator.gpu._opencl import OpenCLPlatform
+
+    nvidia = OpenCLPlatform(1, "NVIDIA CUDA", "NVIDIA Corporation", 1, 1)
+    monkeypatch.setattr(lgb_objective, "list_platforms", lambda: [nvidia])
+    slot = SimpleNamespace(on_gpu=True)
+    trial = SimpleNamespace(set_user_attr=lambda *_: None)
+    for cuda, expected in (((True, None), {"cuda"}), ((False, "no CUDA"), {"gpu"})):
+        monkeypatch.setattr(lgb_objective, "cuda_learner_available", lambda c=cuda: c)
+        objective = lgb_objective.LightGBMObjective(LightGBMObjectiveConfig(n_rows=200))
+        learners = objective._gpu_learners(trial, slot)
+        assert set(learners) == expected
+    assert learners["gpu"]["gpu_platform_id"] == 1
+
+
 @pytest.mark.slow
 def test_auto_on_a_gpu_slot_records_its_measured_choice(tmp_path: Path) -> None:
     """On fake GPUs this host has neither LightGBM's CUDA learner nor an OpenCL GPU: auto
