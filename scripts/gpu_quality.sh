@@ -24,7 +24,7 @@ if [[ ! -d "$site/optuna" || ( -n "$cuda_sdist" && ! -f "$site/.lightgbm-cuda" )
     flock 9
     if [[ ! -d "$site/optuna" ]]; then
         python3 -m pip install -q --no-index --no-deps --no-build-isolation --target "$site.tmp" \
-            "$wheels"/* > /tmp/quality-pip.txt 2>&1 || { cat /tmp/quality-pip.txt; exit 1; }
+            "$wheels"/* > "$site.pip.txt" 2>&1 || { cat "$site.pip.txt"; exit 1; }
         mv "$site.tmp" "$site"
     fi
     if [[ -n "$cuda_sdist" && ! -f "$site/.lightgbm-cuda" ]]; then
@@ -33,10 +33,10 @@ if [[ ! -d "$site/optuna" || ( -n "$cuda_sdist" && ! -f "$site/.lightgbm-cuda" )
         python3 -m pip wheel -q --no-deps --no-index --no-build-isolation -w /tmp/lightgbm-cuda \
             --config-settings=cmake.define.USE_CUDA=ON \
             --config-settings=cmake.define.CMAKE_CUDA_ARCHITECTURES=90 "$cuda_sdist" \
-            > /tmp/quality-cuda-build.txt 2>&1 || { tail -30 /tmp/quality-cuda-build.txt; exit 1; }
+            > "$site.cuda-build.txt" 2>&1 || { tail -30 "$site.cuda-build.txt"; exit 1; }
         python3 -m pip install -q --no-index --no-deps --upgrade --target "$site" \
-            /tmp/lightgbm-cuda/lightgbm-*.whl > /tmp/quality-pip.txt 2>&1 \
-            || { cat /tmp/quality-pip.txt; exit 1; }
+            /tmp/lightgbm-cuda/lightgbm-*.whl > "$site.pip.txt" 2>&1 \
+            || { cat "$site.pip.txt"; exit 1; }
         touch "$site/.lightgbm-cuda"
     fi
     flock -u 9

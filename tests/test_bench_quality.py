@@ -162,20 +162,34 @@ def test_optuna_processes_get_a_gpu_each_and_disjoint_cores(tmp_path: object) ->
 
 def test_the_best_trial_is_retrained_on_the_learner_it_used() -> None:
     bq = _script()
-    cuda = {"device_type": "cuda", "gpu_device_id": 2}
+    cpu = ({"device_type": "cpu"}, None)
+    cuda = ({"device_type": "cuda", "gpu_device_id": 0}, 2)  # the child sees the run's GPU 2 alone
     ours = {"contender": "ours", "gpus": [2, 3], "gpu_learner": "cuda"}
     effective = {"hpo.params_effective": {"device_type": "cuda", "num_leaves": 31}}
     assert bq.retrain_device(ours, effective) == cuda
-    # ours' auto chose the CPU for that trial; or the trial recorded nothing
-    assert bq.retrain_device(ours, {"hpo.params_effective": {"device_type": "cpu"}}) == {
-        "device_type": "cpu"}
-    assert bq.retrain_device(ours, {}) == {"device_type": "cpu"}
+    # ours' auto chose the CPU or OpenCL for that trial; or the trial recorded nothing
+    for learner in ("cpu", "gpu"):
+        assert bq.retrain_device(ours, {"hpo.params_effective": {"device_type": learner}}) == cpu
+    assert bq.retrain_device(ours, {}) == cpu
     base = {"contender": "optuna-nopruner", "gpus": [2, 3], "gpu_learner": "cuda"}
     assert bq.retrain_device(base, {}) == cuda
     # OpenCL, Optuna's CPU processes and a half without GPUs retrain on the CPU
-    assert bq.retrain_device({**base, "gpu_learner": "gpu"}, {}) == {"device_type": "cpu"}
-    assert bq.retrain_device({**base, "contender": "optuna-cpu-t8"}, {}) == {"device_type": "cpu"}
-    assert bq.retrain_device({**base, "gpus": []}, {}) == {"device_type": "cpu"}
+    assert bq.retrain_device({**base, "gpu_learner": "gpu"}, {}) == cpu
+    assert bq.retrain_device({**base, "contender": "optuna-cpu-t8"}, {}) == cpu
+    assert bq.retrain_device({**base, "gpus": []}, {}) == cpu
+
+
+def test_the_retraining_child_sees_only_the_runs_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    bq = _script()
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3")
+    monkeypatch.delenv("CUDA_DEVICE_ORDER", raising=False)  # restored after the test
+    bq._show_only(None)
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "0,1,2,3"
+    bq._show_only(2)
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "2"
+    assert os.environ["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
 
 
 def test_optuna_workers_know_which_workloads_train_lightgbm() -> None:

@@ -49,7 +49,7 @@ def test_no_gpu_learner_that_runs_means_the_cpu_with_the_reasons() -> None:
 
 def test_the_picture_changes_with_data_bins_threads_and_leaves_a_factor_away() -> None:
     base = {"max_bin": 63, "num_leaves": 40, "num_threads": 8}
-    assert picture("d", base).near(picture("d", {**base, "num_leaves": 4 * 40 - 1}))
+    assert picture("d", base).near(picture("d", {**base, "num_leaves": LEAVES_FACTOR * 40 - 1}))
     assert picture("d", base).near(picture("d", {**base, "num_leaves": 11}))
     for other in ({**base, "num_leaves": LEAVES_FACTOR * 40}, {**base, "num_leaves": 10},
                   {**base, "max_bin": 255}, {**base, "num_threads": 4}):
@@ -70,7 +70,7 @@ def test_calibration_measures_once_per_picture_and_again_when_it_changes() -> No
     first, measured = calibration.choose(picture("a", {"num_leaves": 31}), learners, {}, train,
                                          200, 4)
     assert measured and runs == [("cpu", 20), ("cuda", 20)]  # once each: no kernel to build
-    assert first["num_leaves"] == 31
+    assert first["measured_num_leaves"] == 31
     for leaves in (31, 100, 9):  # near the measured 31: the answer holds
         again, measured_again = calibration.choose(picture("a", {"num_leaves": leaves}),
                                                    learners, {}, train, 200, 4)
@@ -80,7 +80,12 @@ def test_calibration_measures_once_per_picture_and_again_when_it_changes() -> No
     assert measured_new and len(runs) == 4
     big, measured_big = calibration.choose(picture("a", {"num_leaves": 200}), learners, {},
                                            train, 200, 4)
-    assert measured_big and big["num_leaves"] == 200 and len(runs) == 6
+    assert measured_big and big["measured_num_leaves"] == 200 and len(runs) == 6
+    # 100 is near both 31 and 200: the closer picture's answer (200 / 100 < 100 / 31)
+    closest, _ = calibration.choose(picture("a", {"num_leaves": 100}), learners, {}, train, 200, 4)
+    assert closest is big
+    # no num_leaves (LightGBM's 31) or a tree of 1: still a picture
+    assert picture("a", {}).leaves == 31 and picture("a", {"num_leaves": 1}).leaves == 2
     assert {t["learner"] for t in first["timings"]} == {"cpu", "cuda"}
 
 
@@ -110,12 +115,15 @@ def test_with_the_cuda_learner_opencl_is_not_measured(monkeypatch: pytest.Monkey
     monkeypatch.setattr(lgb_objective, "list_platforms", lambda: [nvidia])
     slot = SimpleNamespace(on_gpu=True)
     trial = SimpleNamespace(set_user_attr=lambda *_: None)
-    for cuda, expected in (((True, None), {"cuda"}), ((False, "no CUDA"), {"gpu"})):
+    for cuda, platform, expected in (((True, None), "auto", {"cuda"}),
+                                     ((False, "no CUDA"), "auto", {"gpu"}),
+                                     ((True, None), 1, {"cuda", "gpu"})):  # a platform named
         monkeypatch.setattr(lgb_objective, "cuda_learner_available", lambda c=cuda: c)
-        objective = lgb_objective.LightGBMObjective(LightGBMObjectiveConfig(n_rows=200))
+        objective = lgb_objective.LightGBMObjective(
+            LightGBMObjectiveConfig(n_rows=200, gpu_platform=platform))
         learners = objective._gpu_learners(trial, slot)
         assert set(learners) == expected
-    assert learners["gpu"]["gpu_platform_id"] == 1
+        assert learners.get("gpu", {"gpu_platform_id": 1})["gpu_platform_id"] == 1
 
 
 @pytest.mark.slow

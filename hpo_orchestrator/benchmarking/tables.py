@@ -118,7 +118,9 @@ class Store:
         times: dict[str, dict[str, dict[int, Censored]]] = defaultdict(dict)
         for name, seeds in sorted(by.items()):
             rs = list(seeds.values())
-            test = [next(iter(r["test"].values())) for r in rs if r.get("test")]
+            # a retraining that failed says why in its "error" and counts as no test value
+            test = [next(iter(r["test"].values())) for r in rs
+                    if r.get("test") and "error" not in r["test"]]
             cells = []
             for k, goal in goals.items():
                 times[name][k] = {s: time_to_target(r["curve"], goal, r["budget_s"])

@@ -4,18 +4,19 @@ On the `make hpo` study's 40k rows, 16 CPU threads trained 200 rounds in 0.87 s,
 CUDA learner in 3.0 s and its OpenCL learner in 7.1 s; at 2M rows the CUDA learner was 2.3x
 the CPU (docs/GPU.md, "CPU or GPU for one LightGBM training"). Which side wins depends on the
 data and the params, so a trial on a GPU slot measures it: a short training on the study's
-own data, with the trial's params, on the CPU with the threads this slot gives and on each
-GPU learner this LightGBM has: CUDA where it was built with it (then OpenCL is not
-measured: it was the slower GPU learner in every measurement, and its kernel build costs
-seconds), else OpenCL on NVIDIA's platform, run twice so that its one-time kernel build is
-left out (the CUDA check has already made this process's CUDA context). The estimate of a
-whole trial, ``overhead + rounds x seconds per round``, decides; a GPU learner must win by
-``GPU_MARGIN``. The answer is kept for the worker process and measured again when the
-picture changes: another data shape, ``max_bin`` or thread count, or ``num_leaves``
-``LEAVES_FACTOR`` times away from every picture measured. Each measurement costs a few
-trainings of 20 rounds on the study's data: on 1M rows, measuring again at every power of
-two of ``num_leaves``, with OpenCL beside CUDA, slowed a two-GPU run's first minute several
-times over (docs/QUALITY.md, workload b).
+own data, with the trial's params, on the CPU with the threads this slot gives and on one
+GPU learner: CUDA where LightGBM was built with it, else OpenCL on NVIDIA's platform. Beside
+CUDA, OpenCL is not measured unless ``objective.gpu_platform`` names a platform: it was slower
+than CUDA or tied with it in every measurement (docs/GPU.md), and its kernel build costs
+seconds per measurement. OpenCL runs twice so that its kernel build is left out of the
+figures; CPU and CUDA once (the CUDA check has made this process's CUDA context). The
+estimate of a whole trial, ``overhead + rounds x seconds per round``, decides; a GPU learner
+must win by ``GPU_MARGIN``. The answer is kept for the worker process and measured again
+when the picture changes: another data shape, ``max_bin`` or thread count, or
+``num_leaves`` ``LEAVES_FACTOR`` times away from every picture measured. Each measurement
+costs a few trainings of 20 rounds on the study's data: on 1M rows, measuring all three
+learners twice at every power of two of ``num_leaves`` made ours' first results come about
+1.5x later (docs/QUALITY.md, workload b).
 
 :func:`pick` is the pure rule (unit-tested with scripted timings); :class:`Calibration`
 measures and remembers.
@@ -89,6 +90,7 @@ class Picture:
 
 
 def picture(data: Any, params: dict[str, Any]) -> Picture:
+    """The picture a trial of ``params`` on ``data`` trains in."""
     return Picture((data, params.get("max_bin"), params.get("num_threads")),
                    max(int(params.get("num_leaves", 31)), 2))
 
@@ -102,7 +104,7 @@ def _train_timing(learner: str, train: Callable[[dict[str, Any], int, Any], None
         ticks.append(time.perf_counter())
 
     try:
-        for _ in range(2 if learner == "gpu" else 1):
+        for _ in range(2 if params.get("device_type") == "gpu" else 1):  # OpenCL: kernels
             ticks.clear()
             start = time.perf_counter()
             train(params, rounds, tick)
@@ -142,13 +144,14 @@ class Calibration:
 
         ``learners``: learner name -> its device params (``cpu`` always among them).
         """
-        for measured, answer in self._answers:
-            if measured.near(key):
-                return answer, False
+        near = [(max(m.leaves, key.leaves) / min(m.leaves, key.leaves), i)
+                 for i, (m, _) in enumerate(self._answers) if m.near(key)]
+        if near:  # the measured picture closest in tree size
+            return self._answers[min(near)[1]][1], False
         timings = [_train_timing(name, train, {**base_params, **device}, CALIBRATION_ROUNDS)
                    for name, device in learners.items()]
         learner, reason = pick(timings, rounds, cpu_threads)
         answer = {"learner": learner, "reason": reason, "rounds": rounds,
-                  "num_leaves": key.leaves, "timings": [asdict(t) for t in timings]}
+                  "measured_num_leaves": key.leaves, "timings": [asdict(t) for t in timings]}
         self._answers.append((key, answer))
         return answer, True

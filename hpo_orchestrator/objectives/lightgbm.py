@@ -1,8 +1,11 @@
 """LightGBM on generated data (binary) or the user's table (``objective.data``: binary,
 multiclass or regression), pruned every ``report_every`` boosting rounds.
 
-On a GPU slot it trains with ``device_type=gpu`` on NVIDIA's OpenCL platform, device 0 of
-the pinned child; the effective parameters LightGBM really used are logged from the model.
+On a GPU slot ``objective.device=auto`` (objectives/_device.py) trains on the CPU or on a GPU
+learner, whichever it measured faster: LightGBM's CUDA learner where it was built with one,
+else OpenCL (``device_type=gpu``) on NVIDIA's platform; either on device 0 of the pinned child.
+The effective parameters LightGBM really used (``device_type`` among them) are logged from the
+model.
 """
 
 from __future__ import annotations
@@ -178,16 +181,19 @@ class LightGBMObjective:
     def _gpu_learners(self, trial: Any, slot: Any) -> dict[str, dict[str, Any]]:
         """The GPU learners this trial's slot can run: the CUDA learner where this LightGBM has
         it (pinned by CUDA_VISIBLE_DEVICES, as torch is; LightGBM's maintainers recommend it
-        over OpenCL on NVIDIA), else OpenCL on NVIDIA's platform, found by name (§4)."""
+        over OpenCL on NVIDIA), OpenCL on NVIDIA's platform (found by name, §4) where there is
+        no CUDA learner or ``objective.gpu_platform`` names a platform."""
         cfg = self.config
         if self._cuda is None:
             self._cuda = cuda_learner_available()
-        if self._cuda[0]:  # OpenCL is not weighed against it (objectives/_device.py)
-            return {"cuda": {"device_type": "cuda", "gpu_device_id": 0}}
+        cuda = {"cuda": {"device_type": "cuda", "gpu_device_id": 0}} if self._cuda[0] else {}
+        if cuda and cfg.gpu_platform == "auto":  # OpenCL not weighed beside it (objectives/_device.py)
+            return cuda
         choice = choose_lightgbm_device(slot.on_gpu, "gpu", cfg.gpu_platform, list_platforms())
-        if choice.warning:
+        if choice.warning and not cuda:  # with CUDA there, OpenCL's troubles are no one's loss
             trial.set_user_attr("hpo.warning", choice.warning)
-        return {"gpu": choice.params} if choice.params.get("device_type") == "gpu" else {}
+        opencl = {"gpu": choice.params} if choice.params.get("device_type") == "gpu" else {}
+        return {**cuda, **opencl}
 
     def _device_params(self, trial: Any, slot: Any, params: dict[str, Any]) -> dict[str, Any]:
         """LightGBM's device params for this trial: ``objective.device`` obeyed when cpu or
