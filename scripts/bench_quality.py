@@ -248,9 +248,9 @@ def retrain_device(run: dict[str, Any], attrs: dict[str, Any]) -> tuple[dict[str
     (OpenCL sums in single precision)."""
     if run["contender"] in OURS:
         learner = (attrs.get("hpo.params_effective") or {}).get("device_type", "cpu")
-    else:
-        learner = run["gpu_learner"] if run["gpus"] and not run["contender"].startswith(
-            "optuna-cpu-t") else "cpu"
+    else:  # the --device its processes were launched with (launches)
+        words = run["commands"][0].split()
+        learner = words[words.index("--device") + 1] if "--device" in words else "cpu"
     if learner == "cuda" and run["gpus"]:
         return {"device_type": "cuda", "gpu_device_id": 0}, run["gpus"][0]
     return {"device_type": "cpu"}, None

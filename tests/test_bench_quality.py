@@ -4,6 +4,7 @@ exact small cases, censoring, ties and known-answer bootstraps. No study runs he
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -171,12 +172,17 @@ def test_the_best_trial_is_retrained_on_the_learner_it_used() -> None:
     for learner in ("cpu", "gpu"):
         assert bq.retrain_device(ours, {"hpo.params_effective": {"device_type": learner}}) == cpu
     assert bq.retrain_device(ours, {}) == cpu
-    base = {"contender": "optuna-nopruner", "gpus": [2, 3], "gpu_learner": "cuda"}
-    assert bq.retrain_device(base, {}) == cuda
+    def optuna(name: str, gpus: list[int], learner: str = "cuda") -> dict[str, Any]:
+        plan = bq.launches(name, bq.WORKLOADS["b"], 1.0, 7, 60.0, bq.Half(gpus, list(range(8)), "h"),
+                           "sqlite:///x.db", Path("/tmp"), learner)
+        return {"contender": name, "gpus": gpus, "gpu_learner": learner,
+                "commands": [" ".join(one.argv[1:]) for one in plan]}
+
+    assert bq.retrain_device(optuna("optuna-nopruner", [2, 3]), {}) == cuda
     # OpenCL, Optuna's CPU processes and a half without GPUs retrain on the CPU
-    assert bq.retrain_device({**base, "gpu_learner": "gpu"}, {}) == cpu
-    assert bq.retrain_device({**base, "contender": "optuna-cpu-t8"}, {}) == cpu
-    assert bq.retrain_device({**base, "gpus": []}, {}) == cpu
+    assert bq.retrain_device(optuna("optuna-nopruner", [2, 3], "gpu"), {}) == cpu
+    assert bq.retrain_device(optuna("optuna-cpu-t8", [2, 3]), {}) == cpu
+    assert bq.retrain_device(optuna("optuna-nopruner", []), {}) == cpu
 
 
 def test_the_retraining_child_sees_only_the_runs_gpu(monkeypatch: pytest.MonkeyPatch) -> None:

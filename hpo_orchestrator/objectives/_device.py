@@ -84,9 +84,15 @@ class Picture:
     fixed: tuple[Any, ...]
     leaves: int
 
+    def distance(self, other: Picture) -> float:
+        """How many times larger one tree size is than the other; inf for other data, bins
+        or threads."""
+        if self.fixed != other.fixed:
+            return float("inf")
+        return max(self.leaves, other.leaves) / min(self.leaves, other.leaves)
+
     def near(self, other: Picture) -> bool:
-        return (self.fixed == other.fixed
-                and max(self.leaves, other.leaves) < LEAVES_FACTOR * min(self.leaves, other.leaves))
+        return self.distance(other) < LEAVES_FACTOR
 
 
 def picture(data: Any, params: dict[str, Any]) -> Picture:
@@ -144,10 +150,9 @@ class Calibration:
 
         ``learners``: learner name -> its device params (``cpu`` always among them).
         """
-        near = [(max(m.leaves, key.leaves) / min(m.leaves, key.leaves), i)
-                 for i, (m, _) in enumerate(self._answers) if m.near(key)]
-        if near:  # the measured picture closest in tree size
-            return self._answers[min(near)[1]][1], False
+        closest = min(self._answers, key=lambda measured: measured[0].distance(key), default=None)
+        if closest is not None and closest[0].near(key):
+            return closest[1], False
         timings = [_train_timing(name, train, {**base_params, **device}, CALIBRATION_ROUNDS)
                    for name, device in learners.items()]
         learner, reason = pick(timings, rounds, cpu_threads)
