@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from hpo_orchestrator.objectives import _device
 from hpo_orchestrator.objectives._device import GPU_MARGIN, LEAVES_FACTOR, Calibration, Timing, pick, picture
 from tests.conftest import run_cli, trial_rows
 
@@ -87,6 +88,32 @@ def test_calibration_measures_once_per_picture_and_again_when_it_changes() -> No
     # no num_leaves (LightGBM's 31) or a tree of 1: still a picture
     assert picture("a", {}).leaves == 31 and picture("a", {"num_leaves": 1}).leaves == 2
     assert {t["learner"] for t in first["timings"]} == {"cpu", "cuda"}
+
+
+def test_prepare_runs_untimed_before_a_measurement_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CPU learner's Datasets are binned before the timing (later CPU trials reuse them,
+    GPU ones pay their own binning each trial): a slow prepare must not make the CPU lose."""
+    clock = [0.0]  # a scripted clock: seconds pass only where this test says
+    monkeypatch.setattr(_device.time, "perf_counter", lambda: clock[0])
+    events: list[str] = []
+
+    def train(params: dict[str, Any], rounds: int, tick: Any) -> None:
+        events.append(params["device_type"])
+        for _ in range(rounds):
+            clock[0] += 0.01 if params["device_type"] == "cpu" else 0.03
+            tick(None)
+
+    def prepare() -> None:
+        events.append("prepare")
+        clock[0] += 100.0  # far more than either learner's whole training
+
+    learners = {"cpu": {"device_type": "cpu"}, "cuda": {"device_type": "cuda"}}
+    calibration = Calibration()
+    answer, _ = calibration.choose(picture("a", {}), learners, {}, train, 200, 4, prepare=prepare)
+    assert events == ["prepare", "cpu", "cuda"] and answer["learner"] == "cpu"
+    assert answer["timings"][0]["overhead_s"] < 1.0
+    calibration.choose(picture("a", {}), learners, {}, train, 200, 4, prepare=prepare)
+    assert events == ["prepare", "cpu", "cuda"]  # the answer held: nothing prepared or timed
 
 
 def test_opencl_runs_twice_so_its_kernel_build_is_left_out() -> None:

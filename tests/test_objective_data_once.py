@@ -1,9 +1,10 @@
-"""Issue 26, deliverable 4: a built-in objective generates its data once per worker process.
+"""Issue 26, deliverable 4: a built-in objective generates its data once per worker process,
+and LightGBM's CPU learner bins it once too.
 
-A reuse worker runs many trials in one process; each used to regenerate the same arrays.
-Evidence without timing: the generator's cache counts one miss for two trials, and the arrays
-two trials trained on are the same objects. Fresh mode (a process per trial) is unchanged:
-a new process starts with an empty cache.
+A reuse worker runs many trials in one process; each used to regenerate the same arrays and
+bin them again. Evidence without timing: the generator's cache counts one miss for two
+trials, and they trained on one pair of Datasets, whose models are those of new ones. Fresh
+mode (a process per trial) is unchanged: a new process starts with empty caches.
 """
 
 from __future__ import annotations
@@ -22,25 +23,78 @@ def _two_trials(objective: object) -> None:
     assert [t.state for t in study.trials] == [optuna.trial.TrialState.COMPLETE] * 2
 
 
-def test_lightgbm_generates_its_data_once_for_two_trials(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_lightgbm_generates_and_bins_its_data_once_for_two_cpu_trials(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     from hpo_orchestrator.config._schema import LightGBMObjectiveConfig
     from hpo_orchestrator.objectives.lightgbm import LightGBMObjective
 
     monkeypatch.setenv("HPO_NUM_THREADS", "1")
     binary_classification.cache_clear()
-    seen: list[int] = []
-    original = LightGBMObjective._datasets
+    binned: list[object] = []
+    original = LightGBMObjective._bin
 
-    def spy(self: LightGBMObjective) -> object:
-        seen.append(id(binary_classification(self.config.n_rows, self.config.n_features,
-                                             self.config.seed)[0]))
-        return original(self)
+    def spy(self: LightGBMObjective, params: dict, keep_raw: bool = False) -> object:
+        datasets = original(self, params, keep_raw)
+        binned.append(datasets)
+        return datasets
 
-    monkeypatch.setattr(LightGBMObjective, "_datasets", spy)
+    monkeypatch.setattr(LightGBMObjective, "_bin", spy)
     _two_trials(LightGBMObjective(LightGBMObjectiveConfig(n_rows=300, n_features=6,
                                                           num_boost_round=10, seed=11)))
     assert binary_classification.cache_info().misses == 1
-    assert len(seen) == 2 and seen[0] == seen[1]  # the same array object in both trials
+    assert len(binned) == 1  # the second trial trained on the first one's Datasets
+
+
+def test_a_gpu_learner_gets_new_datasets_per_trial() -> None:
+    """A Dataset binned for the CPU cannot train on the CUDA learner (its copy lives on the
+    GPU): only the CPU learner's are kept."""
+    from hpo_orchestrator.config._schema import LightGBMObjectiveConfig
+    from hpo_orchestrator.objectives.lightgbm import LightGBMObjective
+
+    objective = LightGBMObjective(LightGBMObjectiveConfig(n_rows=300, n_features=6, seed=11))
+    assert objective._datasets("cpu", 1) is objective._datasets("cpu", 2)
+    cuda_first, cuda_again = objective._datasets("cuda", 1), objective._datasets("cuda", 1)
+    assert cuda_first[0] is not cuda_again[0]
+    assert cuda_first[0] is not objective._datasets("cpu", 1)[0]
+
+
+def _value(objective: object, params: dict) -> float:
+    study = optuna.create_study(pruner=optuna.pruners.NopPruner())
+    study.enqueue_trial(params)
+    study.optimize(objective, n_trials=1)  # type: ignore[arg-type]
+    return float(study.best_value)
+
+
+def test_reused_datasets_train_the_same_models_as_new_ones(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A later trial with a smaller min_child_samples than the Datasets were first trained
+    with gets exactly the value a process binning for it alone gets, and the same trees as
+    LightGBM's own default (feature_pre_filter on, a Dataset per training)."""
+    import lightgbm as lgb
+
+    from hpo_orchestrator.config._schema import LightGBMObjectiveConfig
+    from hpo_orchestrator.objectives.lightgbm import LightGBMObjective
+
+    monkeypatch.setenv("HPO_NUM_THREADS", "1")
+    config = LightGBMObjectiveConfig(n_rows=3000, n_features=8, num_boost_round=20, seed=5)
+    common = {"num_leaves": 31, "max_depth": 8, "learning_rate": 0.1, "feature_fraction": 0.7,
+              "bagging_fraction": 0.8, "lambda_l1": 1e-3, "lambda_l2": 1e-3}
+    big, small = {**common, "min_child_samples": 80}, {**common, "min_child_samples": 5}
+    reused = LightGBMObjective(config)
+    _value(reused, big)
+    handle = reused._datasets("cpu", 1)[0]._handle  # LightGBM's binned copy
+    assert _value(reused, small) == _value(LightGBMObjective(config), small)
+    assert reused._datasets("cpu", 1)[0]._handle is handle  # not binned again for the smaller one
+
+    x_train, y_train, _, _ = binary_classification(3000, 8, 5)
+    params = {"objective": "binary", "verbosity": -1, "num_threads": 1, "seed": 5,
+              "bagging_freq": 1, **small}
+    kept = lgb.Dataset(x_train, y_train, params={"feature_pre_filter": False},
+                       free_raw_data=False)
+    lgb.train({**params, "min_child_samples": 80}, kept, num_boost_round=3)
+    trees = [lgb.train(params, data, num_boost_round=20).model_to_string()
+             .split("Tree=0")[1].split("end of trees")[0]  # the parameter block differs
+             for data in (kept, lgb.Dataset(x_train, y_train))]
+    assert trees[0] == trees[1]
 
 
 def test_torch_mlp_generates_its_data_once_for_two_trials(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -66,3 +120,18 @@ def test_held_out_test_is_the_same_task_and_leaves_the_first_rows_alone() -> Non
     # no test row is a training or validation row
     seen = {row.tobytes() for row in np.concatenate([x_train, x_valid])}
     assert not any(row.tobytes() in seen for row in x_test)
+
+
+def test_the_binning_benchmark_runs_both_ways_on_the_same_models() -> None:
+    """scripts/bench_binning.py (docs/BENCHMARKS.md): a tiny run, the table's row printed, and
+    the run fails where the two ways' best values differ (they did not here)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "scripts" / "bench_binning.py"
+    done = subprocess.run([sys.executable, str(script), "--rows", "600", "--trials", "2",
+                           "--threads", "1", "--repeats", "1"],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "| 600 | 2 | 1 |" in done.stdout

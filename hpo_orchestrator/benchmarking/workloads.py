@@ -70,13 +70,17 @@ def _params(cfg: LightGBMObjectiveConfig, suggested: dict[str, Any], device: dic
             **suggested, "bagging_freq": 1, **device}
 
 
-def _datasets(cfg: LightGBMObjectiveConfig) -> tuple[Any, Any]:
+def _datasets(cfg: LightGBMObjectiveConfig, reused: bool = False) -> tuple[Any, Any]:
+    """``reused``: Datasets that every trial of a process trains on, as objectives/lightgbm.py
+    keeps its CPU learner's (and Optuna's LightGBMTuner its own): binned once, with
+    feature_pre_filter off so that trials may lower min_child_samples."""
     import lightgbm as lgb
 
     x_train, y_train, x_valid, y_valid = binary_classification(cfg.n_rows, cfg.n_features,
                                                                cfg.seed)
-    train = lgb.Dataset(x_train, y_train, params={"max_bin": cfg.max_bin})
-    return train, lgb.Dataset(x_valid, y_valid, reference=train)
+    params = {"max_bin": cfg.max_bin, **({"feature_pre_filter": False} if reused else {})}
+    train = lgb.Dataset(x_train, y_train, params=params, free_raw_data=not reused)
+    return train, lgb.Dataset(x_valid, y_valid, reference=train, free_raw_data=not reused)
 
 
 def lightgbm_objective(cfg: LightGBMObjectiveConfig, device: dict[str, Any],
@@ -86,8 +90,12 @@ def lightgbm_objective(cfg: LightGBMObjectiveConfig, device: dict[str, Any],
     import lightgbm as lgb
     import optuna
 
+    # The CPU learner's Datasets binned once, as ours are; a GPU learner's per trial, as ours
+    # (a Dataset binned for one device_type cannot train on another).
+    kept = _datasets(cfg, reused=True) if device.get("device_type", "cpu") == "cpu" else None
+
     def objective(trial: Any) -> float:
-        train, valid = _datasets(cfg)
+        train, valid = kept or _datasets(cfg)
         params = _params(cfg, suggest_all(trial, LIGHTGBM_SPACE), device, num_threads)
         best = float("inf")
 

@@ -144,15 +144,19 @@ class Calibration:
 
     def choose(self, key: Picture, learners: dict[str, dict[str, Any]],
                base_params: dict[str, Any], train: Callable[[dict[str, Any], int, Any], None],
-               rounds: int, cpu_threads: int) -> tuple[dict[str, Any], bool]:
+               rounds: int, cpu_threads: int,
+               prepare: Callable[[], None] | None = None) -> tuple[dict[str, Any], bool]:
         """The choice for ``key`` (``hpo.device_choice``): measured now (True), or before for a
         picture near this one.
 
         ``learners``: learner name -> its device params (``cpu`` always among them).
+        ``prepare``: run before measuring, untimed (work later trials will not repeat).
         """
         closest = min(self._answers, key=lambda measured: measured[0].distance(key), default=None)
         if closest is not None and closest[0].near(key):
             return closest[1], False
+        if prepare is not None:
+            prepare()
         timings = [_train_timing(name, train, {**base_params, **device}, CALIBRATION_ROUNDS)
                    for name, device in learners.items()]
         learner, reason = pick(timings, rounds, cpu_threads)
