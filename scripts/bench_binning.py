@@ -3,7 +3,8 @@ its Datasets kept for every trial of the process (today) against new ones per tr
 
 Both run the same trials (a seeded random sampler, no pruner) in this process on the
 generated data of the `make hpo` study (or ``--rows``), alternating ``--repeats`` times so
-that drift on a shared machine hits both; the best values must be equal (the same models).
+that drift on a shared machine hits both; the best values must be equal (on the generated
+data LightGBM's pre-filter drops no feature, so the models are the same).
 
     python scripts/bench_binning.py --rows 40000 400000 --trials 40 --threads 2
 """
@@ -25,7 +26,7 @@ from hpo_orchestrator.objectives.lightgbm import LightGBMObjective
 class _BinnedPerTrial(LightGBMObjective):
     """The objective as it was: new Datasets for every trial, LightGBM's defaults."""
 
-    def _datasets(self, device_type: str, num_threads: int) -> tuple[Any, Any]:
+    def _datasets(self, params: dict[str, Any]) -> tuple[Any, Any]:
         return self._bin({})
 
 

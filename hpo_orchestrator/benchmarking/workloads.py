@@ -70,17 +70,24 @@ def _params(cfg: LightGBMObjectiveConfig, suggested: dict[str, Any], device: dic
             **suggested, "bagging_freq": 1, **device}
 
 
-def _datasets(cfg: LightGBMObjectiveConfig, reused: bool = False) -> tuple[Any, Any]:
-    """``reused``: Datasets that every trial of a process trains on, as objectives/lightgbm.py
-    keeps its CPU learner's (and Optuna's LightGBMTuner its own): binned once, with
-    feature_pre_filter off so that trials may lower min_child_samples."""
+def _datasets(cfg: LightGBMObjectiveConfig, kept_for: dict[str, Any] | None = None) -> tuple[Any, Any]:
+    """New Datasets, binned in the trial's lgb.train; or, with ``kept_for`` (the params of the
+    process's trials, less the suggested ones), binned now for every trial of the process, as
+    objectives/lightgbm.py keeps its CPU learner's (and Optuna's LightGBMTuner its own):
+    feature_pre_filter off so that trials may lower min_child_samples, the raw arrays kept."""
     import lightgbm as lgb
 
     x_train, y_train, x_valid, y_valid = binary_classification(cfg.n_rows, cfg.n_features,
                                                                cfg.seed)
-    params = {"max_bin": cfg.max_bin, **({"feature_pre_filter": False} if reused else {})}
-    train = lgb.Dataset(x_train, y_train, params=params, free_raw_data=not reused)
-    return train, lgb.Dataset(x_valid, y_valid, reference=train, free_raw_data=not reused)
+    keep = kept_for is not None
+    params: dict[str, Any] = {"max_bin": cfg.max_bin}
+    if kept_for is not None:
+        params.update(kept_for, feature_pre_filter=False)
+    train = lgb.Dataset(x_train, y_train, params=params, free_raw_data=not keep)
+    valid = lgb.Dataset(x_valid, y_valid, reference=train, params=params, free_raw_data=not keep)
+    if keep:  # built before any trial: threads (optuna-threads' n_jobs) must not race to it
+        valid.construct()
+    return train, valid
 
 
 def lightgbm_objective(cfg: LightGBMObjectiveConfig, device: dict[str, Any],
@@ -92,7 +99,8 @@ def lightgbm_objective(cfg: LightGBMObjectiveConfig, device: dict[str, Any],
 
     # The CPU learner's Datasets binned once, as ours are; a GPU learner's per trial, as ours
     # (a Dataset binned for one device_type cannot train on another).
-    kept = _datasets(cfg, reused=True) if device.get("device_type", "cpu") == "cpu" else None
+    on_cpu = device.get("device_type", "cpu") == "cpu"
+    kept = _datasets(cfg, _params(cfg, {}, device, num_threads)) if on_cpu else None
 
     def objective(trial: Any) -> float:
         train, valid = kept or _datasets(cfg)

@@ -42,7 +42,9 @@ LEAVES_FACTOR = 4  # an answer holds for num_leaves within this factor of a meas
 @dataclass(frozen=True)
 class Timing:
     """One learner's measurement: seconds per boosting round, and the rest of a training
-    (Dataset construction, learner set-up) as ``overhead_s``; ``error`` where it cannot run."""
+    (a GPU learner's Dataset construction, which its every trial pays; the learner's set-up) as
+    ``overhead_s``; ``error`` where it cannot run. The CPU learner's Datasets are built once
+    per worker, before the timing (``Calibration.choose``'s ``prepare``)."""
 
     learner: str  # cpu, cuda or gpu (LightGBM's device_type)
     s_per_round: float | None = None
@@ -103,7 +105,8 @@ def picture(data: Any, params: dict[str, Any]) -> Picture:
 
 def _train_timing(learner: str, train: Callable[[dict[str, Any], int, Any], None],
                   params: dict[str, Any], rounds: int) -> Timing:
-    """Time ``train`` (Dataset plus lgb.train); OpenCL twice, the second run giving the figures."""
+    """Time ``train`` (lgb.train, with a GPU learner's Dataset construction); OpenCL twice, the
+    second run giving the figures."""
     ticks: list[float] = []
 
     def tick(_env: Any) -> None:

@@ -120,25 +120,29 @@ class LightGBMObjective:
         self.arrays = split(replace(table, y=y.astype(np.float64)), self.config.valid_fraction,
                             self.config.seed)
 
-    def _datasets(self, device_type: str, num_threads: int) -> tuple[Any, Any]:
-        """The training and validation Datasets of a trial on LightGBM's ``device_type``.
+    def _datasets(self, params: dict[str, Any]) -> tuple[Any, Any]:
+        """The training and validation Datasets of a trial of ``params``.
 
-        The CPU learner's are binned once per process and reused by its later trials: binning
-        was 14-18 % of a 200-round trial on 2 threads (0.11 of 0.62 s at 40k rows, 1.6 of
-        11.6 s at 1M). ``feature_pre_filter`` is off so that a trial may lower
-        ``min_child_samples`` below the one the Dataset was binned with (the trees are the
-        same: tests/test_objective_data_once.py), and the raw arrays (the cached ones) are
-        kept so that LightGBM rebuilds the Dataset itself if a trial changes how it bins.
-        A GPU learner gets new Datasets per trial: a Dataset binned for one ``device_type``
-        cannot train on another (the CUDA learner keeps its own copy on the GPU), and reusing
-        one there has not been checked on a GPU host.
+        On the CPU learner they are binned once per process, with the study's params (its
+        ``seed`` picks LightGBM's bin sample, as in a trial's own lgb.train; no trial's
+        suggested values), and reused by every trial: binning was 12-19 % of a 200-round trial
+        on 2 threads (docs/BENCHMARKS.md). ``feature_pre_filter`` is off so that a trial may
+        lower ``min_child_samples`` below the one the Dataset was binned with; where the
+        pre-filter would have dropped a feature (too rare to split), trials keep it among
+        ``feature_fraction``'s draw, so on such data their models differ from LightGBM's default
+        (on the generated data they are the same: tests/test_objective_data_once.py). The raw
+        arrays (the cached ones) are kept so that LightGBM bins again itself if a trial changes
+        how it bins. A GPU learner gets new Datasets per trial: a Dataset binned for one
+        ``device_type`` cannot train on another (the CUDA learner keeps its own copy on the
+        GPU), and reusing one there has not been checked on a GPU host.
         """
-        if device_type != "cpu":
+        if params["device_type"] != "cpu":
             return self._bin({})
-        if self._cpu_datasets is None:
-            # num_threads: for a construct() outside lgb.train (the calibration's)
-            self._cpu_datasets = self._bin({"feature_pre_filter": False,
-                                            "num_threads": num_threads}, keep_raw=True)
+        if self._cpu_datasets is None:  # binned with the study's params, not a trial's choices
+            fixed = {k: v for k, v in params.items() if k not in self.space}
+            kept = self._bin({**fixed, "feature_pre_filter": False}, keep_raw=True)
+            kept[1].construct()  # and its reference: built here, not in a trial's lgb.train
+            self._cpu_datasets = kept
         return self._cpu_datasets
 
     def _bin(self, params: dict[str, Any], keep_raw: bool = False) -> tuple[Any, Any]:
@@ -152,10 +156,12 @@ class LightGBMObjective:
             x_train, y_train, x_valid, y_valid = self.arrays
         # Text columns of the user's table, coded; LightGBM splits them as categories.
         categorical: list[int] | Literal["auto"] = self.categorical or "auto"
-        train = lgb.Dataset(x_train, y_train, params={"max_bin": cfg.max_bin, **params},
-                            categorical_feature=categorical, free_raw_data=not keep_raw)
-        return train, lgb.Dataset(x_valid, y_valid, reference=train, categorical_feature=categorical,
-                                  free_raw_data=not keep_raw)
+        params = {"max_bin": cfg.max_bin, **params}
+        train = lgb.Dataset(x_train, y_train, params=params, categorical_feature=categorical,
+                            free_raw_data=not keep_raw)
+        # the same params as its reference: LightGBM warns where they differ
+        return train, lgb.Dataset(x_valid, y_valid, reference=train, params=params,
+                                  categorical_feature=categorical, free_raw_data=not keep_raw)
 
     def __call__(self, trial: Any) -> float:
         import lightgbm as lgb
@@ -177,7 +183,7 @@ class LightGBMObjective:
             params["num_class"] = self.num_class
         params.update(self._device_params(trial, slot, params))
         with phase("data"):
-            train, valid = self._datasets(params["device_type"], slot.num_threads)
+            train, valid = self._datasets(params)
         report_every = cfg.report_every
         best = float("inf")
 
@@ -237,13 +243,12 @@ class LightGBMObjective:
             def train_for(run_params: dict[str, Any], rounds: int, tick: Any) -> None:
                 import lightgbm as lgb
 
-                # as a trial gets them
-                train, valid = self._datasets(run_params["device_type"], slot.num_threads)
+                train, valid = self._datasets(run_params)  # as a trial gets them
                 lgb.train(run_params, train, num_boost_round=rounds, valid_sets=[valid],
                           callbacks=[tick])
 
             def bin_for_cpu() -> None:  # untimed: later CPU trials reuse it (_datasets)
-                self._datasets("cpu", slot.num_threads)[1].construct()  # and its reference
+                self._datasets({**params, **learners["cpu"]})
 
             key = picture((cfg.data, cfg.n_rows, cfg.n_features), params)
             with phase("calibrate"):
