@@ -47,7 +47,11 @@ def study(tmp_path_factory: pytest.TempPathFactory) -> RunResult:
     result = run_cli(work, "run", "objective=custom", TARGET, "scheduler.parallel=auto",
                      "study.n_trials=16", "pruner=median", "pruner.n_startup_trials=2",
                      "pruner.n_warmup_steps=1", "telemetry.interval_s=0.05", "sampler=random",
-                     "sampler.seed=1", env={"HPO_ORCHESTRATOR_FAKE_GPUS": json.dumps(FAKE_GPUS)})
+                     "sampler.seed=1", env={"HPO_ORCHESTRATOR_FAKE_GPUS": json.dumps(FAKE_GPUS),
+                                            # steps of 0.05 s: a study of a few seconds, long
+                                            # enough for the utilization chart to have lines
+                                            # (at 0.02 s it lasted 1 s and was drawn blank)
+                                            "HPO_TEST_STEP_S": "0.05"})
     assert result.code == 0, result.stderr
     return result
 
