@@ -79,14 +79,13 @@ def _datasets(cfg: LightGBMObjectiveConfig, kept_for: dict[str, Any] | None = No
 
     x_train, y_train, x_valid, y_valid = binary_classification(cfg.n_rows, cfg.n_features,
                                                                cfg.seed)
-    keep = kept_for is not None
-    params: dict[str, Any] = {"max_bin": cfg.max_bin}
-    if kept_for is not None:
-        params.update(kept_for, feature_pre_filter=False)
-    train = lgb.Dataset(x_train, y_train, params=params, free_raw_data=not keep)
-    valid = lgb.Dataset(x_valid, y_valid, reference=train, params=params, free_raw_data=not keep)
-    if keep:  # built before any trial: threads (optuna-threads' n_jobs) must not race to it
-        valid.construct()
+    if kept_for is None:
+        train = lgb.Dataset(x_train, y_train, params={"max_bin": cfg.max_bin})
+        return train, lgb.Dataset(x_valid, y_valid, reference=train)
+    params = {"max_bin": cfg.max_bin, **kept_for, "feature_pre_filter": False}
+    train = lgb.Dataset(x_train, y_train, params=params, free_raw_data=False)
+    valid = lgb.Dataset(x_valid, y_valid, reference=train, params=params, free_raw_data=False)
+    valid.construct()  # before any trial: threads (optuna-threads' n_jobs) must not race to it
     return train, valid
 
 

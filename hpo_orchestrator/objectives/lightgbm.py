@@ -125,7 +125,7 @@ class LightGBMObjective:
 
         On the CPU learner they are binned once per process, with the study's params (its
         ``seed`` picks LightGBM's bin sample, as in a trial's own lgb.train; no trial's
-        suggested values), and reused by every trial: binning was 12-19 % of a 200-round trial
+        suggested values), and reused by every trial: that saved 12-15 % of a 200-round trial
         on 2 threads (docs/BENCHMARKS.md). ``feature_pre_filter`` is off so that a trial may
         lower ``min_child_samples`` below the one the Dataset was binned with; where the
         pre-filter would have dropped a feature (too rare to split), trials keep it among
