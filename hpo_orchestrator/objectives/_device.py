@@ -11,33 +11,12 @@ than CUDA or tied with it in every measurement (docs/GPU.md), and its kernel bui
 seconds per measurement. OpenCL runs twice so that its kernel build is left out of the
 figures; CPU and CUDA once (the CUDA check has made this process's CUDA context). The
 estimate of a whole trial, ``overhead + rounds x seconds per round``, decides; a GPU learner
-must win by ``GPU_MARGIN``.
-
-An answer is kept and reused for a picture (:class:`Picture`: the data, ``max_bin``, the CPU
-threads, ``num_leaves``) that it holds for: the same data and ``max_bin``, ``num_leaves`` within
-``LEAVES_FACTOR`` of the measured one, and the same thread count, or fewer threads where a GPU
-learner won, or more where the CPU won. The CPU learner only gets slower with fewer threads,
-and a GPU learner's time depended little on them where it was seen (docs/QUALITY.md, workload
-b: as the levels split the cores to 2-3 threads a trial, CUDA took 4.7-6.2 s a trial against
-the CPU's 16-20 s), so a GPU win at 11 threads is taken to stand at 5. (A GPU learner bins its
-Dataset on the CPU threads: that part of its overhead does grow with fewer.)
-Where several answers hold, the nearest picture's is taken (the product of the thread and
-leaf ratios). Before that rule, ``scheduler.trials_per_gpu=auto`` re-dividing the cores
-(11 -> 5 -> 3 -> 2 threads a trial) made every worker measure CPU and CUDA again on the 1M
-rows at each new level, with the same answer each time (docs/QUALITY.md, workload b).
-
-Answers are also shared between the workers of one run on one host: the orchestrator names a
-folder (``slot_info().shared_dir``, a run folder's ``shared-<host>-<pid>``) and
-:class:`SharedAnswers` keeps one JSON file per measured answer there, keyed by what decides it
-(the picture, the GPU's model, the learners measured and LightGBM's version), written whole
-(temporary file + ``os.replace``) and read before measuring; a file that does not parse is
-ignored. Two workers that miss at once both measure (nothing waits for another's
-measurement). Outside the scheduler (plain Optuna, tests) each process keeps its own.
-Neither the monotone rule nor the sharing has been measured on a GPU host yet.
-
-Each measurement costs a few trainings of 20 rounds on the study's data: on 1M rows,
-measuring all three learners twice at every power of two of ``num_leaves`` made ours' first
-results come about 1.5x later (docs/QUALITY.md, workload b).
+must win by ``GPU_MARGIN``. The answer is kept for the worker process and measured again
+when the picture changes: another data shape, ``max_bin`` or thread count, or
+``num_leaves`` ``LEAVES_FACTOR`` times away from every picture measured. Each measurement
+costs a few trainings of 20 rounds on the study's data: on 1M rows, measuring all three
+learners twice at every power of two of ``num_leaves`` made ours' first results come about
+1.5x later (docs/QUALITY.md, workload b).
 
 :func:`pick` is the pure rule (unit-tested with scripted timings); :class:`Calibration`
 measures and remembers.
@@ -52,11 +31,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from hpo_orchestrator.objectives._shared_answers import SharedAnswers
-
-__all__ = ["ANOTHER_WORKER", "GPU_MARGIN", "LEAVES_FACTOR", "MEASURED", "THIS_WORKER",
-           "Calibration", "Picture", "SharedAnswers", "Timing", "cuda_learner_available", "pick",
-           "picture"]
+__all__ = ["GPU_MARGIN", "LEAVES_FACTOR", "Calibration", "Picture", "Timing",
+           "cuda_learner_available", "pick", "picture"]
 
 GPU_MARGIN = 1.1  # a GPU trial also holds a GPU another trial could use: ask for a clear win
 CALIBRATION_ROUNDS = 20
@@ -104,50 +80,27 @@ def _seconds(value: float | None) -> str:
 
 @dataclass(frozen=True)
 class Picture:
-    """What decides the answer: the data (a hashable description of it) and the bins exactly;
-    the CPU threads (``threads``) in one direction (:meth:`reach`); the tree size
-    (``num_leaves``) roughly."""
+    """What decides the answer: the data (a hashable description of it), the bins and the
+    CPU threads exactly; the tree size (``num_leaves``) roughly."""
 
     fixed: tuple[Any, ...]
     leaves: int
-    threads: int | None = None
 
     def distance(self, other: Picture) -> float:
         """How many times larger one tree size is than the other; inf for other data, bins
         or threads."""
-        if self.fixed != other.fixed or self.threads != other.threads:
+        if self.fixed != other.fixed:
             return float("inf")
         return max(self.leaves, other.leaves) / min(self.leaves, other.leaves)
 
     def near(self, other: Picture) -> bool:
-        """The same picture but for ``num_leaves`` within ``LEAVES_FACTOR``."""
         return self.distance(other) < LEAVES_FACTOR
-
-    def reach(self, measured: Picture, learner: str) -> float:
-        """How far an answer measured at ``measured`` that chose ``learner`` is from this
-        picture (the product of the leaf and thread ratios); inf where it does not hold. It
-        holds at other thread counts in one direction only (module docstring): a GPU
-        learner's win at fewer threads, the CPU's at more."""
-        if self.fixed != measured.fixed:
-            return float("inf")
-        leaves = max(self.leaves, measured.leaves) / min(self.leaves, measured.leaves)
-        if leaves >= LEAVES_FACTOR:
-            return float("inf")
-        if self.threads == measured.threads:
-            return leaves
-        if not self.threads or not measured.threads:  # unknown (LightGBM's default): exact only
-            return float("inf")
-        fewer = self.threads < measured.threads
-        if fewer != (learner != "cpu"):
-            return float("inf")
-        return leaves * max(self.threads, measured.threads) / min(self.threads, measured.threads)
 
 
 def picture(data: Any, params: dict[str, Any]) -> Picture:
     """The picture a trial of ``params`` on ``data`` trains in."""
-    threads = params.get("num_threads")
-    return Picture((data, params.get("max_bin")), max(int(params.get("num_leaves", 31)), 2),
-                   int(threads) if threads is not None else None)
+    return Picture((data, params.get("max_bin"), params.get("num_threads")),
+                   max(int(params.get("num_leaves", 31)), 2))
 
 
 def _train_timing(learner: str, train: Callable[[dict[str, Any], int, Any], None],
@@ -186,55 +139,31 @@ def cuda_learner_available() -> tuple[bool, str | None]:
     return True, None
 
 
-# Where an answer came from (``Calibration.choose``; hpo.device_choice's ``source``).
-MEASURED, THIS_WORKER, ANOTHER_WORKER = "measured", "this worker", "another worker"
-
-
 class Calibration:
-    """Measured answers of one worker process, by picture; with ``shared``, also those the
-    other workers of the run on this host measured."""
+    """Measured answers of one worker process, by picture."""
 
-    def __init__(self, shared: SharedAnswers | None = None) -> None:
-        self._answers: list[tuple[Picture, dict[str, Any], str]] = []
-        self.shared = shared
-
-    def _closest(self, key: Picture) -> tuple[dict[str, Any], str] | None:
-        reach, answer, origin = min(
-            ((key.reach(measured, answer["learner"]), answer, origin)
-             for measured, answer, origin in self._answers),
-            key=lambda entry: entry[0], default=(float("inf"), {}, ""))
-        return (answer, origin) if reach < float("inf") else None
+    def __init__(self) -> None:
+        self._answers: list[tuple[Picture, dict[str, Any]]] = []
 
     def choose(self, key: Picture, learners: dict[str, dict[str, Any]],
                base_params: dict[str, Any], train: Callable[[dict[str, Any], int, Any], None],
                rounds: int, cpu_threads: int,
-               prepare: Callable[[], None] | None = None) -> tuple[dict[str, Any], str]:
-        """The choice for ``key`` (``hpo.device_choice``) and where it came from: ``MEASURED``
-        now, or an answer that holds for ``key`` (:meth:`Picture.reach`) from ``THIS_WORKER``
-        or ``ANOTHER_WORKER`` (through ``shared``, read only when this process has none).
+               prepare: Callable[[], None] | None = None) -> tuple[dict[str, Any], bool]:
+        """The choice for ``key`` (``hpo.device_choice``): measured now (True), or before for a
+        picture near this one.
 
-        ``learners``: learner name -> its device params (``cpu`` always among them; the same
-        for every call of one process, as its GPU is).
+        ``learners``: learner name -> its device params (``cpu`` always among them).
         ``prepare``: run before measuring, untimed (work later trials will not repeat).
         """
-        found = self._closest(key)
-        if found is None and self.shared is not None:
-            for threads, leaves, answer in self.shared.read(key.fixed, learners):
-                shared = Picture(key.fixed, leaves, threads)
-                if all(measured != shared for measured, _, _ in self._answers):  # read before
-                    self._answers.append((shared, answer, ANOTHER_WORKER))
-            found = self._closest(key)
-        if found is not None:
-            return found
+        closest = min(self._answers, key=lambda measured: measured[0].distance(key), default=None)
+        if closest is not None and closest[0].near(key):
+            return closest[1], False
         if prepare is not None:
             prepare()
         timings = [_train_timing(name, train, {**base_params, **device}, CALIBRATION_ROUNDS)
                    for name, device in learners.items()]
         learner, reason = pick(timings, rounds, cpu_threads)
         answer = {"learner": learner, "reason": reason, "rounds": rounds,
-                  "measured_num_leaves": key.leaves, "measured_num_threads": key.threads,
-                  "timings": [asdict(t) for t in timings]}
-        self._answers.append((key, answer, THIS_WORKER))
-        if self.shared is not None:
-            self.shared.write(key.fixed, key.threads, key.leaves, learners, answer)
-        return answer, MEASURED
+                  "measured_num_leaves": key.leaves, "timings": [asdict(t) for t in timings]}
+        self._answers.append((key, answer))
+        return answer, True

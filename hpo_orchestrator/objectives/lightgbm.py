@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import functools
 from dataclasses import replace
-from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
@@ -22,13 +21,7 @@ import optuna
 from hpo_orchestrator.config import LIGHTGBM_SPACE, LightGBMObjectiveConfig, resolve_space
 from hpo_orchestrator.gpu import choose_lightgbm_device, list_platforms
 from hpo_orchestrator.objectives._data import binary_classification
-from hpo_orchestrator.objectives._device import (
-    MEASURED,
-    Calibration,
-    SharedAnswers,
-    cuda_learner_available,
-    picture,
-)
+from hpo_orchestrator.objectives._device import Calibration, cuda_learner_available, picture
 from hpo_orchestrator.objectives._space import suggest_all
 from hpo_orchestrator.objectives._table import infer_task, load_table, split
 from hpo_orchestrator.worker import phase, slot_info
@@ -231,16 +224,6 @@ class LightGBMObjective:
         opencl = {"gpu": choice.params} if choice.params.get("device_type") == "gpu" else {}
         return {**cuda, **opencl}
 
-    def _share_answers(self, slot: Any) -> None:
-        """Under the scheduler, share measured answers with the run's other workers on this
-        host (objectives/_shared_answers.py); only where the GPU's model is known, since
-        answers must not cross models."""
-        import lightgbm as lgb
-
-        if self.calibration.shared is None and slot.shared_dir and slot.gpu_name:
-            self.calibration.shared = SharedAnswers(
-                Path(slot.shared_dir), {"gpu": slot.gpu_name, "lightgbm": lgb.__version__})
-
     def _device_params(self, trial: Any, slot: Any, params: dict[str, Any]) -> dict[str, Any]:
         """LightGBM's device params for this trial: ``objective.device`` obeyed when cpu or
         gpu; auto on a GPU slot measured (objectives/_device.py) and recorded as
@@ -268,13 +251,11 @@ class LightGBMObjective:
                 self._datasets({**params, **learners["cpu"]})
 
             key = picture((cfg.data, cfg.n_rows, cfg.n_features), params)
-            self._share_answers(slot)
             with phase("calibrate"):
-                answer, source = self.calibration.choose(
+                answer, measured = self.calibration.choose(
                     key, learners, params, train_for, cfg.num_boost_round, slot.num_threads,
                     prepare=bin_for_cpu)
-            trial.set_user_attr("hpo.device_choice", {
-                **answer, "measured_here": source == MEASURED, "source": source})
+            trial.set_user_attr("hpo.device_choice", {**answer, "measured_here": measured})
             chosen = learners[answer["learner"]]
         if chosen.get("device_type") == "gpu":
             platform = next((p.name for p in list_platforms() if p.id == chosen["gpu_platform_id"]),

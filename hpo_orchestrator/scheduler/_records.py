@@ -188,8 +188,7 @@ class RunRecords:
         choice = rt.device_choice
         if not choice or not choice.get("measured_here"):
             return
-        entry = {key: value for key, value in choice.items()
-                 if key not in ("measured_here", "source")}
+        entry = {key: value for key, value in choice.items() if key != "measured_here"}
         entry.update(trial=rt.trial.number, gpu=rt.slot.gpu.index if rt.slot.gpu else None,
                      time=datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC"))
         self.retrying.call(lambda: self.study.set_user_attr(f"{keys.DEVICE_CHOICE_PREFIX}{self.host}", entry))

@@ -20,9 +20,7 @@ max_trials_per_gpu: each spare holds the setup's host memory, and the packer may
 
 from __future__ import annotations
 
-import os
 import signal
-import socket
 from pathlib import Path
 
 from hpo_orchestrator.config import LightGBMObjectiveConfig, ObjectiveConfig
@@ -58,10 +56,6 @@ class Workers:
         self.idle: dict[int, Worker] = {}  # slot id -> a reuse worker waiting for its next trial
         self.spares: dict[int, Worker] = {}  # slot id -> a started-up worker waiting for its first
         self.run_dir = run_dir
-        # shared by this run's workers on this host (worker/_env.py, SHARED_DIR); created by
-        # the first worker that writes there
-        self.shared_dir = run_dir / f"shared-{socket.gethostname()}-{os.getpid()}" \
-            if run_dir is not None else None
         # what the trials' processes started, also on disk in the run folder (docs/OBJECTIVES.md)
         self.trees = ProcessTrees(run_dir)
 
@@ -85,9 +79,7 @@ class Workers:
                          gpu_index=slot.gpu.index if slot.gpu else None,
                          gpu_uuid=slot.gpu.uuid if slot.gpu else None,
                          cuda_visible_devices=slot.cuda_visible_devices, num_threads=threads,
-                         import_first=self.import_first,
-                         gpu_name=slot.gpu.name if slot.gpu else None,
-                         shared_dir=str(self.shared_dir) if self.shared_dir else None)
+                         import_first=self.import_first)
         return start_worker(child, self.icd_env if slot.gpu is not None else {}, slot.id, log_path)
 
     def _prepared(self, slot: Slot, threads: int, objective: ObjectiveConfig,

@@ -23,10 +23,6 @@ SLOT = "HPO_SLOT"
 GPU_INDEX = "HPO_GPU_INDEX"
 GPU_UUID = "HPO_GPU_UUID"
 NUM_THREADS = "HPO_NUM_THREADS"
-GPU_NAME = "HPO_GPU_NAME"  # the slot GPU's model, as NVML names it
-# A folder the run's workers on this host share (objective.device=auto's measured answers:
-# objectives/_shared_answers.py); unset outside the scheduler.
-SHARED_DIR = "HPO_SHARED_DIR"
 CUDA_VISIBLE_DEVICES = "CUDA_VISIBLE_DEVICES"
 # Modules the child imports before anything else (comma-separated; the worker bootstrap,
 # hpo_orchestrator/worker/__main__.py). A user may set it for a custom objective too.
@@ -46,8 +42,6 @@ class ChildEnv:
     cuda_visible_devices: str | None  # exactly what the child got (hpo.cuda_visible_devices)
     num_threads: int | None
     import_first: tuple[str, ...] = ()  # see IMPORT_FIRST
-    gpu_name: str | None = None  # see GPU_NAME
-    shared_dir: str | None = None  # see SHARED_DIR
 
     def render(self) -> dict[str, str]:
         """The variables to set in the child, on top of the orchestrator's own environment."""
@@ -59,8 +53,6 @@ class ChildEnv:
             SLOT: _text(self.slot),
             GPU_INDEX: _text(self.gpu_index),
             GPU_UUID: self.gpu_uuid or "",
-            GPU_NAME: self.gpu_name or "",
-            SHARED_DIR: self.shared_dir or "",
             NUM_THREADS: threads,
             ATTEMPT: str(self.attempt),
             "OMP_NUM_THREADS": threads,
@@ -81,8 +73,6 @@ class ChildEnv:
             cuda_visible_devices=environ.get(CUDA_VISIBLE_DEVICES),
             num_threads=_int(environ.get(NUM_THREADS)),
             import_first=tuple(filter(None, environ.get(IMPORT_FIRST, "").split(","))),
-            gpu_name=environ.get(GPU_NAME) or None,
-            shared_dir=environ.get(SHARED_DIR) or None,
         )
 
 

@@ -47,10 +47,6 @@ class SlotInfo:
     cuda_visible_devices: str | None
     num_threads: int
     attempt: int = 1  # 2 and up: a retry of a trial that ran out of memory, was killed or lost
-    gpu_name: str | None = None  # the GPU's model (NVML's name); None on a CPU slot
-    # A folder the run's workers on this host share (a run folder's shared-<host>-<pid>);
-    # None outside the scheduler.
-    shared_dir: str | None = None
 
     @property
     def on_gpu(self) -> bool:
@@ -66,8 +62,6 @@ def slot_info() -> SlotInfo:
         cuda_visible_devices=env.cuda_visible_devices,
         num_threads=env.num_threads or len(os.sched_getaffinity(0)),
         attempt=env.attempt,
-        gpu_name=env.gpu_name,
-        shared_dir=env.shared_dir,
     )
 
 
