@@ -55,6 +55,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the GPU host runs from the source tree
 
 from hpo_orchestrator.benchmarking import tables  # noqa: E402
+from hpo_orchestrator.benchmarking.records import trial_records  # noqa: E402
 from hpo_orchestrator.benchmarking.workloads import WORKLOADS, Workload, test_metric  # noqa: E402
 
 OURS = {"ours": [], "ours-fresh": ["scheduler.worker_mode=fresh"],
@@ -228,6 +229,7 @@ def collect(run: dict[str, Any], watch: GpuWatch, with_test: bool, threads: int)
     best = min(done, key=lambda t: t.value) if done else None
     run["best_value"] = best.value if best else None
     run["best_params"] = best.params if best else None
+    run["trials"] = trial_records(trials, launch, budget)
     run["test"] = None
     if best and with_test:
         device, gpu = retrain_device(run, best.user_attrs)
