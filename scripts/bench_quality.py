@@ -368,7 +368,8 @@ def main() -> int:
     block = len(cores) // args.concurrent
     blocks = [cores[i * block:(i + 1) * block] for i in range(args.concurrent)]
     group = "reference" if args.reference else (f"pair:{names[0]}+{names[1]}" if args.pair else "solo")
-    meta = {"command": " ".join(sys.argv), "commit": tables.commit(ROOT), "scale": args.scale,
+    meta = {"command": " ".join(sys.argv), "commit": tables.commit(ROOT),
+            "source": tables.source_trees(ROOT), "scale": args.scale,
             "concurrent": args.concurrent,
             "machine": f"{platform.node()}: {len(cores)} cores, "
                        f"{', '.join(g.name for g in watch.backend.gpus()) if gpus else 'no GPU'}, "

@@ -81,3 +81,35 @@ def test_a_runs_results_carry_its_trial_records(tmp_path: Path) -> None:
     assert [(r["n"], r["state"], r["end"]) for r in result["trials"]] == [
         (0, "complete", 9.0), (1, "pruned", 12.5)]
     assert result["trials"][0]["choice"]["learner"] == "cuda"
+
+
+def _git(repo: Path, *args: str) -> str:
+    import subprocess
+
+    return subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True,
+                          text=True).stdout.strip()
+
+
+def test_source_trees_name_the_code_a_run_used_committed_or_not(tmp_path: Path) -> None:
+    from hpo_orchestrator.benchmarking.tables import source_trees
+
+    assert source_trees(tmp_path) == "unknown"  # no git
+    repo = tmp_path / "repo"
+    (repo / "hpo_orchestrator").mkdir(parents=True)
+    (repo / "scripts").mkdir()
+    (repo / "hpo_orchestrator" / "a.py").write_text("A = 1\n")
+    (repo / "scripts" / "b.sh").write_text("echo b\n")
+    (repo / "README").write_text("not source\n")
+    _git(repo, "init", "-q")
+    _git(repo, "add", "-A")
+    _git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "one")
+    committed = source_trees(repo)
+    assert committed == (f"hpo_orchestrator@{_git(repo, 'rev-parse', 'HEAD:hpo_orchestrator')[:10]}"
+                         f" scripts@{_git(repo, 'rev-parse', 'HEAD:scripts')[:10]}")
+    (repo / "README").write_text("changed, but no source\n")
+    assert source_trees(repo) == committed
+    (repo / "hpo_orchestrator" / "new.py").write_text("B = 2\n")  # untracked code counts
+    changed = source_trees(repo)
+    assert changed.split()[0] != committed.split()[0] and changed.split()[1] == committed.split()[1]
+    assert _git(repo, "diff", "--cached", "--name-only") == ""  # the real index untouched
+    assert "?? hpo_orchestrator/new.py" in _git(repo, "status", "--porcelain")

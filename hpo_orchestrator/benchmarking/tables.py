@@ -5,7 +5,9 @@ curves per workload and group. Pure bookkeeping over quality.py's arithmetic."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
+import tempfile
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -22,7 +24,7 @@ from hpo_orchestrator.benchmarking.quality import (
     value_at,
 )
 
-__all__ = ["Store", "commit"]
+__all__ = ["Store", "commit", "source_trees"]
 
 KEY = ("workload", "group", "contender", "seed")
 
@@ -34,6 +36,32 @@ def commit(root: Path) -> str:
 
     head = git("rev-parse", "--short", "HEAD") or "unknown"
     return head + ("+dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
+
+
+SOURCE_DIRS = ("hpo_orchestrator", "scripts")
+
+
+def source_trees(root: Path) -> str:
+    """The git tree ids of :data:`SOURCE_DIRS` in the working tree as it is, uncommitted
+    changes included, e.g. ``hpo_orchestrator@1a2b3c4d5e scripts@...``: for any commit with the
+    same code, ``git rev-parse COMMIT:hpo_orchestrator`` starts with the first. It names the
+    code where :func:`commit` cannot: the GPU host's copy of the working tree keeps the git
+    history of the session's start, so a run made after a later commit read ``<older>+dirty``
+    (docs/QUALITY.md). A temporary index leaves the real one alone; "unknown" outside git."""
+    with tempfile.TemporaryDirectory() as tmp:
+        env = {**os.environ, "GIT_INDEX_FILE": str(Path(tmp) / "index")}
+
+        def git(*args: str) -> str:
+            done = subprocess.run(["git", *args], cwd=root, env=env, capture_output=True,
+                                  text=True)
+            return done.stdout.strip() if done.returncode == 0 else ""
+
+        if not git("rev-parse", "--git-dir"):
+            return "unknown"
+        git("read-tree", "--empty")
+        git("add", "-A", "--", *SOURCE_DIRS)
+        trees = [(name, git("write-tree", f"--prefix={name}/")) for name in SOURCE_DIRS]
+    return " ".join(f"{name}@{tree[:10]}" for name, tree in trees if tree) or "unknown"
 
 
 def _median(values: list[float]) -> float | None:
@@ -106,8 +134,9 @@ class Store:
                  f"Targets (logloss) from {target['contender']}'s reference run of "
                  f"{target['budget_s']:g} s ({target['seeds']} seed(s)): "
                  + ", ".join(f"{k} {v:.5f}" for k, v in goals.items()), ""]
-        for key in ("command", "commit", "machine"):
-            lines += [f"- {key}: " + "; ".join(sorted({f"`{r[key]}`" if key == "command" else str(r[key])
+        for key in ("command", "commit", "source", "machine"):  # source: since 2026-11-27
+            lines += [f"- {key}: " + "; ".join(sorted({f"`{r[key]}`" if key == "command"
+                                                       else str(r.get(key, "not recorded"))
                                                        for r in runs}))]
         loads = [r["load_1m"] for r in runs if "load_1m" in r]
         if loads:
