@@ -22,7 +22,9 @@ ours-nopruner, ours-hyperband, ours-cpu, ours-gpu, ours-cpuslots, ours-mvtpe / o
 n_startup_trials), ours-tuneauto (pruner.tune=auto); optuna-median, optuna-hyperband,
 optuna-nopruner (one process per GPU, or per core without GPUs, pinned by hand),
 optuna-cpu-tT (cores/T processes of T threads on the CPU), optuna-threads (one process,
-n_jobs = GPUs or cores: Optuna's FAQ); best: the baseline whose reference run set the targets.
+n_jobs = GPUs or cores: Optuna's FAQ); ray-asha (Ray Tune: ASHA over TPE, LightGBM workloads
+on the CPU, where ray is installed: pip install "ray[tune]"); best: the baseline whose
+reference run set the targets.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ except (ImportError, OSError):  # the CNN workload needs no LightGBM (nor a load
 
 import argparse
 import functools
+import importlib.util
 import json
 import os
 import platform
@@ -69,6 +72,7 @@ OURS = {"ours": [], "ours-fresh": ["scheduler.worker_mode=fresh"],
         "ours-startup20": ["sampler.n_startup_trials=20"],
         "ours-tuneauto": ["pruner.tune=auto"]}
 # ours-cpu / ours-gpu: objective.device through Workload.overrides
+RAY = "ray-asha"  # Ray Tune, ASHA over TPE, LightGBM on the CPU (benchmarking/ray_worker.py)
 OPTUNA_PRUNERS = {"optuna-median": "median", "optuna-hyperband": "hyperband",
                   "optuna-nopruner": "none"}
 
@@ -83,7 +87,7 @@ class Half:
 
 
 def known(name: str) -> bool:
-    return name in OURS or name in OPTUNA_PRUNERS or name == "optuna-threads" or (
+    return name in OURS or name in OPTUNA_PRUNERS or name in ("optuna-threads", RAY) or (
         name.startswith("optuna-cpu-t") and name[12:].isdigit())
 
 
@@ -113,6 +117,11 @@ def launches(name: str, work: Workload, scale: float, seed: int, budget: float, 
                         *OURS[name]], half.gpus, half.cores)]
     base = [py, "-m", "hpo_orchestrator.benchmarking.optuna_worker", "--workload", work.name,
             "--scale", str(scale), "--storage", url, "--seed", str(seed), "--timeout", str(budget)]
+    if name == RAY:  # one driver; Ray runs a trial of 1 thread per core it is given
+        return [Launch([py, "-m", "hpo_orchestrator.benchmarking.ray_worker", "--workload",
+                        work.name, "--scale", str(scale), "--storage", url, "--seed", str(seed),
+                        "--timeout", str(budget), "--cpus", str(len(half.cores)), "--threads",
+                        "1", "--run-dir", str(run_dir)], [], half.cores, 1)]
     if name == "optuna-threads":  # Optuna's FAQ: n_jobs threads in one process, nothing pinned
         jobs = len(half.gpus) or len(half.cores)
         threads = max(1, len(half.cores) // jobs)
@@ -349,6 +358,12 @@ def main() -> int:
     names = [best if n == "best" and best else n for n in names]  # the reference's best baseline
     if [n for n in names if not known(n)] or (args.pair and len(names) != 2):
         print(f"error: unknown contenders or not a pair: {names}\nhint: see --help", file=sys.stderr)
+        return 2
+    if RAY in names and (WORKLOADS[args.workload].kind != "lightgbm"
+                         or importlib.util.find_spec("ray") is None):
+        print(f"error: {RAY} runs the LightGBM workloads (a, b) where Ray Tune is installed\n"
+              'hint: pip install "ray[tune]" (about 150 MB; docs/QUALITY.md, Contenders)',
+              file=sys.stderr)
         return 2
     if not args.reference and not store.targets().get(args.workload):
         print(f"error: no targets for workload {args.workload} in {args.out}/targets.json\n"

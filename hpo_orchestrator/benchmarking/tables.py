@@ -173,7 +173,7 @@ class Store:
                   "baseline / both", "", "| ours | baseline | " + " | ".join(goals) + " |",
                   "|---|---|" + "---|" * len(goals)]
         # An ablation pair (two of ours, no Optuna baseline) compares the variant with `ours`.
-        bases = [n for n in sorted(times) if n.startswith("optuna")] or \
+        bases = [n for n in sorted(times) if not n.startswith("ours")] or \
             [n for n in ("ours",) if n in times]
         for ours in [n for n in sorted(times) if n.startswith("ours") and n not in bases]:
             for base in bases:
