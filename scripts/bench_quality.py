@@ -238,7 +238,10 @@ def collect(run: dict[str, Any], watch: GpuWatch, with_test: bool, threads: int)
     best = min(done, key=lambda t: t.value) if done else None
     run["best_value"] = best.value if best else None
     run["best_params"] = best.params if best else None
-    run["trials"] = trial_records(trials, launch, budget)
+    try:
+        run["trials"] = trial_records(trials, launch, budget)
+    except Exception as exc:  # a diagnostic never costs the batch its results
+        run["trials"] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
     run["test"] = None
     if best and with_test:
         device, gpu = retrain_device(run, best.user_attrs)
@@ -291,6 +294,7 @@ def held_out_test(workload: str, params: dict[str, Any], threads: int, trial_num
 def slim(run_dir: Path) -> None:
     shutil.rmtree(run_dir / "hpo-runs", ignore_errors=True)
     shutil.rmtree(run_dir / "leases", ignore_errors=True)
+    shutil.rmtree(run_dir / "ray", ignore_errors=True)  # Tune's own results (ray-asha)
     for path in run_dir.glob("bench.db*"):
         path.unlink()
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import optuna
 import pytest
 
-from hpo_orchestrator.benchmarking.ray_worker import TuneTrial, space_distributions
+from hpo_orchestrator.benchmarking.ray_worker import TuneTrial, record_trial, space_distributions
 from hpo_orchestrator.benchmarking.tables import Store
 from hpo_orchestrator.benchmarking.workloads import WORKLOADS, lightgbm_objective
 from hpo_orchestrator.config import LIGHTGBM_SPACE
@@ -51,6 +51,29 @@ def test_the_tune_trial_runs_the_benchmarks_own_objective() -> None:
     assert value == min(r["loss"] for r in reports) == reports[-1]["best"] == trial.best
     assert trial.suggest_float("learning_rate", 0.0, 1.0) == config["learning_rate"]
     assert trial.should_prune() is False  # ASHA, in Tune, stops trials
+
+
+def test_tunes_trials_are_recorded_complete_pruned_or_failed_with_their_times() -> None:
+    study = optuna.create_study()
+    distributions = space_distributions()
+    config = {**_sampled_config(2), "tune_internal": 1}  # a key outside the space is dropped
+    started = 1_795_800_000.0
+    record_trial(study, {"loss": 0.41, "best": 0.39, "step": 20, "started": started}, config, 20,
+                 distributions)
+    record_trial(study, {"loss": 0.5, "best": 0.5, "step": 3, "started": started}, config, 20,
+                 distributions)
+    record_trial(study, {}, config, 20, distributions)  # stopped before its first report
+    record_trial(study, {"loss": 0.6, "best": 0.6, "step": 1}, config, 20, distributions,
+                 failed=True)
+    complete, pruned, failed = study.trials
+    state = optuna.trial.TrialState
+    assert (complete.state, complete.value) == (state.COMPLETE, 0.39)  # the best, not the last
+    assert (pruned.state, pruned.value) == (state.PRUNED, None)
+    assert (failed.state, failed.value) == (state.FAIL, None)
+    assert complete.params.keys() == LIGHTGBM_SPACE.keys()
+    assert complete.datetime_start is not None and complete.datetime_complete is not None
+    assert complete.datetime_start.timestamp() == started
+    assert complete.datetime_complete > complete.datetime_start
 
 
 def test_the_launcher_runs_one_driver_on_the_halfs_cores_and_tables_treat_it_as_a_baseline(
@@ -92,9 +115,15 @@ def test_ray_is_refused_for_the_cnn_and_where_it_is_not_installed(tmp_path: Path
 
 
 @pytest.mark.slow
+@pytest.mark.long
 @pytest.mark.skipif(not HAS_RAY, reason="Ray Tune is not installed (not a project dependency)")
 def test_a_short_ray_run_records_complete_and_pruned_trials_and_leaves_no_daemon(
         tmp_path: Path) -> None:
+    import time
+
+    import psutil
+
+    began = time.time()
     url = f"sqlite:///{tmp_path / 'ray.db'}"
     subprocess.run([sys.executable, "-m", "hpo_orchestrator.benchmarking.ray_worker",
                     "--workload", "a", "--scale", "0.05", "--storage", url, "--seed", "1",
@@ -102,8 +131,11 @@ def test_a_short_ray_run_records_complete_and_pruned_trials_and_leaves_no_daemon
                    cwd=REPO, check=True, capture_output=True, timeout=180)
     trials = optuna.load_study(study_name="bench", storage=url).trials
     states = {t.state for t in trials}
-    assert optuna.trial.TrialState.COMPLETE in states, [t.state for t in trials]
+    assert {optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED} <= states, states
+    assert all(t.datetime_start < t.datetime_complete for t in trials)
     assert all(t.params.keys() == LIGHTGBM_SPACE.keys() for t in trials)
     assert all(t.value is not None for t in trials if t.state == optuna.trial.TrialState.COMPLETE)
-    leftover = subprocess.run(["pgrep", "-f", "raylet|gcs_server"], capture_output=True, text=True)
-    assert leftover.stdout == "", "Ray's daemons outlived the driver"
+    # this run's daemons only: another Ray on the machine is none of its business
+    leftover = [p.info for p in psutil.process_iter(["name", "create_time"])
+                if p.info["name"] in ("raylet", "gcs_server") and p.info["create_time"] >= began]
+    assert leftover == [], "Ray's daemons outlived the driver"

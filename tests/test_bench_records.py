@@ -60,6 +60,9 @@ def test_records_say_when_where_and_what_each_trial_measured() -> None:
     assert "choice" not in reused  # it reused its worker's answer: nothing measured
     assert running["end"] is None and running["state"] == "running"
     assert "learner" not in running and "gpu" not in running  # Optuna's own processes too
+    odd = {keys.DEVICE_CHOICE: {"measured_here": True, "timings": 3}, keys.PARAMS_EFFECTIVE: "x"}
+    assert trial_records([_trial(5, 1.0, 2.0, STATE.COMPLETE, odd, 0.1)], T0, 120.0)[0][
+        "choice"] == {"learner": None, "timings": []}  # odd attrs never cost a run its results
 
 
 class _NoGpus:
@@ -113,3 +116,14 @@ def test_source_trees_name_the_code_a_run_used_committed_or_not(tmp_path: Path) 
     assert changed.split()[0] != committed.split()[0] and changed.split()[1] == committed.split()[1]
     assert _git(repo, "diff", "--cached", "--name-only") == ""  # the real index untouched
     assert "?? hpo_orchestrator/new.py" in _git(repo, "status", "--porcelain")
+    outer = tmp_path / "outer"  # the code in a folder below the top of its repository
+    (outer / "sub").mkdir(parents=True)
+    (repo / "hpo_orchestrator" / "new.py").unlink()
+    import shutil
+
+    shutil.copytree(repo / "hpo_orchestrator", outer / "sub" / "hpo_orchestrator")
+    shutil.copytree(repo / "scripts", outer / "sub" / "scripts")
+    _git(outer, "init", "-q")
+    _git(outer, "add", "-A")
+    _git(outer, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "one")
+    assert source_trees(outer / "sub") == committed  # the same code, the same ids

@@ -16,9 +16,14 @@ Datasets are binned once per Ray worker process, as Optuna's processes and ours 
 Tune keeps its results in its own folder; the benchmark reads curves from an Optuna study, so
 the driver records each finished trial there as it sees it end (``datetime_complete`` is that
 moment, Ray's result handling included): COMPLETE with its best reported loss where it ran
-all its reports, PRUNED where ASHA stopped it. Actors are reused between trials (Tune's
-``reuse_actors``, off by default; its docs recommend it for many short trials), as a careful
-Ray user would set it. SIGTERM (the benchmark's stop) shuts Ray down,
+all its reports, PRUNED where ASHA stopped it; its start is when its trial function started.
+Actors are reused between trials (Tune's ``reuse_actors``, off by default; its docs recommend
+it for many short trials), as a careful
+Ray user would set it. What Tune's TPE learns is Ray's own doing: OptunaSearch tells it every
+trial ASHA stopped as complete with its last reported loss (``metric="loss"``, the value ASHA
+compares at its rungs), where the benchmark records such a trial as PRUNED and a complete one
+by its best reported loss. A trial that raises is recorded FAIL and its error file named in
+the driver's output. SIGTERM (the benchmark's stop) shuts Ray down,
 its daemons with it. The GPU workloads are not supported: Ray's wheels exceed what the GPU
 host can be given (docs/QUALITY.md, Contenders).
 """
@@ -28,10 +33,12 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
+import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-__all__ = ["main", "space_distributions"]
+__all__ = ["TuneTrial", "main", "record_trial", "space_distributions"]
 
 
 def space_distributions() -> dict[str, Any]:
@@ -63,6 +70,7 @@ class TuneTrial:
         self.params = config
         self._report = report
         self.best = float("inf")
+        self.started = time.time()  # recorded as the trial's start (record_trial)
 
     def _suggest(self, name: str, *_args: Any, **_kwargs: Any) -> Any:
         return self.params[name]
@@ -71,10 +79,35 @@ class TuneTrial:
 
     def report(self, value: float, step: int) -> None:
         self.best = min(self.best, value)
-        self._report({"loss": value, "best": self.best, "step": step})
+        self._report({"loss": value, "best": self.best, "step": step, "started": self.started})
 
     def should_prune(self) -> bool:
         return False
+
+
+def record_trial(study: Any, result: dict[str, Any], config: dict[str, Any], steps: int,
+                 distributions: dict[str, Any], failed: bool = False) -> None:
+    """Record one of Tune's trials, ended, in the run's Optuna study (where the benchmark reads
+    its curve): COMPLETE with its best reported loss where it made all ``steps`` reports,
+    PRUNED where ASHA stopped it earlier, FAIL where it raised; started when its trial function
+    started (``result["started"]``), ended now. A trial that ended before its first report
+    and did not fail has nothing to record."""
+    import optuna
+
+    state = optuna.trial.TrialState
+    if failed:
+        ended = state.FAIL
+    elif "best" not in result:
+        return
+    else:
+        ended = state.COMPLETE if result.get("step", 0) >= steps else state.PRUNED
+    trial = optuna.trial.create_trial(
+        state=ended, value=result["best"] if ended == state.COMPLETE else None,
+        params={k: v for k, v in config.items() if k in distributions},
+        distributions={k: d for k, d in distributions.items() if k in config})
+    if "started" in result:
+        trial.datetime_start = datetime.fromtimestamp(result["started"])
+    study.add_trial(trial)
 
 
 def _search_space(trial: Any) -> None:
@@ -115,20 +148,19 @@ def main(argv: list[str] | None = None) -> int:
     class Record(tune.Callback):
         def on_trial_complete(self, iteration: int, trials: list[Any], trial: Any,
                               **info: Any) -> None:
-            result = trial.last_result or {}
-            if "best" not in result:
-                return  # ended before its first report: nothing to record
-            done = result.get("step", 0) >= steps
-            state = optuna.trial.TrialState.COMPLETE if done else optuna.trial.TrialState.PRUNED
-            study.add_trial(optuna.trial.create_trial(
-                state=state, value=result["best"] if done else None,
-                params={k: v for k, v in trial.config.items() if k in distributions},
-                distributions=distributions))
+            record_trial(study, trial.last_result or {}, trial.config, steps, distributions)
+
+        def on_trial_error(self, iteration: int, trials: list[Any], trial: Any,
+                           **info: Any) -> None:
+            record_trial(study, trial.last_result or {}, trial.config, steps, distributions,
+                         failed=True)
+            print(f"trial {trial.trial_id} failed: {trial.error_file}", file=sys.stderr)
 
     def stop(_signum: int, _frame: Any) -> None:
-        raise KeyboardInterrupt  # Tune stops its trials; the finally below stops Ray
+        raise KeyboardInterrupt  # out of tuner.fit; the finally below shuts Ray down
 
-    ray.init(num_cpus=args.cpus, include_dashboard=False, log_to_driver=False,
+    # a local Ray of its own, never a cluster that RAY_ADDRESS may name
+    ray.init(address="local", num_cpus=args.cpus, include_dashboard=False,
              configure_logging=False)
     signal.signal(signal.SIGTERM, stop)  # after ray.init, which sets its own (it aborts)
     try:

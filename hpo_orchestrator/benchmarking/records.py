@@ -37,14 +37,16 @@ def _choice(attrs: dict[str, Any]) -> dict[str, Any] | None:
     choice = attrs.get(keys.DEVICE_CHOICE)
     if not isinstance(choice, dict) or not choice.get("measured_here"):
         return None
+    listed = choice.get("timings")
     timings = [{k: _short(v) for k, v in t.items() if v is not None}
-               for t in choice.get("timings") or [] if isinstance(t, dict)]
+               for t in (listed if isinstance(listed, list) else []) if isinstance(t, dict)]
     return {"learner": choice.get("learner"), "timings": timings}
 
 
 def trial_records(trials: Iterable[Any], launch: float, budget: float) -> list[dict[str, Any]]:
     """Every trial started within the budget, in order of start: ``n`` (its number), ``state``
-    (lower case; as read after the stop, so a trial the stop interrupted shows as failed),
+    (lower case; as read after the stop: a trial of ours the stop interrupted shows as failed,
+    one of Optuna's processes as running, and Ray records none),
     ``start`` and ``end`` (seconds since ``launch``; ``end`` None while unfinished), ``params``,
     and where known ``learner`` and ``threads`` (LightGBM's device_type and num_threads as
     the model recorded them), ``gpu`` (ours: the GPU's index) and ``choice``

@@ -32,7 +32,11 @@ KEY = ("workload", "group", "contender", "seed")
 def commit(root: Path) -> str:
     """The source tree's commit, '+dirty' when it has uncommitted changes."""
     def git(*args: str) -> str:
-        return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True).stdout.strip()
+        try:
+            return subprocess.run(["git", *args], cwd=root, capture_output=True,
+                                  text=True).stdout.strip()
+        except OSError:  # no git on this host
+            return ""
 
     head = git("rev-parse", "--short", "HEAD") or "unknown"
     return head + ("+dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
@@ -52,15 +56,19 @@ def source_trees(root: Path) -> str:
         env = {**os.environ, "GIT_INDEX_FILE": str(Path(tmp) / "index")}
 
         def git(*args: str) -> str:
-            done = subprocess.run(["git", *args], cwd=root, env=env, capture_output=True,
-                                  text=True)
+            try:
+                done = subprocess.run(["git", *args], cwd=root, env=env, capture_output=True,
+                                      text=True)
+            except OSError:  # no git on this host
+                return ""
             return done.stdout.strip() if done.returncode == 0 else ""
 
         if not git("rev-parse", "--git-dir"):
             return "unknown"
+        inside = git("rev-parse", "--show-prefix")  # root below the top of its repository
         git("read-tree", "--empty")
         git("add", "-A", "--", *SOURCE_DIRS)
-        trees = [(name, git("write-tree", f"--prefix={name}/")) for name in SOURCE_DIRS]
+        trees = [(name, git("write-tree", f"--prefix={inside}{name}/")) for name in SOURCE_DIRS]
     return " ".join(f"{name}@{tree[:10]}" for name, tree in trees if tree) or "unknown"
 
 
