@@ -15,17 +15,16 @@ Datasets are binned once per Ray worker process, as Optuna's processes and ours 
 
 Tune keeps its results in its own folder; the benchmark reads curves from an Optuna study, so
 the driver records each finished trial there as it sees it end (``datetime_complete`` is that
-moment, Ray's result handling included): COMPLETE with its best reported loss where it ran
-all its reports, PRUNED where ASHA stopped it; its start is when its trial function started.
+moment, Ray's result handling included): COMPLETE with its best reported loss where it ran all
+its reports, PRUNED where ASHA stopped it; its start is when its trial function started.
 Actors are reused between trials (Tune's ``reuse_actors``, off by default; its docs recommend
-it for many short trials), as a careful
-Ray user would set it. What Tune's TPE learns is Ray's own doing: OptunaSearch tells it every
-trial ASHA stopped as complete with its last reported loss (``metric="loss"``, the value ASHA
-compares at its rungs), where the benchmark records such a trial as PRUNED and a complete one
-by its best reported loss. A trial that raises is recorded FAIL and its error file named in
-the driver's output. SIGTERM (the benchmark's stop) shuts Ray down,
-its daemons with it. The GPU workloads are not supported: Ray's wheels exceed what the GPU
-host can be given (docs/QUALITY.md, Contenders).
+it for many short trials), as a careful Ray user would set it. What Tune's TPE learns is Ray's
+own doing: OptunaSearch tells it every trial ASHA stopped as complete with its last reported
+loss (``metric="loss"``, the value ASHA compares at its rungs), where the benchmark records
+such a trial as PRUNED and a complete one by its best reported loss. A trial that raises is
+recorded FAIL and its error file named in the driver's output. SIGTERM (the benchmark's stop)
+shuts Ray down, its daemons with it. The GPU workloads are not supported: Ray's wheels exceed
+what the GPU host can be given (docs/QUALITY.md, Contenders).
 """
 
 from __future__ import annotations
@@ -42,23 +41,14 @@ __all__ = ["TuneTrial", "main", "record_trial", "space_distributions"]
 
 
 def space_distributions() -> dict[str, Any]:
-    """Optuna distributions of the LightGBM search space (config/_space.py), to record Tune's
-    trials, whose params come as plain values, in an Optuna study."""
-    import optuna.distributions as d
+    """Optuna distributions of the LightGBM search space, to record Tune's trials (whose params
+    come as plain values) in an Optuna study: those the search space's own suggestions
+    (:func:`_search_space`, objectives/_space.py) give a trial."""
+    import optuna
 
-    from hpo_orchestrator.config import LIGHTGBM_SPACE
-
-    out: dict[str, Any] = {}
-    for name, spec in LIGHTGBM_SPACE.items():
-        if spec.kind == "categorical":
-            out[name] = d.CategoricalDistribution(list(spec.choices))
-        elif spec.kind == "int":
-            out[name] = d.IntDistribution(int(spec.low), int(spec.high),  # type: ignore[arg-type]
-                                          log=spec.log, step=int(spec.step or 1))
-        else:
-            out[name] = d.FloatDistribution(float(spec.low), float(spec.high),  # type: ignore[arg-type]
-                                            log=spec.log, step=spec.step)
-    return out
+    trial = optuna.create_study().ask()
+    _search_space(trial)
+    return dict(trial.distributions)
 
 
 class TuneTrial:

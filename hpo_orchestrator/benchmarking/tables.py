@@ -29,17 +29,19 @@ __all__ = ["Store", "commit", "source_trees"]
 KEY = ("workload", "group", "contender", "seed")
 
 
+def _git(root: Path, *args: str, env: dict[str, str] | None = None) -> str:
+    """A git command's output in ``root``; "" where it fails or there is no git."""
+    try:
+        done = subprocess.run(["git", *args], cwd=root, env=env, capture_output=True, text=True)
+    except OSError:  # no git on this host
+        return ""
+    return done.stdout.strip() if done.returncode == 0 else ""
+
+
 def commit(root: Path) -> str:
     """The source tree's commit, '+dirty' when it has uncommitted changes."""
-    def git(*args: str) -> str:
-        try:
-            return subprocess.run(["git", *args], cwd=root, capture_output=True,
-                                  text=True).stdout.strip()
-        except OSError:  # no git on this host
-            return ""
-
-    head = git("rev-parse", "--short", "HEAD") or "unknown"
-    return head + ("+dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
+    head = _git(root, "rev-parse", "--short", "HEAD") or "unknown"
+    return head + ("+dirty" if _git(root, "status", "--porcelain", "--untracked-files=no") else "")
 
 
 SOURCE_DIRS = ("hpo_orchestrator", "scripts")
@@ -56,12 +58,7 @@ def source_trees(root: Path) -> str:
         env = {**os.environ, "GIT_INDEX_FILE": str(Path(tmp) / "index")}
 
         def git(*args: str) -> str:
-            try:
-                done = subprocess.run(["git", *args], cwd=root, env=env, capture_output=True,
-                                      text=True)
-            except OSError:  # no git on this host
-                return ""
-            return done.stdout.strip() if done.returncode == 0 else ""
+            return _git(root, *args, env=env)
 
         if not git("rev-parse", "--git-dir"):
             return "unknown"
