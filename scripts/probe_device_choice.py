@@ -8,7 +8,10 @@ the product times it (``timed_run``), then train whole
 trials of ``--rounds`` rounds on each learner, for a few points of the built-in search space
 drawn at random. Per point and learner it prints every measurement's estimate of a whole
 trial and the whole trial's real time, so one reads off whether the first measurement in a
-process differs from later ones, and how far an estimate is from the truth.
+process differs from later ones, and how far an estimate is from the truth. The Datasets are
+kept per learner as the product keeps them; each CUDA trial is trained once more on new
+Datasets (binned in the training, as before), for the time that saves and the check that
+the model's validation loss is the same.
 
     CUDA_VISIBLE_DEVICES=0 python scripts/probe_device_choice.py --rows 1000000 --threads 11 --out probe.json
 
@@ -46,29 +49,34 @@ def probe(rows: int, threads: int, points: int, repeat: int, rounds: int,
                    "s": time.perf_counter() - check_start})
     base = {"objective": "binary", "metric": "binary_logloss", "verbosity": -1,
             "num_threads": threads, "max_bin": cfg.max_bin, "seed": cfg.seed, "bagging_freq": 1}
-    cpu_datasets: tuple[Any, Any] | None = None
+    kept: dict[str, tuple[Any, Any]] = {}
+    fresh = False  # True: new Datasets for a training (the way before they were kept per learner)
+    last_loss: list[float] = []
 
     def datasets(params: dict[str, Any]) -> tuple[Any, Any]:
-        nonlocal cpu_datasets
-        if params["device_type"] != "cpu":  # a GPU learner bins per trial, as the product's
+        learner = params["device_type"]
+        if fresh:
             train = lgb.Dataset(x_train, y_train, params={"max_bin": cfg.max_bin})
             return train, lgb.Dataset(x_valid, y_valid, reference=train)
-        if cpu_datasets is None:  # binned once per process, untimed, as the product's
-            kept = {**base, "device_type": "cpu", "feature_pre_filter": False}
-            train = lgb.Dataset(x_train, y_train, params=kept, free_raw_data=False)
-            valid = lgb.Dataset(x_valid, y_valid, reference=train, params=kept,
+        if learner not in kept:  # once per learner, as the product's objective keeps them
+            fixed = {**base, "device_type": learner, "feature_pre_filter": False}
+            if learner == "cuda":
+                fixed["gpu_device_id"] = 0
+            train = lgb.Dataset(x_train, y_train, params=fixed, free_raw_data=False)
+            valid = lgb.Dataset(x_valid, y_valid, reference=train, params=fixed,
                                 free_raw_data=False)
             valid.construct()
-            cpu_datasets = (train, valid)
-        return cpu_datasets
+            kept[learner] = (train, valid)
+        return kept[learner]
 
     def train(params: dict[str, Any], n_rounds: int, tick: Any) -> None:
         train_set, valid_set = datasets(params)
-        lgb.train(params, train_set, num_boost_round=n_rounds, valid_sets=[valid_set],
-                  callbacks=[tick])
+        booster = lgb.train(params, train_set, num_boost_round=n_rounds, valid_sets=[valid_set],
+                            callbacks=[tick])
+        last_loss.append(float(booster.best_score["valid_0"]["binary_logloss"]))
 
     bin_start = time.perf_counter()
-    datasets({**base, "device_type": "cpu"})
+    datasets({**base, "device_type": "cpu"})  # untimed in the product (its ``prepare``)
     events.append({"event": "cpu_binning", "s": time.perf_counter() - bin_start})
     learners = {"cpu": {"device_type": "cpu"}}
     if cuda:
@@ -85,11 +93,18 @@ def probe(rows: int, threads: int, points: int, repeat: int, rounds: int,
                                   "overhead_s": timing.overhead_s,
                                   "estimate_s": timing.estimate_s(rounds)})
             whole = timed_run(name, train, params, rounds)
-            events.append({"event": "point", "point": point, "learner": name,
-                           "num_leaves": suggested.get("num_leaves"),
-                           "max_depth": suggested.get("max_depth"), "measured": estimates,
-                           "whole_trial_s": whole.estimate_s(rounds)})
-            print(json.dumps(events[-1]), flush=True)
+            row = {"event": "point", "point": point, "learner": name,
+                   "num_leaves": suggested.get("num_leaves"),
+                   "max_depth": suggested.get("max_depth"), "measured": estimates,
+                   "whole_trial_s": whole.estimate_s(rounds), "loss": last_loss[-1]}
+            if name == "cuda":  # the same trial on new Datasets: the saving, and the same model?
+                fresh = True
+                row["whole_trial_fresh_datasets_s"] = timed_run(
+                    name, train, params, rounds).estimate_s(rounds)
+                row["loss_fresh_datasets"] = last_loss[-1]
+                fresh = False
+            events.append(row)
+            print(json.dumps(row), flush=True)
     return events
 
 

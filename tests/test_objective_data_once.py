@@ -1,5 +1,5 @@
 """Issue 26, deliverable 4: a built-in objective generates its data once per worker process,
-and LightGBM's CPU learner bins it once too.
+and LightGBM bins it once per learner too (CPU, CUDA).
 
 A reuse worker runs many trials in one process; each used to regenerate the same arrays and
 bin them again. Evidence without timing: the generator's cache counts one miss for two
@@ -48,18 +48,24 @@ def test_lightgbm_generates_and_bins_its_data_once_for_two_cpu_trials(
 _CPU = {"device_type": "cpu", "verbosity": -1, "num_threads": 1}
 
 
-def test_a_gpu_learner_gets_new_datasets_per_trial() -> None:
-    """A Dataset binned for the CPU cannot train on the CUDA learner (its copy lives on the
-    GPU): only the CPU learner's are kept."""
+def test_each_learner_bins_once_and_opencl_per_trial() -> None:
+    """A Dataset built for the CPU cannot train on the CUDA learner (its copy lives on the
+    GPU): the CUDA learner keeps its own pair, built with device_type=cuda; OpenCL's reuse has
+    not been checked on a GPU host, so it gets new Datasets per trial."""
     from hpo_orchestrator.config._schema import LightGBMObjectiveConfig
     from hpo_orchestrator.objectives.lightgbm import LightGBMObjective
 
     objective = LightGBMObjective(LightGBMObjectiveConfig(n_rows=300, n_features=6, seed=11))
     kept = objective._datasets(_CPU)
     assert objective._datasets({**_CPU, "num_threads": 2}) is kept
-    cuda = {"device_type": "cuda"}
-    cuda_first, cuda_again = objective._datasets(cuda), objective._datasets(cuda)
-    assert cuda_first[0] is not cuda_again[0] and cuda_first[0] is not kept[0]
+    cuda = {**_CPU, "device_type": "cuda", "gpu_device_id": 0}
+    cuda_kept = objective._datasets(cuda)
+    assert objective._datasets(cuda) is cuda_kept and cuda_kept[0] is not kept[0]
+    assert cuda_kept[0].params["device_type"] == "cuda"  # built for the GPU
+    assert cuda_kept[1].params["device_type"] == "cuda"
+    opencl = {**_CPU, "device_type": "gpu"}
+    opencl_first, opencl_again = objective._datasets(opencl), objective._datasets(opencl)
+    assert opencl_first[0] is not opencl_again[0] and opencl_first[0] is not kept[0]
 
 
 def _value(objective: object, params: dict) -> float:

@@ -73,7 +73,7 @@ def _params(cfg: LightGBMObjectiveConfig, suggested: dict[str, Any], device: dic
 def _datasets(cfg: LightGBMObjectiveConfig, kept_for: dict[str, Any] | None = None) -> tuple[Any, Any]:
     """New Datasets, binned in the trial's lgb.train; or, with ``kept_for`` (the params of the
     process's trials, less the suggested ones), binned now for every trial of the process, as
-    objectives/lightgbm.py keeps its CPU learner's (and Optuna's LightGBMTuner its own):
+    objectives/lightgbm.py keeps its CPU and CUDA learners' (and Optuna's LightGBMTuner its own):
     feature_pre_filter off so that trials may lower min_child_samples, the raw arrays kept."""
     import lightgbm as lgb
 
@@ -96,10 +96,10 @@ def lightgbm_objective(cfg: LightGBMObjectiveConfig, device: dict[str, Any],
     import lightgbm as lgb
     import optuna
 
-    # The CPU learner's Datasets binned once, as ours are; a GPU learner's per trial, as ours
-    # (a Dataset binned for one device_type cannot train on another).
-    on_cpu = device.get("device_type", "cpu") == "cpu"
-    kept = _datasets(cfg, _params(cfg, {}, device, num_threads)) if on_cpu else None
+    # The CPU and CUDA learners' Datasets binned once, as ours are (built with the learner's
+    # device_type: one built for another cannot train there); OpenCL's per trial, as ours.
+    reused = device.get("device_type", "cpu") in ("cpu", "cuda")
+    kept = _datasets(cfg, _params(cfg, {}, device, num_threads)) if reused else None
 
     def objective(trial: Any) -> float:
         train, valid = kept or _datasets(cfg)

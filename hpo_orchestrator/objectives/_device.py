@@ -9,8 +9,9 @@ GPU learner: CUDA where LightGBM was built with it, else OpenCL on NVIDIA's plat
 CUDA, OpenCL is not measured unless ``objective.gpu_platform`` names a platform: it was slower
 than CUDA or tied with it in every measurement (docs/GPU.md), and its kernel build costs
 seconds per measurement. A GPU learner runs twice and its faster run counts, so that what a
-process pays once (OpenCL's kernel build, CUDA's first kernels and allocations) is left out of
-the figures; the CPU once, after its Datasets are binned (untimed). The
+process pays once (OpenCL's kernel build; CUDA's first kernels and allocations, and its
+Datasets, built once per worker) is left out of the figures; the CPU once, after its Datasets
+are binned (untimed). The
 estimate of a whole trial, ``overhead + rounds x seconds per round``, decides; a GPU learner
 must win by ``GPU_MARGIN``. The answer is kept for the worker process and measured again
 when the picture changes: another data shape, ``max_bin`` or thread count, or
@@ -42,10 +43,11 @@ LEAVES_FACTOR = 4  # an answer holds for num_leaves within this factor of a meas
 
 @dataclass(frozen=True)
 class Timing:
-    """One learner's measurement: seconds per boosting round, and the rest of a training
-    (a GPU learner's Dataset construction, which its every trial pays; the learner's set-up) as
+    """One learner's measurement: seconds per boosting round, and the rest of a training (the
+    learner's set-up; OpenCL's Dataset construction, which its every trial pays) as
     ``overhead_s``; ``error`` where it cannot run. The CPU learner's Datasets are built once
-    per worker, before the timing (``Calibration.choose``'s ``prepare``)."""
+    per worker, before the timing (``Calibration.choose``'s ``prepare``); the CUDA learner's
+    once too, in the first of its two timed runs."""
 
     learner: str  # cpu, cuda or gpu (LightGBM's device_type)
     s_per_round: float | None = None
@@ -121,8 +123,8 @@ def _train_timing(learner: str, train: Callable[[dict[str, Any], int, Any], None
                   params: dict[str, Any], rounds: int) -> Timing:
     """A learner's measurement. A GPU learner trains twice and the faster run gives the
     figures: a process's first training on one pays what later ones do not (OpenCL its kernel
-    build; CUDA its lazily loaded kernels and first allocations), and the answer is for the
-    trials after it."""
+    build; CUDA its lazily loaded kernels, first allocations and the Datasets its trials then
+    reuse), and the answer is for the trials after it."""
     try:
         runs = [timed_run(learner, train, params, rounds)
                 for _ in range(1 if learner == "cpu" else 2)]

@@ -4,7 +4,7 @@ multiclass or regression), pruned every ``report_every`` boosting rounds.
 On a GPU slot ``objective.device=auto`` (objectives/_device.py) trains on the CPU or on a GPU
 learner, whichever it measured faster: LightGBM's CUDA learner where it was built with one,
 else OpenCL (``device_type=gpu``) on NVIDIA's platform; either on device 0 of the pinned child.
-The data is generated or read once per process, and binned once for the trials on the CPU.
+The data is generated or read once per process, and binned once per learner (CPU, CUDA).
 The effective parameters LightGBM really used (``device_type`` among them) are logged from the
 model.
 """
@@ -105,7 +105,7 @@ class LightGBMObjective:
         self.arrays: tuple[np.ndarray, ...] | None = None
         self.calibration = Calibration()  # objective.device=auto: measured once per picture
         self._cuda: tuple[bool, str | None] | None = None
-        self._cpu_datasets: tuple[Any, Any] | None = None  # binned once: see _datasets
+        self._kept_datasets: dict[str, tuple[Any, Any]] = {}  # by learner: see _datasets
         if config.data is not None:  # before the trial starts: counted in hpo.startup_s
             self._load(config.data, config.target_column or "")
 
@@ -123,27 +123,32 @@ class LightGBMObjective:
     def _datasets(self, params: dict[str, Any]) -> tuple[Any, Any]:
         """The training and validation Datasets of a trial of ``params``.
 
-        On the CPU learner they are binned once per process, with the study's params (its
-        ``seed`` picks LightGBM's bin sample, as in a trial's own lgb.train; no trial's
-        suggested values), and reused by every trial: that saved 12-15 % of a 200-round trial
-        on 2 threads (docs/BENCHMARKS.md). ``feature_pre_filter`` is off so that a trial may
-        lower ``min_child_samples`` below the one the Dataset was binned with; where the
-        pre-filter would have dropped a feature (too rare to split), trials keep it among
-        ``feature_fraction``'s draw, so on such data their models differ from LightGBM's default
-        (on the generated data they are the same: tests/test_objective_data_once.py). The raw
-        arrays (the cached ones) are kept so that LightGBM bins again itself if a trial changes
-        how it bins. A GPU learner gets new Datasets per trial: a Dataset binned for one
-        ``device_type`` cannot train on another (the CUDA learner keeps its own copy on the
-        GPU), and reusing one there has not been checked on a GPU host.
+        They are binned once per process and learner, with the study's params (its ``seed``
+        picks LightGBM's bin sample, as in a trial's own lgb.train; no trial's suggested
+        values), and reused by every trial on that learner. On the CPU that saved 12-15 % of a
+        200-round trial on 2 threads (docs/BENCHMARKS.md). LightGBM's CUDA learner keeps its
+        own copy of a Dataset on the GPU, built for the ``device_type`` the Dataset was
+        constructed with (a CPU one cannot train there), so it gets its own pair, built once
+        with ``device_type=cuda``: binning 1M rows again for every trial was most of a short
+        CUDA trial (docs/QUALITY.md, workload b). ``feature_pre_filter`` is off so that a
+        trial may lower ``min_child_samples`` below the one the Dataset was binned with;
+        where the pre-filter would have dropped a feature (too rare to split), trials keep it
+        among ``feature_fraction``'s draw, so on such data their models differ from
+        LightGBM's default (on the generated data they are the same:
+        tests/test_objective_data_once.py). The raw arrays (the cached ones) are kept so that
+        LightGBM bins again itself if a trial changes how it bins. The OpenCL learner
+        (``device_type=gpu``) gets new Datasets per trial: reusing one there has not been
+        checked on a GPU host.
         """
-        if params["device_type"] != "cpu":
+        learner = params["device_type"]
+        if learner == "gpu":
             return self._bin({})
-        if self._cpu_datasets is None:  # binned with the study's params, not a trial's choices
+        if learner not in self._kept_datasets:  # binned with the study's params only
             fixed = {k: v for k, v in params.items() if k not in self.space}
             kept = self._bin({**fixed, "feature_pre_filter": False}, keep_raw=True)
             kept[1].construct()  # and its reference: built here, not in a trial's lgb.train
-            self._cpu_datasets = kept
-        return self._cpu_datasets
+            self._kept_datasets[learner] = kept
+        return self._kept_datasets[learner]
 
     def _bin(self, params: dict[str, Any], keep_raw: bool = False) -> tuple[Any, Any]:
         import lightgbm as lgb
