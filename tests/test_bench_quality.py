@@ -274,3 +274,21 @@ def test_optuna_threads_share_the_kept_cpu_datasets_without_a_crash() -> None:
                           timeout=300, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "['COMPLETE']"
+
+
+@pytest.mark.parametrize(("device", "threaded", "kept"), [
+    ("cpu", False, True), ("cpu", True, True), ("cuda", False, True),
+    ("cuda", True, False), ("gpu", False, False)])
+def test_optuna_processes_keep_the_datasets_ours_keep(device: str, threaded: bool, kept: bool,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Optuna's processes bin once where ours do (CPU and CUDA learners: objectives/lightgbm.py),
+    so a comparison is not won by binning; threads of one process share the CPU's only."""
+    from hpo_orchestrator.benchmarking import workloads
+
+    built: list[object] = []
+    monkeypatch.setattr(workloads, "_datasets",
+                        lambda cfg, kept_for=None: built.append(kept_for) or ("train", "valid"))
+    workloads.lightgbm_objective(workloads.WORKLOADS["a"].lightgbm, {"device_type": device}, 2,
+                                 threaded=threaded)
+    assert (len(built) == 1 and built[0]["device_type"] == device) is kept  # type: ignore[index]
+    assert len(built) == (1 if kept else 0)

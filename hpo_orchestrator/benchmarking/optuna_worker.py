@@ -125,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
         objective = cnn.objective
     else:
         objective = lightgbm_objective(workload.lightgbm, _lightgbm_device(args.device),
-                                       args.threads)
+                                       args.threads, threaded=args.n_jobs > 1)
     sampler = optuna.samplers.TPESampler(multivariate=True, constant_liar=True,
                                          seed=args.seed * 1000 + args.index)
     study = _create_or_load(args.study, args.storage, sampler, _pruner(args.pruner))

@@ -90,7 +90,7 @@ def _datasets(cfg: LightGBMObjectiveConfig, kept_for: dict[str, Any] | None = No
 
 
 def lightgbm_objective(cfg: LightGBMObjectiveConfig, device: dict[str, Any],
-                       num_threads: int) -> Callable[[Any], float]:
+                       num_threads: int, threaded: bool = False) -> Callable[[Any], float]:
     """An Optuna objective for Optuna's own processes. ``device``: LightGBM's device params
     ({"device_type": "cpu"}, or the NVIDIA OpenCL platform chosen by the caller)."""
     import lightgbm as lgb
@@ -98,7 +98,10 @@ def lightgbm_objective(cfg: LightGBMObjectiveConfig, device: dict[str, Any],
 
     # The CPU and CUDA learners' Datasets binned once, as ours are (built with the learner's
     # device_type: one built for another cannot train there); OpenCL's per trial, as ours.
-    reused = device.get("device_type", "cpu") in ("cpu", "cuda")
+    # Threads of one process (``threaded``: optuna-threads) share the CPU's only: trainings
+    # at once on one CUDA Dataset have not been checked on a GPU host.
+    learner = device.get("device_type", "cpu")
+    reused = learner == "cpu" or (learner == "cuda" and not threaded)
     kept = _datasets(cfg, _params(cfg, {}, device, num_threads)) if reused else None
 
     def objective(trial: Any) -> float:

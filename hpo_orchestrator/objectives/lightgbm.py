@@ -105,7 +105,7 @@ class LightGBMObjective:
         self.arrays: tuple[np.ndarray, ...] | None = None
         self.calibration = Calibration()  # objective.device=auto: measured once per picture
         self._cuda: tuple[bool, str | None] | None = None
-        self._kept_datasets: dict[str, tuple[Any, Any]] = {}  # by learner: see _datasets
+        self._kept_datasets: dict[tuple[str, Any], tuple[Any, Any]] = {}  # see _datasets
         if config.data is not None:  # before the trial starts: counted in hpo.startup_s
             self._load(config.data, config.target_column or "")
 
@@ -129,8 +129,8 @@ class LightGBMObjective:
         200-round trial on 2 threads (docs/BENCHMARKS.md). LightGBM's CUDA learner keeps its
         own copy of a Dataset on the GPU, built for the ``device_type`` the Dataset was
         constructed with (a CPU one cannot train there), so it gets its own pair, built once
-        with ``device_type=cuda``: binning 1M rows again for every trial was most of a short
-        CUDA trial (docs/QUALITY.md, workload b). ``feature_pre_filter`` is off so that a
+        with ``device_type=cuda``: binning 1M rows again cost 0.6-0.8 s of every CUDA trial,
+        half of a short one (docs/GPU.md, seventh session). ``feature_pre_filter`` is off so that a
         trial may lower ``min_child_samples`` below the one the Dataset was binned with;
         where the pre-filter would have dropped a feature (too rare to split), trials keep it
         among ``feature_fraction``'s draw, so on such data their models differ from
@@ -140,9 +140,9 @@ class LightGBMObjective:
         (``device_type=gpu``) gets new Datasets per trial: reusing one there has not been
         checked on a GPU host.
         """
-        learner = params["device_type"]
-        if learner == "gpu":
+        if params["device_type"] == "gpu":
             return self._bin({})
+        learner = (params["device_type"], params.get("gpu_device_id"))  # a CUDA copy's device
         if learner not in self._kept_datasets:  # binned with the study's params only
             fixed = {k: v for k, v in params.items() if k not in self.space}
             kept = self._bin({**fixed, "feature_pre_filter": False}, keep_raw=True)
