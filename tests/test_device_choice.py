@@ -82,9 +82,13 @@ def test_calibration_measures_once_per_picture_and_again_when_it_changes() -> No
     big, measured_big = calibration.choose(picture("a", {"num_leaves": 200}), learners, {},
                                            train, 200, 4)
     assert measured_big and big["measured_num_leaves"] == 200 and len(runs) == 9
-    # 100 is near both 31 and 200: the closer picture's answer (200 / 100 < 100 / 31)
-    closest, _ = calibration.choose(picture("a", {"num_leaves": 100}), learners, {}, train, 200, 4)
-    assert closest is big
+    # 100 lies between 31 and 200, near both: interpolated from the two, nothing measured
+    between, measured_between = calibration.choose(picture("a", {"num_leaves": 100}), learners,
+                                                   {}, train, 200, 4)
+    assert not measured_between and len(runs) == 9
+    assert between["measured_num_leaves"] == [31, 200]
+    # 300 is near 200 only: its answer
+    assert calibration.choose(picture("a", {"num_leaves": 300}), learners, {}, train, 200, 4)[0] is big
     # no num_leaves (LightGBM's 31) or a tree of 1: still a picture
     assert picture("a", {}).leaves == 31 and picture("a", {"num_leaves": 1}).leaves == 2
     assert {t["learner"] for t in first["timings"]} == {"cpu", "cuda"}
@@ -234,3 +238,61 @@ def test_low_gpu_util_says_auto_chose_the_cpu() -> None:
     on_gpu = {**chose_cpu, "learner": "cuda"}
     [other] = _low_utilization(report([on_gpu]), {"objective": {"name": "lightgbm"}})
     assert other.severity == "warning"
+
+
+def _answer_at(calibration: Calibration, leaves: int, cpu: float, cuda: float | None) -> None:
+    """Record a measured answer at ``leaves`` from scripted seconds per round."""
+    timings = {"cpu": cpu, "cuda": cuda}
+
+    def train(params: dict[str, Any], rounds: int, tick: Any) -> None:
+        per_round = timings[params["device_type"]]
+        if per_round is None:
+            raise RuntimeError("CUDA Tree Learner was not enabled in this build")
+        for _ in range(rounds):
+            clock[0] += per_round
+            tick(None)
+
+    clock = [0.0]
+    original = _device.time.perf_counter
+    _device.time.perf_counter = lambda: clock[0]  # type: ignore[assignment]
+    try:
+        calibration.choose(picture("d", {"num_leaves": leaves}),
+                           {"cpu": {"device_type": "cpu"}, "cuda": {"device_type": "cuda"}},
+                           {}, train, 200, 11)
+    finally:
+        _device.time.perf_counter = original  # type: ignore[assignment]
+
+
+def test_between_two_measured_tree_sizes_each_learners_figures_are_interpolated() -> None:
+    """The seventh session's (b) run: CUDA measured faster at 33 leaves (0.009 s a round against
+    the CPU's 0.0217), the CPU by a hair at 166 (0.0313 against 0.0303, within GPU_MARGIN).
+    The nearer picture's answer sent trees of 76 leaves to the CPU; interpolated in
+    log(num_leaves), CUDA's 0.0169 s a round beats the CPU's 0.0262 there."""
+    calibration = Calibration()
+    _answer_at(calibration, 33, cpu=0.0217, cuda=0.009)
+    _answer_at(calibration, 166, cpu=0.0313, cuda=0.0303)
+    assert [a["learner"] for _, a in calibration._answers] == ["cuda", "cpu"]
+    never = lambda *_: pytest.fail("nothing is measured between two pictures")  # noqa: E731
+    learners = {"cpu": {"device_type": "cpu"}, "cuda": {"device_type": "cuda"}}
+    answer, measured = calibration.choose(picture("d", {"num_leaves": 76}), learners, {}, never,
+                                          200, 11)
+    assert not measured and answer["learner"] == "cuda"
+    assert answer["measured_num_leaves"] == [33, 166]
+    assert answer["reason"].startswith("cuda 3.") and "between 33 and 166 leaves" in answer["reason"]
+    cuda_round = {t["learner"]: t["s_per_round"] for t in answer["timings"]}["cuda"]
+    assert cuda_round == pytest.approx(0.009 ** 0.4825 * 0.0303 ** 0.5175, rel=0.01)
+    # close to the CPU's end the CPU answer holds
+    assert calibration.choose(picture("d", {"num_leaves": 160}), learners, {}, never, 200,
+                              11)[0]["learner"] == "cpu"
+
+
+def test_a_learner_that_failed_at_either_end_is_not_interpolated() -> None:
+    calibration = Calibration()
+    _answer_at(calibration, 16, cpu=0.02, cuda=0.001)
+    _answer_at(calibration, 70, cpu=0.03, cuda=None)  # CUDA failed there (say, out of memory)
+    assert len(calibration._answers) == 2
+    answer, _ = calibration.choose(
+        picture("d", {"num_leaves": 30}),
+        {"cpu": {"device_type": "cpu"}, "cuda": {"device_type": "cuda"}}, {},
+        lambda *_: pytest.fail("nothing is measured between two pictures"), 200, 11)
+    assert answer["learner"] == "cpu" and "cuda: RuntimeError: CUDA Tree Learner" in answer["reason"]

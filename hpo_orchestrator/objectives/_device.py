@@ -15,7 +15,8 @@ are binned (untimed). The
 estimate of a whole trial, ``overhead + rounds x seconds per round``, decides; a GPU learner
 must win by ``GPU_MARGIN``. The answer is kept for the worker process and measured again
 when the picture changes: another data shape, ``max_bin`` or thread count, or
-``num_leaves`` ``LEAVES_FACTOR`` times away from every picture measured. Each measurement
+``num_leaves`` ``LEAVES_FACTOR`` times away from every picture measured; a tree size between
+two measured ones gets each learner's figures interpolated from both. Each measurement
 costs a few trainings of 20 rounds on the study's data: on 1M rows, measuring all three
 learners twice at every power of two of ``num_leaves`` made ours' first results come about
 1.5x later (docs/QUALITY.md, workload b).
@@ -27,6 +28,7 @@ measures and remembers.
 from __future__ import annotations
 
 import itertools
+import math
 import statistics
 import time
 from collections.abc import Callable
@@ -157,15 +159,22 @@ class Calibration:
                base_params: dict[str, Any], train: Callable[[dict[str, Any], int, Any], None],
                rounds: int, cpu_threads: int,
                prepare: Callable[[], None] | None = None) -> tuple[dict[str, Any], bool]:
-        """The choice for ``key`` (``hpo.device_choice``): measured now (True), or before for a
-        picture near this one.
+        """The choice for ``key`` (``hpo.device_choice``): measured now (True), or from the
+        pictures measured before near this one: between two, each learner's figures
+        interpolated (:func:`_between`); else the nearest one's answer.
 
         ``learners``: learner name -> its device params (``cpu`` always among them).
         ``prepare``: run before measuring, untimed (work later trials will not repeat).
         """
-        closest = min(self._answers, key=lambda measured: measured[0].distance(key), default=None)
-        if closest is not None and closest[0].near(key):
-            return closest[1], False
+        near = [(picture_, answer) for picture_, answer in self._answers if picture_.near(key)]
+        below = max((m for m in near if m[0].leaves < key.leaves), default=None,
+                    key=lambda m: m[0].leaves)
+        above = min((m for m in near if m[0].leaves > key.leaves), default=None,
+                    key=lambda m: m[0].leaves)
+        if below is not None and above is not None:
+            return _between(key, below, above, rounds, cpu_threads), False
+        if near:
+            return min(near, key=lambda measured: measured[0].distance(key))[1], False
         if prepare is not None:
             prepare()
         timings = [_train_timing(name, train, {**base_params, **device}, CALIBRATION_ROUNDS)
@@ -175,3 +184,40 @@ class Calibration:
                   "measured_num_leaves": key.leaves, "timings": [asdict(t) for t in timings]}
         self._answers.append((key, answer))
         return answer, True
+
+
+def _between(key: Picture, below: tuple[Picture, dict[str, Any]],
+             above: tuple[Picture, dict[str, Any]], rounds: int,
+             cpu_threads: int) -> dict[str, Any]:
+    """The answer for a tree size between two measured ones: each learner's seconds per round
+    and overhead interpolated in log(num_leaves) (a round's cost grows with the tree, and the
+    learners' costs grow at different rates: on 1M rows CUDA was 5.7x the CPU's speed at 8
+    leaves and half of it at 226, docs/GPU.md), then :func:`pick`. Taking the nearer picture's
+    answer instead gave a CPU answer measured at 166 leaves to trees of 76 (docs/QUALITY.md,
+    workload b, seventh session)."""
+    (low, low_answer), (high, high_answer) = below, above
+    share = math.log(key.leaves / low.leaves) / math.log(high.leaves / low.leaves)
+    high_timings = {t["learner"]: t for t in high_answer["timings"]}
+    timings = []
+    for measured in low_answer["timings"]:
+        other = high_timings.get(measured["learner"], {})
+        figures = [measured.get(f) for f in ("s_per_round", "overhead_s")]
+        others = [other.get(f) for f in ("s_per_round", "overhead_s")]
+        if None in figures or None in others:  # a learner that failed at either end
+            timings.append(Timing(measured["learner"],
+                                  error=measured.get("error") or other.get("error") or "failed"))
+            continue
+        per_round = _log_interpolate(figures[0], others[0], share)
+        overhead = figures[1] + share * (others[1] - figures[1])
+        timings.append(Timing(measured["learner"], s_per_round=per_round, overhead_s=overhead))
+    learner, reason = pick(timings, rounds, cpu_threads)
+    return {"learner": learner,
+            "reason": f"{reason} (between {low.leaves} and {high.leaves} leaves measured)",
+            "rounds": rounds, "measured_num_leaves": [low.leaves, high.leaves],
+            "timings": [asdict(t) for t in timings]}
+
+
+def _log_interpolate(low: float, high: float, share: float) -> float:
+    if low <= 0 or high <= 0:
+        return low + share * (high - low)
+    return math.exp(math.log(low) + share * (math.log(high) - math.log(low)))
