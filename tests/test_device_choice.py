@@ -202,8 +202,10 @@ def test_auto_on_a_gpu_slot_records_its_measured_choice(tmp_path: Path) -> None:
     [entry] = json.loads(status.stdout)["device_choices"]
     latest = max(r["number"] for r in rows if r["attrs"]["hpo.device_choice"]["measured_here"])
     assert entry["learner"] == "cpu" and entry["trial"] == latest and entry["gpu"] == 0
+    assert entry["learners"] == {"0": {"cpu": 3}}  # every trial counted, written at the end
     text = run_cli(tmp_path, "status").stdout
-    assert "objective.device=auto on " in text and "trains on the CPU: no GPU learner ran" in text
+    assert "objective.device=auto on " in text and "chose the CPU: no GPU learner ran" in text
+    assert "trials trained: gpu0 3 on the CPU" in text
 
 
 @pytest.mark.slow
@@ -238,6 +240,26 @@ def test_low_gpu_util_says_auto_chose_the_cpu() -> None:
     on_gpu = {**chose_cpu, "learner": "cuda"}
     [other] = _low_utilization(report([on_gpu]), {"objective": {"name": "lightgbm"}})
     assert other.severity == "warning"
+    # the seventh session's (b) run: the latest measurement chose the CPU (for 251 leaves),
+    # while 41 of the GPU's 44 trials trained on CUDA: the GPU was needed, and underused
+    mostly_cuda = {**chose_cpu, "learners": {"0": {"cuda": 41, "cpu": 3}}}
+    [starved] = _low_utilization(report([mostly_cuda]), {"objective": {"name": "lightgbm"}})
+    assert starved.severity == "warning" and "not needed" not in starved.message
+    mostly_cpu = {**on_gpu, "learners": {"0": {"cuda": 2, "cpu": 40}, "1": {"cuda": 9}}}
+    [idle] = _low_utilization(report([mostly_cpu]), {"objective": {"name": "lightgbm"}})
+    assert idle.severity == "info" and "not needed" in idle.message
+
+
+def test_the_device_choice_line_says_where_each_gpus_trials_trained() -> None:
+    from hpo_orchestrator.status import device_choice_line
+
+    entry = {"host": "vm", "learner": "cpu", "trial": 12, "reason": "CPU (11 threads) 5.83 s "
+             "per trial against cuda 9.00 s", "learners": {"2": {"cuda": 41, "cpu": 3},
+                                                           "3": {"cuda": 48}}}
+    assert device_choice_line(entry) == (
+        "objective.device=auto on vm: the latest measurement (trial 12) chose the CPU: CPU (11 "
+        "threads) 5.83 s per trial against cuda 9.00 s; trials trained: gpu2 3 on the CPU, 41 "
+        "on cuda; gpu3 48 on cuda")
 
 
 def _answer_at(calibration: Calibration, leaves: int, cpu: float, cuda: float | None) -> None:

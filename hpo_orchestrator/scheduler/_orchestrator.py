@@ -175,6 +175,7 @@ class Orchestrator(Launching):
             if failure is None and not local_failure:
                 try:
                     self.records.fold_tally()
+                    self.records.flush_device_choice()  # its trial counts, to the end
                 except _STORAGE_ERRORS:
                     pass  # the tally only saves status work: it reads the trials past it anyway
         if isinstance(failure, StorageUnavailable):

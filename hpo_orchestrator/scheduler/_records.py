@@ -86,6 +86,10 @@ class RunRecords:
         self.compute_phases = compute_phases
         self._last_flush = 0.0
         self._tally_at = -float("inf")  # when a trial's end last advanced the tally
+        # objective.device=auto: the latest measurement, and every trial's learner by GPU
+        self._device_choice: dict[str, Any] | None = None
+        self._learners: dict[str, dict[str, int]] = {}
+        self._learners_written: dict[str, dict[str, int]] = {}
         if not isinstance(study._storage, MirrorStorage):
             raise TypeError("the run's study must use a MirrorStorage (runner.run_study makes it)")
         self.mirror = study._storage
@@ -182,16 +186,35 @@ class RunRecords:
         self.study.set_user_attr(key, [known[i] for i in sorted(known)])
 
     def record_device_choice(self, rt: RunningTrial) -> None:
-        """A calibration's answer (objective.device=auto) as the study attr
-        ``hpo.device_choice.<host>``, the latest one, so status and report say what auto did
-        without reading every trial's attrs. Written only by a trial that measured."""
+        """objective.device=auto's answers as the study attr ``hpo.device_choice.<host>``: the
+        latest measurement, and how many trials trained on each learner on each GPU (one
+        measurement chose for a tree size; the GPU's trials may mostly have trained on the
+        other learner). Written by a trial that measured, and at the run's end
+        (:meth:`flush_device_choice`), so status and report need not read every trial."""
         choice = rt.device_choice
-        if not choice or not choice.get("measured_here"):
+        if not choice:
             return
-        entry = {key: value for key, value in choice.items() if key != "measured_here"}
-        entry.update(trial=rt.trial.number, gpu=rt.slot.gpu.index if rt.slot.gpu else None,
-                     time=datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC"))
-        self.retrying.call(lambda: self.study.set_user_attr(f"{keys.DEVICE_CHOICE_PREFIX}{self.host}", entry))
+        gpu = str(rt.slot.gpu.index) if rt.slot.gpu else "-"
+        counts = self._learners.setdefault(gpu, {})
+        counts[str(choice.get("learner"))] = counts.get(str(choice.get("learner")), 0) + 1
+        if not choice.get("measured_here"):
+            return
+        self._device_choice = {key: value for key, value in choice.items()
+                               if key != "measured_here"}
+        self._device_choice.update(
+            trial=rt.trial.number, gpu=rt.slot.gpu.index if rt.slot.gpu else None,
+            time=datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC"))
+        self.flush_device_choice()
+
+    def flush_device_choice(self) -> None:
+        """Write ``hpo.device_choice.<host>`` where its trial counts changed since."""
+        if self._device_choice is None or self._learners == self._learners_written:
+            return
+        entry = {**self._device_choice,
+                 "learners": {gpu: dict(counts) for gpu, counts in self._learners.items()}}
+        self.retrying.call(lambda: self.study.set_user_attr(
+            f"{keys.DEVICE_CHOICE_PREFIX}{self.host}", entry))
+        self._learners_written = {gpu: dict(counts) for gpu, counts in self._learners.items()}
 
     def trial_started(self, rt: RunningTrial, threads: int, worker_mode: str) -> None:
         """Where the trial runs. Optuna's datetime_start is local time and was set at ask();

@@ -13,7 +13,7 @@ from collections import Counter
 from typing import Any
 
 from hpo_orchestrator.status._model import Finding, StatusReport, StudyFacts
-from hpo_orchestrator.status._packing import packing_of_device
+from hpo_orchestrator.status._packing import cpu_share, packing_of_device
 
 __all__ = ["find_all"]
 
@@ -104,17 +104,19 @@ def _low_utilization(report: StatusReport, config: dict[str, Any]) -> list[Findi
             continue
         packed = packing_of_device(report.packing, use.host, use.gpu_index)
         chose = next((c for c in report.device_choices if c["host"] == use.host), None)
+        # auto sent most of this GPU's trials to the CPU: the GPU was not needed, not starved
+        on_cpu = (cpu_share(chose, use.gpu_index) or 0.0) >= 0.5
         how: str | None
-        if chose is not None and chose.get("learner") == "cpu":
-            how = (f"objective.device=auto measured the CPU faster and trained there "
-                   f"({chose.get('reason', '-')}): the GPU was not needed for these trials")
+        if chose is not None and on_cpu:
+            how = (f"objective.device=auto measured the CPU faster and trained most of its "
+                   f"trials there ({chose.get('reason', '-')}): the GPU was not needed for "
+                   f"these trials")
             tip = ("nothing to fix for this study; run another study on the GPU, or give it "
                    "scheduler.gpus=none to leave it free")
         else:
             how, tip = packed, advice if packed is None else _AUTO_ADVICE
         found.append(Finding(
-            "low_gpu_util", "info" if chose is not None and chose.get("learner") == "cpu"
-            else "warning",
+            "low_gpu_util", "info" if chose is not None and on_cpu else "warning",
             f"{use.device} averaged {util:.0f}% utilization while training "
             f"({'-' if use.util_mean is None else f'{use.util_mean:.0f}%'} overall)"
             + (f"; {how}" if how else ""),

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["device_choice_line", "packing_lines", "packing_of_device"]
+__all__ = ["cpu_share", "device_choice_line", "packing_lines", "packing_of_device"]
 
 _SHOWN_CHANGES = 12  # the latest changes a terminal shows (--json and the attr keep them all)
 
@@ -50,9 +50,28 @@ def packing_of_device(packing: list[dict[str, Any]], host: str | None,
 
 
 def device_choice_line(entry: dict[str, Any]) -> str:
-    """objective.device=auto's latest measurement on a host, in a line (status, report and
-    the low_gpu_util finding)."""
+    """objective.device=auto on a host, in a line (status, report and the low_gpu_util
+    finding): its latest measurement, and where each GPU's trials trained."""
     learner = entry.get("learner")
     where = "the CPU" if learner == "cpu" else f"the GPU ({learner} learner)"
-    return (f"objective.device=auto on {entry.get('host')} trains on {where}: "
-            f"{entry.get('reason', '-')} (measured by trial {entry.get('trial', '-')})")
+    line = (f"objective.device=auto on {entry.get('host')}: the latest measurement (trial "
+            f"{entry.get('trial', '-')}) chose {where}: {entry.get('reason', '-')}")
+    learners = entry.get("learners")
+    if isinstance(learners, dict) and learners:
+        trained = "; ".join(
+            f"gpu{gpu} " + ", ".join(f"{n} on {'the CPU' if name == 'cpu' else name}"
+                                     for name, n in sorted(counts.items()))
+            for gpu, counts in sorted(learners.items()) if isinstance(counts, dict))
+        line += f"; trials trained: {trained}"
+    return line
+
+
+def cpu_share(entry: dict[str, Any] | None, gpu_index: int) -> float | None:
+    """The share of a GPU's auto trials that trained on the CPU learner; from the latest
+    measurement alone (1 or 0) where the entry predates the counts; None without an entry."""
+    if entry is None:
+        return None
+    counts = (entry.get("learners") or {}).get(str(gpu_index))
+    if isinstance(counts, dict) and sum(counts.values()):
+        return counts.get("cpu", 0) / sum(counts.values())
+    return 1.0 if entry.get("learner") == "cpu" else 0.0
