@@ -203,9 +203,15 @@ def test_auto_on_a_gpu_slot_records_its_measured_choice(tmp_path: Path) -> None:
     latest = max(r["number"] for r in rows if r["attrs"]["hpo.device_choice"]["measured_here"])
     assert entry["learner"] == "cpu" and entry["trial"] == latest and entry["gpu"] == 0
     assert entry["learners"] == {"0": {"cpu": 3}}  # every trial counted, written at the end
+    resumed = run_cli(tmp_path, "run", "study.n_trials=5", "objective.n_rows=2000",
+                      "objective.num_boost_round=20", "objective.report_every=5",
+                      "scheduler.parallel=1", env={"HPO_ORCHESTRATOR_FAKE_GPUS": "1"})
+    assert resumed.code == 0, resumed.stderr
+    [entry] = json.loads(run_cli(tmp_path, "status", "--json").stdout)["device_choices"]
+    assert entry["learners"] == {"0": {"cpu": 5}}  # the earlier run's trials still counted
     text = run_cli(tmp_path, "status").stdout
     assert "objective.device=auto on " in text and "chose the CPU: no GPU learner ran" in text
-    assert "trials trained: gpu0 3 on the CPU" in text
+    assert "trials trained: gpu0 5 on the CPU" in text
 
 
 @pytest.mark.slow
@@ -248,28 +254,35 @@ def test_low_gpu_util_says_auto_chose_the_cpu() -> None:
     mostly_cpu = {**on_gpu, "learners": {"0": {"cuda": 2, "cpu": 40}, "1": {"cuda": 9}}}
     [idle] = _low_utilization(report([mostly_cpu]), {"objective": {"name": "lightgbm"}})
     assert idle.severity == "info" and "not needed" in idle.message
+    # counts for other GPUs only: nothing known of this one's, whatever the latest measurement
+    elsewhere = {**chose_cpu, "learners": {"1": {"cpu": 9}}}
+    [unknown] = _low_utilization(report([elsewhere]), {"objective": {"name": "lightgbm"}})
+    assert unknown.severity == "warning" and "not needed" not in unknown.message
 
 
 def test_the_device_choice_line_says_where_each_gpus_trials_trained() -> None:
     from hpo_orchestrator.status import device_choice_line
 
     entry = {"host": "vm", "learner": "cpu", "trial": 12, "reason": "CPU (11 threads) 5.83 s "
-             "per trial against cuda 9.00 s", "learners": {"2": {"cuda": 41, "cpu": 3},
-                                                           "3": {"cuda": 48}}}
+             "per trial against cuda 9.00 s", "learners": {"10": {"cuda": 48},
+                                                           "2": {"cuda": 41, "cpu": 3}}}
     assert device_choice_line(entry) == (
         "objective.device=auto on vm: the latest measurement (trial 12) chose the CPU: CPU (11 "
         "threads) 5.83 s per trial against cuda 9.00 s; trials trained: gpu2 3 on the CPU, 41 "
-        "on cuda; gpu3 48 on cuda")
+        "on cuda; gpu10 48 on cuda")
 
 
-def _answer_at(calibration: Calibration, leaves: int, cpu: float, cuda: float | None) -> None:
-    """Record a measured answer at ``leaves`` from scripted seconds per round."""
+def _answer_at(calibration: Calibration, leaves: int, cpu: float, cuda: float | None,
+               cuda_overhead: float = 0.0) -> None:
+    """Record a measured answer at ``leaves`` from scripted seconds per round (and CUDA's
+    seconds before its first round)."""
     timings = {"cpu": cpu, "cuda": cuda}
 
     def train(params: dict[str, Any], rounds: int, tick: Any) -> None:
         per_round = timings[params["device_type"]]
         if per_round is None:
             raise RuntimeError("CUDA Tree Learner was not enabled in this build")
+        clock[0] += cuda_overhead if params["device_type"] == "cuda" else 0.0
         for _ in range(rounds):
             clock[0] += per_round
             tick(None)
@@ -291,8 +304,8 @@ def test_between_two_measured_tree_sizes_each_learners_figures_are_interpolated(
     The nearer picture's answer sent trees of 76 leaves to the CPU; interpolated in
     log(num_leaves), CUDA's 0.0169 s a round beats the CPU's 0.0262 there."""
     calibration = Calibration()
-    _answer_at(calibration, 33, cpu=0.0217, cuda=0.009)
-    _answer_at(calibration, 166, cpu=0.0313, cuda=0.0303)
+    _answer_at(calibration, 33, cpu=0.0217, cuda=0.009, cuda_overhead=0.1)
+    _answer_at(calibration, 166, cpu=0.0313, cuda=0.0303, cuda_overhead=0.5)
     assert [a["learner"] for _, a in calibration._answers] == ["cuda", "cpu"]
     never = lambda *_: pytest.fail("nothing is measured between two pictures")  # noqa: E731
     learners = {"cpu": {"device_type": "cpu"}, "cuda": {"device_type": "cuda"}}
@@ -301,8 +314,9 @@ def test_between_two_measured_tree_sizes_each_learners_figures_are_interpolated(
     assert not measured and answer["learner"] == "cuda"
     assert answer["measured_num_leaves"] == [33, 166]
     assert answer["reason"].startswith("cuda 3.") and "between 33 and 166 leaves" in answer["reason"]
-    cuda_round = {t["learner"]: t["s_per_round"] for t in answer["timings"]}["cuda"]
-    assert cuda_round == pytest.approx(0.009 ** 0.4825 * 0.0303 ** 0.5175, rel=0.01)
+    cuda = next(t for t in answer["timings"] if t["learner"] == "cuda")
+    assert cuda["s_per_round"] == pytest.approx(0.009 ** 0.4825 * 0.0303 ** 0.5175, rel=0.01)
+    assert cuda["overhead_s"] == pytest.approx(0.1 + 0.5175 * 0.4, rel=0.01)  # linear
     # close to the CPU's end the CPU answer holds
     assert calibration.choose(picture("d", {"num_leaves": 160}), learners, {}, never, 200,
                               11)[0]["learner"] == "cpu"

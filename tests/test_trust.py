@@ -91,7 +91,9 @@ def test_14_status_and_report_after_parallel_auto_on_fake_gpus(tmp_path: Path) -
 # --- 13: malformed attrs, and which values a trial may return ---------------------------------
 
 MALFORMED = {"hpo.pruner.min_resource_auto": "<b>3</b>", "hpo.config": {"scheduler": "auto"},
-             "hpo.devices.h": 5, "hpo.packing.h": {"mode": "auto", "levels": ["x"]}}
+             "hpo.devices.h": 5, "hpo.packing.h": {"mode": "auto", "levels": ["x"]},
+             "hpo.device_choice.h": {"learner": "cpu", "reason": "r",
+                                     "learners": {"0": {"cpu": "many"}}}}
 
 
 @pytest.mark.parametrize("args", [["status"], ["status", "--json"], ["report", "--out", "r.html"]],

@@ -70,7 +70,16 @@ def _pruner_tuning(value: Any) -> bool:
 
 
 def _device_choice(value: Any) -> bool:
-    return isinstance(value, dict) and all(isinstance(value.get(k), str) for k in ("learner", "reason"))
+    learners = value.get("learners", {}) if isinstance(value, dict) else None
+    return (isinstance(value, dict) and all(isinstance(value.get(k), str) for k in ("learner", "reason"))
+            and _learner_counts(learners))
+
+
+def _learner_counts(value: Any) -> bool:
+    """``{"<gpu index>": {"<learner>": count}}``."""
+    return isinstance(value, dict) and all(
+        isinstance(counts, dict) and all(isinstance(n, str) and _is_int(c) for n, c in counts.items())
+        for counts in value.values())
 
 
 _SHAPES: list[tuple[str, Callable[[Any], bool]]] = [

@@ -90,6 +90,7 @@ class RunRecords:
         self._device_choice: dict[str, Any] | None = None
         self._learners: dict[str, dict[str, int]] = {}
         self._learners_written: dict[str, dict[str, int]] = {}
+        self._earlier_learners: dict[str, dict[str, int]] | None = None  # an earlier run's
         if not isinstance(study._storage, MirrorStorage):
             raise TypeError("the run's study must use a MirrorStorage (runner.run_study makes it)")
         self.mirror = study._storage
@@ -207,13 +208,26 @@ class RunRecords:
         self.flush_device_choice()
 
     def flush_device_choice(self) -> None:
-        """Write ``hpo.device_choice.<host>`` where its trial counts changed since."""
+        """Write ``hpo.device_choice.<host>`` where its trial counts changed since: the counts
+        an earlier run on this host left (read once, before this run's first write) plus this
+        run's. Two orchestrators on one host at once: the later write wins, each counting its
+        own trials on top of what was there when it first wrote."""
         if self._device_choice is None or self._learners == self._learners_written:
             return
-        entry = {**self._device_choice,
-                 "learners": {gpu: dict(counts) for gpu, counts in self._learners.items()}}
-        self.retrying.call(lambda: self.study.set_user_attr(
-            f"{keys.DEVICE_CHOICE_PREFIX}{self.host}", entry))
+        key = f"{keys.DEVICE_CHOICE_PREFIX}{self.host}"
+        if self._earlier_learners is None:
+            earlier = self.retrying.call(lambda: self.study.user_attrs.get(key))
+            counts = earlier.get("learners") if isinstance(earlier, dict) else None
+            self._earlier_learners = {
+                str(gpu): {str(n): c for n, c in by.items() if isinstance(c, int)}
+                for gpu, by in counts.items() if isinstance(by, dict)
+            } if isinstance(counts, dict) else {}
+        total = {gpu: dict(counts) for gpu, counts in self._earlier_learners.items()}
+        for gpu, counts in self._learners.items():
+            for learner, n in counts.items():
+                total.setdefault(gpu, {})[learner] = total.get(gpu, {}).get(learner, 0) + n
+        entry = {**self._device_choice, "learners": total}
+        self.retrying.call(lambda: self.study.set_user_attr(key, entry))
         self._learners_written = {gpu: dict(counts) for gpu, counts in self._learners.items()}
 
     def trial_started(self, rt: RunningTrial, threads: int, worker_mode: str) -> None:

@@ -61,17 +61,26 @@ def device_choice_line(entry: dict[str, Any]) -> str:
         trained = "; ".join(
             f"gpu{gpu} " + ", ".join(f"{n} on {'the CPU' if name == 'cpu' else name}"
                                      for name, n in sorted(counts.items()))
-            for gpu, counts in sorted(learners.items()) if isinstance(counts, dict))
+            for gpu, counts in sorted(learners.items(), key=lambda item: _gpu_order(item[0]))
+            if isinstance(counts, dict))
         line += f"; trials trained: {trained}"
     return line
 
 
 def cpu_share(entry: dict[str, Any] | None, gpu_index: int) -> float | None:
     """The share of a GPU's auto trials that trained on the CPU learner; from the latest
-    measurement alone (1 or 0) where the entry predates the counts; None without an entry."""
+    measurement alone (1 or 0) where the entry predates the counts; None without an entry or
+    without an auto trial on that GPU."""
     if entry is None:
         return None
-    counts = (entry.get("learners") or {}).get(str(gpu_index))
-    if isinstance(counts, dict) and sum(counts.values()):
-        return counts.get("cpu", 0) / sum(counts.values())
-    return 1.0 if entry.get("learner") == "cpu" else 0.0
+    learners = entry.get("learners")
+    if not learners:  # an entry from before the counts
+        return 1.0 if entry.get("learner") == "cpu" else 0.0
+    counts = learners.get(str(gpu_index)) or {}
+    total = sum(counts.values())
+    return counts.get("cpu", 0) / total if total else None  # no auto trial on this GPU
+
+
+def _gpu_order(index: str) -> tuple[int, str]:
+    """gpu2 before gpu10."""
+    return (int(index), "") if index.isdigit() else (1 << 30, index)
