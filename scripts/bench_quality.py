@@ -14,6 +14,8 @@ speedup against each baseline over paired seeds with a bootstrap interval
     python scripts/bench_quality.py --out OUT --workload a --seeds 1-5 --budget 60 \
         --contenders ours,optuna-cpu-t1           # appends seeds; rerun with --seeds 6-10
     python scripts/bench_quality.py --out OUT --workload c --pair ours,optuna-median --seeds 1-4
+    python scripts/bench_quality.py --out OUT --workload b --pair ours,best --seeds 1-5 \
+        --common-start 10                         # the same 10 start-up points on both sides
     python scripts/bench_quality.py --out OUT --report-only
 
 Contenders: ours (defaults), ours-fresh, ours-reuse, ours-tpg1, ours-tpgauto, ours-median,
@@ -59,7 +61,12 @@ sys.path.insert(0, str(ROOT))  # the GPU host runs from the source tree
 
 from hpo_orchestrator.benchmarking import tables  # noqa: E402
 from hpo_orchestrator.benchmarking.records import trial_records  # noqa: E402
-from hpo_orchestrator.benchmarking.workloads import WORKLOADS, Workload, test_metric  # noqa: E402
+from hpo_orchestrator.benchmarking.workloads import (  # noqa: E402
+    WORKLOADS,
+    Workload,
+    start_points,
+    test_metric,
+)
 
 OURS = {"ours": [], "ours-fresh": ["scheduler.worker_mode=fresh"],
         "ours-reuse": ["scheduler.worker_mode=reuse"], "ours-tpg1": ["scheduler.trials_per_gpu=1"],
@@ -176,6 +183,8 @@ def start(name: str, work: Workload, args: argparse.Namespace, seed: int, half: 
     for stale in run_dir.glob("bench.db*"):
         stale.unlink()
     url = f"sqlite:///{run_dir / 'bench.db'}"
+    if args.common_start:  # before the launch: the contender's clock has not started
+        _enqueue_start(url, start_points(work, seed, args.common_start))
     commands = launches(name, work, args.scale, seed, args.budget, half, url, run_dir,
                         args.gpu_learner)
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
@@ -200,6 +209,17 @@ def start(name: str, work: Workload, args: argparse.Namespace, seed: int, half: 
             "budget_s": args.budget, "url": url, "gpu_learner": args.gpu_learner, "procs": procs,
             "load_1m": os.getloadavg()[0],
             "commands": [" ".join(one.argv[1:]) for one in commands]}
+
+
+def _enqueue_start(url: str, points: list[dict[str, Any]]) -> None:
+    """The run's study, created with ``points`` queued: every contender (ours through its
+    own run, Optuna's processes through load_if_exists) tries them first, in this order."""
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(study_name="bench", storage=url, direction="minimize")
+    for point in points:
+        study.enqueue_trial(point)
 
 
 def stop(run: dict[str, Any]) -> None:
@@ -349,6 +369,10 @@ def main() -> int:
     parser.add_argument("--gpu-learner", choices=("gpu", "cuda"), default="gpu",
                         help="LightGBM learner of Optuna's GPU processes: gpu (OpenCL, PyPI's "
                         "wheel) or cuda (a LightGBM built with CUDA; ours prefers it by itself)")
+    parser.add_argument("--common-start", type=int, default=0, metavar="K",
+                        help="queue the same K random points of the search space (drawn from "
+                        "the seed) first in every contender's study: common random numbers for "
+                        "the start-up trials (TPE's first 10 are random); its own table group")
     parser.add_argument("--concurrent", type=int, default=1, help="K: run K seeds (or reference "
                         "runs) at once, each on its own block of cores/K (needs --no-gpu or K=1)")
     args = parser.parse_args()
@@ -362,6 +386,10 @@ def main() -> int:
     names = [best if n == "best" and best else n for n in names]  # the reference's best baseline
     if [n for n in names if not known(n)] or (args.pair and len(names) != 2):
         print(f"error: unknown contenders or not a pair: {names}\nhint: see --help", file=sys.stderr)
+        return 2
+    if args.common_start < 0 or (args.common_start and RAY in names):
+        print(f"error: --common-start {args.common_start}: K >= 0, and not with {RAY} (its "
+              "searcher keeps its own study)\nhint: leave --common-start out", file=sys.stderr)
         return 2
     if RAY in names and (WORKLOADS[args.workload].kind != "lightgbm"
                          or importlib.util.find_spec("ray") is None):
@@ -387,6 +415,8 @@ def main() -> int:
     block = len(cores) // args.concurrent
     blocks = [cores[i * block:(i + 1) * block] for i in range(args.concurrent)]
     group = "reference" if args.reference else (f"pair:{names[0]}+{names[1]}" if args.pair else "solo")
+    if args.common_start and not args.reference:
+        group += f":start{args.common_start}"  # other runs than those without: kept apart
     meta = {"command": " ".join(sys.argv), "commit": tables.commit(ROOT),
             "source": tables.source_trees(ROOT), "scale": args.scale,
             "concurrent": args.concurrent,

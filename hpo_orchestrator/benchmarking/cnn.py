@@ -23,7 +23,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["EPOCHS", "objective", "retrain_test_loss"]
+__all__ = ["EPOCHS", "objective", "retrain_test_loss", "suggest"]
 
 EPOCHS = 10
 _ROWS = {"train": 24_000, "valid": 6_000, "test": 6_000}
@@ -141,7 +141,7 @@ def _fit(params: dict[str, Any], seed: int,
     return best
 
 
-def _suggest(trial: Any) -> dict[str, Any]:
+def suggest(trial: Any) -> dict[str, Any]:
     return {"lr": trial.suggest_float("lr", 1e-4, 3e-2, log=True),
             "channels": trial.suggest_int("channels", 16, 96, log=True),
             "depth": trial.suggest_int("depth", 1, 3),
@@ -154,7 +154,7 @@ def objective(trial: Any) -> float:
     """A plain Optuna objective: the validation loss every epoch, pruned before the last."""
     import optuna
 
-    params = _suggest(trial)
+    params = suggest(trial)
 
     def after_epoch(epoch: int, valid: float) -> None:
         trial.report(valid, epoch)

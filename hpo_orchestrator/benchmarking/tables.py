@@ -135,6 +135,9 @@ class Store:
         side = ("side by side on disjoint halves of the GPUs and cores (CUDA_VISIBLE_DEVICES + "
                 "taskset), the halves swapped between seeds" if group.startswith("pair:")
                 else "one contender at a time on the whole machine")
+        if ":start" in group:  # --common-start K: its own group, never mixed with other runs
+            side += (f"; every run began with the same {group.rsplit(':start', 1)[1]} random "
+                     "points of the search space per seed (common random numbers)")
         lines = [f"## Workload {workload}, {group}: {side}", "",
                  f"Targets (logloss) from {target['contender']}'s reference run of "
                  f"{target['budget_s']:g} s ({target['seeds']} seed(s)): "

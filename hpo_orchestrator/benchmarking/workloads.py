@@ -23,7 +23,7 @@ import numpy as np
 from hpo_orchestrator.config import LIGHTGBM_SPACE, LightGBMObjectiveConfig
 from hpo_orchestrator.objectives import binary_classification, held_out_test, suggest_all
 
-__all__ = ["WORKLOADS", "Workload", "lightgbm_objective", "test_metric"]
+__all__ = ["WORKLOADS", "Workload", "lightgbm_objective", "start_points", "test_metric"]
 
 TEST_ROWS = 20_000
 CNN_TARGET = "hpo_orchestrator.benchmarking.cnn:objective"
@@ -60,6 +60,20 @@ WORKLOADS = {
     "c": Workload("c", "cnn", "a small CNN on generated 3x32x32 images (torch), 10 epochs, "
                   "validation loss every epoch"),
 }
+
+
+def start_points(workload: Workload, seed: int, count: int) -> list[dict[str, Any]]:
+    """``count`` points of the workload's search space drawn at random from ``seed``: the
+    same for every contender of that seed (``--common-start``), so that which side draws a
+    good start-up point first is no longer part of the comparison (common random numbers)."""
+    import optuna
+
+    draws = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=seed))
+    if workload.kind == "cnn":
+        from hpo_orchestrator.benchmarking.cnn import suggest
+
+        return [suggest(draws.ask()) for _ in range(count)]
+    return [suggest_all(draws.ask(), LIGHTGBM_SPACE) for _ in range(count)]
 
 
 def _params(cfg: LightGBMObjectiveConfig, suggested: dict[str, Any], device: dict[str, Any],
