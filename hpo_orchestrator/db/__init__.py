@@ -43,6 +43,7 @@ from hpo_orchestrator._lazy import lazy_getattr
 # SQLAlchemy (db/_sql.py); type checkers see the plain imports.
 if TYPE_CHECKING:
     from hpo_orchestrator.db._artifacts import StoredArtifact, trial_artifacts
+    from hpo_orchestrator.db._attr_shapes import well_formed
     from hpo_orchestrator.db._batch import finish_trial, write_param, write_steps
     from hpo_orchestrator.db._best import (
         ScoredTrial,
@@ -181,6 +182,7 @@ _MODULES = {
     **dict.fromkeys(["best_trial_ids", "read_trials", "recent_trial_ids",
                      "unfinished_trial_ids_before"], "_mirror"),
     **dict.fromkeys(["StoredArtifact", "trial_artifacts"], "_artifacts"),
+    "well_formed": "_attr_shapes",
     **dict.fromkeys(["ScoredTrial", "best_trials", "pareto_front", "study_directions",
                      "trial_params"], "_best"),
     **dict.fromkeys(["claimed_rows_after", "count_claimed", "count_claimed_upto", "count_running",

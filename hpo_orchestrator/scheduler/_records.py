@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -27,6 +28,7 @@ from hpo_orchestrator.db import (
     insert_samples,
     no_longer_running,
     retrying_of,
+    well_formed,
     write_trial_attrs,
 )
 from hpo_orchestrator.gpu import GpuInfo
@@ -215,18 +217,14 @@ class RunRecords:
         if self._device_choice is None or self._learners == self._learners_written:
             return
         key = f"{keys.DEVICE_CHOICE_PREFIX}{self.host}"
-        if self._earlier_learners is None:
+        if self._earlier_learners is None:  # the shape status accepts, or nothing
             earlier = self.retrying.call(lambda: self.study.user_attrs.get(key))
-            counts = earlier.get("learners") if isinstance(earlier, dict) else None
-            self._earlier_learners = {
-                str(gpu): {str(n): c for n, c in by.items() if isinstance(c, int)}
-                for gpu, by in counts.items() if isinstance(by, dict)
-            } if isinstance(counts, dict) else {}
-        total = {gpu: dict(counts) for gpu, counts in self._earlier_learners.items()}
+            self._earlier_learners = earlier.get("learners", {}) \
+                if isinstance(earlier, dict) and well_formed(key, earlier) else {}
+        total = {gpu: Counter(counts) for gpu, counts in self._earlier_learners.items()}
         for gpu, counts in self._learners.items():
-            for learner, n in counts.items():
-                total.setdefault(gpu, {})[learner] = total.get(gpu, {}).get(learner, 0) + n
-        entry = {**self._device_choice, "learners": total}
+            total.setdefault(gpu, Counter()).update(counts)
+        entry = {**self._device_choice, "learners": {gpu: dict(c) for gpu, c in total.items()}}
         self.retrying.call(lambda: self.study.set_user_attr(key, entry))
         self._learners_written = {gpu: dict(counts) for gpu, counts in self._learners.items()}
 
