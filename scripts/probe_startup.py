@@ -1,0 +1,141 @@
+"""Where does the time go between launching a search and its first trial's objective call?
+
+Runs, alternately and ``--repeat`` times each, (1) ``hpo-orchestrator run`` and (2) a plain
+Optuna script (``study.optimize`` in one process: the benchmark's baseline without its
+extras), both with a trivial objective that writes the moment it is entered and returns, on
+a fresh sqlite study. For ours it prints a timeline of the orchestrator's start-up phases
+(imports, configuration, GPUs, storage, study, first wave of workers, first spawn), each the
+seconds since the launch; for both the launch-to-first-objective-call time. Nothing here
+trains: the objectives' own start-up (torch, CUDA, data) is the same on both sides and is
+left out. docs/QUALITY.md ("Ours' start-up") cites what it printed.
+
+    python scripts/probe_startup.py --repeat 5 --out startup.json
+    CUDA_VISIBLE_DEVICES=0,1 python scripts/probe_startup.py   # on a GPU host: GPU slots
+
+``--trace`` (used by the probe itself): run the CLI in this process with the phase marks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+# (module, attribute, label): the start-up steps of runner.py and the scheduler, in order
+PHASES = (("hpo_orchestrator.runner", "check_objective", "objective imported"),
+          ("hpo_orchestrator.runner", "open_backend", "GPU backend"),
+          ("hpo_orchestrator.runner", "open_rdb_storage", "storage opened"),
+          ("hpo_orchestrator.runner", "create_or_load_study", "study created"),
+          ("hpo_orchestrator.runner", "Orchestrator", "orchestrator built"),
+          ("hpo_orchestrator.scheduler._launch", "Launching._start_first_wave",
+           "first wave ready"),
+          ("hpo_orchestrator.scheduler._launch", "Launching._spawn", "first trial sent"))
+
+
+def objective(trial: Any) -> float:
+    """Writes the moment it is entered (PROBE_FILE), then returns at once."""
+    with open(os.environ["PROBE_FILE"], "a") as out:
+        out.write(f"{time.time()}\n")
+    return trial.suggest_float("x", 0.0, 1.0)
+
+
+def _trace(argv: list[str]) -> int:
+    """The CLI in this process, each phase's end printed as seconds since PROBE_T0."""
+    t0 = float(os.environ["PROBE_T0"])
+    marks: list[tuple[str, float]] = [("python started", time.time() - t0)]
+    import importlib
+
+    import hpo_orchestrator.cli as cli
+    import hpo_orchestrator.runner  # noqa: F401  (the heavy imports, timed as one phase)
+    marks.append(("imports", time.time() - t0))
+    for module_name, attribute, label in PHASES:
+        owner: Any = importlib.import_module(module_name)
+        *path, name = attribute.split(".")
+        for part in path:
+            owner = getattr(owner, part)
+        original = getattr(owner, name)
+
+        def timed(*args: Any, _f: Any = original, _label: str = label, **kwargs: Any) -> Any:
+            result = _f(*args, **kwargs)
+            if not any(m[0] == _label for m in marks):  # the first call only
+                marks.append((_label, time.time() - t0))
+            return result
+
+        setattr(owner, name, timed)
+    try:
+        return cli.main(argv)
+    finally:
+        print("PHASES " + json.dumps(marks), file=sys.stderr, flush=True)
+
+
+PLAIN = """
+import os, sys, time
+t0 = float(os.environ["PROBE_T0"])
+import optuna
+sys.path.insert(0, {root!r})
+from scripts.probe_startup import objective
+imported = time.time() - t0
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+study = optuna.create_study(storage="sqlite:///" + os.environ["PROBE_DB"], study_name="probe")
+created = time.time() - t0
+study.optimize(objective, n_trials=1)
+print("PHASES", [["imports", imported], ["study created", created]], file=sys.stderr)
+"""
+
+
+def once(kind: str, folder: Path) -> dict[str, Any]:
+    stamp = folder / f"{kind}-{time.time_ns()}.txt"
+    db = folder / f"{stamp.stem}.db"
+    env = {**os.environ, "PROBE_FILE": str(stamp), "PROBE_DB": str(db),
+           "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    if kind == "ours":
+        command = [sys.executable, __file__, "--trace", "run", "objective=custom",
+                   "objective.target=scripts.probe_startup:objective", "study.n_trials=1",
+                   f"storage.url=sqlite:///{db}", f"scheduler.log_dir={folder / 'runs'}"]
+    else:
+        command = [sys.executable, "-c", PLAIN.format(root=str(ROOT))]
+    env["PROBE_T0"] = repr(time.time())
+    t0 = float(env["PROBE_T0"])
+    done = subprocess.run(command, env=env, cwd=folder, capture_output=True, text=True, check=False)
+    total = time.time() - t0
+    phases = [line for line in done.stderr.splitlines() if line.startswith("PHASES ")]
+    entered = float(stamp.read_text().split()[0]) - t0 if stamp.exists() else None
+    if entered is None:
+        print(done.stdout[-2000:], done.stderr[-2000:], file=sys.stderr)
+    return {"kind": kind, "objective_entered_s": entered, "exit_s": total,
+            "returncode": done.returncode,
+            "phases": json.loads(phases[-1][7:].replace("'", '"')) if phases else []}
+
+
+def main() -> int:
+    if len(sys.argv) > 1 and sys.argv[1] == "--trace":
+        return _trace(sys.argv[2:])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--out", type=Path, help="write every run's figures here (JSON)")
+    args = parser.parse_args()
+    results = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for i in range(args.repeat):
+            for kind in ("ours", "optuna"):
+                one = once(kind, Path(tmp))
+                results.append(one)
+                steps = ", ".join(f"{label} {at:.2f}" for label, at in one["phases"])
+                entered = one["objective_entered_s"]
+                print(f"{i + 1} {kind:6s} objective entered "
+                      f"{'never' if entered is None else f'{entered:.2f} s'} "
+                      f"(exit {one['exit_s']:.2f} s): {steps}", flush=True)
+    if args.out:
+        args.out.write_text(json.dumps(results, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
