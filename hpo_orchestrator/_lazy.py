@@ -1,6 +1,7 @@
 """A package face whose names are imported from their modules on first use (PEP 562), shared by
-db/ and study/: ``status --json`` on sqlite then never imports SQLAlchemy (db/_sql.py), and
-``status`` reads the kept tally without importing Optuna."""
+db/, study/ and scheduler/: ``status --json`` on sqlite then never imports SQLAlchemy
+(db/_sql.py), ``status`` reads the kept tally without importing Optuna, and a run starts its
+first workers before it imports the orchestrator (scheduler/_first_wave.py)."""
 
 from __future__ import annotations
 

@@ -25,7 +25,6 @@ from hpo_orchestrator.config import Config, CustomObjectiveConfig
 from hpo_orchestrator.db import (
     best_trial,
     best_trials,
-    check_url,
     ensure_tables,
     list_studies,
     open_rdb_storage,
@@ -33,22 +32,8 @@ from hpo_orchestrator.db import (
     sqlite_path,
 )
 from hpo_orchestrator.errors import ConfigError, RuntimeFailure
-from hpo_orchestrator.gpu import GpuBackend, GpuInfo, open_backend
-from hpo_orchestrator.scheduler import (
-    Budget,
-    BusyRule,
-    LeaseDir,
-    Orchestrator,
-    QuietReporter,
-    Reporter,
-    SlotPool,
-    default_lease_dir,
-    resolve_cpu_slots,
-    resolve_gpus,
-    resolve_parallel,
-    run_dir,
-    threads_per_trial,
-)
+from hpo_orchestrator.gpu import GpuBackend, GpuInfo
+from hpo_orchestrator.scheduler import Budget, FirstWave, Orchestrator, QuietReporter, Reporter, run_dir
 from hpo_orchestrator.study import (
     MirrorStorage,
     advance_tally,
@@ -185,53 +170,38 @@ def _study_exists(storage: optuna.storages.RDBStorage, name: str) -> bool:
 
 def run_study(config: Config, *, backend: GpuBackend | None = None,
               progress: Callable[[PreparedRun], AbstractContextManager[Reporter]] | None = None,
-              ) -> RunResult:
+              first_wave: FirstWave | None = None) -> RunResult:
     """Run ``config``'s study on this host until n_trials are done (or SIGINT/SIGTERM/SIGHUP).
 
     ``backend``: the GPUs to use (default: NVML, or the fake one that
     $HPO_ORCHESTRATOR_FAKE_GPUS selects, or none); closed at the end when opened here.
     ``progress``: called once the run is assembled; returns the live reporter (entered for
-    the run's length). Raises ConfigError (exit 2) and RuntimeFailure (exit 1).
+    the run's length). ``first_wave``: the run's layout and first workers, started by the
+    caller before its own imports (the CLI does: scheduler/_first_wave.py); default: started
+    here, before the storage. Closed at the end either way. Raises ConfigError (exit 2) and
+    RuntimeFailure (exit 1).
     """
-    check_objective(config)
-    config = without_pruning(config)[0]  # the CLI prints why, before the run starts
-    owned = backend is None
-    backend = open_backend() if backend is None else backend
+    wave = first_wave or FirstWave(config, backend)
     try:
-        return _run(config, backend, progress)
+        if first_wave is None:
+            wave.start()
+        check_objective(config)
+        config = without_pruning(config)[0]  # the CLI prints why, before the run starts
+        return _run(config, wave, progress)
     finally:
-        if owned:
-            backend.close()
+        wave.close()
 
 
-def _run(config: Config, backend: GpuBackend,
+def _run(config: Config, wave: FirstWave,
          progress: Callable[[PreparedRun], AbstractContextManager[Reporter]] | None) -> RunResult:
     sched = config.scheduler
-    check_url(config.storage.url)  # before any folder is derived from it
     # The store's folder, absolute (the children and hpo.config see the same one), checked
-    # writable before anything is written; default: the run folder's artifacts/.
+    # writable before the storage is touched; default: the run folder's artifacts/.
     store = check_store(config.artifacts.store or
                         run_dir(config.storage.url, config.study.name, sched.log_dir) / "artifacts")
     config = replace(config, artifacts=replace(config.artifacts, store=str(store)))
-    gpus = resolve_gpus(sched.gpus, backend)
-    leases = LeaseDir(default_lease_dir(sched.lease_dir))
-    if gpus:  # only GPU slots are leased
-        leases.check()
-    per_gpu = sched.trials_per_gpu if isinstance(sched.trials_per_gpu, int) else 1
-    cpu_slots = resolve_cpu_slots(sched.cpu_slots, len(gpus) * per_gpu, sched.host_cores)
-    if cpu_slots and getattr(config.objective, "device", None) == "gpu":
-        raise ConfigError(f"scheduler.cpu_slots={sched.cpu_slots} with objective.device=gpu: "
-                          "a trial on a CPU slot cannot train on a GPU",
-                          "leave objective.device=auto (each trial where it runs faster), or "
-                          "set scheduler.cpu_slots=0")
-    parallel, parallel_reason = resolve_parallel(sched.parallel, len(gpus), sched.trials_per_gpu,
-                                                 sched.host_cores, sched.threads_per_trial,
-                                                 cpu_slots)
-    slots = SlotPool(gpus, parallel, sched.trials_per_gpu, leases=leases, cpu_slots=cpu_slots,
-                     backend=backend if sched.avoid_busy_gpus else None,
-                     busy=BusyRule(sched.busy_gpu_mem_mib, sched.busy_gpu_util),
-                     max_per_gpu=sched.max_trials_per_gpu, cores=sched.host_cores)
-    threads = threads_per_trial(sched.threads_per_trial, slots.concurrency, sched.host_cores)
+    layout, backend = wave.layout, wave.backend
+    slots, threads = layout.slots, layout.threads
     with warnings.catch_warnings():
         # PatientPruner and heartbeats are marked experimental; and Optuna warns that heartbeats
         # are meant for Study.optimize: under ask/tell the orchestrator records them itself.
@@ -263,8 +233,9 @@ def _run(config: Config, backend: GpuBackend,
             record_config(study, config)
         best, front = _best_so_far(storage, study._study_id, config.study.objectives)
         prepared = PreparedRun(
-            config=config, gpus=gpus, slots=len(slots.slots), concurrency=slots.concurrency,
-            threads=threads, parallel_reason=parallel_reason,
+            config=config, gpus=layout.gpus, slots=len(slots.slots),
+            concurrency=slots.concurrency, threads=threads,
+            parallel_reason=layout.parallel_reason,
             unavailable_reason=backend.unavailable_reason,
             study_name=study.study_name,
             already_claimed=min(claimed, config.study.n_trials), n_trials=config.study.n_trials,
@@ -276,7 +247,8 @@ def _run(config: Config, backend: GpuBackend,
             sampler = TelemetrySampler(backend, config.telemetry.interval_s) \
                 if config.telemetry.enabled else None
             orchestrator = Orchestrator(config, study, storage, budget, slots, threads, reporter,
-                                        sampler, backend)
+                                        sampler, backend, workers=wave.workers)
+            wave.adopted = True
             try:
                 code = orchestrator.run()
             except KeyError:  # Optuna's storage and ours: "no trial/study with id ..."

@@ -29,8 +29,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 # (module, attribute, label): the start-up steps of runner.py and the scheduler, in order
-PHASES = (("hpo_orchestrator.runner", "check_objective", "objective imported"),
-          ("hpo_orchestrator.runner", "open_backend", "GPU backend"),
+PHASES = (("hpo_orchestrator.scheduler._first_wave", "FirstWave.start", "first wave started"),
+          ("hpo_orchestrator.runner", "check_objective", "objective imported"),
           ("hpo_orchestrator.runner", "open_rdb_storage", "storage opened"),
           ("hpo_orchestrator.runner", "create_or_load_study", "study created"),
           ("hpo_orchestrator.runner", "Orchestrator", "orchestrator built"),
@@ -47,28 +47,38 @@ def objective(trial: Any) -> float:
 
 
 def _trace(argv: list[str]) -> int:
-    """The CLI in this process, each phase's end printed as seconds since PROBE_T0."""
+    """The CLI in this process, each phase's end printed as seconds since PROBE_T0. The
+    modules past the first wave are patched once it has started (the CLI imports them next),
+    so that the probe does not import them earlier than the CLI does."""
     t0 = float(os.environ["PROBE_T0"])
     marks: list[tuple[str, float]] = [("python started", time.time() - t0)]
     import importlib
 
     import hpo_orchestrator.cli as cli
-    import hpo_orchestrator.runner  # noqa: F401  (the heavy imports, timed as one phase)
-    marks.append(("imports", time.time() - t0))
-    for module_name, attribute, label in PHASES:
+    marks.append(("CLI imported", time.time() - t0))
+
+    def patch(module_name: str, attribute: str, label: str, then: Any = None) -> None:
         owner: Any = importlib.import_module(module_name)
         *path, name = attribute.split(".")
         for part in path:
             owner = getattr(owner, part)
         original = getattr(owner, name)
 
-        def timed(*args: Any, _f: Any = original, _label: str = label, **kwargs: Any) -> Any:
-            result = _f(*args, **kwargs)
-            if not any(m[0] == _label for m in marks):  # the first call only
-                marks.append((_label, time.time() - t0))
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            result = original(*args, **kwargs)
+            if not any(m[0] == label for m in marks):  # the first call only
+                marks.append((label, time.time() - t0))
+                if then is not None:
+                    then()
             return result
 
         setattr(owner, name, timed)
+
+    def patch_the_rest() -> None:
+        for phase in PHASES[1:]:
+            patch(*phase)
+
+    patch(*PHASES[0], then=patch_the_rest)
     try:
         return cli.main(argv)
     finally:

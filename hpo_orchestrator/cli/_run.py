@@ -5,13 +5,17 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable, Sequence
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
 from hpo_orchestrator.cli import _trials
 from hpo_orchestrator.cli._common import DEFAULT_STORAGE, errors
 from hpo_orchestrator.errors import mask_passwords
+
+if TYPE_CHECKING:
+    from hpo_orchestrator.config import Config
+    from hpo_orchestrator.scheduler import FirstWave
 
 __all__ = ["cmd_run", "cmd_submit"]
 
@@ -37,19 +41,37 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
 
 
 def _run_command(args: argparse.Namespace, console: Console, totals: list[int]) -> int:
+    from hpo_orchestrator.config import load_config
+    from hpo_orchestrator.scheduler import FirstWave
+
+    config = load_config(args.overrides)
+    # The first workers start now, before the imports below (Optuna, the orchestrator) and
+    # the storage, so their own start-up runs beside ours (scheduler/_first_wave.py).
+    wave = None if args.show_config else FirstWave(config)
+    try:
+        if wave is not None:
+            wave.start()
+        return _run_study(args, console, totals, config, wave)
+    finally:
+        if wave is not None:
+            wave.close()
+
+
+def _run_study(args: argparse.Namespace, console: Console, totals: list[int], config: Config,
+               wave: FirstWave | None) -> int:
     from contextlib import AbstractContextManager
 
     import optuna
     from omegaconf import OmegaConf
 
     from hpo_orchestrator.cli._progress import LiveReporter
-    from hpo_orchestrator.config import load_config, to_plain_dict
+    from hpo_orchestrator.config import to_plain_dict
     from hpo_orchestrator.db import create_engine, mask_url
     from hpo_orchestrator.runner import PreparedRun, run_study
     from hpo_orchestrator.scheduler import QuietReporter, Reporter
     from hpo_orchestrator.study import without_pruning
 
-    config, pruning_off = without_pruning(load_config(args.overrides))
+    config, pruning_off = without_pruning(config)
     if pruning_off:
         errors().print(pruning_off, markup=False)
     if args.show_config:
@@ -87,7 +109,7 @@ def _run_command(args: argparse.Namespace, console: Console, totals: list[int]) 
                             best=run.best, front=run.front)
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    result = run_study(config, progress=announce)
+    result = run_study(config, progress=announce, first_wave=wave)
     from hpo_orchestrator.status import collect_status, print_status  # not before the first trial
 
     report = collect_status(create_engine(config.storage.url), result.study_name)

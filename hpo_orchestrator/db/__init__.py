@@ -80,6 +80,7 @@ if TYPE_CHECKING:
         paste_url,
         setup_lock,
         sqlite_path,
+        validated_path,
     )
     from hpo_orchestrator.db._mirror import (
         best_trial_ids,
@@ -192,7 +193,7 @@ _MODULES = {
     **dict.fromkeys(["count_retried", "fail_errors", "latest_study", "trial_detail"], "_detail"),
     **dict.fromkeys(["ADVISORY_NAMESPACE", "check_url", "create_engine", "file_lock", "lock_file",
                      "mask_url", "mask_url_in", "open_rdb_storage", "paste_url", "setup_lock",
-                     "sqlite_path"], "_engine"),
+                     "sqlite_path", "validated_path"], "_engine"),
     **dict.fromkeys(["RetentionRaced", "downsample_trial", "retention_candidates"], "_retention"),
     "asked_outside": "_outside",
     **dict.fromkeys(["Retrying", "StorageUnavailable", "first_line", "is_retried", "retried",

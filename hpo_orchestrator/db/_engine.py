@@ -23,7 +23,7 @@ if TYPE_CHECKING:  # status and telemetry read with SQLAlchemy only: keep optuna
     import optuna
 
 __all__ = ["ADVISORY_NAMESPACE", "check_url", "create_engine", "file_lock", "lock_file", "mask_url",
-           "mask_url_in", "open_rdb_storage", "paste_url", "setup_lock", "sqlite_path"]
+           "mask_url_in", "open_rdb_storage", "paste_url", "setup_lock", "sqlite_path", "validated_path"]
 
 # Keeps our PostgreSQL advisory lock keys apart from other applications' ("hp").
 ADVISORY_NAMESPACE = 0x6870
@@ -105,7 +105,7 @@ def create_engine(url: str, read_only: bool = True) -> Engine:
     checked here, once, so a database our SQL does not know fails with a hint before any
     command reads it. ``read_only=False``: a writer (tests of the db package).
     """
-    path = _validated_path(url, create=False)
+    path = validated_path(url, create=False)
     if path is not None and read_only:
         engine = sqlalchemy.create_engine(_sqlite_read_only_url(path))
         _tune_sqlite(engine, read_only=True)
@@ -209,7 +209,9 @@ def check_url(url: str) -> Path | None:
     return path
 
 
-def _validated_path(url: str, create: bool) -> Path | None:
+def validated_path(url: str, create: bool) -> Path | None:
+    """A sqlite URL's file (None for a server), checked as opening it would check it: a bad
+    URL, a missing folder, a file that is no Optuna database are the user's errors."""
     path = check_url(url)
     if path is not None:
         _check_sqlite_file(path, create)
@@ -221,7 +223,7 @@ def open_rdb_storage(url: str, heartbeat_interval_s: int | None = None,
     """Optuna's RDBStorage, creating the database (and its tables) if needed."""
     import optuna
 
-    path = _validated_path(url, create=True)
+    path = validated_path(url, create=True)
     current = False  # the database has the schema we know: Optuna need not create or check it
     if path is None or path.exists():  # Optuna would refuse an old schema with a RuntimeError (exit 1)
         timeout = {"connect_args": {"timeout": _SQLITE_BUSY_TIMEOUT_S}} if path is not None else {}
@@ -320,7 +322,7 @@ def setup_lock(url: str) -> Iterator[None]:
     Two orchestrators starting together on a new database would otherwise both create
     Optuna's tables (alembic_version's unique key fails the second) or ours.
     """
-    path = _validated_path(url, create=True)  # a bad URL or folder is the user's error first
+    path = validated_path(url, create=True)  # a bad URL or folder is the user's error first
     if path is not None:
         with file_lock(lock_file(path)):
             yield

@@ -75,19 +75,25 @@ class Launching:
         for a trivial objective on the 2-core VM, 10-20 s on gpu_mix: docs/BENCHMARKS.md
         "Costs the code cites").
         Waits until they are ready, at most _FIRST_WAVE_WAIT_S; a worker that dies meanwhile
-        is replaced by a fresh one at its trial (whose failure then says why)."""
+        is replaced by a fresh one at its trial (whose failure then says why). A wave started
+        before the storage (the runner's, scheduler/_first_wave.py) is only waited for, less
+        the workers the study's budget leaves nothing for."""
         if not self.reuse or self._signals:
             return
         wanted = min(self.slots.concurrency, self.budget.left())
-        held: list[Slot] = []
-        try:
-            while len(held) < wanted and (slot := self.slots.acquire()) is not None:
-                held.append(slot)
-            threads = self.threads if self.packer is None else self.packer.threads_for_next(())
-            self.workers.start_first_wave(held, threads, self.config.objective)
-        finally:
-            for slot in held:
-                self.slots.release(slot, keep_lease=slot.id in self.workers.idle)
+        if self.workers.idle:  # started early: as many as the run starts at once
+            for slot_id in sorted(self.workers.idle)[wanted:]:
+                self.workers.retire(self.workers.idle.pop(slot_id), slot_id)
+        else:
+            held: list[Slot] = []
+            try:
+                while len(held) < wanted and (slot := self.slots.acquire()) is not None:
+                    held.append(slot)
+                threads = self.threads if self.packer is None else self.packer.threads_for_next(())
+                self.workers.start_first_wave(held, threads, self.config.objective)
+            finally:
+                for slot in held:
+                    self.slots.release(slot, keep_lease=slot.id in self.workers.idle)
         # no longer than a trial may take: a setup past it fails the first trial at once
         timeout_s = self.config.scheduler.trial_timeout_s
         until = time.monotonic() + min(_FIRST_WAVE_WAIT_S, timeout_s or _FIRST_WAVE_WAIT_S)

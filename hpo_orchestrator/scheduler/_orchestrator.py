@@ -71,7 +71,9 @@ class Orchestrator(Launching):
     def __init__(self, config: Config, study: optuna.Study, storage: optuna.storages.RDBStorage,
                  budget: Budget, slots: SlotPool, threads: int, reporter: Reporter,
                  sampler: TelemetrySampler | None = None, backend: GpuBackend | None = None,
-                 host: str | None = None) -> None:
+                 host: str | None = None, workers: Workers | None = None) -> None:
+        """``workers``: the run's first wave, started before the storage (_first_wave.py);
+        default: none yet, started by the loop."""
         self.config = config
         self.study = study
         self.storage = storage
@@ -82,13 +84,14 @@ class Orchestrator(Launching):
         self.sampler = sampler
         self.backend = backend
         self.host = host or config.scheduler.host or socket.gethostname()
-        self.running: dict[int, RunningTrial] = {}  # slot id -> trial
         self.reuse = config.scheduler.worker_mode == "reuse"
         # what each Job carries for the child's trial.study (worker/_study_view.py)
         self._directions = tuple(d.name.lower() for d in study.directions)
         self.log_dir = run_dir(config.storage.url, study.study_name, config.scheduler.log_dir)
-        self.workers = Workers(slots, self.running, config.scheduler.kill_grace_s,
-                               nvidia_icd_env(), self.log_dir, first_imports(config.objective))
+        self.workers = workers or Workers(slots, {}, config.scheduler.kill_grace_s,
+                                          nvidia_icd_env(), self.log_dir,
+                                          first_imports(config.objective))
+        self.running: dict[int, RunningTrial] = self.workers.running  # slot id -> trial
         self._stopping = False  # shutting down: nothing new is started
         self._signals = 0
         self.deadline = StudyDeadline(config.study.timeout_s, config.study.timeout_grace_s)

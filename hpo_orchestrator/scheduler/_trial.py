@@ -12,13 +12,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Protocol
 
-import optuna
-from optuna.trial import TrialState
-
 from hpo_orchestrator.scheduler._slots import Slot
 from hpo_orchestrator.worker import TrialOutcome
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # Optuna in annotations only: a run's first workers start before it loads
+    import optuna
+    from optuna.trial import TrialState
+
     from hpo_orchestrator.scheduler._channel import Channel
 
 __all__ = ["Asked", "FinishedTrial", "Reporter", "RunningTrial", "Worker"]

@@ -1,0 +1,140 @@
+"""A run's layout (GPUs, slots, threads) and its first workers, started before the storage.
+
+A run begins with imports (Optuna, SQLAlchemy, the orchestrator), the objective's check,
+the storage and the study; only then could its first workers start, and each worker has its
+own start-up (Python, the objective's imports and setup) before its first trial. On an H100
+host that made ours enter the first objective 2.25-3.01 s after launch, a plain Optuna
+script 0.87-1.06 s (docs/QUALITY.md, "Ours' start-up"). So the run lays out its slots right
+after the configuration and starts the first wave then (reuse mode: a worker on each first
+slot imports the objective, runs its setup and says ready); the orchestrator adopts the
+workers (``Orchestrator(workers=...)``) and waits for them as before. This module imports
+neither Optuna nor the orchestrator, so the CLI calls it before those imports.
+
+A run that stops before its loop (a configuration error, a refused storage, a stop signal)
+retires the workers and removes the folders it made for them (:meth:`FirstWave.close`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from hpo_orchestrator.config import Config
+from hpo_orchestrator.db import validated_path
+from hpo_orchestrator.errors import ConfigError
+from hpo_orchestrator.gpu import GpuBackend, GpuInfo, nvidia_icd_env, open_backend
+from hpo_orchestrator.scheduler._leases import LeaseDir, default_lease_dir
+from hpo_orchestrator.scheduler._logs import ensure_run_dir, run_dir
+from hpo_orchestrator.scheduler._slots import (
+    BusyRule,
+    Slot,
+    SlotPool,
+    resolve_cpu_slots,
+    resolve_gpus,
+    resolve_parallel,
+    threads_per_trial,
+)
+from hpo_orchestrator.scheduler._tree import sweep_left_behind
+from hpo_orchestrator.scheduler._workers import Workers, first_imports
+
+__all__ = ["FirstWave", "Layout", "lay_out"]
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where the run's trials go: the GPUs given, the slots, CPU threads per trial."""
+
+    gpus: list[GpuInfo]
+    slots: SlotPool
+    threads: int
+    parallel_reason: str  # why slots.concurrency: scheduler.parallel, or what its default chose
+
+
+def lay_out(config: Config, backend: GpuBackend) -> Layout:
+    """The slots of ``config``'s scheduler on this host (ConfigError where they cannot be)."""
+    sched = config.scheduler
+    gpus = resolve_gpus(sched.gpus, backend)
+    leases = LeaseDir(default_lease_dir(sched.lease_dir))
+    if gpus:  # only GPU slots are leased
+        leases.check()
+    per_gpu = sched.trials_per_gpu if isinstance(sched.trials_per_gpu, int) else 1
+    cpu_slots = resolve_cpu_slots(sched.cpu_slots, len(gpus) * per_gpu, sched.host_cores)
+    if cpu_slots and getattr(config.objective, "device", None) == "gpu":
+        raise ConfigError(f"scheduler.cpu_slots={sched.cpu_slots} with objective.device=gpu: "
+                          "a trial on a CPU slot cannot train on a GPU",
+                          "leave objective.device=auto (each trial where it runs faster), or "
+                          "set scheduler.cpu_slots=0")
+    parallel, reason = resolve_parallel(sched.parallel, len(gpus), sched.trials_per_gpu,
+                                        sched.host_cores, sched.threads_per_trial, cpu_slots)
+    slots = SlotPool(gpus, parallel, sched.trials_per_gpu, leases=leases, cpu_slots=cpu_slots,
+                     backend=backend if sched.avoid_busy_gpus else None,
+                     busy=BusyRule(sched.busy_gpu_mem_mib, sched.busy_gpu_util),
+                     max_per_gpu=sched.max_trials_per_gpu, cores=sched.host_cores)
+    threads = threads_per_trial(sched.threads_per_trial, slots.concurrency, sched.host_cores)
+    return Layout(gpus, slots, threads, reason)
+
+
+class FirstWave:
+    """The run's layout and its workers, the first wave among them once :meth:`start` ran.
+    ``backend``: the GPUs (default: opened here, closed by :meth:`close`)."""
+
+    def __init__(self, config: Config, backend: GpuBackend | None = None) -> None:
+        # the storage's URL and sqlite file checked as opening it will check them, before any
+        # folder is derived from them (a missing folder is the user's error, not ours to make)
+        validated_path(config.storage.url, create=True)
+        self.owns_backend = backend is None
+        self.backend = open_backend() if backend is None else backend
+        try:
+            self.layout = lay_out(config, self.backend)
+        except BaseException:
+            self._close_backend()
+            raise
+        sched = config.scheduler
+        self.log_dir = run_dir(config.storage.url, config.study.name, sched.log_dir)
+        self.workers = Workers(self.layout.slots, {}, sched.kill_grace_s, nvidia_icd_env(),
+                               self.log_dir, first_imports(config.objective))
+        self._config = config
+        self._made: list[Path] = []  # folders made here, removed by close() while empty
+        self.adopted = False  # set by the runner once its orchestrator took the workers
+
+    def start(self) -> None:
+        """Reuse mode: a worker on each slot of the first wave (as many as the run will start
+        at once), pinned, threads set, told to start up. What a killed earlier run of the
+        study left running is swept first (its records in the run folder)."""
+        if self._config.scheduler.worker_mode != "reuse":
+            return
+        self._made = [p for p in (self.log_dir.parent, self.log_dir) if not p.exists()]
+        ensure_run_dir(self.log_dir)
+        sweep_left_behind(self.log_dir)
+        slots = self.layout.slots
+        held: list[Slot] = []
+        try:
+            while len(held) < slots.concurrency and (slot := slots.acquire()) is not None:
+                held.append(slot)
+            self.workers.start_first_wave(held, self.layout.threads, self._config.objective)
+        finally:
+            for slot in held:
+                slots.release(slot, keep_lease=slot.id in self.workers.idle)
+
+    def close(self) -> None:
+        """Retire the workers still idle (all of them when the run never began; none after a
+        loop, which retires its own) and close the backend opened here. A run that stopped
+        before an orchestrator adopted the workers also loses the folders made for them, if
+        nothing else was written there. Safe to call twice."""
+        self.workers.retire_idle()
+        self.workers.trees.sweep_all()  # what they started, and the record of it on disk
+        for folder in [] if self.adopted else reversed(self._made):
+            ignore = folder / ".gitignore"
+            if ignore.exists() and [p.name for p in folder.iterdir()] == [".gitignore"]:
+                ignore.unlink()
+            try:
+                folder.rmdir()
+            except OSError:
+                pass  # something of the run's was written there: kept
+        self._made = []
+        self._close_backend()
+
+    def _close_backend(self) -> None:
+        if self.owns_backend:
+            self.backend.close()
+            self.owns_backend = False

@@ -1,0 +1,99 @@
+"""The first wave starts before the storage (scheduler/_first_wave.py): the run's first workers
+start up while the orchestrator imports Optuna, opens the storage and creates the study. A run
+that stops before its loop leaves no worker running and no folder made for them; a budget
+smaller than the wave retires the workers it has no trial for."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import optuna
+import psutil
+import pytest
+
+from hpo_orchestrator import run_study
+from hpo_orchestrator.config import load_config
+from hpo_orchestrator.errors import ConfigError
+from hpo_orchestrator.gpu import NoGpuBackend
+from hpo_orchestrator.scheduler import FirstWave
+from tests.conftest import trial_rows
+
+pytestmark = pytest.mark.slow  # real worker processes
+
+OBJECTIVES = "hpo_orchestrator.testing.objectives"
+
+
+def _config(tmp_path: Path, *extra: str):  # type: ignore[no-untyped-def]
+    return load_config([
+        "objective=custom", f"objective.target={OBJECTIVES}:quadratic", "pruner=none",
+        "scheduler.parallel=2", "scheduler.gpus=none", f"scheduler.lease_dir={tmp_path / 'leases'}",
+        f"storage.url=sqlite:///{tmp_path / 'hpo.db'}", "telemetry.enabled=false", *extra])
+
+
+def _gone(pids: list[int], within_s: float = 10.0) -> bool:
+    until = time.monotonic() + within_s
+    while time.monotonic() < until:
+        alive = [p for p in pids if psutil.pid_exists(p)
+                 and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+        if not alive:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_the_workers_start_up_before_the_storage_exists_and_close_leaves_nothing(
+        tmp_path: Path) -> None:
+    wave = FirstWave(_config(tmp_path), backend=NoGpuBackend("no GPU in this test"))
+    wave.start()
+    workers = list(wave.workers.idle.values())
+    pids = [w.process.pid for w in workers]
+    try:
+        assert len(workers) == 2 and all(w.process.poll() is None for w in workers)
+        until = time.monotonic() + 30
+        while wave.workers.starting() and time.monotonic() < until:
+            time.sleep(0.05)
+        assert not wave.workers.starting()  # both said ready: started up with no storage
+        assert not (tmp_path / "hpo.db").exists()
+        assert (tmp_path / "hpo-runs" / "hpo").is_dir()  # their start-up output goes there
+    finally:
+        wave.close()
+    assert _gone(pids), pids
+    assert not (tmp_path / "hpo-runs").exists()  # made for the workers, empty again: removed
+    wave.close()  # twice: nothing left to do
+
+
+def test_a_run_refused_after_its_workers_started_leaves_no_worker_and_no_folder(
+        tmp_path: Path) -> None:
+    """The study exists with the other direction: ConfigError (exit 2), raised after the first
+    wave started (the storage is read after it); the workers go, and their folder with them."""
+    optuna.create_study(storage=f"sqlite:///{tmp_path / 'hpo.db'}", study_name="hpo",
+                        direction="maximize")
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    with pytest.raises(ConfigError, match="already exists with direction maximize"):
+        run_study(_config(tmp_path), backend=NoGpuBackend("no GPU in this test"))
+    started = [p.pid for p in psutil.Process().children(recursive=True) if p.pid not in before]
+    assert _gone(started), started
+    # the study's run folder is gone; hpo-runs/ keeps the storage's lock file, as before
+    assert not (tmp_path / "hpo-runs" / "hpo").exists()
+
+
+def test_a_budget_smaller_than_the_wave_retires_the_workers_it_has_no_trial_for(
+        tmp_path: Path) -> None:
+    """parallel=2 starts two workers before the budget is known; the study has one trial
+    left: one worker runs it, the other is retired before the loop (its start-up log goes
+    with it), and the run ends as before."""
+    result = run_study(_config(tmp_path, "study.n_trials=1"),
+                       backend=NoGpuBackend("no GPU in this test"))
+    assert result.exit_code == 0
+    rows = trial_rows(tmp_path / "hpo.db")
+    assert [r["state"] for r in rows] == ["COMPLETE"]
+    run_folder = tmp_path / "hpo-runs" / "hpo"
+    assert not list(run_folder.glob("spare-slot*.log"))
+    assert (run_folder / "trial-0.log").exists() or list(run_folder.glob("trial-0*"))
+
+
+def test_show_config_starts_no_worker(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    result = cli("run", "--show-config")
+    assert result.code == 0, result.stderr
+    assert not (tmp_path / "hpo-runs").exists()
