@@ -321,11 +321,15 @@ def slim(run_dir: Path) -> None:
 
 def seed_batches(names: list[str], pair: str | None, seed: int) -> list[list[tuple[str, str]]]:
     """What runs together for one seed: the pair on the two halves (swapped on odd seeds), or
-    each contender alone on the whole machine (or block)."""
+    each contender alone on the whole machine (or block), one after the other, the order
+    rotated by the seed: the first run on a fresh host reads torch, CUDA's libraries and the
+    wheels from a cold page cache inside its first trial (docs/GPU.md, eighth session), so no
+    contender is always first."""
     if pair:
         first, second = ("first", "second") if seed % 2 == 0 else ("second", "first")
         return [[(names[0], first), (names[1], second)]]
-    return [[(name, "all")] for name in names]
+    turn = seed % len(names)
+    return [[(name, "all")] for name in names[turn:] + names[:turn]]
 
 
 def half(which: str, gpus: list[int], cores: list[int]) -> Half:

@@ -246,7 +246,12 @@ def test_concurrent_seeds_get_disjoint_core_blocks_and_pairs_swap_halves() -> No
     bq = _script()
     assert bq.seed_batches(["a", "b"], "a,b", 2) == [[("a", "first"), ("b", "second")]]
     assert bq.seed_batches(["a", "b"], "a,b", 3) == [[("a", "second"), ("b", "first")]]
-    assert bq.seed_batches(["a", "b"], None, 1) == [[("a", "all")], [("b", "all")]]
+    # alone: one after the other, the first place rotating with the seed (a cold host's first
+    # run pays for the page cache)
+    assert bq.seed_batches(["a", "b"], None, 2) == [[("a", "all")], [("b", "all")]]
+    assert bq.seed_batches(["a", "b"], None, 1) == [[("b", "all")], [("a", "all")]]
+    assert bq.seed_batches(["a", "b", "c"], None, 4) == [[("b", "all")], [("c", "all")],
+                                                         [("a", "all")]]
     first, second = bq.half("first", [], [8, 9, 10, 11]), bq.half("second", [], [8, 9, 10, 11])
     assert (first.cores, second.cores, first.gpus) == ([8, 9], [10, 11], [])
     assert bq.half("second", [0, 1, 2, 3], [0, 1]).gpus == [2, 3]
