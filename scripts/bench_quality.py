@@ -322,9 +322,9 @@ def slim(run_dir: Path) -> None:
 def seed_batches(names: list[str], pair: str | None, seed: int) -> list[list[tuple[str, str]]]:
     """What runs together for one seed: the pair on the two halves (swapped on odd seeds), or
     each contender alone on the whole machine (or block), one after the other, the order
-    rotated by the seed: the first run on a fresh host reads torch, CUDA's libraries and the
-    wheels from a cold page cache inside its first trial (docs/GPU.md, eighth session), so no
-    contender is always first."""
+    rotated by the seed: the first run on a fresh host took 4 s longer over the same first
+    trial, most likely a cold page cache (docs/GPU.md, eighth session), so no contender is
+    always first."""
     if pair:
         first, second = ("first", "second") if seed % 2 == 0 else ("second", "first")
         return [[(names[0], first), (names[1], second)]]
