@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 
 import optuna
 
-from hpo_orchestrator.artifacts import check_store, prepare_store
+from hpo_orchestrator.artifacts import prepare_store
 from hpo_orchestrator.config import Config, CustomObjectiveConfig
 from hpo_orchestrator.db import (
     best_trial,
@@ -196,9 +196,8 @@ def _run(config: Config, wave: FirstWave,
          progress: Callable[[PreparedRun], AbstractContextManager[Reporter]] | None) -> RunResult:
     sched = config.scheduler
     # The store's folder, absolute (the children and hpo.config see the same one), checked
-    # writable before the storage is touched; default: the run folder's artifacts/.
-    store = check_store(config.artifacts.store or
-                        run_dir(config.storage.url, config.study.name, sched.log_dir) / "artifacts")
+    # writable before anything was written (FirstWave); default: the run folder's artifacts/.
+    store = wave.store
     config = replace(config, artifacts=replace(config.artifacts, store=str(store)))
     layout, backend = wave.layout, wave.backend
     slots, threads = layout.slots, layout.threads

@@ -16,9 +16,11 @@ retires the workers and removes the folders it made for them (:meth:`FirstWave.c
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from pathlib import Path
 
+from hpo_orchestrator.artifacts import check_store
 from hpo_orchestrator.config import Config
 from hpo_orchestrator.db import validated_path
 from hpo_orchestrator.errors import ConfigError
@@ -76,12 +78,18 @@ def lay_out(config: Config, backend: GpuBackend) -> Layout:
 
 class FirstWave:
     """The run's layout and its workers, the first wave among them once :meth:`start` ran.
-    ``backend``: the GPUs (default: opened here, closed by :meth:`close`)."""
+    ``backend``: the GPUs (default: opened here, closed by :meth:`close`).
+
+    Everything the run would refuse is checked before anything is written: the storage's
+    URL and sqlite file (as opening it will check them: a missing folder is the user's error,
+    not ours to make), the slots, and the artifact store's folder (``store``: absolute, by
+    default in the run folder, so an unusable run folder is refused there too)."""
 
     def __init__(self, config: Config, backend: GpuBackend | None = None) -> None:
-        # the storage's URL and sqlite file checked as opening it will check them, before any
-        # folder is derived from them (a missing folder is the user's error, not ours to make)
         validated_path(config.storage.url, create=True)
+        sched = config.scheduler
+        self.log_dir = run_dir(config.storage.url, config.study.name, sched.log_dir)
+        self.store = check_store(config.artifacts.store or self.log_dir / "artifacts")
         self.owns_backend = backend is None
         self.backend = open_backend() if backend is None else backend
         try:
@@ -89,12 +97,10 @@ class FirstWave:
         except BaseException:
             self._close_backend()
             raise
-        sched = config.scheduler
-        self.log_dir = run_dir(config.storage.url, config.study.name, sched.log_dir)
         self.workers = Workers(self.layout.slots, {}, sched.kill_grace_s, nvidia_icd_env(),
                                self.log_dir, first_imports(config.objective))
         self._config = config
-        self._made: list[Path] = []  # folders made here, removed by close() while empty
+        self._made: list[Path] = []  # what start() made: removed by close() unless adopted
         self.adopted = False  # set by the runner once its orchestrator took the workers
 
     def start(self) -> None:
@@ -103,7 +109,7 @@ class FirstWave:
         study left running is swept first (its records in the run folder)."""
         if self._config.scheduler.worker_mode != "reuse":
             return
-        self._made = [p for p in (self.log_dir.parent, self.log_dir) if not p.exists()]
+        self._made = _missing(self.log_dir)
         ensure_run_dir(self.log_dir)
         sweep_left_behind(self.log_dir)
         slots = self.layout.slots
@@ -118,23 +124,35 @@ class FirstWave:
 
     def close(self) -> None:
         """Retire the workers still idle (all of them when the run never began; none after a
-        loop, which retires its own) and close the backend opened here. A run that stopped
-        before an orchestrator adopted the workers also loses the folders made for them, if
-        nothing else was written there. Safe to call twice."""
-        self.workers.retire_idle()
-        self.workers.trees.sweep_all()  # what they started, and the record of it on disk
-        for folder in [] if self.adopted else reversed(self._made):
-            ignore = folder / ".gitignore"
-            if ignore.exists() and [p.name for p in folder.iterdir()] == [".gitignore"]:
-                ignore.unlink()
-            try:
-                folder.rmdir()
-            except OSError:
-                pass  # something of the run's was written there: kept
-        self._made = []
-        self._close_backend()
+        loop, which retires its own), give up any wait for a GPU's lease, and close the
+        backend opened here. A run that stopped before an orchestrator adopted the workers
+        also loses what :meth:`start` made (folders, the run folders' ``.gitignore``) where
+        nothing else was written. Never raises for our files: the error that stopped the run
+        is the one to report. Safe to call twice."""
+        try:
+            self.layout.slots.stop_waiting()  # a "waiting" marker in the lease folder
+            with contextlib.suppress(OSError):
+                self.workers.retire_idle()
+                self.workers.trees.sweep_all()  # what they started, and its record on disk
+            for made in [] if self.adopted else reversed(self._made):
+                with contextlib.suppress(OSError):  # a folder goes only if empty
+                    if made.is_dir():
+                        made.rmdir()
+                    else:
+                        made.unlink()
+            self._made = []
+        finally:
+            self._close_backend()
 
     def _close_backend(self) -> None:
         if self.owns_backend:
             self.backend.close()
             self.owns_backend = False
+
+
+def _missing(run_folder: Path) -> list[Path]:
+    """What ``ensure_run_dir(run_folder)`` will make, in the order it makes them: each missing
+    folder down to ``run_folder``, then the ``.gitignore`` beside it."""
+    folders = [p for p in (run_folder, *run_folder.parents) if not p.exists()][::-1]
+    ignore = run_folder.parent / ".gitignore"
+    return folders + ([] if ignore.exists() else [ignore])

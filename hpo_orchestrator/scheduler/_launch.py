@@ -81,19 +81,21 @@ class Launching:
         if not self.reuse or self._signals:
             return
         wanted = min(self.slots.concurrency, self.budget.left())
-        if self.workers.idle:  # started early: as many as the run starts at once
-            for slot_id in sorted(self.workers.idle)[wanted:]:
-                self.workers.retire(self.workers.idle.pop(slot_id), slot_id)
-        else:
-            held: list[Slot] = []
-            try:
-                while len(held) < wanted and (slot := self.slots.acquire()) is not None:
-                    held.append(slot)
-                threads = self.threads if self.packer is None else self.packer.threads_for_next(())
-                self.workers.start_first_wave(held, threads, self.config.objective)
-            finally:
-                for slot in held:
-                    self.slots.release(slot, keep_lease=slot.id in self.workers.idle)
+        for slot_id in sorted(self.workers.idle)[wanted:]:  # started early, beyond the budget
+            self.workers.retire(self.workers.idle.pop(slot_id), slot_id)
+        # The rest of the wave (all of it, unless started early) on slots free by now; a slot
+        # of an early worker comes back first (its lease is kept) and is only held meanwhile.
+        held: list[Slot] = []
+        taken: list[Slot] = []
+        try:
+            while len(self.workers.idle) + len(held) < wanted \
+                    and (slot := self.slots.acquire()) is not None:
+                (taken if slot.id in self.workers.idle else held).append(slot)
+            threads = self.threads if self.packer is None else self.packer.threads_for_next(())
+            self.workers.start_first_wave(held, threads, self.config.objective)
+        finally:
+            for slot in held + taken:
+                self.slots.release(slot, keep_lease=slot.id in self.workers.idle)
         # no longer than a trial may take: a setup past it fails the first trial at once
         timeout_s = self.config.scheduler.trial_timeout_s
         until = time.monotonic() + min(_FIRST_WAVE_WAIT_S, timeout_s or _FIRST_WAVE_WAIT_S)

@@ -78,8 +78,10 @@ def trial_log_path(folder: Path, number: int) -> Path:
 
 
 def spare_log_path(folder: Path, slot_id: int) -> Path:
-    """A spare worker's start-up output until its first trial (which takes it into its log)."""
-    return folder / f"spare-slot{slot_id}.log"
+    """A spare worker's start-up output until its first trial (which takes it into its log).
+    Named with this orchestrator's pid: two orchestrators of one study on a host (or one
+    refused at its start while another runs) number their slots alike."""
+    return folder / f"spare-slot{slot_id}-{os.getpid()}.log"
 
 
 def take_startup_log(folder: Path, slot_id: int, log_path: Path, number: int) -> None:
