@@ -91,7 +91,7 @@ def test_a_refused_run_of_the_same_study_keeps_the_running_ones_start_up_logs(
         tmp_path: Path) -> None:
     """Run A (CPU slots) is in its first wave's setup; run B of the same study on this host
     is refused after its own wave started (the study's direction). B retires its workers and
-    their start-up logs: its own (spare-slot<N>-<pid>.log), not A's of the same slot numbers,
+    their start-up logs: its own (spare-slot<N>-<host>-<pid>.log), not A's of the same slot numbers,
     so A's trial logs keep their setup's output."""
     (tmp_path / "noisy.py").write_text(
         "import time\n"
@@ -118,3 +118,82 @@ def test_a_refused_run_of_the_same_study_keeps_the_running_ones_start_up_logs(
     logs = sorted(folder.glob("trial-*.log"))
     assert logs and all("SETUP-OUTPUT" in p.read_text() for p in logs), \
         {p.name: p.read_text()[:200] for p in logs}
+
+
+def _wave_config(tmp_path: Path, study: str):  # type: ignore[no-untyped-def]
+    from hpo_orchestrator.config import load_config
+
+    return load_config([
+        "objective=custom", "objective.target=hpo_orchestrator.testing.objectives:quadratic",
+        "scheduler.parallel=1", "scheduler.gpus=none", f"scheduler.lease_dir={tmp_path / 'leases'}",
+        f"storage.url=sqlite:///{tmp_path / 'hpo.db'}", f"study.name={study}"])
+
+
+def test_a_refused_run_keeps_the_gitignore_another_runs_folder_relies_on(tmp_path: Path) -> None:
+    """B (study b) makes hpo-runs and its .gitignore, A (study a) starts beside it, then B is
+    refused: hpo-runs keeps its .gitignore, which A's folder is under."""
+    from hpo_orchestrator.scheduler import FirstWave
+
+    b = FirstWave(_wave_config(tmp_path, "b"), backend=NoGpuBackend("no GPU in this test"))
+    b.start()
+    a = FirstWave(_wave_config(tmp_path, "a"), backend=NoGpuBackend("no GPU in this test"))
+    a.start()
+    try:
+        b.close()  # B refused
+        assert (tmp_path / "hpo-runs" / "a").is_dir()
+        assert (tmp_path / "hpo-runs" / ".gitignore").exists()
+        assert not (tmp_path / "hpo-runs" / "b").exists()
+    finally:
+        a.close()
+
+
+def test_a_refused_run_never_deletes_a_dangling_link_of_the_user(tmp_path: Path) -> None:
+    """hpo-runs is a link to a disk not mounted: the run fails (the folder cannot be made),
+    and the user's link stays."""
+    from hpo_orchestrator.scheduler import FirstWave
+
+    (tmp_path / "hpo-runs").symlink_to(tmp_path / "scratch-not-mounted")
+    wave = FirstWave(_wave_config(tmp_path, "s"), backend=NoGpuBackend("no GPU in this test"))
+    with pytest.raises(OSError):
+        wave.start()
+    wave.close()
+    assert os.path.islink(tmp_path / "hpo-runs")
+
+
+def test_start_up_logs_of_a_killed_run_on_this_host_go_at_the_next_start(tmp_path: Path) -> None:
+    """A run killed -9 in its first wave leaves spare-slot<N>-<host>-<pid>.log: the next
+    start on this host removes those of pids that are gone, not another host's, not a live
+    orchestrator's."""
+    import socket
+
+    from hpo_orchestrator.scheduler import FirstWave
+
+    folder = tmp_path / "hpo-runs" / "s"
+    folder.mkdir(parents=True)
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()  # a pid that was an orchestrator's and is no more
+    host = socket.gethostname()
+    dead = folder / f"spare-slot0-{host}-{gone.pid}.log"
+    live = folder / f"spare-slot1-{host}-{os.getpid()}.log"
+    other = folder / f"spare-slot0-another-host-{gone.pid}.log"
+    for path in (dead, live, other):
+        path.write_text("start-up output\n")
+    wave = FirstWave(_wave_config(tmp_path, "s"), backend=NoGpuBackend("no GPU in this test"))
+    try:
+        wave.start()
+        assert not dead.exists() and live.exists() and other.exists()
+    finally:
+        wave.close()
+
+
+@pytest.mark.parametrize(("log_dir", "ignored"), [(None, True), ("new/logs", True), (".", False)])
+def test_the_run_folders_gitignore_goes_only_into_a_folder_of_ours(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, log_dir: str | None, ignored: bool) -> None:
+    """hpo-runs, or a scheduler.log_dir made by the run, get a .gitignore of '*'; a folder of
+    the user's that was there (log_dir=. is the project) does not."""
+    from hpo_orchestrator.scheduler._logs import ensure_run_dir, run_dir
+
+    monkeypatch.chdir(tmp_path)
+    folder = ensure_run_dir(run_dir(f"sqlite:///{tmp_path / 'hpo.db'}", "s", log_dir))
+    assert folder.is_dir()
+    assert (folder.parent / ".gitignore").exists() is ignored

@@ -26,7 +26,7 @@ from hpo_orchestrator.db import validated_path
 from hpo_orchestrator.errors import ConfigError
 from hpo_orchestrator.gpu import GpuBackend, GpuInfo, nvidia_icd_env, open_backend
 from hpo_orchestrator.scheduler._leases import LeaseDir, default_lease_dir
-from hpo_orchestrator.scheduler._logs import ensure_run_dir, run_dir
+from hpo_orchestrator.scheduler._logs import ensure_run_dir, run_dir, sweep_startup_logs
 from hpo_orchestrator.scheduler._slots import (
     BusyRule,
     Slot,
@@ -112,6 +112,7 @@ class FirstWave:
         self._made = _missing(self.log_dir)
         ensure_run_dir(self.log_dir)
         sweep_left_behind(self.log_dir)
+        sweep_startup_logs(self.log_dir)
         slots = self.layout.slots
         held: list[Slot] = []
         try:
@@ -126,20 +127,20 @@ class FirstWave:
         """Retire the workers still idle (all of them when the run never began; none after a
         loop, which retires its own), give up any wait for a GPU's lease, and close the
         backend opened here. A run that stopped before an orchestrator adopted the workers
-        also loses what :meth:`start` made (folders, the run folders' ``.gitignore``) where
-        nothing else was written. Never raises for our files: the error that stopped the run
+        also loses the folders :meth:`start` made (with the ``.gitignore`` written beside the
+        run folder) where nothing else was written. Never raises for our files: the error that stopped the run
         is the one to report. Safe to call twice."""
         try:
             self.layout.slots.stop_waiting()  # a "waiting" marker in the lease folder
             with contextlib.suppress(OSError):
                 self.workers.retire_idle()
                 self.workers.trees.sweep_all()  # what they started, and its record on disk
-            for made in [] if self.adopted else reversed(self._made):
+            for folder in [] if self.adopted else reversed(self._made):  # deepest first
                 with contextlib.suppress(OSError):  # a folder goes only if empty
-                    if made.is_dir():
-                        made.rmdir()
-                    else:
-                        made.unlink()
+                    ignore = folder / ".gitignore"  # ensure_run_dir's, in a folder made here
+                    if folder == self.log_dir.parent and _names(folder) == [".gitignore"]:
+                        ignore.unlink()
+                    folder.rmdir()
             self._made = []
         finally:
             self._close_backend()
@@ -151,8 +152,12 @@ class FirstWave:
 
 
 def _missing(run_folder: Path) -> list[Path]:
-    """What ``ensure_run_dir(run_folder)`` will make, in the order it makes them: each missing
-    folder down to ``run_folder``, then the ``.gitignore`` beside it."""
-    folders = [p for p in (run_folder, *run_folder.parents) if not p.exists()][::-1]
-    ignore = run_folder.parent / ".gitignore"
-    return folders + ([] if ignore.exists() else [ignore])
+    """The folders ``ensure_run_dir(run_folder)`` will make, outermost first. A link counts
+    as there, even one that points nowhere (the user's, to a disk not mounted): never ours
+    to remove."""
+    return [p for p in (run_folder, *run_folder.parents)
+            if not (p.exists() or p.is_symlink())][::-1]
+
+
+def _names(folder: Path) -> list[str]:
+    return [p.name for p in folder.iterdir()]

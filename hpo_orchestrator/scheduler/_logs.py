@@ -20,9 +20,11 @@ written between the copy and the truncation are lost, as with logrotate's copytr
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import os
 import re
+import socket
 import threading
 from collections import deque
 from collections.abc import Iterable
@@ -38,6 +40,7 @@ __all__ = [
     "read_tail",
     "run_dir",
     "spare_log_path",
+    "sweep_startup_logs",
     "take_startup_log",
     "trial_log_path",
     "user_frames",
@@ -79,9 +82,20 @@ def trial_log_path(folder: Path, number: int) -> Path:
 
 def spare_log_path(folder: Path, slot_id: int) -> Path:
     """A spare worker's start-up output until its first trial (which takes it into its log).
-    Named with this orchestrator's pid: two orchestrators of one study on a host (or one
-    refused at its start while another runs) number their slots alike."""
-    return folder / f"spare-slot{slot_id}-{os.getpid()}.log"
+    Named with this host and orchestrator's pid: two orchestrators of one study (on a host,
+    or on hosts sharing the run folder) number their slots alike."""
+    return folder / f"spare-slot{slot_id}-{socket.gethostname()}-{os.getpid()}.log"
+
+
+def sweep_startup_logs(folder: Path) -> None:
+    """The start-up logs of this host's orchestrators that are gone (killed before their
+    first trials took the logs); another host's are left alone (its pids are not ours)."""
+    import psutil
+
+    for path in folder.glob(f"spare-slot*-{glob.escape(socket.gethostname())}-*.log"):
+        pid = path.stem.rsplit("-", 1)[-1]
+        if pid.isdigit() and not psutil.pid_exists(int(pid)):
+            path.unlink(missing_ok=True)
 
 
 def take_startup_log(folder: Path, slot_id: int, log_path: Path, number: int) -> None:
@@ -103,10 +117,13 @@ def take_startup_log(folder: Path, slot_id: int, log_path: Path, number: int) ->
 
 
 def ensure_run_dir(folder: Path) -> Path:
-    """Create the run folder, with a .gitignore of ``*`` at the top of ``hpo-runs``."""
+    """Create the run folder, with a .gitignore of ``*`` beside it: at the top of ``hpo-runs``,
+    or of a ``scheduler.log_dir`` made here; never in a folder of the user's that was there
+    (``scheduler.log_dir=.`` is the project itself, which ``*`` would hide from git)."""
+    ours = folder.parent.name == "hpo-runs" or not folder.parent.exists()
     folder.mkdir(parents=True, exist_ok=True)
     ignore = folder.parent / ".gitignore"
-    if not ignore.exists():
+    if ours and not ignore.exists():
         ignore.write_text(_IGNORE_ALL)
     return folder
 
