@@ -97,3 +97,57 @@ def test_show_config_starts_no_worker(cli, tmp_path: Path) -> None:  # type: ign
     result = cli("run", "--show-config")
     assert result.code == 0, result.stderr
     assert not (tmp_path / "hpo-runs").exists()
+
+
+@pytest.mark.parametrize(("per_gpu", "held"), [
+    ("2", [(0, 0), (0, 1)]), ("2", [(1, 0)]), ("1", [(1, 0)]),
+    ("auto", [(0, k) for k in range(4)])])  # auto: up to 4 slots a GPU (max_trials_per_gpu)
+def test_a_wave_short_of_slots_at_its_start_is_topped_up_on_slots_that_came_free(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, per_gpu: str,
+        held: list[tuple[int, int]]) -> None:
+    """Another orchestrator holds some GPU slots while the early wave starts, and lets them go
+    before the loop: the loop starts the rest of the wave there, never a second worker on a
+    slot whose early worker waits, and the run ends with no slot, lease or process left."""
+    from hpo_orchestrator.gpu import open_backend
+    from hpo_orchestrator.scheduler import LeaseDir
+    from hpo_orchestrator.scheduler._workers import Workers
+
+    monkeypatch.setenv("HPO_ORCHESTRATOR_FAKE_GPUS", "2")
+    # only this test's processes count on its fake GPUs (another case's last workers would
+    # read as someone else's work there: gpu/_fake.py)
+    monkeypatch.setenv("HPO_FAKE_GPU_MACHINE", f"topup-{tmp_path.name}")
+    backend = open_backend()
+    uuids = [g.uuid for g in backend.gpus()]
+    backend.close()
+    leases = tmp_path / "leases"
+    others = [LeaseDir(leases).try_acquire(uuids[g], k) for g, k in held]
+    assert all(others)
+    config = load_config([
+        "objective=custom", f"objective.target={OBJECTIVES}:quadratic", "study.n_trials=6",
+        f"scheduler.trials_per_gpu={per_gpu}", "scheduler.cpu_slots=1",
+        f"scheduler.lease_dir={leases}", f"storage.url=sqlite:///{tmp_path / 'hpo.db'}",
+        "telemetry.enabled=false"])
+    started: list[int] = []
+    prepared = Workers._prepared
+
+    def spy(self, slot, threads, objective, announce):  # type: ignore[no-untyped-def]
+        assert slot.id not in self.idle, f"a second worker on slot {slot.id}"
+        started.append(slot.id)
+        return prepared(self, slot, threads, objective, announce)
+
+    monkeypatch.setattr(Workers, "_prepared", spy)
+    wave = FirstWave(config)
+    wave.start()
+    early = len(wave.workers.idle)
+    assert early < wave.layout.slots.concurrency  # short of slots: the others held some
+    for lease in others:
+        assert lease is not None
+        lease.release()
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    assert run_study(config, first_wave=wave).exit_code == 0
+    assert len(started) >= wave.layout.slots.concurrency  # topped up to the whole wave
+    assert not wave.workers.idle and wave.layout.slots.busy == 0
+    assert all(not LeaseDir(leases).holders(u) for u in uuids)
+    left = [p for p in psutil.Process().children(recursive=True)
+            if p.pid not in before and p.status() != psutil.STATUS_ZOMBIE]
+    assert not left, left

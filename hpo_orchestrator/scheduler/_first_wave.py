@@ -29,7 +29,6 @@ from hpo_orchestrator.scheduler._leases import LeaseDir, default_lease_dir
 from hpo_orchestrator.scheduler._logs import ensure_run_dir, run_dir, sweep_startup_logs
 from hpo_orchestrator.scheduler._slots import (
     BusyRule,
-    Slot,
     SlotPool,
     resolve_cpu_slots,
     resolve_gpus,
@@ -113,15 +112,8 @@ class FirstWave:
         ensure_run_dir(self.log_dir)
         sweep_left_behind(self.log_dir)
         sweep_startup_logs(self.log_dir)
-        slots = self.layout.slots
-        held: list[Slot] = []
-        try:
-            while len(held) < slots.concurrency and (slot := slots.acquire()) is not None:
-                held.append(slot)
-            self.workers.start_first_wave(held, self.layout.threads, self._config.objective)
-        finally:
-            for slot in held:
-                slots.release(slot, keep_lease=slot.id in self.workers.idle)
+        self.workers.start_first_wave(self.layout.slots.concurrency, self.layout.threads,
+                                      self._config.objective)
 
     def close(self) -> None:
         """Retire the workers still idle (all of them when the run never began; none after a

@@ -83,19 +83,9 @@ class Launching:
         wanted = min(self.slots.concurrency, self.budget.left())
         for slot_id in sorted(self.workers.idle)[wanted:]:  # started early, beyond the budget
             self.workers.retire(self.workers.idle.pop(slot_id), slot_id)
-        # The rest of the wave (all of it, unless started early) on slots free by now; a slot
-        # of an early worker comes back first (its lease is kept) and is only held meanwhile.
-        held: list[Slot] = []
-        taken: list[Slot] = []
-        try:
-            while len(self.workers.idle) + len(held) < wanted \
-                    and (slot := self.slots.acquire()) is not None:
-                (taken if slot.id in self.workers.idle else held).append(slot)
-            threads = self.threads if self.packer is None else self.packer.threads_for_next(())
-            self.workers.start_first_wave(held, threads, self.config.objective)
-        finally:
-            for slot in held + taken:
-                self.slots.release(slot, keep_lease=slot.id in self.workers.idle)
+        # the rest of the wave (all of it, unless started early) on slots free by now
+        threads = self.threads if self.packer is None else self.packer.threads_for_next(())
+        self.workers.start_first_wave(wanted, threads, self.config.objective)
         # no longer than a trial may take: a setup past it fails the first trial at once
         timeout_s = self.config.scheduler.trial_timeout_s
         until = time.monotonic() + min(_FIRST_WAVE_WAIT_S, timeout_s or _FIRST_WAVE_WAIT_S)

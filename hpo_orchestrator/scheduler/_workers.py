@@ -95,14 +95,23 @@ class Workers:
                                        announce=announce))
         return worker
 
-    def start_first_wave(self, slots: list[Slot], threads: int,
-                         objective: ObjectiveConfig) -> None:
-        """Reuse mode: a worker on each of the run's first slots, started up before any trial
-        is asked (the loop waits while ``starting`` lists them), so that a trial's RUNNING
-        time is its own. The slots must be held (their lease taken); their workers wait as
-        idle ones do, and say ``("ready",)`` once started up."""
-        for slot in slots:
-            self.idle[slot.id] = self._prepared(slot, threads, objective, announce=True)
+    def start_first_wave(self, wanted: int, threads: int, objective: ObjectiveConfig) -> None:
+        """Reuse mode: workers on the run's first slots until ``wanted`` wait idle (those
+        already there count: a wave started before the storage, scheduler/_first_wave.py),
+        started up before any trial is asked (the loop waits while ``starting`` lists them),
+        so that a trial's RUNNING time is its own. Each new one's slot keeps its lease; they
+        wait as idle workers do, and say ``("ready",)`` once started up. A slot of a waiting
+        worker comes back from ``acquire`` first (its lease is kept): held meanwhile only."""
+        held: list[Slot] = []
+        taken: list[Slot] = []
+        try:
+            while len(self.idle) + len(held) < wanted and (slot := self.slots.acquire()) is not None:
+                (taken if slot.id in self.idle else held).append(slot)
+            for slot in held:
+                self.idle[slot.id] = self._prepared(slot, threads, objective, announce=True)
+        finally:
+            for slot in held + taken:
+                self.slots.release(slot, keep_lease=slot.id in self.idle)
 
     def starting(self) -> list[Worker]:
         """First-wave workers still starting up: each is read here until it says ready (or
