@@ -77,7 +77,8 @@ OURS = {"ours": [], "ours-fresh": ["scheduler.worker_mode=fresh"],
         "ours-indtpe": ["sampler.multivariate=false", "sampler.constant_liar=false"],
         "ours-startup5": ["sampler.n_startup_trials=5"],
         "ours-startup20": ["sampler.n_startup_trials=20"],
-        "ours-tuneauto": ["pruner.tune=auto"]}
+        "ours-tuneauto": ["pruner.tune=auto"], "ours-hb": ["pruner=hyperband"],
+        "ours-tpgauto-hb": ["scheduler.trials_per_gpu=auto", "pruner=hyperband"]}
 # ours-cpu / ours-gpu: objective.device through Workload.overrides
 RAY = "ray-asha"  # Ray Tune, ASHA over TPE, LightGBM on the CPU (benchmarking/ray_worker.py)
 OPTUNA_PRUNERS = {"optuna-median": "median", "optuna-hyperband": "hyperband",

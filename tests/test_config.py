@@ -28,6 +28,15 @@ def test_overrides_apply() -> None:
     assert (config.pruner.patience, config.pruner.min_resource) == (4, 3)
 
 
+def test_plain_hyperband_has_optunas_defaults() -> None:
+    """pruner=hyperband is Optuna's HyperbandPruner with Optuna's own defaults (the pruner of
+    the benchmark's optuna-hyperband baseline), with no patience to set."""
+    pruner = load_config(["pruner=hyperband"]).pruner
+    assert (pruner.name, pruner.min_resource, pruner.max_resource, pruner.reduction_factor) \
+        == ("hyperband", 1, "auto", 3)
+    assert not hasattr(pruner, "patience")
+
+
 def test_packaged_defaults_are_the_top_level_conf() -> None:
     """One copy of each YAML: the package's conf/ is the checkout's conf/ (a link)."""
     assert config_dir().resolve() == (REPO / "conf").resolve()
@@ -62,6 +71,11 @@ BAD = [
     (["pruner.patience=-1"], "pruner.patience"),
     (["pruner.min_resource=5", "pruner.max_resource=3"], "min_resource (5) > max_resource (3)"),
     (["pruner=median", "pruner.patience=3"], "unknown configuration key 'pruner.patience'"),
+    (["pruner=hyperband", "pruner.patience=3"], "unknown configuration key 'pruner.patience'"),
+    (["pruner=hyperband", "pruner.min_resource=auto"], "pruner.min_resource"),
+    (["pruner=hyperband", "pruner.reduction_factor=1"], "pruner.reduction_factor"),
+    (["pruner=hyperband", "pruner.min_resource=4", "pruner.max_resource=2"],
+     "min_resource (4) > max_resource (2)"),
     (["objective=custom"], "objective.target"),
     (["objective=custom", "objective.target=nocolon"], "objective.target"),
     (["study.direction=sideways"], "study.direction"),

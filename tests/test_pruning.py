@@ -15,7 +15,7 @@ from typing import Any
 import optuna
 import pytest
 
-from hpo_orchestrator.config import MedianPrunerConfig, PatientHyperbandPrunerConfig
+from hpo_orchestrator.config import HyperbandPrunerConfig, MedianPrunerConfig, PatientHyperbandPrunerConfig
 from hpo_orchestrator.db import create_engine
 from hpo_orchestrator.pruning import (
     PrunerSetting,
@@ -75,6 +75,7 @@ SETTINGS = [
     PrunerSetting("patient_hyperband", patience=2, min_resource=1, reduction_factor=2),
     PrunerSetting("patient_hyperband", patience=1, min_resource=3, reduction_factor=3),
     PrunerSetting("median", n_warmup_steps=2, n_startup_trials=5),
+    PrunerSetting("hyperband", min_resource=1, reduction_factor=3),
 ]
 
 
@@ -199,6 +200,33 @@ def test_factory_passes_every_setting_to_optuna() -> None:
     assert build_pruner(auto, min_resource=5)._wrapped_pruner._min_resource == 5
     median = build_pruner(MedianPrunerConfig(n_startup_trials=4, n_warmup_steps=2, interval_steps=3))
     assert (median._n_startup_trials, median._n_warmup_steps, median._interval_steps) == (4, 2, 3)
+
+
+def test_plain_hyperband_prunes_what_patience_zero_keeps() -> None:
+    """pruner=hyperband is not pruner.patience=0: Optuna's PatientPruner with patience 0 still
+    waits for a step without improvement, so trials that improve at every step but stay
+    behind are never pruned; Hyperband alone stops them at its rungs (what the benchmark's
+    optuna-hyperband baseline does)."""
+    plain = build_pruner(HyperbandPrunerConfig(min_resource=2, max_resource=9, reduction_factor=4))
+    assert isinstance(plain, optuna.pruners.HyperbandPruner)
+    assert (plain._min_resource, plain._max_resource, plain._reduction_factor) == (2, 9, 4)
+
+    def pruned(pruner: optuna.pruners.BasePruner) -> int:
+        study = optuna.create_study(pruner=pruner, sampler=optuna.samplers.RandomSampler(seed=0))
+        for number in range(30):
+            trial = study.ask()
+            for step in range(1, STEPS + 1):  # better every step; later trials stay worse
+                trial.report(number + 1.0 / step, step)
+                if trial.should_prune():
+                    study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+                    break
+            else:
+                study.tell(trial, number + 1.0 / STEPS)
+        return sum(t.state == optuna.trial.TrialState.PRUNED for t in study.trials)
+
+    patient = PatientHyperbandPrunerConfig(patience=0, min_resource=1, reduction_factor=3)
+    assert pruned(build_pruner(patient)) == 0
+    assert pruned(build_pruner(HyperbandPrunerConfig())) >= 10
 
 
 def test_fit_step_timing_finds_overhead_and_step_time() -> None:
@@ -340,5 +368,10 @@ def test_a_setting_keeps_the_recorded_options_the_grid_does_not_vary() -> None:
     assert patient.config(ran) == PatientHyperbandPrunerConfig(
         patience=2, min_delta=0.1, min_resource=1, max_resource=30, reduction_factor=3)
     assert patient.config({**ran, "max_resource": "auto"}).max_resource == "auto"
+    plain = PrunerSetting("hyperband", min_resource=2, reduction_factor=4)
+    assert plain.config({"name": "hyperband", "min_resource": 1, "max_resource": 30}) \
+        == HyperbandPrunerConfig(min_resource=2, max_resource=30, reduction_factor=4)
+    assert plain.overrides() == "pruner=hyperband pruner.min_resource=2 pruner.reduction_factor=4"
+    assert plain.config(ran) == HyperbandPrunerConfig(min_resource=2, reduction_factor=4)
     # another kind's options are not this pruner's
     assert median.config(ran) == MedianPrunerConfig(n_startup_trials=1, n_warmup_steps=2)

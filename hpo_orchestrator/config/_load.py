@@ -27,6 +27,7 @@ _GROUP_SCHEMAS: dict[str, dict[str, type]] = {
     },
     "pruner": {
         "patient_hyperband": schema.PatientHyperbandPrunerConfig,
+        "hyperband": schema.HyperbandPrunerConfig,
         "median": schema.MedianPrunerConfig,
         "none": schema.NoPrunerConfig,
     },

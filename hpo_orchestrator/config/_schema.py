@@ -18,6 +18,7 @@ from hpo_orchestrator.config._objectives import (
     TorchMLPObjectiveConfig,
 )
 from hpo_orchestrator.config._search import (
+    HyperbandPrunerConfig,
     MedianPrunerConfig,
     NoPrunerConfig,
     PatientHyperbandPrunerConfig,
@@ -31,6 +32,7 @@ __all__ = [
     "ArtifactsConfig",
     "Config",
     "CustomObjectiveConfig",
+    "HyperbandPrunerConfig",
     "LightGBMObjectiveConfig",
     "MedianPrunerConfig",
     "NoPrunerConfig",
@@ -312,7 +314,8 @@ class ArtifactsConfig:
 
 if TYPE_CHECKING:
     ObjectiveConfig: TypeAlias = LightGBMObjectiveConfig | TorchMLPObjectiveConfig | CustomObjectiveConfig
-    PrunerConfig: TypeAlias = PatientHyperbandPrunerConfig | MedianPrunerConfig | NoPrunerConfig
+    PrunerConfig: TypeAlias = (PatientHyperbandPrunerConfig | HyperbandPrunerConfig
+                                 | MedianPrunerConfig | NoPrunerConfig)
     SamplerConfig: TypeAlias = TPESamplerConfig | RandomSamplerConfig
 else:
     # OmegaConf cannot type a node as a union of dataclasses: at run time the node is untyped

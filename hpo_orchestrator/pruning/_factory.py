@@ -6,7 +6,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from hpo_orchestrator.config import MedianPrunerConfig, PatientHyperbandPrunerConfig, PrunerConfig
+from hpo_orchestrator.config import (
+    HyperbandPrunerConfig,
+    MedianPrunerConfig,
+    PatientHyperbandPrunerConfig,
+    PrunerConfig,
+)
 
 if TYPE_CHECKING:
     import optuna
@@ -27,6 +32,10 @@ def build_pruner(config: PrunerConfig, min_resource: int | None = None) -> optun
             reduction_factor=config.reduction_factor)
         return optuna.pruners.PatientPruner(hyperband, patience=config.patience,
                                             min_delta=config.min_delta)
+    if isinstance(config, HyperbandPrunerConfig):
+        return optuna.pruners.HyperbandPruner(
+            min_resource=config.min_resource, max_resource=config.max_resource,
+            reduction_factor=config.reduction_factor)
     if isinstance(config, MedianPrunerConfig):
         return optuna.pruners.MedianPruner(n_startup_trials=config.n_startup_trials,
                                            n_warmup_steps=config.n_warmup_steps,

@@ -25,7 +25,12 @@ from typing import Any
 from sqlalchemy.engine import Engine
 
 from hpo_orchestrator import db
-from hpo_orchestrator.config import MedianPrunerConfig, PatientHyperbandPrunerConfig, PrunerConfig
+from hpo_orchestrator.config import (
+    HyperbandPrunerConfig,
+    MedianPrunerConfig,
+    PatientHyperbandPrunerConfig,
+    PrunerConfig,
+)
 from hpo_orchestrator.errors import ConfigError
 from hpo_orchestrator.pruning._auto import StepTiming, stored_timings
 from hpo_orchestrator.pruning._factory import build_pruner
@@ -71,9 +76,10 @@ class StudyCurves:
 
 @dataclass(frozen=True)
 class PrunerSetting:
-    """One point of the grid: PatientPruner(HyperbandPruner) or MedianPruner."""
+    """One point of the grid: PatientPruner(HyperbandPruner), MedianPruner, or (a study that
+    ran with it) HyperbandPruner alone."""
 
-    kind: str  # patient_hyperband | median
+    kind: str  # patient_hyperband | median | hyperband
     patience: int | None = None
     min_resource: int | None = None
     reduction_factor: int | None = None
@@ -83,13 +89,18 @@ class PrunerSetting:
     def label(self) -> str:
         if self.kind == "median":
             return f"median(warmup={self.n_warmup_steps}, startup_trials={self.n_startup_trials})"
+        if self.kind == "hyperband":
+            return f"hyperband(min_resource={self.min_resource}, reduction_factor={self.reduction_factor})"
         return (f"patient_hyperband(patience={self.patience}, min_resource={self.min_resource}, "
                 f"reduction_factor={self.reduction_factor})")
 
     def short(self) -> str:
-        """For a table column: 'PH p3 m1 r3' (PatientPruner over Hyperband), 'median w3'."""
+        """For a table column: 'PH p3 m1 r3' (PatientPruner over Hyperband), 'median w3',
+        'H m1 r3' (Hyperband alone)."""
         if self.kind == "median":
             return f"median w{self.n_warmup_steps}"
+        if self.kind == "hyperband":
+            return f"H m{self.min_resource} r{self.reduction_factor}"
         return f"PH p{self.patience} m{self.min_resource} r{self.reduction_factor}"
 
     def overrides(self) -> str:
@@ -97,6 +108,9 @@ class PrunerSetting:
         if self.kind == "median":
             return (f"pruner=median pruner.n_warmup_steps={self.n_warmup_steps} "
                     f"pruner.n_startup_trials={self.n_startup_trials}")
+        if self.kind == "hyperband":
+            return (f"pruner=hyperband pruner.min_resource={self.min_resource} "
+                    f"pruner.reduction_factor={self.reduction_factor}")
         return (f"pruner=patient_hyperband pruner.patience={self.patience} "
                 f"pruner.min_resource={self.min_resource} "
                 f"pruner.reduction_factor={self.reduction_factor}")
@@ -107,7 +121,9 @@ class PrunerSetting:
         grid does not vary (``min_delta``, ``max_resource``, ``interval_steps``, and any
         option added later) is the study's, not dropped; one of another kind of pruner gives
         nothing (its options are another pruner's)."""
-        kind = MedianPrunerConfig if self.kind == "median" else PatientHyperbandPrunerConfig
+        kinds: dict[str, type[PrunerConfig]] = {"median": MedianPrunerConfig,
+                                                "hyperband": HyperbandPrunerConfig}
+        kind = kinds.get(self.kind, PatientHyperbandPrunerConfig)
         options = {f.name for f in fields(kind)} - {"name"}
         ran = dict(recorded or {})
         kept = {k: v for k, v in ran.items() if k in options} if ran.get("name") == kind.name else {}
@@ -116,6 +132,9 @@ class PrunerSetting:
         if self.kind == "median":
             return MedianPrunerConfig(**{**kept, "n_startup_trials": self.n_startup_trials or 0,
                                          "n_warmup_steps": self.n_warmup_steps or 0})
+        if self.kind == "hyperband":
+            return HyperbandPrunerConfig(**{**kept, "min_resource": self.min_resource or 1,
+                                            "reduction_factor": self.reduction_factor or 3})
         return PatientHyperbandPrunerConfig(**{
             **kept, "patience": self.patience or 0, "min_resource": self.min_resource or 1,
             "reduction_factor": self.reduction_factor or 3})
@@ -295,6 +314,9 @@ def current_setting(config: dict[str, Any]) -> PrunerSetting | None:
     if pruner.get("name") == "patient_hyperband" and isinstance(pruner.get("min_resource"), int):
         return PrunerSetting("patient_hyperband", patience=pruner.get("patience"),
                              min_resource=pruner["min_resource"],
+                             reduction_factor=pruner.get("reduction_factor"))
+    if pruner.get("name") == "hyperband" and isinstance(pruner.get("min_resource"), int):
+        return PrunerSetting("hyperband", min_resource=pruner["min_resource"],
                              reduction_factor=pruner.get("reduction_factor"))
     if pruner.get("name") == "median":
         return PrunerSetting("median", n_warmup_steps=pruner.get("n_warmup_steps"),
