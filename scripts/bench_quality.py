@@ -116,7 +116,7 @@ def launches(name: str, work: Workload, scale: float, seed: int, budget: float, 
     py = sys.executable
     if name in OURS:
         # scheduler.parallel's default: every GPU of the half once, or one trial per core
-        parallel = ["scheduler.parallel=auto"] if name == "ours-tpgauto" else []
+        parallel = ["scheduler.parallel=auto"] if name.startswith("ours-tpgauto") else []
         device = {"ours-cpu": "cpu", "ours-gpu": "gpu"}.get(name, "auto")
         return [Launch([py, "-m", "hpo_orchestrator", "run", *work.overrides(device),
                         *parallel, "study.name=bench", f"storage.url={url}",
