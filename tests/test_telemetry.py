@@ -11,6 +11,7 @@ import json
 import sqlite3
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import optuna
 import pytest
@@ -349,6 +350,31 @@ def test_findings_from_a_crafted_study(tmp_path: Path) -> None:
     assert stale.evidence["trials"] == [20] and stale.evidence["oldest_heartbeat_age_s"] > 250
     assert report.running[0]["stale"] is True
     assert "idle_gpu" not in codes and "gpu_unused" not in codes
+
+
+@pytest.mark.parametrize(("pruner", "advice", "startup"), [
+    ({"name": "patient_hyperband", "patience": 0, "min_resource": 1},
+     "raise pruner.patience and pruner.min_resource (now patience=0, min_resource=1)",
+     "raise pruner.min_resource (now 1) or set pruner.min_resource=auto"),
+    ({"name": "hyperband", "min_resource": 1, "reduction_factor": 3},
+     "raise pruner.min_resource (now min_resource=1), or use pruner=patient_hyperband",
+     "raise pruner.min_resource (now 1)"),
+    ({"name": "median", "n_warmup_steps": 0, "n_startup_trials": 5},
+     "raise pruner.n_warmup_steps (now n_warmup_steps=0)", "make the objective's own start faster"),
+])
+def test_pruning_advice_names_keys_of_the_study_pruner(tmp_path: Path, pruner: dict[str, Any],
+                                                        advice: str, startup: str) -> None:
+    """The advice names only keys the study's pruner has: 'pruner.patience' on a median or
+    plain hyperband study is an unknown key, refused when the user follows it."""
+    db = tmp_path / "crafted.db"
+    study = _crafted_study(db)
+    study.set_user_attr("hpo.config", {"pruner": pruner})
+    codes = {f.code: f for f in collect_status(create_engine(f"sqlite:///{db}"), "crafted").findings}
+    assert advice in codes["aggressive_pruning"].advice
+    assert startup in codes["slow_startup"].advice
+    if pruner["name"] != "patient_hyperband":
+        assert "patience=" not in codes["aggressive_pruning"].advice
+        assert "min_resource=auto" not in codes["slow_startup"].advice
 
 
 def test_a_healthy_study_has_no_findings(tmp_path: Path) -> None:

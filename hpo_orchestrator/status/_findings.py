@@ -174,6 +174,8 @@ def _startup_advice(config: dict[str, Any]) -> str:
     if min_resource == "auto":
         steps.append("lower pruner.startup_share (min_resource=auto then waits longer before "
                      "the first pruning decision)")
+    elif min_resource is not None and config.get("pruner", {}).get("name") == "hyperband":
+        steps.append(f"raise pruner.min_resource (now {min_resource})")  # no auto for it
     elif min_resource is not None:
         steps.append(f"raise pruner.min_resource (now {min_resource}) or set pruner.min_resource=auto")
     if mode is not None and mode != "reuse":
@@ -225,17 +227,29 @@ def _aggressive_pruning(report: StatusReport, facts: StudyFacts) -> list[Finding
     early = sum(1 for s in steps if s <= max(1, EARLY_STEP_SHARE * full))
     if median_step > EARLY_STEP_SHARE * full:
         return []
-    pruner = facts.config.get("pruner", {})
-    now = ", ".join(f"{k}={pruner[k]}" for k in ("patience", "min_resource") if k in pruner)
     return [Finding(
         "aggressive_pruning", "warning",
         f"{report.prune_rate:.0%} of finished trials were pruned, half of them by step "
         f"{median_step:g} of {full} ({early} of {pruned} in the first {EARLY_STEP_SHARE:.0%})",
-        f"most trials are stopped before they show their level, and GPU time goes to starting "
-        f"trials: raise pruner.patience and pruner.min_resource{f' (now {now})' if now else ''}; "
+        "most trials are stopped before they show their level, and GPU time goes to starting "
+        f"trials: {_gentler(facts.config.get('pruner', {}))}; "
         "'hpo-orchestrator tune-pruner' replays this study's curves to find a setting",
         {"prune_rate": round(report.prune_rate, 3), "median_prune_step": median_step,
          "max_step": full, "pruned_early": early, "pruned": pruned})]
+
+
+def _gentler(pruner: dict[str, Any]) -> str:
+    """The keys that make the study's own pruner wait longer (each pruner has its own)."""
+    def now(*keys: str) -> str:
+        values = ", ".join(f"{k}={pruner[k]}" for k in keys if k in pruner)
+        return f" (now {values})" if values else ""
+
+    if pruner.get("name") == "median":
+        return f"raise pruner.n_warmup_steps{now('n_warmup_steps')}"
+    if pruner.get("name") == "hyperband":
+        return (f"raise pruner.min_resource{now('min_resource')}, or use pruner=patient_hyperband "
+                "(it prunes only after pruner.patience steps without improvement)")
+    return f"raise pruner.patience and pruner.min_resource{now('patience', 'min_resource')}"
 
 
 def _params_differ(facts: StudyFacts) -> list[Finding]:
