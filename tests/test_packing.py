@@ -357,12 +357,12 @@ class _Clock:
 
 
 def _rt(slot: Any, threads: int, spawned_at: float, pid: int = 1,
-        kind: str = "lightgbm") -> Any:
+        kind: str = "lightgbm", reports: list[tuple[int, float]] | None = None) -> Any:
     from types import SimpleNamespace
 
     return SimpleNamespace(slot=slot, threads=threads, outcome=None, spawned_at=spawned_at,
                            worker=SimpleNamespace(process=SimpleNamespace(pid=pid)),
-                           trial=SimpleNamespace(params={"kind": kind}))
+                           trial=SimpleNamespace(params={"kind": kind}), reports=reports or [])
 
 
 @pytest.fixture
@@ -387,9 +387,11 @@ def _packer(cpu: float = 2.0) -> Any:
 
 
 def _run(packer: Any, clock: _Clock, seconds: float, threads: int = 16, pid: int = 1,
-         kind: str = "lightgbm") -> None:
-    """One trial on GPU 0 that runs ``seconds`` from now and ends."""
-    rt = _rt(packer.pool.slots[0], threads, clock.now, pid, kind)
+         kind: str = "lightgbm", steps: int = 0, step_s: float = 0.0) -> None:
+    """One trial on GPU 0 that runs ``seconds`` from now and ends, reporting ``steps`` steps
+    ``step_s`` apart, the last as it ends."""
+    reports = [(k, seconds - (steps - k) * step_s) for k in range(1, steps + 1)]
+    rt = _rt(packer.pool.slots[0], threads, clock.now, pid, kind, reports)
     clock.now += seconds
     packer.trial_ended(rt, None, {"hpo.gpu_mem_peak_mib": 1000.0})
 
@@ -436,6 +438,52 @@ def test_warm_ups_and_the_trials_beside_them_do_not_measure_a_level(clock: _Cloc
     fresh.ended(fresh.span(0, 7, {"kind": "torch"}, 0.0, 19.0))
     assert fresh.measured(0, 0.0, [], now=20.0) == (_t(19.0, TORCH),)
     assert not times.warmup(running) and times.warmup(warming)
+
+
+def test_trials_that_report_steps_measure_per_step() -> None:
+    """A pruned trial ran fewer steps than a complete one: its duration says nothing of the
+    level, its seconds per step do (set-up and first step left out). One step reported: only
+    compared with trials that ended after one; none: the whole duration, as before."""
+    from hpo_orchestrator.scheduler._trial_times import TrialTimes
+
+    times = TrialTimes(reuse=False)
+    complete = [(k, 3.0 + 2.0 * (k - 1)) for k in range(1, 11)]  # 3 s to step 1, then 2 s a step
+    times.ended(times.span(0, 1, {}, 0.0, 22.0, reports=complete))
+    times.ended(times.span(0, 2, {}, 22.0, 29.5, reports=complete[:3]))  # pruned at step 3
+    times.ended(times.span(0, 3, {}, 30.0, 33.5, reports=complete[:1]))  # pruned at step 1
+    times.ended(times.span(0, 4, {}, 34.0, 40.0))  # reports nothing
+    two = times.span(0, 5, {}, 40.0, reports=complete[:2])  # running, at step 2 since 45 s
+    one = times.span(0, 6, {}, 40.0, reports=complete[:1])  # running, one step: not yet
+    assert times.measured(0, 0.0, [two, one], now=47.0) == (
+        TrialTime("*/step", 2.0, duration=22.0), TrialTime("*/step", 2.0, duration=7.5),
+        TrialTime("*/1 step", 3.5), TrialTime("*", 6.0),
+        TrialTime("*/step", 2.0, running=True, duration=7.0))  # (7 - 3) s over steps 2 and 3
+
+
+@pytest.mark.parametrize(("steps", "verdict"), [(True, None), (False, "no gain")])
+def test_a_level_of_longer_trials_is_judged_per_step(clock: _Clock, steps: bool,
+                                                     verdict: str | None) -> None:
+    """Workload (c) under HyperbandPruner: at 1 per GPU the measured trials were pruned at
+    step 3 (6 s), at 2 per GPU they ran all 10 steps (22 s), 10 % slower a step. Judged on
+    durations two trials read 0.55x and shut the level for the run on a GPU a quarter busy;
+    per step the level gains 1.8x."""
+    packer = _packer()
+    packer.pool.acquire()
+    _run(packer, clock, 30.0)  # the worker's first trial: a warm-up, left out
+    for _ in range(2):
+        _run(packer, clock, 6.0, steps=3 if steps else 0, step_s=2.0)
+    assert packer.tick([]) is True and packer.pool.limits[0] == 2
+    packer.pool.acquire()
+    for _ in range(2):
+        _run(packer, clock, 22.0, threads=8, steps=10 if steps else 0, step_s=2.2)
+    clock.now += 2.0
+    packer.tick([])
+    changes = packer.study.user_attrs["hpo.packing.h"]["changes"]
+    if verdict is None:
+        assert packer.levels[0].gains[2] == pytest.approx(2 / 1.1, abs=0.01)
+        assert not any("no gain" in c["reason"] for c in changes)
+    else:
+        assert packer.pool.limits[0] == 1 and verdict in changes[-1]["reason"]
 
 
 def test_many_kinds_are_measured_as_one(clock: _Clock) -> None:

@@ -146,7 +146,8 @@ class Packer:
             return
         now = time.monotonic()
         self._times.ended(self._times.span(gpu.index, rt.worker.process.pid, rt.trial.params,
-                                           rt.spawned_at, now, ok=fail_reason is None))
+                                           rt.spawned_at, now, ok=fail_reason is None,
+                                           reports=rt.reports))
         if fail_reason == "oom":
             self._ooms[gpu.index].append(now)
         peak = measured.get(keys.GPU_MEM_PEAK_MIB)
@@ -249,7 +250,8 @@ class Packer:
         used = next((r.mem_used_mib for r in reversed(latest) if r.mem_used_mib is not None), None)
         total = self._total_mib.get(index)
         cpu = [] if self.sampler is None else self.sampler.cpu_readings(state.since)
-        spans = [self._times.span(index, rt.worker.process.pid, rt.trial.params, rt.spawned_at)
+        spans = [self._times.span(index, rt.worker.process.pid, rt.trial.params, rt.spawned_at,
+                                  reports=rt.reports)
                  for rt in running if rt.slot.gpu is not None and rt.slot.gpu.index == index
                  and rt.outcome is None]
         return GpuObservation(

@@ -14,7 +14,9 @@ one step at a time, from what was measured:
 A level is judged by *trial durations per kind*: each trial that ran wholly at level k is
 compared with the mean duration of trials of its kind (its categorical parameters: a
 LightGBM trial with a LightGBM one) at the level below j, and the level's gain is
-``k / j`` over the geometric mean of those slowdowns. A noisy trials/min of a few finishes,
+``k / j`` over the geometric mean of those slowdowns. Trials that report steps are judged by
+their seconds per step instead, so that a pruned trial is not read as a fast one
+(scheduler/_trial_times.py). A noisy trials/min of a few finishes,
 or a different mix of kinds at two levels, would misjudge it. A worker's first trial (process
 start, imports, LightGBM's OpenCL kernel build) is left out by the caller. A running trial
 that is already slower than break-even counts too: a loss shows before the trial ends.
@@ -103,8 +105,13 @@ class TrialTime:
     """One trial that ran at the GPU's current level (not its worker's first)."""
 
     kind: str
-    seconds: float
+    seconds: float  # what is compared between levels: the duration, or seconds per step
     running: bool = False  # still running: ``seconds`` so far, a lower bound
+    duration: float | None = None  # the whole trial's seconds where ``seconds`` is per step
+
+    @property
+    def whole_s(self) -> float:
+        return self.seconds if self.duration is None else self.duration
 
 
 @dataclass(frozen=True)
@@ -247,9 +254,9 @@ def decide(policy: PackingPolicy, state: GpuLevel, obs: GpuObservation,
             finished[t.kind] = (*finished.get(t.kind, ()), t.seconds)
     earlier = state.past.get(level, {})
     if finished:  # refined with every trial that ends at this level
-        merged = _merge(earlier, finished)
-        mean = statistics.fmean(s for durations in merged.values() for s in durations)
-        state = replace(state, times={**state.times, level: merged},
+        # trials/min (shown) from whole durations; the verdicts compare ``times``
+        mean = statistics.fmean(t.whole_s for t in obs.trials if not t.running)
+        state = replace(state, times={**state.times, level: _merge(earlier, finished)},
                         rates={**state.rates, level: round(level * 60.0 / mean, 2)})
     below = max((k for k in state.times if k < level), default=None)
     gain = None if below is None else _gain(level, obs.trials, below, state.times[below], earlier)
