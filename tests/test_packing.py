@@ -460,6 +460,36 @@ def test_trials_that_report_steps_measure_per_step() -> None:
         TrialTime("*/step", 2.0, running=True, duration=7.0))  # (7 - 3) s over steps 2 and 3
 
 
+def test_the_per_step_measure_takes_what_the_trial_measured() -> None:
+    """From the review of 9fca679: a running trial is judged by its reports alone (time after
+    its last one, a final evaluation say, is not a slow step; nor is a step of 100 iterations
+    taken for one); steps that do not rise with time (any order is Optuna's) fall back to the
+    duration, never a negative time per step (math.log refused it and the loop died)."""
+    from hpo_orchestrator.scheduler._trial_times import TrialTimes
+
+    times = TrialTimes(reuse=False)
+    tail = times.span(0, 1, {}, 0.0, reports=[(1, 3.0), (2, 4.0), (3, 5.0)])  # 11 s after
+    spaced = times.span(0, 2, {}, 0.0, reports=[(100, 3.0), (200, 4.3)])  # global_step
+    measured = times.measured(0, 0.0, [tail, spaced], now=16.0)
+    assert [(t.kind, round(t.seconds, 6), t.running, t.duration) for t in measured] == [
+        ("*/step", 1.0, True, 16.0), ("*/step", 0.013, True, 16.0)]
+    down = [(10 - k, 3.0 + k) for k in range(10)]  # steps 10, 9, ..., 1
+    times.ended(times.span(0, 3, {}, 0.0, 13.0, reports=down))
+    final_zero = [(k, 3.0 + k) for k in range(1, 11)] + [(0, 14.5)]
+    times.ended(times.span(0, 4, {}, 20.0, 35.0, reports=final_zero))
+    assert times.measured(0, 0.0, [], now=40.0) == (TrialTime("*", 13.0), TrialTime("*", 15.0))
+
+
+def test_a_revisited_level_shows_every_visits_trials_per_minute() -> None:
+    """The trials/min shown for a level (hpo.packing's rates) rest on every visit's trials
+    where they were judged by duration, as before the per-step measure."""
+    state = GpuLevel(gpu=0, limit=2, ceiling=4, times={1: {LGBM: (10.0, 10.0)}},
+                     past={2: {LGBM: (10.0, 10.0)}})
+    obs = _obs(running=2, util=95.0, trials=(_t(20.0),))
+    new, _ = decide(POLICY, state, obs, replace(HOST, concurrency=2), now=1.0)
+    assert new.rates[2] == pytest.approx(2 * 60.0 / (40.0 / 3), abs=0.01)
+
+
 @pytest.mark.parametrize(("steps", "verdict"), [(True, None), (False, "no gain")])
 def test_a_level_of_longer_trials_is_judged_per_step(clock: _Clock, steps: bool,
                                                      verdict: str | None) -> None:

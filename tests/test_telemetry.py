@@ -361,6 +361,8 @@ def test_findings_from_a_crafted_study(tmp_path: Path) -> None:
      "raise pruner.min_resource (now 1)"),
     ({"name": "median", "n_warmup_steps": 0, "n_startup_trials": 5},
      "raise pruner.n_warmup_steps (now n_warmup_steps=0)", "make the objective's own start faster"),
+    ({"name": "none"}, "the objective stops these trials itself",
+     "make the objective's own start faster"),
 ])
 def test_pruning_advice_names_keys_of_the_study_pruner(tmp_path: Path, pruner: dict[str, Any],
                                                         advice: str, startup: str) -> None:

@@ -50,7 +50,8 @@ def render_tuning(curves: StudyCurves, results: list[ReplayResult], choice: Repl
             "-" if r.best_value is None else f"{r.best_value:.5g}", str(r.unknown) if r.unknown else "",
             style=style)
     parts: list[RenderableType] = [table, Text("PH pP mM rR: PatientPruner(patience=P) over HyperbandPruner("
-                                       "min_resource=M, reduction_factor=R); median wW: MedianPruner("
+                                       "min_resource=M, reduction_factor=R); H mM rR: HyperbandPruner "
+                                       "alone; median wW: MedianPruner("
                                        "n_warmup_steps=W); ?: trials with an unknown end", style="dim")]
     current = next((r for r in results if r.current), None)
     if current is not None and current.agreement is not None:

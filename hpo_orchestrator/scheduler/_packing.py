@@ -66,6 +66,7 @@ CLEAR = 1.25  # a gain of this factor is clear from one trial on a nearly idle G
 # its neighbours in run F, where one trial at 0.74x ended a level that gained 1.45x elsewhere.
 FAR_LOSS = 0.5
 POOLED = "*"  # kind of every trial, where no kind ran at both levels
+PER_STEP = "/step"  # ends the kind of a trial judged by seconds per step (scheduler/_trial_times.py)
 REPROBE_TRIALS = 8  # measured trials at the level below before an uncounted loss is tried again
 FINAL_LOSSES = 1  # counted "no gain" verdicts that shut a level for the run
 Z = 1.0  # standard errors by which a "no gain" must be under 1 + min_gain
@@ -192,7 +193,8 @@ class _Gain:
 
 
 def _log_means(durations: dict[str, tuple[float, ...]]) -> dict[str, float]:
-    return {kind: statistics.fmean(map(math.log, s)) for kind, s in durations.items() if s}
+    logs = {kind: [math.log(x) for x in s if x > 0] for kind, s in durations.items()}
+    return {kind: statistics.fmean(xs) for kind, xs in logs.items() if xs}
 
 
 def _gain(level: int, trials: tuple[TrialTime, ...], below: int,
@@ -218,7 +220,7 @@ def _gain(level: int, trials: tuple[TrialTime, ...], below: int,
     slowdowns = [x - means[kind] for kind, xs in logs.items() for x in xs]
     if not slowdowns:
         return None
-    based_on = sum(len(base[kind]) for kind in logs)  # trials at the level below compared
+    based_on = sum(sum(s > 0 for s in base[kind]) for kind in logs)  # trials below compared
     error = _spread(logs, base) * math.sqrt(1 / len(slowdowns) + 1 / based_on)
     return _Gain(break_even / math.exp(statistics.fmean(slowdowns)), len(slowdowns), of_one_kind,
                  fresh, based_on < TRIALS_PER_LEVEL, error)
@@ -227,7 +229,7 @@ def _gain(level: int, trials: tuple[TrialTime, ...], below: int,
 def _spread(level: dict[str, list[float]], base: dict[str, tuple[float, ...]]) -> float:
     """Standard deviation of a trial's log duration around its kind's mean (at its level),
     pooled over both levels; SPREAD_PRIOR until there are enough trials to say."""
-    groups = [xs for xs in level.values()] + [[math.log(s) for s in base[k]] for k in level]
+    groups = [xs for xs in level.values()] + [[math.log(s) for s in base[k] if s > 0] for k in level]
     squares = sum(sum((x - mean) ** 2 for x in xs)
                   for xs, mean in ((xs, statistics.fmean(xs)) for xs in groups if xs))
     freedom = sum(len(xs) - 1 for xs in groups)
@@ -254,10 +256,14 @@ def decide(policy: PackingPolicy, state: GpuLevel, obs: GpuObservation,
             finished[t.kind] = (*finished.get(t.kind, ()), t.seconds)
     earlier = state.past.get(level, {})
     if finished:  # refined with every trial that ends at this level
-        # trials/min (shown) from whole durations; the verdicts compare ``times``
-        mean = statistics.fmean(t.whole_s for t in obs.trials if not t.running)
-        state = replace(state, times={**state.times, level: _merge(earlier, finished)},
-                        rates={**state.rates, level: round(level * 60.0 / mean, 2)})
+        merged = _merge(earlier, finished)
+        # trials/min (shown) from whole durations: every visit's where ``times`` holds them,
+        # this visit's where trials were judged per step
+        wholes = [t.whole_s for t in obs.trials if not t.running] \
+            if any(kind.endswith(PER_STEP) for kind in merged) \
+            else [s for durations in merged.values() for s in durations]
+        state = replace(state, times={**state.times, level: merged},
+                        rates={**state.rates, level: round(level * 60.0 / statistics.fmean(wholes), 2)})
     below = max((k for k in state.times if k < level), default=None)
     gain = None if below is None else _gain(level, obs.trials, below, state.times[below], earlier)
     if gain is not None:

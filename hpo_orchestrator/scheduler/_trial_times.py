@@ -21,8 +21,9 @@ a GPU three quarters idle (workload c, docs/QUALITY.md). So a trial that reporte
 or more measures its level by its seconds per step between its first and last report (the
 trial's set-up and first step left out), as kind ``<kind>/step``; one that reported a single
 step is compared only with others that ended after one (``<kind>/1 step``); one that
-reported none by its whole duration, as before. A running trial counts per step once it has
-two reports (a lower bound: the step under way counts as ending now), and not before.
+reported none, or steps that did not rise with time, by its whole duration, as before. A
+running trial counts per step once it has two reports, by what it measured between them (so
+a slow one shows its loss at its next report, not before).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from hpo_orchestrator.scheduler._packing import POOLED, TrialTime, trial_kind
+from hpo_orchestrator.scheduler._packing import PER_STEP, POOLED, TrialTime, trial_kind
 
 __all__ = ["MAX_KINDS", "Span", "TrialTimes"]
 
@@ -110,12 +111,15 @@ class TrialTimes:
         elapsed = (now if span.end is None else span.end) - span.start
         steps = {step for step, _ in span.reports}
         if len(steps) >= 2:
-            (first, first_s), (last, last_s) = min(span.reports), max(span.reports)
-            if running:  # the step under way counts as ending now: a lower bound
-                return TrialTime(f"{kind}/step", (elapsed - first_s) / (last - first + 1),
-                                 running=True, duration=elapsed)
-            return TrialTime(f"{kind}/step", (last_s - first_s) / (last - first),
-                             duration=elapsed)
+            # the first and last report in time: Optuna takes steps in any order
+            (first_s, first), (last_s, last) = (min((s, k) for k, s in span.reports),
+                                                max((s, k) for k, s in span.reports))
+            if last > first and last_s > first_s:
+                # only what it measured between reports, running or ended alike: no tail
+                # after the last report (a final evaluation), no guess at the next step
+                return TrialTime(f"{kind}{PER_STEP}", (last_s - first_s) / (last - first),
+                                 running=running, duration=elapsed)
+            return TrialTime(kind, elapsed, running=running)  # steps that do not rise
         if steps:  # one step: only like trials compare; running, it is still on its way
             return None if running else TrialTime(f"{kind}/1 step", elapsed)
         return TrialTime(kind, elapsed, running=running)

@@ -246,6 +246,9 @@ def _gentler(pruner: dict[str, Any]) -> str:
 
     if pruner.get("name") == "median":
         return f"raise pruner.n_warmup_steps{now('n_warmup_steps')}"
+    if pruner.get("name") == "none":
+        return ("pruner=none: the objective stops these trials itself (it raises "
+                "optuna.TrialPruned); let it wait longer, or give the study a pruner")
     if pruner.get("name") == "hyperband":
         return (f"raise pruner.min_resource{now('min_resource')}, or use pruner=patient_hyperband "
                 "(it prunes only after pruner.patience steps without improvement)")
