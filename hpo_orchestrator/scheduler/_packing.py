@@ -107,7 +107,7 @@ class TrialTime:
 
     kind: str
     seconds: float  # what is compared between levels: the duration, or seconds per step
-    running: bool = False  # still running: ``seconds`` so far, a lower bound
+    running: bool = False  # still running: its duration so far (a lower bound), or per step so far
     duration: float | None = None  # the whole trial's seconds where ``seconds`` is per step
 
     @property
