@@ -490,6 +490,17 @@ def test_a_revisited_level_shows_every_visits_trials_per_minute() -> None:
     assert new.rates[2] == pytest.approx(2 * 60.0 / (40.0 / 3), abs=0.01)
 
 
+def test_a_per_step_verdict_says_steps_per_minute() -> None:
+    """Compared per step, a level's verdict is about steps per minute: its trials/min also
+    count the trials the pruner stopped early, and would contradict it."""
+    step = "*/step"
+    state = GpuLevel(gpu=0, limit=2, ceiling=4, times={1: {step: (1.0, 1.0, 1.0)}})
+    obs = _obs(running=2, trials=(TrialTime(step, 2.4, duration=30.0),) * 2)
+    new, change = decide(POLICY, state, obs, replace(HOST, concurrency=2), now=1.0)
+    assert change is not None and new.limit == 1
+    assert "2 per GPU ran 0.83x the steps/min of 1 per GPU (2 trials" in change.reason
+
+
 @pytest.mark.parametrize(("steps", "verdict"), [(True, None), (False, "no gain")])
 def test_a_level_of_longer_trials_is_judged_per_step(clock: _Clock, steps: bool,
                                                      verdict: str | None) -> None:
@@ -512,8 +523,10 @@ def test_a_level_of_longer_trials_is_judged_per_step(clock: _Clock, steps: bool,
     if verdict is None:
         assert packer.levels[0].gains[2] == pytest.approx(2 / 1.1, abs=0.01)
         assert not any("no gain" in c["reason"] for c in changes)
+        assert changes[-1]["reason"].endswith("1.82x the level below per step)")
     else:
         assert packer.pool.limits[0] == 1 and verdict in changes[-1]["reason"]
+        assert "0.55x the trials/min of 1 per GPU" in changes[-1]["reason"]
 
 
 def test_many_kinds_are_measured_as_one(clock: _Clock) -> None:

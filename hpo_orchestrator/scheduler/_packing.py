@@ -280,9 +280,8 @@ def decide(policy: PackingPolicy, state: GpuLevel, obs: GpuObservation,
             again = ("for good" if losses >= FINAL_LOSSES
                      else f"tried again after {REPROBE_TRIALS} trials at {level - 1}")
             return _move(state, level - 1, now,
-                         f"{level} per GPU finished {gain.ratio:.2f}x the trials/min of {below} "
-                         f"per GPU ({gain.trials} trials compared with their kind): no gain, "
-                         f"{again}")
+                         f"{level} per GPU {_pace(state, below, gain.ratio)} of {below} per GPU "
+                         f"({gain.trials} trials compared with their kind): no gain, {again}")
     if (level == state.ceiling < policy.max_per_gpu
             and state.losses.get(level + 1, 0) < FINAL_LOSSES
             and sum(map(len, finished.values())) >= REPROBE_TRIALS):
@@ -317,7 +316,18 @@ def may_rise(policy: PackingPolicy, state: GpuLevel) -> bool:
 def _measured(state: GpuLevel, level: int) -> str:
     rate = f"{state.rates[level]:.1f} trials/min" if level in state.rates else "rate unknown"
     gain = state.gains.get(level)
-    return rate if gain is None else f"{rate}, {gain:.2f}x the level below"
+    if gain is None:
+        return rate
+    per_step = any(kind.endswith(PER_STEP) for kind in state.times.get(level, {}))
+    return f"{rate}, {gain:.2f}x the level below{' per step' if per_step else ''}"
+
+
+def _pace(state: GpuLevel, below: int, ratio: float) -> str:
+    """'finished 0.84x the trials/min', or 'ran 0.84x the steps/min' where the trials were
+    compared per step (their trials/min then also count the pruner's early stops)."""
+    if any(kind.endswith(PER_STEP) for kind in state.times.get(below, {})):
+        return f"ran {ratio:.2f}x the steps/min"
+    return f"finished {ratio:.2f}x the trials/min"
 
 
 def _merge(earlier: dict[str, tuple[float, ...]],
@@ -377,7 +387,7 @@ def _held(policy: PackingPolicy, state: GpuLevel, obs: GpuObservation,
     if measured < TRIALS_PER_LEVEL and not (fast and measured >= 1):
         return f"measuring trial durations at {level} per GPU ({measured} of {TRIALS_PER_LEVEL})"
     if gain is not None and gain.ratio < policy.climb_gain:
-        return (f"{level} per GPU finished {gain.ratio:.2f}x the trials/min of {below} per GPU, "
+        return (f"{level} per GPU {_pace(state, below, gain.ratio)} of {below} per GPU, "
                 f"under the {policy.climb_gain:g}x that pays for one more")
     # Gains shrink level by level (run A: 1.62x, 1.27x, then 0.89x): where the last two
     # shrank by as much again, the next level is not worth its warm-up.
