@@ -322,10 +322,10 @@ def _measured(state: GpuLevel, level: int) -> str:
     return f"{rate}, {gain:.2f}x the level below{' per step' if per_step else ''}"
 
 
-def _pace(state: GpuLevel, below: int, ratio: float) -> str:
+def _pace(state: GpuLevel, below: int | None, ratio: float) -> str:
     """'finished 0.84x the trials/min', or 'ran 0.84x the steps/min' where the trials were
     compared per step (their trials/min then also count the pruner's early stops)."""
-    if any(kind.endswith(PER_STEP) for kind in state.times.get(below, {})):
+    if below is not None and any(kind.endswith(PER_STEP) for kind in state.times.get(below, {})):
         return f"ran {ratio:.2f}x the steps/min"
     return f"finished {ratio:.2f}x the trials/min"
 
