@@ -669,6 +669,25 @@ def _(built: Built, connection: Connection) -> None:
         transaction.rollback()
 
 
+@case("run.STARTED_AT")
+@case("run.ATTRS_OF")
+def _(built: Built, connection: Connection) -> None:
+    """An ask's retry finds the trial its earlier try committed (the same start, to the
+    microsecond as written, and the same attrs) and takes it; one of another orchestrator
+    started at that instant, or one the caller holds, is not taken: a new trial is made."""
+    from hpo_orchestrator.db import _run
+
+    started = datetime(2024, 1, 2, 3, 4, 5, 123456)
+    mine, other = {"hpo.host": "h2", "hpo.orchestrator_pid": 7}, {"hpo.host": "h3", "hpo.orchestrator_pid": 7}
+    with connection.begin() as transaction:
+        first = _run.ask_running_trial(connection, built.study_id, started, other)
+        earlier = _run.ask_running_trial(connection, built.study_id, started, mine)
+        assert _run.ask_running_trial(connection, built.study_id, started, mine, known=set()) == earlier
+        again = _run.ask_running_trial(connection, built.study_id, started, mine, known={earlier[0]})
+        assert len({first, earlier, again}) == 3 and again[1] == earlier[1] + 1
+        transaction.rollback()
+
+
 @case("run.MAX_COMPLETED_STEP")
 def _(built: Built, connection: Connection) -> None:
     from hpo_orchestrator.db import _run

@@ -7,8 +7,10 @@ before (study set-up: exit 2) it is not. A fake clock: nothing sleeps here."""
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import sqlite3
+import uuid
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -146,3 +148,55 @@ def test_retries_run_out_with_the_cause_named(
     with pytest.raises(StorageUnavailable) as raised:
         mirror.record_heartbeat(trial._trial_id)
     assert raised.value.cause == "locked" and clock.now == pytest.approx(30.0)
+
+
+class _AnswerLostOnce:
+    """An engine whose next transaction commits and then fails as a terminated PostgreSQL
+    connection does when the server's answer to the COMMIT is lost."""
+
+    def __init__(self, engine: Any) -> None:
+        self.engine, self.armed = engine, True
+
+    @contextlib.contextmanager
+    def begin(self) -> Any:
+        with self.engine.begin() as connection:
+            yield connection
+        if self.armed:
+            self.armed = False
+            raise sqlalchemy.exc.OperationalError("COMMIT", {}, Exception(
+                "terminating connection due to administrator command"))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.engine, name)
+
+
+@pytest.mark.parametrize("database", ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def test_an_ask_whose_answer_was_lost_takes_the_trial_it_made(
+        database: str, tmp_path: Path, request: pytest.FixtureRequest,
+        clock: SimpleNamespace, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ask's first try committed a trial and lost the answer: its retry takes that trial
+    (with its attrs and heartbeat) instead of making a second one, which nobody would hold
+    and recovery would reap as 'lost' (a FAIL in the study: test-long's PostgreSQL run saw
+    24 COMPLETE and one such FAIL). A retry that finds nothing makes its trial as before."""
+    url = request.getfixturevalue("postgres_url") if database == "postgresql" \
+        else f"sqlite:///{tmp_path / 'ask.db'}"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        mirror = MirrorStorage(open_rdb_storage(url, heartbeat_interval_s=60, grace_period_s=180))
+    study = optuna.create_study(storage=mirror, study_name=f"ask-{uuid.uuid4().hex[:12]}")
+    mirror.start_retrying(retry_s=60)
+    attrs = {"hpo.host": "h", "hpo.orchestrator_pid": 4242}
+    for lost in (True, False):
+        flaky = _AnswerLostOnce(mirror.backend.engine)
+        flaky.armed = lost
+        monkeypatch.setattr(mirror.backend, "engine", flaky)
+        before, waited = len(mirror.backend.get_all_trials(study._study_id)), clock.now
+        with mirror.starting(attrs) as created, warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # heartbeats outside Study.optimize
+            trial = study.ask()
+        monkeypatch.setattr(mirror.backend, "engine", flaky.engine)
+        trials = mirror.backend.get_all_trials(study._study_id)
+        assert len(trials) == before + 1 and created == {trial._trial_id}
+        assert trials[-1]._trial_id == trial._trial_id and trials[-1].number == trial.number
+        assert trials[-1].user_attrs == attrs
+        assert (clock.now > waited) is lost  # the lost answer was waited out, then retried

@@ -101,6 +101,7 @@ if TYPE_CHECKING:
     )
     from hpo_orchestrator.db._run import (
         RunningTrialRow,
+        ask_running_trial,
         attempt_of,
         create_running_trial,
         enqueue_waiting_trial,
@@ -198,7 +199,8 @@ _MODULES = {
     "asked_outside": "_outside",
     **dict.fromkeys(["Retrying", "StorageUnavailable", "first_line", "is_retried", "retried",
                      "retrying_of", "trouble_of"], "_retry"),
-    **dict.fromkeys(["RunningTrialRow", "attempt_of", "create_running_trial", "enqueue_waiting_trial",
+    **dict.fromkeys(["RunningTrialRow", "ask_running_trial", "attempt_of", "create_running_trial",
+                     "enqueue_waiting_trial",
                      "fail_running_trial", "max_completed_step", "no_longer_running", "running_among",
                      "start_running_trial", "write_trial_attrs"], "_run"),
     **dict.fromkeys(["TELEMETRY_COLUMNS", "add_summary_columns", "ensure_tables", "insert_samples",

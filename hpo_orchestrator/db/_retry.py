@@ -12,8 +12,10 @@ What is retried: each call the run makes on its study's storage (study/_storage.
 :func:`retried`, and Optuna's RDBStorage calls they make are retried with them), and each
 transaction of ours (:meth:`Retrying.call`). A step whose
 commit reached the server but whose answer was lost may run twice: harmless for writes of
-attrs and values; an ask may leave one extra RUNNING trial without a heartbeat, which
-recovery fails as ``lost`` (not counted against n_trials) after the grace period.
+attrs and values; an ask's retry first looks for the trial its earlier try created (started
+at the same instant, with this orchestrator's host and pid: db/_run.py's
+``ask_running_trial``) and takes it, where a second trial would be reaped as ``lost`` after
+the grace period and stay a FAIL in the study.
 """
 
 from __future__ import annotations

@@ -20,9 +20,9 @@ from hpo_orchestrator import keys
 from hpo_orchestrator.db._outside import asked_outside
 from hpo_orchestrator.db._study import state_name, to_datetime
 
-__all__ = ["RunningTrialRow", "attempt_of", "create_running_trial", "enqueue_waiting_trial",
-           "fail_running_trial", "max_completed_step", "no_longer_running", "running_among",
-           "start_running_trial", "write_trial_attrs"]
+__all__ = ["RunningTrialRow", "ask_running_trial", "attempt_of", "create_running_trial",
+           "enqueue_waiting_trial", "fail_running_trial", "max_completed_step",
+           "no_longer_running", "running_among", "start_running_trial", "write_trial_attrs"]
 
 _TRIAL_STATE_SQL = "SELECT state FROM trials WHERE trial_id = :t"
 # A no-op update that holds the trial's row (PostgreSQL: until the transaction ends) while
@@ -49,6 +49,11 @@ _SET_START_SQL = "UPDATE trials SET datetime_start = :d WHERE trial_id = :t"
 # The database's clock, as Optuna's record_heartbeat stamps it (func.current_timestamp()).
 _FIRST_HEARTBEAT_SQL = "INSERT INTO trial_heartbeats (trial_id, heartbeat) VALUES (:t, CURRENT_TIMESTAMP)"
 _ATTEMPT_SQL = "SELECT value_json FROM trial_user_attributes WHERE trial_id = :t AND key = 'hpo.attempt'"
+# An ask's earlier try: the study's RUNNING trials started at that instant (about one), then
+# their attrs (only on a retry: never on a run's every ask)
+_STARTED_AT_SQL = ("SELECT trial_id, number FROM trials WHERE study_id = :s AND state = 'RUNNING' "
+                   "AND datetime_start = :d")
+_ATTRS_OF_SQL = "SELECT key, value_json FROM trial_user_attributes WHERE trial_id = :t"
 # Reaping reads only the trials the caller names (the run's mirror knows the unfinished
 # ones): a filter on state over the study's trials would scan all of them (about 25 ms a
 # statement at 100,000 trials, three of them every heartbeat round).
@@ -139,6 +144,30 @@ def create_running_trial(connection: Connection, study_id: int, started: datetim
     insert = text(_INSERT_RUNNING_SQL).bindparams(bindparam("d", type_=DateTime()))
     trial_id = int(connection.execute(insert, {"s": study_id, "d": started}).scalar_one())
     return trial_id, _set_number(connection, study_id, trial_id)
+
+
+def ask_running_trial(connection: Connection, study_id: int, started: datetime,
+                      user_attrs: dict[str, Any] | None,
+                      known: Collection[int] | None = None) -> tuple[int, int]:
+    """(trial_id, number) of a new RUNNING trial (``create_running_trial``), with its
+    ``user_attrs`` and first heartbeat (``start_running_trial``; None: neither). On a retry
+    (``known``: the trial ids the caller holds), first the trial an earlier try created, where
+    its commit went through and only the answer was lost (a dropped connection): RUNNING,
+    started at the same instant, with the same attrs (this orchestrator's host and pid), not
+    one the caller knows. Retried blindly, the ask made a second trial, and the first was
+    reaped as 'lost' after the grace period: a FAIL in the study."""
+    if known is not None and user_attrs:
+        query = text(_STARTED_AT_SQL).bindparams(bindparam("d", type_=DateTime()))
+        for trial_id, number in connection.execute(query, {"s": study_id, "d": started}).all():
+            written = {str(key): value for key, value in connection.execute(
+                text(_ATTRS_OF_SQL), {"t": trial_id}).all()}
+            if trial_id not in known and all(written.get(key) == json.dumps(value)
+                                             for key, value in user_attrs.items()):
+                return int(trial_id), int(number)
+    trial_id, number = create_running_trial(connection, study_id, started)
+    if user_attrs is not None:
+        start_running_trial(connection, trial_id, user_attrs)
+    return trial_id, number
 
 
 def start_running_trial(connection: Connection, trial_id: int, user_attrs: dict[str, Any]) -> None:

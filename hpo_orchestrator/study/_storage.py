@@ -26,9 +26,8 @@ reach the mirror with the next refresh; no sampler or pruner reads them.
 
 Storage trouble: a method that reaches the database is ``@retried`` (db/_retry.py): after
 :meth:`MirrorStorage.start_retrying`, transient trouble in it is waited out and the call runs
-again; ``NOT_RETRIED`` names the rest and why (tests/test_storage_retries.py).
-
-Thread safety: one lock around the mirror; the orchestrator's loop is its one caller.
+again; ``NOT_RETRIED`` names the rest and why (tests/test_storage_retries.py). Thread safety:
+one lock around the mirror; the orchestrator's loop is its one caller.
 """
 
 from __future__ import annotations
@@ -51,12 +50,11 @@ from optuna.trial import FrozenTrial, TrialState
 
 from hpo_orchestrator.db import (
     Retrying,
+    ask_running_trial,
     best_trial_ids,
-    create_running_trial,
     read_trials,
     recent_trial_ids,
     retried,
-    start_running_trial,
     unfinished_trial_ids_before,
     write_param,
     write_steps,
@@ -111,6 +109,7 @@ class MirrorStorage(PassThroughStorage):
         self._flushed_at = clock()
         self._ends: dict[int, TrialEnd] = {}
         self._starting: tuple[dict[str, Any], set[int]] | None = None  # see starting()
+        self._asking: datetime | None = None  # the start of an ask whose try raised
 
     def start_retrying(self, retry_s: float) -> Retrying:
         """From here on, transient storage trouble in a call (``@retried``) is waited out for
@@ -146,13 +145,14 @@ class MirrorStorage(PassThroughStorage):
     def create_new_trial(self, study_id: int, template_trial: FrozenTrial | None = None) -> int:
         mirror = self._mirror(study_id)
         if template_trial is None:  # every ask(): numbered without counting the study
-            started = datetime.now()  # local time, as Optuna stamps it
+            retry, started = self._asking is not None, self._asking or datetime.now()  # local
             attrs, created = self._starting or ({}, set())
+            self._asking = started  # a try that raises may have committed: the next one looks
             with self.backend.engine.begin() as connection:
-                frozen = new_running_trial(*create_running_trial(connection, study_id, started),
-                                           started, attrs)
-                if self._starting is not None:
-                    start_running_trial(connection, frozen._trial_id, attrs)
+                frozen = new_running_trial(*ask_running_trial(
+                    connection, study_id, started, None if self._starting is None else attrs,
+                    self._trial_study if retry else None), started, attrs)
+            self._asking = None
             created.add(frozen._trial_id)
         else:  # enqueue_trial, add_trial: rare, Optuna's own
             frozen = self.backend._create_new_trial(study_id, template_trial)
