@@ -260,7 +260,7 @@ def decide(policy: PackingPolicy, state: GpuLevel, obs: GpuObservation,
         # trials/min (shown) from whole durations: every visit's where ``times`` holds them,
         # this visit's where trials were judged per step
         wholes = [t.whole_s for t in obs.trials if not t.running] \
-            if any(kind.endswith(PER_STEP) for kind in merged) \
+            if _per_step(merged) \
             else [s for durations in merged.values() for s in durations]
         state = replace(state, times={**state.times, level: merged},
                         rates={**state.rates, level: round(level * 60.0 / statistics.fmean(wholes), 2)})
@@ -318,16 +318,21 @@ def _measured(state: GpuLevel, level: int) -> str:
     gain = state.gains.get(level)
     if gain is None:
         return rate
-    per_step = any(kind.endswith(PER_STEP) for kind in state.times.get(level, {}))
-    return f"{rate}, {gain:.2f}x the level below{' per step' if per_step else ''}"
+    per_step = " per step" if _per_step(state.times.get(level, {})) else ""
+    return f"{rate}, {gain:.2f}x the level below{per_step}"
 
 
 def _pace(state: GpuLevel, below: int | None, ratio: float) -> str:
     """'finished 0.84x the trials/min', or 'ran 0.84x the steps/min' where the trials were
     compared per step (their trials/min then also count the pruner's early stops)."""
-    if below is not None and any(kind.endswith(PER_STEP) for kind in state.times.get(below, {})):
+    if below is not None and _per_step(state.times.get(below, {})):
         return f"ran {ratio:.2f}x the steps/min"
     return f"finished {ratio:.2f}x the trials/min"
+
+
+def _per_step(durations: dict[str, tuple[float, ...]]) -> bool:
+    """Were some of these trials judged by seconds per step (scheduler/_trial_times.py)?"""
+    return any(kind.endswith(PER_STEP) for kind in durations)
 
 
 def _merge(earlier: dict[str, tuple[float, ...]],
