@@ -15,11 +15,10 @@ A level is judged by *trial durations per kind*: each trial that ran wholly at l
 compared with the mean duration of trials of its kind (its categorical parameters: a
 LightGBM trial with a LightGBM one) at the level below j, and the level's gain is
 ``k / j`` over the geometric mean of those slowdowns. Trials that report steps are judged by
-their seconds per step instead, so that a pruned trial is not read as a fast one
-(scheduler/_trial_times.py). A noisy trials/min of a few finishes,
-or a different mix of kinds at two levels, would misjudge it. A worker's first trial (process
-start, imports, LightGBM's OpenCL kernel build) is left out by the caller. A running trial
-that is already slower than break-even counts too: a loss shows before the trial ends.
+seconds per step, so that a pruned trial is not read as a fast one (scheduler/_trial_times.py);
+a noisy trials/min of a few finishes, or a different mix of kinds, would misjudge a level. A
+worker's first trial (process start, imports, OpenCL kernel build) is left out by the caller; a
+running trial already slower than break-even counts: a loss shows before the trial ends.
 
 How many trials a verdict needs: one trial's duration varies with what runs beside it, so
 
@@ -259,9 +258,8 @@ def decide(policy: PackingPolicy, state: GpuLevel, obs: GpuObservation,
         merged = _merge(earlier, finished)
         # trials/min (shown) from whole durations: every visit's where ``times`` holds them,
         # this visit's where trials were judged per step
-        wholes = [t.whole_s for t in obs.trials if not t.running] \
-            if _per_step(merged) \
-            else [s for durations in merged.values() for s in durations]
+        wholes = ([t.whole_s for t in obs.trials if not t.running] if _per_step(merged)
+                  else [s for durations in merged.values() for s in durations])
         state = replace(state, times={**state.times, level: merged},
                         rates={**state.rates, level: round(level * 60.0 / statistics.fmean(wholes), 2)})
     below = max((k for k in state.times if k < level), default=None)
@@ -315,19 +313,17 @@ def may_rise(policy: PackingPolicy, state: GpuLevel) -> bool:
 
 def _measured(state: GpuLevel, level: int) -> str:
     rate = f"{state.rates[level]:.1f} trials/min" if level in state.rates else "rate unknown"
-    gain = state.gains.get(level)
-    if gain is None:
+    if (gain := state.gains.get(level)) is None:
         return rate
     per_step = " per step" if _per_step(state.times.get(level, {})) else ""
     return f"{rate}, {gain:.2f}x the level below{per_step}"
 
 
 def _pace(state: GpuLevel, below: int | None, ratio: float) -> str:
-    """'finished 0.84x the trials/min', or 'ran 0.84x the steps/min' where the trials were
-    compared per step (their trials/min then also count the pruner's early stops)."""
-    if below is not None and _per_step(state.times.get(below, {})):
-        return f"ran {ratio:.2f}x the steps/min"
-    return f"finished {ratio:.2f}x the trials/min"
+    """'ran 0.84x the steps/min' where the trials were compared per step (their trials/min
+    also count the pruner's early stops), else 'finished 0.84x the trials/min'."""
+    per_step = below is not None and _per_step(state.times.get(below, {}))
+    return f"ran {ratio:.2f}x the steps/min" if per_step else f"finished {ratio:.2f}x the trials/min"
 
 
 def _per_step(durations: dict[str, tuple[float, ...]]) -> bool:
