@@ -27,9 +27,9 @@ from hpo_orchestrator.scheduler._packing import (
     TrialTime,
     decide,
     expected_peak_mib,
-    trial_kind,
 )
 from hpo_orchestrator.scheduler._slots import SlotPool
+from hpo_orchestrator.scheduler._trial_times import trial_kind
 from tests.conftest import max_overlap, trial_rows
 
 POLICY = PackingPolicy(target_util=80.0, max_per_gpu=4)
@@ -184,6 +184,10 @@ def test_an_oom_backs_off_and_caps() -> None:
 def test_trial_kind_is_its_categorical_parameters() -> None:
     assert trial_kind({"kind": "torch", "lr": 0.1, "layers": 3}) == "kind=torch"
     assert trial_kind({"lr": 0.1}) == "*"
+    # a categorical number (the CNN's batch_size) is a kind too; the same number as an int
+    # parameter is not
+    assert trial_kind({"batch_size": 64, "lr": 0.1}, categorical={"batch_size"}) == "batch_size=64"
+    assert trial_kind({"batch_size": 64, "lr": 0.1}) == "*"
 
 
 def test_expected_peak_is_the_largest_finished_else_running() -> None:
@@ -357,12 +361,24 @@ class _Clock:
 
 
 def _rt(slot: Any, threads: int, spawned_at: float, pid: int = 1,
-        kind: str = "lightgbm", reports: list[tuple[int, float]] | None = None) -> Any:
+        kind: str = "lightgbm", reports: list[tuple[int, float]] | None = None,
+        batch: int | None = None) -> Any:
+    """A running trial; ``batch``: a categorical batch_size (the CNN's) beside ``kind``."""
     from types import SimpleNamespace
 
+    import optuna
+
+    params: dict[str, Any] = {"kind": kind, "lr": 0.01}
+    distributions: dict[str, Any] = {
+        "kind": optuna.distributions.CategoricalDistribution(["lightgbm", "torch"]),
+        "lr": optuna.distributions.FloatDistribution(1e-4, 0.1, log=True)}
+    if batch is not None:
+        params["batch_size"] = batch
+        distributions["batch_size"] = optuna.distributions.CategoricalDistribution([64, 128, 256])
     return SimpleNamespace(slot=slot, threads=threads, outcome=None, spawned_at=spawned_at,
                            worker=SimpleNamespace(process=SimpleNamespace(pid=pid)),
-                           trial=SimpleNamespace(params={"kind": kind}), reports=reports or [])
+                           trial=SimpleNamespace(params=params, distributions=distributions),
+                           reports=reports or [])
 
 
 @pytest.fixture
@@ -387,11 +403,12 @@ def _packer(cpu: float = 2.0) -> Any:
 
 
 def _run(packer: Any, clock: _Clock, seconds: float, threads: int = 16, pid: int = 1,
-         kind: str = "lightgbm", steps: int = 0, step_s: float = 0.0) -> None:
+         kind: str = "lightgbm", steps: int = 0, step_s: float = 0.0,
+         batch: int | None = None) -> None:
     """One trial on GPU 0 that runs ``seconds`` from now and ends, reporting ``steps`` steps
     ``step_s`` apart, the last as it ends."""
     reports = [(k, seconds - (steps - k) * step_s) for k in range(1, steps + 1)]
-    rt = _rt(packer.pool.slots[0], threads, clock.now, pid, kind, reports)
+    rt = _rt(packer.pool.slots[0], threads, clock.now, pid, kind, reports, batch)
     clock.now += seconds
     packer.trial_ended(rt, None, {"hpo.gpu_mem_peak_mib": 1000.0})
 
@@ -527,6 +544,24 @@ def test_a_level_of_longer_trials_is_judged_per_step(clock: _Clock, steps: bool,
     else:
         assert packer.pool.limits[0] == 1 and verdict in changes[-1]["reason"]
         assert "0.55x the trials/min of 1 per GPU" in changes[-1]["reason"]
+
+
+def test_a_categorical_batch_size_is_a_kind_of_its_own(clock: _Clock) -> None:
+    """Workload (c)'s CNN suggests ``batch_size`` from 64, 128 and 256: an epoch (its step) at
+    64 takes about 3x as long as at 256. Level 1 ran both; level 2 only 64, each step 1.1x
+    slower. Compared as one kind, 64's steps read as a 1.7x slowdown against the mix (a 1.17x
+    gain); each size compared with its own, level 2 gains 2 / 1.1 = 1.82x."""
+    packer = _packer()
+    packer.pool.acquire()
+    for batch, step_s in ((256, 1.0), (64, 3.0)) * 3:  # the first of each: a warm-up
+        _run(packer, clock, 10 * step_s + 2.0, steps=10, step_s=step_s, batch=batch)
+    assert packer.tick([]) is True and packer.pool.limits[0] == 2
+    packer.pool.acquire()
+    for _ in range(2):
+        _run(packer, clock, 35.0, threads=8, steps=10, step_s=3.3, batch=64)
+    clock.now += 2.0
+    packer.tick([])
+    assert packer.levels[0].gains[2] == pytest.approx(2 / 1.1, abs=0.01)
 
 
 def test_many_kinds_are_measured_as_one(clock: _Clock) -> None:

@@ -147,7 +147,7 @@ class Packer:
         now = time.monotonic()
         self._times.ended(self._times.span(gpu.index, rt.worker.process.pid, rt.trial.params,
                                            rt.spawned_at, now, ok=fail_reason is None,
-                                           reports=rt.reports))
+                                           reports=rt.reports, categorical=_categorical(rt)))
         if fail_reason == "oom":
             self._ooms[gpu.index].append(now)
         peak = measured.get(keys.GPU_MEM_PEAK_MIB)
@@ -251,7 +251,7 @@ class Packer:
         total = self._total_mib.get(index)
         cpu = [] if self.sampler is None else self.sampler.cpu_readings(state.since)
         spans = [self._times.span(index, rt.worker.process.pid, rt.trial.params, rt.spawned_at,
-                                  reports=rt.reports)
+                                  reports=rt.reports, categorical=_categorical(rt))
                  for rt in running if rt.slot.gpu is not None and rt.slot.gpu.index == index
                  and rt.outcome is None]
         return GpuObservation(
@@ -299,3 +299,9 @@ def _together(observations: list[GpuObservation]) -> GpuObservation:
         running_mem_mib=tightest.running_mem_mib,
         trials=tuple(t for o in observations for t in o.trials),
         ooms=sum(o.ooms for o in observations), cpu_cores=observations[0].cpu_cores)
+
+
+def _categorical(rt: RunningTrial) -> set[str]:
+    """The trial's parameters suggested as categorical (trial_kind), whatever their values."""
+    return {name for name, dist in rt.trial.distributions.items()
+            if isinstance(dist, optuna.distributions.CategoricalDistribution)}

@@ -52,12 +52,10 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 __all__ = ["Change", "GpuLevel", "GpuObservation", "HostObservation", "PackingPolicy", "TrialTime",
-           "decide", "expected_peak_mib", "may_rise", "memory_room", "trial_kind"]
+           "decide", "expected_peak_mib", "may_rise", "memory_room"]
 
 TRIALS_PER_LEVEL = 2  # measured trials at a level (of one kind, for "no gain") before they count
 CLEAR = 1.25  # a gain of this factor is clear from one trial on a nearly idle GPU
@@ -160,13 +158,6 @@ class Change:
     old: int
     new: int
     reason: str
-
-
-def trial_kind(params: Mapping[str, Any]) -> str:
-    """What makes trials comparable: their categorical parameters (gpu_mix's ``kind``, a
-    model family). Numbers vary from trial to trial and are left out."""
-    parts = [f"{k}={v}" for k, v in sorted(params.items()) if isinstance(v, (str, bool))]
-    return ",".join(parts) or POOLED
 
 
 def expected_peak_mib(finished: list[float], running: list[float]) -> float | None:

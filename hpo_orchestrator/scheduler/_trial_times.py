@@ -29,13 +29,13 @@ a slow one shows its loss at its next report, not before).
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from hpo_orchestrator.scheduler._packing import PER_STEP, POOLED, TrialTime, trial_kind
+from hpo_orchestrator.scheduler._packing import PER_STEP, POOLED, TrialTime
 
-__all__ = ["MAX_KINDS", "Span", "TrialTimes"]
+__all__ = ["MAX_KINDS", "Span", "TrialTimes", "trial_kind"]
 
 MAX_KINDS = 4
 _KEPT = 1000  # ended trials kept per GPU: a level is judged on the latest few
@@ -56,6 +56,17 @@ class Span:
     reports: tuple[tuple[int, float], ...] = ()  # (step, seconds since start) it reported
 
 
+def trial_kind(params: Mapping[str, Any], categorical: Collection[str] = ()) -> str:
+    """What makes trials comparable: their categorical parameters, named in ``categorical``
+    (from the trial's distributions) or holding a string or bool (gpu_mix's ``kind``, a model
+    family). A categorical number counts too: the CNN's ``batch_size`` of 64, 128 or 256 sets
+    how many optimizer steps an epoch takes. Other numbers vary from trial to trial and are
+    left out."""
+    parts = [f"{k}={v}" for k, v in sorted(params.items())
+             if k in categorical or isinstance(v, (str, bool))]
+    return ",".join(parts) or POOLED
+
+
 class TrialTimes:
     def __init__(self, reuse: bool) -> None:
         self.reuse = reuse
@@ -68,10 +79,10 @@ class TrialTimes:
 
     def span(self, gpu: int, worker: int, params: Mapping[str, Any], start: float,
              end: float | None = None, ok: bool = True,
-             reports: Sequence[tuple[int, float]] = ()) -> Span:
+             reports: Sequence[tuple[int, float]] = (), categorical: Collection[str] = ()) -> Span:
         """A trial as it runs (``end`` None) or ended; ``reports``: (step, seconds since
-        ``start``) of each intermediate value it reported."""
-        raw = trial_kind(params)
+        ``start``) of each intermediate value it reported; ``categorical``: trial_kind's."""
+        raw = trial_kind(params, categorical)
         if len(self._kinds) <= MAX_KINDS:  # past it, every trial is one kind for good
             self._kinds.add(raw)
         seen = self._seen.get(worker, set())
