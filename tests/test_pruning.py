@@ -140,7 +140,9 @@ def test_recommendation_keeps_the_best_trials(tmp_path: Path) -> None:
     choice, reason = recommend(results)
     assert len(choice.top_k_kept) == max(len(r.top_k_kept) for r in results)
     keeping = [r for r in results if len(r.top_k_kept) == len(choice.top_k_kept)]
-    assert choice.gpu_s_saved == max(r.gpu_s_saved for r in keeping)
+    # to the millisecond, as recommend() compares: the live study's steps take about a
+    # millisecond of real time, so two settings' savings can tie there (a flake under load)
+    assert round(choice.gpu_s_saved, 3) == max(round(r.gpu_s_saved, 3) for r in keeping)
     top = ", ".join(f"#{n}" for n in choice.top_k)
     assert reason.startswith(f"keeps {'all' if len(choice.top_k_kept) == 3 else len(choice.top_k_kept)}")
     assert f"best completed trials ({top})" in reason and f"{choice.gpu_s_saved:.0f} s" in reason

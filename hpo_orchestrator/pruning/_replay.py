@@ -75,6 +75,28 @@ class StudyCurves:
 
 
 @dataclass(frozen=True)
+class _Option:
+    name: str  # the config key (`pruner.<name>=` overrides it)
+    shown: str  # in the setting's label
+    letter: str | None  # in its short form (None: left out there)
+    default: int  # where a setting leaves it None
+
+
+# What each kind of setting varies, in the order its label, short form and overrides show.
+_KINDS: dict[str, tuple[type[PrunerConfig], str, tuple[_Option, ...]]] = {
+    "patient_hyperband": (PatientHyperbandPrunerConfig, "PH", (
+        _Option("patience", "patience", "p", 0), _Option("min_resource", "min_resource", "m", 1),
+        _Option("reduction_factor", "reduction_factor", "r", 3))),
+    "hyperband": (HyperbandPrunerConfig, "H", (
+        _Option("min_resource", "min_resource", "m", 1),
+        _Option("reduction_factor", "reduction_factor", "r", 3))),
+    "median": (MedianPrunerConfig, "median", (
+        _Option("n_warmup_steps", "warmup", "w", 0),
+        _Option("n_startup_trials", "startup_trials", None, 0))),
+}
+
+
+@dataclass(frozen=True)
 class PrunerSetting:
     """One point of the grid: PatientPruner(HyperbandPruner), MedianPruner, or (a study that
     ran with it) HyperbandPruner alone."""
@@ -86,34 +108,21 @@ class PrunerSetting:
     n_warmup_steps: int | None = None
     n_startup_trials: int | None = None
 
+    def _values(self) -> list[tuple[_Option, int | None]]:
+        return [(o, getattr(self, o.name)) for o in _KINDS[self.kind][2]]
+
     def label(self) -> str:
-        if self.kind == "median":
-            return f"median(warmup={self.n_warmup_steps}, startup_trials={self.n_startup_trials})"
-        if self.kind == "hyperband":
-            return f"hyperband(min_resource={self.min_resource}, reduction_factor={self.reduction_factor})"
-        return (f"patient_hyperband(patience={self.patience}, min_resource={self.min_resource}, "
-                f"reduction_factor={self.reduction_factor})")
+        """'median(warmup=3, startup_trials=5)'."""
+        return f"{self.kind}({', '.join(f'{o.shown}={v}' for o, v in self._values())})"
 
     def short(self) -> str:
         """For a table column: 'PH p3 m1 r3' (PatientPruner over Hyperband), 'median w3',
         'H m1 r3' (Hyperband alone)."""
-        if self.kind == "median":
-            return f"median w{self.n_warmup_steps}"
-        if self.kind == "hyperband":
-            return f"H m{self.min_resource} r{self.reduction_factor}"
-        return f"PH p{self.patience} m{self.min_resource} r{self.reduction_factor}"
+        return " ".join([_KINDS[self.kind][1], *(f"{o.letter}{v}" for o, v in self._values() if o.letter)])
 
     def overrides(self) -> str:
         """The `hpo-orchestrator run` overrides that select this setting."""
-        if self.kind == "median":
-            return (f"pruner=median pruner.n_warmup_steps={self.n_warmup_steps} "
-                    f"pruner.n_startup_trials={self.n_startup_trials}")
-        if self.kind == "hyperband":
-            return (f"pruner=hyperband pruner.min_resource={self.min_resource} "
-                    f"pruner.reduction_factor={self.reduction_factor}")
-        return (f"pruner=patient_hyperband pruner.patience={self.patience} "
-                f"pruner.min_resource={self.min_resource} "
-                f"pruner.reduction_factor={self.reduction_factor}")
+        return " ".join([f"pruner={self.kind}", *(f"pruner.{o.name}={v}" for o, v in self._values())])
 
     def config(self, recorded: Mapping[str, Any] | None = None) -> PrunerConfig:
         """The run's pruner config for this setting: this point of the grid applied to the
@@ -121,23 +130,13 @@ class PrunerSetting:
         grid does not vary (``min_delta``, ``max_resource``, ``interval_steps``, and any
         option added later) is the study's, not dropped; one of another kind of pruner gives
         nothing (its options are another pruner's)."""
-        kinds: dict[str, type[PrunerConfig]] = {"median": MedianPrunerConfig,
-                                                "hyperband": HyperbandPrunerConfig}
-        kind = kinds.get(self.kind, PatientHyperbandPrunerConfig)
+        kind = _KINDS[self.kind][0]
         options = {f.name for f in fields(kind)} - {"name"}
         ran = dict(recorded or {})
         kept = {k: v for k, v in ran.items() if k in options} if ran.get("name") == kind.name else {}
         if not isinstance(kept.get("max_resource"), int):
             kept.pop("max_resource", None)  # "auto" or an odd value: Hyperband's own "auto"
-        if self.kind == "median":
-            return MedianPrunerConfig(**{**kept, "n_startup_trials": self.n_startup_trials or 0,
-                                         "n_warmup_steps": self.n_warmup_steps or 0})
-        if self.kind == "hyperband":
-            return HyperbandPrunerConfig(**{**kept, "min_resource": self.min_resource or 1,
-                                            "reduction_factor": self.reduction_factor or 3})
-        return PatientHyperbandPrunerConfig(**{
-            **kept, "patience": self.patience or 0, "min_resource": self.min_resource or 1,
-            "reduction_factor": self.reduction_factor or 3})
+        return kind(**{**kept, **{o.name: v or o.default for o, v in self._values()}})
 
     def build(self, recorded: Mapping[str, Any] | None = None) -> Any:
         return build_pruner(self.config(recorded))
@@ -309,19 +308,13 @@ def _score(curves: StudyCurves, setting: PrunerSetting, outcomes: dict[int, str]
 
 
 def current_setting(config: dict[str, Any]) -> PrunerSetting | None:
-    """The setting the study ran with (from its hpo.config), if it is one the replay knows."""
+    """The setting the study ran with (from its hpo.config), if it is one the replay knows
+    (a Hyperband one with an int min_resource: ``auto`` is no point of the grid)."""
     pruner = config.get("pruner", {})
-    if pruner.get("name") == "patient_hyperband" and isinstance(pruner.get("min_resource"), int):
-        return PrunerSetting("patient_hyperband", patience=pruner.get("patience"),
-                             min_resource=pruner["min_resource"],
-                             reduction_factor=pruner.get("reduction_factor"))
-    if pruner.get("name") == "hyperband" and isinstance(pruner.get("min_resource"), int):
-        return PrunerSetting("hyperband", min_resource=pruner["min_resource"],
-                             reduction_factor=pruner.get("reduction_factor"))
-    if pruner.get("name") == "median":
-        return PrunerSetting("median", n_warmup_steps=pruner.get("n_warmup_steps"),
-                             n_startup_trials=pruner.get("n_startup_trials"))
-    return None
+    name = pruner.get("name")
+    if name not in _KINDS or ("hyperband" in name and not isinstance(pruner.get("min_resource"), int)):
+        return None
+    return PrunerSetting(name, **{o.name: pruner.get(o.name) for o in _KINDS[name][2]})
 
 
 def default_grid(full_step: int, patience: list[int] | None = None,
