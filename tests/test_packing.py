@@ -185,9 +185,13 @@ def test_trial_kind_is_its_categorical_parameters() -> None:
     assert trial_kind({"kind": "torch", "lr": 0.1, "layers": 3}) == "kind=torch"
     assert trial_kind({"lr": 0.1}) == "*"
     # a categorical number (the CNN's batch_size) is a kind too; the same number as an int
-    # parameter is not
-    assert trial_kind({"batch_size": 64, "lr": 0.1}, categorical={"batch_size"}) == "batch_size=64"
-    assert trial_kind({"batch_size": 64, "lr": 0.1}) == "*"
+    # parameter is not; numbers while their choices multiply to at most MAX_KINDS (4)
+    cnn = {"batch_size": 64, "lr": 0.1, "kind": "torch"}
+    assert trial_kind(cnn, {"batch_size": 3, "kind": 2}) == "batch_size=64,kind=torch"
+    assert trial_kind(cnn) == "kind=torch"
+    assert trial_kind({"batch_size": 32}, {"batch_size": 5}) == "*"  # too many choices
+    two = {"batch_size": 64, "layers": 2, "width": 128}
+    assert trial_kind(two, {"batch_size": 2, "layers": 2, "width": 3}) == "batch_size=64,layers=2"
 
 
 def test_expected_peak_is_the_largest_finished_else_running() -> None:
@@ -553,7 +557,7 @@ def test_a_categorical_batch_size_is_a_kind_of_its_own(clock: _Clock) -> None:
     gain); each size compared with its own, level 2 gains 2 / 1.1 = 1.82x."""
     packer = _packer()
     packer.pool.acquire()
-    for batch, step_s in ((256, 1.0), (64, 3.0)) * 3:  # the first of each: a warm-up
+    for batch, step_s in ((256, 1.0), (64, 3.0)) * 3:  # the first: a warm-up
         _run(packer, clock, 10 * step_s + 2.0, steps=10, step_s=step_s, batch=batch)
     assert packer.tick([]) is True and packer.pool.limits[0] == 2
     packer.pool.acquire()
@@ -562,6 +566,62 @@ def test_a_categorical_batch_size_is_a_kind_of_its_own(clock: _Clock) -> None:
     clock.now += 2.0
     packer.tick([])
     assert packer.levels[0].gains[2] == pytest.approx(2 / 1.1, abs=0.01)
+
+
+def _unsuggested(slot: Any, spawned_at: float, pid: int) -> Any:
+    """A running trial seen before its objective suggested anything (a fresh worker
+    importing torch, torch_mlp generating its data): no params yet."""
+    rt = _rt(slot, 8, spawned_at, pid)
+    rt.trial.params, rt.trial.distributions = {}, {}
+    return rt
+
+
+def test_a_trial_not_yet_suggested_is_no_kind_and_no_warm_up() -> None:
+    """torch_mlp's batch_size has four choices, MAX_KINDS. A running trial seen before its
+    suggestions neither counts as a fifth kind (that pooled every trial for the run) nor as
+    a warm-up of a kind its worker never ran (that left out the trials beside it); batch
+    sizes are compared apart but a worker warms up once, not per size."""
+    from hpo_orchestrator.scheduler._trial_times import MAX_KINDS, TrialTimes
+
+    choices = {"batch_size": 4}
+    times = TrialTimes(reuse=True)
+    times.span(0, 1, {}, 0.0)  # a tick saw it before batch_size was suggested
+    t = 0.0
+    for size in (64, 128, 256, 512) * 2:
+        times.ended(times.span(0, 1, {"batch_size": size}, t, t + 10.0, choices=choices))
+        t += 10.0
+    measured = times.measured(0, 0.0, [], now=t)
+    assert len(measured) == 7  # only the worker's first trial warmed up
+    assert {m.kind for m in measured} == {f"batch_size={b}" for b in (64, 128, 256, 512)}
+    starting = times.span(0, 1, {}, t)  # worker 1's next trial, its suggestions not in yet
+    assert not times.warmup(starting)
+    assert times.measured(0, 0.0, [starting], now=t + 1.0)[:7] == measured  # all still count
+    assert times.warmup(times.span(0, 2, {}, t))  # a new worker's first trial is one
+    models = TrialTimes(reuse=True)  # four models and a trial not suggested yet: four kinds
+    models.span(0, 1, {}, 0.0)
+    for n in range(MAX_KINDS):
+        models.ended(models.span(0, 1, {"model": f"m{n}"}, 10.0 * n, 10.0 * n + 10.0))
+    assert not models.pooled
+
+
+def test_kinds_pooled_after_a_climb_still_judge_the_level(clock: _Clock) -> None:
+    """Level 1 measured one model; at level 2 a fifth model ended and every trial became one
+    kind. Level 1's durations are pooled too: kept under their old kind, no later trial met
+    them, and level 2 stayed 'measuring trial durations (0 of 2)' for good, gaining 2x."""
+    packer = _packer()
+    packer.pool.acquire()
+    for _ in range(3):  # the first: a warm-up
+        _run(packer, clock, 10.0, kind="m0")
+    assert packer.tick([]) is True and packer.pool.limits[0] == 2
+    packer.pool.acquire()
+    for n in range(1, 5):  # four more models: past MAX_KINDS, one kind for good
+        _run(packer, clock, 10.0, threads=8, kind=f"m{n}")
+    for _ in range(2):
+        _run(packer, clock, 10.0, threads=8, kind="m0")
+    clock.now += 2.0
+    packer.tick([])
+    assert packer._times.pooled
+    assert packer.levels[0].gains.get(2) == pytest.approx(2.0, abs=0.01), packer.levels[0].held
 
 
 def test_many_kinds_are_measured_as_one(clock: _Clock) -> None:

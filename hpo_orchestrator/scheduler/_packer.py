@@ -38,6 +38,7 @@ import psutil
 from hpo_orchestrator import keys
 from hpo_orchestrator.config import Config
 from hpo_orchestrator.scheduler._packing import (
+    KEPT_PER_KIND,
     Change,
     GpuLevel,
     GpuObservation,
@@ -50,7 +51,7 @@ from hpo_orchestrator.scheduler._packing import (
 )
 from hpo_orchestrator.scheduler._slots import SlotPool, host_cores, threads_per_trial
 from hpo_orchestrator.scheduler._trial import RunningTrial
-from hpo_orchestrator.scheduler._trial_times import TrialTimes
+from hpo_orchestrator.scheduler._trial_times import TrialTimes, pooled_kind
 from hpo_orchestrator.telemetry import TelemetrySampler
 
 __all__ = ["Packer", "detect_mps", "gpu_groups", "packing_key"]
@@ -112,6 +113,7 @@ class Packer:
         self._changes: list[dict[str, Any]] = []
         self._decided_at = now
         self._written_at = -float("inf")
+        self._pooled = False  # the trials' kinds were pooled (TrialTimes.pooled)
         self._seen: dict[int, GpuObservation] = {}  # each GPU's last observation, for the attr
         # group -> the level at which one more trial was last seen to fit in GPU memory: a
         # spare worker is kept for the place above only then (workers_wanted)
@@ -147,7 +149,7 @@ class Packer:
         now = time.monotonic()
         self._times.ended(self._times.span(gpu.index, rt.worker.process.pid, rt.trial.params,
                                            rt.spawned_at, now, ok=fail_reason is None,
-                                           reports=rt.reports, categorical=_categorical(rt)))
+                                           reports=rt.reports, choices=_choices(rt)))
         if fail_reason == "oom":
             self._ooms[gpu.index].append(now)
         peak = measured.get(keys.GPU_MEM_PEAK_MIB)
@@ -165,6 +167,10 @@ class Packer:
             return False
         self._decided_at = now
         running = list(running)
+        if self._times.pooled and not self._pooled:
+            self._pooled = True
+            self.levels = {index: _pooled(state) for index, state in self.levels.items()}
+            self._pending = {group: (_pooled(s), c) for group, (s, c) in self._pending.items()}
         running_peaks = [] if self.sampler is None else [
             p for index in self.levels for p in self.sampler.running_mem_peaks(index)]
         host = HostObservation(cores=self.cores, concurrency=self.pool.concurrency,
@@ -251,7 +257,7 @@ class Packer:
         total = self._total_mib.get(index)
         cpu = [] if self.sampler is None else self.sampler.cpu_readings(state.since)
         spans = [self._times.span(index, rt.worker.process.pid, rt.trial.params, rt.spawned_at,
-                                  reports=rt.reports, categorical=_categorical(rt))
+                                  reports=rt.reports, choices=_choices(rt))
                  for rt in running if rt.slot.gpu is not None and rt.slot.gpu.index == index
                  and rt.outcome is None]
         return GpuObservation(
@@ -301,7 +307,20 @@ def _together(observations: list[GpuObservation]) -> GpuObservation:
         ooms=sum(o.ooms for o in observations), cpu_cores=observations[0].cpu_cores)
 
 
-def _categorical(rt: RunningTrial) -> set[str]:
-    """The trial's parameters suggested as categorical (trial_kind), whatever their values."""
-    return {name for name, dist in rt.trial.distributions.items()
+def _choices(rt: RunningTrial) -> dict[str, int]:
+    """How many choices each categorical parameter of the trial has (trial_kind)."""
+    return {name: len(dist.choices) for name, dist in rt.trial.distributions.items()
             if isinstance(dist, optuna.distributions.CategoricalDistribution)}
+
+
+def _pooled(state: GpuLevel) -> GpuLevel:
+    """The GPU's durations so far as one kind (TrialTimes.pooled): kept under their old
+    kinds, no trial after the change would meet them, and a level would never be judged."""
+    def one(levels: dict[int, dict[str, tuple[float, ...]]]) -> dict[int, dict[str, tuple[float, ...]]]:
+        pooled: dict[int, dict[str, tuple[float, ...]]] = {level: {} for level in levels}
+        for level, kinds in levels.items():
+            for kind, durations in kinds.items():
+                key = pooled_kind(kind)
+                pooled[level][key] = (*pooled[level].get(key, ()), *durations)[-KEPT_PER_KIND:]
+        return pooled
+    return replace(state, times=one(state.times), past=one(state.past))

@@ -12,7 +12,12 @@ So a trial measures its level only when it is not a warm-up and no warm-up ran o
 while it ran. With fresh workers (one process per trial) every trial pays its start: that is
 the steady state, and nothing is a warm-up. When a study has more than ``MAX_KINDS`` kinds,
 every trial is one kind (a worker's first trial is then its warm-up): with many kinds almost
-every trial would be a first of its kind, and nothing would be left to measure.
+every trial would be a first of its kind, and nothing would be left to measure. A warm-up is
+per kind of categorical strings and bools (what a worker imports or builds for: a model
+family); a trial is compared with trials that also share its categorical numbers (the CNN's
+``batch_size``), which set its speed but cost no start-up. Kinds are counted from ended
+trials: one seen running before its first suggestion has none yet, and warms up only as a
+new worker's first.
 
 A pruned trial runs fewer steps than a complete one of the same kind: under Optuna's
 HyperbandPruner four trials in five stop at step 1, 3 or 9 of 10, and their durations differ
@@ -29,15 +34,16 @@ a slow one shows its loss at its next report, not before).
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from hpo_orchestrator.scheduler._packing import PER_STEP, POOLED, TrialTime
 
-__all__ = ["MAX_KINDS", "Span", "TrialTimes", "trial_kind"]
+__all__ = ["MAX_KINDS", "Span", "TrialTimes", "pooled_kind", "trial_kind"]
 
 MAX_KINDS = 4
+ONE_STEP = "/1 step"  # ends the kind of a trial that reported a single step
 _KEPT = 1000  # ended trials kept per GPU: a level is judged on the latest few
 
 
@@ -47,24 +53,36 @@ class Span:
 
     gpu: int
     worker: int  # the worker's pid
-    kind: str  # trial_kind of its parameters
+    kind: str  # trial_kind of its parameters: what a worker warms up for (its start-up)
     start: float
     end: float | None = None
     first_in_worker: bool = False
     first_of_kind: bool = False  # in its worker
     ok: bool = True  # a failed trial's duration says nothing about the level
     reports: tuple[tuple[int, float], ...] = ()  # (step, seconds since start) it reported
+    compare: str = ""  # trial_kind with its categorical numbers: whom it is compared with
 
 
-def trial_kind(params: Mapping[str, Any], categorical: Collection[str] = ()) -> str:
-    """What makes trials comparable: their categorical parameters, named in ``categorical``
-    (from the trial's distributions) or holding a string or bool (gpu_mix's ``kind``, a model
-    family). A categorical number counts too: the CNN's ``batch_size`` of 64, 128 or 256 sets
-    how many optimizer steps an epoch takes. Other numbers vary from trial to trial and are
-    left out."""
+def trial_kind(params: Mapping[str, Any], choices: Mapping[str, int] | None = None) -> str:
+    """What makes trials comparable: their categorical parameters that hold a string or bool
+    (gpu_mix's ``kind``, a model family) and, given ``choices`` (each categorical parameter's
+    number of choices, from the trial's distributions), categorical numbers: the CNN's
+    ``batch_size`` of 64, 128 or 256 sets how many optimizer steps an epoch takes. Those are
+    taken in name order while their choices multiply to at most MAX_KINDS, so that a trial
+    still finds its kind at the level below. Other numbers vary from trial to trial."""
+    room, numbers = MAX_KINDS, set()
+    for name, n in sorted((choices or {}).items()):
+        if name in params and not isinstance(params[name], (str, bool)) and n <= room:
+            numbers.add(name)
+            room //= n
     parts = [f"{k}={v}" for k, v in sorted(params.items())
-             if k in categorical or isinstance(v, (str, bool))]
+             if k in numbers or isinstance(v, (str, bool))]
     return ",".join(parts) or POOLED
+
+
+def pooled_kind(kind: str) -> str:
+    """The kind a trial time of ``kind`` has once every trial is one kind (TrialTimes.pooled)."""
+    return POOLED + next((end for end in (PER_STEP, ONE_STEP) if kind.endswith(end)), "")
 
 
 class TrialTimes:
@@ -72,27 +90,33 @@ class TrialTimes:
         self.reuse = reuse
         self._ended: dict[int, deque[Span]] = {}
         self._seen: dict[int, set[str]] = {}  # worker pid -> kinds it has run
-        self._kinds: set[str] = set()
+        self._kinds: set[str] = set()  # kinds of the trials that ended
 
-    def _kind(self, raw: str) -> str:
-        return POOLED if len(self._kinds) > MAX_KINDS else raw
+    @property
+    def pooled(self) -> bool:
+        """Past MAX_KINDS kinds, every trial is one kind for good (module doc)."""
+        return len(self._kinds) > MAX_KINDS
 
     def span(self, gpu: int, worker: int, params: Mapping[str, Any], start: float,
              end: float | None = None, ok: bool = True,
-             reports: Sequence[tuple[int, float]] = (), categorical: Collection[str] = ()) -> Span:
+             reports: Sequence[tuple[int, float]] = (),
+             choices: Mapping[str, int] | None = None) -> Span:
         """A trial as it runs (``end`` None) or ended; ``reports``: (step, seconds since
-        ``start``) of each intermediate value it reported; ``categorical``: trial_kind's."""
-        raw = trial_kind(params, categorical)
-        if len(self._kinds) <= MAX_KINDS:  # past it, every trial is one kind for good
+        ``start``) of each intermediate value it reported; ``choices``: trial_kind's."""
+        raw = trial_kind(params)
+        if end is not None and not self.pooled:
             self._kinds.add(raw)
         seen = self._seen.get(worker, set())
+        # a running trial that has suggested nothing yet has no kind so far: it warms up
+        # only as a new worker's first
+        known = bool(params) or end is not None
         return Span(gpu, worker, raw, start, end, first_in_worker=not seen,
-                    first_of_kind=raw not in seen, ok=ok, reports=tuple(reports))
+                    first_of_kind=raw not in seen if known else not seen, ok=ok,
+                    reports=tuple(reports), compare=trial_kind(params, choices))
 
     def warmup(self, span: Span) -> bool:
         """Did the trial pay its kind's start-up in its worker? (reuse workers only)"""
-        pooled = len(self._kinds) > MAX_KINDS
-        return self.reuse and (span.first_in_worker if pooled else span.first_of_kind)
+        return self.reuse and (span.first_in_worker if self.pooled else span.first_of_kind)
 
     def ended(self, span: Span) -> None:
         self._ended.setdefault(span.gpu, deque(maxlen=_KEPT)).append(span)
@@ -118,7 +142,7 @@ class TrialTimes:
 
     def _time(self, span: Span, now: float) -> TrialTime | None:
         """What the trial says of its level: seconds per step, or its duration (module doc)."""
-        kind, running = self._kind(span.kind), span.end is None
+        kind, running = POOLED if self.pooled else span.compare or span.kind, span.end is None
         elapsed = (now if span.end is None else span.end) - span.start
         steps = {step for step, _ in span.reports}
         if len(steps) >= 2:
@@ -132,5 +156,5 @@ class TrialTimes:
                                  running=running, duration=elapsed)
             return TrialTime(kind, elapsed, running=running)  # steps that do not rise
         if steps:  # one step: only like trials compare; running, it is still on its way
-            return None if running else TrialTime(f"{kind}/1 step", elapsed)
+            return None if running else TrialTime(f"{kind}{ONE_STEP}", elapsed)
         return TrialTime(kind, elapsed, running=running)
