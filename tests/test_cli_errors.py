@@ -30,6 +30,9 @@ CASES = [
     ["storage.url=postgresql+nodriver://u:s3cret@host/db"],
     ["storage.url=mysql://u:s3cret@127.0.0.1:1/db"],
     ["storage.url=postgresql+psycopg://u:s3cret@host:abc/db"],
+    # an unescaped '@' in the password: SQLAlchemy took its tail for the host, which the
+    # driver's "failed to resolve host" quoted back
+    ["storage.url=postgresql+psycopg://u:p@ss3cret@127.0.0.1:1/db"],
     # longer than Optuna's studies.study_name (VARCHAR(512)): refused before the study exists
     ["study.name=" + "a" * 600],
 ]
@@ -58,6 +61,23 @@ def test_not_an_optuna_database(cli, tmp_path: Path) -> None:  # type: ignore[no
 def test_debug_shows_traceback(cli) -> None:  # type: ignore[no-untyped-def]
     result = cli("--debug", "run", "scheduler.parallel=four")
     assert result.code != 0 and "Traceback" in result.stderr
+
+
+def test_debug_goes_anywhere_on_the_line(cli) -> None:  # type: ignore[no-untyped-def]
+    """`status ... --debug` and `run ... --debug`, as people type it: a traceback, not
+    'unrecognized arguments: --debug'."""
+    for args in (["status", "--study", "nosuch", "--debug"], ["run", "scheduler.parallel=four", "--debug"]):
+        result = cli(*args)
+        assert result.code == 2 and "Traceback" in result.stderr, result.stderr
+        assert "unrecognized" not in result.stderr and "--debug" not in result.stderr
+
+
+def test_an_at_sign_in_the_password_is_named_not_leaked(cli) -> None:  # type: ignore[no-untyped-def]
+    result = cli("status", "--storage", "postgresql+psycopg://u:p@ss3cret@127.0.0.1:1/db")
+    assert result.code == 2 and "s3cret" not in result.stderr + result.stdout
+    assert result.stderr.splitlines() == [
+        "error: storage URL 'postgresql+psycopg://u:***@127.0.0.1:1/db': its password holds an '@'",
+        "hint: write each '@' in the password as %40 (URL-encoded)"]
 
 
 def test_debug_traceback_masks_the_password(cli) -> None:  # type: ignore[no-untyped-def]

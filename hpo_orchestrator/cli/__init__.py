@@ -41,7 +41,8 @@ def _debug_logging() -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    debug = "--debug" in argv
+    debug = "--debug" in argv  # anywhere: `status --debug` and `run ... --debug` too
+    argv = [a for a in argv if a != "--debug"]
     if debug:
         _debug_logging()
     secrets = url_passwords(argv)

@@ -202,6 +202,11 @@ def check_url(url: str) -> Path | None:
         reason = "the port is not a number" if isinstance(exc, ValueError) else str(exc)
         raise StorageError(f"cannot parse storage URL {mask_passwords(url)!r}: {reason}",
                            "e.g. sqlite:///hpo.db or postgresql+psycopg://user@host:5432/db") from None
+    if "@" in (make_url(url).host or ""):
+        # SQLAlchemy ends the password at its first '@' and takes the rest for the host: the
+        # driver's "cannot resolve host" would quote the password's tail
+        raise StorageError(f"storage URL {mask_passwords(url)!r}: its password holds an '@'",
+                           "write each '@' in the password as %40 (URL-encoded)")
     if path is None and make_url(url).get_backend_name() == "sqlite":
         # each connection would get a database of its own, gone when the run ends (issue 15)
         raise StorageError(f"{mask_url(url)} is an in-memory sqlite database: the study would "
