@@ -34,8 +34,10 @@ PRUNER = "pruner=median pruner.n_warmup_steps=3 pruner.n_startup_trials=5"
 ])
 def test_tune_pruners_command_runs_the_studys_setup_into_a_new_study(given: list[str]) -> None:
     recorded = to_plain_dict(load_config(given))
+    url = recorded["storage"]["url"]  # tune-pruner's --storage: where the study is
     command = recommended_command("hpo-orchestrator", recorded["study"]["name"], recorded,
-                                  PRUNER, taken={"hpo-median"})
+                                  PRUNER, taken={"hpo-median"},
+                                  storage=None if url == "sqlite:///hpo.db" else url)
     prog, run, *overrides = shlex.split(command)
     assert (prog, run) == ("hpo-orchestrator", "run")
     again = to_plain_dict(load_config(overrides))  # loads as typed
@@ -50,6 +52,28 @@ def test_tune_pruners_command_runs_the_studys_setup_into_a_new_study(given: list
         assert not any(o.startswith("scheduler.parallel") for o in overrides)
     else:
         assert f"scheduler.parallel={parallel}" in overrides
+
+
+@pytest.mark.parametrize("store, copied", [("/work/hpo-runs/lgb/artifacts", False),
+                                            ("/shared/hpo-artifacts", True)])
+def test_tune_pruners_command_takes_the_storage_it_read_and_a_store_of_its_own(
+        store: str, copied: bool) -> None:
+    """The recorded URL has its password masked: copied, the command logged in with the
+    password '***'. The replayed study's own artifact folder (the default, recorded resolved)
+    would have taken the new study's files; a store the user chose is kept."""
+    from hpo_orchestrator.db import mask_url, paste_url
+
+    url = "postgresql+psycopg://me:s3cret@db.example/hpo"
+    recorded = to_plain_dict(load_config([f"storage.url={url}", "study.name=lgb",
+                                          f"artifacts.store={store}"]))
+    recorded["storage"]["url"] = mask_url(url)  # as record_config stores it
+    shown, note = paste_url(url)
+    command = recommended_command("hpo-orchestrator", "lgb", recorded, PRUNER, set(), shown)
+    overrides = shlex.split(command)[2:]
+    assert "storage.url=postgresql+psycopg://me@db.example/hpo" in overrides
+    assert "***" not in command and "s3cret" not in command and note is not None
+    assert (f"artifacts.store={store}" in overrides) is copied
+    assert load_config(overrides).storage.url == "postgresql+psycopg://me@db.example/hpo"
 
 
 def test_tune_pruner_prints_that_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

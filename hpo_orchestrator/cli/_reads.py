@@ -11,7 +11,7 @@ from pathlib import Path
 from rich.console import Console
 
 from hpo_orchestrator.cli import _trials
-from hpo_orchestrator.cli._common import errors
+from hpo_orchestrator.cli._common import DEFAULT_STORAGE, errors
 from hpo_orchestrator.errors import ConfigError
 
 __all__ = ["cmd_report", "cmd_status", "cmd_telemetry", "cmd_tune_pruner"]
@@ -142,17 +142,20 @@ def cmd_tune_pruner(args: argparse.Namespace, console: Console) -> int:
     choice, reason = recommend(results)
     with db.read_errors(), engine.connect() as connection:
         taken = set(db.list_studies(connection))
+    storage, secret_note = db.paste_url(args.storage)
     command = recommended_command(_trials.prog(), curves.study, curves.config,
-                                  choice.setting.overrides(), taken)
+                                  choice.setting.overrides(), taken,
+                                  None if args.storage == DEFAULT_STORAGE else storage)
     if args.json:
         print(json.dumps({"study": curves.study, "direction": curves.direction,
                           "full_step": curves.full_step, "first_trial": curves.first_number,
                           "limits": LIMITS,
                           "recommendation": {**choice.to_json(), "reason": reason,
-                                             "command": command},
+                                             "command": command, "note": secret_note},
                           "results": [r.to_json() for r in results]}, indent=2))
         return 0
-    console.print(render_tuning(curves, results, choice, reason, None if args.all else 15, command))
+    shown = command + (f"  ({secret_note})" if secret_note else "")
+    console.print(render_tuning(curves, results, choice, reason, None if args.all else 15, shown))
     return 0
 
 

@@ -14,23 +14,30 @@ from __future__ import annotations
 import re
 import shlex
 from collections.abc import Iterator
+from pathlib import PurePath
 from typing import Any
 
 __all__ = ["recommended_command"]
 
 # Set per command, not copied: the name is new, the pruner is the recommendation, the budget
-# is given as n_trials (add_trials is resolved against the old study's count).
+# is given as n_trials (add_trials is resolved against the old study's count), the storage is
+# the one tune-pruner read (the recorded URL has its password masked).
 _SKIP = {"study.name", "study.n_trials", "study.add_trials", "study.enqueue",
-         "objective.name", "objective.target", "sampler.name", "scheduler.parallel"}
+         "objective.name", "objective.target", "sampler.name", "scheduler.parallel", "storage.url"}
 _PLAIN = re.compile(r"[\w./:@+\-]+")
 
 
 def recommended_command(prog: str, study: str, recorded: dict[str, Any], pruner: str,
-                        taken: set[str]) -> str:
+                        taken: set[str], storage: str | None = None) -> str:
     """``prog run ...`` for the recommended pruner (``pruner``: its overrides), from the
     replayed study's ``hpo.config`` (``recorded``; empty for a study run elsewhere);
-    ``taken``: the study names already in the storage."""
+    ``taken``: the study names already in the storage; ``storage``: its URL as the command
+    gives it (without a password: db.paste_url), None for the default."""
     name = _new_name(study, pruner, taken)
+    # the replayed study's own artifact folder (the default, recorded resolved): the new
+    # study gets its own
+    store = (recorded.get("artifacts") or {}).get("store")
+    own_store = isinstance(store, str) and PurePath(store).parts[-2:] == (study, "artifacts")
     overrides: list[str] = []
     objective = (recorded.get("objective") or {}).get("name")
     sampler = (recorded.get("sampler") or {}).get("name")
@@ -44,7 +51,10 @@ def recommended_command(prog: str, study: str, recorded: dict[str, Any], pruner:
     if defaults is not None:
         overrides += [f"{path}={_value(value)}" for path, value in _leaves(recorded)
                       if path not in _SKIP and not path.startswith("pruner.")
+                      and not (path == "artifacts.store" and own_store)
                       and _at(defaults, path) != value]
+    if storage is not None:
+        overrides.append(f"storage.url={_value(storage)}")
     study_section = recorded.get("study") or {}
     n_trials = study_section.get("n_trials") or study_section.get("add_trials")
     if isinstance(n_trials, int):
