@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import sys
 import traceback
 import warnings
@@ -67,6 +68,7 @@ class PreparedRun:
     best: tuple[int, float] | None = None  # the study's best (number, value) before this run
     # several objectives: the study's Pareto front (number, values) before this run
     front: tuple[tuple[int, tuple[float, ...]], ...] = ()
+    recovering: int = 0  # trials a killed run left RUNNING on this host: reaped, run again
 
     @property
     def nothing_to_do(self) -> bool:
@@ -225,6 +227,8 @@ def _run(config: Config, wave: FirstWave,
                         sqlite_path(config.storage.url), retrying,
                         unfinished=lambda: mirror.unfinished_trial_ids(study._study_id))
         claimed = budget.claimed()
+        # trials a killed run left RUNNING here: this run reaps them and runs them again
+        recovering = budget.orphans(sched.host or socket.gethostname())
         if config.study.add_trials is not None:  # "N more": the study's total becomes claimed + N
             config = replace(config, study=replace(
                 config.study, n_trials=claimed + config.study.add_trials, add_trials=None))
@@ -237,7 +241,8 @@ def _run(config: Config, wave: FirstWave,
             parallel_reason=layout.parallel_reason,
             unavailable_reason=backend.unavailable_reason,
             study_name=study.study_name,
-            already_claimed=min(claimed, config.study.n_trials), n_trials=config.study.n_trials,
+            already_claimed=min(claimed - recovering, config.study.n_trials),
+            n_trials=config.study.n_trials, recovering=recovering,
             log_dir=str(run_dir(config.storage.url, study.study_name, sched.log_dir)),
             best=best, front=front)
         live: AbstractContextManager[Reporter] = progress(prepared) if progress is not None \

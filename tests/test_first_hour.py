@@ -118,6 +118,9 @@ def test_3_max_failures_and_all_failed() -> None:
     end = every.at_end()
     assert end is not None and end.message == ("every trial of this run failed (1): RuntimeError: "
                                                "boom (first in trial 4)")
+    # the run spent its budget: the same command alone would find nothing to run
+    assert end.hint is not None and "study.add_trials=N" in end.hint
+    assert halt.hint is not None and "run the same command again" in halt.hint  # budget left
     assert FailurePolicy(fail_fast=5, max_failures=None).at_end() is None  # nothing ran
 
 

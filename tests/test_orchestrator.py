@@ -356,8 +356,12 @@ def test_restart_after_kill_9_recovers_and_finishes_exactly_n(tmp_path: Path) ->
         second.kill()
         second.communicate()
         raise AssertionError(f"the restart started a trial with the killed run's still {states}")
-    _, err = second.communicate(timeout=120)
+    out, err = second.communicate(timeout=120)
     assert second.returncode == 0, err
+    # it says so, and counts them as this run's (it said "nothing to run" where the killed
+    # run had claimed the whole budget, then ran them without progress)
+    assert f"recovering {len(orphans)} trial(s) that a stopped run left running" in out, out
+    assert f"({len(known) - len(orphans)} done before)" in out, out
     rows = trial_rows(db)
     assert not [r for r in rows if r["state"] == "RUNNING"]
     lost = [r for r in rows if r["state"] == "FAIL"]

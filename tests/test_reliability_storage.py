@@ -197,6 +197,12 @@ def test_a_dead_orchestrators_trials_are_recovered_at_once(url: str) -> None:
     ran, ahead = run.asked_by(dead), run.asked_by(dead)
     run.started(ran, _dead_pid())
     alive = run.asked_by(os.getppid())  # an orchestrator that lives: left alone
+    # what a restart tells before it reaps them: two to recover, which the budget gets back
+    from hpo_orchestrator.scheduler import Budget
+
+    budget = Budget(run.storage.engine, run.study._study_id, 3, None,
+                    unfinished=lambda: {t._trial_id for t in (ran, ahead, alive)})
+    assert (budget.orphans(HOST), budget.orphans("another-host"), budget.claimed()) == (2, 0, 3)
     run.recovery.reap()
     assert run.storage.get_trial(alive._trial_id).state == TrialState.RUNNING
     for trial in (ran, ahead):

@@ -76,6 +76,31 @@ def test_tune_pruners_command_takes_the_storage_it_read_and_a_store_of_its_own(
     assert load_config(overrides).storage.url == "postgresql+psycopg://me@db.example/hpo"
 
 
+def test_quoted_commands_name_the_study_and_storage_they_are_about(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`status --study lgb` of a PostgreSQL study advised 'hpo-orchestrator logs 3': in a
+    storage of several studies that shows another study's trial 3, and without --storage it
+    reads hpo.db (a dead end)."""
+    from hpo_orchestrator.cli import _trials
+    from hpo_orchestrator.cli._trials import as_typed
+
+    monkeypatch.setattr(_trials, "prog", lambda: "hpo-orchestrator")  # not pytest's own argv[0]
+    monkeypatch.delenv("MAKELEVEL", raising=False)
+    url, default = "postgresql+psycopg://me:s3cret@db/hpo", "sqlite:///hpo.db"
+    text = ("'hpo-orchestrator logs 3' shows that trial's output and traceback "
+            "('hpo-orchestrator status --trial 3' its params)")
+    typed = as_typed(text, url, default, "lgb")
+    assert "'hpo-orchestrator logs 3 --study lgb --storage postgresql+psycopg://me@db/hpo'" in typed
+    assert "'hpo-orchestrator status --trial 3 --study lgb --storage postgresql+psycopg://me@db/hpo'" \
+        in typed and "s3cret" not in typed
+    assert as_typed("'hpo-orchestrator logs 3 --study x'", default, default, "lgb") == \
+        "'hpo-orchestrator logs 3 --study x'"  # one the message names already
+    monkeypatch.setenv("MAKELEVEL", "1")  # under make, the default storage, no study given
+    assert as_typed("'hpo-orchestrator logs 3'", default, default) == "'make logs TRIAL=3'"
+    assert as_typed("'hpo-orchestrator logs 3'", default, default, "lgb") == \
+        "'hpo-orchestrator logs 3 --study lgb'"
+
+
 def test_tune_pruner_prints_that_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     url = f"sqlite:///{tmp_path / 'hpo.db'}"
     optuna.logging.set_verbosity(optuna.logging.ERROR)

@@ -28,18 +28,23 @@ def cmd_status(args: argparse.Namespace, console: Console) -> int:
     from hpo_orchestrator.status import collect_status, render_status
 
     engine = create_engine(args.storage)
+    given = args.study  # the commands advice quotes name it where the user did
+
+    def typed(text: str) -> str:
+        return _trials.as_typed(text, args.storage, DEFAULT_STORAGE, given)
+
     args.study = _trials.resolve_study(engine, args.study, errors())
     if args.json:
         print(json.dumps(collect_status(engine, args.study).to_json(), indent=2, default=str))
         return 0
     if not args.watch:
-        console.print(render_status(collect_status(engine, args.study)))
+        console.print(render_status(collect_status(engine, args.study), typed))
         return 0
-    with Live(render_status(collect_status(engine, args.study)), console=console,
+    with Live(render_status(collect_status(engine, args.study), typed), console=console,
               auto_refresh=False) as live:
         while True:
             time.sleep(args.interval)
-            live.update(render_status(collect_status(engine, args.study)), refresh=True)
+            live.update(render_status(collect_status(engine, args.study), typed), refresh=True)
 
 def _status_json_sqlite(args: argparse.Namespace) -> bool:
     """``status --json`` of a sqlite study with a kept tally, read through sqlite3 alone

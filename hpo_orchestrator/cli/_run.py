@@ -98,6 +98,10 @@ def _run_study(args: argparse.Namespace, console: Console, totals: list[int], co
                       f"n_trials {run.n_trials} ({run.already_claimed} done before)",
                       highlight=False, markup=False)
         console.print(f"trial logs: {run.log_dir}", highlight=False, markup=False)
+        if run.recovering:
+            console.print(f"recovering {run.recovering} trial(s) that a stopped run left running "
+                          "on this host: they run again ('status' shows them as lost)",
+                          style="yellow", highlight=False, markup=False)
         if run.nothing_to_do:
             console.print(
                 f"study {run.study_name!r} already has {run.already_claimed} of its "
@@ -113,7 +117,8 @@ def _run_study(args: argparse.Namespace, console: Console, totals: list[int], co
     from hpo_orchestrator.status import collect_status, print_status  # not before the first trial
 
     report = collect_status(create_engine(config.storage.url), result.study_name)
-    print_status(report, console)
+    print_status(report, console,
+                 lambda text: _trials.as_typed(text, config.storage.url, DEFAULT_STORAGE))
     again = _trials.resume_hint(args.overrides, config.study.add_trials,
                                 totals[0] if totals else None)
     if result.interrupted:

@@ -68,17 +68,31 @@ def resume_hint(overrides: list[str], add_trials: int | None, total: int | None)
            f"study.add_trials={add_trials} would add {add_trials} more again)"
 
 
-def as_typed(text: str, storage: str, default_storage: str) -> str:
-    """Commands quoted in a message ('hpo-orchestrator logs 3') as this user can type them."""
+# the commands that read a study: a quoted one gets the study and the storage it is about
+_READS = ("logs", "status", "report", "best", "artifacts", "tune-pruner", "telemetry")
+
+
+def as_typed(text: str, storage: str, default_storage: str, study: str | None = None) -> str:
+    """Commands quoted in a message ('hpo-orchestrator logs 3') as this user can type them:
+    with ``--study`` (where given: None for the one the command would pick anyway) and the
+    storage where it is not the default, its password left out (paste_url)."""
     import re
+
+    from hpo_orchestrator.db import paste_url
 
     def typed(match: re.Match[str]) -> str:
         command, rest = match.group(1), match.group(2)
-        if _under_make() and storage == default_storage and command in ("logs", "status", "report"):
+        if _under_make() and storage == default_storage and study is None \
+                and command in ("logs", "status", "report"):
             if command == "logs" and rest.strip().isdigit():
                 return f"'make logs TRIAL={rest.strip()}'"
             if not rest.strip():
                 return f"'make {command}'"
+        if command in _READS:
+            if study is not None and "--study" not in rest:
+                rest += f" --study {shlex.quote(study)}"
+            if storage != default_storage and "--storage" not in rest:
+                rest += f" --storage {shlex.quote(paste_url(storage)[0])}"
         return f"'{prog()} {command}{rest}'"
 
     return re.sub(r"'hpo-orchestrator (\w[\w-]*)([^']*)'", typed, text)
@@ -250,7 +264,11 @@ def print_trial(args: argparse.Namespace, console: Console, errors: Console) -> 
         console.print("traceback:", style="bold")
         console.out(attrs[keys.TRACEBACK].rstrip(), highlight=False)
     if attrs.get(keys.LOG_PATH):
-        console.print(escape(f"log: {attrs[keys.LOG_PATH]}  ({prog()} logs {args.trial})"),
+        from hpo_orchestrator.cli._common import DEFAULT_STORAGE
+
+        logs = as_typed(f"'hpo-orchestrator logs {args.trial}'", args.storage, DEFAULT_STORAGE,
+                        args.study).strip("'")
+        console.print(escape(f"log: {attrs[keys.LOG_PATH]}  ({logs})"),
                       highlight=False)
     return 0
 

@@ -43,6 +43,7 @@ from hpo_orchestrator.db import (
     settled_upto,
 )
 from hpo_orchestrator.scheduler._race_hooks import budget_claim_started, budget_counted
+from hpo_orchestrator.scheduler._recovery import orphaned
 
 __all__ = ["Budget"]
 
@@ -106,6 +107,16 @@ class Budget:
                 if candidates is None:
                     return count_running(connection, self.study_id)
                 return sum(not row.outside for row in running_among(connection, candidates))
+        return self.retrying.call(read)
+
+    def orphans(self, host: str) -> int:
+        """RUNNING trials a stopped orchestrator on ``host`` left (a ``kill -9``): claimed
+        now, they leave the count once this run reaps them and asks their retries
+        (scheduler/_recovery.py)."""
+        def read() -> int:
+            candidates = self.unfinished() if self.unfinished is not None else set()
+            with self.engine.connect() as connection:
+                return sum(orphaned(row, host) for row in running_among(connection, candidates))
         return self.retrying.call(read)
 
     def claim(self, ask: Callable[[], T]) -> T | None:

@@ -77,13 +77,16 @@ class FailurePolicy:
         if self.failed == 0 or self.failed < self.ended:
             return None
         common = self.errors.most_common(1)[0][0]
+        # the run ended at its budget: the same command would find nothing to run
         return self._halt(f"every trial of this run failed ({self.failed})", common, None,
-                          "the failure policy")
+                          "the failure policy", again="the same command with study.add_trials=N "
+                          "(the failed trials count in study.n_trials)")
 
-    def _halt(self, what: str, key: str, knob: str | None, rule: str) -> Halt:
+    def _halt(self, what: str, key: str, knob: str | None, rule: str,
+              again: str = "the same command again") -> Halt:
         number = self.first_trial[key]
         shown = self.first_error[key]
         hint = (f"'hpo-orchestrator logs {number}' shows its output and traceback; fix the "
-                f"objective and run the same command again")
+                f"objective and run {again}")
         return Halt(f"{what}: {shown} (first in trial {number})",
                     hint + (f" ({knob})" if knob else ""), rule)

@@ -24,7 +24,7 @@ from hpo_orchestrator.db import RunningTrialRow, running_among
 from hpo_orchestrator.scheduler._outcome import retry_allowed
 from hpo_orchestrator.scheduler._records import Retry, RunRecords, trial_params
 
-__all__ = ["Recovery", "lost_attrs"]
+__all__ = ["Recovery", "lost_attrs", "orphaned"]
 
 
 class Recovery:
@@ -94,10 +94,16 @@ class Recovery:
             return False
         if trial.heartbeat is None and trial.started is not None and trial.started < cutoff:
             return True
-        if trial.host != self.host:
-            return False
-        owner = trial.orchestrator_pid if trial.orchestrator_pid is not None else trial.pid
-        return isinstance(owner, int) and not _alive_since(owner, trial.started)
+        return orphaned(trial, self.host)
+
+
+def orphaned(trial: RunningTrialRow, host: str) -> bool:
+    """Was the RUNNING trial asked on ``host`` by an orchestrator that no longer exists (a
+    ``kill -9``)? Such a trial is reaped at once, and retried where allowed."""
+    if trial.outside or trial.host != host:
+        return False
+    owner = trial.orchestrator_pid if trial.orchestrator_pid is not None else trial.pid
+    return isinstance(owner, int) and not _alive_since(owner, trial.started)
 
 
 def lost_attrs(frozen: FrozenTrial, max_retries: int) -> tuple[dict[str, Any], Retry | None]:

@@ -210,7 +210,7 @@ def _failing_trials(facts: StudyFacts) -> list[Finding]:
         "failing_trials", "warning",
         f"{len(failed)} trials failed: {shown}",
         f"'hpo-orchestrator logs {first}' shows that trial's output and traceback "
-        f"('status --trial {first}' its params)",
+        f"('hpo-orchestrator status --trial {first}' its params)",
         {"failed": len(failed), "errors": [{"error": example[k][1], "count": n,
                                             "example_trial": example[k][0]} for k, n in common]})]
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
@@ -58,7 +60,9 @@ def _wall(report: StatusReport) -> str:
         "first start, gaps between runs included)"
 
 
-def render_status(report: StatusReport) -> Group:
+def render_status(report: StatusReport, typed: Callable[[str], str] = str) -> Group:
+    """``typed``: the commands a finding's advice quotes, as the user types them (the CLI's
+    as_typed: with the study and storage this status is about)."""
     parts: list[object] = []
     parts.append(Text.assemble(
         ("study ", "bold"), (report.study, "bold cyan"),
@@ -134,7 +138,7 @@ def render_status(report: StatusReport) -> Group:
         for finding in report.findings:
             style = "yellow" if finding.severity == "warning" else "cyan"
             parts.append(Text.assemble((f"  ! {finding.code}: ", f"bold {style}"), finding.message))
-            parts.append(Text(f"    -> {finding.advice}", style="dim"))
+            parts.append(Text(f"    -> {typed(finding.advice)}", style="dim"))
     else:
         parts.append(Text("findings: none (no idle or underused GPU, slow start-up, early pruning, "
                           "stale trial or parameter mismatch found)", style="green"))
@@ -164,5 +168,6 @@ def _fmt(value: object) -> str:
     return repr(value) if isinstance(value, float) else str(value)
 
 
-def print_status(report: StatusReport, console: Console) -> None:
-    console.print(render_status(report))
+def print_status(report: StatusReport, console: Console,
+                 typed: Callable[[str], str] = str) -> None:
+    console.print(render_status(report, typed))
