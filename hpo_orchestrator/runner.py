@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 
 import optuna
 
+from hpo_orchestrator import keys
 from hpo_orchestrator.artifacts import prepare_store
 from hpo_orchestrator.config import Config, CustomObjectiveConfig
 from hpo_orchestrator.db import (
@@ -62,7 +63,7 @@ class PreparedRun:
     parallel_reason: str  # why `concurrency`: scheduler.parallel, or what its default chose
     unavailable_reason: str | None  # why no GPU was found (scheduler.gpus=auto)
     study_name: str
-    already_claimed: int  # trials of n_trials claimed by earlier runs
+    already_claimed: int  # trials of the study that count in n_trials, claimed by earlier runs
     n_trials: int  # the study's total: study.n_trials, or what study.add_trials made of it
     log_dir: str  # the study's run folder: one log per trial (scheduler/_logs.py)
     best: tuple[int, float] | None = None  # the study's best (number, value) before this run
@@ -215,7 +216,7 @@ def _run(config: Config, wave: FirstWave,
             mirror = MirrorStorage(storage, max_history=config.sampler.max_history,
                                    keep_best=config.sampler.keep_best,
                                    refresh_s=config.storage.refresh_s)
-            study = create_or_load_study(config, mirror)
+            study = create_or_load_study(config, mirror, record=False)
             ensure_tables(storage.engine)
             with storage.engine.begin() as connection:  # once per study, then at each trial's end
                 advance_tally(connection, study._study_id, study.study_name, rebuild=True)
@@ -233,6 +234,9 @@ def _run(config: Config, wave: FirstWave,
             config = replace(config, study=replace(
                 config.study, n_trials=claimed + config.study.add_trials, add_trials=None))
             budget.n_trials = config.study.n_trials
+        if claimed - recovering < config.study.n_trials or keys.CONFIG not in study.user_attrs:
+            # a run with nothing to run leaves the study's record as it was: a plain `make hpo`
+            # after `study.add_trials=2` recorded n_trials=40 of the study's 42 trials
             record_config(study, config)
         best, front = _best_so_far(storage, study._study_id, config.study.objectives)
         prepared = PreparedRun(
@@ -241,7 +245,7 @@ def _run(config: Config, wave: FirstWave,
             parallel_reason=layout.parallel_reason,
             unavailable_reason=backend.unavailable_reason,
             study_name=study.study_name,
-            already_claimed=min(claimed - recovering, config.study.n_trials),
+            already_claimed=claimed - recovering,
             n_trials=config.study.n_trials, recovering=recovering,
             log_dir=str(run_dir(config.storage.url, study.study_name, sched.log_dir)),
             best=best, front=front)

@@ -28,7 +28,7 @@ def test_without_gpus_one_trial_per_core(tmp_path: Path) -> None:
                      "objective.target=hpo_orchestrator.testing.objectives:curves",
                      "study.n_trials=3", "scheduler.host_cores=3", "scheduler.gpus=none")
     assert result.code == 0, result.stderr
-    assert "3 CPU slots (one trial per core of 3, scheduler.parallel unset), 1 CPU threads " \
+    assert "3 CPU slots (one trial per core of 3, scheduler.parallel unset), 1 CPU thread " \
         "each" in result.stdout
     assert [r["attrs"]["hpo.num_threads"] for r in trial_rows(result.db)] == [1, 1, 1]
 

@@ -448,6 +448,12 @@ def test_5_rerun_says_complete_and_add_trials_runs_more(cli: Any) -> None:
     assert more.code == 0, more.stderr
     assert "n_trials 5 (3 done before)" in more.stdout
     assert len(trial_rows(more.db)) == 5
+    # the first command again: it says how many there are, and leaves the study's record (it
+    # recorded n_trials=3, and status then called 2 of the run's trials 'outside the runs')
+    last = cli(*args)
+    assert "already has 5 trials, more than its study.n_trials=3: nothing to run" in last.stdout
+    status = cli("status")
+    assert "finished 5 of 5" in status.stdout and "outside" not in status.stdout, status.stdout
 
 
 def test_5_a_run_with_add_trials_is_resumed_with_its_total(monkeypatch: pytest.MonkeyPatch) -> None:

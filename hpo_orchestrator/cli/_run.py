@@ -85,13 +85,14 @@ def _run_study(args: argparse.Namespace, console: Console, totals: list[int], co
         if run.gpus:
             where = ", ".join(f"gpu{g.index} ({g.name})" for g in run.gpus)
             console.print(f"devices: {where}; {run.slots} slots, {run.concurrency} trials at a "
-                          f"time ({run.parallel_reason}), {run.threads} CPU threads each",
+                          f"time ({run.parallel_reason}), {run.threads} CPU {_threads(run.threads)} each",
                           highlight=False)
         else:
             why = f" ({run.unavailable_reason})" if config.scheduler.gpus == "auto" \
                 and run.unavailable_reason else ""
-            console.print(f"devices: no GPU{why}; {run.concurrency} CPU slots "
-                          f"({run.parallel_reason}), {run.threads} CPU threads each",
+            slots = "slot" if run.concurrency == 1 else "slots"
+            console.print(f"devices: no GPU{why}; {run.concurrency} CPU {slots} "
+                          f"({run.parallel_reason}), {run.threads} CPU {_threads(run.threads)} each",
                           highlight=False)
         console.print(f"study {run.study_name!r} in {mask_url(config.storage.url)}: "
                       f"objective {config.objective.name}, pruner {_pruner_text(config)}, "
@@ -103,10 +104,13 @@ def _run_study(args: argparse.Namespace, console: Console, totals: list[int], co
                           "on this host: they run again ('status' shows them as lost)",
                           style="yellow", highlight=False, markup=False)
         if run.nothing_to_do:
+            has = f"{run.already_claimed} of its study.n_trials={run.n_trials} trials" \
+                if run.already_claimed == run.n_trials else \
+                f"{run.already_claimed} trials, more than its study.n_trials={run.n_trials}"
             console.print(
-                f"study {run.study_name!r} already has {run.already_claimed} of its "
-                f"study.n_trials={run.n_trials} trials: nothing to run (n_trials counts the whole "
-                f"study). For 20 more: {_trials.run_again(args.overrides, 'study.add_trials=20')}",
+                f"study {run.study_name!r} already has {has}: nothing to run (n_trials counts "
+                f"the whole study). For 20 more: "
+                f"{_trials.run_again(args.overrides, 'study.add_trials=20')}",
                 style="yellow", highlight=False, markup=False)
             return QuietReporter()
         return LiveReporter(console, run.n_trials, run.already_claimed, config.study.objectives,
@@ -153,3 +157,6 @@ def cmd_submit(args: argparse.Namespace, console: Console, main: Callable[[Seque
 
     return submit(args.overrides, args.dry_run, console, partial(NodeRun, main))
 
+
+def _threads(n: int) -> str:
+    return "thread" if n == 1 else "threads"

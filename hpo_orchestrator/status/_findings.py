@@ -208,7 +208,7 @@ def _failing_trials(facts: StudyFacts) -> list[Finding]:
     first = example[common[0][0]][0]
     return [Finding(
         "failing_trials", "warning",
-        f"{len(failed)} trials failed: {shown}",
+        f"{len(failed)} trial{'s' if len(failed) > 1 else ''} failed: {shown}",
         f"'hpo-orchestrator logs {first}' shows that trial's output and traceback "
         f"('hpo-orchestrator status --trial {first}' its params)",
         {"failed": len(failed), "errors": [{"error": example[k][1], "count": n,
