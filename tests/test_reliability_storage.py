@@ -20,6 +20,7 @@ import uuid
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -214,6 +215,28 @@ def test_a_dead_orchestrators_trials_are_recovered_at_once(url: str) -> None:
     assert "hpo.attempt" not in queued.user_attrs  # it never ran: not an attempt
     assert queued.system_attrs["fixed_params"] == {}
     assert run.claimed() == 1  # only the live orchestrator's trial counts
+
+
+def test_a_lost_trial_ends_at_its_last_heartbeat(url: str) -> None:
+    """Its orchestrator killed a minute after the last heartbeat... the trial's duration is
+    what it ran, not the time until a restart reaped it (a 13 s trial read 69 s)."""
+    run = Run(url)
+    trial = run.asked_by(_dead_pid())
+    run.started(trial, _dead_pid())
+    age = "datetime(heartbeat, '-60 seconds')" if url.startswith("sqlite") \
+        else "heartbeat - interval '60 seconds'"
+    with run.storage.engine.begin() as connection:
+        connection.exec_driver_sql(f"UPDATE trial_heartbeats SET heartbeat = {age} "
+                                   f"WHERE trial_id = {trial._trial_id}")
+        connection.exec_driver_sql("UPDATE trials SET datetime_start = "
+                                   f"'{(datetime.now() - timedelta(seconds=75)).isoformat(' ')}' "
+                                   f"WHERE trial_id = {trial._trial_id}")
+    run.recovery.reap()
+    frozen = run.storage.get_trial(trial._trial_id)
+    assert frozen.state == TrialState.FAIL and frozen.datetime_complete is not None
+    assert frozen.datetime_start is not None
+    ran = (frozen.datetime_complete - frozen.datetime_start).total_seconds()
+    assert 13 <= ran <= 17, ran  # 75 s ago it started, 60 s ago it last beat
 
 
 def test_a_reused_pid_is_not_mistaken_for_the_orchestrator(url: str) -> None:

@@ -107,10 +107,11 @@ def write_trial_attrs(connection: Connection, trial_id: int, number: int, attrs:
         connection.execute(text(_SET_START_SQL), {"d": started, "t": trial_id})
 
 
-def fail_running_trial(connection: Connection, trial_id: int) -> bool:
-    """RUNNING -> FAIL, as Optuna's set_trial_state_values does; False when the trial had
-    already finished (another orchestrator reaped it first)."""
-    done = connection.execute(text(_FAIL_RUNNING_SQL), {"t": trial_id, "d": datetime.now()})
+def fail_running_trial(connection: Connection, trial_id: int, ended: datetime | None = None) -> bool:
+    """RUNNING -> FAIL, as Optuna's set_trial_state_values does, ended at ``ended`` (local
+    time, as Optuna's; None: now); False when the trial had already finished (another
+    orchestrator reaped it first)."""
+    done = connection.execute(text(_FAIL_RUNNING_SQL), {"t": trial_id, "d": ended or datetime.now()})
     return done.rowcount == 1
 
 

@@ -140,9 +140,11 @@ class RunRecords:
         """:meth:`asked_attrs` of a trial ask() did not create (MirrorStorage.starting)."""
         self.write_attrs(trial._trial_id, trial.number, self.asked_attrs())
 
-    def reap(self, trial_id: int, number: int, attrs: dict[str, Any], retry: Retry | None) -> bool:
+    def reap(self, trial_id: int, number: int, attrs: dict[str, Any], retry: Retry | None,
+             ended: datetime | None = None) -> bool:
         """Fail another orchestrator's RUNNING trial, with its attrs and retry, in one
-        transaction; False when it had finished meanwhile (reaped by someone else)."""
+        transaction, ended at ``ended`` (local time; None: now); False when it had finished
+        meanwhile (reaped by someone else)."""
         def step() -> bool:
             with self.storage.engine.begin() as connection:
                 try:
@@ -153,7 +155,7 @@ class RunRecords:
                 if retry is not None:
                     enqueue_waiting_trial(connection, self.study._study_id, retry.params,
                                                retry.user_attrs())
-                return fail_running_trial(connection, trial_id)
+                return fail_running_trial(connection, trial_id, ended)
         reaped = self.retrying.call(step)
         self.mirror.refresh_soon(self.study._study_id)  # its state and its retry, if any
         return reaped
