@@ -226,6 +226,7 @@ def test_3_an_objective_that_always_raises_exits_1_and_its_logs_are_one_command_
     assert logs.stdout.rstrip().endswith(NAME_ERROR)
     detail = run_cli(tmp_path, "status", "--trial", str(number))
     assert detail.code == 0 and "failed: exception: " + NAME_ERROR in detail.stdout
+    assert "ran on: host=" in detail.stdout and "=None" not in detail.stdout  # none unknown shown
     assert "raise optuna.TrialPruned()" in detail.stdout
     assert (tmp_path / "hpo-runs" / ".gitignore").read_text().endswith("*\n")
     assert not list(tmp_path.glob("*.lock"))  # 10: no lock file beside the database

@@ -253,7 +253,8 @@ def print_trial(args: argparse.Namespace, console: Console, errors: Console) -> 
         lines.append("params: " + " ".join(f"{k}={v!r}" if isinstance(v, str) else f"{k}={v}"
                                            for k, v in detail["params"].items()))
     where = [f"{k.removeprefix('hpo.')}={attrs[k]}" for k in
-             (keys.HOST, keys.GPU_INDEX, keys.SLOT, keys.PID, keys.EXIT_CODE) if k in attrs]
+             (keys.HOST, keys.GPU_INDEX, keys.SLOT, keys.PID, keys.EXIT_CODE)
+             if attrs.get(k) is not None]  # a trial that returned has no exit code
     if where:
         lines.append("ran on: " + " ".join(where))
     if attrs.get(keys.FAIL_REASON):
