@@ -35,7 +35,14 @@ from hpo_orchestrator.db import (
 )
 from hpo_orchestrator.errors import ConfigError, RuntimeFailure
 from hpo_orchestrator.gpu import GpuBackend, GpuInfo
-from hpo_orchestrator.scheduler import Budget, FirstWave, Orchestrator, QuietReporter, Reporter, run_dir
+from hpo_orchestrator.scheduler import (
+    Budget,
+    FirstWave,
+    Orchestrator,
+    QuietReporter,
+    Reporter,
+    run_dir,
+)
 from hpo_orchestrator.study import (
     MirrorStorage,
     advance_tally,
@@ -228,8 +235,8 @@ def _run(config: Config, wave: FirstWave,
                         sqlite_path(config.storage.url), retrying,
                         unfinished=lambda: mirror.unfinished_trial_ids(study._study_id))
         claimed = budget.claimed()
-        # trials a killed run left RUNNING here: this run reaps them and runs them again
-        recovering = budget.orphans(sched.host or socket.gethostname())
+        recovering = budget.recoverable(storage, sched.host or socket.gethostname(),
+                                        sched.max_retries)
         if config.study.add_trials is not None:  # "N more": the study's total becomes claimed + N
             config = replace(config, study=replace(
                 config.study, n_trials=claimed + config.study.add_trials, add_trials=None))
@@ -246,7 +253,8 @@ def _run(config: Config, wave: FirstWave,
             unavailable_reason=backend.unavailable_reason,
             study_name=study.study_name,
             already_claimed=claimed - recovering,
-            n_trials=config.study.n_trials, recovering=recovering,
+            n_trials=config.study.n_trials,
+            recovering=recovering if claimed - recovering < config.study.n_trials else 0,
             log_dir=str(run_dir(config.storage.url, study.study_name, sched.log_dir)),
             best=best, front=front)
         live: AbstractContextManager[Reporter] = progress(prepared) if progress is not None \

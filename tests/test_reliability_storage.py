@@ -203,7 +203,8 @@ def test_a_dead_orchestrators_trials_are_recovered_at_once(url: str) -> None:
 
     budget = Budget(run.storage.engine, run.study._study_id, 3, None,
                     unfinished=lambda: {t._trial_id for t in (ran, ahead, alive)})
-    assert (budget.orphans(HOST), budget.orphans("another-host"), budget.claimed()) == (2, 0, 3)
+    assert budget.orphans(HOST) == sorted([ran._trial_id, ahead._trial_id])
+    assert (budget.orphans("another-host"), budget.claimed()) == ([], 3)
     run.recovery.reap()
     assert run.storage.get_trial(alive._trial_id).state == TrialState.RUNNING
     for trial in (ran, ahead):
@@ -237,6 +238,31 @@ def test_a_lost_trial_ends_at_its_last_heartbeat(url: str) -> None:
     assert frozen.datetime_start is not None
     ran = (frozen.datetime_complete - frozen.datetime_start).total_seconds()
     assert 13 <= ran <= 17, ran  # 75 s ago it started, 60 s ago it last beat
+
+
+@pytest.mark.parametrize("attrs, recovered", [
+    ({}, 1),  # retried: leaves the count
+    ({"hpo.attempt": 2}, 0),  # its retries spent (max_retries=1): FAIL, and still counts
+    ({"hpo.retried": True}, 0),  # its retry already enqueued: not counted now either
+])
+def test_a_restart_counts_what_its_reaping_takes_out_of_the_budget(
+        url: str, attrs: dict[str, Any], recovered: int) -> None:
+    """What a restart tells as recovered ('recovering N trial(s)', 'K done before') is what
+    the budget gives back once it reaps them: a trial whose retries were spent made it
+    announce a recovery and run nothing, one already marked retried made the count -1."""
+    from hpo_orchestrator.scheduler import Budget
+
+    run = Run(url)
+    trial = run.asked_by(_dead_pid())
+    run.started(trial, _dead_pid())
+    if attrs:
+        run.records.write_attrs(trial._trial_id, trial.number, attrs)
+    budget = Budget(run.storage.engine, run.study._study_id, 1, None,
+                    unfinished=lambda: {trial._trial_id})
+    before = budget.claimed()
+    assert budget.recoverable(run.storage, HOST, max_retries=1) == recovered
+    run.recovery.reap()
+    assert budget.claimed() == before - recovered
 
 
 def test_a_reused_pid_is_not_mistaken_for_the_orchestrator(url: str) -> None:

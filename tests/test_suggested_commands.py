@@ -102,10 +102,14 @@ def test_quoted_commands_name_the_study_and_storage_they_are_about(
 
 
 def test_tune_pruner_prints_that_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from hpo_orchestrator.scheduler import run_dir
+
     url = f"sqlite:///{tmp_path / 'hpo.db'}"
     optuna.logging.set_verbosity(optuna.logging.ERROR)
-    study = optuna.create_study(storage=url, study_name="hpo")
-    study.set_user_attr("hpo.config", to_plain_dict(load_config(["scheduler.parallel=6"])))
+    study = optuna.create_study(storage=url, study_name="exp 1")  # its folder: exp_1-<hash>
+    recorded = to_plain_dict(load_config(["scheduler.parallel=6", "study.name='exp 1'"]))
+    recorded["artifacts"]["store"] = str(run_dir(url, "exp 1") / "artifacts")  # as a run records it
+    study.set_user_attr("hpo.config", recorded)
 
     def objective(trial: optuna.Trial) -> float:
         for step in range(1, 6):
@@ -115,7 +119,8 @@ def test_tune_pruner_prints_that_command(tmp_path: Path, capsys: pytest.CaptureF
     study.optimize(objective, n_trials=8)
     assert main(["tune-pruner", "--storage", url, "--json", "--patience", "0"]) == 0
     command = json.loads(capsys.readouterr().out)["recommendation"]["command"]
-    assert "scheduler.parallel=6" in command and "study.name=hpo-" in command
+    assert "scheduler.parallel=6" in command and "exp 1-" in command
+    assert "artifacts.store" not in command  # the new study gets a folder of its own
     assert main(["tune-pruner", "--storage", url, "--patience", "0"]) == 0
     assert f"run with: {command}" in " ".join(capsys.readouterr().out.split())  # wrapped or not
 

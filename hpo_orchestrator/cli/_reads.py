@@ -132,6 +132,7 @@ def cmd_tune_pruner(args: argparse.Namespace, console: Console) -> int:
         render_tuning,
         tune,
     )
+    from hpo_orchestrator.scheduler import run_dir
 
     if args.top_k < 1:
         raise ConfigError(f"--top-k: expected an integer >= 1, got {args.top_k}", "e.g. --top-k 5")
@@ -150,7 +151,8 @@ def cmd_tune_pruner(args: argparse.Namespace, console: Console) -> int:
     storage, secret_note = db.paste_url(args.storage)
     command = recommended_command(_trials.prog(), curves.study, curves.config,
                                   choice.setting.overrides(), taken,
-                                  None if args.storage == DEFAULT_STORAGE else storage)
+                                  None if args.storage == DEFAULT_STORAGE else storage,
+                                  run_dir(args.storage, curves.study).name)
     if args.json:
         print(json.dumps({"study": curves.study, "direction": curves.direction,
                           "full_step": curves.full_step, "first_trial": curves.first_number,

@@ -72,13 +72,18 @@ def resume_hint(overrides: list[str], add_trials: int | None, total: int | None)
 _READS = ("logs", "status", "report", "best", "artifacts", "tune-pruner", "telemetry")
 
 
-def as_typed(text: str, storage: str, default_storage: str, study: str | None = None) -> str:
+def as_typed(text: str, storage: str, default_storage: str, study: str | None = None,
+             with_note: bool = True) -> str:
     """Commands quoted in a message ('hpo-orchestrator logs 3') as this user can type them:
     with ``--study`` (where given: None for the one the command would pick anyway) and the
-    storage where it is not the default, its password left out (paste_url)."""
+    storage where it is not the default, its password left out (paste_url), and then, with
+    ``with_note``, where the password comes from instead."""
     import re
 
     from hpo_orchestrator.db import paste_url
+
+    shown, note = paste_url(storage)
+    stored: list[bool] = []  # a --storage was added
 
     def typed(match: re.Match[str]) -> str:
         command, rest = match.group(1), match.group(2)
@@ -92,10 +97,12 @@ def as_typed(text: str, storage: str, default_storage: str, study: str | None = 
             if study is not None and "--study" not in rest:
                 rest += f" --study {shlex.quote(study)}"
             if storage != default_storage and "--storage" not in rest:
-                rest += f" --storage {shlex.quote(paste_url(storage)[0])}"
+                rest += f" --storage {shlex.quote(shown)}"
+                stored.append(True)
         return f"'{prog()} {command}{rest}'"
 
-    return re.sub(r"'hpo-orchestrator (\w[\w-]*)([^']*)'", typed, text)
+    out = re.sub(r"'hpo-orchestrator (\w[\w-]*)([^']*)'", typed, text)
+    return out + (f" ({note})" if note and stored and with_note else "")
 
 
 def next_steps(storage: str, default_storage: str, failed: int | None) -> str:
@@ -234,7 +241,7 @@ def _print_from(path: Path, offset: int) -> int:
 
 def print_trial(args: argparse.Namespace, console: Console, errors: Console) -> int:
     """``status --trial N``: one trial's state, value, params, failure, traceback and log."""
-    from hpo_orchestrator.db import create_engine
+    from hpo_orchestrator.db import create_engine, paste_url
 
     engine = create_engine(args.storage)
     name, detail = _detail(engine, resolve_study(engine, args.study, errors), args.trial)
@@ -268,8 +275,10 @@ def print_trial(args: argparse.Namespace, console: Console, errors: Console) -> 
         from hpo_orchestrator.cli._common import DEFAULT_STORAGE
 
         logs = as_typed(f"'hpo-orchestrator logs {args.trial}'", args.storage, DEFAULT_STORAGE,
-                        args.study).strip("'")
-        console.print(escape(f"log: {attrs[keys.LOG_PATH]}  ({logs})"),
-                      highlight=False)
+                        args.study, with_note=False)[1:-1]  # quoted once, whole
+        console.print(escape(f"log: {attrs[keys.LOG_PATH]}  ({logs})"), highlight=False)
+        note = paste_url(args.storage)[1]
+        if note and args.storage != DEFAULT_STORAGE:
+            console.print(escape(f"  ({note})"), highlight=False)
     return 0
 

@@ -191,10 +191,25 @@ def _check_driver(url: str) -> None:
                            "(e.g. mysql+pymysql://, postgresql+psycopg://)") from None
 
 
+def _password_holds_at(url: str) -> bool:
+    """``user:pw@`` followed by another '@' before the query's first '=': an unescaped '@' in
+    the password, whatever follows it ('/', '?' or ':' made SQLAlchemy read the password's
+    tail as the host, the path or a port)."""
+    _, scheme, rest = url.partition("://")
+    userinfo, at, after = rest.partition("@")
+    if not scheme or not at or rest.startswith("/") or ":" not in userinfo:
+        return False
+    return "@" in after.split("=", 1)[0]
+
+
 def check_url(url: str) -> Path | None:
     """The URL parses, its driver loads and it is not an in-memory sqlite database (StorageError,
     exit 2, otherwise); its sqlite file, if any. Nothing is opened or created: callers check the
     URL before they derive folders from it (the run folder, the artifact store)."""
+    at_in_password = StorageError(f"storage URL {mask_passwords(url)!r}: its password holds an '@'",
+                                  "write each '@' in the password as %40 (URL-encoded)")
+    if _password_holds_at(url):  # before parsing: its tail may read as a port
+        raise at_in_password
     try:
         path = sqlite_path(url)
         _check_driver(url)
@@ -205,8 +220,7 @@ def check_url(url: str) -> Path | None:
     if "@" in (make_url(url).host or ""):
         # SQLAlchemy ends the password at its first '@' and takes the rest for the host: the
         # driver's "cannot resolve host" would quote the password's tail
-        raise StorageError(f"storage URL {mask_passwords(url)!r}: its password holds an '@'",
-                           "write each '@' in the password as %40 (URL-encoded)")
+        raise at_in_password
     if path is None and make_url(url).get_backend_name() == "sqlite":
         # each connection would get a database of its own, gone when the run ends (issue 15)
         raise StorageError(f"{mask_url(url)} is an in-memory sqlite database: the study would "

@@ -24,20 +24,23 @@ __all__ = ["recommended_command"]
 # the one tune-pruner read (the recorded URL has its password masked).
 _SKIP = {"study.name", "study.n_trials", "study.add_trials", "study.enqueue",
          "objective.name", "objective.target", "sampler.name", "scheduler.parallel", "storage.url"}
-_PLAIN = re.compile(r"[\w./:@+\-]+")
+_PLAIN = re.compile(r"[\w./:@+\-]+", re.ASCII)  # Hydra reads other letters only quoted
 
 
 def recommended_command(prog: str, study: str, recorded: dict[str, Any], pruner: str,
-                        taken: set[str], storage: str | None = None) -> str:
+                        taken: set[str], storage: str | None = None,
+                        folder: str | None = None) -> str:
     """``prog run ...`` for the recommended pruner (``pruner``: its overrides), from the
     replayed study's ``hpo.config`` (``recorded``; empty for a study run elsewhere);
     ``taken``: the study names already in the storage; ``storage``: its URL as the command
-    gives it (without a password: db.paste_url), None for the default."""
+    gives it (without a password: db.paste_url), None for the default; ``folder``: the
+    study's run folder's name (scheduler.run_dir; the study's name where that is safe)."""
     name = _new_name(study, pruner, taken)
     # the replayed study's own artifact folder (the default, recorded resolved): the new
     # study gets its own
     store = (recorded.get("artifacts") or {}).get("store")
-    own_store = isinstance(store, str) and PurePath(store).parts[-2:] == (study, "artifacts")
+    own_store = isinstance(store, str) and \
+        PurePath(store).parts[-2:] == (folder or study, "artifacts")
     overrides: list[str] = []
     objective = (recorded.get("objective") or {}).get("name")
     sampler = (recorded.get("sampler") or {}).get("name")
@@ -62,7 +65,7 @@ def recommended_command(prog: str, study: str, recorded: dict[str, Any], pruner:
     parallel = (recorded.get("scheduler") or {}).get("parallel")
     if isinstance(parallel, int):
         overrides.append(f"scheduler.parallel={parallel}")
-    overrides += [*pruner.split(), f"study.name={name}"]
+    overrides += [*pruner.split(), f"study.name={_value(name)}"]
     return " ".join([prog, "run", *map(shlex.quote, overrides)])
 
 

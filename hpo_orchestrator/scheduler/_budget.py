@@ -26,9 +26,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta
+from functools import partial
 from pathlib import Path
 from typing import TypeVar
 
+from optuna.storages import RDBStorage
 from sqlalchemy.engine import Connection, Engine
 
 from hpo_orchestrator.db import (
@@ -43,7 +45,7 @@ from hpo_orchestrator.db import (
     settled_upto,
 )
 from hpo_orchestrator.scheduler._race_hooks import budget_claim_started, budget_counted
-from hpo_orchestrator.scheduler._recovery import orphaned
+from hpo_orchestrator.scheduler._recovery import lost_attrs, orphaned
 
 __all__ = ["Budget"]
 
@@ -109,15 +111,23 @@ class Budget:
                 return sum(not row.outside for row in running_among(connection, candidates))
         return self.retrying.call(read)
 
-    def orphans(self, host: str) -> int:
-        """RUNNING trials a stopped orchestrator on ``host`` left (a ``kill -9``): claimed
-        now, they leave the count once this run reaps them and asks their retries
-        (scheduler/_recovery.py)."""
-        def read() -> int:
+    def orphans(self, host: str) -> list[int]:
+        """The ids of the RUNNING trials a stopped orchestrator on ``host`` left (a ``kill
+        -9``), which this run reaps at once (scheduler/_recovery.py)."""
+        def read() -> list[int]:
             candidates = self.unfinished() if self.unfinished is not None else set()
             with self.engine.connect() as connection:
-                return sum(orphaned(row, host) for row in running_among(connection, candidates))
+                return [row.trial_id for row in running_among(connection, candidates)
+                        if orphaned(row, host)]
         return self.retrying.call(read)
+
+    def recoverable(self, storage: RDBStorage, host: str, max_retries: int) -> int:
+        """Of the orphans, those that leave the count once a run reaps them: reaped with a
+        retry (lost_attrs); not one whose retries are spent, nor one already marked retried
+        (not counted now)."""
+        reaped = (lost_attrs(self.retrying.call(partial(storage.get_trial, trial_id)), max_retries)
+                  for trial_id in self.orphans(host))
+        return sum(retry is not None for _, retry in reaped)
 
     def claim(self, ask: Callable[[], T]) -> T | None:
         """``ask()`` if the budget has room (under the study's lock), else None."""

@@ -24,7 +24,7 @@ from hpo_orchestrator.db import RunningTrialRow, running_among
 from hpo_orchestrator.scheduler._outcome import retry_allowed
 from hpo_orchestrator.scheduler._records import Retry, RunRecords, trial_params
 
-__all__ = ["Recovery", "lost_attrs", "orphaned"]
+__all__ = ["Recovery", "last_alive", "lost_attrs", "orphaned"]
 
 
 class Recovery:

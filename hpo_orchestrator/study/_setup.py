@@ -60,8 +60,8 @@ def without_pruning(config: Config) -> tuple[Config, str | None]:
 def create_or_load_study(config: Config, storage: optuna.storages.BaseStorage,
                          record: bool = True) -> optuna.Study:
     """The study named in the config, created if new; an existing one must agree on its
-    directions. ``record``: the config as its hpo.config now (the runner records it once it
-    knows the run has trials to run)."""
+    directions. ``record``: the config as its hpo.config now, else only for a study without
+    one (the runner records it once it knows the run has trials to run)."""
     name = config.study.name
     wanted = [StudyDirection.MINIMIZE if d == "minimize" else StudyDirection.MAXIMIZE
               for d in config.study.objectives]
@@ -91,7 +91,7 @@ def create_or_load_study(config: Config, storage: optuna.storages.BaseStorage,
     study = optuna.create_study(storage=storage, study_name=name, directions=wanted,
                                 sampler=build_sampler(config), pruner=build_pruner(config.pruner),
                                 load_if_exists=True)
-    if record:
+    if record or keys.CONFIG not in study.user_attrs:  # a new study has its record at once
         record_config(study, config)
     return study
 
