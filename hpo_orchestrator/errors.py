@@ -8,8 +8,10 @@ __all__ = ["SECRET_QUERY_KEYS", "ConfigError", "HpoError", "RuntimeFailure", "St
            "mask_passwords", "url_passwords"]
 
 # scheme://user:PASSWORD@host: the password runs to the last '@' before a space, so one that
-# holds an unescaped '@' (or that SQLAlchemy cannot parse at all) is masked whole.
-_URL_PASSWORD = re.compile(r"([A-Za-z][\w+.-]*://[^\s:/@'\"]*:)[^\s]*@")
+# holds an unescaped '@' (or that SQLAlchemy cannot parse at all) is masked whole. A scheme
+# starts a word, and each part is bounded: unbounded, a 30,000-character error message of a
+# trial took 5 s to mask (each of its letters tried as a scheme's start, the rest scanned).
+_URL_PASSWORD = re.compile(r"((?<![A-Za-z0-9+.-])[A-Za-z][\w+.-]{0,40}://[^\s:/@'\"]{0,256}:)[^\s]{0,512}@")
 _ARG_PASSWORD = re.compile(r"://[^:/@]*:(.+)@")
 # Query parameters that carry a secret (libpq's password, the client key's sslpassword, and the
 # passfile that names where the password lies): masked as a password in user:pw@ is.

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import socket
 import sys
+import threading
 import traceback
 import warnings
 from collections.abc import Callable
@@ -107,13 +108,30 @@ def check_objective(config: Config) -> None:
     if not isinstance(objective, CustomObjectiveConfig):
         return
     _current_folder_importable()
+    cwd, before = os.getcwd(), set(threading.enumerate())
     for key, target in (("objective.target", objective.target), ("objective.setup", objective.setup)):
         if not target:
             continue
         try:
-            import_target(target)
+            found = import_target(target)
+        except SystemExit as exc:  # at the module's top: the run would end without a word
+            raise ConfigError(f"{key}: importing {target!r} called sys.exit({exc.code!r})",
+                              "a module's top level runs on import: move that code under "
+                              "`if __name__ == \"__main__\":`") from None
         except Exception as exc:
             raise _import_error(key, target, exc) from None
+        finally:
+            os.chdir(cwd)  # a module that changes folder on import: the run's files stay here
+        if not callable(found):
+            raise ConfigError(f"{key}: {target!r} is a {type(found).__name__}, not a function",
+                              "name a function: module:function")
+    IMPORT_THREADS.extend(t for t in threading.enumerate() if t not in before and not t.daemon)
+
+
+# Threads the objective's module started on import in this process (a metrics client's, say):
+# one that is not a daemon would keep the orchestrator's process alive after its run ends
+# (cli/__init__.py: main leaves at once where one is).
+IMPORT_THREADS: list[threading.Thread] = []
 
 
 def _import_error(key: str, target: str, exc: Exception) -> ConfigError:

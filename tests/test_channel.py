@@ -230,6 +230,28 @@ def test_the_orchestrator_refuses_hpo_attrs_sent_past_the_proxy(pipe: Any) -> No
     assert writes == [("hpo.warning", "cpu only")]
 
 
+@pytest.mark.parametrize(("dialect", "step", "refused"), [
+    (None, 2**63, True), ("sqlite", 2**63 - 1, False), ("postgresql", 2**31, True),
+    ("postgresql", 2**31 - 1, False), ("sqlite", 1e30, True)])
+def test_a_step_the_storage_cannot_keep_fails_its_trial_not_the_run(
+        pipe: Any, dialect: str | None, step: float, refused: bool) -> None:
+    """trial.report(x, 2**63) on sqlite (2**31 on PostgreSQL: Optuna's step is an INTEGER)
+    failed the write of the trial's end: the run stopped with an OverflowError and its trials
+    stayed RUNNING. Refused at the call, it is the objective's error."""
+    channel, child = pipe
+    reports: list[Any] = []
+    engine = None if dialect is None else SimpleNamespace(dialect=SimpleNamespace(name=dialect))
+    trial = SimpleNamespace(report=lambda *a: reports.append(a), number=0,
+                            study=SimpleNamespace(directions=["minimize"]),
+                            storage=SimpleNamespace(engine=engine) if engine else SimpleNamespace())
+    rt = SimpleNamespace(trial=trial, connection=channel, number=0, reports=[], spawned_at=0.0)
+    _calls._answer(rt, "report", (0.5, step), {}, 1)  # type: ignore[arg-type]
+    reply = child.recv()
+    assert (reply[0] == "err") is refused and (len(reports) == 0) is refused, reply
+    if refused:
+        assert "too large" in str(reply[1]) and "bit integer" in str(reply[1])
+
+
 # --- replies a trial never read (issue 28, item 7) -----------------------------------------
 
 def test_a_reply_nobody_waits_for_is_dropped_by_the_next_call_and_by_the_wait_for_a_job(

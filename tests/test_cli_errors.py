@@ -225,3 +225,41 @@ def test_a_long_study_name_still_gets_a_run_folder() -> None:
     assert len(first.name) <= 200 and first.name.startswith("a" * 100)
     assert first != second
     assert run_dir("sqlite:///runs/hpo.db", "exp 1").name.startswith("exp_1-")  # hashed: issue 28
+
+
+# --- the objective's module, imported by the orchestrator to check it --------------------
+
+def _module(tmp_path: Path, text: str) -> None:
+    (tmp_path / "odd").mkdir()
+    (tmp_path / "odd" / "__init__.py").write_text("")
+    (tmp_path / "odd" / "obj.py").write_text(text)
+
+
+@pytest.mark.parametrize(("text", "target", "message", "hint"), [
+    ("import sys\nsys.exit(3)\n", "odd.obj:objective",
+     "objective.target: importing 'odd.obj:objective' called sys.exit(3)", "__main__"),
+    ("objective = 42\n", "odd.obj:objective",
+     "objective.target: 'odd.obj:objective' is a int, not a function", "module:function"),
+])
+def test_a_module_that_exits_or_names_no_function_is_one_error_line(
+        cli, tmp_path: Path, text: str, target: str, message: str, hint: str) -> None:  # type: ignore[no-untyped-def]
+    """sys.exit at a module's top ended the run with its code and no word; a target that is
+    no function failed every trial with "'int' object is not callable" (exit 1)."""
+    _module(tmp_path, text)
+    result = cli("run", f"objective.target={target}", "study.n_trials=2")
+    assert result.code == 2 and result.stderr.splitlines()[0] == f"error: {message}", result.stderr
+    assert hint in result.stderr and not list(tmp_path.glob("*.db"))
+
+
+@pytest.mark.slow
+def test_a_module_that_changes_folder_or_starts_a_thread_on_import(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Its os.chdir put hpo.db and hpo-runs/ in the other folder (status here: 'no database');
+    its thread, no daemon, kept the orchestrator's process alive after the run, forever."""
+    (tmp_path / "elsewhere").mkdir()
+    _module(tmp_path, "import os, threading, time\n"
+                      "os.chdir(os.path.join(os.getcwd(), 'elsewhere'))\n"
+                      "threading.Thread(target=lambda: time.sleep(3600)).start()\n"
+                      "def objective(trial):\n    return trial.suggest_float('x', 0, 1)\n")
+    result = cli("run", "objective.target=odd.obj:objective", "study.n_trials=2", timeout=120)
+    assert result.code == 0, result.stderr
+    assert (tmp_path / "hpo.db").exists() and not list((tmp_path / "elsewhere").iterdir())

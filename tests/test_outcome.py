@@ -51,11 +51,33 @@ class OutOfMemoryError(RuntimeError):
     (RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB"), True),  # older torch, cuDNN
     (RuntimeError("[LightGBM] [Fatal] CL_MEM_OBJECT_ALLOCATION_FAILURE"), True),  # OpenCL
     (ValueError("bad learning rate"), False),
+    (ValueError("the budget ran out of memory slots"), False),  # the user's words, not an OOM
+    (RuntimeError("HIP out of memory"), True),
+    (Exception("CUDA out of memory. Tried to allocate 2.00 GiB"), True),  # a wrapper's class
     (RuntimeError("CUDA error: device-side assert triggered"), False),
 ])
 def test_is_oom(exc: BaseException, expected: bool) -> None:
     """What the child reports as 'oom' (retried on the GPU with most free memory)."""
     assert is_oom(exc) is expected
+
+
+@pytest.mark.parametrize(("exc", "line"), [
+    (ValueError("line1\nline2\n\nline4"), "ValueError: line1"),
+    (RuntimeError("(sqlite3.OperationalError) database is locked\n[SQL: SELECT 1]\n"
+                  "(Background on this error at: https://sqlalche.me/e/21/e3q8)"),
+     "RuntimeError: (sqlite3.OperationalError) database is locked"),
+    (RuntimeError('Traceback (most recent call last):\n  File "w.py", line 1\nKeyError: 3'),
+     "RuntimeError: KeyError: 3"),
+    (ValueError(), "ValueError"),
+    (ValueError("E" * 5000), "ValueError: " + "E" * 985 + "..."),
+])
+def test_the_error_line_is_the_cause_in_one_short_line(exc: BaseException, line: str) -> None:
+    """hpo.error, shown by status and the progress lines: it kept a message's last line
+    (SQLAlchemy's 'Background on this error' link instead of the cause) and all of it (a
+    5 MB message printed three times)."""
+    from hpo_orchestrator.worker._child import last_line
+
+    assert last_line(exc) == line
 
 
 def test_classify_without_last_words() -> None:

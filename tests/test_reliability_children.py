@@ -60,6 +60,31 @@ def test_bad_frames_fail_only_their_trial_and_replace_the_worker(tmp_path: Path)
 
 
 @pytest.mark.slow
+def test_a_thread_the_objective_leaves_running_does_not_hold_a_fresh_trial(tmp_path: Path) -> None:
+    """In a fresh child the trial ends when the process does, and Python waits for every
+    thread that is no daemon: one the objective left running stalled the run for good, or,
+    with trial_timeout_s, lost the value it had returned to a 'timeout'. The child gives such
+    threads THREADS_GRACE_S, then leaves; the timeout counts only until the result is in."""
+    result = _misbehave(tmp_path, "lingering_thread", "study.n_trials=2", "scheduler.parallel=2",
+                        "scheduler.worker_mode=fresh", "scheduler.trial_timeout_s=3", timeout=120)
+    assert result.code == 0, result.stderr
+    rows = trial_rows(result.db)
+    assert [r["state"] for r in rows] == ["COMPLETE", "COMPLETE"], rows
+
+
+@pytest.mark.slow
+def test_each_trial_of_a_reused_worker_starts_in_the_same_folder(tmp_path: Path) -> None:
+    """A trial that changed folder left the next one on its worker there (files written
+    into sub0/sub2/...)."""
+    result = _misbehave(tmp_path, "wanders", "study.n_trials=3", "scheduler.parallel=1",
+                        "scheduler.worker_mode=reuse")
+    assert result.code == 0, result.stderr
+    rows = trial_rows(result.db)
+    assert {r["attrs"]["hpo.worker_trial"] for r in rows} == {1, 2, 3}  # one worker, in turn
+    assert [r["attrs"]["test.cwd"] for r in rows] == [str(tmp_path)] * 3
+
+
+@pytest.mark.slow
 def test_a_half_written_frame_still_times_out(tmp_path: Path) -> None:
     """The trial writes half a frame, ignores SIGTERM and sleeps: the timeout still fires."""
     result = _misbehave(tmp_path, "partial", "study.n_trials=1", "scheduler.trial_timeout_s=3",

@@ -73,3 +73,17 @@ def test_hpo_config_attr_never_holds_a_query_password() -> None:
     record_config(SimpleNamespace(set_user_attr=stored.__setitem__), config)  # type: ignore[arg-type]
     assert "s3cret" not in str(stored["hpo.config"])
     assert stored["hpo.config"]["storage"]["url"].startswith("postgresql+psycopg://me@db/hpo?")
+
+
+@pytest.mark.parametrize("text", [
+    "connect failed: DATABASE_URL=postgresql://me:s3cret@db/hpo",
+    "x_postgresql+psycopg://me:s3cret@db/hpo",
+    "E" * 50_000 + " postgresql://me:s3cret@db/hpo " + "ab12" * 10_000,
+])
+def test_a_password_in_a_long_or_glued_message_is_masked(text: str) -> None:
+    """The pattern's parts are bounded and a scheme starts a word (a trial's 30,000-character
+    message took seconds to mask); a URL glued to a name by '_' or '=' is still found."""
+    from hpo_orchestrator.errors import mask_passwords
+
+    masked = mask_passwords(text)
+    assert "s3cret" not in masked and "me:***@db/hpo" in masked

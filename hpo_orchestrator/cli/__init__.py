@@ -9,6 +9,7 @@ with ``--debug``. One module per command group; this one dispatches and reports 
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import traceback
 from collections.abc import Sequence
@@ -40,6 +41,18 @@ def _debug_logging() -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    code = _main(argv)
+    runner = sys.modules.get("hpo_orchestrator.runner")  # loaded by a run alone
+    if runner is not None and any(t.is_alive() for t in runner.IMPORT_THREADS):
+        # the objective's module started a thread that is no daemon: Python would wait for it
+        # after the run, forever; the run's work is all written by now
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
+
+
+def _main(argv: Sequence[str] | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv  # anywhere: `status --debug` and `run ... --debug` too
     argv = [a for a in argv if a != "--debug"]

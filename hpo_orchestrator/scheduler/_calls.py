@@ -132,6 +132,8 @@ def _answer(rt: RunningTrial, method: str, args: tuple[Any, ...], kwargs: dict[s
             and args[0].startswith("hpo.") and args[0] not in OBJECTIVE_ATTRS:
         reply = ("err", ValueError(f"trial.set_user_attr({args[0]!r}): the 'hpo.' attributes "
                                    "are the orchestrator's; use another prefix"))
+    elif method == "report" and (too_large := _step_out_of_range(rt, args, kwargs)):
+        reply = ("err", ValueError(too_large))
     else:
         try:
             reply = ("ok", record_artifact(rt, args) if method == ARTIFACT_CALL
@@ -163,6 +165,23 @@ def _answer(rt: RunningTrial, method: str, args: tuple[Any, ...], kwargs: dict[s
 
 
 _PRUNING_CALLS = frozenset({"report", "should_prune"})
+
+
+def _step_out_of_range(rt: RunningTrial, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+    """Why a report's step cannot be stored ('' where it can). Optuna keeps it in an INTEGER
+    column: 64 bits on sqlite, 32 on PostgreSQL and MySQL. One out of range failed the write
+    of the trial's end, and the run with it, leaving its trials RUNNING."""
+    try:
+        step = int(inspect.signature(optuna.Trial.report).bind(None, *args, **kwargs)
+                   .arguments["step"])
+    except (TypeError, ValueError, OverflowError, KeyError):
+        return ""  # Optuna's own report says what is wrong with it
+    engine = getattr(rt.trial.storage, "engine", None)
+    bits = 64 if engine is None or engine.dialect.name == "sqlite" else 32
+    if step < 2 ** (bits - 1):
+        return ""
+    return (f"trial.report: step {step} is too large: the storage keeps a step as a {bits}-bit "
+            f"integer (at most {2 ** (bits - 1) - 1})")
 
 
 def _several_objectives(rt: RunningTrial, method: str, args: tuple[Any, ...],

@@ -97,7 +97,10 @@ def enforce_deadlines(running: Iterable[RunningTrial], timeout_s: float | None,
     now = time.monotonic()
     for rt in running:
         running_s = now - rt.spawned_at - rt.paused_s
-        if rt.stop_reason is None and timeout_s is not None and running_s > timeout_s:
+        # a trial whose result is in has ended, whatever its process still does (a fresh
+        # child waits a while for threads the objective left: worker/_child.py, _leave)
+        if rt.stop_reason is None and rt.outcome is None and timeout_s is not None \
+                and running_s > timeout_s:
             rt.stop_reason = "timeout"
             if rt.in_setup:  # its worker's start-up counts: it began with the trial's clock
                 rt.stop_error = (" with objective.setup still running (the worker's start-up "

@@ -151,6 +151,7 @@ def misbehave(trial: Any) -> float:
     grandchildren, hpo_attr, hpo_attr_raw, stray_thread, unread_call (a call frame written
     to the pipe directly, its reply never read; _then_suggest: a proxied call follows),
     stop_orchestrator (SIGSTOPs its parent as its last act, HPO_TEST_STOP_NOTES says when),
+    lingering_thread (a thread that is no daemon, left running), wanders (changes folder),
     ignore_term, keyboard_interrupt
     (raised by the objective's own code), raise (a plain error), sleep (until stopped),
     fork_at_end (a double fork as the last thing before returning), left_gone (checks what
@@ -208,6 +209,12 @@ def misbehave(trial: Any) -> float:
         time.sleep(3600)
     elif mode == "stray_thread":
         _stray_thread(trial)
+    elif mode == "wanders":  # where it started, then a folder of its own for the next trial
+        trial.set_user_attr("test.cwd", os.getcwd())
+        os.makedirs(f"wandered-{trial.number}")
+        os.chdir(f"wandered-{trial.number}")
+    elif mode == "lingering_thread":  # no daemon, and it never ends: Python waits for it
+        threading.Thread(target=time.sleep, args=(3600,)).start()
     elif mode == "left_gone":
         _left_gone(trial)
     elif mode == "ignore_term":  # a trial (and its subprocess) that ignore SIGTERM

@@ -15,6 +15,7 @@ import math
 import os
 import signal
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -97,12 +98,25 @@ def is_oom(exc: BaseException) -> bool:
     if type(exc).__name__ in ("OutOfMemoryError", "CUDAOutOfMemoryError"):
         return True
     text = str(exc).lower()
-    return "out of memory" in text or "cl_mem_object_allocation_failure" in text
+    if "cuda out of memory" in text or "cl_mem_object_allocation_failure" in text:
+        return True
+    # "out of memory" alone from a runtime (torch's RuntimeError, LightGBM's error), not in any
+    # message: a ValueError("... ran out of memory slots") was retried as an OOM
+    return "out of memory" in text and (isinstance(exc, RuntimeError)
+                                        or type(exc).__name__ == "LightGBMError")
+
+
+ERROR_CHARS = 1000  # of hpo.error: one line for status and the progress lines (the traceback has all)
 
 
 def last_line(exc: BaseException) -> str:
-    lines = [line for line in str(exc).strip().splitlines() if line.strip()]
-    return f"{type(exc).__name__}: {lines[-1] if lines else ''}".rstrip(": ")
+    """The error in one line: its type and the first line of its message (SQLAlchemy's last
+    line is a 'Background on this error' link, a multi-line message's cause comes first), or
+    the last where the message holds a traceback (a remote worker's ends with its error)."""
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    line = lines[-1] if lines and lines[0].startswith("Traceback") else lines[0] if lines else ""
+    text = f"{type(exc).__name__}: {line}".rstrip(": ")
+    return text if len(text) <= ERROR_CHARS else text[:ERROR_CHARS - 3] + "..."
 
 
 def check_value(value: Any) -> float | tuple[float, ...]:
@@ -221,6 +235,25 @@ def _append_startup_log(path: str) -> None:
                       b"its start-up output:\n" + text)
 
 
+THREADS_GRACE_S = 10.0  # a fresh child waits this long for threads its trial left running
+
+
+def _leave(deadline: float) -> None:
+    """A fresh child's end. Python would wait for every thread that is no daemon, and its
+    trial ends only when the process does: a thread the objective left running stalled the
+    run for good, or had its returned value lost to trial_timeout_s. Such threads get until
+    ``deadline`` (an upload finishing, say); one still running then ends with the process
+    (its exit handlers skipped: they would wait for it). Without one, the exit is Python's."""
+    lingering = [t for t in threading.enumerate()
+                 if t is not threading.main_thread() and not t.daemon]
+    for thread in lingering:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    if any(thread.is_alive() for thread in lingering):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
+
+
 def main(argv: list[str]) -> int:
     """``FD [ORCHESTRATOR_PID]``: the socket to the orchestrator, and who it is."""
     _die_with_parent(int(argv[1]) if len(argv) > 1 else None)
@@ -234,6 +267,7 @@ def main(argv: list[str]) -> int:
     objective: Callable[[Any], Any] | None = None
     early: TrialOutcome | None = None  # a spare's start-up failed: its first trial says so
     startup_log: str | None = None  # a spare's start-up output, for its first trial's log
+    home: str | None = None  # the folder its first trial started in: each later one does too
     while True:
         try:
             message: Job | Prepare | None = link.recv_job()
@@ -260,6 +294,10 @@ def main(argv: list[str]) -> int:
             else:
                 if objective is None:  # imports and the objective's setup: once per process
                     objective = _build(job.objective, job.reuse)
+                if home is None:
+                    home = os.getcwd()
+                else:  # a trial that changed folder left the next one elsewhere
+                    os.chdir(home)
                 outcome = run_trial(link, job, objective)
         except (Exception, KeyboardInterrupt) as exc:  # before the objective ran (import, setup)
             outcome = _failure(exc)
@@ -271,5 +309,6 @@ def main(argv: list[str]) -> int:
         link.send(("result", outcome))
         if not job.reuse:
             link.close()
+            _leave(time.monotonic() + THREADS_GRACE_S)
             return 0
         _release_trial_memory()
