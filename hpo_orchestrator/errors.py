@@ -7,11 +7,13 @@ import re
 __all__ = ["SECRET_QUERY_KEYS", "ConfigError", "HpoError", "RuntimeFailure", "StorageError",
            "mask_passwords", "url_passwords"]
 
-# scheme://user:PASSWORD@host: the password runs to the last '@' before a space, so one that
-# holds an unescaped '@' (or that SQLAlchemy cannot parse at all) is masked whole. A scheme
-# starts a word, and each part is bounded: unbounded, a 30,000-character error message of a
-# trial took 5 s to mask (each of its letters tried as a scheme's start, the rest scanned).
-_URL_PASSWORD = re.compile(r"((?<![A-Za-z0-9+.-])[A-Za-z][\w+.-]{0,40}://[^\s:/@'\"]{0,256}:)[^\s]{0,512}@")
+# scheme://user:PASSWORD@host: the password runs to the last '@' of its word, so one that
+# holds an unescaped '@' (or that SQLAlchemy cannot parse at all) is masked whole. Found word
+# by word, the scheme's part bounded: one pattern over the whole text took 5 s to mask a
+# trial's 30,000-character error message (each letter tried as a scheme's start, the rest
+# scanned), and bounding the password instead let a 1 kB token (AWS RDS IAM) through.
+_URL_PREFIX = re.compile(r"[A-Za-z][\w+.-]{0,40}://[^\s:/@'\"]{0,256}:")
+_SPACES = re.compile(r"(\s+)")
 _ARG_PASSWORD = re.compile(r"://[^:/@]*:(.+)@")
 # Query parameters that carry a secret (libpq's password, the client key's sslpassword, and the
 # passfile that names where the password lies): masked as a password in user:pw@ is.
@@ -33,7 +35,18 @@ def mask_passwords(text: str, secrets: list[str] | tuple[str, ...] = ()) -> str:
     ``sslpassword=``, ``passfile=``), and each of ``secrets``, replaced by ***."""
     for secret in sorted(secrets, key=len, reverse=True):
         text = text.replace(secret, "***")
-    return _QUERY_SECRET.sub(r"\1***", _URL_PASSWORD.sub(r"\1***@", text))
+    return _QUERY_SECRET.sub(r"\1***", _mask_urls(text))
+
+
+def _mask_urls(text: str) -> str:
+    """In each word, from its first ``scheme://user:`` to its last '@': the password."""
+    words = _SPACES.split(text)
+    for i in range(0, len(words), 2):  # the words; the odd items are the spaces between
+        at = words[i].rfind("@")
+        prefix = _URL_PREFIX.search(words[i], 0, at) if at >= 0 else None
+        if prefix is not None:
+            words[i] = words[i][:prefix.end()] + "***" + words[i][at:]
+    return "".join(words)
 
 
 class HpoError(Exception):

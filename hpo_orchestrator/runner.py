@@ -102,13 +102,21 @@ class RunResult:
 def check_objective(config: Config) -> None:
     """A custom objective that cannot be imported is a configuration error, found before a
     study is created (ConfigError, exit 2), not in every trial's child."""
-    from hpo_orchestrator.worker import import_target
 
     objective = config.objective
     if not isinstance(objective, CustomObjectiveConfig):
         return
     _current_folder_importable()
     cwd, before = os.getcwd(), set(threading.enumerate())
+    try:
+        _check_targets(objective, cwd)
+    finally:
+        IMPORT_THREADS.extend(t for t in threading.enumerate() if t not in before and not t.daemon)
+
+
+def _check_targets(objective: CustomObjectiveConfig, cwd: str) -> None:
+    from hpo_orchestrator.worker import import_target
+
     for key, target in (("objective.target", objective.target), ("objective.setup", objective.setup)):
         if not target:
             continue
@@ -125,7 +133,6 @@ def check_objective(config: Config) -> None:
         if not callable(found):
             raise ConfigError(f"{key}: {target!r} is a {type(found).__name__}, not a function",
                               "name a function: module:function")
-    IMPORT_THREADS.extend(t for t in threading.enumerate() if t not in before and not t.daemon)
 
 
 # Threads the objective's module started on import in this process (a metrics client's, say):

@@ -43,7 +43,7 @@ def _debug_logging() -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     code = _main(argv)
     runner = sys.modules.get("hpo_orchestrator.runner")  # loaded by a run alone
-    if runner is not None and any(t.is_alive() for t in runner.IMPORT_THREADS):
+    if argv is None and runner is not None and any(t.is_alive() for t in runner.IMPORT_THREADS):
         # the objective's module started a thread that is no daemon: Python would wait for it
         # after the run, forever; the run's work is all written by now
         sys.stdout.flush()

@@ -142,7 +142,8 @@ def _answer(rt: RunningTrial, method: str, args: tuple[Any, ...], kwargs: dict[s
                      if method in _PRUNING_CALLS and len(rt.trial.study.directions) > 1
                      else getattr(rt.trial, method)(*args, **kwargs))
             if method == "report":
-                rt.last_step = int(args[1])
+                rt.last_step = int(inspect.signature(optuna.Trial.report).bind(
+                    None, *args, **kwargs).arguments["step"])
                 rt.reports.append((rt.last_step, time.monotonic() - rt.spawned_at))
             elif method == "should_prune" and rt.first_decision_at is None:
                 rt.first_decision_at = time.monotonic()

@@ -7,6 +7,7 @@ here has to undo what an import might already have initialised.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import dataclasses
 import gc
@@ -103,7 +104,7 @@ def is_oom(exc: BaseException) -> bool:
     # "out of memory" alone from a runtime (torch's RuntimeError, LightGBM's error), not in any
     # message: a ValueError("... ran out of memory slots") was retried as an OOM
     return "out of memory" in text and (isinstance(exc, RuntimeError)
-                                        or type(exc).__name__ == "LightGBMError")
+                                        or type(exc).__module__ != "builtins")
 
 
 ERROR_CHARS = 1000  # of hpo.error: one line for status and the progress lines (the traceback has all)
@@ -112,9 +113,11 @@ ERROR_CHARS = 1000  # of hpo.error: one line for status and the progress lines (
 def last_line(exc: BaseException) -> str:
     """The error in one line: its type and the first line of its message (SQLAlchemy's last
     line is a 'Background on this error' link, a multi-line message's cause comes first), or
-    the last where the message holds a traceback (a remote worker's ends with its error)."""
+    the last where the message holds a traceback (a remote worker's, after a header line of
+    its own, ends with its error)."""
     lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
-    line = lines[-1] if lines and lines[0].startswith("Traceback") else lines[0] if lines else ""
+    remote = any(line.startswith(("Traceback", 'File "')) for line in lines)
+    line = lines[-1] if lines and remote else lines[0] if lines else ""
     text = f"{type(exc).__name__}: {line}".rstrip(": ")
     return text if len(text) <= ERROR_CHARS else text[:ERROR_CHARS - 3] + "..."
 
@@ -239,19 +242,17 @@ THREADS_GRACE_S = 10.0  # a fresh child waits this long for threads its trial le
 
 
 def _leave(deadline: float) -> None:
-    """A fresh child's end. Python would wait for every thread that is no daemon, and its
-    trial ends only when the process does: a thread the objective left running stalled the
-    run for good, or had its returned value lost to trial_timeout_s. Such threads get until
-    ``deadline`` (an upload finishing, say); one still running then ends with the process
-    (its exit handlers skipped: they would wait for it). Without one, the exit is Python's."""
-    lingering = [t for t in threading.enumerate()
-                 if t is not threading.main_thread() and not t.daemon]
-    for thread in lingering:
-        thread.join(max(0.0, deadline - time.monotonic()))
-    if any(thread.is_alive() for thread in lingering):
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(0)
+    """A fresh child's end: Python's own shutdown (it wakes idle executors, joins threads,
+    runs exit handlers), bounded by a daemon watchdog that ends the process at ``deadline``."""
+    def _end() -> None:
+        time.sleep(max(0.0, deadline - time.monotonic()))
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(0)
+
+    threading.Thread(target=_end, name="hpo-leave", daemon=True).start()
 
 
 def main(argv: list[str]) -> int:
@@ -297,7 +298,8 @@ def main(argv: list[str]) -> int:
                 if home is None:
                     home = os.getcwd()
                 else:  # a trial that changed folder left the next one elsewhere
-                    os.chdir(home)
+                    with contextlib.suppress(OSError):  # gone: the trial starts where it is
+                        os.chdir(home)
                 outcome = run_trial(link, job, objective)
         except (Exception, KeyboardInterrupt) as exc:  # before the objective ran (import, setup)
             outcome = _failure(exc)
