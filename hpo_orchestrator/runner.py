@@ -102,7 +102,6 @@ class RunResult:
 def check_objective(config: Config) -> None:
     """A custom objective that cannot be imported is a configuration error, found before a
     study is created (ConfigError, exit 2), not in every trial's child."""
-
     objective = config.objective
     if not isinstance(objective, CustomObjectiveConfig):
         return
