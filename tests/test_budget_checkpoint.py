@@ -75,3 +75,30 @@ def test_the_checkpoint_never_steps_past_an_unsettled_trial(tmp_path: Path, stat
     assert budget.claim(study.ask) is None  # full: no trial n_trials + 1
     retried = 1 if state == "recent" else 0  # its retry ran in its place
     assert budget.claimed() == n_trials and len(study.trials) == n_trials + retried
+
+
+def test_a_claim_whose_lock_ends_in_trouble_keeps_the_trial_it_asked(tmp_path: Path) -> None:
+    """pg_terminate_backend on the orchestrator's connections: the ask went through, then the
+    budget lock's connection failed as it ended, and the claim was retried whole. It asked a
+    second trial, and the first, held by nobody, was reaped as 'lost' (a FAIL in the study,
+    test_terminated_postgresql_connections_during_a_run). Retried, the claim keeps its trial."""
+    from contextlib import contextmanager
+
+    from hpo_orchestrator.db import Retrying
+
+    storage = open_rdb_storage(f"sqlite:///{tmp_path / 'b.db'}")
+    study = optuna.create_study(storage=storage)
+    budget = Budget(storage.engine, study._study_id, 5, None, Retrying(30.0, "sqlite"))
+    ends = []
+
+    @contextmanager
+    def locked():  # type: ignore[no-untyped-def]
+        yield None
+        ends.append(1)
+        if len(ends) == 1:  # the lock's connection was terminated as the claim ended
+            raise sqlalchemy.exc.OperationalError(
+                "SELECT pg_advisory_unlock", {}, Exception("server closed the connection unexpectedly"))
+
+    budget._locked = locked  # type: ignore[method-assign]
+    trial = budget.claim(study.ask)
+    assert trial is not None and [t.number for t in study.trials] == [trial.number] == [0]

@@ -131,13 +131,18 @@ class Budget:
 
     def claim(self, ask: Callable[[], T]) -> T | None:
         """``ask()`` if the budget has room (under the study's lock), else None."""
+        asked: list[T] = []
+
         def step() -> T | None:
+            if asked:  # an earlier try's ask went through and the lock's end failed (a
+                return asked[0]  # terminated connection): asked again, its trial was lost
             budget_claim_started()  # no-ops unless a test forces a race (scheduler/_race_hooks.py)
             with self._locked() as connection:
                 if self.claimed(connection) >= self.n_trials:
                     return None
                 budget_counted()
-                return ask()
+                asked.append(ask())
+                return asked[0]
         return self.retrying.call(step)
 
     @contextmanager
