@@ -22,7 +22,6 @@ from dataclasses import dataclass, replace
 
 import optuna
 
-from hpo_orchestrator import keys
 from hpo_orchestrator.artifacts import prepare_store
 from hpo_orchestrator.config import Config, CustomObjectiveConfig
 from hpo_orchestrator.db import (
@@ -259,13 +258,13 @@ def _run(config: Config, wave: FirstWave,
                         sqlite_path(config.storage.url), retrying,
                         unfinished=lambda: mirror.unfinished_trial_ids(study._study_id))
         claimed = budget.claimed()
-        recovering = budget.recoverable(storage, sched.host or socket.gethostname(),
-                                        sched.max_retries)
+        host = sched.host or socket.gethostname()  # the Orchestrator's too
+        recovering = budget.recoverable(storage, host, sched.max_retries)
         if config.study.add_trials is not None:  # "N more": the study's total becomes claimed + N
             config = replace(config, study=replace(
                 config.study, n_trials=claimed + config.study.add_trials, add_trials=None))
             budget.n_trials = config.study.n_trials
-        if claimed - recovering < config.study.n_trials or keys.CONFIG not in study.user_attrs:
+        if claimed - recovering < config.study.n_trials:  # a new study has its record already
             # a run with nothing to run leaves the study's record as it was: a plain `make hpo`
             # after `study.add_trials=2` recorded n_trials=40 of the study's 42 trials
             record_config(study, config)
@@ -287,7 +286,7 @@ def _run(config: Config, wave: FirstWave,
             sampler = TelemetrySampler(backend, config.telemetry.interval_s) \
                 if config.telemetry.enabled else None
             orchestrator = Orchestrator(config, study, storage, budget, slots, threads, reporter,
-                                        sampler, backend, workers=wave.workers)
+                                        sampler, backend, host=host, workers=wave.workers)
             wave.adopted = True
             try:
                 code = orchestrator.run()
