@@ -85,14 +85,13 @@ def _run_study(args: argparse.Namespace, console: Console, totals: list[int], co
         if run.gpus:
             where = ", ".join(f"gpu{g.index} ({g.name})" for g in run.gpus)
             console.print(f"devices: {where}; {run.slots} slots, {run.concurrency} trials at a "
-                          f"time ({run.parallel_reason}), {run.threads} CPU {_threads(run.threads)} each",
+                          f"time ({run.parallel_reason}), {_count(run.threads, 'CPU thread')} each",
                           highlight=False)
         else:
             why = f" ({run.unavailable_reason})" if config.scheduler.gpus == "auto" \
                 and run.unavailable_reason else ""
-            slots = "slot" if run.concurrency == 1 else "slots"
-            console.print(f"devices: no GPU{why}; {run.concurrency} CPU {slots} "
-                          f"({run.parallel_reason}), {run.threads} CPU {_threads(run.threads)} each",
+            console.print(f"devices: no GPU{why}; {_count(run.concurrency, 'CPU slot')} "
+                          f"({run.parallel_reason}), {_count(run.threads, 'CPU thread')} each",
                           highlight=False)
         console.print(f"study {run.study_name!r} in {mask_url(config.storage.url)}: "
                       f"objective {config.objective.name}, pruner {_pruner_text(config)}, "
@@ -158,5 +157,6 @@ def cmd_submit(args: argparse.Namespace, console: Console, main: Callable[[Seque
     return submit(args.overrides, args.dry_run, console, partial(NodeRun, main))
 
 
-def _threads(n: int) -> str:
-    return "thread" if n == 1 else "threads"
+def _count(n: int, what: str) -> str:
+    """'1 CPU slot', '2 CPU slots'."""
+    return f"{n} {what}" if n == 1 else f"{n} {what}s"
