@@ -142,8 +142,7 @@ def _answer(rt: RunningTrial, method: str, args: tuple[Any, ...], kwargs: dict[s
                      if method in _PRUNING_CALLS and len(rt.trial.study.directions) > 1
                      else getattr(rt.trial, method)(*args, **kwargs))
             if method == "report":
-                rt.last_step = int(inspect.signature(optuna.Trial.report).bind(
-                    None, *args, **kwargs).arguments["step"])
+                rt.last_step = int(_REPORT.bind(None, *args, **kwargs).arguments["step"])
                 rt.reports.append((rt.last_step, time.monotonic() - rt.spawned_at))
             elif method == "should_prune" and rt.first_decision_at is None:
                 rt.first_decision_at = time.monotonic()
@@ -166,6 +165,7 @@ def _answer(rt: RunningTrial, method: str, args: tuple[Any, ...], kwargs: dict[s
 
 
 _PRUNING_CALLS = frozenset({"report", "should_prune"})
+_REPORT = inspect.signature(optuna.Trial.report)  # read once: each report binds its args to it
 
 
 def _step_out_of_range(rt: RunningTrial, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
@@ -173,7 +173,7 @@ def _step_out_of_range(rt: RunningTrial, args: tuple[Any, ...], kwargs: dict[str
     column: 64 bits on sqlite, 32 on PostgreSQL and MySQL. One out of range failed the write
     of the trial's end, and the run with it, leaving its trials RUNNING."""
     try:
-        step = int(inspect.signature(optuna.Trial.report).bind(None, *args, **kwargs)
+        step = int(_REPORT.bind(None, *args, **kwargs)
                    .arguments["step"])
     except (TypeError, ValueError, OverflowError, KeyError):
         return ""  # Optuna's own report says what is wrong with it
@@ -193,7 +193,7 @@ def _several_objectives(rt: RunningTrial, method: str, args: tuple[Any, ...],
     (docs/DESIGN.md §3.9)."""
     if method == "should_prune":
         return False
-    bound = inspect.signature(optuna.Trial.report).bind(None, *args, **kwargs).arguments
+    bound = _REPORT.bind(None, *args, **kwargs).arguments
     step = int(bound["step"])
     if step < 0:
         raise ValueError(f"`{step=}` must be non-negative.")
