@@ -121,9 +121,11 @@ QUALITY_ARGS ?= --workload a --seeds 1-2 --budget 60 --contenders ours,optuna-cp
 bench-quality: $(STAMP)
 	$(BIN)/python scripts/bench_quality.py --out $(QUALITY_OUT) $(QUALITY_ARGS)
 
+# mypy: the package, and what of this repository is imported by name in a study's processes
+# (the benchmark's package, the test objectives) or by both tests and scripts.
 lint: $(STAMP)
 	$(BIN)/ruff check hpo_orchestrator tests scripts
-	$(BIN)/mypy hpo_orchestrator
+	$(BIN)/mypy hpo_orchestrator scripts/benchmarking tests/objectives.py tests/misbehaving.py tests/browser.py
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache .ruff_cache .mypy_cache

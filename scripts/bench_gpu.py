@@ -2,7 +2,7 @@
 """Benchmark 4: GPU makespan of one fixed LightGBM + torch workload, contenders side by side.
 
 The workload: N trials (half LightGBM on the GPU through NVIDIA OpenCL, half a torch MLP),
-each with the same fixed hyperparameters (hpo_orchestrator.testing.objectives:gpu_mix), the
+each with the same fixed hyperparameters (tests.objectives:gpu_mix), the
 same enqueued list for every contender, PAR=4:
 
 - hpo-orchestrator, reuse mode and fresh mode;
@@ -43,7 +43,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-TARGET = "hpo_orchestrator.testing.objectives:gpu_mix"
+from _checkout import on_path
+
+on_path()  # the test objectives (tests/objectives.py), here and in the study's processes
+
+TARGET = "tests.objectives:gpu_mix"
 PAR = 4
 
 
@@ -127,7 +131,7 @@ def _gpu_count() -> int:
 def _run_trial(kind: str) -> tuple[float, float]:
     import optuna
 
-    from hpo_orchestrator.testing.objectives import gpu_mix
+    from tests.objectives import gpu_mix
 
     start = time.time()
     gpu_mix(optuna.trial.FixedTrial({"kind": kind}))
@@ -183,7 +187,7 @@ def hpo(work: Path, mode: str, kinds: list[str]) -> tuple[float, float, float]:
 def optuna_threads(work: Path, kinds: list[str]) -> tuple[float, float, float]:
     import optuna
 
-    from hpo_orchestrator.testing.objectives import gpu_mix
+    from tests.objectives import gpu_mix
 
     os.environ.update(_env())
     optuna.logging.set_verbosity(optuna.logging.WARNING)

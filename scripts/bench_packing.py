@@ -41,6 +41,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from _checkout import on_path
+
+on_path()  # the test objectives (tests/objectives.py), here and in the study's processes
+
 SETTINGS = {"1": ["scheduler.trials_per_gpu=1"], "2": ["scheduler.trials_per_gpu=2"],
             "3": ["scheduler.trials_per_gpu=3"], "4": ["scheduler.trials_per_gpu=4"],
             "auto": ["scheduler.trials_per_gpu=auto"]}
@@ -82,12 +86,12 @@ class GpuWatch(threading.Thread):
 
 def workload(name: str, n: int, scale: float) -> tuple[list[dict[str, Any]], list[str]]:
     """(params to enqueue, overrides) of a workload."""
-    from hpo_orchestrator.testing.objectives import GPU_MIX_PARAMS
+    from tests.objectives import GPU_MIX_PARAMS
 
     if name == "gpu_mix":
         return ([{"kind": "lightgbm" if i % 2 == 0 else "torch"} for i in range(n)],
-                ["objective=custom", "objective.target=hpo_orchestrator.testing.objectives:gpu_mix",
-                 "objective.setup=hpo_orchestrator.testing.objectives:gpu_mix_setup"])
+                ["objective=custom", "objective.target=tests.objectives:gpu_mix",
+                 "objective.setup=tests.objectives:gpu_mix_setup"])
     return ([dict(GPU_MIX_PARAMS["lightgbm"]) for _ in range(n)],
             ["objective=lightgbm", f"objective.n_rows={max(1000, int(400_000 * scale))}",
              "objective.num_boost_round=200"])

@@ -59,9 +59,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the GPU host runs from the source tree
 
-from hpo_orchestrator.benchmarking import tables  # noqa: E402
-from hpo_orchestrator.benchmarking.records import trial_records  # noqa: E402
-from hpo_orchestrator.benchmarking.workloads import (  # noqa: E402
+from scripts.benchmarking import tables  # noqa: E402
+from scripts.benchmarking.records import trial_records  # noqa: E402
+from scripts.benchmarking.workloads import (  # noqa: E402
     WORKLOADS,
     Workload,
     start_points,
@@ -80,7 +80,7 @@ OURS = {"ours": [], "ours-fresh": ["scheduler.worker_mode=fresh"],
         "ours-tuneauto": ["pruner.tune=auto"], "ours-hb": ["pruner=hyperband"],
         "ours-tpgauto-hb": ["scheduler.trials_per_gpu=auto", "pruner=hyperband"]}
 # ours-cpu / ours-gpu: objective.device through Workload.overrides
-RAY = "ray-asha"  # Ray Tune, ASHA over TPE, LightGBM on the CPU (benchmarking/ray_worker.py)
+RAY = "ray-asha"  # Ray Tune, ASHA over TPE, LightGBM on the CPU (scripts/benchmarking/ray_worker.py)
 OPTUNA_PRUNERS = {"optuna-median": "median", "optuna-hyperband": "hyperband",
                   "optuna-nopruner": "none"}
 
@@ -123,10 +123,10 @@ def launches(name: str, work: Workload, scale: float, seed: int, budget: float, 
                         "study.n_trials=1000000", f"study.timeout_s={budget}",
                         f"sampler.seed={seed}", f"scheduler.lease_dir={run_dir / 'leases'}",
                         *OURS[name]], half.gpus, half.cores)]
-    base = [py, "-m", "hpo_orchestrator.benchmarking.optuna_worker", "--workload", work.name,
+    base = [py, "-m", "scripts.benchmarking.optuna_worker", "--workload", work.name,
             "--scale", str(scale), "--storage", url, "--seed", str(seed), "--timeout", str(budget)]
     if name == RAY:  # one driver; Ray runs a trial of 1 thread per core it is given
-        return [Launch([py, "-m", "hpo_orchestrator.benchmarking.ray_worker", "--workload",
+        return [Launch([py, "-m", "scripts.benchmarking.ray_worker", "--workload",
                         work.name, "--scale", str(scale), "--storage", url, "--seed", str(seed),
                         "--timeout", str(budget), "--cpus", str(len(half.cores)), "--threads",
                         "1", "--run-dir", str(run_dir)], [], half.cores, 1)]
@@ -176,7 +176,7 @@ class GpuWatch(threading.Thread):
 
 def start(name: str, work: Workload, args: argparse.Namespace, seed: int, half: Half,
           group: str) -> dict[str, Any]:
-    from hpo_orchestrator.gpu._opencl import nvidia_icd_env
+    from hpo_orchestrator.gpu import nvidia_icd_env
 
     folder = group.replace(":", "-").replace("+", "-")  # plain names: the GPU tool skips odd ones
     run_dir = (args.runs or args.out / "runs") / work.name / folder / f"{name}-s{seed}"

@@ -44,10 +44,14 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-OBJECTIVE = "hpo_orchestrator.testing.objectives:reports10"
+from _checkout import on_path
+
+on_path()  # the test objectives (tests/objectives.py), here and in the study's processes
+
+OBJECTIVE = "tests.objectives:reports10"
 OPTUNA_FIRST_TRIAL = """
 import sys, optuna
-from hpo_orchestrator.testing.objectives import reports10
+from tests.objectives import reports10
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 study = optuna.load_study(study_name="bench", storage=sys.argv[1],
                           sampler=optuna.samplers.RandomSampler())
@@ -182,7 +186,7 @@ def hpo_in_process(url: str, n: int, par: int, counts: _Counts) -> _Marks:
 def optuna_in_process(url: str, n: int, counts: _Counts) -> _Marks:
     import optuna
 
-    from hpo_orchestrator.testing.objectives import reports10
+    from tests.objectives import reports10
 
     marks = _Marks(counts, n)
     with counts.listening():

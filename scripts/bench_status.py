@@ -43,9 +43,12 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import sqlalchemy
+from _checkout import on_path
 
 from hpo_orchestrator.db import ensure_tables
 from hpo_orchestrator.status import StatusReport
+
+on_path()  # the test objectives (tests/objectives.py), here and in the study's processes
 
 STUDY = "bench"
 REPO = Path(__file__).resolve().parents[1]
@@ -160,7 +163,7 @@ def real_run(work: Path, n_trials: int) -> tuple[Path, str]:
         return db, "kept from an earlier call"
     start = time.perf_counter()
     subprocess.run([sys.executable, "-m", "hpo_orchestrator", "run", "objective=custom",
-                    "objective.target=hpo_orchestrator.testing.objectives:curves",
+                    "objective.target=tests.objectives:curves",
                     f"study.name={STUDY}", f"storage.url=sqlite:///{db}",
                     f"study.n_trials={n_trials}", "scheduler.parallel=2", "scheduler.gpus=none",
                     "scheduler.worker_mode=reuse", "telemetry.enabled=false",

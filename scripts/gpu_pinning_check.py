@@ -2,7 +2,7 @@
 trial on that GPU, as torch, NVML's process lists and LightGBM's OpenCL device each see it?
 
 For each way of naming GPU 1 (its CUDA index with CUDA_DEVICE_ORDER=PCI_BUS_ID, its UUID, a
-UUID prefix), a short study runs ``testing.objectives:pinning_probe`` (torch and LightGBM-GPU
+UUID prefix), a short study runs ``tests.objectives:pinning_probe`` (torch and LightGBM-GPU
 trials) while a thread polls every GPU's compute-process list. Per trial it checks:
 ``hpo.gpu_uuid`` is GPU 1's, torch's device UUID is GPU 1's, the trial's process appeared in
 GPU 1's process list and in no other. Results: OUT/pinning.json and a table on stdout.
@@ -26,6 +26,9 @@ from collections import defaultdict
 from pathlib import Path
 
 import pynvml
+from _checkout import on_path
+
+on_path()  # the test objectives (tests/objectives.py), here and in the study's processes
 
 
 def _nvml_gpus() -> list[tuple[int, str, str]]:
@@ -83,7 +86,7 @@ def check(form: str, value: str, target: tuple[int, str, str], count: int, trial
     started = time.monotonic()
     proc = subprocess.run(
         [sys.executable, "-m", "hpo_orchestrator", "run", "objective=custom",
-         "objective.target=hpo_orchestrator.testing.objectives:pinning_probe", "pruner=none",
+         "objective.target=tests.objectives:pinning_probe", "pruner=none",
          "scheduler.parallel=2", f"study.n_trials={trials}", "telemetry.interval_s=0.2"],
         cwd=workdir, env=env, capture_output=True, text=True, timeout=400)
     watcher.stop.set()

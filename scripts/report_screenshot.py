@@ -10,8 +10,12 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from hpo_orchestrator.report import CHART_IDS
-from hpo_orchestrator.testing.browser import browser_unavailable, check_report
+from _checkout import on_path
+
+on_path()  # tests/browser.py
+
+from hpo_orchestrator.report import CHART_IDS  # noqa: E402
+from tests.browser import browser_unavailable, check_report  # noqa: E402
 
 
 def main() -> int:

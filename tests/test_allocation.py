@@ -20,7 +20,7 @@ from hpo_orchestrator.testing import FakeGpuBackend
 from hpo_orchestrator.testing.fake_gpu import FAKE_MACHINE_ENV, fake_uuid
 from tests.conftest import trial_rows
 
-TARGET = "objective.target=hpo_orchestrator.testing.objectives:"
+TARGET = "objective.target=tests.objectives:"
 # A fake machine of its own: other tests' fake-GPU processes on this host would make its GPUs
 # look busy (and be skipped).
 FOUR = {"HPO_ORCHESTRATOR_FAKE_GPUS": "4", FAKE_MACHINE_ENV: f"allocation-{uuid.uuid4().hex[:8]}"}

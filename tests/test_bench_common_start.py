@@ -12,8 +12,8 @@ from pathlib import Path
 import optuna
 import pytest
 
-from hpo_orchestrator.benchmarking.workloads import WORKLOADS, start_points
 from hpo_orchestrator.config import LIGHTGBM_SPACE
+from scripts.benchmarking.workloads import WORKLOADS, start_points
 
 REPO = Path(__file__).resolve().parents[1]
 

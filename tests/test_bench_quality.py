@@ -1,4 +1,4 @@
-"""The time-to-quality benchmark's arithmetic (hpo_orchestrator/benchmarking/quality.py):
+"""The time-to-quality benchmark's arithmetic (scripts/benchmarking/quality.py):
 exact small cases, censoring, ties and known-answer bootstraps. No study runs here."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from hpo_orchestrator.benchmarking.quality import (
+from scripts.benchmarking.quality import (
     Censored,
     best_so_far,
     median_time,
@@ -199,8 +199,8 @@ def test_the_retraining_child_sees_only_the_runs_gpu(monkeypatch: pytest.MonkeyP
 
 
 def test_optuna_workers_know_which_workloads_train_lightgbm() -> None:
-    from hpo_orchestrator.benchmarking.optuna_worker import LIGHTGBM_WORKLOADS
-    from hpo_orchestrator.benchmarking.workloads import WORKLOADS
+    from scripts.benchmarking.optuna_worker import LIGHTGBM_WORKLOADS
+    from scripts.benchmarking.workloads import WORKLOADS
 
     assert set(LIGHTGBM_WORKLOADS) == {n for n, w in WORKLOADS.items() if w.kind == "lightgbm"}
 
@@ -209,7 +209,7 @@ def test_store_replaces_a_rerun_seed_picks_the_best_baseline_and_writes_tables(
         tmp_path: object) -> None:
     from pathlib import Path
 
-    from hpo_orchestrator.benchmarking.tables import Store
+    from scripts.benchmarking.tables import Store
 
     out = Path(str(tmp_path))
     store = Store(out)
@@ -259,7 +259,7 @@ def test_concurrent_seeds_get_disjoint_core_blocks_and_pairs_swap_halves() -> No
 
 _THREADS_RUN = """
 import optuna
-from hpo_orchestrator.benchmarking.workloads import WORKLOADS, lightgbm_objective
+from scripts.benchmarking.workloads import WORKLOADS, lightgbm_objective
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 cfg = WORKLOADS["a"].scaled(0.5).lightgbm
 study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0),
@@ -288,7 +288,7 @@ def test_optuna_processes_keep_the_datasets_ours_keep(device: str, threaded: boo
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """Optuna's processes bin once where ours do (CPU and CUDA learners: objectives/lightgbm.py),
     so a comparison is not won by binning; threads of one process share the CPU's only."""
-    from hpo_orchestrator.benchmarking import workloads
+    from scripts.benchmarking import workloads
 
     built: list[object] = []
     monkeypatch.setattr(workloads, "_datasets",

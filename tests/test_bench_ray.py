@@ -1,4 +1,4 @@
-"""Ray Tune as a benchmark contender (hpo_orchestrator/benchmarking/ray_worker.py, ``ray-asha``
+"""Ray Tune as a benchmark contender (scripts/benchmarking/ray_worker.py, ``ray-asha``
 in scripts/bench_quality.py). Ray itself is not a dependency of the project (about 150 MB):
 the parts that need no Ray are tested everywhere, a short real run only where it is installed."""
 
@@ -12,10 +12,10 @@ from pathlib import Path
 import optuna
 import pytest
 
-from hpo_orchestrator.benchmarking.ray_worker import TuneTrial, record_trial, space_distributions
-from hpo_orchestrator.benchmarking.tables import Store
-from hpo_orchestrator.benchmarking.workloads import WORKLOADS, lightgbm_objective
 from hpo_orchestrator.config import LIGHTGBM_SPACE
+from scripts.benchmarking.ray_worker import TuneTrial, record_trial, space_distributions
+from scripts.benchmarking.tables import Store
+from scripts.benchmarking.workloads import WORKLOADS, lightgbm_objective
 from tests.conftest import REPO
 from tests.test_bench_quality import _script
 
@@ -83,7 +83,7 @@ def test_the_launcher_runs_one_driver_on_the_halfs_cores_and_tables_treat_it_as_
     plan = bq.launches("ray-asha", bq.WORKLOADS["a"], 1.0, 7, 60.0, half, "sqlite:///x.db", tmp_path)
     assert len(plan) == 1 and plan[0].gpus == [] and plan[0].cores == [0, 1, 2, 3]
     argv = plan[0].argv
-    assert argv[argv.index("-m") + 1] == "hpo_orchestrator.benchmarking.ray_worker"
+    assert argv[argv.index("-m") + 1] == "scripts.benchmarking.ray_worker"
     assert argv[argv.index("--cpus") + 1] == "4" and argv[argv.index("--seed") + 1] == "7"
     assert bq.known("ray-asha")
     assert bq.retrain_device({"contender": "ray-asha", "commands": [" ".join(argv[1:])],
@@ -125,7 +125,7 @@ def test_a_short_ray_run_records_complete_and_pruned_trials_and_leaves_no_daemon
 
     began = time.time()
     url = f"sqlite:///{tmp_path / 'ray.db'}"
-    subprocess.run([sys.executable, "-m", "hpo_orchestrator.benchmarking.ray_worker",
+    subprocess.run([sys.executable, "-m", "scripts.benchmarking.ray_worker",
                     "--workload", "a", "--scale", "0.05", "--storage", url, "--seed", "1",
                     "--cpus", "2", "--timeout", "25", "--run-dir", str(tmp_path)],
                    cwd=REPO, check=True, capture_output=True, timeout=180)

@@ -1,4 +1,4 @@
-"""The benchmark's per-trial records (hpo_orchestrator/benchmarking/records.py), and that a
+"""The benchmark's per-trial records (scripts/benchmarking/records.py), and that a
 run's results carry them (scripts/bench_quality.py ``collect``)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any
 import optuna
 
 from hpo_orchestrator import keys
-from hpo_orchestrator.benchmarking.records import trial_records
+from scripts.benchmarking.records import trial_records
 from tests.test_bench_quality import _script
 
 LAUNCH = datetime(2026, 11, 27, 12, 0, 0)
@@ -94,7 +94,7 @@ def _git(repo: Path, *args: str) -> str:
 
 
 def test_source_trees_name_the_code_a_run_used_committed_or_not(tmp_path: Path) -> None:
-    from hpo_orchestrator.benchmarking.tables import source_trees
+    from scripts.benchmarking.tables import source_trees
 
     assert source_trees(tmp_path) == "unknown"  # no git
     repo = tmp_path / "repo"

@@ -18,7 +18,7 @@ CASES = [
     ["pruner.min_resource=9", "pruner.max_resource=3"],
     ["objective=nope"],
     ["objective=custom", "objective.target=no_such_module_xyz:objective"],
-    ["objective=custom", "objective.target=hpo_orchestrator.testing.objectives:missing"],
+    ["objective=custom", "objective.target=tests.objectives:missing"],
     ["scheduler.gpus=[7]"],
     ["storage.url=sqlite:///no/such/folder/hpo.db"],
     ["storage.url=postgresql+psycopg://user:s3cret@127.0.0.1:1/db"],

@@ -12,7 +12,7 @@ import pytest
 
 from tests.conftest import run_cli, start_cli, trial_rows
 
-TARGET = "objective.target=hpo_orchestrator.testing.objectives:sleepy"
+TARGET = "objective.target=tests.objectives:sleepy"
 
 
 def _finish_with_a_rerun(tmp_path: Path, args: tuple[str, ...], n_trials: int) -> None:

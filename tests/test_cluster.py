@@ -21,7 +21,7 @@ import sqlalchemy
 
 from hpo_orchestrator.testing.fake_gpu import FAKE_MACHINE_ENV
 
-TARGET = "objective.target=hpo_orchestrator.testing.objectives:"
+TARGET = "objective.target=tests.objectives:"
 PG = "storage.url=postgresql+psycopg://u@db.example/hpo"
 # The jobs' fake node: 4 GPUs, apart from other tests' fake-GPU processes on this host.
 FAKE_NODE = {"HPO_ORCHESTRATOR_FAKE_GPUS": "4", FAKE_MACHINE_ENV: f"slurm-{uuid.uuid4().hex[:8]}"}

@@ -11,7 +11,7 @@ pytest.importorskip("torch")
 
 
 def test_retraining_with_the_trials_seed_reproduces_its_value(monkeypatch: pytest.MonkeyPatch) -> None:
-    from hpo_orchestrator.benchmarking import cnn
+    from scripts.benchmarking import cnn
 
     monkeypatch.setenv("HPO_QUALITY_SCALE", "0.01")  # 240 training images
     monkeypatch.setattr(cnn, "_device", lambda: __import__("torch").device("cpu"))

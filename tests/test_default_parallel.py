@@ -14,7 +14,7 @@ def test_a_custom_objective_runs_on_every_gpu_without_a_parallel_setting(tmp_pat
     """The README's custom-objective command names no scheduler.parallel: on 4 GPUs, 4 trials
     run at once, one per GPU (at the old default of 1 every trial ran on gpu0)."""
     result = run_cli(tmp_path, "run", "objective=custom",
-                     "objective.target=hpo_orchestrator.testing.objectives:curves",
+                     "objective.target=tests.objectives:curves",
                      "study.n_trials=8", env={"HPO_ORCHESTRATOR_FAKE_GPUS": "4"})
     assert result.code == 0, result.stderr
     assert "4 trials at a time (one trial per GPU given, scheduler.parallel unset)" in result.stdout
@@ -25,7 +25,7 @@ def test_a_custom_objective_runs_on_every_gpu_without_a_parallel_setting(tmp_pat
 @pytest.mark.slow
 def test_without_gpus_one_trial_per_core(tmp_path: Path) -> None:
     result = run_cli(tmp_path, "run", "objective=custom",
-                     "objective.target=hpo_orchestrator.testing.objectives:curves",
+                     "objective.target=tests.objectives:curves",
                      "study.n_trials=3", "scheduler.host_cores=3", "scheduler.gpus=none")
     assert result.code == 0, result.stderr
     assert "3 CPU slots (one trial per core of 3, scheduler.parallel unset), 1 CPU thread " \
@@ -38,7 +38,7 @@ def test_cpu_slots_run_trials_beside_the_gpus(tmp_path: Path) -> None:
     """scheduler.cpu_slots=2 on 2 GPUs: four at once, two of them on CPU slots (an empty
     CUDA_VISIBLE_DEVICES, no GPU index), the cores shared by all four (issue 27.3)."""
     result = run_cli(tmp_path, "run", "objective=custom",
-                     "objective.target=hpo_orchestrator.testing.objectives:curves",
+                     "objective.target=tests.objectives:curves",
                      "study.n_trials=12", "scheduler.cpu_slots=2", "scheduler.host_cores=8",
                      env={"HPO_ORCHESTRATOR_FAKE_GPUS": "2", "HPO_TEST_STEP_S": "0.1"})
     assert result.code == 0, result.stderr

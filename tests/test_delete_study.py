@@ -75,7 +75,7 @@ def test_a_left_over_row_under_a_reused_trial_id_is_replaced(tmp_path: Path) -> 
 
 @pytest.mark.slow
 def test_a_run_after_optuna_deleted_the_last_study_counts_only_its_own_trials(cli) -> None:  # type: ignore[no-untyped-def]
-    args = ("objective=custom", "objective.target=hpo_orchestrator.testing.objectives:quadratic",
+    args = ("objective=custom", "objective.target=tests.objectives:quadratic",
             "sampler=random", "pruner=none")
     first = cli("run", *args, "study.name=a", "study.n_trials=5")
     assert first.code == 0, first.stderr

@@ -33,7 +33,7 @@ from tests.conftest import REPO, cli_env, trial_rows
 
 SPACE = "objective.search_space"
 QUADRATIC_OBJECTIVE = ["objective=custom",
-                       "objective.target=hpo_orchestrator.testing.objectives:quadratic"]
+                       "objective.target=tests.objectives:quadratic"]
 
 
 def _space(*overrides: str) -> dict[str, ParamSpec]:
@@ -378,7 +378,7 @@ def test_enqueued_params_run_first_and_count_once(cli, tmp_path: Path) -> None: 
     assert (best["number"], best["params"]) == (0, {"x": 0.5})
 
 
-SLEEPY = ["objective=custom", "objective.target=hpo_orchestrator.testing.objectives:sleepy",
+SLEEPY = ["objective=custom", "objective.target=tests.objectives:sleepy",
           "telemetry.enabled=false", "study.n_trials=50", "scheduler.parallel=2"]
 
 

@@ -30,7 +30,7 @@ from hpo_orchestrator.status._model import StatusReport, StudyFacts
 from hpo_orchestrator.study import objective_differences
 from tests.conftest import REPO, run_cli, trial_rows
 
-TARGET = "objective.target=hpo_orchestrator.testing.objectives:"
+TARGET = "objective.target=tests.objectives:"
 NAME_ERROR = "NameError: name 'optuna' is not defined"
 
 
@@ -483,7 +483,7 @@ def test_6_another_objective_is_refused_unless_allowed(cli: Any) -> None:
     mixed = cli("run", "objective=custom", TARGET + "curves", "study.n_trials=3")
     assert mixed.code == 2
     assert mixed.stderr.startswith("error: study 'hpo' was run with another objective (objective.target: "
-                                   "'hpo_orchestrator.testing.objectives:quadratic' -> ")
+                                   "'tests.objectives:quadratic' -> ")
     assert "study.allow_mixed=true" in mixed.stderr and len(trial_rows(mixed.db)) == 2
     allowed = cli("run", "objective=custom", TARGET + "curves", "study.n_trials=3", "study.allow_mixed=true")
     assert allowed.code == 0 and len(trial_rows(allowed.db)) == 3

@@ -14,7 +14,7 @@ from tests.conftest import trial_rows
 
 pytestmark = pytest.mark.slow
 
-OBJECTIVES = "hpo_orchestrator.testing.objectives"
+OBJECTIVES = "tests.objectives"
 HEADER = "this worker started up before the trial was asked"
 
 

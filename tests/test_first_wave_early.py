@@ -21,7 +21,7 @@ from tests.conftest import trial_rows
 
 pytestmark = pytest.mark.slow  # real worker processes
 
-OBJECTIVES = "hpo_orchestrator.testing.objectives"
+OBJECTIVES = "tests.objectives"
 
 
 def _config(tmp_path: Path, *extra: str):  # type: ignore[no-untyped-def]

@@ -76,7 +76,7 @@ def test_close_after_a_failed_start_does_not_raise(tmp_path: Path) -> None:
 
     (tmp_path / "hpo-runs").write_text("")
     config = load_config(["objective=custom",
-                          "objective.target=hpo_orchestrator.testing.objectives:quadratic",
+                          "objective.target=tests.objectives:quadratic",
                           "scheduler.parallel=2", "scheduler.gpus=none",
                           f"scheduler.lease_dir={tmp_path / 'leases'}",
                           f"storage.url=sqlite:///{tmp_path / 'hpo.db'}",
@@ -124,7 +124,7 @@ def _wave_config(tmp_path: Path, study: str):  # type: ignore[no-untyped-def]
     from hpo_orchestrator.config import load_config
 
     return load_config([
-        "objective=custom", "objective.target=hpo_orchestrator.testing.objectives:quadratic",
+        "objective=custom", "objective.target=tests.objectives:quadratic",
         "scheduler.parallel=1", "scheduler.gpus=none", f"scheduler.lease_dir={tmp_path / 'leases'}",
         f"storage.url=sqlite:///{tmp_path / 'hpo.db'}", f"study.name={study}"])
 

@@ -27,7 +27,7 @@ needs_two = pytest.mark.skipif(_gpu_count() < 2, reason="needs 2 GPUs")
 @needs_two
 def test_each_trial_sees_only_its_gpu(cli) -> None:  # type: ignore[no-untyped-def]
     result = cli("run", "objective=custom",
-                 "objective.target=hpo_orchestrator.testing.objectives:cuda_probe",
+                 "objective.target=tests.objectives:cuda_probe",
                  "scheduler.parallel=4", "scheduler.trials_per_gpu=2", "study.n_trials=8",
                  "pruner=none")
     assert result.code == 0, result.stderr
@@ -131,7 +131,7 @@ def test_forced_cpu_opencl_platform_is_reported(cli) -> None:  # type: ignore[no
 @needs_gpus
 def test_cuda_oom_is_classified_and_retried(cli) -> None:  # type: ignore[no-untyped-def]
     result = cli("run", "objective=custom",
-                 "objective.target=hpo_orchestrator.testing.objectives:cuda_oom_once",
+                 "objective.target=tests.objectives:cuda_oom_once",
                  "scheduler.parallel=1", "study.n_trials=1", "pruner=none")
     assert result.code == 0, result.stderr + result.stdout
     rows = {r["number"]: r for r in trial_rows(result.db)}
@@ -147,7 +147,7 @@ def test_a_context_that_does_no_work_is_not_verified(cli) -> None:  # type: igno
     """NVML lists a process that only holds a context, with no utilization sample for it:
     that must not count as the GPU doing the trial's work (hpo.gpu_verified)."""
     result = cli("run", "objective=custom",
-                 "objective.target=hpo_orchestrator.testing.objectives:idle_context",
+                 "objective.target=tests.objectives:idle_context",
                  "scheduler.parallel=1", "study.n_trials=1", "pruner=none",
                  "telemetry.interval_s=0.2")
     assert result.code == 0, result.stderr + result.stdout

@@ -14,7 +14,7 @@ from hpo_orchestrator.scheduler._workers import first_imports
 from hpo_orchestrator.worker import ChildEnv
 from tests.conftest import trial_rows
 
-TARGET = "objective.target=hpo_orchestrator.testing.objectives:import_order"
+TARGET = "objective.target=tests.objectives:import_order"
 
 
 def test_the_lightgbm_objective_asks_for_lightgbm_first_and_others_for_nothing() -> None:

@@ -25,7 +25,7 @@ from tests.conftest import cli_env, max_overlap, run_cli, start_cli
 
 pytestmark = pytest.mark.slow
 
-TARGET = "objective.target=hpo_orchestrator.testing.objectives:"
+TARGET = "objective.target=tests.objectives:"
 
 
 def _trials(url: str, study: str) -> list[dict[str, Any]]:

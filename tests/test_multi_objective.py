@@ -35,7 +35,7 @@ from hpo_orchestrator.worker import TrialOutcome
 from hpo_orchestrator.worker._child import check_value
 from tests.conftest import REPO, run_cli, trial_rows
 
-TARGET = "objective.target=hpo_orchestrator.testing.objectives:"
+TARGET = "objective.target=tests.objectives:"
 CUSTOM = ["objective=custom", TARGET + "two_objectives"]
 TWO = "study.directions=[minimize,maximize]"
 

@@ -22,7 +22,7 @@ from tests.conftest import max_overlap, run_cli, start_cli, trial_rows
 
 pytestmark = pytest.mark.slow
 
-TARGET = "objective.target=hpo_orchestrator.testing.objectives:"
+TARGET = "objective.target=tests.objectives:"
 
 # Makes the sqlite database "full" once HPO_TEST_DB_FULL_AFTER_COMPLETE trials are COMPLETE
 # (counted by events, not seconds: a loaded machine starts slower): every SQLAlchemy
@@ -176,7 +176,7 @@ def test_pruning_with_median(cli) -> None:  # type: ignore[no-untyped-def]
 
 CHAOS_REASON = {"ok": None, "raise": "exception", "abort": "killed", "hang": "timeout",
                 "nan": "exception", "none": "exception", "memory": "oom", "sigkill": "killed"}
-CHAOS_MODES = list(CHAOS_REASON)  # hpo_orchestrator.testing.objectives.chaos: mode = number % 8
+CHAOS_MODES = list(CHAOS_REASON)  # tests.objectives.chaos: mode = number % 8
 
 
 def _kill_random_children(cli_pid: int, stop: threading.Event, killed: set[int]) -> None:

@@ -15,7 +15,7 @@ import pytest
 from hpo_orchestrator.db import RunningTrialRow, asked_outside
 from tests.conftest import rows_while_running, run_cli, start_cli, trial_rows
 
-TARGET = "objective.target=hpo_orchestrator.testing.misbehaving:misbehave"
+TARGET = "objective.target=tests.misbehaving:misbehave"
 STORAGE = "sqlite:///{}"
 
 

@@ -250,7 +250,7 @@ def test_auto_keys_load() -> None:
 
 # --- whole studies on scripted fake GPUs (slow) ---------------------------------------------
 
-TARGET = "objective.target=hpo_orchestrator.testing.objectives:"
+TARGET = "objective.target=tests.objectives:"
 AUTO = ("scheduler.parallel=auto", "scheduler.max_trials_per_gpu=3", "scheduler.host_cores=8",
         "telemetry.interval_s=0.2", "pruner=none", "objective=custom")
 

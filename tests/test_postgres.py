@@ -19,8 +19,8 @@ pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 def test_run_and_status_on_postgres(cli, postgres_url: str) -> None:  # type: ignore[no-untyped-def]
     study = f"pg-{uuid.uuid4().hex[:8]}"
     result = cli("run", "objective=custom",
-                 "objective.target=hpo_orchestrator.testing.objectives:curves",
-                 "objective.setup=hpo_orchestrator.testing.objectives:slow_setup",
+                 "objective.target=tests.objectives:curves",
+                 "objective.setup=tests.objectives:slow_setup",
                  "scheduler.worker_mode=fresh", "pruner=median", "pruner.n_startup_trials=2",
                  "scheduler.parallel=2", "study.n_trials=6", f"study.name={study}",
                  f"storage.url={postgres_url}")
@@ -46,7 +46,7 @@ def test_password_never_stored_or_printed(cli, postgres_url: str, in_query: bool
     rendered = url.render_as_string(hide_password=False)
     study = f"pg-{uuid.uuid4().hex[:8]}"
     result = cli("run", "objective=custom",
-                 "objective.target=hpo_orchestrator.testing.objectives:quadratic",
+                 "objective.target=tests.objectives:quadratic",
                  "study.n_trials=1", f"study.name={study}",
                  # a query's '=' must be quoted for Hydra, as a user types it
                  f"storage.url='{rendered}'" if in_query else f"storage.url={rendered}")
@@ -62,7 +62,7 @@ def test_password_never_stored_or_printed(cli, postgres_url: str, in_query: bool
 def test_report_and_tune_pruner_on_postgres(cli, postgres_url: str, tmp_path) -> None:  # type: ignore[no-untyped-def]
     study = f"pg-{uuid.uuid4().hex[:8]}"
     result = cli("run", "objective=custom",
-                 "objective.target=hpo_orchestrator.testing.objectives:curves",
+                 "objective.target=tests.objectives:curves",
                  "pruner.min_resource=auto", "scheduler.parallel=2", "study.n_trials=6",
                  f"study.name={study}", f"storage.url={postgres_url}", "telemetry.interval_s=0.05")
     assert result.code == 0, result.stderr

@@ -220,7 +220,7 @@ def test_run_with_tune_auto_records_its_replay(tmp_path: Path) -> None:
     """A real run: the replay runs in a child while trials go on; the run ends with all its
     trials and a verdict (a switch in hpo.pruner_history, or why none in hpo.pruner_tuning)."""
     result = run_cli(tmp_path, "run", "objective=custom",
-                     "objective.target=hpo_orchestrator.testing.objectives:rising",
+                     "objective.target=tests.objectives:rising",
                      "scheduler.parallel=2", "study.n_trials=60", "scheduler.gpus=none",
                      "pruner.tune=auto", "pruner.min_resource=1", env={"HPO_TEST_STEP_S": "0.05"})
     assert result.code == 0, result.stderr

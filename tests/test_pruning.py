@@ -274,7 +274,7 @@ def test_auto_min_resource_follows_the_medians() -> None:
 
 def _run_auto(tmp_path: Path, n_trials: int) -> Path:
     result = run_cli(tmp_path, "run", "objective=custom",
-                     "objective.target=hpo_orchestrator.testing.objectives:curves",
+                     "objective.target=tests.objectives:curves",
                      "scheduler.parallel=2", f"study.n_trials={n_trials}",
                      "pruner.min_resource=auto", "scheduler.gpus=none")
     assert result.code == 0, result.stderr

@@ -11,7 +11,7 @@ import pytest
 # Run in a process of its own: becoming a subreaper must not change the test runner.
 _SCENARIO = """
 import os, signal, subprocess, time
-from hpo_orchestrator.testing.misbehaving import double_fork
+from tests.misbehaving import double_fork
 from hpo_orchestrator.worker._reaping import become_subreaper, collect, has_children
 
 assert become_subreaper() is not None

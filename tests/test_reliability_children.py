@@ -2,7 +2,7 @@
 partner that reaps while we are stopped, ``hpo.*`` writes, grandchildren. Whatever a trial
 does fails that trial alone, with the right reason; the orchestrator carries on.
 
-Whole studies with the misbehaving objectives of hpo_orchestrator.testing.misbehaving; the
+Whole studies with the misbehaving objectives of tests.misbehaving; the
 pipe's unit tests are in tests/test_channel.py.
 """
 
@@ -22,7 +22,7 @@ import pytest
 from tests.conftest import rows_while_running as _rows
 from tests.conftest import run_cli, start_cli, trial_rows
 
-TARGET = "objective.target=hpo_orchestrator.testing.misbehaving:"
+TARGET = "objective.target=tests.misbehaving:"
 
 
 # --- whole studies -----------------------------------------------------------------------

@@ -38,7 +38,7 @@ from tests.conftest import run_cli, start_cli, trial_rows
 pytestmark = pytest.mark.filterwarnings("ignore:Heartbeat of storage is supposed to be used",
                                         "ignore::optuna.exceptions.ExperimentalWarning")
 
-TARGET = "objective.target=hpo_orchestrator.testing.objectives:"
+TARGET = "objective.target=tests.objectives:"
 HOST = "test-host"
 
 

@@ -18,7 +18,7 @@ from hpo_orchestrator.db import create_engine
 from hpo_orchestrator.report import CHART_IDS, collect_report
 from tests.conftest import RunResult, run_cli
 
-TARGET = "objective.target=hpo_orchestrator.testing.objectives:curves"
+TARGET = "objective.target=tests.objectives:curves"
 FAKE_GPUS = {"gpus": [{"busy_util": 37}, {"busy_util": 53}]}
 SM_UTIL = {"gpu0": 37.0, "gpu1": 53.0}
 
@@ -165,7 +165,7 @@ def test_report_bad_input_writes_nothing(tmp_path: Path, args: list[str], messag
 @pytest.mark.slow
 @pytest.mark.browser
 def test_report_charts_are_drawn_in_headless_chromium(study: RunResult, tmp_path: Path) -> None:
-    from hpo_orchestrator.testing.browser import browser_unavailable, check_report
+    from tests.browser import browser_unavailable, check_report
 
     reason = browser_unavailable()
     if reason:

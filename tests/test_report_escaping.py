@@ -53,7 +53,7 @@ def _poison_study_attrs(db: Path, study: str) -> None:
 @pytest.mark.slow
 @pytest.mark.browser
 def test_no_script_from_the_storage_runs_in_the_report(tmp_path: Path) -> None:
-    from hpo_orchestrator.testing.browser import browser_unavailable, report_page_eval
+    from tests.browser import browser_unavailable, report_page_eval
 
     reason = browser_unavailable()
     if reason:

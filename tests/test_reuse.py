@@ -17,7 +17,7 @@ from tests.conftest import run_cli, trial_rows
 
 pytestmark = pytest.mark.slow
 
-TARGET = "objective.target=hpo_orchestrator.testing.objectives:"
+TARGET = "objective.target=tests.objectives:"
 
 
 def test_reuse_workers_stay_pinned_and_run_many_trials(cli) -> None:  # type: ignore[no-untyped-def]

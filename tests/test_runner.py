@@ -21,7 +21,7 @@ pytestmark = pytest.mark.slow  # trials run in real child processes
 def test_run_study_runs_a_cpu_study_in_process(tmp_path: Path) -> None:
     db = tmp_path / "hpo.db"
     config = load_config([
-        "objective=custom", "objective.target=hpo_orchestrator.testing.objectives:quadratic",
+        "objective=custom", "objective.target=tests.objectives:quadratic",
         "pruner=none", "study.n_trials=4", "scheduler.parallel=2", "scheduler.gpus=none",
         f"scheduler.lease_dir={tmp_path / 'leases'}", f"storage.url=sqlite:///{db}",
         "telemetry.enabled=false"])
@@ -84,7 +84,7 @@ def test_a_signal_during_a_launch_stops_that_trial_too(tmp_path: Path,
     monkeypatch.setenv("HPO_TEST_SLEEP_S", "60")
     db = tmp_path / "hpo.db"
     config = load_config([
-        "objective=custom", "objective.target=hpo_orchestrator.testing.objectives:sleepy",
+        "objective=custom", "objective.target=tests.objectives:sleepy",
         "pruner=none", "study.n_trials=4", "scheduler.parallel=3", "scheduler.gpus=none",
         "scheduler.kill_grace_s=1", f"scheduler.lease_dir={tmp_path / 'leases'}",
         f"storage.url=sqlite:///{db}", "telemetry.enabled=false"])

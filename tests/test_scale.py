@@ -459,7 +459,7 @@ def test_kill_9_in_the_middle_of_a_trial_end_loses_no_told_trial(tmp_path: Path)
     env = {"PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]),
            "HPO_TEST_KILL_AT_END": f"{marker}:4"}
     args = ("run", "objective=custom",
-            "objective.target=hpo_orchestrator.testing.objectives:reports10",
+            "objective.target=tests.objectives:reports10",
             "scheduler.parallel=2", "study.n_trials=8", "pruner=none",
             "storage.heartbeat_interval_s=600")  # grace of 30 min: only the dead pid tells
     killed = run_cli(tmp_path, *args, env=env)

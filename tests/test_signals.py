@@ -22,7 +22,7 @@ from tests.conftest import run_cli, start_cli, trial_rows
 
 pytestmark = pytest.mark.slow
 
-MISBEHAVE = "objective.target=hpo_orchestrator.testing.misbehaving:misbehave"
+MISBEHAVE = "objective.target=tests.misbehaving:misbehave"
 
 # An objective whose import, in the orchestrator's start-up check (runner.check_objective),
 # says so and then takes long: a signal sent then reaches the run before its loop exists.
@@ -210,7 +210,7 @@ def _alive(pid: int) -> bool:
 @pytest.mark.long
 def test_sigint_stops_gracefully(tmp_path: Path) -> None:
     proc = start_cli(tmp_path, "run", "objective=custom",
-                     "objective.target=hpo_orchestrator.testing.objectives:sleepy",
+                     "objective.target=tests.objectives:sleepy",
                      "scheduler.parallel=2", "study.n_trials=6", "scheduler.kill_grace_s=2",
                      env={"HPO_TEST_SLEEP_S": "60"})
     db = tmp_path / "hpo.db"

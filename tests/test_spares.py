@@ -23,7 +23,7 @@ from hpo_orchestrator.worker import Job
 from tests.conftest import trial_rows
 from tests.test_packing import AUTO, TARGET, _packing
 
-OBJECTIVES = "hpo_orchestrator.testing.objectives"
+OBJECTIVES = "tests.objectives"
 HEADER = "this worker started up before the trial was asked"
 
 

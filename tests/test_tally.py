@@ -29,7 +29,7 @@ from hpo_orchestrator.study._tally import Tally, advance
 from tests.conftest import run_cli
 from tests.test_status_numbers import _study
 
-TARGET = "objective.target=hpo_orchestrator.testing.objectives:"
+TARGET = "objective.target=tests.objectives:"
 
 
 def _same(full: Any, kept: Any, path: str = "") -> None:

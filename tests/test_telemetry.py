@@ -27,7 +27,7 @@ from hpo_orchestrator.telemetry import TrialTelemetry
 from hpo_orchestrator.telemetry._sampler import _gpu_columns
 from tests.conftest import trial_rows
 
-TARGET = "objective.target=hpo_orchestrator.testing.objectives:"
+TARGET = "objective.target=tests.objectives:"
 
 
 def _row(util: float | None, phase: str | None, power: float = 100.0,

@@ -1,7 +1,7 @@
 """Built-in objectives. Each is a class built from its ``objective.*`` config and called with
 a trial; they mark their phases and log ``hpo.params_effective``.
 
-The data and search-space helpers are exported for the benchmarks (hpo_orchestrator.benchmarking),
+The data and search-space helpers are exported for the benchmarks (scripts.benchmarking),
 on first use: importing this package must not import numpy.
 """
 

@@ -1,6 +1,6 @@
 """Ray Tune in the benchmark: what a Ray user would run, ASHA early stopping over TPE proposals.
 
-    python -m hpo_orchestrator.benchmarking.ray_worker --workload a --storage URL --seed 3 \
+    python -m scripts.benchmarking.ray_worker --workload a --storage URL --seed 3 \
         --cpus 2 --threads 1 --timeout 120
 
 One driver process. ``ray.init`` starts Ray's own daemons and worker processes on the cores
@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     from ray.tune.schedulers import ASHAScheduler
     from ray.tune.search.optuna import OptunaSearch
 
-    from hpo_orchestrator.benchmarking.workloads import WORKLOADS
+    from scripts.benchmarking.workloads import WORKLOADS
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     workload = WORKLOADS[args.workload].scaled(args.scale)
@@ -188,7 +188,7 @@ def _trainable(config: dict[str, Any], workload: str, scale: float, threads: int
     :data:`_OBJECTIVES` between the trials a reused worker runs)."""
     from ray import tune
 
-    from hpo_orchestrator.benchmarking.workloads import WORKLOADS, lightgbm_objective
+    from scripts.benchmarking.workloads import WORKLOADS, lightgbm_objective
 
     key = (workload, scale, threads)
     if key not in _OBJECTIVES:
@@ -200,6 +200,6 @@ def _trainable(config: dict[str, Any], workload: str, scale: float, threads: int
 if __name__ == "__main__":
     # through the importable module, not __main__: Ray pickles __main__'s functions by value,
     # and each trial would then get an empty _OBJECTIVES
-    from hpo_orchestrator.benchmarking import ray_worker
+    from scripts.benchmarking import ray_worker
 
     sys.exit(ray_worker.main())

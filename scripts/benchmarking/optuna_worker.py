@@ -1,6 +1,6 @@
 """One of Optuna's own processes in the benchmark: Optuna done right, as its docs show it.
 
-    python -m hpo_orchestrator.benchmarking.optuna_worker --workload a --storage URL \
+    python -m scripts.benchmarking.optuna_worker --workload a --storage URL \
         --seed 3 --index 0 --pruner median --device gpu --threads 8 --timeout 90
 
 Several of these share one sqlite study (WAL, a busy timeout); each is pinned by its
@@ -113,14 +113,14 @@ def main(argv: list[str] | None = None) -> int:
 
     import optuna
 
-    from hpo_orchestrator.benchmarking.workloads import WORKLOADS, lightgbm_objective
+    from scripts.benchmarking.workloads import WORKLOADS, lightgbm_objective
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     _sqlite_pragmas()
     workload = WORKLOADS[args.workload].scaled(args.scale)
     objective: Callable[[Any], float]
     if workload.kind == "cnn":
-        from hpo_orchestrator.benchmarking import cnn
+        from scripts.benchmarking import cnn
 
         objective = cnn.objective
     else:

@@ -1,5 +1,6 @@
-"""Small objectives for tests and demos; importable in child processes as
-``hpo_orchestrator.testing.objectives:NAME``."""
+"""Small objectives for tests and benchmarks (scripts/bench_*.py), importable in child
+processes as ``tests.objectives:NAME`` with the checkout's root on the path (tests/conftest.py
+puts it on PYTHONPATH; the benchmarks run from the checkout)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ from typing import Any
 
 import optuna
 
-from hpo_orchestrator.testing.misbehaving import chaos  # objectives:chaos, as the tests name it
 from hpo_orchestrator.worker import phase, phase_depth, slot_info
+from tests.misbehaving import chaos  # objectives:chaos, as the tests name it
 
 __all__ = ["chaos", "chatty", "cuda_oom_once", "cuda_probe", "curves", "import_order",
            "oom_when_shared", "phased", "pinned", "quadratic", "reports10", "reuse_probe", "rising",

@@ -1,7 +1,7 @@
 """Workload (c): a small CNN on generated images, GPU-bound, with a real start-up cost.
 
 The product runs it as a custom objective (``objective=custom
-objective.target=hpo_orchestrator.benchmarking.cnn:objective``) and Optuna's processes call the
+objective.target=scripts.benchmarking.cnn:objective``) and Optuna's processes call the
 same function, so both train the identical model on identical data in the identical space.
 Start-up is real: importing torch, making the CUDA context, and generating the images (once
 per process: cached, so a reuse worker or a long-lived Optuna process pays it once and a

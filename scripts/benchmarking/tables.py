@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from hpo_orchestrator.benchmarking.quality import (
+from scripts.benchmarking.quality import (
     Censored,
     median_time,
     paired_speedup,

@@ -1,5 +1,5 @@
 """Trials that misbehave towards the orchestrator, for tests/test_reliability_children.py:
-importable in child processes as ``hpo_orchestrator.testing.misbehaving:NAME``.
+importable in child processes as ``tests.misbehaving:NAME``.
 
 Each breaks a rule of the pipe or the trial API the way a careless (or unlucky) objective
 could; the orchestrator must fail that trial alone and carry on.

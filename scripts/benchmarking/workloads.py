@@ -26,7 +26,7 @@ from hpo_orchestrator.objectives import binary_classification, held_out_test, su
 __all__ = ["WORKLOADS", "Workload", "lightgbm_objective", "start_points", "test_metric"]
 
 TEST_ROWS = 20_000
-CNN_TARGET = "hpo_orchestrator.benchmarking.cnn:objective"
+CNN_TARGET = "scripts.benchmarking.cnn:objective"
 
 
 @dataclass(frozen=True)
@@ -70,7 +70,7 @@ def start_points(workload: Workload, seed: int, count: int) -> list[dict[str, An
 
     draws = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=seed))
     if workload.kind == "cnn":
-        from hpo_orchestrator.benchmarking.cnn import suggest
+        from scripts.benchmarking.cnn import suggest
 
         return [suggest(draws.ask()) for _ in range(count)]
     return [suggest_all(draws.ask(), LIGHTGBM_SPACE) for _ in range(count)]
@@ -152,7 +152,7 @@ def test_metric(workload: Workload, params: dict[str, Any], num_threads: int,
     is that minimum). The CNN is seeded with the trial's number, as the trial was; LightGBM's
     seed is in its params."""
     if workload.kind == "cnn":
-        from hpo_orchestrator.benchmarking.cnn import retrain_test_loss
+        from scripts.benchmarking.cnn import retrain_test_loss
 
         return retrain_test_loss(params, trial_number)
     import lightgbm as lgb
