@@ -43,9 +43,9 @@ from hpo_orchestrator.scheduler import (
     Reporter,
     run_dir,
 )
+from hpo_orchestrator.status import advance_tally
 from hpo_orchestrator.study import (
     MirrorStorage,
-    advance_tally,
     create_or_load_study,
     enqueue_configured,
     record_config,

@@ -128,7 +128,7 @@ def build_tally(db: Path) -> float:
     """The indexes and the tally a run's start makes on a study without them (runner.py):
     seconds, once per database."""
     from hpo_orchestrator.db import create_engine, study_id_of
-    from hpo_orchestrator.study import advance_tally as advance
+    from hpo_orchestrator.status import advance_tally as advance
 
     with sqlite3.connect(db) as con:  # from scratch, as on a study without one
         con.execute("DROP TABLE IF EXISTS hpo_study_tally")

@@ -14,8 +14,8 @@ import pytest
 import sqlalchemy
 from optuna.trial import TrialState
 
-from hpo_orchestrator.db import count_claimed, open_rdb_storage
-from hpo_orchestrator.scheduler import Budget
+from hpo_orchestrator.db import open_rdb_storage
+from hpo_orchestrator.scheduler import Budget, count_claimed
 from hpo_orchestrator.scheduler._budget import _ADVANCE_AT
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)

@@ -1,9 +1,9 @@
-"""Schema contract: every statement of hpo_orchestrator.db against a database that the
-installed Optuna made, on sqlite and PostgreSQL.
+"""Schema contract: every SQL statement of the package against a database that the installed
+Optuna made, on sqlite and PostgreSQL.
 
 An Optuna upgrade that renames a column or changes how a value is stored fails the one test
 named after the statement (``test_statement[sqlite-trials.BEST]``). Every module-level
-``_..._SQL`` constant of the db package must have a case here
+``_..._SQL`` constant of the package, in whichever module it lives, must have a case here
 (``test_every_statement_has_a_case``); each case runs the statement through the function that
 uses it and checks what comes back against the study built below.
 
@@ -17,7 +17,6 @@ from __future__ import annotations
 import importlib
 import math
 import os
-import pkgutil
 import sqlite3
 import subprocess
 import sys
@@ -36,9 +35,14 @@ from optuna.distributions import CategoricalDistribution, FloatDistribution, Int
 from optuna.trial import TrialState, create_trial
 from sqlalchemy.engine import Connection, Engine
 
+import hpo_orchestrator
 import hpo_orchestrator.db as db
+from hpo_orchestrator.artifacts import _fetch
 from hpo_orchestrator.db import _trials, _version
 from hpo_orchestrator.errors import ConfigError, StorageError
+from hpo_orchestrator.scheduler import _budget
+from hpo_orchestrator.status import _tally
+from hpo_orchestrator.telemetry import _retention
 from tests.conftest import cli_env
 
 # Optuna warns that heartbeats are meant for Study.optimize; the RUNNING trial here records one.
@@ -430,9 +434,9 @@ def _(built: Built, connection: Connection) -> None:
 
 @case("retention.CANDIDATES")
 def _(built: Built, connection: Connection) -> None:
-    ended = db.retention_candidates(connection, built.study_id, "h1", 0.0, 4e9, 10)
+    ended = _retention.retention_candidates(connection, built.study_id, "h1", 0.0, 4e9, 10)
     assert [trial for trial, _ in ended] == [built.trial_ids[n] for n in (0, 2, 3)]
-    assert db.retention_candidates(connection, built.study_id, "h1", ended[0][1], 4e9, 1) \
+    assert _retention.retention_candidates(connection, built.study_id, "h1", ended[0][1], 4e9, 1) \
         == [ended[1]]
 
 
@@ -442,8 +446,8 @@ def _(built: Built, connection: Connection) -> None:
 def _(built: Built, connection: Connection) -> None:
     """Trial #0's two samples become one: means of utilization, its first time (the case's
     connection is never committed, so the other cases still see both)."""
-    assert not db.downsample_trial(connection, built.trial_ids[0], max_rows=2)
-    assert db.downsample_trial(connection, built.trial_ids[0], max_rows=1)
+    assert not _retention.downsample_trial(connection, built.trial_ids[0], max_rows=2)
+    assert _retention.downsample_trial(connection, built.trial_ids[0], max_rows=1)
     rows = db.telemetry_rows(connection, built.study_id, 0)
     columns = [dict(zip(["trial_number", *db.TELEMETRY_COLUMNS], r, strict=True)) for r in rows]
     assert [(db.to_datetime(c["ts"]), c["sm_util"], c["cpu_util"], c["phase"]) for c in columns] == [
@@ -452,18 +456,18 @@ def _(built: Built, connection: Connection) -> None:
 
 @case("budget.CLAIMED")
 def _(built: Built, connection: Connection) -> None:
-    assert db.count_claimed(connection, built.study_id) == 4  # not WAITING, not the retried FAIL
+    assert _budget.count_claimed(connection, built.study_id) == 4  # not WAITING, not the retried FAIL
 
 
 @case("budget.CLAIMED_UPTO")
 def _(built: Built, connection: Connection) -> None:
-    assert db.count_claimed_upto(connection, built.study_id, built.trial_ids[3]) == 3
+    assert _budget.count_claimed_upto(connection, built.study_id, built.trial_ids[3]) == 3
 
 
 @case("budget.ROWS_AFTER")
 def _(built: Built, connection: Connection) -> None:
     ids = built.trial_ids
-    assert db.claimed_rows_after(connection, built.study_id, ids[2]) == [
+    assert _budget.claimed_rows_after(connection, built.study_id, ids[2]) == [
         (ids[3], "FAIL", T0 + timedelta(seconds=70), True), (ids[4], "RUNNING", None, False),
         (ids[5], "WAITING", None, False)]
 
@@ -472,9 +476,9 @@ def _(built: Built, connection: Connection) -> None:
 @case("budget.MAX_ID")
 def _(built: Built, connection: Connection) -> None:
     later = T0 + timedelta(hours=1)
-    assert db.settled_upto(connection, built.study_id, later) == built.trial_ids[3]  # #4 RUNNING
-    assert db.settled_upto(connection, built.study_id, T0 + timedelta(seconds=35)) == built.trial_ids[1]
-    assert db.settled_upto(connection, built.study_id + 999, later) == -1  # no trial at all
+    assert _budget.settled_upto(connection, built.study_id, later) == built.trial_ids[3]  # #4 RUNNING
+    assert _budget.settled_upto(connection, built.study_id, T0 + timedelta(seconds=35)) == built.trial_ids[1]
+    assert _budget.settled_upto(connection, built.study_id + 999, later) == -1  # no trial at all
 
 
 @case("mirror.TRIALS")
@@ -484,7 +488,7 @@ def _(built: Built, connection: Connection) -> None:
 @case("mirror.USER_ATTRS")
 @case("mirror.SYSTEM_ATTRS")
 def _(built: Built, connection: Connection) -> None:
-    from hpo_orchestrator.db._mirror import read_trials
+    from hpo_orchestrator.study._mirror import read_trials
 
     ids = built.trial_ids
     storage = optuna.storages.RDBStorage(built.url)
@@ -507,7 +511,7 @@ def _(built: Built, connection: Connection) -> None:
 @case("mirror.BEST_IDS")
 @case("mirror.UNFINISHED_BEFORE")
 def _(built: Built, connection: Connection) -> None:
-    from hpo_orchestrator.db import _mirror
+    from hpo_orchestrator.study import _mirror
 
     ids = built.trial_ids
     assert _mirror.recent_trial_ids(connection, built.study_id, 2) == [ids[5], ids[4]]
@@ -518,7 +522,7 @@ def _(built: Built, connection: Connection) -> None:
 
 @case("budget.RUNNING")
 def _(built: Built, connection: Connection) -> None:
-    assert db.count_running(connection, built.study_id) == 1
+    assert _budget.count_running(connection, built.study_id) == 1
 
 
 @case("budget.LOCK")
@@ -528,7 +532,7 @@ def _(built: Built, connection: Connection) -> None:
             "AND objid = :s AND granted AND pid = pg_backend_pid()")
     params = {"ns": db.ADVISORY_NAMESPACE, "s": built.study_id}
     with connection.begin():
-        db.lock_study_budget(connection, built.study_id)
+        _budget.lock_study_budget(connection, built.study_id)
         assert connection.execute(sqlalchemy.text(held), params).scalar() == 1
     assert connection.execute(sqlalchemy.text(held), params).scalar() == 0  # released with the transaction
 
@@ -734,13 +738,13 @@ def _(built: Built, connection: Connection) -> None:
     assert durations["COMPLETE"][0] == pytest.approx(10.0, abs=0.01) and durations["COMPLETE"][1] == 2
 
 
-@case("artifacts.ARTIFACT_META")
-@case("artifacts.ARTIFACT_STORES")
+@case("fetch.ARTIFACT_META")
+@case("fetch.ARTIFACT_STORES")
 def _(built: Built, connection: Connection) -> None:
-    found = db.trial_artifacts(connection, built.study_id)
+    found = _fetch.trial_artifacts(connection, built.study_id)
     assert [(a.number, a.filename, a.mimetype, a.encoding, a.store) for a in found] == [
         (4, "model.txt", "text/plain", None, ARTIFACT_STORE)]
-    assert db.trial_artifacts(connection, built.study_id, {0, 2}) == []
+    assert _fetch.trial_artifacts(connection, built.study_id, {0, 2}) == []
 
 
 @case("tally.TALLY")
@@ -749,10 +753,10 @@ def _(built: Built, connection: Connection) -> None:
 @case("tally.TALLY_INSERT")
 def _(built: Built, connection: Connection) -> None:
     with connection.begin() as transaction:
-        assert db.read_tally(connection, built.study_id) is None
-        db.write_tally(connection, built.study_id, 1, "{}")
-        db.write_tally(connection, built.study_id, 2, '{"a": 1}')  # the second one updates
-        assert db.read_tally(connection, built.study_id, for_update=True) == (2, '{"a": 1}')
+        assert _tally.read_tally(connection, built.study_id) is None
+        _tally.write_tally(connection, built.study_id, 1, "{}")
+        _tally.write_tally(connection, built.study_id, 2, '{"a": 1}')  # the second one updates
+        assert _tally.read_tally(connection, built.study_id, for_update=True) == (2, '{"a": 1}')
         transaction.rollback()
 
 
@@ -761,7 +765,7 @@ def _(built: Built, connection: Connection) -> None:
 @case("tally.SINCE_ATTRS")
 def _(built: Built, connection: Connection) -> None:
     ids = built.trial_ids
-    since = db.trials_since(connection, built.study_id, ids[1], [ids[1]])
+    since = _tally.trials_since(connection, built.study_id, ids[1], [ids[1]])
     assert [(t.row.number, t.row.state, t.summarized) for t in since] == [
         (1, "COMPLETE", False), (2, "PRUNED", True), (3, "FAIL", True), (4, "RUNNING", False),
         (5, "WAITING", False)]
@@ -774,17 +778,17 @@ def _(built: Built, connection: Connection) -> None:
     assert three.flags.fail_reason == "oom" and three.attrs == {}
     assert four.attrs == {"hpo.host": "h1", "hpo.params_mismatch": {"lr": [0.1, 0.2]}}
     assert four.flags.params_mismatch == {"lr": [0.1, 0.2]} and four.row.end_s is None
-    assert db.trials_since(connection, built.study_id, ids[5], []) == []
+    assert _tally.trials_since(connection, built.study_id, ids[5], []) == []
 
 
 @case("tally.SUMMARIZE")
 def _(built: Built, connection: Connection) -> None:
     ids = built.trial_ids
     with connection.begin() as transaction:
-        one = db.trials_since(connection, built.study_id, ids[1] - 1, [])[0]
+        one = _tally.trials_since(connection, built.study_id, ids[1] - 1, [])[0]
         assert one.trial_id == ids[1] and not one.summarized
-        db.summarize(connection, built.study_id, one)
-        again = db.trials_since(connection, built.study_id, ids[1] - 1, [])[0]
+        _tally.summarize(connection, built.study_id, one)
+        again = _tally.trials_since(connection, built.study_id, ids[1] - 1, [])[0]
         assert again.summarized and again.row == one.row and again.flags == one.flags
         transaction.rollback()
 
@@ -811,16 +815,16 @@ def _(built: Built, connection: Connection) -> None:
 @case("tally.EXISTING_IDS")
 def _(built: Built, connection: Connection) -> None:
     ids = built.trial_ids
-    assert db.existing_ids(connection, 0, ids[5], []) == set(ids.values())
-    assert db.existing_ids(connection, ids[5], ids[5] + 10, [ids[0], 10**9]) == {ids[0]}
+    assert _tally.existing_ids(connection, 0, ids[5], []) == set(ids.values())
+    assert _tally.existing_ids(connection, ids[5], ids[5] + 10, [ids[0], 10**9]) == {ids[0]}
 
 
 @case("tally.COUNT_UPTO")
 @case("tally.COUNT_HOLES")
 def _(built: Built, connection: Connection) -> None:
     ids = built.trial_ids
-    assert db.summary_count_upto(connection, built.study_id, ids[5], []) == (3, 0)
-    assert db.summary_count_upto(connection, built.study_id, ids[2], [ids[0], ids[1]]) == (2, 1)
+    assert _tally.summary_count_upto(connection, built.study_id, ids[5], []) == (3, 0)
+    assert _tally.summary_count_upto(connection, built.study_id, ids[2], [ids[0], ids[1]]) == (2, 1)
 
 
 @case("tally.DURATION_WINDOW")
@@ -828,31 +832,31 @@ def _(built: Built, connection: Connection) -> None:
 @case("tally.DECISION_WINDOW")
 def _(built: Built, connection: Connection) -> None:
     ids, study = built.trial_ids, built.study_id
-    durations = db.ordered_window(connection, study, ids[5], [], "duration", 0, 10, "COMPLETE")
+    durations = _tally.ordered_window(connection, study, ids[5], [], "duration", 0, 10, "COMPLETE")
     assert durations == [pytest.approx(10.0)]
-    assert db.ordered_window(connection, study, ids[0], [], "duration", 0, 10, "PRUNED") == []
-    assert db.ordered_window(connection, study, ids[5], [], "startup_s", 1, 5) == [1.0, 1.0]
-    assert db.ordered_window(connection, study, ids[5], [ids[0]], "startup_s", 0, 5) == [1.0, 1.0]
-    assert db.ordered_window(connection, study, ids[2], [], "first_decision_s", 0, 1) == [3.0]
+    assert _tally.ordered_window(connection, study, ids[0], [], "duration", 0, 10, "PRUNED") == []
+    assert _tally.ordered_window(connection, study, ids[5], [], "startup_s", 1, 5) == [1.0, 1.0]
+    assert _tally.ordered_window(connection, study, ids[5], [ids[0]], "startup_s", 0, 5) == [1.0, 1.0]
+    assert _tally.ordered_window(connection, study, ids[2], [], "first_decision_s", 0, 1) == [3.0]
 
 
 @case("tally.FLAGS_UPTO")
 def _(built: Built, connection: Connection) -> None:
     ids = built.trial_ids
-    assert sorted(db.flags_upto(connection, built.study_id, ids[5], [])) == [
+    assert sorted(_tally.flags_upto(connection, built.study_id, ids[5], [])) == [
         (0, False, "PoCL", {"lr": [0.1, 0.2]}, None), (3, None, None, None, "oom")]
-    assert [f.number for f in db.flags_upto(connection, built.study_id, ids[2], [])] == [0]
-    assert [f.number for f in db.flags_upto(connection, built.study_id, ids[5], [ids[0]])] == [3]
+    assert [f.number for f in _tally.flags_upto(connection, built.study_id, ids[2], [])] == [0]
+    assert [f.number for f in _tally.flags_upto(connection, built.study_id, ids[5], [ids[0]])] == [3]
 
 
 @case("tally.FAILED_UPTO")
 @case("tally.FAIL_ATTRS")
 def _(built: Built, connection: Connection) -> None:
     ids = built.trial_ids
-    assert db.failed_upto(connection, built.study_id, ids[5], []) == [ids[3]]
-    assert db.failed_upto(connection, built.study_id, ids[5], [ids[3]]) == []
-    assert db.failed_upto(connection, built.study_id, ids[2], []) == []
-    assert db.fail_attrs(connection, [ids[3], ids[0]]) == {
+    assert _tally.failed_upto(connection, built.study_id, ids[5], []) == [ids[3]]
+    assert _tally.failed_upto(connection, built.study_id, ids[5], [ids[3]]) == []
+    assert _tally.failed_upto(connection, built.study_id, ids[2], []) == []
+    assert _tally.fail_attrs(connection, [ids[3], ids[0]]) == {
         3: {"hpo.fail_reason": "oom", "hpo.retried": True}}
 
 
@@ -860,38 +864,49 @@ def test_tally_reads_as_the_full_visit(built: Built, monkeypatch: pytest.MonkeyP
     """The tally built on this study (trial #1 ended elsewhere: it gets a summary row) gives
     status's numbers, on both backends; rolled back."""
     from hpo_orchestrator.status import _collect
-    from hpo_orchestrator.study._tally import Tally, advance
+    from hpo_orchestrator.status._tally import Tally, advance
 
     monkeypatch.setattr(_collect.time, "time", lambda: T0.timestamp() + 500)
     with built.engine.connect() as connection, connection.begin() as transaction:
         advance(connection, built.study_id, STUDY, rebuild=True)
-        stored = db.read_tally(connection, built.study_id)
+        stored = _tally.read_tally(connection, built.study_id)
         assert stored is not None
         tally = Tally.from_json(stored[1])
         ids = built.trial_ids
         assert (tally.watermark, tally.holes, tally.folded) == (ids[5], [ids[4], ids[5]], 4)
-        assert db.summary_count_upto(connection, built.study_id, ids[5], [])[0] == 4
+        assert _tally.summary_count_upto(connection, built.study_id, ids[5], [])[0] == 4
         full = _collect._collect(connection, STUDY)[0].to_json()
         kept = _collect._collect(connection, STUDY, kept=True)[0].to_json()
         assert kept == full
         transaction.rollback()
 
 
-def _statement_names() -> set[str]:
-    """Every ``_X_SQL`` constant of the db package, as '<module>.<X>'."""
-    names = set()
-    for info in pkgutil.iter_modules(db.__path__):
-        module = importlib.import_module(f"{db.__name__}.{info.name}")
-        names |= {f"{info.name.lstrip('_')}.{attr.strip('_').removesuffix('_SQL')}"
-                  for attr, value in vars(module).items()
-                  if attr.startswith("_") and attr.endswith("_SQL") and isinstance(value, str)}
-    return names
+def _statements() -> dict[str, str]:
+    """Every ``_X_SQL`` constant of the package, wherever it lives (each feature keeps its
+    statements beside it), as '<module>.<X>' -> the module's dotted name."""
+    root = Path(hpo_orchestrator.__file__).parent
+    found: dict[str, str] = {}
+    for path in sorted(root.rglob("*.py")):
+        parts = path.relative_to(root.parent).with_suffix("").parts
+        if parts[-1] == "__main__" or parts[1] == "testing":
+            continue
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        module = importlib.import_module(name)
+        for attr, value in vars(module).items():
+            if attr.startswith("_") and attr.endswith("_SQL") and isinstance(value, str):
+                found[f"{parts[-1].lstrip('_')}.{attr.strip('_').removesuffix('_SQL')}"] = name
+    return found
 
 
 def test_every_statement_has_a_case() -> None:
-    missing = _statement_names() - set(CASES)
-    assert not missing, f"statements of hpo_orchestrator.db without a contract case: {sorted(missing)}"
-    assert len(_statement_names()) >= 30  # the scan found the package's statements
+    statements = _statements()
+    missing = set(statements) - set(CASES)
+    assert not missing, f"statements without a contract case: {sorted(missing)}"
+    assert len(statements) >= 30  # the scan found the package's statements
+    modules: dict[str, set[str]] = {}
+    for key, module in statements.items():
+        modules.setdefault(key.split(".")[0], set()).add(module)
+    assert all(len(m) == 1 for m in modules.values()), f"one name, two modules: {modules}"
 
 
 @pytest.mark.parametrize("name", sorted(CASES))

@@ -21,6 +21,7 @@ from optuna.distributions import FloatDistribution, IntDistribution
 from optuna.trial import TrialState, create_trial
 
 from hpo_orchestrator.cli import main
+from hpo_orchestrator.cli._params import enqueue_params, find_best, load_params
 from hpo_orchestrator.config import load_config
 from hpo_orchestrator.config._space import LIGHTGBM_SPACE, ParamSpec, resolve_space
 from hpo_orchestrator.db import ScoredTrial, create_engine, pareto_front
@@ -28,7 +29,6 @@ from hpo_orchestrator.errors import ConfigError
 from hpo_orchestrator.objectives._space import suggest_all
 from hpo_orchestrator.objectives._table import infer_task, load_table
 from hpo_orchestrator.scheduler._outcome import classify
-from hpo_orchestrator.study import enqueue_params, find_best, load_params
 from tests.conftest import REPO, cli_env, trial_rows
 
 SPACE = "objective.search_space"

@@ -190,13 +190,6 @@ def tree(tmp_path: Path) -> Path:
     return root
 
 
-def test_no_module_grows_into_a_hall() -> None:
-    """No module over 400 lines (issue 29): a module that grows past it is split by concern."""
-    long = {str(path.relative_to(ROOT)): n for path in ROOT.rglob("*.py")
-            if (n := len(path.read_text().splitlines())) > 400}
-    assert not long, long
-
-
 def test_the_checks_see_a_circle_and_a_private_reach(tree: Path) -> None:
     graph = import_graph(tree)
     assert graph["pkg.a._three"] == {"pkg.a._one": 1}  # relative and absolute: one module, inside

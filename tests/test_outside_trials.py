@@ -12,7 +12,8 @@ from typing import Any
 import optuna
 import pytest
 
-from hpo_orchestrator.db import RunningTrialRow, asked_outside
+from hpo_orchestrator.db import RunningTrialRow
+from hpo_orchestrator.keys import asked_outside
 from tests.conftest import rows_while_running, run_cli, start_cli, trial_rows
 
 TARGET = "objective.target=tests.misbehaving:misbehave"

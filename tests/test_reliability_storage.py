@@ -28,7 +28,8 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from hpo_orchestrator.db import _run, count_claimed, open_rdb_storage
+from hpo_orchestrator.db import _run, open_rdb_storage
+from hpo_orchestrator.scheduler import count_claimed
 from hpo_orchestrator.scheduler._records import Retry, RunRecords
 from hpo_orchestrator.scheduler._recovery import Recovery
 from hpo_orchestrator.scheduler._trial import Asked

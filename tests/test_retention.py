@@ -1,4 +1,4 @@
-"""Telemetry retention (telemetry/_retention.py, db/_retention.py): each pass looks at this
+"""Telemetry retention (telemetry/_retention.py): each pass looks at this
 host's trials ended since the last one (a cursor on their end time), at most _BATCH of them,
 so that over several passes every old trial is averaged down once, however many there are,
 and none is read again; a trial ended less than keep_full_s ago, or on another host, keeps

@@ -147,7 +147,7 @@ def test_writes_are_in_the_database_when_the_call_returns(url: str) -> None:
 
 def test_params_of_a_known_name_are_written_as_optuna_writes_them(url: str) -> None:
     """The first trial's params go through Optuna's ORM (their names are new to the study),
-    the next ones' through db/_batch.write_param: read back by Optuna, the same; a clash
+    the next ones' through study/_end.write_param: read back by Optuna, the same; a clash
     with the study's distribution and a write to a finished trial refused as Optuna does."""
     ours = optuna.create_study(study_name="s", storage=MirrorStorage(open_rdb_storage(url)))
     ours.optimize(_objective, n_trials=3)
@@ -247,8 +247,7 @@ def test_the_budget_count_stays_exact_across_its_checkpoint(url: str) -> None:
 
     import sqlalchemy
 
-    from hpo_orchestrator.db import count_claimed
-    from hpo_orchestrator.scheduler import Budget
+    from hpo_orchestrator.scheduler import Budget, count_claimed
 
     storage = open_rdb_storage(url)
     study = optuna.create_study(study_name="s", storage=storage)
@@ -412,7 +411,7 @@ def test_reaping_reads_only_the_unfinished_trials(url: str) -> None:
 
 
 # Kills the orchestrator (kill -9, from inside: the moment is exact) when the transaction of
-# the Nth trial's end (db/_batch.finish_trial: reports, attrs, value, state, summary row) is
+# the Nth trial's end (study/_end.finish_trial: reports, attrs, value, state, summary row) is
 # about to commit: everything of that end is written, nothing committed. The trial's id goes
 # to the marker file, whose presence keeps the rerun alive.
 KILL_AT_END_SITECUSTOMIZE = """

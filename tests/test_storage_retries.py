@@ -98,7 +98,7 @@ def _locked_once(target: Any, name: str, monkeypatch: pytest.MonkeyPatch) -> lis
 
 
 # One call of each kind: a pass-through write, a heartbeat, a study read, and the tell, whose
-# transaction is the mirror's own (study/_end.py's, through db/_batch.py's finish_trial).
+# transaction is the mirror's own (study/_end.py's finish_trial).
 _CALLS: dict[str, tuple[str, Callable[[MirrorStorage, optuna.Study, optuna.Trial], Any]]] = {
     "set_trial_user_attr": ("backend", lambda m, s, t: m.set_trial_user_attr(t._trial_id, "k", 1)),
     "record_heartbeat": ("backend", lambda m, s, t: m.record_heartbeat(t._trial_id)),

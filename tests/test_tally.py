@@ -25,7 +25,7 @@ from optuna.trial import TrialState
 import hpo_orchestrator.db as db
 from hpo_orchestrator.status import _collect
 from hpo_orchestrator.status._kept import _median, _tally_of
-from hpo_orchestrator.study._tally import Tally, advance
+from hpo_orchestrator.status._tally import Tally, advance
 from tests.conftest import run_cli
 from tests.test_status_numbers import _study
 

@@ -16,7 +16,9 @@ import sqlalchemy
 from optuna.trial import TrialState
 
 import hpo_orchestrator.db as db
-from hpo_orchestrator.study import MirrorStorage, Requeue, Tally, TrialEnd, advance_tally
+from hpo_orchestrator.status import advance_tally
+from hpo_orchestrator.status._tally import Tally, read_tally
+from hpo_orchestrator.study import MirrorStorage, Requeue, TrialEnd
 
 
 def test_a_trial_end_holds_values_only() -> None:
@@ -63,5 +65,5 @@ def test_the_tell_writes_the_whole_end_in_its_transaction(tmp_path: Path) -> Non
         samples = connection.execute(sqlalchemy.text(
             "SELECT sm_util FROM hpo_telemetry WHERE trial_id = :t"), {"t": trial._trial_id}).all()
         assert [s for (s,) in samples] == [50.0]
-        stored = db.read_tally(connection, study._study_id)
+        stored = read_tally(connection, study._study_id)
     assert stored is not None and Tally.from_json(stored[1]).folded == 2  # folded in with it

@@ -17,7 +17,6 @@ from sqlalchemy import Column, DateTime, Integer, MetaData, String, Table, Text,
 from sqlalchemy.engine import Connection
 
 from hpo_orchestrator import keys
-from hpo_orchestrator.db._outside import asked_outside
 from hpo_orchestrator.db._study import state_name, to_datetime
 
 __all__ = ["RunningTrialRow", "ask_running_trial", "attempt_of", "create_running_trial",
@@ -218,8 +217,8 @@ class RunningTrialRow:
 
     @property
     def outside(self) -> bool:
-        """No orchestrator asked it (:func:`asked_outside`)."""
-        return asked_outside({keys.HOST: self.host, keys.PID: self.pid,
+        """No orchestrator asked it (:func:`keys.asked_outside`)."""
+        return keys.asked_outside({keys.HOST: self.host, keys.PID: self.pid,
                               keys.ORCHESTRATOR_PID: self.orchestrator_pid,
                               keys.RETRY_OF: self.retry_of}, self.heartbeat is not None)
 

@@ -93,7 +93,7 @@ summary_table = Table("hpo_trial_summary", _metadata, *map(_summary_column, fiel
 # What status reads in order, so that a median is an OFFSET into an index instead of a sort
 # of every row (trial_id last: the tally's watermark filter is answered from the index too).
 # Partial indexes keep the rare rows (flags, failures) findable without a scan; their WHERE
-# is the text of the queries that use them (db/_tally.py), as sqlite requires.
+# is the text of the queries that use them (status/_tally.py), as sqlite requires.
 _SUMMARY_INDEXES = [
     Index("ix_hpo_summary_duration", summary_table.c.study_id, summary_table.c.state,
           text("(end_s - start_s)"), summary_table.c.trial_id),
@@ -111,7 +111,7 @@ tally_table = Table(
     "hpo_study_tally", _metadata,
     Column("study_id", Integer, primary_key=True, autoincrement=False),
     Column("version", Integer, nullable=False),  # of the JSON below: another one is rebuilt
-    Column("tally", Text, nullable=False),  # JSON, study/_tally.py
+    Column("tally", Text, nullable=False),  # JSON, status/_tally.py
 )
 
 

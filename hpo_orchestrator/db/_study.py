@@ -17,7 +17,6 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from hpo_orchestrator import keys
-from hpo_orchestrator.db._attr_shapes import well_formed
 from hpo_orchestrator.db._sql import fetch_one, rows, scalar
 from hpo_orchestrator.errors import ConfigError, HpoError, StorageError
 
@@ -114,7 +113,7 @@ def study_attrs(connection: Readable, study_id: int) -> dict[str, Any]:
             value = json.loads(text)
         except (TypeError, ValueError):
             value = _NOT_JSON
-        if value is _NOT_JSON or not well_formed(key, value):
+        if value is _NOT_JSON or not keys.well_formed(key, value):
             unreadable.append(key)
         else:
             attrs[key] = value

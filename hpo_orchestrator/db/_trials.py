@@ -22,7 +22,8 @@ from hpo_orchestrator.db._summary import FLAGGED_WHERE, SUMMARY_ATTRS, SUMMARY_C
 if TYPE_CHECKING:
     from hpo_orchestrator.db._sql import Readable
 
-__all__ = ["SummaryFlags", "TrialRow", "UncoveredTrial", "best_of", "best_trial", "has_summary_table",
+__all__ = ["ATTR_KEYS", "SummaryFlags", "TrialRow", "UncoveredTrial", "best_of", "best_trial",
+           "from_attrs", "has_summary_table",
            "heartbeat_of", "state_counts", "summary_flags", "summary_max_complete_step",
            "summary_prune_steps", "summary_rows", "trial_rows", "trial_values", "uncovered_trials"]
 
@@ -97,9 +98,9 @@ def _columns(names: tuple[str, ...], prefix: str = "") -> str:
 
 # Per-trial attrs read for trials without a summary row (one query for all of them): those the
 # summary copies, the slot (status's running trials), and what tells a trial an orchestrator
-# asked from one made outside the runs (db/_outside.py) and a setup still running.
-_ATTR_KEYS = (*SUMMARY_ATTRS, keys.SLOT, keys.PID, keys.ORCHESTRATOR_PID, keys.RETRY_OF,
-              keys.SETUP_RUNNING)
+# asked from one made outside the runs (keys.asked_outside) and a setup still running.
+ATTR_KEYS = (*SUMMARY_ATTRS, keys.SLOT, keys.PID, keys.ORCHESTRATOR_PID, keys.RETRY_OF,
+             keys.SETUP_RUNNING)
 # Below this many uncovered trials their attrs are fetched by id (the usual case: a few running
 # or foreign trials); above it, for the whole study.
 _ATTRS_BY_ID_UP_TO = 500
@@ -174,7 +175,7 @@ def uncovered_trials(connection: Readable, study_id: int, has_summary: bool,
         return []
     attrs: dict[int, dict[str, Any]] = {}
     query = _ATTRS_SQL
-    params: dict[str, Any] = {"s": study_id, "first": first, "keys": list(_ATTR_KEYS)}
+    params: dict[str, Any] = {"s": study_id, "first": first, "keys": list(ATTR_KEYS)}
     expanding = ["keys"]
     if len(trials) <= _ATTRS_BY_ID_UP_TO:
         query += _ATTRS_BY_ID_SQL

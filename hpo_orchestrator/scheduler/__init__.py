@@ -11,7 +11,7 @@ from hpo_orchestrator._lazy import lazy_getattr
 # starts its first workers (scheduler/_first_wave.py) before it imports the orchestrator,
 # Optuna and SQLAlchemy, so the workers' start-up runs beside those imports.
 if TYPE_CHECKING:
-    from hpo_orchestrator.scheduler._budget import Budget
+    from hpo_orchestrator.scheduler._budget import Budget, count_claimed
     from hpo_orchestrator.scheduler._first_wave import FirstWave, Layout, lay_out
     from hpo_orchestrator.scheduler._leases import LeaseDir, default_lease_dir
     from hpo_orchestrator.scheduler._logs import read_tail, run_dir
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from hpo_orchestrator.scheduler._trial import FinishedTrial, QuietReporter, Reporter, RunningTrial
 
 _MODULES = {
-    "Budget": "_budget", "FirstWave": "_first_wave", "Layout": "_first_wave",
+    "Budget": "_budget", "count_claimed": "_budget", "FirstWave": "_first_wave", "Layout": "_first_wave",
     "lay_out": "_first_wave", "LeaseDir": "_leases", "default_lease_dir": "_leases",
     "read_tail": "_logs", "run_dir": "_logs", "Orchestrator": "_orchestrator",
     "params_mismatch": "_outcome",
@@ -38,9 +38,29 @@ _MODULES = {
     **dict.fromkeys(["FinishedTrial", "QuietReporter", "Reporter", "RunningTrial"], "_trial"),
 }
 
-__all__ = ["Budget", "BusyRule", "FinishedTrial", "FirstWave", "Layout", "LeaseDir", "Orchestrator",
-           "QuietReporter", "Reporter", "RunningTrial", "Slot", "SlotPool", "default_lease_dir",
-           "lay_out", "params_mismatch", "read_tail", "resolve_cpu_slots", "resolve_gpus",
-           "resolve_parallel", "run_dir", "threads_per_trial"]
+__all__ = [
+    "Budget",
+    "BusyRule",
+    "FinishedTrial",
+    "FirstWave",
+    "Layout",
+    "LeaseDir",
+    "Orchestrator",
+    "QuietReporter",
+    "Reporter",
+    "RunningTrial",
+    "Slot",
+    "SlotPool",
+    "count_claimed",
+    "default_lease_dir",
+    "lay_out",
+    "params_mismatch",
+    "read_tail",
+    "resolve_cpu_slots",
+    "resolve_gpus",
+    "resolve_parallel",
+    "run_dir",
+    "threads_per_trial",
+]
 
 __getattr__ = lazy_getattr(__name__, _MODULES, globals())

@@ -28,31 +28,97 @@ from contextlib import contextmanager
 from datetime import datetime, timedelta
 from functools import partial
 from pathlib import Path
-from typing import TypeVar
-
-from optuna.storages import RDBStorage
-from sqlalchemy.engine import Connection, Engine
+from typing import TYPE_CHECKING, TypeVar
 
 from hpo_orchestrator.db import (
+    ADVISORY_NAMESPACE,
     Retrying,
-    claimed_rows_after,
-    count_claimed_upto,
-    count_running,
     file_lock,
     lock_file,
-    lock_study_budget,
+    rows,
     running_among,
-    settled_upto,
+    scalar,
+    state_name,
+    to_datetime,
 )
 from hpo_orchestrator.scheduler._race_hooks import budget_claim_started, budget_counted
-from hpo_orchestrator.scheduler._recovery import lost_attrs, orphaned
 
-__all__ = ["Budget"]
+if TYPE_CHECKING:
+    from optuna.storages import RDBStorage
+    from sqlalchemy.engine import Connection, Engine
+
+    from hpo_orchestrator.db import Readable
+
+__all__ = ["Budget", "count_claimed"]
 
 T = TypeVar("T")
 
 _SETTLE_S = 10.0  # a retry mark lands before its trial finishes; this covers racing writers
 _ADVANCE_AT = 64  # trials above the checkpoint before it moves up
+
+# Not WAITING, and not a failed attempt that was retried (its retry counts instead).
+_CLAIMED_SQL = (
+    "SELECT COUNT(*) FROM trials t WHERE t.study_id = :s AND t.state <> 'WAITING' "
+    "AND NOT EXISTS (SELECT 1 FROM trial_user_attributes a WHERE a.trial_id = t.trial_id "
+    "AND a.key = 'hpo.retried' AND a.value_json = 'true')")
+_CLAIMED_UPTO_SQL = _CLAIMED_SQL + " AND t.trial_id <= :upto"
+# The trials above a checkpoint, by a range on the primary key (``+``: not the study index).
+_ROWS_AFTER_SQL = (
+    "SELECT t.trial_id, t.state, t.datetime_complete, EXISTS (SELECT 1 FROM "
+    "trial_user_attributes a WHERE a.trial_id = t.trial_id AND a.key = 'hpo.retried' "
+    "AND a.value_json = 'true') FROM trials t WHERE t.trial_id > :after AND +t.study_id = :s")
+# The first trial that may still change what it counts: unfinished, or finished so recently
+# that its ``hpo.retried`` mark (written before its state) may still be on its way.
+_UNSETTLED_SQL = (
+    "SELECT MIN(trial_id) FROM trials WHERE study_id = :s AND (state IN ('RUNNING', 'WAITING') "
+    "OR datetime_complete IS NULL OR datetime_complete > :since)")
+_MAX_ID_SQL = "SELECT MAX(trial_id) FROM trials WHERE study_id = :s"
+# Trials an orchestrator asked (keys.asked_outside: the others are their maker's to finish)
+_RUNNING_SQL = (
+    "SELECT COUNT(*) FROM trials t WHERE t.study_id = :s AND t.state = 'RUNNING' AND ("
+    "EXISTS (SELECT 1 FROM trial_heartbeats b WHERE b.trial_id = t.trial_id) OR EXISTS ("
+    "SELECT 1 FROM trial_user_attributes a WHERE a.trial_id = t.trial_id AND a.key IN "
+    "('hpo.host', 'hpo.pid', 'hpo.orchestrator_pid', 'hpo.retry_of')))")
+_LOCK_SQL = "SELECT pg_advisory_xact_lock(:ns, :s)"
+
+
+def count_claimed(connection: Readable, study_id: int) -> int:
+    """Trials that count against the budget."""
+    return int(scalar(connection, _CLAIMED_SQL, {"s": study_id}) or 0)
+
+
+def count_running(connection: Readable, study_id: int) -> int:
+    """RUNNING trials of the study that an orchestrator asked, whichever runs them."""
+    return int(scalar(connection, _RUNNING_SQL, {"s": study_id}) or 0)
+
+
+def lock_study_budget(connection: Readable, study_id: int) -> None:
+    """PostgreSQL only: a transaction-scoped advisory lock keyed by the study, held until the
+    caller's transaction ends."""
+    rows(connection, _LOCK_SQL, {"ns": ADVISORY_NAMESPACE, "s": study_id})
+
+
+def count_claimed_upto(connection: Readable, study_id: int, upto: int) -> int:
+    """Trials up to id ``upto`` that count against the budget."""
+    return int(scalar(connection, _CLAIMED_UPTO_SQL, {"s": study_id, "upto": upto}) or 0)
+
+
+def claimed_rows_after(connection: Readable, study_id: int,
+                       after: int) -> list[tuple[int, str, datetime | None, bool]]:
+    """(trial_id, state, datetime_complete, retried) of the study's trials above ``after``."""
+    return [(int(tid), state_name(state), to_datetime(done), bool(retried))
+            for tid, state, done, retried in rows(connection, _ROWS_AFTER_SQL,
+                                                  {"s": study_id, "after": after})]
+
+
+def settled_upto(connection: Readable, study_id: int, since: datetime) -> int:
+    """The highest id below which every trial is finished before ``since`` (local time, as
+    Optuna stores it): their contribution to the budget can no longer change."""
+    first = scalar(connection, _UNSETTLED_SQL, {"s": study_id, "since": since})
+    if first is not None:
+        return int(first) - 1
+    last = scalar(connection, _MAX_ID_SQL, {"s": study_id})
+    return -1 if last is None else int(last)
 
 
 class Budget:
@@ -82,11 +148,11 @@ class Budget:
             upto = settled_upto(connection, self.study_id, since)
             self._base = count_claimed_upto(connection, self.study_id, upto)
             self._upto = upto
-        rows = claimed_rows_after(connection, self.study_id, self._upto)
-        counted = self._base + sum(1 for _, state, _, retried in rows
+        after = claimed_rows_after(connection, self.study_id, self._upto)
+        counted = self._base + sum(1 for _, state, _, retried in after
                                    if state != "WAITING" and not retried)
-        if len(rows) >= _ADVANCE_AT:
-            self._advance(rows, since)
+        if len(after) >= _ADVANCE_AT:
+            self._advance(after, since)
         return counted
 
     def _advance(self, rows: list[tuple[int, str, datetime | None, bool]], since: datetime) -> None:
@@ -114,6 +180,10 @@ class Budget:
     def orphans(self, host: str) -> list[int]:
         """The ids of the RUNNING trials a stopped orchestrator on ``host`` left (a ``kill
         -9``), which this run reaps at once (scheduler/_recovery.py)."""
+        # The reaping rules import Optuna, which the first wave starts before (this module is
+        # on its way): imported when a run asks.
+        from hpo_orchestrator.scheduler._recovery import orphaned
+
         def read() -> list[int]:
             candidates = self.unfinished() if self.unfinished is not None else set()
             with self.engine.connect() as connection:
@@ -125,6 +195,8 @@ class Budget:
         """Of the orphans, those that leave the count once a run reaps them: reaped with a
         retry (lost_attrs); not one whose retries are spent, nor one already marked retried
         (not counted now)."""
+        from hpo_orchestrator.scheduler._recovery import lost_attrs  # as orphans()
+
         reaped = (lost_attrs(self.retrying.call(partial(storage.get_trial, trial_id)), max_retries)
                   for trial_id in self.orphans(host))
         return sum(retry is not None for _, retry in reaped)

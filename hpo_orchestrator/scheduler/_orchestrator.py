@@ -114,7 +114,7 @@ class Orchestrator(Launching):
         self.retention = TelemetryRetention(storage.engine, study._study_id, self.host,
                                             config.telemetry.keep_full_s,
                                             config.telemetry.max_rows_per_trial) \
-            if sampler is not None else None  # old trials' samples averaged down (db/_retention)
+            if sampler is not None else None  # old trials' samples averaged down (telemetry/_retention.py)
 
     @property
     def timed_out(self) -> bool:

@@ -28,14 +28,14 @@ from hpo_orchestrator.db import (
     insert_samples,
     no_longer_running,
     retrying_of,
-    well_formed,
     write_trial_attrs,
 )
 from hpo_orchestrator.gpu import GpuInfo
 from hpo_orchestrator.pruning import fit_step_timing
 from hpo_orchestrator.scheduler._outcome import Verdict, params_mismatch
 from hpo_orchestrator.scheduler._trial import Asked, RunningTrial
-from hpo_orchestrator.study import MirrorStorage, Requeue, TrialEnd, advance_tally
+from hpo_orchestrator.status import advance_tally
+from hpo_orchestrator.study import MirrorStorage, Requeue, TrialEnd
 from hpo_orchestrator.telemetry import TelemetrySampler, TrialTelemetry
 
 __all__ = ["Retry", "RunRecords", "trial_params"]
@@ -222,7 +222,7 @@ class RunRecords:
         if self._earlier_learners is None:  # the shape status accepts, or nothing
             earlier = self.retrying.call(lambda: self.study.user_attrs.get(key))
             self._earlier_learners = earlier.get("learners", {}) \
-                if isinstance(earlier, dict) and well_formed(key, earlier) else {}
+                if isinstance(earlier, dict) and keys.well_formed(key, earlier) else {}
         total = {gpu: Counter(counts) for gpu, counts in self._earlier_learners.items()}
         for gpu, counts in self._learners.items():
             total.setdefault(gpu, Counter()).update(counts)

@@ -189,7 +189,7 @@ def _collect(connection: Connection, study: str | None, kept: bool = False,
 
 
 def _note_unreadable(report: StatusReport, names: list[str]) -> StatusReport:
-    """Study attrs of a shape we never write (db/_attr_shapes.py) were left out: say which."""
+    """Study attrs of a shape we never write (keys.well_formed) were left out: say which."""
     if names:
         report.findings.append(Finding(
             "unreadable_attr", "warning",

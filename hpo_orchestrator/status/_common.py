@@ -34,7 +34,7 @@ def running_of(connection: Connection, trials: list[db.UncoveredTrial], db_now: 
     A trial asked ahead of a free slot (scheduler.prefetch) is RUNNING to Optuna but has no
     process yet: the orchestrator records its slot (hpo.slot) when a slot takes it. Its
     heartbeat is kept up meanwhile; a stale one stays with the running (stale_running).
-    A trial no orchestrator asked (``optuna ask``: db.asked_outside) is running on device
+    A trial no orchestrator asked (``optuna ask``: keys.asked_outside) is running on device
     ``outside``, ``"outside": true``: its maker finishes it, no run reaps it.
     """
     storage = config.get("storage", {})
@@ -45,7 +45,7 @@ def running_of(connection: Connection, trials: list[db.UncoveredTrial], db_now: 
                                        key=lambda u: u.row.number):
         beat = db.heartbeat_of(connection, trial_id)
         age = (db_now - beat).total_seconds() if beat is not None and db_now is not None else None
-        if db.asked_outside(attrs, beat is not None):
+        if keys.asked_outside(attrs, beat is not None):
             outside.add(row.number)
         running.append({
             "number": row.number, "host": row.host,

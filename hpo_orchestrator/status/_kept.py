@@ -1,4 +1,4 @@
-"""Status from the study's kept tally (study/_tally.py): one row, the trials since its
+"""Status from the study's kept tally (status/_tally.py): one row, the trials since its
 watermark, and a few index reads of ``hpo_trial_summary`` (medians as an OFFSET, the flagged and
 failed trials), so its cost grows with the trials since the last trial's end, not with the study.
 
@@ -25,7 +25,18 @@ from hpo_orchestrator.status._common import (
 )
 from hpo_orchestrator.status._findings import find_all
 from hpo_orchestrator.status._model import DeviceUse, StateStats, StatusReport, StudyFacts
-from hpo_orchestrator.study import TALLY_VERSION, Tally, trusted_tally
+from hpo_orchestrator.status._tally import VERSION as TALLY_VERSION
+from hpo_orchestrator.status._tally import (
+    Tally,
+    fail_attrs,
+    failed_upto,
+    flags_upto,
+    has_tally_table,
+    ordered_window,
+    read_tally,
+    trials_since,
+    trusted,
+)
 
 if TYPE_CHECKING:
     from hpo_orchestrator.db import Readable as Connection
@@ -36,14 +47,14 @@ _STATES = ("COMPLETE", "PRUNED", "FAIL", "RUNNING", "QUEUED", "WAITING")
 
 
 def _tally_of(connection: Connection, study_id: int, name: str) -> Tally | None:
-    """The study's tally if status can trust it (study/_tally.py's ``trusted``)."""
-    if not db.has_tally_table(connection) or not db.has_summary_table(connection):
+    """The study's tally if status can trust it (status/_tally.py's ``trusted``)."""
+    if not has_tally_table(connection) or not db.has_summary_table(connection):
         return None  # a copy without the summary (test_telemetry.py's "plain" study)
-    stored = db.read_tally(connection, study_id)
+    stored = read_tally(connection, study_id)
     if stored is None or stored[0] != TALLY_VERSION:
         return None
     tally = Tally.from_json(stored[1])
-    return tally if trusted_tally(connection, study_id, name, tally) else None
+    return tally if trusted(connection, study_id, name, tally) else None
 
 
 def _median(window: Callable[[int, int], list[float]], stored: int, extra: list[float]) -> float | None:
@@ -73,7 +84,7 @@ def collect_kept(connection: Connection, study_id: int, name: str, directions: l
     if tally is None:
         return None
     config = study_attrs.get(keys.CONFIG) or {}
-    since = db.trials_since(connection, study_id, tally.watermark, tally.holes)
+    since = trials_since(connection, study_id, tally.watermark, tally.holes)
     listed = listed_devices(study_attrs)
     hosts = {d.host for d in tally.devices if d.host} | {t.row.host for t in since if t.row.host} \
         | set(listed)
@@ -104,20 +115,20 @@ def collect_kept(connection: Connection, study_id: int, name: str, directions: l
         n, total, longest = tally.durations.get(state, (0, 0.0, 0.0))
         states[state] = StateStats(
             count=counts.get(state, 0), mean_s=total / n if n else None,
-            median_s=_median(partial(db.ordered_window, connection, study_id, tally.watermark,
+            median_s=_median(partial(ordered_window, connection, study_id, tally.watermark,
                                      tally.holes, "duration", state=state),
                              folded.get(state, 0), durations.get(state, [])),
             max_s=longest if n else None)
     finished = sum(counts.get(s, 0) for s in ("COMPLETE", "PRUNED", "FAIL"))
 
-    flags = db.flags_upto(connection, study_id, tally.watermark, tally.holes) + [t.flags for t in since]
+    flags = flags_upto(connection, study_id, tally.watermark, tally.holes) + [t.flags for t in since]
     reasons: dict[str, int] = {}
     for f in flags:
         if f.fail_reason:
             reasons[f.fail_reason] = reasons.get(f.fail_reason, 0) + 1
-    failed = db.failed_upto(connection, study_id, tally.watermark, tally.holes) + [
+    failed = failed_upto(connection, study_id, tally.watermark, tally.holes) + [
         t.trial_id for t in since if t.row.state == "FAIL"]
-    failed_attrs = db.fail_attrs(connection, failed)
+    failed_attrs = fail_attrs(connection, failed)
     failures = sorted((n, a.get(keys.FAIL_REASON), a.get(keys.ERROR))
                       for n, a in failed_attrs.items() if a.get(keys.RETRIED) is not True)
     retried = sum(1 for a in failed_attrs.values() if a.get(keys.RETRIED) is True)
@@ -126,7 +137,7 @@ def collect_kept(connection: Connection, study_id: int, name: str, directions: l
     startup = None
     if folded_pairs + len(pairs) > 0:
         startup_s, decision_s = (
-            _median(partial(db.ordered_window, connection, study_id, tally.watermark, tally.holes,
+            _median(partial(ordered_window, connection, study_id, tally.watermark, tally.holes,
                             what),
                     folded_pairs, [p[i] for p in pairs])
             for i, what in enumerate(("startup_s", "first_decision_s")))

@@ -1,7 +1,9 @@
-"""Sampler, pruner and study set-up from the validated config (all Optuna's own classes)."""
+"""Sampler, pruner and study set-up from the validated config (all Optuna's own classes), and
+the params ``study.enqueue`` queues at a run's start."""
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import replace
 from typing import Any
 
@@ -21,8 +23,8 @@ from hpo_orchestrator.db import mask_url
 from hpo_orchestrator.errors import ConfigError
 from hpo_orchestrator.pruning import build_pruner
 
-__all__ = ["build_sampler", "create_or_load_study", "objective_differences", "record_config",
-           "without_pruning"]
+__all__ = ["build_sampler", "create_or_load_study", "enqueue_configured", "objective_differences",
+           "record_config", "without_pruning"]
 
 # Objective keys that change where or how fast a trial runs, not what it computes: a study may
 # go on with other values. Every other key (name, target, data, sizes, seeds, search space)
@@ -118,3 +120,16 @@ def objective_differences(recorded: dict[str, Any] | None, wanted: dict[str, Any
 
 def _show(section: dict[str, Any], key: str) -> str:
     return repr(section[key])
+
+
+def enqueue_configured(study: optuna.Study, entries: list[dict[str, Any]]) -> int:
+    """``study.enqueue`` at a run's start: each entry once per study (a resumed run, or a
+    second orchestrator, finds it and skips it). Returns how many were added."""
+    if not entries:
+        return 0
+    before = len(study.get_trials(deepcopy=False))
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+        for entry in entries:
+            study.enqueue_trial(dict(entry), skip_if_exists=True)
+    return len(study.get_trials(deepcopy=False)) - before

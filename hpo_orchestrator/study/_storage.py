@@ -6,7 +6,7 @@ trial of the study through the ORM (170 s at 100,000 trials), and whose ``ask()`
 WAITING trials, reads the new trial back and looks the study up again per pruning decision.
 Here:
 
-- reads come from the mirror, loaded once with bulk SQL (db/_mirror.py: one
+- reads come from the mirror, loaded once with bulk SQL (study/_mirror.py: one
   statement per table) and refreshed incrementally: trials above the highest id seen, and the
   ones the mirror holds unfinished (RUNNING, WAITING), at most every ``refresh_s`` seconds;
   so another orchestrator's trials reach the sampler within ``refresh_s`` of its ask;
@@ -44,26 +44,106 @@ from typing import Any, ClassVar
 import optuna
 from optuna._typing import JSONSerializable
 from optuna.distributions import BaseDistribution, check_distribution_compatibility
-from optuna.storages import RDBStorage
+from optuna.storages import BaseStorage, RDBStorage
+from optuna.storages._heartbeat import BaseHeartbeat
 from optuna.study import StudyDirection
+from optuna.study._frozen import FrozenStudy
 from optuna.trial import FrozenTrial, TrialState
 
-from hpo_orchestrator.db import (
-    Retrying,
-    ask_running_trial,
+from hpo_orchestrator.db import Retrying, ask_running_trial, retried
+from hpo_orchestrator.study._end import TrialEnd, write_end, write_param, write_steps
+from hpo_orchestrator.study._mirror import (
+    StudyMirror,
     best_trial_ids,
+    by_number,
+    callers_copy,
+    new_running_trial,
     read_trials,
     recent_trial_ids,
-    retried,
     unfinished_trial_ids_before,
-    write_param,
-    write_steps,
 )
-from hpo_orchestrator.study._end import TrialEnd, write_end
-from hpo_orchestrator.study._mirror import StudyMirror, by_number, callers_copy, new_running_trial
-from hpo_orchestrator.study._passthrough import PassThroughStorage
 
 __all__ = ["MirrorStorage"]
+
+
+
+class PassThroughStorage(BaseStorage, BaseHeartbeat):
+    """The calls that go to ``backend`` as they are: the study-level ones and the heartbeats;
+    the trial-level ones are MirrorStorage's. Study names and directions never change, so they
+    are looked up once (Hyperband builds a Study per pruning decision, which looks its name up
+    each time). Every call that reaches the database is declared :func:`~hpo_orchestrator.db.retried`."""
+
+    def __init__(self, backend: RDBStorage) -> None:
+        self.backend = backend
+        self.retrying: Retrying | None = None  # set when a run starts retrying (db/_retry.py)
+        self._ids_by_name: dict[str, int] = {}
+        self._directions: dict[int, list[StudyDirection]] = {}
+
+    @property
+    def engine(self) -> Any:
+        return self.backend.engine
+
+    @retried
+    def create_new_study(self, directions: Sequence[StudyDirection],
+                         study_name: str | None = None) -> int:
+        return self.backend.create_new_study(directions, study_name)
+
+    @retried
+    def set_study_user_attr(self, study_id: int, key: str, value: Any) -> None:
+        self.backend.set_study_user_attr(study_id, key, value)
+
+    @retried
+    def set_study_system_attr(self, study_id: int, key: str, value: JSONSerializable) -> None:
+        self.backend.set_study_system_attr(study_id, key, value)
+
+    @retried
+    def get_study_id_from_name(self, study_name: str) -> int:
+        if study_name not in self._ids_by_name:
+            self._ids_by_name[study_name] = self.backend.get_study_id_from_name(study_name)
+        return self._ids_by_name[study_name]
+
+    @retried
+    def get_study_name_from_id(self, study_id: int) -> str:
+        return self.backend.get_study_name_from_id(study_id)
+
+    @retried
+    def get_study_directions(self, study_id: int) -> list[StudyDirection]:
+        if study_id not in self._directions:
+            self._directions[study_id] = self.backend.get_study_directions(study_id)
+        return self._directions[study_id]
+
+    @retried
+    def get_study_user_attrs(self, study_id: int) -> dict[str, Any]:
+        return self.backend.get_study_user_attrs(study_id)
+
+    @retried
+    def get_study_system_attrs(self, study_id: int) -> dict[str, Any]:
+        return self.backend.get_study_system_attrs(study_id)
+
+    @retried
+    def get_all_studies(self) -> list[FrozenStudy]:
+        return self.backend.get_all_studies()
+
+    @retried
+    def get_best_trial(self, study_id: int) -> FrozenTrial:
+        return self.backend.get_best_trial(study_id)
+
+    # --- heartbeats: Optuna's, on the database -------------------------------------------
+
+    @retried
+    def record_heartbeat(self, trial_id: int) -> None:
+        self.backend.record_heartbeat(trial_id)
+
+    @retried
+    def _get_stale_trial_ids(self, study_id: int) -> list[int]:
+        return self.backend._get_stale_trial_ids(study_id)
+
+    def get_heartbeat_interval(self) -> int | None:
+        return self.backend.get_heartbeat_interval()
+
+    def get_heartbeat_stale_trial_callback(
+            self) -> Callable[[optuna.Study, FrozenTrial], None] | None:
+        return self.backend.get_heartbeat_stale_trial_callback()
 
 
 class MirrorStorage(PassThroughStorage):

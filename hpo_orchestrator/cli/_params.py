@@ -1,34 +1,86 @@
-"""``best`` and ``enqueue``: a study's best params as overrides, and known params queued for it.
+"""``best`` and ``enqueue``: a study's best params out as overrides, known params in.
 
 ``best`` reads with plain SQL (db/_best.py), like ``status``; ``enqueue`` goes through Optuna's
 own ``Study.enqueue_trial``, so the trials are WAITING ones that the next ``ask`` of any
 orchestrator takes first. They count against ``study.n_trials`` once they run, as every
 trial does (a WAITING trial does not count: scheduler/_budget.py).
+
+The package's imports are deferred into the functions, as in every command module: the CLI
+imports this module for every command.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import shlex
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from sqlalchemy.engine import Engine
+from rich.console import Console
 
-from hpo_orchestrator.config import SPACES, check_params
-from hpo_orchestrator.db import (
-    best_trials,
-    count_claimed,
-    read_errors,
-    study_config,
-    study_id_of,
-    trial_params,
-)
+from hpo_orchestrator.cli import _artifacts, _trials
+from hpo_orchestrator.cli._common import errors
 from hpo_orchestrator.errors import ConfigError
 
-__all__ = ["BestTrial", "BestTrials", "Enqueued", "enqueue_command", "enqueue_configured",
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Engine
+
+__all__ = ["BestTrial", "BestTrials", "Enqueued", "cmd_best", "cmd_enqueue", "enqueue_command",
            "enqueue_params", "find_best", "load_params", "override_line", "overrides"]
+
+
+def cmd_best(args: argparse.Namespace, console: Console) -> int:
+    """``best``: the best trial, or a multi-objective study's Pareto front (or one of its
+    trials: ``--index``/``--trial``), with its params as overrides and as an enqueue command."""
+    from hpo_orchestrator.db import create_engine
+
+    engine = create_engine(args.storage)
+    best = find_best(engine, _trials.resolve_study(engine, args.study, errors()))
+    best = best.select(args.index, args.trial)
+    if args.json:
+        print(json.dumps(best.to_json(), indent=2))
+        return 0
+    directions = ", ".join(best.directions)
+    if not best.trials:
+        console.print(f"study {best.study!r} ({directions}): no COMPLETE trial yet", highlight=False)
+        return 0
+    several = len(best.directions) > 1
+    console.print(f"study {best.study!r} ({directions}): " + (
+        f"Pareto front, {best.front_size or len(best.trials)} trial(s)"
+        + (f"; selected: trial #{best.trials[0].number}" if best.front_size else "") if several else
+        f"best trial #{best.trials[0].number}, value {best.trials[0].values[0]!r}"), highlight=False)
+    for trial in best.trials:
+        if several:
+            values = ", ".join(repr(v) for v in trial.values)
+            console.print(f"\ntrial #{trial.number}: values {values}", highlight=False)
+        width = max((len(n) for n in trial.params), default=0)
+        for name, value in trial.params.items():
+            console.print(f"  {name:<{width}}  {value!r}", highlight=False, markup=False)
+        line = override_line(trial.params, best.objective)
+        if line:
+            console.print(f"overrides: {line}", highlight=False, markup=False, soft_wrap=True)
+        console.print(f"enqueue:   {enqueue_command(best.study, trial.params)}", highlight=False,
+                      markup=False, soft_wrap=True)
+    _artifacts.mention_best(engine, best.study, console)
+    return 0
+
+
+def cmd_enqueue(args: argparse.Namespace, console: Console) -> int:
+    done = enqueue_params(args.storage, args.study, load_params(args.params, args.file))
+    added = ", ".join(f"#{n}" for n in done.added) or "none"
+    console.print(f"study {done.study!r}: enqueued {len(done.added)} trial(s) ({added}) as WAITING"
+                  + (f"; {done.skipped} already in the study, skipped" if done.skipped else ""),
+                  highlight=False)
+    if done.added and done.n_trials is not None and done.claimed >= done.n_trials:
+        console.print(f"the study's budget is spent ({done.claimed} of study.n_trials="
+                      f"{done.n_trials} trials ended): run it with a higher study.n_trials to "
+                      f"try them", highlight=False)
+    elif done.added:
+        console.print("the next run of the study tries them first (they count against "
+                      "study.n_trials once they run)", highlight=False)
+    return 0
 
 
 @dataclass(frozen=True)
@@ -80,6 +132,8 @@ class BestTrials:
 
 
 def find_best(engine: Engine, study: str | None) -> BestTrials:
+    from hpo_orchestrator.db import best_trials, read_errors, study_config, study_id_of, trial_params
+
     with read_errors(), engine.connect() as connection:
         study_id, name = study_id_of(connection, study)
         directions, front = best_trials(connection, study_id)
@@ -91,6 +145,8 @@ def find_best(engine: Engine, study: str | None) -> BestTrials:
 def overrides(params: dict[str, Any], objective: str | None) -> list[str]:
     """``KEY=VALUE`` overrides that fix every param of a built-in objective (full precision);
     empty for a custom objective, whose space lives in its code."""
+    from hpo_orchestrator.config import SPACES
+
     space = SPACES.get(objective or "")
     if space is None:
         return []
@@ -118,6 +174,8 @@ def enqueue_command(study: str, params: dict[str, Any]) -> str:
 def load_params(params: str | None, file: Path | None) -> list[dict[str, Any]]:
     """``--params JSON`` (one object) or ``--file`` (JSON or YAML: one mapping or a list)."""
     import yaml
+
+    from hpo_orchestrator.config import check_params
 
     if (params is None) == (file is None):
         raise ConfigError("give --params JSON or --file FILE (one of them)",
@@ -161,7 +219,9 @@ def enqueue_params(url: str, study: str | None, entries: list[dict[str, Any]]) -
 
     import optuna
 
-    from hpo_orchestrator.db import create_engine, open_rdb_storage
+    from hpo_orchestrator.config import check_params
+    from hpo_orchestrator.db import create_engine, open_rdb_storage, read_errors, study_config, study_id_of
+    from hpo_orchestrator.scheduler import count_claimed
 
     engine = create_engine(url)
     with read_errors(), engine.connect() as connection:
@@ -182,20 +242,3 @@ def enqueue_params(url: str, study: str | None, entries: list[dict[str, Any]]) -
     n_trials = (config.get("study") or {}).get("n_trials")
     return Enqueued(name, added, len(entries) - len(added), claimed,
                     n_trials if isinstance(n_trials, int) else None)
-
-
-def enqueue_configured(study: Any, entries: list[dict[str, Any]]) -> int:
-    """``study.enqueue`` at a run's start: each entry once per study (a resumed run, or a
-    second orchestrator, finds it and skips it). Returns how many were added."""
-    import warnings
-
-    import optuna
-
-    if not entries:
-        return 0
-    before = len(study.get_trials(deepcopy=False))
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
-        for entry in entries:
-            study.enqueue_trial(dict(entry), skip_if_exists=True)
-    return len(study.get_trials(deepcopy=False)) - before

@@ -1,0 +1,458 @@
+"""A study's tally: what ``status`` shows, summed over its finished trials, kept as one JSON row
+(``hpo_study_tally``) so that status reads it and the trials since instead of every trial.
+
+What it holds is what can be summed exactly one trial at a time: counts, sums, maxima, the prune
+steps, the best value, and per device the union of its busy intervals. Medians are not in it:
+they are read as an OFFSET into an index of ``hpo_trial_summary`` (the reads below), which holds
+a row for every trial the tally has folded in.
+
+Which trials are in it: every trial of the study with ``trial_id <= watermark``, except
+``holes`` (trials seen unfinished, or ids not yet committed on PostgreSQL). A finished trial is
+never changed by Optuna (UpdateFinishedTrialError), so a trial folded in stays right; holes
+and trials above the watermark are read again by every status and folded in by a later
+trial's end (at most once a second) or the run's end (docs/BENCHMARKS.md "status from a kept
+tally").
+
+Its statements are here too: the tally's row, the trials since its watermark, the summary rows
+of the trials it folded in, and the reads status makes of the summary's indexes instead of
+visiting every row (medians as an OFFSET, flags, failures). Every read of the summary stops at
+the watermark (``trial_id <= :w``): rows above it belong to trials status reads one by one.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from hpo_orchestrator.db import (
+    ATTR_KEYS,
+    FLAGGED_WHERE,
+    SUMMARY_COLUMNS,
+    SummaryFlags,
+    SummaryRow,
+    TrialRow,
+    dialect,
+    fetch_all,
+    fetch_one,
+    from_attrs,
+    has_table,
+    rows,
+    scalar,
+    state_name,
+    to_datetime,
+)
+
+if TYPE_CHECKING:
+    from hpo_orchestrator.db import Readable
+
+__all__ = ["VERSION", "DeviceTally", "SinceTrial", "Tally", "advance", "fail_attrs", "failed_upto",
+           "flags_upto", "has_tally_table", "ordered_window", "read_tally", "trials_since",
+           "trusted"]
+
+VERSION = 1  # of the JSON: a tally of another version is rebuilt by the next run
+_HOLE_MARGIN_S = 1.0
+
+
+@dataclass
+class DeviceTally:
+    """One device's trials. Its busy time is the length of the union of their intervals:
+    ``segments`` is that union as disjoint [start, end] pairs, sorted; the part before
+    ``frontier`` is folded away into ``busy_done`` (no later trial can start before it), so the
+    list stays as short as the trials running at once."""
+
+    host: str | None
+    gpu_index: int | None
+    trials: int = 0
+    states: dict[str, int] = field(default_factory=dict)
+    util: list[float] = field(default_factory=lambda: [0.0, 0.0])  # sum of util * s, sum of s
+    util_compute: list[float] = field(default_factory=lambda: [0.0, 0.0])
+    energy: list[float] = field(default_factory=lambda: [0.0, 0.0])  # sum of joules, trials
+    busy_done: float = 0.0
+    frontier: float = -math.inf
+    segments: list[list[float]] = field(default_factory=list)
+    max_start: float | None = None
+    max_end: float | None = None
+
+    def add(self, row: TrialRow, end: float | None) -> bool:
+        """Fold one trial in (``end``: its end, or now while it runs); False when its interval
+        starts before the frontier (a clock set back, a trial added with old dates): the tally
+        cannot place it, and status visits every trial instead."""
+        self.trials += 1
+        self.states[row.state] = self.states.get(row.state, 0) + 1
+        if row.gpu_energy_j is not None:
+            self.energy[0] += row.gpu_energy_j
+            self.energy[1] += 1
+        if row.start_s is None:
+            return True
+        end = end if end is not None else row.start_s
+        for value, sums in ((row.gpu_util_mean, self.util),
+                            (row.gpu_util_compute_mean, self.util_compute)):
+            if value is not None:
+                sums[0] += value * (end - row.start_s)
+                sums[1] += end - row.start_s
+        self.max_start = row.start_s if self.max_start is None else max(self.max_start, row.start_s)
+        if end <= row.start_s:  # an empty interval covers nothing
+            return True
+        if row.start_s < self.frontier:
+            return False
+        self.max_end = end if self.max_end is None else max(self.max_end, end)
+        self._merge(row.start_s, end)
+        return True
+
+    def _merge(self, start: float, end: float) -> None:
+        starts = [s for s, _ in self.segments]
+        lo = bisect.bisect_left(starts, start)
+        if lo > 0 and self.segments[lo - 1][1] >= start:
+            lo -= 1
+        hi = bisect.bisect_right(starts, end)
+        if lo < hi:
+            start = min(start, self.segments[lo][0])
+            end = max(end, self.segments[hi - 1][1])
+        self.segments[lo:hi] = [[start, end]]
+
+    def fold_before(self, frontier: float) -> None:
+        """Sum away the segments that end before ``frontier``: no trial folded in from now on
+        starts before it."""
+        if frontier <= self.frontier:
+            return
+        while self.segments and self.segments[0][1] <= frontier:
+            start, end = self.segments.pop(0)
+            self.busy_done += end - start
+        self.frontier = frontier
+
+    def busy(self) -> float:
+        return self.busy_done + sum(end - start for start, end in self.segments)
+
+
+@dataclass
+class Tally:
+    study_name: str = ""
+    watermark: int = 0  # the highest trial_id looked at
+    holes: list[int] = field(default_factory=list)  # ids <= watermark not folded in
+    folded: int = 0  # trials folded in: each has a hpo_trial_summary row
+    exact: bool = True  # False: a trial came that it cannot place; status visits every trial
+    states: dict[str, int] = field(default_factory=dict)
+    # state -> [trials with a duration, sum of durations, longest]
+    durations: dict[str, list[float]] = field(default_factory=dict)
+    prune_steps: dict[int, int] = field(default_factory=dict)
+    max_complete_step: int | None = None
+    pairs: int = 0  # trials with both startup_s and first_decision_s (slow_startup's medians)
+    best_min: list[Any] | None = None  # [value, number, trial_id] of the lowest COMPLETE value
+    best_max: list[Any] | None = None
+    window: list[float] | None = None  # [first start, last start, last end]
+    devices: list[DeviceTally] = field(default_factory=list)
+
+    def add(self, trial_id: int, row: TrialRow, value: float | None, now: float,
+            on_device: bool = True) -> None:
+        """Fold in one trial: a finished one for good, or (on a copy, at read) a running one,
+        whose end is ``now``. ``value``: its first objective's value, when COMPLETE (ties: the
+        lowest number, as db.best_trial)."""
+        self.states[row.state] = self.states.get(row.state, 0) + 1
+        if row.start_s is not None and row.end_s is not None:
+            n, total, longest = self.durations.get(row.state, [0, 0.0, -math.inf])
+            duration = row.end_s - row.start_s
+            self.durations[row.state] = [n + 1, math.fsum((total, duration)), max(longest, duration)]
+        if row.last_step is not None and row.state == "PRUNED":
+            self.prune_steps[row.last_step] = self.prune_steps.get(row.last_step, 0) + 1
+        if row.last_step is not None and row.state == "COMPLETE":
+            self.max_complete_step = max(self.max_complete_step or 0, row.last_step)
+        if row.startup_s is not None and row.first_decision_s is not None:
+            self.pairs += 1
+        if value is not None and row.state == "COMPLETE":
+            best = [value, row.number, trial_id]
+            if self.best_min is None or best[:2] < self.best_min[:2]:
+                self.best_min = best
+            if self.best_max is None or (-value, row.number) < (-self.best_max[0], self.best_max[1]):
+                self.best_max = best
+        end = row.end_s if row.end_s is not None else now
+        if row.start_s is not None:
+            lo, hi, last = self.window or (row.start_s, row.start_s, end)
+            self.window = [min(lo, row.start_s), max(hi, row.start_s), max(last, end)]
+        if on_device and (row.host is not None or row.gpu_index is not None):
+            if not self.device(row.host, row.gpu_index).add(row, end):
+                self.exact = False
+
+    def device(self, host: str | None, gpu_index: int | None) -> DeviceTally:
+        for use in self.devices:
+            if use.host == host and use.gpu_index == gpu_index:
+                return use
+        self.devices.append(DeviceTally(host, gpu_index))
+        return self.devices[-1]
+
+    def fold_before(self, hole_starts: list[float]) -> None:
+        """Shorten each device's segments: a trial folded in later is a hole now (it starts no
+        earlier than its Optuna start: the orchestrator asks, then spawns) or not yet asked
+        (it starts after every trial of its host so far: a device is one host's clock)."""
+        # A hole's start is read from Optuna's datetime_start (microseconds, rounded): its
+        # summary start may lie a little before it. A second of margin keeps it after the frontier.
+        earliest = min(hole_starts, default=math.inf) - _HOLE_MARGIN_S
+        for use in self.devices:
+            if use.max_start is not None:
+                use.fold_before(min(earliest, use.max_start))
+
+    def to_json(self) -> str:
+        data = asdict(self)
+        data["prune_steps"] = {str(k): v for k, v in self.prune_steps.items()}
+        return json.dumps(data)
+
+    @classmethod
+    def from_json(cls, text: str) -> Tally:
+        data = json.loads(text)
+        data["prune_steps"] = {int(k): v for k, v in data["prune_steps"].items()}
+        data["devices"] = [DeviceTally(**d) for d in data["devices"]]
+        return cls(**data)
+
+
+_TALLY_SQL = "SELECT version, tally FROM hpo_study_tally WHERE study_id = :s"
+_TALLY_UPDATE_SQL = "UPDATE hpo_study_tally SET version = :v, tally = :t WHERE study_id = :s"
+_TALLY_INSERT_SQL = "INSERT INTO hpo_study_tally (study_id, version, tally) VALUES (:s, :v, :t)"
+_SUMMARIZE_SQL = (f"INSERT INTO hpo_trial_summary ({', '.join(SUMMARY_COLUMNS)}) "
+                  f"VALUES ({', '.join(':' + c for c in SUMMARY_COLUMNS)})")
+_TALLY_LOCK_SQL = _TALLY_SQL + " FOR UPDATE"  # PostgreSQL: one writer of a study's tally at once
+# Each read of the trials since runs twice, for ids above the watermark and for the holes: an
+# OR of the two would make sqlite scan the study's trials instead of a range of its index.
+_SINCE = ("t.trial_id > :w", "t.trial_id IN :holes")
+_SINCE_TRIALS_SQL = (
+    "SELECT t.trial_id, t.number, t.state, t.datetime_start, t.datetime_complete, "
+    "(SELECT MAX(iv.step) FROM trial_intermediate_values iv WHERE iv.trial_id = t.trial_id), "
+    "(SELECT v.value FROM trial_values v WHERE v.trial_id = t.trial_id AND v.objective = 0) "
+    "FROM trials t WHERE t.study_id = :s AND {since}")
+# trial_id, TrialRow's columns, SummaryFlags' (its number is TrialRow's)
+_SINCE_COLUMNS = ("trial_id", *TrialRow._fields, *SummaryFlags._fields[1:])
+_SINCE_SUMMARY_SQL = (
+    f"SELECT {', '.join('t.' + c for c in _SINCE_COLUMNS)} "
+    "FROM hpo_trial_summary t WHERE t.study_id = :s AND {since}")
+_SINCE_ATTRS_SQL = (
+    "SELECT a.trial_id, a.key, a.value_json FROM trial_user_attributes a JOIN trials t "
+    "ON t.trial_id = a.trial_id WHERE t.study_id = :s AND {since} AND a.key IN :keys")
+_EXISTING_IDS_SQL = ("SELECT trial_id FROM trials WHERE (trial_id > :lo AND trial_id <= :hi) "
+                     "OR trial_id IN :holes")
+_COUNT_UPTO_SQL = "SELECT COUNT(*) FROM hpo_trial_summary WHERE study_id = :s AND trial_id <= :w"
+_COUNT_HOLES_SQL = "SELECT COUNT(*) FROM hpo_trial_summary WHERE trial_id IN :holes"
+# The expression and the filters are the index's (db/_schema.py), so sqlite walks it in order;
+# ``+trial_id`` keeps sqlite from preferring the study_id index for the watermark's range (then
+# it sorts every row: 0.10 s against 0.013 s on 100k trials).
+_UPTO = "+trial_id <= :w AND trial_id NOT IN :holes"  # folded: up to the watermark, no hole
+_ORDERED_SQL = {
+    "duration": ("SELECT end_s - start_s FROM hpo_trial_summary WHERE study_id = :s AND state = :state "
+                 f"AND end_s - start_s IS NOT NULL AND {_UPTO} ORDER BY end_s - start_s "
+                 "LIMIT :n OFFSET :o"),
+    "startup_s": ("SELECT startup_s FROM hpo_trial_summary WHERE study_id = :s AND startup_s IS NOT "
+                  f"NULL AND first_decision_s IS NOT NULL AND {_UPTO} ORDER BY startup_s "
+                  "LIMIT :n OFFSET :o"),
+    "first_decision_s": ("SELECT first_decision_s FROM hpo_trial_summary WHERE study_id = :s AND "
+                         f"first_decision_s IS NOT NULL AND startup_s IS NOT NULL AND {_UPTO} "
+                         "ORDER BY first_decision_s LIMIT :n OFFSET :o")}
+_DURATION_WINDOW_SQL = _ORDERED_SQL["duration"]
+_STARTUP_WINDOW_SQL = _ORDERED_SQL["startup_s"]
+_DECISION_WINDOW_SQL = _ORDERED_SQL["first_decision_s"]
+_FLAGS_UPTO_SQL = (
+    f"SELECT {', '.join(SummaryFlags._fields)} FROM "
+    f"hpo_trial_summary WHERE study_id = :s AND ({FLAGGED_WHERE}) AND {_UPTO}")
+_FAILED_UPTO_SQL = ("SELECT trial_id FROM hpo_trial_summary WHERE study_id = :s "
+                    f"AND state = 'FAIL' AND {_UPTO}")
+_FAIL_ATTRS_SQL = (
+    "SELECT t.number, a.key, a.value_json FROM trials t JOIN trial_user_attributes a "
+    "ON a.trial_id = t.trial_id WHERE t.trial_id IN :ids "
+    "AND a.key IN ('hpo.error', 'hpo.fail_reason', 'hpo.retried')")
+
+
+class SinceTrial(NamedTuple):
+    """A trial above the watermark or in a hole: its row, flags and value, from its summary
+    row when it has one, else from Optuna's tables and its ``hpo.*`` attrs."""
+
+    trial_id: int
+    row: TrialRow
+    flags: SummaryFlags
+    attrs: dict[str, Any]  # {} when summarized
+    value: float | None  # the first objective's
+    summarized: bool
+    summary: SummaryRow | None = None  # the row to write for one that has none (summarize)
+
+
+def has_tally_table(connection: Readable) -> bool:
+    return has_table(connection, "hpo_study_tally")
+
+
+def read_tally(connection: Readable, study_id: int, for_update: bool = False) -> tuple[int, str] | None:
+    """(version, JSON) of the study's tally; ``for_update`` locks its row until the
+    transaction ends (PostgreSQL; sqlite's writer lock serializes writers anyway)."""
+    sql = _TALLY_LOCK_SQL if for_update and dialect(connection) == "postgresql" else _TALLY_SQL
+    row = fetch_one(connection, sql, {"s": study_id})
+    return None if row is None else (int(row[0]), row[1])
+
+
+def write_tally(connection: Readable, study_id: int, version: int, tally: str) -> None:
+    params = {"s": study_id, "v": version, "t": tally}
+    if not rows(connection, _TALLY_UPDATE_SQL, params).rowcount:
+        rows(connection, _TALLY_INSERT_SQL, params)
+
+
+def _since(connection: Readable, sql: str, params: dict[str, Any]) -> list[Any]:
+    """The rows of ``sql`` for the ids above the watermark, then for the holes."""
+    expanding = ["keys"] if "keys" in params else []
+    found = fetch_all(connection, sql.format(since=_SINCE[0]), params, expanding)
+    if params["holes"]:
+        found += fetch_all(connection, sql.format(since=_SINCE[1]), params, [*expanding, "holes"])
+    return found
+
+
+def trials_since(connection: Readable, study_id: int, watermark: int,
+                 holes: list[int]) -> list[SinceTrial]:
+    """The study's trials with an id above ``watermark`` or in ``holes``, by trial_id."""
+    params: dict[str, Any] = {"s": study_id, "w": watermark, "holes": list(holes)}
+    values: dict[int, Any] = {}
+    trials = {}
+    for trial_id, number, state, start, end, last_step, value in _since(
+            connection, _SINCE_TRIALS_SQL, params):
+        trials[int(trial_id)] = (int(number), state_name(state), to_datetime(start),
+                                 to_datetime(end), last_step)
+        values[int(trial_id)] = value
+    found = {}
+    for r in _since(connection, _SINCE_SUMMARY_SQL, params):
+        trial_id = int(r[0])
+        if trial_id in trials:
+            split = 1 + len(TrialRow._fields)
+            found[trial_id] = SinceTrial(trial_id, TrialRow(*r[1:split]),
+                                         SummaryFlags.read((r[1], *r[split:])), {},
+                                         values[trial_id], True)
+    attrs: dict[int, dict[str, Any]] = {}
+    if len(found) < len(trials):
+        for trial_id, key, value in _since(connection, _SINCE_ATTRS_SQL,
+                                           {**params, "keys": list(ATTR_KEYS)}):
+            if int(trial_id) not in found:
+                attrs.setdefault(int(trial_id), {})[key] = json.loads(value)
+    for trial_id, (number, state, start, end, last_step) in trials.items():
+        if trial_id not in found:
+            a = attrs.get(trial_id, {})
+            row = from_attrs(trial_id, study_id, number, state, start, end, last_step, a)
+            found[trial_id] = SinceTrial(trial_id, TrialRow.of(row), SummaryFlags.of(row), a,
+                                         values[trial_id], False, row)
+    return [found[t] for t in sorted(found)]
+
+
+def summarize(connection: Readable, study_id: int, trial: SinceTrial) -> None:
+    """A summary row for a trial that ended outside the orchestrator, from its attrs (as the
+    orchestrator writes one for its own), so the summary's indexes cover every folded trial."""
+    if trial.summary is None:
+        raise ValueError(f"trial {trial.trial_id} has its summary row already")
+    rows(connection, _SUMMARIZE_SQL, {**trial.summary.values(), "study_id": study_id})
+
+
+def existing_ids(connection: Readable, lo: int, hi: int, holes: list[int]) -> set[int]:
+    """Trial ids in (lo, hi] or in ``holes`` that exist, in any study."""
+    return {int(t) for (t,) in rows(connection, _EXISTING_IDS_SQL,
+                                    {"lo": lo, "hi": hi, "holes": list(holes)}, ["holes"])}
+
+
+def summary_count_upto(connection: Readable, study_id: int, watermark: int,
+                       holes: list[int]) -> tuple[int, int]:
+    """Summary rows of the study up to the watermark, and how many of them are holes' (a hole
+    summarized since the tally was read, or by an older orchestrator)."""
+    upto = scalar(connection, _COUNT_UPTO_SQL, {"s": study_id, "w": watermark})
+    in_holes = scalar(connection, _COUNT_HOLES_SQL, {"holes": list(holes)}, ["holes"]) if holes else 0
+    return int(upto or 0), int(in_holes or 0)
+
+
+def ordered_window(connection: Readable, study_id: int, watermark: int, holes: list[int], what: str,
+                   offset: int, limit: int, state: str | None = None) -> list[float]:
+    """Values ``offset`` to ``offset + limit`` of the folded trials' ``what`` (duration of
+    ``state``, startup_s, first_decision_s of the trials that have both), in order. Holes are
+    left out here and below: one summarized since the tally was read is among the trials since."""
+    params: dict[str, Any] = {"s": study_id, "w": watermark, "holes": holes, "n": limit, "o": offset}
+    if state is not None:
+        params["state"] = state
+    return [float(v) for (v,) in rows(connection, _ORDERED_SQL[what], params, ["holes"])]
+
+
+def flags_upto(connection: Readable, study_id: int, watermark: int, holes: list[int]) -> list[SummaryFlags]:
+    return [SummaryFlags.read(r) for r in rows(
+        connection, _FLAGS_UPTO_SQL, {"s": study_id, "w": watermark, "holes": holes}, ["holes"])]
+
+
+def failed_upto(connection: Readable, study_id: int, watermark: int, holes: list[int]) -> list[int]:
+    return [int(t) for (t,) in rows(connection, _FAILED_UPTO_SQL,
+                                    {"s": study_id, "w": watermark, "holes": holes}, ["holes"])]
+
+
+def fail_attrs(connection: Readable, trial_ids: list[int]) -> dict[int, dict[str, Any]]:
+    """number -> the failure attrs of those trials that have any (as db.fail_errors reads)."""
+    found: dict[int, dict[str, Any]] = {}
+    if trial_ids:
+        for number, key, value in rows(connection, _FAIL_ATTRS_SQL, {"ids": list(trial_ids)}, ["ids"]):
+            found.setdefault(int(number), {})[key] = json.loads(value)
+    return found
+
+
+_FINISHED = ("COMPLETE", "PRUNED", "FAIL")
+_TEXT_LIMITS = (("host", 255), ("fail_reason", 32), ("opencl_platform", 255))  # db/_schema.py
+
+
+def advance(connection: Readable, study_id: int, study_name: str, rebuild: bool = False) -> None:
+    """Fold the study's trials ended since the tally's watermark into it, within the caller's
+    transaction: a trial's end, at most once a second, and the run's end
+    (scheduler/_records.py). A tally behind makes status read more trials, never a wrong
+    count. Without a tally (a study of an older version), or one that cannot be kept exact,
+    only ``rebuild`` (at a run's start: it reads every trial, once) makes one.
+
+    Trials that ended elsewhere (optuna's CLI, a reaper, an older orchestrator) are folded in
+    here too, and get the summary row the orchestrator would have written.
+    """
+    stored = read_tally(connection, study_id, for_update=True)
+    tally = Tally.from_json(stored[1]) if stored is not None and stored[0] == VERSION else None
+    if rebuild and (tally is None or not trusted(connection, study_id, study_name, tally)):
+        tally = Tally(study_name=study_name)
+    if tally is None or not tally.exact:
+        return
+    since = trials_since(connection, study_id, tally.watermark, tally.holes)
+    top = max([tally.watermark, *(t.trial_id for t in since)])
+    holes, hole_starts = [], []
+    for trial in since:
+        if trial.row.state not in _FINISHED:
+            holes.append(trial.trial_id)
+            if trial.row.start_s is not None:
+                hole_starts.append(trial.row.start_s)
+            continue
+        if not trial.summarized and not _fits(trial):
+            tally.exact = False  # no summary row can hold it: status visits every trial
+            continue
+        if trial.row.start_s is not None and trial.row.end_s is None:
+            tally.exact = False  # finished without an end: its interval would end "now"
+        tally.add(trial.trial_id, trial.row, trial.value, now=math.nan)
+        tally.folded += 1
+        if not trial.summarized:
+            summarize(connection, study_id, trial)
+    if dialect(connection) == "postgresql":
+        # Ids come from a sequence: one below ``top`` may belong to a trial whose insert has
+        # not committed yet. Those that exist nowhere yet stay holes until they do.
+        seen = {t.trial_id for t in since}
+        exist = existing_ids(connection, tally.watermark, top, tally.holes)
+        candidates = [*range(tally.watermark + 1, top + 1), *tally.holes]
+        holes += sorted({i for i in candidates if i not in exist and i not in seen})
+    tally.watermark, tally.holes = top, sorted(set(holes))
+    tally.fold_before(hole_starts)
+    write_tally(connection, study_id, VERSION, tally.to_json())
+
+
+def trusted(connection: Readable, study_id: int, study_name: str, tally: Tally) -> bool:
+    """Exact, of this study, and counting as many trials as there are summary rows up to its
+    watermark, holes left out: rows deleted would make it wrong."""
+    if not tally.exact or tally.study_name != study_name:
+        return False
+    upto, in_holes = summary_count_upto(connection, study_id, tally.watermark, tally.holes)
+    return upto - in_holes == tally.folded
+
+
+def _fits(trial: SinceTrial) -> bool:
+    """Its attrs fit the summary's columns (another tool may have written anything there)."""
+    values: dict[str, Any] = {"host": trial.row.host, "fail_reason": trial.flags.fail_reason,
+                              "opencl_platform": trial.flags.opencl_platform}
+    if any(v is not None and not isinstance(v, str) for v in values.values()):
+        return False
+    if any(values[k] is not None and len(values[k]) > n for k, n in _TEXT_LIMITS):
+        return False
+    gpu = trial.row.gpu_index
+    return gpu is None or (isinstance(gpu, int) and not isinstance(gpu, bool))
