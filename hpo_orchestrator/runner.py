@@ -24,25 +24,13 @@ import optuna
 
 from hpo_orchestrator.artifacts import prepare_store
 from hpo_orchestrator.config import Config, CustomObjectiveConfig
-from hpo_orchestrator.db import (
-    best_trial,
-    best_trials,
-    ensure_tables,
-    list_studies,
-    open_rdb_storage,
-    setup_lock,
-    sqlite_path,
-)
+from hpo_orchestrator.db import best_trial, best_trials, list_studies
+from hpo_orchestrator.db.connect import open_rdb_storage, setup_lock, sqlite_path
+from hpo_orchestrator.db.tables import ensure_tables
 from hpo_orchestrator.errors import ConfigError, RuntimeFailure
 from hpo_orchestrator.gpu import GpuBackend, GpuInfo
-from hpo_orchestrator.scheduler import (
-    Budget,
-    FirstWave,
-    Orchestrator,
-    QuietReporter,
-    Reporter,
-    run_dir,
-)
+from hpo_orchestrator.scheduler import Budget, FirstWave, QuietReporter, Reporter, run_dir
+from hpo_orchestrator.scheduler.orchestrator import Orchestrator
 from hpo_orchestrator.status import advance_tally
 from hpo_orchestrator.study import (
     MirrorStorage,

@@ -109,7 +109,7 @@ def _tune_sqlite(dbapi_connection: Any, _record: Any) -> None:
 
 
 def _sqlite(db: Path) -> str:
-    """A sqlite file tuned as the orchestrator tunes its own (hpo_orchestrator/db/_engine.py)."""
+    """A sqlite file tuned as the orchestrator tunes its own (hpo_orchestrator/db/connect.py)."""
     from sqlalchemy import event
     from sqlalchemy.engine import Engine
 

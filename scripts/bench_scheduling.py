@@ -52,7 +52,7 @@ ENV = {**os.environ, "HPO_TEST_SLEEP_S": "0.2", "COLUMNS": "120"}
 
 # Optuna's processes get what the orchestrator's trials get: the random sampler, no pruner, a
 # sqlite file in WAL mode with synchronous=NORMAL and a busy timeout (what the orchestrator sets
-# on each connection, hpo_orchestrator/db/_engine.py), and the same thread variables.
+# on each connection, hpo_orchestrator/db/connect.py), and the same thread variables.
 OPTUNA_WORKER = """
 import sqlite3, sys, optuna, sqlalchemy
 from sqlalchemy import event

@@ -45,7 +45,7 @@ from pathlib import Path
 import sqlalchemy
 from _checkout import on_path
 
-from hpo_orchestrator.db import ensure_tables
+from hpo_orchestrator.db.tables import ensure_tables
 from hpo_orchestrator.status import StatusReport
 
 on_path()  # the test objectives (tests/objectives.py), here and in the study's processes
@@ -127,7 +127,8 @@ def _insert(con: sqlite3.Connection, rows: dict[str, list[tuple[object, ...]]]) 
 def build_tally(db: Path) -> float:
     """The indexes and the tally a run's start makes on a study without them (runner.py):
     seconds, once per database."""
-    from hpo_orchestrator.db import create_engine, study_id_of
+    from hpo_orchestrator.db import study_id_of
+    from hpo_orchestrator.db.connect import create_engine
     from hpo_orchestrator.status import advance_tally as advance
 
     with sqlite3.connect(db) as con:  # from scratch, as on a study without one
@@ -266,7 +267,7 @@ def main() -> int:
 
     tally_s = build_tally(big)
 
-    from hpo_orchestrator.db import create_engine
+    from hpo_orchestrator.db.connect import create_engine
     from hpo_orchestrator.status import collect_status, collect_with_rows
 
     def query_seconds(db: Path, kept: bool = True) -> float:

@@ -12,12 +12,13 @@ import optuna
 from optuna.trial import TrialState
 
 from hpo_orchestrator import db
+from hpo_orchestrator.db import connect
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
 def _front(url: str, name: str) -> tuple[list[str], list[tuple[int, tuple[float, ...]]]]:
-    engine = db.create_engine(url)
+    engine = connect.create_engine(url)
     try:
         with engine.connect() as connection:
             study_id, _ = db.study_id_of(connection, name)

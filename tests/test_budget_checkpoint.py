@@ -14,7 +14,7 @@ import pytest
 import sqlalchemy
 from optuna.trial import TrialState
 
-from hpo_orchestrator.db import open_rdb_storage
+from hpo_orchestrator.db.connect import open_rdb_storage
 from hpo_orchestrator.scheduler import Budget, count_claimed
 from hpo_orchestrator.scheduler._budget import _ADVANCE_AT
 

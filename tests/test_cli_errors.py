@@ -149,7 +149,8 @@ def study_db(tmp_path: Path) -> Path:
     """An Optuna database with one finished trial and our tables, made without a run."""
     import optuna
 
-    from hpo_orchestrator.db import create_engine, ensure_tables
+    from hpo_orchestrator.db.connect import create_engine
+    from hpo_orchestrator.db.tables import ensure_tables
 
     db = tmp_path / "hpo.db"
     study = optuna.create_study(storage=f"sqlite:///{db}", study_name="hpo")
@@ -209,7 +210,7 @@ def test_a_password_with_an_unescaped_at_sign_is_masked_whole() -> None:
     """SQLAlchemy ends the password at the first '@' and took the rest for the host: 'ss'
     showed in the `next:` line, --show-config and the study's hpo.config."""
     from hpo_orchestrator.cli import _trials as _cli_trials
-    from hpo_orchestrator.db import mask_url
+    from hpo_orchestrator.db.connect import mask_url
 
     url = "postgresql+psycopg://me:p@s3cret@db/hpo"
     assert mask_url(url) == "postgresql+psycopg://me:***@db/hpo"

@@ -38,7 +38,7 @@ from sqlalchemy.engine import Connection, Engine
 import hpo_orchestrator
 import hpo_orchestrator.db as db
 from hpo_orchestrator.artifacts import _fetch
-from hpo_orchestrator.db import _trials, _version
+from hpo_orchestrator.db import _trials, _version, connect, tables
 from hpo_orchestrator.errors import ConfigError, StorageError
 from hpo_orchestrator.scheduler import _budget
 from hpo_orchestrator.status import _tally
@@ -96,7 +96,7 @@ def _database(backend: str, tmp: Path) -> Iterator[str]:
 def _build(url: str) -> tuple[int, dict[int, int]]:
     """The study of the module doc, written through Optuna's API and our tables' writers."""
     optuna.logging.set_verbosity(optuna.logging.ERROR)
-    storage = db.open_rdb_storage(url, heartbeat_interval_s=60, grace_period_s=120)
+    storage = connect.open_rdb_storage(url, heartbeat_interval_s=60, grace_period_s=120)
     try:
         study = optuna.create_study(storage=storage, study_name=STUDY, direction="minimize")
         study.set_user_attr("hpo.config", CONFIG)
@@ -133,7 +133,7 @@ def _build(url: str) -> tuple[int, dict[int, int]]:
         _upload_artifact(running)
         study.enqueue_trial({"x": 0.1})
         ids = {t.number: t._trial_id for t in study.get_trials(deepcopy=False)}
-        db.ensure_tables(storage.engine)
+        tables.ensure_tables(storage.engine)
         with storage.engine.begin() as connection:
             for number, state, last_step, extra in (
                     (0, "COMPLETE", 4, {"gpu_verified": False, "opencl_platform": "PoCL",
@@ -143,13 +143,13 @@ def _build(url: str) -> tuple[int, dict[int, int]]:
                     (3, "FAIL", None, {"gpu_verified": None, "opencl_platform": None,
                                        "params_mismatch": None, "fail_reason": "oom"})):
                 start = (T0 + timedelta(seconds=20 * number)).timestamp()
-                db.insert_summary(connection, {
+                tables.insert_summary(connection, {
                     "trial_id": ids[number], "study_id": study._study_id, "number": number,
                     "state": state, "host": "h1", "gpu_index": 0, "start_s": start,
                     "end_s": start + 10, "startup_s": 1.0, "first_decision_s": 3.0,
                     "last_step": last_step, "gpu_util_mean": 80.0, "gpu_util_compute_mean": 90.0,
                     "gpu_energy_j": 500.0, **extra})
-            db.insert_samples(connection, [
+            tables.insert_samples(connection, [
                 {"trial_id": ids[0], "ts": T0 + timedelta(seconds=1), "gpu_index": 0, "sm_util": 50.0,
                  "cpu_util": 100.0, "phase": "train"},
                 {"trial_id": ids[0], "ts": T0 + timedelta(seconds=2), "gpu_index": 0, "sm_util": 70.0,
@@ -182,7 +182,7 @@ def _upload_artifact(trial: optuna.Trial) -> None:
 def built(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Built]:
     with _database(request.param, tmp_path_factory.mktemp("contract")) as url:
         study_id, ids = _build(url)
-        engine = db.create_engine(url, read_only=False)  # some cases write (rolled back)
+        engine = connect.create_engine(url, read_only=False)  # some cases write (rolled back)
         try:
             yield Built(request.param, url, engine, study_id, ids)
         finally:
@@ -207,27 +207,27 @@ def _only(backend: str, built: Built) -> None:
         pytest.skip(f"{backend} only")
 
 
-@case("engine.SQLITE_TABLES")
+@case("connect.SQLITE_TABLES")
 def _(built: Built, connection: Connection) -> None:
     _only("sqlite", built)
-    db.create_engine(built.url).dispose()  # an Optuna file passes
+    connect.create_engine(built.url).dispose()  # an Optuna file passes
     foreign = Path(sqlalchemy.engine.make_url(built.url).database or "").with_name("foreign.db")
     with sqlite3.connect(foreign) as other:
         other.execute("CREATE TABLE t (x)")
     with pytest.raises(StorageError, match="not an Optuna one"):
-        db.create_engine(f"sqlite:///{foreign}")
+        connect.create_engine(f"sqlite:///{foreign}")
 
 
-@case("engine.ADVISORY_LOCK")
-@case("engine.ADVISORY_UNLOCK")
+@case("connect.ADVISORY_LOCK")
+@case("connect.ADVISORY_UNLOCK")
 def _(built: Built, connection: Connection) -> None:
     _only("postgresql", built)
     held = ("SELECT COUNT(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = :ns "
             "AND objid = 0 AND granted AND database = (SELECT oid FROM pg_database "
             "WHERE datname = current_database())")
-    with db.setup_lock(built.url):
-        assert connection.execute(sqlalchemy.text(held), {"ns": db.ADVISORY_NAMESPACE}).scalar() == 1
-    assert connection.execute(sqlalchemy.text(held), {"ns": db.ADVISORY_NAMESPACE}).scalar() == 0
+    with connect.setup_lock(built.url):
+        assert connection.execute(sqlalchemy.text(held), {"ns": connect.ADVISORY_NAMESPACE}).scalar() == 1
+    assert connection.execute(sqlalchemy.text(held), {"ns": connect.ADVISORY_NAMESPACE}).scalar() == 0
 
 
 @case("version.REVISION")
@@ -415,6 +415,8 @@ def _(built: Built, connection: Connection) -> None:
     assert [r[0] for r in rows] == [0, 0, 4]
     columns = dict(zip(["trial_number", *db.TELEMETRY_COLUMNS], rows[0], strict=True))
     assert (columns["trial_id"], columns["sm_util"], columns["phase"]) == (built.trial_ids[0], 50.0, "train")
+    # the readers' column list (no SQLAlchemy) is the table's, in its order
+    assert db.TELEMETRY_COLUMNS == tuple(c.name for c in tables.telemetry_table.columns if c.name != "id")
 
 
 @case("telemetry.ONE_TRIAL")
@@ -530,7 +532,7 @@ def _(built: Built, connection: Connection) -> None:
     _only("postgresql", built)
     held = ("SELECT COUNT(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = :ns "
             "AND objid = :s AND granted AND pid = pg_backend_pid()")
-    params = {"ns": db.ADVISORY_NAMESPACE, "s": built.study_id}
+    params = {"ns": connect.ADVISORY_NAMESPACE, "s": built.study_id}
     with connection.begin():
         _budget.lock_study_budget(connection, built.study_id)
         assert connection.execute(sqlalchemy.text(held), params).scalar() == 1
@@ -540,6 +542,8 @@ def _(built: Built, connection: Connection) -> None:
 @case("run.TRIAL_STATE")
 @case("run.HOLD_RUNNING")
 @case("run.SET_START")
+@case("run.DELETE_ATTRS")
+@case("run.INSERT_ATTR")
 def _(built: Built, connection: Connection) -> None:
     """Rewrites the RUNNING trial's own values (the study stays as built); a finished trial refuses."""
     from hpo_orchestrator.db import _run
@@ -793,7 +797,7 @@ def _(built: Built, connection: Connection) -> None:
         transaction.rollback()
 
 
-@case("schema.ADD_COLUMN")
+@case("tables.ADD_COLUMN")
 def _(built: Built, connection: Connection) -> None:
     """On a database of its own: a summary table of an older version gets its new columns."""
     from tests.test_summary_migration import check_an_older_database_migrates
@@ -931,7 +935,7 @@ def test_installed_optuna_writes_the_known_schema() -> None:
 def optuna_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     """A database with one study, made by the installed Optuna."""
     with _database(request.param, tmp_path) as url:
-        storage = db.open_rdb_storage(url)
+        storage = connect.open_rdb_storage(url)
         optuna.create_study(storage=storage, study_name=STUDY)
         storage.engine.dispose()
         yield url
@@ -953,7 +957,7 @@ def _set_revision(url: str, revision: str | None) -> None:
 ])
 def test_unknown_schema_is_refused_at_open(optuna_url: str, revision: str, message: str, hint: str) -> None:
     _set_revision(optuna_url, revision)
-    for open_ in (db.create_engine, db.open_rdb_storage):
+    for open_ in (connect.create_engine, connect.open_rdb_storage):
         with pytest.raises(StorageError, match=message) as raised:
             open_(optuna_url)
         assert raised.value.exit_code == 2 and hint in (raised.value.hint or "")
@@ -964,7 +968,7 @@ def test_schema_being_stamped_is_let_through(optuna_url: str) -> None:
     """Optuna writes its tables, then version_info, then the alembic stamp: a reader in between
     must not be refused."""
     _set_revision(optuna_url, None)
-    db.create_engine(optuna_url).dispose()
+    connect.create_engine(optuna_url).dispose()
 
 
 def test_cli_says_unknown_schema_with_hint(tmp_path: Path) -> None:

@@ -1,5 +1,5 @@
 """A study deleted with Optuna (``optuna delete-study``) takes this product's rows with it on
-sqlite, where its ids come back for the next study's (db/_schema.py): before, the next run on
+sqlite, where its ids come back for the next study's (db/tables.py): before, the next run on
 the database failed at its first trial's end on "UNIQUE constraint failed:
 hpo_trial_summary.trial_id", and every rerun did the same."""
 
@@ -13,7 +13,7 @@ import optuna
 import pytest
 from sqlalchemy import text
 
-from hpo_orchestrator.db import ensure_tables, insert_summary
+from hpo_orchestrator.db.tables import ensure_tables, insert_summary
 
 
 def _rows(db: Path) -> dict[str, int]:

@@ -24,7 +24,8 @@ from hpo_orchestrator.cli import main
 from hpo_orchestrator.cli._params import enqueue_params, find_best, load_params
 from hpo_orchestrator.config import load_config
 from hpo_orchestrator.config._space import LIGHTGBM_SPACE, ParamSpec, resolve_space
-from hpo_orchestrator.db import ScoredTrial, create_engine, pareto_front
+from hpo_orchestrator.db import ScoredTrial, pareto_front
+from hpo_orchestrator.db.connect import create_engine
 from hpo_orchestrator.errors import ConfigError
 from hpo_orchestrator.objectives._space import suggest_all
 from hpo_orchestrator.objectives._table import infer_task, load_table

@@ -659,7 +659,7 @@ def test_9_counts_add_up_across_an_interrupt_and_its_resume(tmp_path: Path) -> N
         trial.datetime_start = start + timedelta(seconds=at)
         trial.datetime_complete = start + timedelta(seconds=at + 2)
         study.add_trial(trial)
-    from hpo_orchestrator.db import create_engine
+    from hpo_orchestrator.db.connect import create_engine
 
     report = collect_status(create_engine(url), "s")
     assert report.retried == 1 and report.wall_s == 63 and report.active_s == 6  # 0-3 s and 60-63 s

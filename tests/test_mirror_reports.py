@@ -10,7 +10,7 @@ from pathlib import Path
 import optuna
 from optuna.trial import TrialState
 
-from hpo_orchestrator.db import open_rdb_storage
+from hpo_orchestrator.db.connect import open_rdb_storage
 from hpo_orchestrator.study import MirrorStorage
 from tests.test_scale import _Clock
 

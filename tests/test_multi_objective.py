@@ -22,7 +22,8 @@ from rich.console import Console
 from hpo_orchestrator.cli import main
 from hpo_orchestrator.cli._progress import LiveReporter
 from hpo_orchestrator.config import NoPrunerConfig, load_config
-from hpo_orchestrator.db import ScoredTrial, create_engine, pareto_front
+from hpo_orchestrator.db import ScoredTrial, pareto_front
+from hpo_orchestrator.db.connect import create_engine
 from hpo_orchestrator.errors import ConfigError
 from hpo_orchestrator.report._data import collect_report
 from hpo_orchestrator.report._html import render_html

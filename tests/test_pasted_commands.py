@@ -32,7 +32,7 @@ def test_an_at_sign_in_the_password_is_refused_whatever_follows_it(tail: str) ->
     """'u:Secr@<tail>@127.0.0.1/test': SQLAlchemy ends the password at the first '@'; with a
     '/' or '?' after it, the password's tail is the host ('failed to resolve host 'tpw''
     printed back); with ':9', 'the port is not a number'. Only 'u:p@ss@host' was caught."""
-    from hpo_orchestrator.db import check_url
+    from hpo_orchestrator.db.connect import check_url
 
     with pytest.raises(StorageError, match="password holds an '@'"):
         check_url(f"postgresql+psycopg://u:Secr@{tail}@127.0.0.1:5432/test")

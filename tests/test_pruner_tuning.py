@@ -15,7 +15,7 @@ import pytest
 
 from hpo_orchestrator import keys
 from hpo_orchestrator.config import PatientHyperbandPrunerConfig
-from hpo_orchestrator.db import create_engine
+from hpo_orchestrator.db.connect import create_engine
 from hpo_orchestrator.pruning import PrunerSetting, PrunerTuner, load_curves, tune
 from hpo_orchestrator.pruning._live import MIN_CURVES, decide, expected_s_to_best, live_grid
 from hpo_orchestrator.pruning._replay import KEEP_CURRENT_WITHIN

@@ -16,7 +16,7 @@ import optuna
 import pytest
 
 from hpo_orchestrator.config import HyperbandPrunerConfig, MedianPrunerConfig, PatientHyperbandPrunerConfig
-from hpo_orchestrator.db import create_engine
+from hpo_orchestrator.db.connect import create_engine
 from hpo_orchestrator.pruning import (
     PrunerSetting,
     ReplayResult,

@@ -28,7 +28,8 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from hpo_orchestrator.db import _run, open_rdb_storage
+from hpo_orchestrator.db import _run
+from hpo_orchestrator.db.connect import open_rdb_storage
 from hpo_orchestrator.scheduler import count_claimed
 from hpo_orchestrator.scheduler._records import Retry, RunRecords
 from hpo_orchestrator.scheduler._recovery import Recovery
@@ -442,9 +443,9 @@ def test_a_lock_held_past_the_busy_timeout_is_waited_out(tmp_path: Path,
     """sqlite's busy timeout (here 0.1 s) runs out while another process holds the write
     lock; the call is retried until the lock is gone, or fails naming the lock."""
 
-    from hpo_orchestrator.db import StorageUnavailable, _engine
+    from hpo_orchestrator.db import StorageUnavailable, connect
 
-    monkeypatch.setattr(_engine, "_SQLITE_BUSY_TIMEOUT_S", 0.1)
+    monkeypatch.setattr(connect, "_SQLITE_BUSY_TIMEOUT_S", 0.1)
     run = Run(f"sqlite:///{tmp_path / 'rel.db'}")
     mirror = run.study._storage
     retrying = mirror.start_retrying(retry_s=60)
@@ -515,8 +516,8 @@ def test_a_terminated_postgresql_connection_is_reopened(postgres_url: str) -> No
 BUSY_SITECUSTOMIZE = """
 import os
 if os.environ.get("HPO_TEST_BUSY_TIMEOUT_S") and "HPO_TRIAL_NUMBER" not in os.environ:
-    from hpo_orchestrator.db import _engine
-    _engine._SQLITE_BUSY_TIMEOUT_S = float(os.environ["HPO_TEST_BUSY_TIMEOUT_S"])
+    from hpo_orchestrator.db import connect
+    connect._SQLITE_BUSY_TIMEOUT_S = float(os.environ["HPO_TEST_BUSY_TIMEOUT_S"])
 """
 
 
@@ -754,7 +755,7 @@ def test_reading_no_database_is_exit_2_and_creates_nothing(tmp_path: Path, conte
 def test_postgresql_readers_cannot_write(postgres_url: str) -> None:
     import sqlalchemy
 
-    from hpo_orchestrator.db import create_engine
+    from hpo_orchestrator.db.connect import create_engine
 
     with _fresh_postgres(postgres_url) as fresh:
         optuna.create_study(storage=fresh, study_name="plain")

@@ -14,7 +14,7 @@ from typing import Any
 import optuna
 import pytest
 
-from hpo_orchestrator.db import create_engine
+from hpo_orchestrator.db.connect import create_engine
 from hpo_orchestrator.report import CHART_IDS, collect_report
 from tests.conftest import RunResult, run_cli
 

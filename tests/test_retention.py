@@ -16,7 +16,7 @@ import pytest
 import sqlalchemy
 
 import hpo_orchestrator.telemetry._retention as retention_module
-from hpo_orchestrator import db
+from hpo_orchestrator.db import tables
 from hpo_orchestrator.telemetry import TelemetryRetention
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -42,16 +42,16 @@ def _study(path: Path, trials: list[tuple[str, float, tuple[int | None, ...]]]) 
     url = f"sqlite:///{path}"
     study = optuna.create_study(study_name="s", storage=url)
     engine = sqlalchemy.create_engine(url)
-    db.ensure_tables(engine)
+    tables.ensure_tables(engine)
     now, ids = time.time(), [study.ask()._trial_id for _ in trials]
     with engine.begin() as connection:  # after the asks: sqlite's one writer
         for number, ((host, ago, gpus), trial_id) in enumerate(zip(trials, ids, strict=True)):
-            db.insert_summary(connection, {
+            tables.insert_summary(connection, {
                 "trial_id": trial_id, "study_id": study._study_id, "number": number,
                 "state": "COMPLETE", "host": host, "gpu_index": gpus[0],
                 "start_s": now - ago - 100, "end_s": now - ago})
             start = datetime.utcnow() - timedelta(seconds=ago + 100)
-            db.insert_samples(connection, [
+            tables.insert_samples(connection, [
                 {"trial_id": trial_id, "ts": start + timedelta(seconds=i), "gpu_index": gpu,
                  "sm_util": float(i), "mem_used_mib": 100.0 + i, "temp_c": 50.0 - i,
                  "phase": "train"}

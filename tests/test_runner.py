@@ -69,7 +69,7 @@ def test_a_signal_during_a_launch_stops_that_trial_too(tmp_path: Path,
     killed after Slurm's KillWait (CI saw one RUNNING in test_cluster's scancel test)."""
     import signal
 
-    from hpo_orchestrator.scheduler import Orchestrator
+    from hpo_orchestrator.scheduler.orchestrator import Orchestrator
 
     spawns: list[int] = []
     spawn = Orchestrator._spawn

@@ -18,7 +18,7 @@ import pytest
 import sqlalchemy.exc
 from optuna.trial import FrozenTrial, TrialState
 
-from hpo_orchestrator.db import open_rdb_storage
+from hpo_orchestrator.db.connect import open_rdb_storage
 from hpo_orchestrator.study import MirrorStorage, TrialEnd
 from tests.test_multi import _finish, _host, _trials
 

@@ -1,5 +1,5 @@
 """A reader holding a read transaction on the run's sqlite database (a sqlite3 shell, a
-dashboard) fails no trial: WAL lets the run's writes go on beside it (db/_engine.py)."""
+dashboard) fails no trial: WAL lets the run's writes go on beside it (db/connect.py)."""
 
 from __future__ import annotations
 

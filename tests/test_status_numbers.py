@@ -22,6 +22,7 @@ from optuna.distributions import FloatDistribution
 from optuna.trial import TrialState, create_trial
 
 import hpo_orchestrator.db as db
+from hpo_orchestrator.db import connect, tables
 from hpo_orchestrator.status import collect_status
 
 
@@ -67,10 +68,10 @@ def _study(path: Path, summarized: int, seed: int = 7, direction: str = "minimiz
     running.set_user_attr("hpo.host", "h1")
     running.set_user_attr("hpo.gpu_index", 1)
     running.set_user_attr("hpo.slot", 0)
-    db.ensure_tables(storage.engine)
+    tables.ensure_tables(storage.engine)
     with storage.engine.begin() as connection:
         for row in rows:
-            db.insert_summary(connection, row)
+            tables.insert_summary(connection, row)
     storage.engine.dispose()
     return url
 
@@ -87,7 +88,7 @@ def _union(intervals: list[tuple[float, float]], lo: float, hi: float) -> float:
 @pytest.mark.parametrize("summarized", [0, 41])
 def test_status_numbers_are_the_rows_numbers(tmp_path: Path, summarized: int) -> None:
     url = _study(tmp_path / "s.db", summarized)
-    engine = db.create_engine(url)
+    engine = connect.create_engine(url)
     with engine.connect() as connection:
         rows = db.trial_rows(connection, 1)
     report = collect_status(engine, "big")

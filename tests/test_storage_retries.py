@@ -22,7 +22,8 @@ import pytest
 import sqlalchemy.exc
 
 import hpo_orchestrator.db._retry as retry_module
-from hpo_orchestrator.db import StorageUnavailable, is_retried, open_rdb_storage
+from hpo_orchestrator.db import StorageUnavailable, is_retried
+from hpo_orchestrator.db.connect import open_rdb_storage
 from hpo_orchestrator.study import MirrorStorage
 
 

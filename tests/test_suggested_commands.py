@@ -61,7 +61,7 @@ def test_tune_pruners_command_takes_the_storage_it_read_and_a_store_of_its_own(
     """The recorded URL has its password masked: copied, the command logged in with the
     password '***'. The replayed study's own artifact folder (the default, recorded resolved)
     would have taken the new study's files; a store the user chose is kept."""
-    from hpo_orchestrator.db import mask_url, paste_url
+    from hpo_orchestrator.db.connect import mask_url, paste_url
 
     url = "postgresql+psycopg://me:s3cret@db.example/hpo"
     recorded = to_plain_dict(load_config([f"storage.url={url}", "study.name=lgb",

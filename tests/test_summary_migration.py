@@ -2,7 +2,7 @@
 
 ``hpo_trial_summary``'s columns are ``SummaryRow``'s fields (db/_summary.py); SQLAlchemy's
 ``create_all(checkfirst=True)`` never adds a column to a table that exists, so a run's start
-adds the missing ones (``db.ensure_tables`` -> ``add_summary_columns``). Here a database as an
+adds the missing ones (``tables.ensure_tables`` -> ``add_summary_columns``). Here a database as an
 older version left it (its summary table made by plain DDL, without the columns this test plays
 as added since: gpu_energy_j, opencl_platform, params_mismatch; no release has lacked them yet),
 with a row in it, is opened by this version: the columns come, the row stays, new rows hold
@@ -22,7 +22,7 @@ import sqlalchemy
 from optuna.trial import TrialState, create_trial
 
 import hpo_orchestrator.db as db
-from hpo_orchestrator.db import SUMMARY_COLUMNS, SummaryRow
+from hpo_orchestrator.db import SUMMARY_COLUMNS, SummaryRow, connect, tables
 from hpo_orchestrator.status import collect_status
 from tests.test_db_contract import _database
 
@@ -42,11 +42,11 @@ _OLD_ROW = {"trial_id": None, "study_id": None, "number": 0, "state": "COMPLETE"
 
 
 def test_the_summary_columns_are_the_rows_fields() -> None:
-    assert [c.name for c in db.summary_table.columns] == list(SUMMARY_COLUMNS)
+    assert [c.name for c in tables.summary_table.columns] == list(SUMMARY_COLUMNS)
     assert SUMMARY_COLUMNS == tuple(f.name for f in fields(SummaryRow))
     # a column added to a table with rows must take NULL there: every field past the key
     required = {"trial_id", "study_id", "number", "state"}
-    assert {c.name for c in db.summary_table.columns if not c.nullable} == required
+    assert {c.name for c in tables.summary_table.columns if not c.nullable} == required
     # what status reads of a summary row are summary columns
     assert set(db.TrialRow._fields) | set(db.SummaryFlags._fields) <= set(SUMMARY_COLUMNS)
 
@@ -71,10 +71,10 @@ def _columns(engine: sqlalchemy.engine.Engine) -> list[str]:
 
 def check_an_older_database_migrates(url: str) -> None:
     """The check itself, on a new, empty database at ``url`` (also the SQL contract's case for
-    db/_schema.py's ADD_COLUMN, tests/test_db_contract.py)."""
+    db/tables.py's ADD_COLUMN, tests/test_db_contract.py)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        storage = db.open_rdb_storage(url)
+        storage = connect.open_rdb_storage(url)
     try:
         study = optuna.create_study(storage=storage, study_name="old")
         for _ in range(2):
@@ -90,10 +90,10 @@ def check_an_older_database_migrates(url: str) -> None:
                 f"VALUES ({', '.join(':' + k for k in old)})"), old)
         assert not set(_PLAYED_NEW) & set(_columns(engine))
 
-        db.ensure_tables(engine)  # this version's run start
+        tables.ensure_tables(engine)  # this version's run start
 
         assert sorted(_columns(engine)) == sorted(SUMMARY_COLUMNS)
-        assert db.add_summary_columns(engine) == []  # once only
+        assert tables.add_summary_columns(engine) == []  # once only
         with engine.connect() as connection:
             kept = connection.execute(sqlalchemy.text(
                 f"SELECT {', '.join(SUMMARY_COLUMNS)} FROM hpo_trial_summary WHERE trial_id = :t"),
@@ -102,7 +102,7 @@ def check_an_older_database_migrates(url: str) -> None:
         assert bool(kept["gpu_verified"]) and all(kept[c] is None for c in _PLAYED_NEW)
 
         with engine.begin() as connection:  # a trial told by this version
-            db.insert_summary(connection, SummaryRow(
+            tables.insert_summary(connection, SummaryRow(
                 second, study._study_id, 1, "COMPLETE", host="h1", gpu_index=0, start_s=1010.0,
                 end_s=1020.0, gpu_util_mean=50.0, gpu_energy_j=2500.0, gpu_verified=False,
                 opencl_platform="PoCL", params_mismatch='{"lr": [0.1, 0.2]}'))

@@ -23,6 +23,7 @@ import sqlalchemy
 from optuna.trial import TrialState
 
 import hpo_orchestrator.db as db
+from hpo_orchestrator.db import connect, tables
 from hpo_orchestrator.status import _collect
 from hpo_orchestrator.status._kept import _median, _tally_of
 from hpo_orchestrator.status._tally import Tally, advance
@@ -54,7 +55,7 @@ def _compare(url: str, study: str, monkeypatch: pytest.MonkeyPatch,
     (default: when trusted; a trial since it that it cannot place makes it fall back)."""
     now = datetime.now().timestamp()
     monkeypatch.setattr(_collect.time, "time", lambda: now)
-    engine = db.create_engine(url)
+    engine = connect.create_engine(url)
     try:
         with engine.connect() as connection:
             study_id, _ = db.study_id_of(connection, study)
@@ -74,8 +75,8 @@ def _compare(url: str, study: str, monkeypatch: pytest.MonkeyPatch,
 
 
 def _advance(url: str, study: str = "big", rebuild: bool = False) -> None:
-    engine = db.create_engine(url, read_only=False)
-    db.ensure_tables(engine)
+    engine = connect.create_engine(url, read_only=False)
+    tables.ensure_tables(engine)
     with engine.begin() as connection:
         study_id, _ = db.study_id_of(connection, study)
         advance(connection, study_id, study, rebuild=rebuild)
@@ -174,7 +175,7 @@ def test_best_follows_the_direction(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     for step in range(3):
         now = datetime.now().timestamp()
         monkeypatch.setattr(_collect.time, "time", lambda now=now: now)
-        engine = db.create_engine(url)
+        engine = connect.create_engine(url)
         with engine.connect() as connection:
             kept = _collect._collect(connection, "big", kept=True)[0]
             full = _collect._collect(connection, "big")[0]
@@ -194,7 +195,7 @@ def test_best_follows_the_direction(tmp_path: Path, monkeypatch: pytest.MonkeyPa
 
 
 def _tally_of_url(url: str) -> Tally | None:
-    engine = db.create_engine(url)
+    engine = connect.create_engine(url)
     try:
         with engine.connect() as connection:
             study_id, _ = db.study_id_of(connection, "big")
@@ -215,7 +216,7 @@ def test_a_trial_asked_ahead_is_queued_not_running(tmp_path: Path,
     ahead = study.ask()
     ahead.set_user_attr("hpo.host", "h0")
     _compare(url, "big", monkeypatch)
-    engine = db.create_engine(url)
+    engine = connect.create_engine(url)
     with engine.connect() as connection:
         kept = _collect._collect(connection, "big", kept=True)[0]
     engine.dispose()

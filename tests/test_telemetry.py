@@ -17,9 +17,9 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from hpo_orchestrator.db import create_engine
+from hpo_orchestrator.db.connect import create_engine
 from hpo_orchestrator.gpu import GpuSample
-from hpo_orchestrator.scheduler import params_mismatch
+from hpo_orchestrator.scheduler._outcome import params_mismatch
 from hpo_orchestrator.status import collect_status
 from hpo_orchestrator.status._findings import find_all
 from hpo_orchestrator.status._model import DeviceUse, StatusReport, StudyFacts

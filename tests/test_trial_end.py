@@ -16,6 +16,7 @@ import sqlalchemy
 from optuna.trial import TrialState
 
 import hpo_orchestrator.db as db
+from hpo_orchestrator.db import connect, tables
 from hpo_orchestrator.status import advance_tally
 from hpo_orchestrator.status._tally import Tally, read_tally
 from hpo_orchestrator.study import MirrorStorage, Requeue, TrialEnd
@@ -32,8 +33,8 @@ def test_the_tell_writes_the_whole_end_in_its_transaction(tmp_path: Path) -> Non
     url = f"sqlite:///{tmp_path / 'end.db'}"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        backend = db.open_rdb_storage(url)
-    db.ensure_tables(backend.engine)
+        backend = connect.open_rdb_storage(url)
+    tables.ensure_tables(backend.engine)
     storage = MirrorStorage(backend, refresh_s=60.0)
     study = optuna.create_study(study_name="s", storage=storage)
     first = study.ask()

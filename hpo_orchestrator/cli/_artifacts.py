@@ -34,7 +34,7 @@ def add_artifacts_parser(commands: Any, default_storage: str) -> None:
 def cmd_artifacts(args: argparse.Namespace, console: Console, errors: Console) -> int:
     from hpo_orchestrator import artifacts
     from hpo_orchestrator.cli._trials import prog, resolve_study
-    from hpo_orchestrator.db import create_engine
+    from hpo_orchestrator.db.connect import create_engine
 
     engine = create_engine(args.storage)
     fetched = artifacts.select(engine, resolve_study(engine, args.study, errors), args.trial)

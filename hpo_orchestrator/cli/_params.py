@@ -34,7 +34,7 @@ __all__ = ["BestTrial", "BestTrials", "Enqueued", "cmd_best", "cmd_enqueue", "en
 def cmd_best(args: argparse.Namespace, console: Console) -> int:
     """``best``: the best trial, or a multi-objective study's Pareto front (or one of its
     trials: ``--index``/``--trial``), with its params as overrides and as an enqueue command."""
-    from hpo_orchestrator.db import create_engine
+    from hpo_orchestrator.db.connect import create_engine
 
     engine = create_engine(args.storage)
     best = find_best(engine, _trials.resolve_study(engine, args.study, errors()))
@@ -220,7 +220,8 @@ def enqueue_params(url: str, study: str | None, entries: list[dict[str, Any]]) -
     import optuna
 
     from hpo_orchestrator.config import check_params
-    from hpo_orchestrator.db import create_engine, open_rdb_storage, read_errors, study_config, study_id_of
+    from hpo_orchestrator.db import read_errors, study_config, study_id_of
+    from hpo_orchestrator.db.connect import create_engine, open_rdb_storage
     from hpo_orchestrator.scheduler import count_claimed
 
     engine = create_engine(url)

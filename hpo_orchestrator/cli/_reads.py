@@ -24,7 +24,7 @@ def cmd_status(args: argparse.Namespace, console: Console) -> int:
         return 0
     from rich.live import Live
 
-    from hpo_orchestrator.db import create_engine
+    from hpo_orchestrator.db.connect import create_engine
     from hpo_orchestrator.status import collect_status, render_status
 
     engine = create_engine(args.storage)
@@ -88,7 +88,7 @@ def check_output(path: Path, option: str) -> None:
 
 
 def cmd_telemetry(args: argparse.Namespace, console: Console) -> int:
-    from hpo_orchestrator.db import create_engine
+    from hpo_orchestrator.db.connect import create_engine
     from hpo_orchestrator.telemetry import export_csv
 
     if args.csv != "-":
@@ -102,7 +102,7 @@ def cmd_telemetry(args: argparse.Namespace, console: Console) -> int:
 
 
 def cmd_report(args: argparse.Namespace, console: Console) -> int:
-    from hpo_orchestrator.db import create_engine
+    from hpo_orchestrator.db.connect import create_engine
     from hpo_orchestrator.report import lane_device, write_report
 
     for path, option in ((args.out, "--out"), (args.png, "--png")):
@@ -122,7 +122,7 @@ def cmd_report(args: argparse.Namespace, console: Console) -> int:
 
 def cmd_tune_pruner(args: argparse.Namespace, console: Console) -> int:
     from hpo_orchestrator import db
-    from hpo_orchestrator.db import create_engine
+    from hpo_orchestrator.db.connect import create_engine, paste_url
     from hpo_orchestrator.pruning import (
         LIMITS,
         default_grid,
@@ -148,7 +148,7 @@ def cmd_tune_pruner(args: argparse.Namespace, console: Console) -> int:
     choice, reason = recommend(results)
     with db.read_errors(), engine.connect() as connection:
         taken = set(db.list_studies(connection))
-    storage, secret_note = db.paste_url(args.storage)
+    storage, secret_note = paste_url(args.storage)
     command = recommended_command(_trials.prog(), curves.study, curves.config,
                                   choice.setting.overrides(), taken,
                                   None if args.storage == DEFAULT_STORAGE else storage,

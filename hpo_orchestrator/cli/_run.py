@@ -66,7 +66,7 @@ def _run_study(args: argparse.Namespace, console: Console, totals: list[int], co
 
     from hpo_orchestrator.cli._progress import LiveReporter
     from hpo_orchestrator.config import to_plain_dict
-    from hpo_orchestrator.db import create_engine, mask_url
+    from hpo_orchestrator.db.connect import create_engine, mask_url
     from hpo_orchestrator.runner import PreparedRun, run_study
     from hpo_orchestrator.scheduler import QuietReporter, Reporter
     from hpo_orchestrator.study import without_pruning

@@ -80,7 +80,7 @@ def as_typed(text: str, storage: str, default_storage: str, study: str | None = 
     ``with_note``, where the password comes from instead."""
     import re
 
-    from hpo_orchestrator.db import paste_url
+    from hpo_orchestrator.db.connect import paste_url
 
     shown, note = paste_url(storage)
     stored: list[bool] = []  # a --storage was added
@@ -109,7 +109,7 @@ def next_steps(storage: str, default_storage: str, failed: int | None) -> str:
     """One line of what to run next, after a run. A password in the URL is never printed: the
     URL is shown without it, and the line says where it comes from instead (PGPASSWORD or
     ~/.pgpass for PostgreSQL), so the commands still paste."""
-    from hpo_orchestrator.db import paste_url
+    from hpo_orchestrator.db.connect import paste_url
 
     storage_shown, secret_note = paste_url(storage)
     if _under_make() and storage == default_storage:
@@ -168,7 +168,7 @@ def add_logs_parser(commands: argparse._SubParsersAction, storage_default: str) 
 
 
 def cmd_logs(args: argparse.Namespace, console: Console, errors: Console) -> int:
-    from hpo_orchestrator.db import create_engine
+    from hpo_orchestrator.db.connect import create_engine
 
     engine = create_engine(args.storage)
     name, detail = _detail(engine, resolve_study(engine, args.study, errors), args.trial)
@@ -241,7 +241,7 @@ def _print_from(path: Path, offset: int) -> int:
 
 def print_trial(args: argparse.Namespace, console: Console, errors: Console) -> int:
     """``status --trial N``: one trial's state, value, params, failure, traceback and log."""
-    from hpo_orchestrator.db import create_engine, paste_url
+    from hpo_orchestrator.db.connect import create_engine, paste_url
 
     engine = create_engine(args.storage)
     name, detail = _detail(engine, resolve_study(engine, args.study, errors), args.trial)

@@ -16,7 +16,7 @@ from rich.console import Console
 
 from hpo_orchestrator.cluster._engine import Engine, Payload
 from hpo_orchestrator.config import load_config
-from hpo_orchestrator.db import mask_url, sqlite_path
+from hpo_orchestrator.db.connect import mask_url, sqlite_path
 from hpo_orchestrator.errors import ConfigError
 
 __all__ = ["engine_of", "split_overrides", "submit"]

@@ -4,13 +4,14 @@ resumes from."""
 from __future__ import annotations
 
 import json
-from typing import NamedTuple
-
-from sqlalchemy import text
-from sqlalchemy.engine import Connection
+from typing import TYPE_CHECKING, NamedTuple
 
 from hpo_orchestrator import keys
+from hpo_orchestrator.db._sql import rows, scalar
 from hpo_orchestrator.db._study import state_name
+
+if TYPE_CHECKING:
+    from hpo_orchestrator.db._sql import Readable as Connection
 
 __all__ = ["CurveTrial", "first_of_last", "intermediate_values", "step_timings", "trials_with_values"]
 
@@ -42,7 +43,7 @@ def first_of_last(connection: Connection, study_id: int, last: int | None) -> in
     """The lowest trial number of the study's newest ``last`` trials (0 for None: all)."""
     if last is None:
         return 0
-    newest = connection.execute(text(_LAST_NUMBER_SQL), {"s": study_id}).scalar()
+    newest = scalar(connection, _LAST_NUMBER_SQL, {"s": study_id})
     return 0 if newest is None else max(0, int(newest) - last + 1)
 
 
@@ -51,7 +52,7 @@ def trials_with_values(connection: Connection, study_id: int, first: int = 0) ->
     it has one."""
     return [CurveTrial(int(trial_id), int(number), state_name(state), None if value is None else float(value))
             for trial_id, number, state, value
-            in connection.execute(text(_TRIALS_SQL), {"s": study_id, "first": first})]
+            in rows(connection, _TRIALS_SQL, {"s": study_id, "first": first})]
 
 
 def intermediate_values(connection: Connection, study_id: int,
@@ -59,7 +60,7 @@ def intermediate_values(connection: Connection, study_id: int,
     """trial_id -> its reported (step, value), by step (NaN where Optuna stored none), for the
     trials from number ``first`` on."""
     steps: dict[int, list[tuple[int, float]]] = {}
-    for trial_id, step, value in connection.execute(text(_INTERMEDIATE_SQL), {"s": study_id, "first": first}):
+    for trial_id, step, value in rows(connection, _INTERMEDIATE_SQL, {"s": study_id, "first": first}):
         steps.setdefault(int(trial_id), []).append(
             (int(step), float("nan") if value is None else float(value)))
     return steps
@@ -69,6 +70,6 @@ def step_timings(connection: Connection, study_id: int, first: int = 0) -> dict[
     """trial_id -> (overhead_s, step_s) the orchestrator recorded (attrs hpo.overhead_s,
     hpo.step_s), for the trials from number ``first`` on that have both."""
     found: dict[int, dict[str, float]] = {}
-    for trial_id, key, value in connection.execute(text(_TIMINGS_SQL), {"s": study_id, "first": first}):
+    for trial_id, key, value in rows(connection, _TIMINGS_SQL, {"s": study_id, "first": first}):
         found.setdefault(int(trial_id), {})[key] = float(json.loads(value))
     return {trial_id: (v[keys.OVERHEAD_S], v[keys.STEP_S]) for trial_id, v in found.items() if len(v) == 2}

@@ -28,8 +28,6 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from sqlalchemy.exc import DBAPIError
-
 from hpo_orchestrator.errors import RuntimeFailure
 
 __all__ = ["Retrying", "StorageUnavailable", "first_line", "is_retried", "retried",
@@ -98,6 +96,8 @@ def first_line(exc: BaseException) -> str:
 def trouble_of(exc: BaseException) -> str | None:
     """'locked', 'connection lost', 'disk full', 'read-only', 'unknown' for a database error
     that is not the caller's (bad data is); None when ``exc`` is no database error at all."""
+    from sqlalchemy.exc import DBAPIError  # asked once a step failed: the package imports none
+
     chain = _chain(exc)
     if not any(isinstance(e, DBAPIError) or type(e).__module__.split(".")[0] in
                ("sqlite3", "psycopg", "psycopg2") for e in chain):

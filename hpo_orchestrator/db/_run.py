@@ -11,13 +11,14 @@ import json
 from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
-
-from sqlalchemy import Column, DateTime, Integer, MetaData, String, Table, Text, bindparam, text
-from sqlalchemy.engine import Connection
+from typing import TYPE_CHECKING, Any
 
 from hpo_orchestrator import keys
+from hpo_orchestrator.db._sql import dialect, execute_many, fetch_all, fetch_one, rows, scalar
 from hpo_orchestrator.db._study import state_name, to_datetime
+
+if TYPE_CHECKING:
+    from hpo_orchestrator.db._sql import Readable as Connection
 
 __all__ = ["RunningTrialRow", "ask_running_trial", "attempt_of", "create_running_trial",
            "enqueue_waiting_trial", "fail_running_trial", "max_completed_step",
@@ -70,15 +71,10 @@ _NO_LONGER_RUNNING_SQL = "SELECT trial_id FROM trials WHERE trial_id IN :ids AND
 _MAX_COMPLETED_STEP_SQL = (
     "SELECT MAX(iv.step) FROM trial_intermediate_values iv JOIN trials t "
     "ON t.trial_id = iv.trial_id WHERE t.study_id = :s AND t.state = 'COMPLETE'")
-
-# Optuna's table of trial user attrs, for replacing several keys in one statement each.
-_user_attrs = Table(
-    "trial_user_attributes", MetaData(),
-    Column("trial_user_attribute_id", Integer, primary_key=True),
-    Column("trial_id", Integer),
-    Column("key", String(512)),
-    Column("value_json", Text),
-)
+# Several user attrs of a trial replaced in two statements (one for all the keys, one batch).
+_DELETE_ATTRS_SQL = "DELETE FROM trial_user_attributes WHERE trial_id = :t AND key IN :keys"
+_INSERT_ATTR_SQL = ("INSERT INTO trial_user_attributes (trial_id, key, value_json) "
+                    "VALUES (:trial_id, :key, :value_json)")
 
 
 def write_trial_attrs(connection: Connection, trial_id: int, number: int, attrs: dict[str, Any],
@@ -91,26 +87,23 @@ def write_trial_attrs(connection: Connection, trial_id: int, number: int, attrs:
     Like Optuna, only while the trial is RUNNING: else UpdateFinishedTrialError. The trial's
     row stays held until the caller's transaction ends (see _HOLD_RUNNING_SQL).
     """
-    if connection.execute(text(_HOLD_RUNNING_SQL), {"t": trial_id}).rowcount != 1:
+    if rows(connection, _HOLD_RUNNING_SQL, {"t": trial_id}).rowcount != 1:
         from optuna.exceptions import UpdateFinishedTrialError  # off the readers' import path
 
-        state = connection.execute(text(_TRIAL_STATE_SQL), {"t": trial_id}).scalar()
+        state = scalar(connection, _TRIAL_STATE_SQL, {"t": trial_id})
         raise UpdateFinishedTrialError(f"trial {number} is {state_name(state)}; its attrs cannot change")
     if attrs:
-        connection.execute(_user_attrs.delete().where(_user_attrs.c.trial_id == trial_id,
-                                                      _user_attrs.c.key.in_(list(attrs))))
-        connection.execute(_user_attrs.insert(), [
-            {"trial_id": trial_id, "key": key, "value_json": json.dumps(value)}
-            for key, value in attrs.items()])
+        rows(connection, _DELETE_ATTRS_SQL, {"t": trial_id, "keys": list(attrs)}, ["keys"])
+        _insert_attrs(connection, trial_id, attrs)
     if started is not None:
-        connection.execute(text(_SET_START_SQL), {"d": started, "t": trial_id})
+        rows(connection, _SET_START_SQL, {"d": started, "t": trial_id})
 
 
 def fail_running_trial(connection: Connection, trial_id: int, ended: datetime | None = None) -> bool:
     """RUNNING -> FAIL, as Optuna's set_trial_state_values does, ended at ``ended`` (local
     time, as Optuna's; None: now); False when the trial had already finished (another
     orchestrator reaped it first)."""
-    done = connection.execute(text(_FAIL_RUNNING_SQL), {"t": trial_id, "d": ended or datetime.now()})
+    done = rows(connection, _FAIL_RUNNING_SQL, {"t": trial_id, "d": ended or datetime.now()})
     return done.rowcount == 1
 
 
@@ -123,26 +116,23 @@ def enqueue_waiting_trial(connection: Connection, study_id: int, params: dict[st
     mark of the failed attempt could be split by a crash (a retried trial without a retry,
     issue 15). Here both commit together.
     """
-    if connection.dialect.name != "sqlite":
-        connection.execute(text(_LOCK_STUDY_ROW_SQL), {"s": study_id})
-    trial_id = int(connection.execute(text(_INSERT_WAITING_SQL), {"s": study_id}).scalar_one())
+    if dialect(connection) != "sqlite":
+        rows(connection, _LOCK_STUDY_ROW_SQL, {"s": study_id})
+    trial_id = int(rows(connection, _INSERT_WAITING_SQL, {"s": study_id}).scalar_one())
     _set_number(connection, study_id, trial_id)
-    connection.execute(text(_INSERT_SYSTEM_ATTR_SQL), {
-        "t": trial_id, "k": "fixed_params", "v": json.dumps(params)})
-    if user_attrs:
-        connection.execute(_user_attrs.insert(), [
-            {"trial_id": trial_id, "key": key, "value_json": json.dumps(value)}
-            for key, value in user_attrs.items()])
+    rows(connection, _INSERT_SYSTEM_ATTR_SQL, {"t": trial_id, "k": "fixed_params",
+                                               "v": json.dumps(params)})
+    _insert_attrs(connection, trial_id, user_attrs)
     return trial_id
 
 
 def create_running_trial(connection: Connection, study_id: int, started: datetime) -> tuple[int, int]:
     """A new RUNNING trial, as Optuna's ``create_new_trial`` without a template writes it,
     within the caller's transaction: (trial_id, number)."""
-    if connection.dialect.name != "sqlite":
-        connection.execute(text(_LOCK_STUDY_ROW_SQL), {"s": study_id})
-    insert = text(_INSERT_RUNNING_SQL).bindparams(bindparam("d", type_=DateTime()))
-    trial_id = int(connection.execute(insert, {"s": study_id, "d": started}).scalar_one())
+    if dialect(connection) != "sqlite":
+        rows(connection, _LOCK_STUDY_ROW_SQL, {"s": study_id})
+    trial_id = int(rows(connection, _INSERT_RUNNING_SQL, {"s": study_id, "d": started},
+                        datetimes=["d"]).scalar_one())
     return trial_id, _set_number(connection, study_id, trial_id)
 
 
@@ -157,10 +147,10 @@ def ask_running_trial(connection: Connection, study_id: int, started: datetime,
     one the caller knows. Retried blindly, the ask made a second trial, and the first was
     reaped as 'lost' after the grace period: a FAIL in the study."""
     if known is not None and user_attrs:
-        query = text(_STARTED_AT_SQL).bindparams(bindparam("d", type_=DateTime()))
-        for trial_id, number in connection.execute(query, {"s": study_id, "d": started}).all():
-            written = {str(key): value for key, value in connection.execute(
-                text(_ATTRS_OF_SQL), {"t": trial_id}).all()}
+        for trial_id, number in fetch_all(connection, _STARTED_AT_SQL, {"s": study_id, "d": started},
+                                          datetimes=["d"]):
+            written = {str(key): value for key, value in fetch_all(connection, _ATTRS_OF_SQL,
+                                                                   {"t": trial_id})}
             if trial_id not in known and all(written.get(key) == json.dumps(value)
                                              for key, value in user_attrs.items()):
                 return int(trial_id), int(number)
@@ -173,32 +163,35 @@ def ask_running_trial(connection: Connection, study_id: int, started: datetime,
 def start_running_trial(connection: Connection, trial_id: int, user_attrs: dict[str, Any]) -> None:
     """The user attrs and first heartbeat of a trial just created in the caller's transaction
     (no attr or heartbeat row of it can exist yet)."""
-    if user_attrs:
-        connection.execute(_user_attrs.insert(), [
-            {"trial_id": trial_id, "key": key, "value_json": json.dumps(value)}
-            for key, value in user_attrs.items()])
-    connection.execute(text(_FIRST_HEARTBEAT_SQL), {"t": trial_id})
+    _insert_attrs(connection, trial_id, user_attrs)
+    rows(connection, _FIRST_HEARTBEAT_SQL, {"t": trial_id})
+
+
+def _insert_attrs(connection: Connection, trial_id: int, attrs: dict[str, Any]) -> None:
+    """User attrs of a trial that has none of these keys (Optuna's representation: JSON)."""
+    execute_many(connection, _INSERT_ATTR_SQL, [
+        {"trial_id": trial_id, "key": key, "value_json": json.dumps(value)}
+        for key, value in attrs.items()])
 
 
 def _set_number(connection: Connection, study_id: int, trial_id: int) -> int:
     """Number a trial just inserted (under the study's lock) as Optuna does: the count of
     the study's trials before it, which is the previous trial's number + 1 (trials are never
     deleted, and every writer numbers them the same way)."""
-    previous = connection.execute(text(_PREVIOUS_NUMBER_SQL), {"s": study_id, "t": trial_id}).first()
+    previous = fetch_one(connection, _PREVIOUS_NUMBER_SQL, {"s": study_id, "t": trial_id})
     if previous is None:
         number = 0
     elif previous[0] is not None:
         number = int(previous[0]) + 1
     else:  # a trial without a number: only the count can tell
-        number = int(connection.execute(text(_PAST_TRIALS_SQL),
-                                        {"s": study_id, "t": trial_id}).scalar() or 0)
-    connection.execute(text(_SET_NUMBER_SQL), {"n": number, "t": trial_id})
+        number = int(scalar(connection, _PAST_TRIALS_SQL, {"s": study_id, "t": trial_id}) or 0)
+    rows(connection, _SET_NUMBER_SQL, {"n": number, "t": trial_id})
     return number
 
 
 def attempt_of(connection: Connection, trial_id: int) -> int:
     """The trial's ``hpo.attempt`` (1 when absent: not a retry)."""
-    value = connection.execute(text(_ATTEMPT_SQL), {"t": trial_id}).scalar()
+    value = scalar(connection, _ATTEMPT_SQL, {"t": trial_id})
     return int(json.loads(value)) if value else 1
 
 
@@ -227,15 +220,14 @@ def running_among(connection: Connection, trial_ids: Collection[int]) -> list[Ru
     """Those of ``trial_ids`` that are RUNNING (by the primary key: no scan of the study)."""
     if not trial_ids:
         return []
-    query = text(_RUNNING_AMONG_SQL).bindparams(bindparam("ids", expanding=True))
-    rows = connection.execute(query, {"ids": sorted(int(i) for i in trial_ids)})
+    found = rows(connection, _RUNNING_AMONG_SQL, {"ids": sorted(int(i) for i in trial_ids)}, ["ids"])
 
     def decoded(value: Any) -> Any:
         return None if value is None else json.loads(value)
 
     return [RunningTrialRow(int(trial_id), to_datetime(start), to_datetime(beat), to_datetime(now),
                             decoded(host), decoded(pid), decoded(orchestrator), decoded(retry_of))
-            for trial_id, start, beat, now, host, pid, orchestrator, retry_of in rows]
+            for trial_id, start, beat, now, host, pid, orchestrator, retry_of in found]
 
 
 def no_longer_running(connection: Connection, trial_ids: list[int]) -> set[int]:
@@ -243,11 +235,10 @@ def no_longer_running(connection: Connection, trial_ids: list[int]) -> set[int]:
     them): one indexed read of a handful of rows, for every heartbeat round."""
     if not trial_ids:
         return set()
-    statement = text(_NO_LONGER_RUNNING_SQL).bindparams(bindparam("ids", expanding=True))
-    return {int(tid) for (tid,) in connection.execute(statement, {"ids": trial_ids})}
+    return {int(tid) for (tid,) in rows(connection, _NO_LONGER_RUNNING_SQL, {"ids": trial_ids}, ["ids"])}
 
 
 def max_completed_step(connection: Connection, study_id: int) -> int | None:
     """The last step any COMPLETE trial of the study reported."""
-    value = connection.execute(text(_MAX_COMPLETED_STEP_SQL), {"s": study_id}).scalar()
+    value = scalar(connection, _MAX_COMPLETED_STEP_SQL, {"s": study_id})
     return None if value is None else int(value)

@@ -17,7 +17,7 @@ __all__ = ["open_sqlite"]
 
 def open_sqlite(url: str) -> sqlite3.Connection | None:
     """A read-only sqlite3 connection to the Optuna database of a plain ``sqlite:///PATH`` URL,
-    checked as db.create_engine checks it (the schema revision: StorageError); None for any
+    checked as db.connect.create_engine checks it (the schema revision: StorageError); None for any
     other URL or anything unusual (no file, no studies, a file only readable as immutable):
     the caller opens it with create_engine, which says what is wrong."""
     if not url.startswith("sqlite:///") or "?" in url or url == "sqlite:///:memory:":

@@ -1,11 +1,11 @@
 """A finished trial's summary row (``hpo_trial_summary``, docs/DESIGN.md §2.4), in one place.
 
-:class:`SummaryRow` is the row: the table's columns (db/_schema.py), the column lists of the
+:class:`SummaryRow` is the row: the table's columns (db/tables.py), the column lists of the
 statements that write and read it (status/_tally.py, db/_trials.py) and the row built from a
 trial's ``hpo.*`` attrs (a trial that ended outside the orchestrator, or one the orchestrator
 told: scheduler/_records.py) all come from its fields. A new column is one field here, with
 its ``hpo.*`` key when it mirrors an attr: nullable, so that a database written before it gets
-it by ``ALTER TABLE ... ADD COLUMN`` at the next run's start (db/_schema.ensure_tables), its
+it by ``ALTER TABLE ... ADD COLUMN`` at the next run's start (db/tables.ensure_tables), its
 older rows NULL there.
 """
 
@@ -19,7 +19,7 @@ from hpo_orchestrator import keys
 
 __all__ = ["FLAGGED_WHERE", "KINDS", "SUMMARY_ATTRS", "SUMMARY_COLUMNS", "SummaryRow"]
 
-# A column's kind, as db/_schema.py maps it to a SQLAlchemy type (not imported here: status
+# A column's kind, as db/tables.py maps it to a SQLAlchemy type (not imported here: status
 # --json on sqlite reads the summary through sqlite3 alone, db/_sql.py): "str" has a length.
 KINDS = ("int", "float", "bool", "str", "json")
 
@@ -97,5 +97,5 @@ SUMMARY_ATTRS: tuple[str, ...] = tuple(f.metadata["attr"] for f in fields(Summar
 
 
 # The flagged summary rows (GPU unused, params differ, a failure): the WHERE of a partial
-# index (db/_schema.py) and of the queries that use it (sqlite requires the same text).
+# index (db/tables.py) and of the queries that use it (sqlite requires the same text).
 FLAGGED_WHERE = "gpu_verified = false OR params_mismatch IS NOT NULL OR fail_reason IS NOT NULL"

@@ -1,19 +1,25 @@
-"""Reads of ``hpo_telemetry`` (:mod:`._schema`): the samples for the report's utilization chart
-and for ``hpo-orchestrator telemetry --csv``."""
+"""Reads of ``hpo_telemetry`` (db/tables.py makes it): the samples for the report's utilization
+chart and for ``hpo-orchestrator telemetry --csv``."""
 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from sqlalchemy import inspect, text
-from sqlalchemy.engine import Connection
-
-from hpo_orchestrator.db._schema import TELEMETRY_COLUMNS
+from hpo_orchestrator.db._sql import fetch_one, has_table, rows
 from hpo_orchestrator.db._study import to_datetime
 from hpo_orchestrator.db._trials import has_summary_table
 
-__all__ = ["Sample", "has_telemetry_table", "has_trial", "telemetry_rows", "telemetry_samples"]
+if TYPE_CHECKING:
+    from hpo_orchestrator.db._sql import Readable as Connection
+
+__all__ = ["TELEMETRY_COLUMNS", "Sample", "has_telemetry_table", "has_trial", "telemetry_rows",
+           "telemetry_samples"]
+
+# hpo_telemetry's columns but its id, in the table's order (db/tables.py defines the table;
+# tests/test_db_contract.py holds the two to each other).
+TELEMETRY_COLUMNS = ("trial_id", "ts", "gpu_index", "sm_util", "mem_used_mib", "power_w", "temp_c",
+                     "phase", "proc_sm_util", "proc_mem_mib", "cpu_util", "rss_mib")
 
 _HAS_TRIAL_SQL = "SELECT 1 FROM trials WHERE study_id = :s AND number = :n"
 _EXPORT_SQL = (
@@ -37,11 +43,11 @@ class Sample(NamedTuple):
 
 def has_telemetry_table(connection: Connection) -> bool:
     """False when no study in this database ran with our telemetry."""
-    return inspect(connection).has_table("hpo_telemetry")
+    return has_table(connection, "hpo_telemetry")
 
 
 def has_trial(connection: Connection, study_id: int, number: int) -> bool:
-    return connection.execute(text(_HAS_TRIAL_SQL), {"s": study_id, "n": number}).first() is not None
+    return fetch_one(connection, _HAS_TRIAL_SQL, {"s": study_id, "n": number}) is not None
 
 
 def telemetry_rows(connection: Connection, study_id: int,
@@ -49,7 +55,7 @@ def telemetry_rows(connection: Connection, study_id: int,
     """(trial number, *TELEMETRY_COLUMNS) of the study's samples (or one trial's), by time."""
     sql = _EXPORT_SQL.format(columns=", ".join(f"h.{c}" for c in TELEMETRY_COLUMNS),
                              one_trial=_ONE_TRIAL_SQL if trial_number is not None else "")
-    return [tuple(row) for row in connection.execute(text(sql), {"s": study_id, "n": trial_number})]
+    return [tuple(row) for row in rows(connection, sql, {"s": study_id, "n": trial_number})]
 
 
 def telemetry_samples(connection: Connection, study_id: int, first: int = 0) -> list[Sample]:
@@ -57,8 +63,8 @@ def telemetry_samples(connection: Connection, study_id: int, first: int = 0) -> 
     trials from number ``first`` on."""
     host = _HOST_SQL if has_summary_table(connection) else "NULL"
     samples = []
-    for ts, trial, gpu, sm, cpu, where in connection.execute(text(_SAMPLES_SQL.format(host=host)),
-                                                             {"s": study_id, "first": first}):
+    for ts, trial, gpu, sm, cpu, where in rows(connection, _SAMPLES_SQL.format(host=host),
+                                               {"s": study_id, "first": first}):
         moment = to_datetime(ts)
         assert moment is not None  # the column is NOT NULL
         samples.append(Sample(moment, int(trial), None if gpu is None else int(gpu), sm, cpu, where))

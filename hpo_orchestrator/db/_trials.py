@@ -1,6 +1,6 @@
 """Trial reads for status and report: one narrow row per trial, never the ORM.
 
-A trial the orchestrator told has a row in ``hpo_trial_summary`` (:mod:`._schema`); the rest
+A trial the orchestrator told has a row in ``hpo_trial_summary`` (db/tables.py); the rest
 (running, or run by something else) are read from Optuna's tables and their ``hpo.*`` attrs.
 Works on sqlite and PostgreSQL: no dialect-specific date functions, durations are computed
 from the two timestamps in Python.

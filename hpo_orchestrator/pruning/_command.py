@@ -33,7 +33,7 @@ def recommended_command(prog: str, study: str, recorded: dict[str, Any], pruner:
     """``prog run ...`` for the recommended pruner (``pruner``: its overrides), from the
     replayed study's ``hpo.config`` (``recorded``; empty for a study run elsewhere);
     ``taken``: the study names already in the storage; ``storage``: its URL as the command
-    gives it (without a password: db.paste_url), None for the default; ``folder``: the
+    gives it (without a password: db.connect.paste_url), None for the default; ``folder``: the
     study's run folder's name (scheduler.run_dir; the study's name where that is safe)."""
     name = _new_name(study, pruner, taken)
     # the replayed study's own artifact folder (the default, recorded resolved): the new

@@ -30,17 +30,8 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
-from hpo_orchestrator.db import (
-    ADVISORY_NAMESPACE,
-    Retrying,
-    file_lock,
-    lock_file,
-    rows,
-    running_among,
-    scalar,
-    state_name,
-    to_datetime,
-)
+from hpo_orchestrator.db import Retrying, rows, running_among, scalar, state_name, to_datetime
+from hpo_orchestrator.db.connect import ADVISORY_NAMESPACE, file_lock, lock_file
 from hpo_orchestrator.scheduler._race_hooks import budget_claim_started, budget_counted
 
 if TYPE_CHECKING:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from hpo_orchestrator.artifacts import check_store
 from hpo_orchestrator.config import Config
-from hpo_orchestrator.db import validated_path
+from hpo_orchestrator.db.connect import validated_path
 from hpo_orchestrator.errors import ConfigError
 from hpo_orchestrator.gpu import GpuBackend, GpuInfo, nvidia_icd_env, open_backend
 from hpo_orchestrator.scheduler._leases import LeaseDir, default_lease_dir

@@ -1,6 +1,6 @@
 """Launching trials: the first wave of reuse workers, filling free slots (a trial asked
 ahead, or a new claim on the budget), spawning a trial on its slot, and the GPU packer's
-levels. A part of the Orchestrator (scheduler/_orchestrator.py), kept apart for its size:
+levels. A part of the Orchestrator (scheduler/orchestrator.py), kept apart for its size:
 the attributes below are the orchestrator's.
 """
 

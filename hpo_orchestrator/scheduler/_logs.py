@@ -53,7 +53,7 @@ _IGNORE_ALL = "# written by hpo-orchestrator: trial logs and lock files\n*\n"
 
 def run_dir(storage_url: str, study: str, log_dir: str | None = None) -> Path:
     """The study's run folder (not created here)."""
-    from hpo_orchestrator.db import sqlite_path
+    from hpo_orchestrator.db.connect import sqlite_path
 
     if log_dir:
         base = Path(log_dir).expanduser()

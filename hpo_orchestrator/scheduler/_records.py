@@ -25,11 +25,11 @@ from hpo_orchestrator.db import (
     SummaryRow,
     enqueue_waiting_trial,
     fail_running_trial,
-    insert_samples,
     no_longer_running,
     retrying_of,
     write_trial_attrs,
 )
+from hpo_orchestrator.db.tables import insert_samples
 from hpo_orchestrator.gpu import GpuInfo
 from hpo_orchestrator.pruning import fit_step_timing
 from hpo_orchestrator.scheduler._outcome import Verdict, params_mismatch

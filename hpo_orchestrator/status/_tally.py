@@ -232,7 +232,7 @@ _EXISTING_IDS_SQL = ("SELECT trial_id FROM trials WHERE (trial_id > :lo AND tria
                      "OR trial_id IN :holes")
 _COUNT_UPTO_SQL = "SELECT COUNT(*) FROM hpo_trial_summary WHERE study_id = :s AND trial_id <= :w"
 _COUNT_HOLES_SQL = "SELECT COUNT(*) FROM hpo_trial_summary WHERE trial_id IN :holes"
-# The expression and the filters are the index's (db/_schema.py), so sqlite walks it in order;
+# The expression and the filters are the index's (db/tables.py), so sqlite walks it in order;
 # ``+trial_id`` keeps sqlite from preferring the study_id index for the watermark's range (then
 # it sorts every row: 0.10 s against 0.013 s on 100k trials).
 _UPTO = "+trial_id <= :w AND trial_id NOT IN :holes"  # folded: up to the watermark, no hole
@@ -388,7 +388,7 @@ def fail_attrs(connection: Readable, trial_ids: list[int]) -> dict[int, dict[str
 
 
 _FINISHED = ("COMPLETE", "PRUNED", "FAIL")
-_TEXT_LIMITS = (("host", 255), ("fail_reason", 32), ("opencl_platform", 255))  # db/_schema.py
+_TEXT_LIMITS = (("host", 255), ("fail_reason", 32), ("opencl_platform", 255))  # db/tables.py
 
 
 def advance(connection: Readable, study_id: int, study_name: str, rebuild: bool = False) -> None:

@@ -9,40 +9,20 @@ Modules by concern:
   ``RDBStorage`` (docs/DESIGN.md §3.2);
 - ``_end``: a trial's end as a value (``TrialEnd``), written in the transaction of its tell,
   and a running trial's reports written in batches.
-
-Each name is imported from its module on first use (PEP 562), as db/ does.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from hpo_orchestrator.study._end import Requeue, TrialEnd
+from hpo_orchestrator.study._setup import (
+    build_sampler,
+    create_or_load_study,
+    enqueue_configured,
+    objective_differences,
+    record_config,
+    without_pruning,
+)
+from hpo_orchestrator.study._storage import MirrorStorage
 
-from hpo_orchestrator._lazy import lazy_getattr
-
-if TYPE_CHECKING:
-    from hpo_orchestrator.study._end import Requeue, TrialEnd
-    from hpo_orchestrator.study._setup import (
-        build_sampler,
-        create_or_load_study,
-        enqueue_configured,
-        objective_differences,
-        record_config,
-        without_pruning,
-    )
-    from hpo_orchestrator.study._storage import MirrorStorage
-
-# name -> (module, its name there)
-_MODULES = {
-    **{name: ("_setup", name) for name in ("build_sampler", "create_or_load_study",
-                                           "enqueue_configured", "objective_differences",
-                                           "record_config", "without_pruning")},
-    "MirrorStorage": ("_storage", "MirrorStorage"),
-    "Requeue": ("_end", "Requeue"),
-    "TrialEnd": ("_end", "TrialEnd"),
-}
-
-
-__getattr__ = lazy_getattr(__name__, _MODULES, globals())
-# Every name of the table; the imports above name the same for type checkers
-# (tests/test_imports.py checks that they agree).
-__all__ = sorted(_MODULES)
+__all__ = ["MirrorStorage", "Requeue", "TrialEnd", "build_sampler", "create_or_load_study",
+           "enqueue_configured", "objective_differences", "record_config", "without_pruning"]

@@ -33,13 +33,8 @@ from optuna.trial import TrialState
 from sqlalchemy import delete, insert, select, update
 from sqlalchemy.engine import Connection
 
-from hpo_orchestrator.db import (
-    SummaryRow,
-    enqueue_waiting_trial,
-    insert_samples,
-    insert_summary,
-    state_name,
-)
+from hpo_orchestrator.db import SummaryRow, enqueue_waiting_trial, state_name
+from hpo_orchestrator.db.tables import insert_samples, insert_summary
 from hpo_orchestrator.status import advance_tally
 
 __all__ = ["Requeue", "TrialEnd", "write_end", "write_param", "write_steps"]

@@ -19,7 +19,7 @@ from hpo_orchestrator.config import (
     to_plain_dict,
     value_differences,
 )
-from hpo_orchestrator.db import mask_url
+from hpo_orchestrator.db.connect import mask_url
 from hpo_orchestrator.errors import ConfigError
 from hpo_orchestrator.pruning import build_pruner
 

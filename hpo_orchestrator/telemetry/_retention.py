@@ -25,7 +25,8 @@ import time
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
-from hpo_orchestrator.db import TELEMETRY_COLUMNS, insert_samples, rows, to_datetime
+from hpo_orchestrator.db import TELEMETRY_COLUMNS, rows, to_datetime
+from hpo_orchestrator.db.tables import insert_samples
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection, Engine

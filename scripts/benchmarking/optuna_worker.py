@@ -30,7 +30,7 @@ LIGHTGBM_WORKLOADS = ("a", "b")
 
 def _sqlite_pragmas() -> None:
     """WAL, synchronous=NORMAL and a busy timeout on every connection, as the product sets on
-    its own (db/_engine.py), so neither side pays for the other's storage settings."""
+    its own (db/connect.py), so neither side pays for the other's storage settings."""
     import sqlalchemy
     from sqlalchemy import event
 

@@ -13,6 +13,9 @@ processes (_process), the pipe (_channel, _calls), outcome rules (_outcome), sto
 (_records), heartbeats and reaping
 (_recovery), stopping (_stopping), and pruner.min_resource=auto (pruning/_auto).
 
+A public module of the scheduler, apart from its face: it imports Optuna, which the first wave
+starts before (scheduler/__init__.py).
+
 Lifecycle: ``run()`` returns an exit code (0 done, 130 stopped by a stop signal). Whatever
 happens, no trial this orchestrator started is left RUNNING: the ``finally`` path kills
 remaining children and fails their trials as ``interrupted``.

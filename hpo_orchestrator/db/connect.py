@@ -1,5 +1,11 @@
-"""Opening the Optuna RDB: URL checks, secret masking, sqlite made safe for a long run, the
-locks that serialize orchestrators, and the schema-version check (:mod:`._version`) at open."""
+"""Opening the Optuna RDB with SQLAlchemy: URL checks, secret masking, sqlite made safe for a
+long run, the locks that serialize orchestrators, and the schema-version check (db/_version.py)
+at open.
+
+A public module of db/, apart from the package's face: it imports SQLAlchemy, which the face
+does not (``status --json`` on sqlite reads through ``sqlite3`` alone: db/_sql.py). Every
+command that opens an engine imports it by name.
+"""
 
 from __future__ import annotations
 

@@ -8,12 +8,15 @@
   one scan instead of decoding every trial's JSON user attrs (5-6x faster on 100k trials).
   Optuna's tables stay the authority: the same facts are in the trial's ``hpo.*`` attrs.
   A trial that ended outside the orchestrator (optuna's CLI, a reaped trial) gets its row when
-  the next trial's end folds it into the study's tally (:mod:`._tally`), from those attrs.
+  the next trial's end folds it into the study's tally (status/_tally.py), from those attrs.
 - ``hpo_study_tally``: per study, the sums and counts of every finished trial up to a
   watermark, kept in the transaction of each trial's end, so ``status`` reads one row plus the
   trials since instead of every trial (docs/BENCHMARKS.md "status from a kept tally").
 
-Both live in their own SQLAlchemy MetaData, so creating them never touches Optuna's schema
+A public module of db/, apart from the package's face, as db/connect.py: the tables are
+SQLAlchemy's, and a run (which makes and writes them) imports it by name.
+
+They live in their own SQLAlchemy MetaData, so creating them never touches Optuna's schema
 (and Optuna's migrations never see them). No foreign keys to ``trials``: a row of ours must
 never block Optuna from deleting a study. On sqlite, triggers delete our rows with the
 trials and studies Optuna deletes (``optuna delete-study``): sqlite gives a new row the
@@ -50,8 +53,8 @@ from sqlalchemy.schema import CreateIndex
 from hpo_orchestrator.db._summary import FLAGGED_WHERE, SummaryRow
 from hpo_orchestrator.errors import RuntimeFailure
 
-__all__ = ["TELEMETRY_COLUMNS", "add_summary_columns", "ensure_tables", "insert_samples",
-           "insert_summary", "summary_table", "tally_table", "telemetry_table"]
+__all__ = ["add_summary_columns", "ensure_tables", "insert_samples", "insert_summary", "summary_table",
+           "tally_table", "telemetry_table"]
 
 _metadata = MetaData()
 
@@ -74,8 +77,6 @@ telemetry_table = Table(
     Column("rss_mib", Float),
     Index("ix_hpo_telemetry_trial_ts", "trial_id", "ts"),
 )
-
-TELEMETRY_COLUMNS = [c.name for c in telemetry_table.columns if c.name != "id"]
 
 # Its columns are SummaryRow's fields (db/_summary.py); ensure_tables adds the ones an older
 # table lacks.
