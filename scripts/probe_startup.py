@@ -34,9 +34,9 @@ PHASES = (("hpo_orchestrator.scheduler._first_wave", "FirstWave.start", "first w
           ("hpo_orchestrator.runner", "open_rdb_storage", "storage opened"),
           ("hpo_orchestrator.runner", "create_or_load_study", "study created"),
           ("hpo_orchestrator.runner", "Orchestrator", "orchestrator built"),
-          ("hpo_orchestrator.scheduler._launch", "Launching._start_first_wave",
+          ("hpo_orchestrator.scheduler.orchestrator", "Orchestrator._start_first_wave",
            "first wave ready"),
-          ("hpo_orchestrator.scheduler._launch", "Launching._spawn", "first trial sent"))
+          ("hpo_orchestrator.scheduler.orchestrator", "Orchestrator._spawn", "first trial sent"))
 
 
 def objective(trial: Any) -> float:
