@@ -7,6 +7,7 @@ read only once every running trial has reported a step (scheduler/_packer.py).""
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from typing import Any
 
@@ -182,10 +183,12 @@ def _packing(db: Any) -> dict[str, Any]:
     return json.loads(rows[0][0]) if rows else {}
 
 
-PINNED = ("objective=custom", "objective.target=hpo_orchestrator.testing.objectives:pinned",
+# trials of 10 steps of 0.3 s: a trial's steady readings (after its first step) outlast the
+# three the first level needs even on a loaded machine
+CURVES = ("objective=custom", "objective.target=hpo_orchestrator.testing.objectives:curves",
           "pruner=none", "telemetry.interval_s=0.2", "scheduler.host_cores=8")
 QUARTER_BUSY = {"HPO_ORCHESTRATOR_FAKE_GPUS": '{"gpus": [{"busy_util": 25}, {"busy_util": 25}]}',
-                "HPO_TEST_STEP_S": "0.5"}
+                "HPO_TEST_STEP_S": "0.3"}
 
 
 @pytest.mark.slow
@@ -193,17 +196,19 @@ def test_gpus_a_quarter_busy_run_several_trials_each_by_default(cli) -> None:  #
     """No scheduler.parallel: two GPUs whose trials leave them 25 % busy go from one trial
     each to three (80 / 25) once the first trials reported a step, the run says so as it
     happens, and the trials really overlapped on each GPU."""
-    result = cli("run", *PINNED, "study.n_trials=14", env=QUARTER_BUSY)
+    result = cli("run", *CURVES, "study.n_trials=14", env=QUARTER_BUSY)
     assert result.code == 0, result.stderr
     assert "1 per GPU to start, more while throughput rises" in result.stdout
-    packing = _packing(result.db)
-    first = packing["changes"][0]
-    assert (first["from"], first["to"]) == (1, 3)
-    assert first["reason"].startswith("25% utilization at 1 per GPU: 3 per GPU")
-    assert {c["gpu"] for c in packing["changes"] if (c["from"], c["to"]) == (1, 3)} == {0, 1}
-    # a note per group of like GPUs (the fakes differ in name: a group each)
+    changes = _packing(result.db)["changes"]
+    # each GPU's first change is the first level: 3 (80 / 25), or 2 where the cores the trials
+    # use on a loaded test machine bound it ("host CPU")
+    firsts = {gpu: next(c for c in changes if c["gpu"] == gpu) for gpu in (0, 1)}
+    for first in firsts.values():
+        assert first["from"] == 1 and first["to"] in (2, 3), first
+        # about 25 %: a loaded machine's sampler may catch a trial between two others
+        assert re.match(rf"2\d% utilization at 1 per GPU: {first['to']} per GPU", first["reason"])
     notes = [line for line in result.stdout.splitlines()
-             if "1 -> 3 trials per GPU (25% utilization at 1 per GPU" in line]
+             if re.search(r"trials per GPU \(2\d% utilization at 1 per GPU", line)]
     assert {"gpu0", "gpu1"} <= {word.strip(",:") for line in notes for word in line.split()}
     overlap = _overlap_per_gpu(result.db)
     assert set(overlap) == {0, 1} and min(overlap.values()) >= 2
@@ -212,7 +217,25 @@ def test_gpus_a_quarter_busy_run_several_trials_each_by_default(cli) -> None:  #
 @pytest.mark.slow
 @pytest.mark.parametrize("setting", ["scheduler.parallel=2", "scheduler.trials_per_gpu=1"])
 def test_a_number_given_is_exactly_that_many(cli, setting: str) -> None:  # type: ignore[no-untyped-def]
-    result = cli("run", *PINNED, "study.n_trials=6", setting, env=QUARTER_BUSY)
+    result = cli("run", *CURVES, "study.n_trials=6", setting, env=QUARTER_BUSY)
     assert result.code == 0, result.stderr
     assert _packing(result.db) == {}  # no packing: nothing measured, nothing recorded
     assert _overlap_per_gpu(result.db) == {0: 1, 1: 1}
+
+
+def test_the_steady_utilization_starts_when_every_running_trial_reported() -> None:
+    """Readings from while a trial imported torch and made its CUDA context (0 %) are left
+    out: only those after the last of the running trials' first reports count."""
+    from types import SimpleNamespace
+
+    from hpo_orchestrator.scheduler._packer import _steady
+    from hpo_orchestrator.telemetry import DeviceReading
+
+    readings = [DeviceReading(float(t), 0.0 if t < 6 else 30.0, 1000.0) for t in range(12)]
+    first = SimpleNamespace(spawned_at=0.0, reports=[(1, 4.0), (2, 5.0)])
+    second = SimpleNamespace(spawned_at=1.0, reports=[(1, 5.0)])  # its first step at t = 6
+    assert _steady(readings, [first, second]) == [30.0] * 6  # type: ignore[arg-type]
+    assert _steady(readings, [first]) == [0.0, 0.0] + [30.0] * 6  # type: ignore[arg-type]
+    waiting = SimpleNamespace(spawned_at=2.0, reports=[])
+    assert _steady(readings, [first, waiting]) == []  # type: ignore[arg-type]
+    assert _steady(readings, []) == []

@@ -117,10 +117,10 @@ def resolve_parallel(parallel: int | str | None, gpus: int, trials_per_gpu: int 
 
 
 def is_auto_packing(parallel: Any, trials_per_gpu: Any) -> bool:
-    """scheduler.trials_per_gpu=auto, or trials_per_gpu left unset with parallel unset or auto:
-    the per-GPU level is measured (scheduler/_packing.py). An explicit number for either
-    means exactly that many."""
-    return trials_per_gpu == "auto" or (trials_per_gpu is None and parallel in (None, "auto"))
+    """scheduler.trials_per_gpu=auto, or parallel=auto (what resolve_parallel makes of it
+    unset on a GPU host) with trials_per_gpu left unset: the per-GPU level is measured
+    (scheduler/_packing.py). A number for either means exactly that many."""
+    return trials_per_gpu == "auto" or (trials_per_gpu is None and parallel == "auto")
 
 
 @dataclass(frozen=True)
