@@ -767,6 +767,7 @@ def _(built: Built, connection: Connection) -> None:
 @case("tally.SINCE_TRIALS")
 @case("tally.SINCE_SUMMARY")
 @case("tally.SINCE_ATTRS")
+@case("tally.SINCE_STEPS")
 def _(built: Built, connection: Connection) -> None:
     ids = built.trial_ids
     since = _tally.trials_since(connection, built.study_id, ids[1], [ids[1]])
@@ -864,14 +865,18 @@ def _(built: Built, connection: Connection) -> None:
         3: {"hpo.fail_reason": "oom", "hpo.retried": True}}
 
 
-def test_tally_reads_as_the_full_visit(built: Built, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_tally_reads_as_a_visit_of_every_trial(built: Built, monkeypatch: pytest.MonkeyPatch) -> None:
     """The tally built on this study (trial #1 ended elsewhere: it gets a summary row) gives
-    status's numbers, on both backends; rolled back."""
+    status's numbers, as a visit of every trial does, on both backends; rolled back."""
     from hpo_orchestrator.status import _collect
     from hpo_orchestrator.status._tally import Tally, advance
+    from tests import status_visit
 
     monkeypatch.setattr(_collect.time, "time", lambda: T0.timestamp() + 500)
+    monkeypatch.setattr(status_visit.time, "time", lambda: T0.timestamp() + 500)
     with built.engine.connect() as connection, connection.begin() as transaction:
+        full = status_visit.visit(connection, STUDY).to_json()
+        assert _collect.collect(connection, STUDY).to_json() == full  # no tally: a fresh fold
         advance(connection, built.study_id, STUDY, rebuild=True)
         stored = _tally.read_tally(connection, built.study_id)
         assert stored is not None
@@ -879,9 +884,7 @@ def test_tally_reads_as_the_full_visit(built: Built, monkeypatch: pytest.MonkeyP
         ids = built.trial_ids
         assert (tally.watermark, tally.holes, tally.folded) == (ids[5], [ids[4], ids[5]], 4)
         assert _tally.summary_count_upto(connection, built.study_id, ids[5], [])[0] == 4
-        full = _collect._collect(connection, STUDY)[0].to_json()
-        kept = _collect._collect(connection, STUDY, kept=True)[0].to_json()
-        assert kept == full
+        assert _collect.collect(connection, STUDY).to_json() == full  # the kept tally
         transaction.rollback()
 
 

@@ -13,7 +13,6 @@ import subprocess
 import sys
 from datetime import datetime, timedelta
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import optuna
@@ -172,7 +171,7 @@ def test_3_failing_trials_finding_names_the_common_errors() -> None:
         (0, "exception", "ValueError: lr=0.1 too big"), (2, "exception", "ValueError: lr=0.3 too big"),
         (3, "oom", "CUDA out of memory"), (5, "interrupted", "stopped by SIGINT/SIGTERM")]
     found = find_all(_report(FAIL=4, COMPLETE=1), StudyFacts(
-        config={}, rows=[], max_complete_step=None, unverified=[], mismatches=[], failures=failures))
+        config={}, max_complete_step=None, unverified=[], mismatches=[], failures=failures))
     finding = next(f for f in found if f.code == "failing_trials")
     # issue 30: grouped by message; lr=0.3's trial was counted under lr=0.1's text
     assert finding.message == ("3 trials failed: 1 x ValueError: lr=0.1 too big (e.g. trial 0); "
@@ -180,12 +179,12 @@ def test_3_failing_trials_finding_names_the_common_errors() -> None:
                                "1 x CUDA out of memory (e.g. trial 3)")
     failures += [(6, "exception", "KeyError: 'a'"), (7, "exception", "ValueError: lr=0.1 too big")]
     found = find_all(_report(FAIL=6, COMPLETE=1), StudyFacts(
-        config={}, rows=[], max_complete_step=None, unverified=[], mismatches=[], failures=failures))
+        config={}, max_complete_step=None, unverified=[], mismatches=[], failures=failures))
     finding = next(f for f in found if f.code == "failing_trials")
     assert finding.message.startswith("5 trials failed: 2 x ValueError: lr=0.1 too big (e.g. trial 0)")
     assert finding.message.endswith("; 1 more with 1 other message(s)")
     assert "'hpo-orchestrator logs 0'" in finding.advice
-    none = find_all(_report(COMPLETE=1), StudyFacts(config={}, rows=[], max_complete_step=None,
+    none = find_all(_report(COMPLETE=1), StudyFacts(config={}, max_complete_step=None,
                                                      unverified=[], mismatches=[], failures=[]))
     assert all(f.code != "failing_trials" for f in none)
 
@@ -535,10 +534,6 @@ def test_7_8_queued_trials_min_resource_and_the_latest_study(tmp_path: Path,
     assert "most recently" not in capsys.readouterr().err
 
 
-def _rows(startup: float, decision: float, n: int = 4) -> list[Any]:
-    return [SimpleNamespace(startup_s=startup, first_decision_s=decision)] * n
-
-
 @pytest.mark.parametrize(("config", "startup", "advice_has", "advice_lacks"), [
     ({"scheduler": {"worker_mode": "reuse"}, "pruner": {"min_resource": 3}}, 3.0,
      "raise pruner.min_resource (now 3)", "worker_mode"),
@@ -550,7 +545,7 @@ def test_7_slow_startup_has_a_floor_and_advice_that_applies(config: dict[str, An
                                                             advice_has: str | None,
                                                             advice_lacks: str | None) -> None:
     found = [f for f in find_all(_report(COMPLETE=4), StudyFacts(
-        config=config, rows=_rows(startup, startup * 2), max_complete_step=None, unverified=[],
+        config=config, startup=(4, startup, startup * 2), max_complete_step=None, unverified=[],
         mismatches=[])) if f.code == "slow_startup"]
     if advice_has is None:
         assert found == []  # 50 % of the time, but 0.05 s: not worth a finding

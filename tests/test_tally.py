@@ -1,9 +1,10 @@
-"""The study's kept tally gives the numbers of the full visit (status/_kept.py against
-status/_collect.py), whoever ended the trials: the orchestrator, plain Optuna (``tell`` from
-another process, ``add_trial``), or a reaper; and status falls back to the full visit when the
-tally cannot be trusted.
+"""Status gives the database's numbers whichever tally it folds into: the study's kept tally
+(the trials since it folded into a copy), or a fresh one that every trial is folded into where
+it cannot trust the kept one, whoever ended the trials: the orchestrator, plain Optuna (``tell``
+from another process, ``add_trial``), or a reaper. The numbers are held to a visit of every
+trial (tests/status_visit.py).
 
-Each comparison freezes the clock (running trials end "now") and compares the JSON of both
+Each comparison freezes the clock (running trials end "now") and compares the JSON of the
 reports: equal, but for sums, which may differ in their last bits (another summing order).
 """
 
@@ -25,9 +26,11 @@ from optuna.trial import TrialState
 import hpo_orchestrator.db as db
 from hpo_orchestrator.db import connect, tables
 from hpo_orchestrator.status import _collect
-from hpo_orchestrator.status._kept import _median, _tally_of
+from hpo_orchestrator.status._collect import _kept_tally, _median
 from hpo_orchestrator.status._tally import Tally, advance
+from tests import status_visit
 from tests.conftest import run_cli
+from tests.status_visit import visit
 from tests.test_status_numbers import _study
 
 TARGET = "objective.target=tests.objectives:"
@@ -50,27 +53,42 @@ def _same(full: Any, kept: Any, path: str = "") -> None:
 
 def _compare(url: str, study: str, monkeypatch: pytest.MonkeyPatch,
              kept_expected: bool = True, read_from_tally: bool | None = None) -> Tally | None:
-    """The reports of the study (full visit, tally, tally through sqlite3), compared; the
-    tally status trusted (None: it fell back). ``read_from_tally``: whether the tally answered
-    (default: when trusted; a trial since it that it cannot place makes it fall back)."""
+    """The study's report (through SQLAlchemy, and through sqlite3 as status --json reads it),
+    and the fresh fold of every trial, each against a visit of every trial; the kept tally
+    status trusted (None: it folded into a fresh one). ``read_from_tally``: whether the kept
+    tally answered (default: when trusted; a trial since it that it cannot place makes status
+    fold into a fresh one)."""
     now = datetime.now().timestamp()
     monkeypatch.setattr(_collect.time, "time", lambda: now)
+    monkeypatch.setattr(status_visit.time, "time", lambda: now)
+    answered: list[bool] = []  # per report: whether a kept tally (watermark > 0) answered
+    report = _collect._report
+
+    def spied(*args: Any) -> Any:
+        made = report(*args)
+        if args[-1].watermark:
+            answered.append(made is not None)
+        return made
+
+    monkeypatch.setattr(_collect, "_report", spied)
     engine = connect.create_engine(url)
     try:
         with engine.connect() as connection:
             study_id, _ = db.study_id_of(connection, study)
-            tally = _tally_of(connection, study_id, study)
+            tally = _kept_tally(connection, study_id, study)
             assert (tally is not None) == kept_expected
-            full = _collect._collect(connection, study)[0].to_json()
-            kept = _collect._collect(connection, study, kept=True)[0].to_json()
+            full = visit(connection, study).to_json()
+            _same(full, _collect.collect(connection, study).to_json())
+            with monkeypatch.context() as fresh:  # the fold of every trial, kept tally or not
+                fresh.setattr(_collect, "_kept_tally", lambda *_: None)
+                _same(full, _collect.collect(connection, study).to_json())
     finally:
         engine.dispose()
-    _same(full, kept)
+    answered.clear()
     with closing(db.open_sqlite(url)) as plain:  # status --json's path: sqlite3, no SQLAlchemy
         lite = _collect.collect_status_sqlite(plain, study)
-    assert (lite is not None) == (kept_expected if read_from_tally is None else read_from_tally)
-    if lite is not None:
-        _same(full, lite.to_json())
+    _same(full, lite.to_json())
+    assert (answered[:1] == [True]) == (kept_expected if read_from_tally is None else read_from_tally)
     return tally
 
 
@@ -89,7 +107,7 @@ def test_tally_then_trials_told_by_optuna(tmp_path: Path, monkeypatch: pytest.Mo
     """Summarized, foreign and running trials; then plain Optuna ends the running one, asks
     and tells more, adds one with old dates: read before and after the next trial's end."""
     url = _study(tmp_path / "s.db", summarized)
-    _compare(url, "big", monkeypatch, kept_expected=False)  # no tally: the full visit
+    _compare(url, "big", monkeypatch, kept_expected=False)  # no tally: a fresh fold
     _advance(url)  # only a run's start builds it
     _compare(url, "big", monkeypatch, kept_expected=False)
     _advance(url, rebuild=True)
@@ -117,7 +135,8 @@ def test_tally_then_trials_told_by_optuna(tmp_path: Path, monkeypatch: pytest.Mo
     assert _compare(url, "big", monkeypatch) == tally
 
 
-def test_falls_back_when_the_tally_does_not_match(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_folds_afresh_when_the_tally_does_not_match(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     url = _study(tmp_path / "s.db", 30)
     _advance(url, rebuild=True)
     _compare(url, "big", monkeypatch)
@@ -128,7 +147,7 @@ def test_falls_back_when_the_tally_does_not_match(tmp_path: Path, monkeypatch: p
     _compare(url, "big", monkeypatch)
 
 
-def test_a_trial_started_before_a_devices_frontier_is_read_by_the_full_visit(
+def test_a_trial_started_before_a_devices_frontier_is_folded_afresh(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Optuna's add_trial can write a finished trial with any dates: on a device whose early
     busy time was summed away, the tally cannot place it, and says so."""
@@ -148,7 +167,7 @@ def test_a_trial_started_before_a_devices_frontier_is_read_by_the_full_visit(
             "UPDATE trials SET datetime_start = :a, datetime_complete = :b WHERE number = :n"),
             {"a": old, "b": old + timedelta(seconds=5), "n": len(study.trials) - 1})
     engine.dispose()
-    _compare(url, "big", monkeypatch, read_from_tally=False)  # read: it falls back inside
+    _compare(url, "big", monkeypatch, read_from_tally=False)  # read: a fresh fold answers
     _advance(url)
     _compare(url, "big", monkeypatch, kept_expected=False)  # folded: the tally is not exact
     _advance(url, rebuild=True)
@@ -159,7 +178,7 @@ def test_a_trial_started_before_a_devices_frontier_is_read_by_the_full_visit(
 def test_best_follows_the_direction(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                     direction: str) -> None:
     """The best trial of a single-objective study is its highest value when it maximizes, its
-    lowest when it minimizes: from the kept tally as from the full visit, folded in by
+    lowest when it minimizes: from the kept tally as from a visit of every trial, folded in by
     ``advance`` and read since it (trials told after the tally), ties to the lowest number."""
     url = _study(tmp_path / "s.db", 30, direction=direction)
     _advance(url, rebuild=True)
@@ -175,12 +194,13 @@ def test_best_follows_the_direction(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     for step in range(3):
         now = datetime.now().timestamp()
         monkeypatch.setattr(_collect.time, "time", lambda now=now: now)
+        monkeypatch.setattr(status_visit.time, "time", lambda now=now: now)
         engine = connect.create_engine(url)
         with engine.connect() as connection:
-            kept = _collect._collect(connection, "big", kept=True)[0]
-            full = _collect._collect(connection, "big")[0]
+            kept = _collect.collect(connection, "big")
+            full = visit(connection, "big")
         engine.dispose()
-        assert _tally_of_url(url) is not None  # the kept tally answered, not the full visit
+        assert _tally_of_url(url) is not None  # the kept tally answered, not a fresh fold
         value, number = expected()
         assert (kept.best["value"], kept.best["number"]) == (value, number), step
         assert (full.best["value"], full.best["number"]) == (value, number), step
@@ -199,7 +219,7 @@ def _tally_of_url(url: str) -> Tally | None:
     try:
         with engine.connect() as connection:
             study_id, _ = db.study_id_of(connection, "big")
-            return _tally_of(connection, study_id, "big")
+            return _kept_tally(connection, study_id, "big")
     finally:
         engine.dispose()
 
@@ -207,7 +227,7 @@ def _tally_of_url(url: str) -> Tally | None:
 def test_a_trial_asked_ahead_is_queued_not_running(tmp_path: Path,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     """A trial asked ahead of a free slot (RUNNING to Optuna, no hpo.slot yet) is QUEUED in
-    status, from the kept tally as from the full visit, and on no device."""
+    status, from the kept tally as from a visit of every trial, and on no device."""
     url = _study(tmp_path / "s.db", 30)
     _advance(url, rebuild=True)
     optuna.logging.set_verbosity(optuna.logging.ERROR)
@@ -218,7 +238,7 @@ def test_a_trial_asked_ahead_is_queued_not_running(tmp_path: Path,
     _compare(url, "big", monkeypatch)
     engine = connect.create_engine(url)
     with engine.connect() as connection:
-        kept = _collect._collect(connection, "big", kept=True)[0]
+        kept = _collect.collect(connection, "big")
     engine.dispose()
     assert _tally_of_url(url) is not None
     assert (kept.states["RUNNING"].count, kept.states["QUEUED"].count) == (1, 1)

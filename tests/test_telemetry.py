@@ -301,7 +301,7 @@ def test_gpu_findings_thresholds(busy_queued: float, util_compute: float, expect
                     util_compute_mean=util_compute)
     report = StatusReport(study="s", direction="minimize", n_trials_target=10, states={},
                           prune_rate=None, prune_steps={}, best=None, per_device=[gpu], running=[])
-    facts = StudyFacts(config={"scheduler": {"parallel": 1}}, rows=[], max_complete_step=None,
+    facts = StudyFacts(config={"scheduler": {"parallel": 1}}, max_complete_step=None,
                        unverified=[], mismatches=[])
     assert {f.code for f in find_all(report, facts)} == expected
 

@@ -34,7 +34,7 @@ def _idle_report() -> StatusReport:
 def test_14_idle_gpu_finding_takes_parallel_auto(parallel: object) -> None:
     """`scheduler.parallel=auto` is stored as the text 'auto': compared with a number it
     crashed status and report after every such run on a GPU host."""
-    facts = StudyFacts(config={"scheduler": {"parallel": parallel}}, rows=[],
+    facts = StudyFacts(config={"scheduler": {"parallel": parallel}},
                        max_complete_step=None, unverified=[], mismatches=[])
     idle = [f for f in find_all(_idle_report(), facts) if f.code == "idle_gpu"]
     assert len(idle) == 1  # issue 30: one finding naming the GPUs, not one per GPU

@@ -47,9 +47,10 @@ def cmd_status(args: argparse.Namespace, console: Console) -> int:
             live.update(render_status(collect_status(engine, args.study), typed), refresh=True)
 
 def _status_json_sqlite(args: argparse.Namespace) -> bool:
-    """``status --json`` of a sqlite study with a kept tally, read through sqlite3 alone
-    (importing SQLAlchemy would cost more than the read: docs/BENCHMARKS.md "status from a kept
-    tally"); False, nothing printed, when the storage or the study needs the engine's path."""
+    """``status --json`` of a plain sqlite study, read through sqlite3 alone (importing
+    SQLAlchemy would cost more than the read of a study with a kept tally: docs/BENCHMARKS.md
+    "status from a kept tally"); False, nothing printed, for any other storage (or anything
+    unusual about the file: db.open_sqlite), which the engine's path reads."""
     from contextlib import closing
 
     from hpo_orchestrator.db import open_sqlite
@@ -61,8 +62,6 @@ def _status_json_sqlite(args: argparse.Namespace) -> bool:
     with closing(connection):
         args.study = _trials.resolve_study(connection, args.study, errors())
         report = collect_status_sqlite(connection, args.study)
-    if report is None:
-        return False
     print(json.dumps(report.to_json(), indent=2, default=str))
     return True
 

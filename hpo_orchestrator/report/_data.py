@@ -17,7 +17,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from hpo_orchestrator import db
 from hpo_orchestrator.db import TrialRow
-from hpo_orchestrator.status import StatusReport, collect_with_rows, device_label
+from hpo_orchestrator.status import StatusReport, collect, device_label
 
 __all__ = ["CPU_AXIS", "Bar", "ReportData", "Series", "collect_report", "lane_device", "lane_name",
            "prune_histogram"]
@@ -72,10 +72,10 @@ class ReportData:
 def collect_report(engine: Engine, study: str | None, last: int | None = None) -> ReportData:
     """The summary of every trial, and the charts of every trial or of the newest ``last``."""
     with db.read_errors(), engine.connect() as connection:
-        status, rows = collect_with_rows(connection, study)
+        status = collect(connection, study)
         study_id, name = db.study_id_of(connection, status.study)
         first = db.first_of_last(connection, study_id, last)
-        rows = [r for r in rows if r.number >= first]
+        rows = db.trial_rows(connection, study_id, first)
         values = db.trial_values(connection, study_id, first)
         samples = _samples(connection, study_id, first) if db.has_telemetry_table(connection) else []
     starts = [r.start_s for r in rows if r.start_s is not None]

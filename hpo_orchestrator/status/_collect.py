@@ -1,52 +1,61 @@
-"""Status from plain SQL over the storage (through :mod:`hpo_orchestrator.db`): never loads
-every trial through the ORM. A study with a kept tally is read by :mod:`._kept` instead; the
-visit of every trial here is what it falls back to, and what ``report`` reads.
+"""Status from plain SQL over the storage (through :mod:`hpo_orchestrator.db`): the study's
+tally (status/_tally.py) and the trials since its watermark.
 
-The db package hands back one narrow row per trial and a few pre-filtered facts; durations,
-device use and prune steps are computed here, and turned into findings by
-:mod:`hpo_orchestrator.status._findings`.
+One aggregation: the trials status reads are folded into a tally, the study's kept one
+(folded at each trial's end: one row, the trials since it, and a few index reads of
+``hpo_trial_summary`` for medians, flags and failures), or, where the study has none status
+can trust (no run of this version started it, another version's, a summary row gone, a trial
+it cannot place), a fresh one that every trial is folded into here. So the cost grows with the
+trials since the last trial's end, and a study without a tally costs one read of every trial,
+until a run's start rebuilds it (docs/BENCHMARKS.md "status from a kept tally"). The numbers
+are the database's exactly, sums but for their last bits (tests/test_tally.py checks both
+ways against a visit of every trial).
+
+Findings are made from the report and a few pre-filtered facts
+(:mod:`hpo_orchestrator.status._findings`).
 """
 
 from __future__ import annotations
 
 import gc
 import sqlite3
-import statistics
 import time
-from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import datetime
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from hpo_orchestrator import db, keys
-from hpo_orchestrator.db import TrialRow
-from hpo_orchestrator.status._common import (
-    device_choices_of,
-    device_label,
-    hosts_of,
-    listed_devices,
-    packing_of,
-    pareto,
-    running_of,
-)
 from hpo_orchestrator.status._findings import find_all
-from hpo_orchestrator.status._kept import collect_kept
 from hpo_orchestrator.status._model import DeviceUse, Finding, StateStats, StatusReport, StudyFacts
+from hpo_orchestrator.status._tally import (
+    VERSION,
+    Tally,
+    fail_attrs,
+    failed_upto,
+    flags_upto,
+    has_tally_table,
+    ordered_window,
+    read_tally,
+    trials_since,
+    trusted,
+)
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
 
     from hpo_orchestrator.db import Readable as Connection
 
-__all__ = ["collect_status", "collect_status_sqlite", "collect_with_rows", "device_label"]
+__all__ = ["collect", "collect_status", "collect_status_sqlite", "device_label", "running_of"]
 
 _STATES = ("COMPLETE", "PRUNED", "FAIL", "RUNNING", "QUEUED", "WAITING")
 
 
 @contextmanager
 def _cycle_collector_paused() -> Iterator[None]:
-    """One row object per trial and nothing cyclic: the cycle collector would only rescan them
-    (20 % of the time on 100k trials), so it is paused while they are built."""
+    """One row object per trial read and nothing cyclic: the cycle collector would only rescan
+    them (20 % of the time on 100k trials), so it is paused while they are built."""
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
@@ -57,135 +66,273 @@ def _cycle_collector_paused() -> Iterator[None]:
 
 
 def collect_status(engine: Engine, study: str | None) -> StatusReport:
-    """From the study's kept tally (status/_kept.py) when it has a good one, else by visiting
-    every trial."""
     with _cycle_collector_paused(), db.read_errors(), engine.connect() as connection:
-        return _collect(connection, study, kept=True)[0]
+        return collect(connection, study)
 
 
-def collect_status_sqlite(connection: sqlite3.Connection, study: str | None) -> StatusReport | None:
-    """From the study's kept tally over a plain sqlite3 connection (db/_sql.py: no SQLAlchemy
-    import); None when the study has no tally status can trust (the caller then opens an
-    engine: the visit of every trial reads through SQLAlchemy). One read transaction, so every
-    statement sees the same snapshot."""
+def collect_status_sqlite(connection: sqlite3.Connection, study: str | None) -> StatusReport:
+    """Over a plain sqlite3 connection (db/_sql.py: no SQLAlchemy import), in one read
+    transaction, so every statement sees the same snapshot."""
     with _cycle_collector_paused(), db.read_errors():
         connection.execute("BEGIN")
         try:
-            return _collect(connection, study, kept=True, only_kept=True)[0]
-        except _NotKept:
-            return None
+            return collect(connection, study)
         finally:
             connection.execute("COMMIT")
 
 
-class _NotKept(Exception):
-    """The study has no tally status can trust."""
-
-
-def collect_with_rows(connection: Connection, study: str | None) -> tuple[StatusReport, list[TrialRow]]:
-    """The report and the trial rows it was made from (the report draws them again: one read)."""
-    with _cycle_collector_paused():
-        return _collect(connection, study)
-
-
-def _collect(connection: Connection, study: str | None, kept: bool = False,
-             only_kept: bool = False) -> tuple[StatusReport, list[TrialRow]]:
+def collect(connection: Connection, study: str | None) -> StatusReport:
+    """The study's report: from its kept tally when status can trust it, else from a fresh
+    one (a trial since the kept tally that it cannot place makes it fresh too)."""
     study_id, name = db.study_id_of(connection, study)
     directions = db.study_directions(connection, study_id) or ["minimize"]
-    direction = directions[0]
     study_attrs = db.study_attrs(connection, study_id)
     unreadable = study_attrs.pop(db.UNREADABLE, [])
-    config = study_attrs.get(keys.CONFIG) or {}
     db_now = db.database_now(connection)
     now = time.time()
-    if kept:
-        report = collect_kept(connection, study_id, name, directions, study_attrs, db_now, now)
-        if report is not None:
-            return _note_unreadable(report, unreadable), []
-    if only_kept:
-        raise _NotKept
     has_summary = db.has_summary_table(connection)
+    fold = partial(_report, connection, study_id, name, directions, study_attrs, db_now, now,
+                   has_summary)
+    kept = _kept_tally(connection, study_id, name) if has_summary else None
+    report = (fold(kept) if kept is not None else None) or fold(Tally(study_name=name))
+    assert report is not None  # a fresh tally places every trial
+    return _note_unreadable(report, unreadable)
 
-    counts = Counter(db.state_counts(connection, study_id))
-    rows = db.summary_rows(connection, study_id) if has_summary else []
-    uncovered = db.uncovered_trials(connection, study_id, has_summary)
-    rows += [u.row for u in uncovered]
-    hosts = len(hosts_of(rows, listed_devices(study_attrs)))
-    running, queued = running_of(connection, uncovered, db_now, now, config, hosts)
+
+def _kept_tally(connection: Connection, study_id: int, name: str) -> Tally | None:
+    """The study's tally if status can trust it (status/_tally.py's ``trusted``)."""
+    if not has_tally_table(connection):
+        return None
+    stored = read_tally(connection, study_id)
+    if stored is None or stored[0] != VERSION:
+        return None
+    tally = Tally.from_json(stored[1])
+    return tally if trusted(connection, study_id, name, tally) else None
+
+
+def _median(window: Callable[[int, int], list[float]], stored: int, extra: list[float]) -> float | None:
+    """statistics.median of ``stored`` values read in order (``window(offset, limit)``) and of
+    ``extra``, reading at most len(extra) + 2 of the stored ones: the k-th of both is among the
+    stored k-m-th to k+1-th (m = len(extra)), as every stored value below that range has fewer
+    than k values under it and every one above more than k+1."""
+    extra = sorted(extra)
+    n = stored + len(extra)
+    if n == 0:
+        return None
+    low = (n - 1) // 2  # the middle one (odd n) or the lower of the two (even n)
+    first = max(0, low - len(extra))
+    last = min(stored, n // 2 + 1)
+    merged = sorted((window(first, last - first) if last > first else []) + extra)
+    if n % 2:
+        return merged[low - first]
+    return (merged[low - first] + merged[low + 1 - first]) / 2
+
+
+def _report(connection: Connection, study_id: int, name: str, directions: list[str],
+            study_attrs: dict[str, Any], db_now: datetime | None, now: float, has_summary: bool,
+            tally: Tally) -> StatusReport | None:
+    """The report from ``tally`` plus the trials since it (folded into this in-memory copy,
+    running ones up to ``now``); None when a trial since it starts before a device's
+    frontier: the tally cannot place it."""
+    config = study_attrs.get(keys.CONFIG) or {}
+    since = trials_since(connection, study_id, tally.watermark, tally.holes, has_summary)
+    listed = listed_devices(study_attrs)
+    hosts = {d.host for d in tally.devices if d.host} | {t.row.host for t in since if t.row.host} \
+        | set(listed)
+    uncovered = [db.UncoveredTrial(t.trial_id, t.row, t.attrs) for t in since if not t.summarized]
+    running, queued = running_of(connection, uncovered, db_now, now, config, len(hosts))
+
+    # What the tally folded before (its medians and flags are index reads of the summary up
+    # to its watermark; a fresh tally has folded nothing)
+    folded = {state: int(n) for state, (n, _, _) in tally.durations.items()}
+    folded_pairs = tally.pairs
+    stored = tally.folded > 0
+    durations: dict[str, list[float]] = {}
+    pairs = []
+    for t in since:
+        row = t.row
+        number, state, _, _, start, end, startup_time, decision_time, _, _, _, _ = row
+        if start is not None and end is not None:
+            durations.setdefault(state, []).append(end - start)
+        if startup_time is not None and decision_time is not None:
+            pairs.append((startup_time, decision_time))
+        tally.add(t.trial_id, row, t.value, now,
+                  on_device=not (state == "RUNNING" and number in queued))
+    if not tally.exact:  # a trial since started before a device's frontier
+        return None
+
+    counts = dict(tally.states)
     if queued:
         counts["RUNNING"] -= len(queued)
         counts["QUEUED"] = len(queued)
-
-    durations: dict[str, list[float]] = {}
-    for row in rows:
-        if row.start_s is not None and row.end_s is not None:
-            durations.setdefault(row.state, []).append(row.end_s - row.start_s)
+    window = partial(ordered_window, connection, study_id, tally.watermark, tally.holes)
     states = {}
     for state in (*_STATES, *sorted(set(counts) - set(_STATES))):
-        values = durations.get(state, [])
-        states[state] = StateStats(count=counts.get(state, 0),
-                                   mean_s=statistics.fmean(values) if values else None,
-                                   median_s=statistics.median(values) if values else None,
-                                   max_s=max(values) if values else None)
-    finished = counts["COMPLETE"] + counts["PRUNED"] + counts["FAIL"]
-    prune_rate = counts["PRUNED"] / finished if finished else None
+        n, total, longest = tally.durations.get(state, (0, 0.0, 0.0))
+        states[state] = StateStats(
+            count=counts.get(state, 0), mean_s=total / n if n else None,
+            median_s=_median(partial(window, "duration", state=state), folded.get(state, 0),
+                             durations.get(state, [])),
+            max_s=longest if n else None)
+    finished = sum(counts.get(s, 0) for s in ("COMPLETE", "PRUNED", "FAIL"))
 
-    prune_steps: Counter[int] = Counter()
-    max_complete_step = None
-    if has_summary:
-        prune_steps.update(db.summary_prune_steps(connection, study_id))
-        max_complete_step = db.summary_max_complete_step(connection, study_id)
-    for u in uncovered:
-        if u.row.last_step is not None and u.row.state == "PRUNED":
-            prune_steps[u.row.last_step] += 1
-        if u.row.last_step is not None and u.row.state == "COMPLETE":
-            max_complete_step = max(max_complete_step or 0, u.row.last_step)
-
-    reasons: Counter[str] = Counter()
-    unverified: list[tuple[int, str | None]] = []
-    mismatches: list[tuple[int, dict[str, Any]]] = []
-    if has_summary:
-        for flags in db.summary_flags(connection, study_id):
-            if flags.gpu_verified is not None and not flags.gpu_verified:
-                unverified.append((flags.number, flags.opencl_platform))
-            if flags.params_mismatch:
-                mismatches.append((flags.number, flags.params_mismatch))
-            if flags.fail_reason:
-                reasons[flags.fail_reason] += 1
-    for u in uncovered:
-        if u.attrs.get(keys.GPU_VERIFIED) is False:
-            unverified.append((u.row.number, u.attrs.get(keys.OPENCL_PLATFORM)))
-        if u.attrs.get(keys.PARAMS_MISMATCH):
-            mismatches.append((u.row.number, u.attrs[keys.PARAMS_MISMATCH]))
-        if u.attrs.get(keys.FAIL_REASON):
-            reasons[str(u.attrs[keys.FAIL_REASON])] += 1
-
-    window = _window(rows, now)
-    placed = [r for r in rows if r.state != "RUNNING" or r.number not in queued]
-    failures = db.fail_errors(connection, study_id)
+    flags = (flags_upto(connection, study_id, tally.watermark, tally.holes) if stored else []) \
+        + [t.flags for t in since]
+    reasons: dict[str, int] = {}
+    for f in flags:
+        if f.fail_reason:
+            reasons[f.fail_reason] = reasons.get(f.fail_reason, 0) + 1
+    failed = (failed_upto(connection, study_id, tally.watermark, tally.holes) if stored else []) \
+        + [t.trial_id for t in since if t.row.state == "FAIL"]
+    failed_attrs = fail_attrs(connection, failed)
+    failures = sorted((n, a.get(keys.FAIL_REASON), a.get(keys.ERROR))
+                      for n, a in failed_attrs.items() if a.get(keys.RETRIED) is not True)
+    retried = sum(1 for a in failed_attrs.values() if a.get(keys.RETRIED) is True)
     objective_failures = [n for n, reason, _ in failures if reason != "interrupted"]
+
+    startup = None
+    if folded_pairs + len(pairs) > 0:
+        startup_s, decision_s = (_median(partial(window, what), folded_pairs, [p[i] for p in pairs])
+                                 for i, what in enumerate(("startup_s", "first_decision_s")))
+        if startup_s is not None and decision_s is not None:
+            startup = (folded_pairs + len(pairs), startup_s, decision_s)
+    study_window = tally.window
     report = StatusReport(
-        study=name, direction=direction,
+        study=name, direction=directions[0],
         n_trials_target=config.get("study", {}).get("n_trials"),
-        states=states, prune_rate=prune_rate, prune_steps=dict(sorted(prune_steps.items())),
-        best=db.best_trial(connection, study_id, direction) if len(directions) == 1 else None,
-        directions=directions, best_trials=pareto(connection, study_id, directions),
-        per_device=_device_use(placed, study_attrs, now, window),
-        running=running, fail_reasons=dict(sorted(reasons.items())),
-        wall_s=None if window is None else window[2] - window[0], queued=queued,
-        active_s=_active(placed, now, window),
-        retried=db.count_retried(connection, study_id) if counts["FAIL"] else 0,
+        states=states, prune_rate=counts.get("PRUNED", 0) / finished if finished else None,
+        prune_steps=dict(sorted(tally.prune_steps.items())),
+        best=_best(connection, tally, directions[0]) if len(directions) == 1 else None,
+        directions=directions, best_trials=_pareto(connection, study_id, directions),
+        per_device=_device_use(tally, listed), running=running,
+        fail_reasons=dict(sorted(reasons.items())),
+        wall_s=None if study_window is None else study_window[2] - study_window[0], queued=queued,
+        retried=retried,
+        # the time with trials running is the union of every device's intervals; the tally
+        # keeps one union per device, so it is known only where there is one device
+        active_s=tally.devices[0].busy() if study_window is not None and len(tally.devices) == 1
+        else None,
         min_resource_auto=study_attrs.get(keys.PRUNER_MIN_RESOURCE_AUTO),
         pruner_tune=(config.get("pruner") or {}).get("tune") == "auto",
         pruner_history=study_attrs.get(keys.PRUNER_HISTORY) or [],
         pruner_tuning=study_attrs.get(keys.PRUNER_TUNING),
         last_failed=max(objective_failures) if objective_failures else None,
-        packing=packing_of(study_attrs), device_choices=device_choices_of(study_attrs))
+        packing=_per_host(study_attrs, keys.PACKING_PREFIX),
+        device_choices=_per_host(study_attrs, keys.DEVICE_CHOICE_PREFIX))
     report.findings = find_all(report, StudyFacts(
-        config=config, rows=rows, unverified=sorted(unverified), mismatches=sorted(mismatches),
-        max_complete_step=None if max_complete_step is None else int(max_complete_step),
-        failures=failures))
-    return _note_unreadable(report, unreadable), rows
+        config=config, startup=startup,
+        unverified=sorted((f.number, f.opencl_platform) for f in flags
+                          if f.gpu_verified is not None and not f.gpu_verified),
+        mismatches=sorted((f.number, f.params_mismatch) for f in flags if f.params_mismatch),
+        max_complete_step=tally.max_complete_step, failures=failures))
+    return report
+
+
+def _best(connection: Connection, tally: Tally, direction: str) -> dict[str, Any] | None:
+    best = tally.best_min if direction == "minimize" else tally.best_max
+    return None if best is None else db.best_of(connection, best[2], best[1], best[0])
+
+
+def _pareto(connection: Connection, study_id: int, directions: list[str]) -> list[dict[str, Any]]:
+    """A multi-objective study's Pareto-optimal trials with their params (none for one objective:
+    ``best`` says it)."""
+    if len(directions) < 2:
+        return []
+    return [{"number": t.number, "values": list(t.values),
+             "params": db.trial_params(connection, t.trial_id)}
+            for t in db.best_trials(connection, study_id)[1]]
+
+
+def _device_use(tally: Tally, listed: dict[str, list[dict[str, Any]]]) -> list[DeviceUse]:
+    """Every device a trial ran on or an orchestrator listed (labels count the hosts of the
+    trials on devices: queued ones are not); the busy time is the union of a device's
+    intervals, all of which lie in the study's window; the part of it after the last start
+    (``queued_hi``) is one stretch, from there to the device's last end, as no interval
+    starts later."""
+    hosts = len({d.host for d in tally.devices if d.host} | set(listed))
+    inventory: dict[tuple[str | None, int | None], DeviceUse] = {}
+    for key in [*((h, g["index"]) for h, devices in listed.items() for g in devices),
+                *((d.host, d.gpu_index) for d in tally.devices)]:
+        inventory.setdefault(key, DeviceUse(device_label(key[0], key[1], hosts), key[0], key[1]))
+    if tally.window is None:
+        return sorted(inventory.values(), key=lambda d: d.device)
+    lo, queued_hi, hi = tally.window
+    for key, use in inventory.items():
+        kept = next((d for d in tally.devices if (d.host, d.gpu_index) == key), None)
+        busy = 0.0 if kept is None else kept.busy()
+        after = 0.0 if kept is None or kept.max_end is None else max(0.0, kept.max_end - queued_hi)
+        if hi > lo:
+            use.busy_fraction = busy / (hi - lo)
+        if queued_hi > lo:
+            use.busy_fraction_queued = (busy - after) / (queued_hi - lo)
+        if kept is None:
+            continue
+        use.trials, use.states = kept.trials, dict(kept.states)
+        use.util_mean = round(kept.util[0] / kept.util[1], 1) if kept.util[1] > 0 else None
+        use.util_compute_mean = (round(kept.util_compute[0] / kept.util_compute[1], 1)
+                                 if kept.util_compute[1] > 0 else None)
+        use.energy_kj = round(kept.energy[0] / 1000, 3) if kept.energy[1] else None
+    return sorted(inventory.values(), key=lambda d: d.device)
+
+
+def running_of(connection: Connection, trials: list[db.UncoveredTrial], db_now: datetime | None,
+               now: float, config: dict[str, Any], hosts: int) -> tuple[list[dict[str, Any]], list[int]]:
+    """The running ones among ``trials``, with their last step and heartbeat age (database
+    clock vs database clock), and the numbers of those only queued.
+
+    A trial asked ahead of a free slot (scheduler.prefetch) is RUNNING to Optuna but has no
+    process yet: the orchestrator records its slot (hpo.slot) when a slot takes it. Its
+    heartbeat is kept up meanwhile; a stale one stays with the running (stale_running).
+    A trial no orchestrator asked (``optuna ask``: keys.asked_outside) is running on device
+    ``outside``, ``"outside": true``: its maker finishes it, no run reaps it.
+    """
+    storage = config.get("storage", {})
+    grace = storage.get("grace_period_s") or 3 * (storage.get("heartbeat_interval_s") or 10)
+    running: list[dict[str, Any]] = []
+    outside: set[int] = set()  # made by `optuna ask` or another program: no run's to finish
+    for trial_id, row, attrs in sorted((u for u in trials if u.row.state == "RUNNING"),
+                                       key=lambda u: u.row.number):
+        beat = db.heartbeat_of(connection, trial_id)
+        age = (db_now - beat).total_seconds() if beat is not None and db_now is not None else None
+        if keys.asked_outside(attrs, beat is not None):
+            outside.add(row.number)
+        running.append({
+            "number": row.number, "host": row.host,
+            "device": "outside" if row.number in outside
+            else device_label(row.host, row.gpu_index, hosts),
+            "elapsed_s": now - row.start_s if row.start_s is not None else None,
+            "last_step": row.last_step, "heartbeat_age_s": age,
+            "stale": age is not None and age > grace, "grace_s": grace,
+            "outside": row.number in outside,
+            # a first-wave worker's start-up outlasted the run's wait (hpo.setup_running)
+            "setup_running": attrs.get(keys.SETUP_RUNNING) is True})
+    slotless = {u.row.number for u in trials if u.row.state == "RUNNING" and config
+                and u.attrs.get(keys.SLOT) is None and u.row.number not in outside}
+    queued = sorted(r["number"] for r in running if r["number"] in slotless and not r["stale"])
+    return [r for r in running if r["number"] not in queued], queued
+
+
+def device_label(host: str | None, gpu: int | None, hosts: int) -> str:
+    """gpu0 / cpu, prefixed with the host when the study ran on several."""
+    device = "cpu" if gpu is None else f"gpu{gpu}"
+    return f"{host}:{device}" if hosts > 1 and host else device
+
+
+def listed_devices(study_attrs: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    """host -> its GPUs, as each orchestrator recorded them (study attr hpo.devices.<host>), so
+    a GPU that never got a trial still shows up."""
+    return {key.removeprefix(keys.DEVICES_PREFIX): devices or [] for key, devices in study_attrs.items()
+            if key.startswith(keys.DEVICES_PREFIX)}
+
+
+def _per_host(study_attrs: dict[str, Any], prefix: str) -> list[dict[str, Any]]:
+    """The study attrs ``<prefix><host>`` of every host, each with the host named:
+    hpo.packing.<host> (scheduler.trials_per_gpu=auto, scheduler/_packer.py) and
+    hpo.device_choice.<host> (objective.device=auto's latest measurement); an entry someone
+    else wrote in another shape is left out."""
+    return [{"host": key.removeprefix(prefix), **value}
+            for key, value in sorted(study_attrs.items())
+            if key.startswith(prefix) and isinstance(value, dict)]
 
 
 def _note_unreadable(report: StatusReport, names: list[str]) -> StatusReport:
@@ -197,104 +344,3 @@ def _note_unreadable(report: StatusReport, names: list[str]) -> StatusReport:
             "something else wrote them (optuna study set-user-attr, another program on a shared "
             "database); the rest of the study reads as usual", {"attrs": names}))
     return report
-
-
-
-
-
-
-
-
-def _busy_seconds(intervals: list[tuple[float, float]], lo: float, queued_hi: float,
-                  hi: float) -> tuple[float, float]:
-    """Seconds covered by at least one interval within [lo, hi] and within [lo, queued_hi].
-
-    One sweep over the sorted intervals (plain comparisons: this runs over every trial).
-    """
-    busy = queued = 0.0
-    cursor = lo
-    for start, end in sorted(intervals):
-        if start < cursor:
-            start = cursor
-        if end > hi:
-            end = hi
-        if end <= start:
-            continue
-        busy += end - start
-        if start < queued_hi:
-            queued += (end if end < queued_hi else queued_hi) - start
-        cursor = end
-    return busy, queued
-
-
-
-
-
-
-
-
-def _active(rows: list[TrialRow], now: float,
-            window: tuple[float, float, float] | None) -> float | None:
-    """Seconds with a trial running on the study's device, when it had one (every CPU slot
-    of a host is one device): the union of its trials' intervals. With several, None, as
-    status/_kept.py, whose tally keeps one union per device and none across them."""
-    devices = {(r.host, r.gpu_index) for r in rows if r.host is not None or r.gpu_index is not None}
-    if window is None or len(devices) != 1:
-        return None
-    intervals = [(r.start_s, r.end_s or now) for r in rows
-                 if r.start_s is not None and (r.host is not None or r.gpu_index is not None)]
-    return _busy_seconds(intervals, window[0], window[1], window[2])[0]
-
-
-def _window(rows: list[TrialRow], now: float) -> tuple[float, float, float] | None:
-    """(first start, last start, last end or now): the study's wall time, and the part of it
-    in which trials were still waiting to start."""
-    starts = [r.start_s for r in rows if r.start_s is not None]
-    if not starts:
-        return None
-    return min(starts), max(starts), max(r.end_s or now for r in rows if r.start_s is not None)
-
-
-def _device_use(rows: list[TrialRow], study_attrs: dict[str, Any], now: float,
-                window: tuple[float, float, float] | None) -> list[DeviceUse]:
-    listed = listed_devices(study_attrs)
-    hosts = hosts_of(rows, listed)
-    DeviceKey = tuple[str | None, int | None]
-    by_device: dict[DeviceKey, list[TrialRow]] = {}
-    for row in rows:
-        if row.host is not None or row.gpu_index is not None:  # run by an orchestrator
-            by_device.setdefault((row.host, row.gpu_index), []).append(row)
-    inventory: dict[DeviceKey, DeviceUse] = {}
-    for key in [*((h, g["index"]) for h, devices in listed.items() for g in devices), *by_device]:
-        inventory.setdefault(key, DeviceUse(device_label(key[0], key[1], len(hosts)), key[0], key[1]))
-
-    if window is None:
-        return sorted(inventory.values(), key=lambda d: d.device)
-    study_lo, queued_hi, study_hi = window
-    for key, use in inventory.items():
-        members = by_device.get(key, [])
-        use.trials = len(members)
-        use.states = dict(Counter(r.state for r in members))
-        intervals = [(r.start_s, r.end_s or now) for r in members if r.start_s is not None]
-        busy, queued = _busy_seconds(intervals, study_lo, queued_hi, study_hi)
-        if study_hi > study_lo:
-            use.busy_fraction = busy / (study_hi - study_lo)
-        if queued_hi > study_lo:
-            use.busy_fraction_queued = queued / (queued_hi - study_lo)
-        use.util_mean = _weighted(members, now, compute=False)
-        use.util_compute_mean = _weighted(members, now, compute=True)
-        energy = [r.gpu_energy_j for r in members if r.gpu_energy_j is not None]
-        use.energy_kj = round(sum(energy) / 1000, 3) if energy else None
-    return sorted(inventory.values(), key=lambda d: d.device)
-
-
-def _weighted(rows: list[TrialRow], now: float, compute: bool) -> float | None:
-    """Mean GPU utilization over trials, weighted by each trial's duration."""
-    total = weight = 0.0
-    for row in rows:
-        value = row.gpu_util_compute_mean if compute else row.gpu_util_mean
-        if value is not None and row.start_s is not None:
-            w = (row.end_s or now) - row.start_s
-            total += value * w
-            weight += w
-    return round(total / weight, 1) if weight > 0 else None

@@ -143,16 +143,9 @@ def _gpu_unused(facts: StudyFacts) -> list[Finding]:
 
 
 def _slow_startup(facts: StudyFacts) -> list[Finding]:
-    if facts.startup is not None:
-        n_pairs, startup, decision = facts.startup
-    else:
-        pairs = [(r.startup_s, r.first_decision_s) for r in facts.rows
-                 if r.startup_s is not None and r.first_decision_s is not None]
-        n_pairs = len(pairs)
-        if n_pairs < MIN_TRIALS:
-            return []
-        startup = statistics.median(p[0] for p in pairs)
-        decision = statistics.median(p[1] for p in pairs)
+    if facts.startup is None:
+        return []
+    n_pairs, startup, decision = facts.startup
     if n_pairs < MIN_TRIALS:
         return []
     if decision <= 0 or startup < STARTUP_FLOOR_S or startup / decision < STARTUP_SHARE_ABOVE:

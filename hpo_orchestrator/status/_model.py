@@ -6,8 +6,6 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from hpo_orchestrator.db import TrialRow
-
 __all__ = ["DeviceUse", "Finding", "StateStats", "StatusReport", "StudyFacts"]
 
 
@@ -49,14 +47,12 @@ class StudyFacts:
     """What the findings need besides the report: a few per-trial facts, pre-filtered in SQL."""
 
     config: dict[str, Any]
-    rows: list[TrialRow]
     max_complete_step: int | None
     unverified: list[tuple[int, str | None]]  # (number, OpenCL platform) with gpu_verified false
     mismatches: list[tuple[int, dict[str, Any]]]  # (number, {param: [suggested, effective]})
     # (number, hpo.fail_reason, hpo.error) of failed trials that were not retried
     failures: list[tuple[int, str | None, str | None]] = field(default_factory=list)
-    # (trials with both, median startup_s, median first_decision_s) when status read them from
-    # the study's tally (status/_kept.py) instead of ``rows``; None: from ``rows``.
+    # (trials with both, median startup_s, median first_decision_s); None: no trial has both
     startup: tuple[int, float, float] | None = None
 
 
@@ -74,7 +70,7 @@ class StatusReport:
     fail_reasons: dict[str, int] = field(default_factory=dict)
     wall_s: float | None = None  # first start to last end (or now), gaps between runs included
     # Seconds with at least one trial running: the wall time without those gaps (None where
-    # status reads the study's tally, status/_kept.py, and the study used several devices)
+    # the study used several devices: the tally keeps one union of intervals per device)
     active_s: float | None = None
     # FAIL attempts whose params ran again (interrupted, or retried for oom/killed/lost): they
     # do not count against n_trials, their re-run does

@@ -56,6 +56,10 @@ VERSION = 1  # of the JSON: a tally of another version is rebuilt by the next ru
 _HOLE_MARGIN_S = 1.0
 
 
+def _start(segment: list[float]) -> float:
+    return segment[0]
+
+
 @dataclass
 class DeviceTally:
     """One device's trials. Its busy time is the length of the union of their intervals:
@@ -79,35 +83,37 @@ class DeviceTally:
     def add(self, row: TrialRow, end: float | None) -> bool:
         """Fold one trial in (``end``: its end, or now while it runs); False when its interval
         starts before the frontier (a clock set back, a trial added with old dates): the tally
-        cannot place it, and status visits every trial instead."""
+        cannot place it, and status folds every trial into a fresh one instead."""
+        # unpacked once: status without a kept tally folds every trial of the study
+        _, state, _, _, start, _, _, _, util, util_compute, energy, _ = row
         self.trials += 1
-        self.states[row.state] = self.states.get(row.state, 0) + 1
-        if row.gpu_energy_j is not None:
-            self.energy[0] += row.gpu_energy_j
+        self.states[state] = self.states.get(state, 0) + 1
+        if energy is not None:
+            self.energy[0] += energy
             self.energy[1] += 1
-        if row.start_s is None:
+        if start is None:
             return True
-        end = end if end is not None else row.start_s
-        for value, sums in ((row.gpu_util_mean, self.util),
-                            (row.gpu_util_compute_mean, self.util_compute)):
+        end = end if end is not None else start
+        for value, sums in ((util, self.util), (util_compute, self.util_compute)):
             if value is not None:
-                sums[0] += value * (end - row.start_s)
-                sums[1] += end - row.start_s
-        self.max_start = row.start_s if self.max_start is None else max(self.max_start, row.start_s)
-        if end <= row.start_s:  # an empty interval covers nothing
+                sums[0] += value * (end - start)
+                sums[1] += end - start
+        self.max_start = start if self.max_start is None else max(self.max_start, start)
+        if end <= start:  # an empty interval covers nothing
             return True
-        if row.start_s < self.frontier:
+        if start < self.frontier:
             return False
         self.max_end = end if self.max_end is None else max(self.max_end, end)
-        self._merge(row.start_s, end)
+        self._merge(start, end)
         return True
 
     def _merge(self, start: float, end: float) -> None:
-        starts = [s for s, _ in self.segments]
-        lo = bisect.bisect_left(starts, start)
+        # by their starts, without a list of them: a fold of every trial (status without a
+        # kept tally) merges each trial's interval into as many segments as trials so far
+        lo = bisect.bisect_left(self.segments, start, key=_start)
         if lo > 0 and self.segments[lo - 1][1] >= start:
             lo -= 1
-        hi = bisect.bisect_right(starts, end)
+        hi = bisect.bisect_right(self.segments, end, key=_start)
         if lo < hi:
             start = min(start, self.segments[lo][0])
             end = max(end, self.segments[hi - 1][1])
@@ -133,7 +139,7 @@ class Tally:
     watermark: int = 0  # the highest trial_id looked at
     holes: list[int] = field(default_factory=list)  # ids <= watermark not folded in
     folded: int = 0  # trials folded in: each has a hpo_trial_summary row
-    exact: bool = True  # False: a trial came that it cannot place; status visits every trial
+    exact: bool = True  # False: a trial came that it cannot place; status folds afresh
     states: dict[str, int] = field(default_factory=dict)
     # state -> [trials with a duration, sum of durations, longest]
     durations: dict[str, list[float]] = field(default_factory=dict)
@@ -150,29 +156,31 @@ class Tally:
         """Fold in one trial: a finished one for good, or (on a copy, at read) a running one,
         whose end is ``now``. ``value``: its first objective's value, when COMPLETE (ties: the
         lowest number, as db.best_trial)."""
-        self.states[row.state] = self.states.get(row.state, 0) + 1
-        if row.start_s is not None and row.end_s is not None:
-            n, total, longest = self.durations.get(row.state, [0, 0.0, -math.inf])
-            duration = row.end_s - row.start_s
-            self.durations[row.state] = [n + 1, math.fsum((total, duration)), max(longest, duration)]
-        if row.last_step is not None and row.state == "PRUNED":
-            self.prune_steps[row.last_step] = self.prune_steps.get(row.last_step, 0) + 1
-        if row.last_step is not None and row.state == "COMPLETE":
-            self.max_complete_step = max(self.max_complete_step or 0, row.last_step)
-        if row.startup_s is not None and row.first_decision_s is not None:
+        # unpacked once: status without a kept tally folds every trial of the study
+        number, state, host, gpu_index, start, end_s, startup, decision, _, _, _, last_step = row
+        self.states[state] = self.states.get(state, 0) + 1
+        if start is not None and end_s is not None:
+            n, total, longest = self.durations.get(state, [0, 0.0, -math.inf])
+            duration = end_s - start
+            self.durations[state] = [n + 1, math.fsum((total, duration)), max(longest, duration)]
+        if last_step is not None and state == "PRUNED":
+            self.prune_steps[last_step] = self.prune_steps.get(last_step, 0) + 1
+        if last_step is not None and state == "COMPLETE":
+            self.max_complete_step = max(self.max_complete_step or 0, last_step)
+        if startup is not None and decision is not None:
             self.pairs += 1
-        if value is not None and row.state == "COMPLETE":
-            best = [value, row.number, trial_id]
+        if value is not None and state == "COMPLETE":
+            best = [value, number, trial_id]
             if self.best_min is None or best[:2] < self.best_min[:2]:
                 self.best_min = best
-            if self.best_max is None or (-value, row.number) < (-self.best_max[0], self.best_max[1]):
+            if self.best_max is None or (-value, number) < (-self.best_max[0], self.best_max[1]):
                 self.best_max = best
-        end = row.end_s if row.end_s is not None else now
-        if row.start_s is not None:
-            lo, hi, last = self.window or (row.start_s, row.start_s, end)
-            self.window = [min(lo, row.start_s), max(hi, row.start_s), max(last, end)]
-        if on_device and (row.host is not None or row.gpu_index is not None):
-            if not self.device(row.host, row.gpu_index).add(row, end):
+        end = end_s if end_s is not None else now
+        if start is not None:
+            lo, hi, last = self.window or (start, start, end)
+            self.window = [min(lo, start), max(hi, start), max(last, end)]
+        if on_device and (host is not None or gpu_index is not None):
+            if not self.device(host, gpu_index).add(row, end):
                 self.exact = False
 
     def device(self, host: str | None, gpu_index: int | None) -> DeviceTally:
@@ -217,9 +225,12 @@ _TALLY_LOCK_SQL = _TALLY_SQL + " FOR UPDATE"  # PostgreSQL: one writer of a stud
 _SINCE = ("t.trial_id > :w", "t.trial_id IN :holes")
 _SINCE_TRIALS_SQL = (
     "SELECT t.trial_id, t.number, t.state, t.datetime_start, t.datetime_complete, "
-    "(SELECT MAX(iv.step) FROM trial_intermediate_values iv WHERE iv.trial_id = t.trial_id), "
     "(SELECT v.value FROM trial_values v WHERE v.trial_id = t.trial_id AND v.objective = 0) "
     "FROM trials t WHERE t.study_id = :s AND {since}")
+# The last step of each trial since, read only when one has no summary row (which holds it)
+_SINCE_STEPS_SQL = (
+    "SELECT iv.trial_id, MAX(iv.step) FROM trial_intermediate_values iv JOIN trials t "
+    "ON t.trial_id = iv.trial_id WHERE t.study_id = :s AND {since} GROUP BY iv.trial_id")
 # trial_id, TrialRow's columns, SummaryFlags' (its number is TrialRow's)
 _SINCE_COLUMNS = ("trial_id", *TrialRow._fields, *SummaryFlags._fields[1:])
 _SINCE_SUMMARY_SQL = (
@@ -300,37 +311,40 @@ def _since(connection: Readable, sql: str, params: dict[str, Any]) -> list[Any]:
     return found
 
 
-def trials_since(connection: Readable, study_id: int, watermark: int,
-                 holes: list[int]) -> list[SinceTrial]:
-    """The study's trials with an id above ``watermark`` or in ``holes``, by trial_id."""
+def trials_since(connection: Readable, study_id: int, watermark: int, holes: list[int],
+                 has_summary: bool = True) -> list[SinceTrial]:
+    """The study's trials with an id above ``watermark`` or in ``holes``, by trial_id
+    (``has_summary``: False where the database has no summary table, e.g. plain Optuna's)."""
     params: dict[str, Any] = {"s": study_id, "w": watermark, "holes": list(holes)}
-    values: dict[int, Any] = {}
-    trials = {}
-    for trial_id, number, state, start, end, last_step, value in _since(
-            connection, _SINCE_TRIALS_SQL, params):
-        trials[int(trial_id)] = (int(number), state_name(state), to_datetime(start),
-                                 to_datetime(end), last_step)
-        values[int(trial_id)] = value
+    trials = {int(r[0]): r for r in _since(connection, _SINCE_TRIALS_SQL, params)}
     found = {}
-    for r in _since(connection, _SINCE_SUMMARY_SQL, params):
-        trial_id = int(r[0])
-        if trial_id in trials:
-            split = 1 + len(TrialRow._fields)
-            found[trial_id] = SinceTrial(trial_id, TrialRow(*r[1:split]),
-                                         SummaryFlags.read((r[1], *r[split:])), {},
-                                         values[trial_id], True)
+    # Each row made without the NamedTuples' per-row checks (as db.summary_rows): a status
+    # without a kept tally reads every trial here
+    make, read_flags = tuple.__new__, SummaryFlags.read
+    for (trial_id, *row, verified, platform, mismatch, reason) in \
+            _since(connection, _SINCE_SUMMARY_SQL, params) if has_summary else ():
+        trial = trials.get(trial_id)
+        if trial is not None:
+            flags = read_flags((row[0], verified, platform, mismatch, reason)) \
+                if verified is not None or mismatch or reason \
+                else make(SummaryFlags, (row[0], None, platform, None, None))
+            found[trial_id] = make(SinceTrial, (trial_id, make(TrialRow, row), flags, {}, trial[5],
+                                                True, None))
     attrs: dict[int, dict[str, Any]] = {}
+    steps: dict[int, int] = {}
     if len(found) < len(trials):
         for trial_id, key, value in _since(connection, _SINCE_ATTRS_SQL,
                                            {**params, "keys": list(ATTR_KEYS)}):
             if int(trial_id) not in found:
                 attrs.setdefault(int(trial_id), {})[key] = json.loads(value)
-    for trial_id, (number, state, start, end, last_step) in trials.items():
+        steps = {int(trial_id): step for trial_id, step in _since(connection, _SINCE_STEPS_SQL, params)}
+    for trial_id, (_, number, state, start, end, value) in trials.items():
         if trial_id not in found:
             a = attrs.get(trial_id, {})
-            row = from_attrs(trial_id, study_id, number, state, start, end, last_step, a)
+            row = from_attrs(trial_id, study_id, int(number), state_name(state), to_datetime(start),
+                             to_datetime(end), steps.get(trial_id), a)
             found[trial_id] = SinceTrial(trial_id, TrialRow.of(row), SummaryFlags.of(row), a,
-                                         values[trial_id], False, row)
+                                         value, False, row)
     return [found[t] for t in sorted(found)]
 
 
