@@ -94,7 +94,7 @@ DEVICES_PREFIX = "hpo.devices."  # + the host's name
 PACKING_PREFIX = "hpo.packing."  # + the host's name
 DEVICE_CHOICE_PREFIX = "hpo.device_choice."  # + the host's name
 PRUNER_MIN_RESOURCE_AUTO = "hpo.pruner.min_resource_auto"
-# pruner.tune=auto (pruning/_live.py): every switch of the pruner's setting, and the verdict of
+# pruner.tune=auto (pruning/_tune_auto.py): every switch of the pruner's setting, and the verdict of
 # the latest replay (also when it kept the setting: status says why nothing switched)
 PRUNER_HISTORY = "hpo.pruner_history"
 PRUNER_TUNING = "hpo.pruner_tuning"

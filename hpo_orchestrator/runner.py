@@ -253,8 +253,8 @@ def _run(config: Config, wave: FirstWave,
                 config.study, n_trials=claimed + config.study.add_trials, add_trials=None))
             budget.n_trials = config.study.n_trials
         if claimed - recovering < config.study.n_trials:  # a new study has its record already
-            # a run with nothing to run leaves the study's record as it was: a plain `make hpo`
-            # after `study.add_trials=2` recorded n_trials=40 of the study's 42 trials
+            # a run with nothing to run leaves the study's record as it was: its n_trials may
+            # be below the trials the study has (study.add_trials raised the total before)
             record_config(study, config)
         best, front = _best_so_far(storage, study._study_id, config.study.objectives)
         prepared = PreparedRun(

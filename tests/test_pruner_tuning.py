@@ -1,4 +1,4 @@
-"""pruner.tune=auto (pruning/_live.py): the orchestrator replays the study's curves during the
+"""pruner.tune=auto (pruning/_tune_auto.py): the orchestrator replays the study's curves during the
 run and switches its pruner's setting; never to one that prunes the best replayed trial. The
 switches are recorded (hpo.pruner_history) and shown by status and report."""
 
@@ -17,8 +17,8 @@ from hpo_orchestrator import keys
 from hpo_orchestrator.config import PatientHyperbandPrunerConfig
 from hpo_orchestrator.db.connect import create_engine
 from hpo_orchestrator.pruning import PrunerSetting, PrunerTuner, load_curves, tune
-from hpo_orchestrator.pruning._live import MIN_CURVES, decide, expected_s_to_best, live_grid
 from hpo_orchestrator.pruning._replay import KEEP_CURRENT_WITHIN
+from hpo_orchestrator.pruning._tune_auto import MIN_CURVES, decide, expected_s_to_best, live_grid
 from tests.conftest import run_cli
 
 STEPS = 12

@@ -31,9 +31,9 @@ from optuna.trial import TrialState
 from hpo_orchestrator.db import _run
 from hpo_orchestrator.db.connect import open_rdb_storage
 from hpo_orchestrator.scheduler import count_claimed
-from hpo_orchestrator.scheduler._records import Retry, RunRecords
 from hpo_orchestrator.scheduler._recovery import Recovery
 from hpo_orchestrator.scheduler._trial import Asked
+from hpo_orchestrator.scheduler._writes import Retry, RunRecords
 from hpo_orchestrator.study import MirrorStorage, _end
 from tests.conftest import run_cli, start_cli, trial_rows
 

@@ -21,7 +21,7 @@ from hpo_orchestrator.cli._common import errors as _errors
 from hpo_orchestrator.cli._gpus import cmd_gpus
 from hpo_orchestrator.cli._params import cmd_best, cmd_enqueue
 from hpo_orchestrator.cli._parser import build_parser
-from hpo_orchestrator.cli._reads import cmd_report, cmd_status, cmd_telemetry, cmd_tune_pruner
+from hpo_orchestrator.cli._reports import cmd_report, cmd_status, cmd_telemetry, cmd_tune_pruner
 from hpo_orchestrator.cli._run import cmd_run, cmd_submit
 from hpo_orchestrator.errors import HpoError, mask_passwords, url_passwords
 

@@ -21,8 +21,8 @@ __all__ = ["build_parser"]
 
 _RUN_EPILOG = """\
 configuration groups (pick one: GROUP=OPTION):
-  objective=lightgbm|torch_mlp|custom   pruner=patient_hyperband|hyperband|median|none
-  sampler=tpe|random
+  objective=lightgbm|torch_mlp|custom   pruner={pruners}
+  sampler={samplers}
 
 most used keys (KEY=VALUE; --show-config prints them all, with their values):
   study.name=hpo  study.n_trials=40  study.add_trials=N (N more)  study.direction=minimize
@@ -40,6 +40,16 @@ e.g. hpo-orchestrator run objective=torch_mlp scheduler.parallel=4 study.n_trial
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
         raise ConfigError(message, f"see '{self.prog} --help'")
+
+    def format_help(self) -> str:
+        """The run's help names the pruner and sampler options config/_search.py has (read
+        when the help is shown: every other command starts without the config package)."""
+        if self.epilog and "{pruners}" in self.epilog:
+            from hpo_orchestrator.config import PRUNERS, SAMPLERS
+
+            self.epilog = self.epilog.replace("{pruners}", "|".join(PRUNERS)).replace(
+                "{samplers}", "|".join(SAMPLERS))
+        return super().format_help()
 
 
 def _int_list(value: str) -> list[int]:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from hpo_orchestrator.config import _schema as schema
 from hpo_orchestrator.config._cache import cached
 from hpo_orchestrator.config._keys import imply_groups, unknown_key_hint
+from hpo_orchestrator.config._search import PRUNERS, SAMPLERS
 from hpo_orchestrator.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -26,13 +27,8 @@ _GROUP_SCHEMAS: dict[str, dict[str, type]] = {
         "torch_mlp": schema.TorchMLPObjectiveConfig,
         "custom": schema.CustomObjectiveConfig,
     },
-    "pruner": {
-        "patient_hyperband": schema.PatientHyperbandPrunerConfig,
-        "hyperband": schema.HyperbandPrunerConfig,
-        "median": schema.MedianPrunerConfig,
-        "none": schema.NoPrunerConfig,
-    },
-    "sampler": {"tpe": schema.TPESamplerConfig, "random": schema.RandomSamplerConfig},
+    "pruner": PRUNERS,
+    "sampler": SAMPLERS,
 }
 
 # Hydra's override grammar (ANTLR) rejects an unquoted value with these messages

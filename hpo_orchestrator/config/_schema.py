@@ -17,14 +17,7 @@ from hpo_orchestrator.config._objectives import (
     LightGBMObjectiveConfig,
     TorchMLPObjectiveConfig,
 )
-from hpo_orchestrator.config._search import (
-    HyperbandPrunerConfig,
-    MedianPrunerConfig,
-    NoPrunerConfig,
-    PatientHyperbandPrunerConfig,
-    RandomSamplerConfig,
-    TPESamplerConfig,
-)
+from hpo_orchestrator.config._search import PrunerConfig, SamplerConfig
 from hpo_orchestrator.config._space import check_params
 
 __all__ = [
@@ -32,19 +25,11 @@ __all__ = [
     "ArtifactsConfig",
     "Config",
     "CustomObjectiveConfig",
-    "HyperbandPrunerConfig",
     "LightGBMObjectiveConfig",
-    "MedianPrunerConfig",
-    "NoPrunerConfig",
     "ObjectiveConfig",
-    "PatientHyperbandPrunerConfig",
-    "PrunerConfig",
-    "RandomSamplerConfig",
-    "SamplerConfig",
     "SchedulerConfig",
     "StorageConfig",
     "StudyConfig",
-    "TPESamplerConfig",
     "TelemetryConfig",
     "TorchMLPObjectiveConfig",
 ]
@@ -314,13 +299,10 @@ class ArtifactsConfig:
 
 if TYPE_CHECKING:
     ObjectiveConfig: TypeAlias = LightGBMObjectiveConfig | TorchMLPObjectiveConfig | CustomObjectiveConfig
-    PrunerConfig: TypeAlias = (PatientHyperbandPrunerConfig | HyperbandPrunerConfig
-                                 | MedianPrunerConfig | NoPrunerConfig)
-    SamplerConfig: TypeAlias = TPESamplerConfig | RandomSamplerConfig
 else:
     # OmegaConf cannot type a node as a union of dataclasses: at run time the node is untyped
     # and the group's own schema (base_<option>, registered in config/_load.py) types it.
-    ObjectiveConfig = PrunerConfig = SamplerConfig = Any
+    ObjectiveConfig = Any
 
 # omegaconf.MISSING: a value that composition must provide (here: the defaults list picks
 # one option per group). Spelled out so that a trial's child process, which unpickles the

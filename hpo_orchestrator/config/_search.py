@@ -1,15 +1,23 @@
 """The search's configs: how trials are proposed (``sampler.*``) and stopped early
-(``pruner.*``), re-exported by _schema."""
+(``pruner.*``), one dataclass per option of the group, each named in :data:`PRUNERS` or
+:data:`SAMPLERS` (the option's file in ``conf/pruner/`` or ``conf/sampler/`` composes it).
+
+A new pruner is its dataclass here (with its entry in :data:`PRUNERS` and
+:data:`PrunerConfig`), its ``conf/pruner/<name>.yaml``, and its branch in
+pruning/_factory.py's ``build_pruner`` (docs/DESIGN.md §3.2 walks it): the config package's
+face re-exports what this module exports.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from hpo_orchestrator.config._checks import _positive_int, _require
 
-__all__ = ["HyperbandPrunerConfig", "MedianPrunerConfig", "NoPrunerConfig",
-           "PatientHyperbandPrunerConfig", "RandomSamplerConfig", "TPESamplerConfig"]
+__all__ = ["PRUNERS", "SAMPLERS", "HyperbandPrunerConfig", "MedianPrunerConfig", "NoPrunerConfig",
+           "PatientHyperbandPrunerConfig", "PrunerConfig", "RandomSamplerConfig", "SamplerConfig",
+           "TPESamplerConfig"]
 
 
 # --- pruners ------------------------------------------------------------------------------
@@ -33,7 +41,7 @@ class PatientHyperbandPrunerConfig:
     reduction_factor: int = 3
     startup_share: float = 0.25
     # auto: the orchestrator replays the study's finished curves at intervals and switches
-    # patience, min_resource and reduction_factor during the run (pruning/_live.py). Off by
+    # patience, min_resource and reduction_factor during the run (pruning/_tune_auto.py). Off by
     # default until the time-to-quality benchmark (docs/QUALITY.md) shows it pays.
     tune: str = "off"
 
@@ -108,6 +116,12 @@ class NoPrunerConfig:
         pass
 
 
+# The pruner group's options: conf/pruner/<name>.yaml composes the dataclass named here.
+PRUNERS: dict[str, type] = {"patient_hyperband": PatientHyperbandPrunerConfig,
+                            "hyperband": HyperbandPrunerConfig, "median": MedianPrunerConfig,
+                            "none": NoPrunerConfig}
+
+
 # --- samplers -----------------------------------------------------------------------------
 
 
@@ -147,3 +161,15 @@ def _validate_history(cfg: TPESamplerConfig | RandomSamplerConfig, path: str) ->
     if cfg.max_history is not None:
         _positive_int(cfg.max_history, f"{path}.max_history")
     _positive_int(cfg.keep_best, f"{path}.keep_best", minimum=0)
+
+
+SAMPLERS: dict[str, type] = {"tpe": TPESamplerConfig, "random": RandomSamplerConfig}
+
+if TYPE_CHECKING:
+    PrunerConfig: TypeAlias = (PatientHyperbandPrunerConfig | HyperbandPrunerConfig
+                               | MedianPrunerConfig | NoPrunerConfig)
+    SamplerConfig: TypeAlias = TPESamplerConfig | RandomSamplerConfig
+else:
+    # OmegaConf cannot type a node as a union of dataclasses: at run time the node is untyped
+    # and the group's own schema (base_<option>, registered in config/_load.py) types it.
+    PrunerConfig = SamplerConfig = Any

@@ -4,8 +4,8 @@ A sqlite lock held past the busy timeout, a PostgreSQL connection terminated or 
 failing over are transient: the orchestrator retries the failed step with backoff (and a new
 connection: PostgreSQL engines ping before each checkout) for ``storage.retry_s``. Only then,
 or at once for a full disk or a read-only sqlite file, the run stops with exit 1 and a hint
-that names the cause (issue 15: a lock failed a trial as the objective's ``exception``, and a
-dropped connection ended the run with a hint about disk space).
+that names the cause: a lock is not the objective's ``exception``, and a dropped connection
+is not a full disk.
 
 What is retried: each call the run makes on its study's storage (study/_storage.py's
 ``MirrorStorage``: ask, tell, heartbeats, the trial proxy's calls; its methods are declared

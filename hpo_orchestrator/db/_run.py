@@ -113,8 +113,8 @@ def enqueue_waiting_trial(connection: Connection, study_id: int, params: dict[st
     it (system attr ``fixed_params``), within the caller's transaction; its trial_id.
 
     Optuna's enqueue commits on its own: a retry enqueued that way and the ``hpo.retried``
-    mark of the failed attempt could be split by a crash (a retried trial without a retry,
-    issue 15). Here both commit together.
+    mark of the failed attempt could be split by a crash (a retried trial without a retry).
+    Here both commit together.
     """
     if dialect(connection) != "sqlite":
         rows(connection, _LOCK_STUDY_ROW_SQL, {"s": study_id})

@@ -3,7 +3,7 @@
 :class:`SummaryRow` is the row: the table's columns (db/tables.py), the column lists of the
 statements that write and read it (status/_tally.py, db/_trials.py) and the row built from a
 trial's ``hpo.*`` attrs (a trial that ended outside the orchestrator, or one the orchestrator
-told: scheduler/_records.py) all come from its fields. A new column is one field here, with
+told: scheduler/_writes.py) all come from its fields. A new column is one field here, with
 its ``hpo.*`` key when it mirrors an attr: nullable, so that a database written before it gets
 it by ``ALTER TABLE ... ADD COLUMN`` at the next run's start (db/tables.ensure_tables), its
 older rows NULL there.

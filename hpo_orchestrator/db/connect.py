@@ -85,7 +85,7 @@ def _check_sqlite_file(path: Path, create: bool) -> None:
 
 def _tune_sqlite(engine: Engine, read_only: bool = False) -> None:
     """WAL + busy timeout + synchronous=NORMAL on every connection (a reader: the busy
-    timeout only; WAL would be written into the file, issue 15).
+    timeout only: WAL would be written into the file).
 
     WAL lets readers (the sqlite3 shell, a dashboard, `status`) read while the orchestrator
     writes; the busy timeout makes a writer wait instead of failing with 'database is locked'.
@@ -228,7 +228,7 @@ def check_url(url: str) -> Path | None:
         # driver's "cannot resolve host" would quote the password's tail
         raise at_in_password
     if path is None and make_url(url).get_backend_name() == "sqlite":
-        # each connection would get a database of its own, gone when the run ends (issue 15)
+        # each connection would get a database of its own, gone when the run ends
         raise StorageError(f"{mask_url(url)} is an in-memory sqlite database: the study would "
                            "be gone when the run ends", "use a file, e.g. sqlite:///hpo.db")
     return path

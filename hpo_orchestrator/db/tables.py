@@ -21,9 +21,9 @@ They live in their own SQLAlchemy MetaData, so creating them never touches Optun
 never block Optuna from deleting a study. On sqlite, triggers delete our rows with the
 trials and studies Optuna deletes (``optuna delete-study``): sqlite gives a new row the
 highest id plus one, so a deleted study's ids come back, and its rows of ours would be read
-as the new study's (or collide with them: the end of the new trial 1 failed on
-"UNIQUE constraint failed: hpo_trial_summary.trial_id"). PostgreSQL's sequences never hand
-an id out twice: there such rows are only left over.
+as the new study's (or collide with them: a new trial's summary row under an id already
+there). PostgreSQL's sequences never hand an id out twice: there such rows are only left
+over.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ __all__ = ["NvmlBackend"]
 
 T = TypeVar("T")
 _MIB = 1024 * 1024
-# nvmlDeviceGetProcessUtilization is slow on some drivers (tens of ms per call, issue 17): it
+# nvmlDeviceGetProcessUtilization is slow on some drivers (tens of ms per call): it
 # is called at most as often as keeps its measured cost under this share of one core; at the
 # ~1 ms it takes on an H200 with driver 580 that is every sample.
 _PROC_UTIL_SHARE = 0.005

@@ -1,8 +1,8 @@
 """Generated data sets (fixed seed): the built-in objectives need no download.
 
 :func:`binary_classification` is cached per process: a reuse worker runs many trials, and
-regenerating (and re-copying) the same arrays for each was pure start-up cost per trial
-(issue 26). The arrays are shared between trials, so callers must not write to them.
+regenerating (and re-copying) the same arrays for each would be pure start-up cost per
+trial. The arrays are shared between trials, so callers must not write to them.
 """
 
 from __future__ import annotations

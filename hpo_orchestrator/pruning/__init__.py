@@ -7,7 +7,6 @@ from __future__ import annotations
 from hpo_orchestrator.pruning._auto import AutoPruner, fit_step_timing
 from hpo_orchestrator.pruning._command import recommended_command
 from hpo_orchestrator.pruning._factory import build_pruner
-from hpo_orchestrator.pruning._live import PrunerTuner
 from hpo_orchestrator.pruning._render import LIMITS, render_tuning
 from hpo_orchestrator.pruning._replay import (
     PrunerSetting,
@@ -20,6 +19,7 @@ from hpo_orchestrator.pruning._replay import (
     replay,
     tune,
 )
+from hpo_orchestrator.pruning._tune_auto import PrunerTuner
 
 __all__ = ["LIMITS", "AutoPruner", "PrunerSetting", "PrunerTuner", "ReplayResult", "StudyCurves",
            "TrialCurve", "build_pruner", "default_grid", "fit_step_timing", "load_curves", "recommend",

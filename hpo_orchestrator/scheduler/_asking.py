@@ -10,9 +10,9 @@ import optuna
 
 from hpo_orchestrator.gpu import GpuBackend
 from hpo_orchestrator.scheduler._budget import Budget
-from hpo_orchestrator.scheduler._records import RunRecords
 from hpo_orchestrator.scheduler._slots import SlotPool
 from hpo_orchestrator.scheduler._trial import Asked
+from hpo_orchestrator.scheduler._writes import RunRecords
 
 __all__ = ["Asking"]
 

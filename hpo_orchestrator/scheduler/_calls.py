@@ -6,6 +6,12 @@ reads what a child sent before it exited. A child's
 ``suggest_*``/``report``/``should_prune``/``set_user_attr`` calls are answered by the real
 ``optuna.Trial`` held in its RunningTrial; ``save_artifact``'s by scheduler/_artifacts.py.
 A child that broke the protocol fails its trial alone (docs/DESIGN.md §3.8).
+
+A child's reads of its trial and study (worker/_protocol.READ_CALLS: :func:`answer_read`) are
+asked for when the objective reads them rather than sent with every Job: the study's attrs
+may change while the trial runs (another host, ``enqueue``), and ``relative_params`` costs a
+sampler call that most objectives never make. The answers are plain values (dicts of JSON
+values, parameter values), as every reply.
 """
 
 from __future__ import annotations
@@ -23,12 +29,11 @@ from hpo_orchestrator import keys
 from hpo_orchestrator.db import StorageUnavailable
 from hpo_orchestrator.scheduler._artifacts import record_artifact
 from hpo_orchestrator.scheduler._channel import ProtocolError
-from hpo_orchestrator.scheduler._reads import answer_read
 from hpo_orchestrator.scheduler._trial import RunningTrial
 from hpo_orchestrator.telemetry import TelemetrySampler
 from hpo_orchestrator.worker import ARTIFACT_CALL, OBJECTIVE_ATTRS, READ_CALLS, TRIAL_METHODS
 
-__all__ = ["drain", "ended", "serve"]
+__all__ = ["answer_read", "drain", "ended", "serve"]
 
 
 def serve(running: Sequence[RunningTrial], timeout: float, sampler: TelemetrySampler | None) -> None:
@@ -209,3 +214,13 @@ def _sendable(exc: Exception) -> Exception:
     except Exception:
         return RuntimeError(f"{type(exc).__name__}: {exc}")
     return exc
+
+
+def answer_read(trial: optuna.Trial, what: str) -> dict[str, Any]:
+    if what == "relative_params":
+        return dict(trial.relative_params)
+    if what == "study.user_attrs":
+        return dict(trial.study.user_attrs)
+    if what == "study.system_attrs":
+        return dict(trial.storage.get_study_system_attrs(trial.study._study_id))
+    raise ValueError(f"no such read: {what!r}")

@@ -104,7 +104,7 @@ def retry_attempt(reason: str | None, attempt: int, max_retries: int) -> int | N
 
     An interrupted trial (its orchestrator was stopped) always runs again, first in
     the next run, under the same attempt number: stopping a run is not the trial's failure
-    and must not use up its retries (issue 15: reruns were spent on interrupted trials).
+    and must not use up its retries.
     """
     if reason == "interrupted":
         return attempt

@@ -22,7 +22,7 @@ from optuna.trial import FrozenTrial
 from hpo_orchestrator import keys
 from hpo_orchestrator.db import RunningTrialRow, running_among
 from hpo_orchestrator.scheduler._outcome import retry_allowed
-from hpo_orchestrator.scheduler._records import Retry, RunRecords, trial_params
+from hpo_orchestrator.scheduler._writes import Retry, RunRecords, trial_params
 
 __all__ = ["Recovery", "last_alive", "lost_attrs", "orphaned"]
 

@@ -11,7 +11,7 @@ timed by _recipe), launching (the first wave of reuse workers, filling free slot
 trial on its slot, the GPU packer's levels) and a trial's end; the parts live beside it: the
 model (_trial), where trials come from (_asking), the slots' workers (_workers), child
 processes (_process), the pipe (_channel, _calls), outcome rules (_outcome), storage writes
-(_records), heartbeats and reaping (_recovery), stopping (_stopping), and
+(_writes), heartbeats and reaping (_recovery), stopping (_stopping), and
 pruner.min_resource=auto (pruning/_auto).
 
 A public module of the scheduler, apart from its face: it imports Optuna, which the first wave
@@ -58,13 +58,13 @@ from hpo_orchestrator.scheduler._logs import (
 from hpo_orchestrator.scheduler._packer import Packer
 from hpo_orchestrator.scheduler._process import cgroup_oom_kills, log_tail, oom_killed_since, signal_tree
 from hpo_orchestrator.scheduler._recipe import Duty, Recipe
-from hpo_orchestrator.scheduler._records import RunRecords
 from hpo_orchestrator.scheduler._recovery import Recovery
 from hpo_orchestrator.scheduler._slots import Slot, SlotPool
 from hpo_orchestrator.scheduler._stopping import stop_running, wait_stopped
 from hpo_orchestrator.scheduler._tree import become_subreaper, restore_subreaper, sweep_left_behind
 from hpo_orchestrator.scheduler._trial import Asked, FinishedTrial, Reporter, RunningTrial
 from hpo_orchestrator.scheduler._workers import Workers, first_imports
+from hpo_orchestrator.scheduler._writes import RunRecords
 from hpo_orchestrator.telemetry import TelemetryRetention, TelemetrySampler
 from hpo_orchestrator.worker import Job
 
@@ -121,7 +121,7 @@ class Orchestrator:
                                  config.storage.heartbeat_interval_s, config.storage.grace_s,
                                  config.scheduler.max_retries)
         self.auto = AutoPruner.for_config(study, config.pruner)  # pruner.min_resource=auto
-        # pruner.tune=auto: replays in a child process, switches study.pruner (pruning/_live.py)
+        # pruner.tune=auto: replays in a child process, switches study.pruner (pruning/_tune_auto.py)
         self.tuner = PrunerTuner.for_config(study, storage.engine, config.pruner)
         self.log_cap = LogCap(config.scheduler.log_max_mib)
         self.failures = FailurePolicy(config.study.fail_fast, config.study.max_failures)

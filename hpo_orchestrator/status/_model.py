@@ -78,7 +78,7 @@ class StatusReport:
     findings: list[Finding] = field(default_factory=list)
     queued: list[int] = field(default_factory=list)  # RUNNING in Optuna, asked ahead of a slot
     min_resource_auto: dict[str, Any] | None = None  # study attr hpo.pruner.min_resource_auto
-    # pruner.tune=auto (pruning/_live.py): whether the study runs with it, every switch
+    # pruner.tune=auto (pruning/_tune_auto.py): whether the study runs with it, every switch
     # (hpo.pruner_history) and the latest replay's verdict (hpo.pruner_tuning)
     pruner_tune: bool = False
     pruner_history: list[dict[str, Any]] = field(default_factory=list)

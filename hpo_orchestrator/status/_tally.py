@@ -408,7 +408,7 @@ _TEXT_LIMITS = (("host", 255), ("fail_reason", 32), ("opencl_platform", 255))  #
 def advance(connection: Readable, study_id: int, study_name: str, rebuild: bool = False) -> None:
     """Fold the study's trials ended since the tally's watermark into it, within the caller's
     transaction: a trial's end, at most once a second, and the run's end
-    (scheduler/_records.py). A tally behind makes status read more trials, never a wrong
+    (scheduler/_writes.py). A tally behind makes status read more trials, never a wrong
     count. Without a tally (a study of an older version), or one that cannot be kept exact,
     only ``rebuild`` (at a run's start: it reads every trial, once) makes one.
 

@@ -1,5 +1,5 @@
 """Words for what ``pruner.tune=auto`` did (the study attrs hpo.pruner_history and
-hpo.pruner_tuning, pruning/_live.py), shared by the terminal status and the report."""
+hpo.pruner_tuning, pruning/_tune_auto.py), shared by the terminal status and the report."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from hpo_orchestrator.status._model import StatusReport
 __all__ = ["pruner_tuning_lines"]
 
 _SHOWN_SWITCHES = 5  # the latest switches a terminal shows (--json and the attr keep them all)
-_WAIT_FOR = 20  # pruning/_live.py's MIN_CURVES (status does not import the pruning package)
+_WAIT_FOR = 20  # pruning/_tune_auto.py's MIN_CURVES (status does not import the pruning package)
 
 
 def _setting(params: dict[str, Any]) -> str:

@@ -1,7 +1,7 @@
 """A trial's end as a value, and the writes of a running trial that Optuna would spread over
 many transactions.
 
-The orchestrator builds a :class:`TrialEnd` (scheduler/_records.py), stages it on the run's
+The orchestrator builds a :class:`TrialEnd` (scheduler/_writes.py), stages it on the run's
 storage and calls Optuna's ``tell`` (so samplers and pruners see every trial as Optuna tells
 it); the storage writes the end in the transaction that finishes the trial (:func:`write_end`,
 from ``MirrorStorage.set_trial_state_values``): its attrs and true end time, the summary row,

@@ -5,8 +5,8 @@ and psutil once per trial's process tree, and attributes the readings to the tri
 slot. Rows are buffered here; the orchestrator's loop writes them (it is the one storage
 writer of this host). Aggregates are kept as running sums per trial and per phase.
 
-Every trial gets samples, however short (issue 17: pruned trials shorter than the interval
-had none): its first sample comes ``_FIRST_SAMPLE_S`` after it starts rather than at the next
+Every trial gets samples, however short (a pruned trial can be shorter than the interval):
+its first sample comes ``_FIRST_SAMPLE_S`` after it starts rather than at the next
 round, and a trial that ends with no CPU reading yet is sampled once more as it ends (its
 process still lives in reuse mode). A reused process's CPU baseline is read when the trial
 starts, so even that first sample has a CPU %.

@@ -102,7 +102,7 @@ def is_oom(exc: BaseException) -> bool:
     if "cuda out of memory" in text or "cl_mem_object_allocation_failure" in text:
         return True
     # "out of memory" alone from a runtime (torch's RuntimeError, LightGBM's error), not in any
-    # message: a ValueError("... ran out of memory slots") was retried as an OOM
+    # message: a ValueError("... ran out of memory slots") is the objective's error, no OOM
     return "out of memory" in text and (isinstance(exc, RuntimeError)
                                         or type(exc).__module__ != "builtins")
 

@@ -40,7 +40,7 @@ TRIAL_METHODS = frozenset({
 
 # What a child may read from the orchestrator's trial and study, by name (the proxy's
 # ``relative_params``, ``study.user_attrs`` and ``study.system_attrs``): these change or cost a
-# sampler call, so they are asked for when read, not sent with every Job (scheduler/_reads.py).
+# sampler call, so they are asked for when read, not sent with every Job (scheduler/_calls.py).
 READ_CALLS = frozenset({"relative_params", "study.user_attrs", "study.system_attrs"})
 
 # The ``hpo.*`` attrs an objective may set (the built-ins do: docs/DESIGN.md §2.3, "objective");

@@ -288,7 +288,7 @@ class _Child:
         (self.folder / "in.pickle").write_bytes(pickle.dumps((curves, grid)))
         with open(self.folder / "stderr.txt", "wb") as stderr:
             self.process = subprocess.Popen(
-                [sys.executable, "-c", "from hpo_orchestrator.pruning._live import child_main; "
+                [sys.executable, "-c", "from hpo_orchestrator.pruning._tune_auto import child_main; "
                  "child_main()", str(self.folder)],
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr)
 
