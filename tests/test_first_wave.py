@@ -1,4 +1,4 @@
-"""The first wave (reuse mode, scheduler/_orchestrator.py ``_start_first_wave``): the run's
+"""The first wave (reuse mode, scheduler/orchestrator.py ``_start_first_wave``): the run's
 first workers start up (imports, the objective's setup) before any trial is asked, so a
 trial's RUNNING time is its own; a worker that fails or dies while starting up still ends in
 a trial that says why, or in a fresh worker."""

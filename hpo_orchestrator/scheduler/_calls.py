@@ -122,7 +122,7 @@ def _handle(rt: RunningTrial, message: tuple[Any, ...], sampler: TelemetrySample
     elif kind == "result":
         rt.outcome = message[1]
     elif kind == "ready":  # a first-wave worker's start-up ended after its first trial was
-        rt.worker.starting = False  # handed over (scheduler/_orchestrator.py's wait ran out)
+        rt.worker.starting = False  # handed over (scheduler/orchestrator.py's wait ran out)
         rt.in_setup = False
 
 
