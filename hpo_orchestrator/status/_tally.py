@@ -431,7 +431,7 @@ def advance(connection: Readable, study_id: int, study_name: str, rebuild: bool 
                 hole_starts.append(trial.row.start_s)
             continue
         if not trial.summarized and not _fits(trial):
-            tally.exact = False  # no summary row can hold it: status visits every trial
+            tally.exact = False  # no summary row can hold it: status folds every trial afresh
             continue
         if trial.row.start_s is not None and trial.row.end_s is None:
             tally.exact = False  # finished without an end: its interval would end "now"
