@@ -38,7 +38,9 @@ def test_a_refused_run_leaves_no_waiting_marker_in_the_lease_folder(
     leases = tmp_path / "leases"
     held = LeaseDir(leases).try_acquire(uuid, 0)  # "the other orchestrator"
     assert held is not None
-    result = cli("run", *BAD_TARGET, f"scheduler.lease_dir={leases}",
+    # one slot on the GPU, the one held: the first wave waits for it (packed by default, it
+    # would take a second slot and never wait)
+    result = cli("run", *BAD_TARGET, f"scheduler.lease_dir={leases}", "scheduler.trials_per_gpu=1",
                  env={"HPO_ORCHESTRATOR_FAKE_GPUS": "1"})
     assert result.code == 2, result.stderr
     assert not list(leases.glob("*.waiting.*")), sorted(p.name for p in leases.iterdir())
