@@ -40,7 +40,7 @@ from hpo_orchestrator.scheduler import _calls, _outcome
 from hpo_orchestrator.scheduler._asking import Asking
 from hpo_orchestrator.scheduler._budget import Budget
 from hpo_orchestrator.scheduler._deadlines import LoopClock, StudyDeadline, enforce_deadlines, stop_faulty
-from hpo_orchestrator.scheduler._failures import FailurePolicy, Halt
+from hpo_orchestrator.scheduler._failures import FailurePolicy, Halt, disk_full
 from hpo_orchestrator.scheduler._launch import Launching
 from hpo_orchestrator.scheduler._logs import LogCap, ensure_run_dir, keep_traceback, run_dir
 from hpo_orchestrator.scheduler._packer import Packer
@@ -345,6 +345,8 @@ class Orchestrator(Launching):
         failed = verdict.state == TrialState.FAIL and rt.stop_reason != "study_timeout"
         halt = self.failures.observe(rt.number, failed,
                                      verdict.fail_reason, verdict.error, retry is not None)
+        if verdict.fail_reason == "disk_full" and not rt.reaped:
+            halt = disk_full(rt.number, verdict.error, self.log_dir)
         if halt is not None and self.halted is None and not self._signals:
             self._halt(halt)
 
