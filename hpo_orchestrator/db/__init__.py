@@ -67,7 +67,7 @@ if TYPE_CHECKING:
         step_timings,
         trials_with_values,
     )
-    from hpo_orchestrator.db._detail import count_retried, fail_errors, latest_study, trial_detail
+    from hpo_orchestrator.db._detail import fail_errors, latest_study, trial_detail
     from hpo_orchestrator.db._engine import (
         ADVISORY_NAMESPACE,
         check_url,
@@ -191,7 +191,7 @@ _MODULES = {
                      "lock_study_budget", "settled_upto"], "_budget"),
     **dict.fromkeys(["CurveTrial", "first_of_last", "intermediate_values", "step_timings",
                      "trials_with_values"], "_curves"),
-    **dict.fromkeys(["count_retried", "fail_errors", "latest_study", "trial_detail"], "_detail"),
+    **dict.fromkeys(["fail_errors", "latest_study", "trial_detail"], "_detail"),
     **dict.fromkeys(["ADVISORY_NAMESPACE", "check_url", "create_engine", "file_lock", "lock_file",
                      "mask_url", "mask_url_in", "open_rdb_storage", "paste_url", "setup_lock",
                      "sqlite_path", "validated_path"], "_engine"),

@@ -23,6 +23,7 @@ from hpo_orchestrator.db import TrialRow
 from hpo_orchestrator.status._common import (
     device_choices_of,
     device_label,
+    failures_of,
     hosts_of,
     listed_devices,
     packing_of,
@@ -141,7 +142,6 @@ def _collect(connection: Connection, study: str | None, kept: bool = False,
         if u.row.last_step is not None and u.row.state == "COMPLETE":
             max_complete_step = max(max_complete_step or 0, u.row.last_step)
 
-    reasons: Counter[str] = Counter()
     unverified: list[tuple[int, str | None]] = []
     mismatches: list[tuple[int, dict[str, Any]]] = []
     if has_summary:
@@ -150,19 +150,16 @@ def _collect(connection: Connection, study: str | None, kept: bool = False,
                 unverified.append((flags.number, flags.opencl_platform))
             if flags.params_mismatch:
                 mismatches.append((flags.number, flags.params_mismatch))
-            if flags.fail_reason:
-                reasons[flags.fail_reason] += 1
     for u in uncovered:
         if u.attrs.get(keys.GPU_VERIFIED) is False:
             unverified.append((u.row.number, u.attrs.get(keys.OPENCL_PLATFORM)))
         if u.attrs.get(keys.PARAMS_MISMATCH):
             mismatches.append((u.row.number, u.attrs[keys.PARAMS_MISMATCH]))
-        if u.attrs.get(keys.FAIL_REASON):
-            reasons[str(u.attrs[keys.FAIL_REASON])] += 1
 
     window = _window(rows, now)
     placed = [r for r in rows if r.state != "RUNNING" or r.number not in queued]
-    failures = db.fail_errors(connection, study_id)
+    failed_trials = failures_of(db.fail_errors(connection, study_id) if counts["FAIL"] else {})
+    failures = failed_trials.listed
     objective_failures = [n for n, reason, _ in failures if reason != "interrupted"]
     report = StatusReport(
         study=name, direction=direction,
@@ -171,10 +168,10 @@ def _collect(connection: Connection, study: str | None, kept: bool = False,
         best=db.best_trial(connection, study_id, direction) if len(directions) == 1 else None,
         directions=directions, best_trials=pareto(connection, study_id, directions),
         per_device=_device_use(placed, study_attrs, now, window),
-        running=running, fail_reasons=dict(sorted(reasons.items())),
+        running=running, fail_reasons=failed_trials.reasons,
         wall_s=None if window is None else window[2] - window[0], queued=queued,
         active_s=_active(placed, now, window),
-        retried=db.count_retried(connection, study_id) if counts["FAIL"] else 0,
+        retried=failed_trials.rerun,
         min_resource_auto=study_attrs.get(keys.PRUNER_MIN_RESOURCE_AUTO),
         pruner_tune=(config.get("pruner") or {}).get("tune") == "auto",
         pruner_history=study_attrs.get(keys.PRUNER_HISTORY) or [],

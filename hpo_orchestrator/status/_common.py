@@ -3,6 +3,8 @@ the study's tally): running trials, device labels, study attrs, the Pareto front
 
 from __future__ import annotations
 
+from collections import Counter
+from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -12,8 +14,37 @@ from hpo_orchestrator.db import TrialRow
 if TYPE_CHECKING:
     from hpo_orchestrator.db import Readable as Connection
 
-__all__ = ["device_choices_of", "device_label", "hosts_of", "listed_devices", "packing_of", "pareto",
-           "running_of"]
+__all__ = ["Failures", "device_choices_of", "device_label", "failures_of", "hosts_of",
+           "listed_devices", "packing_of", "pareto", "running_of"]
+
+
+@dataclass(frozen=True)
+class Failures:
+    """The study's FAIL trials as status counts them."""
+
+    listed: list[tuple[int, str | None, str | None]]  # (number, reason, error) not run again
+    rerun: int  # attempts that ran and whose params run again (interrupted, retried)
+    reasons: dict[str, int]  # hpo.fail_reason of the FAIL trials that ran
+
+
+def failures_of(attrs: dict[int, dict[str, Any]]) -> Failures:
+    """From each FAIL trial's failure attrs (number -> hpo.fail_reason, hpo.error, hpo.retried,
+    hpo.pid). A trial asked ahead that no slot took (retried, and no ``hpo.pid``: the
+    orchestrator writes it when a slot takes the trial) never ran: it is neither a re-run
+    attempt nor an interrupted trial, so that the summary agrees with the run's progress,
+    which never saw it. Only FAIL trials are read: a reason another client wrote on a COMPLETE
+    or PRUNED trial is no failure."""
+    listed, rerun, reasons = [], 0, Counter[str]()
+    for number, found in attrs.items():
+        retried = found.get(keys.RETRIED) is True
+        if retried and keys.PID not in found:
+            continue
+        rerun += retried
+        if found.get(keys.FAIL_REASON):
+            reasons[str(found[keys.FAIL_REASON])] += 1
+        if not retried:
+            listed.append((number, found.get(keys.FAIL_REASON), found.get(keys.ERROR)))
+    return Failures(sorted(listed), rerun, dict(sorted(reasons.items())))
 
 
 def pareto(connection: Connection, study_id: int, directions: list[str]) -> list[dict[str, Any]]:

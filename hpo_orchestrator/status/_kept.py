@@ -18,6 +18,7 @@ from hpo_orchestrator import db, keys
 from hpo_orchestrator.status._common import (
     device_choices_of,
     device_label,
+    failures_of,
     listed_devices,
     packing_of,
     pareto,
@@ -111,16 +112,10 @@ def collect_kept(connection: Connection, study_id: int, name: str, directions: l
     finished = sum(counts.get(s, 0) for s in ("COMPLETE", "PRUNED", "FAIL"))
 
     flags = db.flags_upto(connection, study_id, tally.watermark, tally.holes) + [t.flags for t in since]
-    reasons: dict[str, int] = {}
-    for f in flags:
-        if f.fail_reason:
-            reasons[f.fail_reason] = reasons.get(f.fail_reason, 0) + 1
     failed = db.failed_upto(connection, study_id, tally.watermark, tally.holes) + [
         t.trial_id for t in since if t.row.state == "FAIL"]
-    failed_attrs = db.fail_attrs(connection, failed)
-    failures = sorted((n, a.get(keys.FAIL_REASON), a.get(keys.ERROR))
-                      for n, a in failed_attrs.items() if a.get(keys.RETRIED) is not True)
-    retried = sum(1 for a in failed_attrs.values() if a.get(keys.RETRIED) is True)
+    failed_trials = failures_of(db.fail_attrs(connection, failed))
+    failures = failed_trials.listed
     objective_failures = [n for n, reason, _ in failures if reason != "interrupted"]
 
     startup = None
@@ -141,8 +136,9 @@ def collect_kept(connection: Connection, study_id: int, name: str, directions: l
         best=_best(connection, tally, directions[0]) if len(directions) == 1 else None,
         directions=directions, best_trials=pareto(connection, study_id, directions),
         per_device=_device_use(tally, listed), running=running,
-        fail_reasons=dict(sorted(reasons.items())),
-        wall_s=None if window is None else window[2] - window[0], queued=queued, retried=retried,
+        fail_reasons=failed_trials.reasons,
+        wall_s=None if window is None else window[2] - window[0], queued=queued,
+        retried=failed_trials.rerun,
         # the time with trials running is the union of every device's intervals; the tally
         # keeps one union per device, so it is known only where there is one device
         active_s=tally.devices[0].busy() if window is not None and len(tally.devices) == 1
