@@ -77,6 +77,15 @@ class PreparedRun:
     # several objectives: the study's Pareto front (number, values) before this run
     front: tuple[tuple[int, tuple[float, ...]], ...] = ()
     recovering: int = 0  # trials a killed run left RUNNING on this host: reaped, run again
+    # of already_claimed, the trials still RUNNING that this run leaves to their makers (another
+    # orchestrator, `optuna ask`): claimed, not done
+    running_elsewhere: int = 0
+
+    @property
+    def done_before(self) -> int:
+        """Trials of earlier runs that count in n_trials and have ended (or are reaped at this
+        run's start): what ``status`` calls finished."""
+        return self.already_claimed - self.running_elsewhere
 
     @property
     def nothing_to_do(self) -> bool:
@@ -260,6 +269,7 @@ def _run(config: Config, wave: FirstWave,
         claimed = budget.claimed()
         host = sched.host or socket.gethostname()  # the Orchestrator's too
         recovering = budget.recoverable(storage, host, sched.max_retries)
+        elsewhere = budget.running_elsewhere(host)
         if config.study.add_trials is not None:  # "N more": the study's total becomes claimed + N
             config = replace(config, study=replace(
                 config.study, n_trials=claimed + config.study.add_trials, add_trials=None))
@@ -276,6 +286,7 @@ def _run(config: Config, wave: FirstWave,
             unavailable_reason=backend.unavailable_reason,
             study_name=study.study_name,
             already_claimed=claimed - recovering,
+            running_elsewhere=elsewhere,
             n_trials=config.study.n_trials,
             recovering=recovering if claimed - recovering < config.study.n_trials else 0,
             log_dir=str(run_dir(config.storage.url, study.study_name, sched.log_dir)),

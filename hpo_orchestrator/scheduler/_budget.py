@@ -35,6 +35,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from hpo_orchestrator.db import (
     Retrying,
+    RunningTrialRow,
     claimed_rows_after,
     count_claimed_upto,
     count_running,
@@ -111,15 +112,23 @@ class Budget:
                 return sum(not row.outside for row in running_among(connection, candidates))
         return self.retrying.call(read)
 
+    def _running_rows(self) -> list[RunningTrialRow]:
+        def read() -> list[RunningTrialRow]:
+            candidates = self.unfinished() if self.unfinished is not None else set()
+            with self.engine.connect() as connection:
+                return running_among(connection, candidates)
+        return self.retrying.call(read)
+
     def orphans(self, host: str) -> list[int]:
         """The ids of the RUNNING trials a stopped orchestrator on ``host`` left (a ``kill
         -9``), which this run reaps at once (scheduler/_recovery.py)."""
-        def read() -> list[int]:
-            candidates = self.unfinished() if self.unfinished is not None else set()
-            with self.engine.connect() as connection:
-                return [row.trial_id for row in running_among(connection, candidates)
-                        if orphaned(row, host)]
-        return self.retrying.call(read)
+        return [row.trial_id for row in self._running_rows() if orphaned(row, host)]
+
+    def running_elsewhere(self, host: str) -> int:
+        """RUNNING trials that count against the budget and that this run does not reap: those
+        of a live orchestrator (any host) and those made outside any run (``optuna ask``).
+        Claimed, not done: a run's start tells them apart from the finished ones."""
+        return sum(not orphaned(row, host) for row in self._running_rows())
 
     def recoverable(self, storage: RDBStorage, host: str, max_retries: int) -> int:
         """Of the orphans, those that leave the count once a run reaps them: reaped with a
