@@ -17,7 +17,7 @@ from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError, SQLAlchemyError
 
 from hpo_orchestrator.db._version import check_schema
-from hpo_orchestrator.errors import SECRET_QUERY_KEYS, StorageError, mask_passwords
+from hpo_orchestrator.errors import SECRET_QUERY_KEYS, NoDatabase, StorageError, mask_passwords
 
 if TYPE_CHECKING:  # status and telemetry read with SQLAlchemy only: keep optuna's import off them
     import optuna
@@ -61,7 +61,7 @@ def _check_sqlite_file(path: Path, create: bool) -> None:
                            "check the permissions of the file and its folders") from None
     if not exists:
         if not create:
-            raise StorageError(f"no database at {path}", "run a study first, or pass --storage URL")
+            raise NoDatabase(f"no database at {path}", "run a study first, or pass --storage URL")
         if not path.parent.is_dir():
             raise StorageError(f"folder {path.parent} does not exist",
                                "create it or choose another storage.url")
@@ -155,7 +155,7 @@ def _require_studies(engine: Engine, url: str) -> None:
                 return
     except SQLAlchemyError as exc:
         raise _open_error(exc, url) from None
-    raise StorageError(f"{mask_url(url)} holds no study yet",
+    raise NoDatabase(f"{mask_url(url)} holds no study yet",
                        "run a study first (hpo-orchestrator run), or pass --storage URL")
 
 
