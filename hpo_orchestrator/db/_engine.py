@@ -23,7 +23,8 @@ if TYPE_CHECKING:  # status and telemetry read with SQLAlchemy only: keep optuna
     import optuna
 
 __all__ = ["ADVISORY_NAMESPACE", "check_url", "create_engine", "file_lock", "lock_file", "mask_url",
-           "mask_url_in", "open_rdb_storage", "paste_url", "setup_lock", "sqlite_path", "validated_path"]
+           "mask_url_in", "open_rdb_storage", "paste_url", "read_only_reason", "setup_lock", "sqlite_path",
+           "validated_path"]
 
 # Keeps our PostgreSQL advisory lock keys apart from other applications' ("hp").
 ADVISORY_NAMESPACE = 0x6870
@@ -53,6 +54,50 @@ def sqlite_path(url: str) -> Path | None:
     return Path(parsed.database)
 
 
+def read_only_reason(path: Path) -> str | None:
+    """Why sqlite cannot write the database file ``path``, or None: a read-only file system,
+    or a file or folder this user cannot write (sqlite writes its journal, or its -wal and
+    -shm files, beside the database)."""
+    try:
+        if os.statvfs(path.parent).f_flag & os.ST_RDONLY:
+            return "it is on a read-only file system"
+    except OSError:
+        return None
+    if path.exists() and not os.access(path, os.W_OK):
+        return "this user cannot write the file"
+    if not os.access(path.parent, os.W_OK | os.X_OK):
+        return f"this user cannot write its folder {path.parent} (sqlite writes its journal there)"
+    return None
+
+
+def _read_only_error(path: Path, reason: str) -> StorageError:
+    copy = Path.home() / path.name
+    return StorageError(f"{path} is read-only: {reason}",
+                        f"a run writes its trials there: make it writable, or copy it where you "
+                        f"can write (cp {path} {copy}) and run with storage.url=sqlite:///{copy}; "
+                        f"status and report read it as it is")
+
+
+def _only_immutable(exc: sqlite3.OperationalError) -> bool:
+    """Did ``mode=ro`` fail on a WAL database for want of its -shm file, which a read-only
+    place cannot hold? (sqlite: "unable to open database file" on a read-only mount, "attempt
+    to write a readonly database" in a folder this user cannot write.)"""
+    return "unable to open" in str(exc) or "readonly database" in str(exc)
+
+
+def _tables_of(path: Path) -> set[str]:
+    """The tables of the sqlite file; a WAL database that cannot be written (a read-only
+    mount, no write permission) opens only as ``immutable``: its -shm file cannot be made."""
+    try:
+        with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as connection:
+            return {row[0] for row in connection.execute(_SQLITE_TABLES_SQL)}
+    except sqlite3.OperationalError as exc:
+        if not _only_immutable(exc):
+            raise
+    with sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True) as connection:
+        return {row[0] for row in connection.execute(_SQLITE_TABLES_SQL)}
+
+
 def _check_sqlite_file(path: Path, create: bool) -> None:
     try:
         exists = path.exists()
@@ -65,16 +110,22 @@ def _check_sqlite_file(path: Path, create: bool) -> None:
         if not path.parent.is_dir():
             raise StorageError(f"folder {path.parent} does not exist",
                                "create it or choose another storage.url")
+        read_only = read_only_reason(path)
+        if read_only is not None:
+            raise StorageError(f"cannot create {path}: {read_only}",
+                               "choose a folder this user can write for storage.url")
         return
     try:
-        with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as connection:
-            tables = {row[0] for row in connection.execute(_SQLITE_TABLES_SQL)}
+        tables = _tables_of(path)
     except sqlite3.DatabaseError as exc:
         raise StorageError(f"{path} is not a sqlite database ({exc})",
                            "point storage.url at an Optuna database or a new file") from None
     if tables and "studies" not in tables:
         raise StorageError(f"{path} is a sqlite database but not an Optuna one",
                            "point storage.url at an Optuna database or a new file")
+    read_only = read_only_reason(path) if create else None
+    if read_only is not None:
+        raise _read_only_error(path, read_only)
 
 
 def _tune_sqlite(engine: Engine, read_only: bool = False) -> None:
@@ -132,15 +183,16 @@ def _create_or_refuse(url: str, **kwargs: object) -> Engine:
 
 
 def _sqlite_read_only_url(path: Path) -> str:
-    """``mode=ro`` opens without writing; a WAL database whose -shm file is missing in a folder
-    the user cannot write is only readable as ``immutable`` (nobody can be writing it then:
-    a writer would have created the file)."""
+    """``mode=ro`` opens without writing; a WAL database whose -shm file is missing in a place
+    the user cannot write (a read-only mount, a folder without write permission) is only
+    readable as ``immutable`` (nobody can be writing it then: a writer would have created the
+    file)."""
     uri = path.absolute().as_uri()
     try:
         with sqlite3.connect(f"{uri}?mode=ro", uri=True) as probe:
             probe.execute(_SQLITE_TABLES_SQL).fetchall()
     except sqlite3.OperationalError as exc:
-        if "unable to open" not in str(exc):
+        if not _only_immutable(exc):
             raise StorageError(f"cannot read {path}: {exc}",
                                "check that the file is a database this user can read") from None
         return f"sqlite:///{uri}?mode=ro&immutable=1&uri=true"
@@ -167,10 +219,21 @@ def _check_schema_of(engine: Engine, url: str) -> bool:
         raise _open_error(exc, url) from None
 
 
+_DAMAGED = ("malformed", "file is not a database", "not a database")
+
+
 def _open_error(exc: Exception, url: str) -> StorageError:
     reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    return StorageError(f"cannot open storage {mask_url(url)}: {mask_url_in(reason, url)}",
-                        "check the URL, that the server is up, and the credentials")
+    path = sqlite_path(url)
+    if path is None:
+        hint = "check the URL, that the server is up, and the credentials"
+    elif any(word in reason.lower() for word in _DAMAGED):
+        hint = (f"the file is damaged (copied while a run wrote it, a full disk, a crash): "
+                f"sqlite3 {path} 'PRAGMA integrity_check' says where; restore a copy, or use "
+                f"another file")
+    else:
+        hint = f"check that {path} is an Optuna database this user can read"
+    return StorageError(f"cannot open storage {mask_url(url)}: {mask_url_in(reason, url)}", hint)
 
 
 def _check_driver(url: str) -> None:
