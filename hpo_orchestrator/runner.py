@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import inspect
 import os
 import socket
 import sys
@@ -137,9 +138,36 @@ def _check_targets(objective: CustomObjectiveConfig, cwd: str) -> None:
             raise _import_error(key, target, exc) from None
         finally:
             os.chdir(cwd)  # a module that changes folder on import: the run's files stay here
-        if not callable(found):
-            raise ConfigError(f"{key}: {target!r} is a {type(found).__name__}, not a function",
-                              "name a function: module:function")
+        problem = _not_an_objective(found, takes_trial=key == "objective.target")
+        if problem:
+            raise ConfigError(f"{key}: {target!r} {problem}", "name a function: module:function"
+                              + (" taking the trial" if key == "objective.target" else ""))
+
+
+def _not_an_objective(found: object, takes_trial: bool) -> str | None:
+    """Why ``found`` cannot serve as the objective (called with the trial, returning its
+    value) or the setup (called with nothing), or None. Each of these would otherwise fail
+    every trial alike, found only after the run had spent them: a class builds an instance,
+    a coroutine or generator function returns an object that is no value."""
+    if not callable(found):
+        return f"is a {type(found).__name__}, not a function"
+    if inspect.isclass(found) and takes_trial:
+        return ("is a class: called with the trial it builds an instance, not the trial's "
+                "value (an instance with __call__(self, trial) in the module does serve)")
+    if inspect.iscoroutinefunction(found) or inspect.isasyncgenfunction(found):
+        return "is an async function: the run calls it and needs its value, not a coroutine"
+    if inspect.isgeneratorfunction(found):
+        return "is a generator function (it yields): the run needs the value it returns"
+    try:
+        signature = inspect.signature(found)
+    except (TypeError, ValueError):  # a builtin or extension without one: call it and see
+        return None
+    try:
+        signature.bind(None) if takes_trial else signature.bind()
+    except TypeError:
+        takes = "the trial, one argument" if takes_trial else "no argument"
+        return f"takes {signature}: it is called with {takes}"
+    return None
 
 
 # Threads the objective's module started on import in this process (a metrics client's, say):
@@ -259,7 +287,8 @@ def _run(config: Config, wave: FirstWave,
             ensure_tables(storage.engine)
             with storage.engine.begin() as connection:  # once per study, then at each trial's end
                 advance_tally(connection, study._study_id, study.study_name, rebuild=True)
-            enqueued = enqueue_configured(study, config.study.enqueue)
+            enqueued = enqueue_configured(study, config.study.enqueue, config.objective.name,
+                                          storage.engine)
         prepare_store(store)  # created once the storage is known good (a refused one: no folder)
         # from here on, transient storage trouble is waited out (storage.retry_s)
         retrying = mirror.start_retrying(config.storage.retry_s)

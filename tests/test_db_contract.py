@@ -355,6 +355,15 @@ def _(built: Built, connection: Connection) -> None:
     assert isinstance(params["n"], int)
 
 
+@case("best.SPACE")
+def _(built: Built, connection: Connection) -> None:
+    space = {name: optuna.distributions.json_to_distribution(text)
+             for name, text in db.study_space(connection, built.study_id).items()}
+    assert space == {"c": CategoricalDistribution(["a", "b"]), "n": IntDistribution(1, 5),
+                     "x": FloatDistribution(0, 1)}
+    assert db.study_space(connection, built.study_id + 1000) == {}
+
+
 @case("trials.VALUES")
 def _(built: Built, connection: Connection) -> None:
     assert db.trial_values(connection, built.study_id) == {0: 1.0, 1: 0.25}

@@ -50,6 +50,7 @@ if TYPE_CHECKING:
         best_trials,
         pareto_front,
         study_directions,
+        study_space,
         trial_params,
     )
     from hpo_orchestrator.db._budget import (
@@ -186,7 +187,7 @@ _MODULES = {
     **dict.fromkeys(["StoredArtifact", "trial_artifacts"], "_artifacts"),
     "well_formed": "_attr_shapes",
     **dict.fromkeys(["ScoredTrial", "best_trials", "pareto_front", "study_directions",
-                     "trial_params"], "_best"),
+                     "study_space", "trial_params"], "_best"),
     **dict.fromkeys(["claimed_rows_after", "count_claimed", "count_claimed_upto", "count_running",
                      "lock_study_budget", "settled_upto"], "_budget"),
     **dict.fromkeys(["CurveTrial", "first_of_last", "intermediate_values", "step_timings",

@@ -16,19 +16,21 @@ from typing import Any
 
 from sqlalchemy.engine import Engine
 
-from hpo_orchestrator.config import SPACES, check_params
+from hpo_orchestrator.config import SPACES, ParamSpec, check_params
 from hpo_orchestrator.db import (
     best_trials,
     count_claimed,
     read_errors,
     study_config,
     study_id_of,
+    study_space,
     trial_params,
 )
 from hpo_orchestrator.errors import ConfigError
 
 __all__ = ["BestTrial", "BestTrials", "Enqueued", "enqueue_command", "enqueue_configured",
-           "enqueue_params", "find_best", "load_params", "override_line", "overrides"]
+           "enqueue_params", "find_best", "load_params", "override_line", "overrides",
+           "trials_space"]
 
 
 @dataclass(frozen=True)
@@ -167,8 +169,9 @@ def enqueue_params(url: str, study: str | None, entries: list[dict[str, Any]]) -
     with read_errors(), engine.connect() as connection:
         study_id, name = study_id_of(connection, study)
         config = study_config(connection, study_id)
+        tried = trials_space(study_space(connection, study_id))
     objective = config.get("objective") or {}
-    check_params(entries, objective.get("name"), objective.get("search_space"), "--params")
+    check_params(entries, objective.get("name"), objective.get("search_space"), "--params", tried)
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # not "Skipping enqueue" per entry
     loaded = optuna.load_study(study_name=name, storage=open_rdb_storage(url))
     before = {t.number for t in loaded.get_trials(deepcopy=False)}
@@ -184,15 +187,45 @@ def enqueue_params(url: str, study: str | None, entries: list[dict[str, Any]]) -
                     n_trials if isinstance(n_trials, int) else None)
 
 
-def enqueue_configured(study: Any, entries: list[dict[str, Any]]) -> int:
+def trials_space(distributions: dict[str, str]) -> dict[str, ParamSpec]:
+    """The search space a study's trials used ({name: Optuna distribution JSON}, db's
+    study_space), as the built-in objectives' spaces are written (config/_space.py)."""
+    from optuna.distributions import (
+        CategoricalDistribution,
+        FloatDistribution,
+        IntDistribution,
+        json_to_distribution,
+    )
+
+    space = {}
+    for name, text in distributions.items():
+        found = json_to_distribution(text)
+        if isinstance(found, CategoricalDistribution):
+            space[name] = ParamSpec(name, "categorical", choices=tuple(found.choices))
+        elif isinstance(found, IntDistribution):  # every integer is on a step of 1
+            space[name] = ParamSpec(name, "int", found.low, found.high, found.log,
+                                    None if found.step == 1 else found.step)
+        elif isinstance(found, FloatDistribution):
+            space[name] = ParamSpec(name, "float", found.low, found.high, found.log, found.step)
+    return space
+
+
+def enqueue_configured(study: Any, entries: list[dict[str, Any]], objective: str,
+                       engine: Engine) -> int:
     """``study.enqueue`` at a run's start: each entry once per study (a resumed run, or a
-    second orchestrator, finds it and skips it). Returns how many were added."""
+    second orchestrator, finds it and skips it). Returns how many were added. The config's
+    check knew a built-in objective's space; another objective's is known from the study's
+    trials, once it has some (checked here, before any entry is written)."""
     import warnings
 
     import optuna
 
     if not entries:
         return 0
+    if objective not in SPACES:
+        with engine.connect() as connection:
+            tried = trials_space(study_space(connection, study._study_id))
+        check_params(entries, objective, None, "study.enqueue", tried)
     before = len(study.get_trials(deepcopy=False))
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
