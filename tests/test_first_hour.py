@@ -47,15 +47,22 @@ def test_1_make_has_the_targets_a_run_suggests() -> None:
 
 @pytest.mark.parametrize(("under_make", "storage", "expected"), [
     (True, "sqlite:///hpo.db", "next: make status  |  make report  |  make logs TRIAL=7"),
+    ("make -f /src/hpo/Makefile", "sqlite:///hpo.db",
+     "next: make -f /src/hpo/Makefile status  |  make -f /src/hpo/Makefile report  |  "
+     "make -f /src/hpo/Makefile logs TRIAL=7"),
     (False, "sqlite:///hpo.db", "next: hpo-orchestrator status  |  hpo-orchestrator report --out "
                                 "report.html  |  hpo-orchestrator logs 7"),
     (True, "sqlite:///other.db", "next: hpo-orchestrator status --storage sqlite:///other.db  |  "
                                  "hpo-orchestrator report --storage sqlite:///other.db --out "
                                  "report.html  |  hpo-orchestrator logs 7 --storage sqlite:///other.db"),
 ])
-def test_1_next_steps_are_typable(monkeypatch: pytest.MonkeyPatch, under_make: bool, storage: str,
-                                  expected: str) -> None:
+def test_1_next_steps_are_typable(monkeypatch: pytest.MonkeyPatch, under_make: bool | str,
+                                  storage: str, expected: str) -> None:
+    """``under_make``: a string is the Makefile's HPO_MAKE (make -f from another folder)."""
     monkeypatch.setattr(sys, "argv", ["hpo-orchestrator"])
+    monkeypatch.delenv("HPO_MAKE", raising=False)
+    if isinstance(under_make, str):
+        monkeypatch.setenv("HPO_MAKE", under_make)
     if under_make:
         monkeypatch.setenv("MAKELEVEL", "1")
     else:
@@ -79,6 +86,7 @@ def test_1_a_venv_path_is_suggested_as_typed(monkeypatch: pytest.MonkeyPatch) ->
     assert _cli_trials.as_typed("run 'hpo-orchestrator logs 0' now", "sqlite:///hpo.db",
                                 "sqlite:///hpo.db") == "run '.venv/bin/hpo-orchestrator logs 0' now"
     monkeypatch.setenv("MAKELEVEL", "1")
+    monkeypatch.delenv("HPO_MAKE", raising=False)
     assert _cli_trials.as_typed("'hpo-orchestrator logs 0'", "sqlite:///hpo.db",
                                 "sqlite:///hpo.db") == "'make logs TRIAL=0'"
 
