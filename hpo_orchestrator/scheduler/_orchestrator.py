@@ -43,7 +43,7 @@ from hpo_orchestrator.scheduler._deadlines import LoopClock, StudyDeadline, enfo
 from hpo_orchestrator.scheduler._failures import FailurePolicy, Halt, disk_full
 from hpo_orchestrator.scheduler._launch import Launching
 from hpo_orchestrator.scheduler._logs import LogCap, ensure_run_dir, keep_traceback, run_dir
-from hpo_orchestrator.scheduler._packer import Packer
+from hpo_orchestrator.scheduler._packer import Packer, forget_packing
 from hpo_orchestrator.scheduler._process import log_tail, oom_killed_since, signal_tree
 from hpo_orchestrator.scheduler._recipe import Duty, Recipe
 from hpo_orchestrator.scheduler._records import RunRecords
@@ -111,6 +111,8 @@ class Orchestrator(Launching):
         self.halted: Halt | None = None  # the failure policy stopped the run (exit 1)
         # scheduler.trials_per_gpu=auto (and the study attr hpo.packing.<host> on GPU hosts)
         self.packer = Packer(config, slots, sampler, study, self.host) if slots.limits else None
+        if self.packer is None:
+            forget_packing(study, self.host)  # an earlier run's levels are not this run's
         self.retention = TelemetryRetention(storage.engine, study._study_id, self.host,
                                             config.telemetry.keep_full_s,
                                             config.telemetry.max_rows_per_trial) \
