@@ -662,7 +662,8 @@ def test_9_counts_add_up_across_an_interrupt_and_its_resume(tmp_path: Path) -> N
     for at, state in [(0, "COMPLETE"), (1, "FAIL"), (60, "COMPLETE"), (61, "COMPLETE")]:
         trial = optuna.trial.create_trial(
             state=getattr(optuna.trial.TrialState, state), value=1.0 if state == "COMPLETE" else None,
-            user_attrs={"hpo.host": "h", "hpo.fail_reason": "interrupted", "hpo.retried": True}
+            user_attrs={"hpo.host": "h", "hpo.pid": 11, "hpo.fail_reason": "interrupted",
+                        "hpo.retried": True}
             if state == "FAIL" else {"hpo.host": "h"})
         trial.datetime_start = start + timedelta(seconds=at)
         trial.datetime_complete = start + timedelta(seconds=at + 2)

@@ -16,6 +16,7 @@ from sqlalchemy import event, inspect
 from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError, SQLAlchemyError
 
+from hpo_orchestrator.db._sqlite import only_immutable, read_only_error, read_only_reason
 from hpo_orchestrator.db._version import check_schema
 from hpo_orchestrator.errors import SECRET_QUERY_KEYS, NoDatabase, StorageError, mask_passwords
 
@@ -23,7 +24,7 @@ if TYPE_CHECKING:  # status and telemetry read with SQLAlchemy only: keep optuna
     import optuna
 
 __all__ = ["ADVISORY_NAMESPACE", "check_url", "create_engine", "file_lock", "lock_file", "mask_url",
-           "mask_url_in", "open_rdb_storage", "paste_url", "read_only_reason", "setup_lock", "sqlite_path",
+           "mask_url_in", "open_rdb_storage", "paste_url", "setup_lock", "sqlite_path",
            "validated_path"]
 
 # Keeps our PostgreSQL advisory lock keys apart from other applications' ("hp").
@@ -54,37 +55,6 @@ def sqlite_path(url: str) -> Path | None:
     return Path(parsed.database)
 
 
-def read_only_reason(path: Path) -> str | None:
-    """Why sqlite cannot write the database file ``path``, or None: a read-only file system,
-    or a file or folder this user cannot write (sqlite writes its journal, or its -wal and
-    -shm files, beside the database)."""
-    try:
-        if os.statvfs(path.parent).f_flag & os.ST_RDONLY:
-            return "it is on a read-only file system"
-    except OSError:
-        return None
-    if path.exists() and not os.access(path, os.W_OK):
-        return "this user cannot write the file"
-    if not os.access(path.parent, os.W_OK | os.X_OK):
-        return f"this user cannot write its folder {path.parent} (sqlite writes its journal there)"
-    return None
-
-
-def _read_only_error(path: Path, reason: str) -> StorageError:
-    copy = Path.home() / path.name
-    return StorageError(f"{path} is read-only: {reason}",
-                        f"a run writes its trials there: make it writable, or copy it where you "
-                        f"can write (cp {path} {copy}) and run with storage.url=sqlite:///{copy}; "
-                        f"status and report read it as it is")
-
-
-def _only_immutable(exc: sqlite3.OperationalError) -> bool:
-    """Did ``mode=ro`` fail on a WAL database for want of its -shm file, which a read-only
-    place cannot hold? (sqlite: "unable to open database file" on a read-only mount, "attempt
-    to write a readonly database" in a folder this user cannot write.)"""
-    return "unable to open" in str(exc) or "readonly database" in str(exc)
-
-
 def _tables_of(path: Path) -> set[str]:
     """The tables of the sqlite file; a WAL database that cannot be written (a read-only
     mount, no write permission) opens only as ``immutable``: its -shm file cannot be made."""
@@ -92,7 +62,7 @@ def _tables_of(path: Path) -> set[str]:
         with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as connection:
             return {row[0] for row in connection.execute(_SQLITE_TABLES_SQL)}
     except sqlite3.OperationalError as exc:
-        if not _only_immutable(exc):
+        if not only_immutable(exc):
             raise
     with sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True) as connection:
         return {row[0] for row in connection.execute(_SQLITE_TABLES_SQL)}
@@ -125,7 +95,7 @@ def _check_sqlite_file(path: Path, create: bool) -> None:
                            "point storage.url at an Optuna database or a new file")
     read_only = read_only_reason(path) if create else None
     if read_only is not None:
-        raise _read_only_error(path, read_only)
+        raise read_only_error(path, read_only)
 
 
 def _tune_sqlite(engine: Engine, read_only: bool = False) -> None:
@@ -192,7 +162,7 @@ def _sqlite_read_only_url(path: Path) -> str:
         with sqlite3.connect(f"{uri}?mode=ro", uri=True) as probe:
             probe.execute(_SQLITE_TABLES_SQL).fetchall()
     except sqlite3.OperationalError as exc:
-        if not _only_immutable(exc):
+        if not only_immutable(exc):
             raise StorageError(f"cannot read {path}: {exc}",
                                "check that the file is a database this user can read") from None
         return f"sqlite:///{uri}?mode=ro&immutable=1&uri=true"
