@@ -116,7 +116,7 @@ def test_a_trial_ends_at_its_childs_own_time_kept_within_its_spawn_and_now() -> 
 
     def ended(child_end: float | None) -> float:
         rt = SimpleNamespace(outcome=TrialOutcome(kind="value", value=1.0, ended=child_end),
-                             spawned_epoch=100.0)
+                             spawned_epoch=100.0, timed_out_epoch=None)
         return RunningTrial.ended_epoch(rt, 170.4)  # type: ignore[arg-type]
 
     assert ended(100.5) == 100.5  # the loop read it 70 s later

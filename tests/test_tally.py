@@ -313,12 +313,12 @@ def test_failures_count_the_trials_that_ran_and_failed(tmp_path: Path,
         with engine.connect() as connection:
             report = _collect._collect(connection, "big", kept=bool(rebuild))[0]
         engine.dispose()
-        assert report.retried == 4
+        assert (report.retried, report.never_ran) == (4, 1)
         assert report.fail_reasons == {"exception": 1, "interrupted": 4}
         failing = [f for f in report.findings if f.code == "failing_trials"]
         assert failing and failing[0].evidence["failed"] == 1
         console = Console(width=200, record=True)
         print_status(report, console)
         text = console.export_text()
-        assert "(+4 attempts re-run: interrupted or retried)" in text
+        assert "finished 3 (+4 attempts re-run: interrupted or retried)" in text  # 8 - 4 - 1
         assert "failures by reason: exception: 1, interrupted: 4" in text

@@ -25,6 +25,7 @@ class Failures:
     listed: list[tuple[int, str | None, str | None]]  # (number, reason, error) not run again
     rerun: int  # attempts that ran and whose params run again (interrupted, retried)
     reasons: dict[str, int]  # hpo.fail_reason of the FAIL trials that ran
+    never_ran: int = 0  # asked ahead and put back before a slot took them
 
 
 def failures_of(attrs: dict[int, dict[str, Any]]) -> Failures:
@@ -34,17 +35,18 @@ def failures_of(attrs: dict[int, dict[str, Any]]) -> Failures:
     attempt nor an interrupted trial, so that the summary agrees with the run's progress,
     which never saw it. Only FAIL trials are read: a reason another client wrote on a COMPLETE
     or PRUNED trial is no failure."""
-    listed, rerun, reasons = [], 0, Counter[str]()
+    listed, rerun, never_ran, reasons = [], 0, 0, Counter[str]()
     for number, found in attrs.items():
         retried = found.get(keys.RETRIED) is True
         if retried and keys.PID not in found:
+            never_ran += 1
             continue
         rerun += retried
         if found.get(keys.FAIL_REASON):
             reasons[str(found[keys.FAIL_REASON])] += 1
         if not retried:
             listed.append((number, found.get(keys.FAIL_REASON), found.get(keys.ERROR)))
-    return Failures(sorted(listed), rerun, dict(sorted(reasons.items())))
+    return Failures(sorted(listed), rerun, dict(sorted(reasons.items())), never_ran)
 
 
 def pareto(connection: Connection, study_id: int, directions: list[str]) -> list[dict[str, Any]]:

@@ -138,7 +138,7 @@ def collect_kept(connection: Connection, study_id: int, name: str, directions: l
         per_device=_device_use(tally, listed), running=running,
         fail_reasons=failed_trials.reasons,
         wall_s=None if window is None else window[2] - window[0], queued=queued,
-        retried=failed_trials.rerun,
+        retried=failed_trials.rerun, never_ran=failed_trials.never_ran,
         # the time with trials running is the union of every device's intervals; the tally
         # keeps one union per device, so it is known only where there is one device
         active_s=tally.devices[0].busy() if window is not None and len(tally.devices) == 1
