@@ -14,6 +14,9 @@ $(error '$(filter $(CHECKOUT_ONLY),$(MAKECMDGOALS))' runs in the checkout: use '
 endif
 endif
 VENV ?= $(HERE).venv
+# How the commands this Makefile runs suggest running it again: from another folder the
+# user's own folder has no Makefile, so `make status` would find no rule there.
+export HPO_MAKE := make$(if $(HERE), -f $(ROOT)/Makefile)
 # Trials at once; empty: every GPU the run is given, once each (one per core without GPUs).
 PAR ?=
 ARGS ?=
@@ -54,7 +57,7 @@ report: $(STAMP)
 	$(BIN)/hpo-orchestrator report --out report.html $(ARGS)
 
 logs: $(STAMP)
-	@test -n "$(TRIAL)" || { echo "usage: make logs TRIAL=N (a trial number; see make status)" >&2; exit 2; }
+	@test -n "$(TRIAL)" || { echo "usage: $(HPO_MAKE) logs TRIAL=N (a trial number; see $(HPO_MAKE) status)" >&2; exit 2; }
 	$(BIN)/hpo-orchestrator logs $(TRIAL) $(ARGS)
 
 # Everything but the GPU suite and the `long` tests (whole studies of 9 s to 90 s each: several

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["SECRET_QUERY_KEYS", "ConfigError", "HpoError", "RuntimeFailure", "StorageError",
-           "mask_passwords", "url_passwords"]
+__all__ = ["SECRET_QUERY_KEYS", "Absent", "ConfigError", "HpoError", "NoDatabase", "NoStudy",
+           "RuntimeFailure", "StorageError", "mask_passwords", "url_passwords"]
 
 # scheme://user:PASSWORD@host: the password runs to the last '@' of its word, so one that
 # holds an unescaped '@' (or that SQLAlchemy cannot parse at all) is masked whole. Found word
@@ -76,6 +76,20 @@ class StorageError(HpoError):
     """The storage cannot be reached or is not an Optuna database (exit 2: nothing was written)."""
 
     exit_code = 2
+
+
+class Absent(HpoError):
+    """What a read command looks for is not there yet: no database, no study in it, or none of
+    that name. An error like its kin (exit 2); ``status --watch`` started before the run that
+    makes it waits for it instead."""
+
+
+class NoDatabase(StorageError, Absent):
+    """No database at the URL yet (a sqlite file not created, a database without tables)."""
+
+
+class NoStudy(ConfigError, Absent):
+    """The storage has no study, or none of the name asked for."""
 
 
 class RuntimeFailure(HpoError):

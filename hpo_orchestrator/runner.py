@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import inspect
 import os
 import socket
 import sys
@@ -65,6 +66,15 @@ class PreparedRun:
     # several objectives: the study's Pareto front (number, values) before this run
     front: tuple[tuple[int, tuple[float, ...]], ...] = ()
     recovering: int = 0  # trials a killed run left RUNNING on this host: reaped, run again
+    # of already_claimed, the trials still RUNNING that this run leaves to their makers (another
+    # orchestrator, `optuna ask`): claimed, not done
+    running_elsewhere: int = 0
+
+    @property
+    def done_before(self) -> int:
+        """Trials of earlier runs that count in n_trials and have ended (or are reaped at this
+        run's start): what ``status`` calls finished."""
+        return self.already_claimed - self.running_elsewhere
 
     @property
     def nothing_to_do(self) -> bool:
@@ -116,9 +126,36 @@ def _check_targets(objective: CustomObjectiveConfig, cwd: str) -> None:
             raise _import_error(key, target, exc) from None
         finally:
             os.chdir(cwd)  # a module that changes folder on import: the run's files stay here
-        if not callable(found):
-            raise ConfigError(f"{key}: {target!r} is a {type(found).__name__}, not a function",
-                              "name a function: module:function")
+        problem = _not_an_objective(found, takes_trial=key == "objective.target")
+        if problem:
+            raise ConfigError(f"{key}: {target!r} {problem}", "name a function: module:function"
+                              + (" taking the trial" if key == "objective.target" else ""))
+
+
+def _not_an_objective(found: object, takes_trial: bool) -> str | None:
+    """Why ``found`` cannot serve as the objective (called with the trial, returning its
+    value) or the setup (called with nothing), or None. Each of these would otherwise fail
+    every trial alike, found only after the run had spent them: a class builds an instance,
+    a coroutine or generator function returns an object that is no value."""
+    if not callable(found):
+        return f"is a {type(found).__name__}, not a function"
+    if inspect.isclass(found) and takes_trial:
+        return ("is a class: called with the trial it builds an instance, not the trial's "
+                "value (an instance with __call__(self, trial) in the module does serve)")
+    if inspect.iscoroutinefunction(found) or inspect.isasyncgenfunction(found):
+        return "is an async function: the run calls it and needs its value, not a coroutine"
+    if inspect.isgeneratorfunction(found):
+        return "is a generator function (it yields): the run needs the value it returns"
+    try:
+        signature = inspect.signature(found)
+    except (TypeError, ValueError):  # a builtin or extension without one: call it and see
+        return None
+    try:
+        signature.bind(None) if takes_trial else signature.bind()
+    except TypeError:
+        takes = "the trial, one argument" if takes_trial else "no argument"
+        return f"takes {signature}: it is called with {takes}"
+    return None
 
 
 # Threads the objective's module started on import in this process (a metrics client's, say):
@@ -238,7 +275,8 @@ def _run(config: Config, wave: FirstWave,
             ensure_tables(storage.engine)
             with storage.engine.begin() as connection:  # once per study, then at each trial's end
                 advance_tally(connection, study._study_id, study.study_name, rebuild=True)
-            enqueued = enqueue_configured(study, config.study.enqueue)
+            enqueued = enqueue_configured(study, config.study.enqueue, config.objective.name,
+                                          storage.engine)
         prepare_store(store)  # created once the storage is known good (a refused one: no folder)
         # from here on, transient storage trouble is waited out (storage.retry_s)
         retrying = mirror.start_retrying(config.storage.retry_s)
@@ -248,6 +286,7 @@ def _run(config: Config, wave: FirstWave,
         claimed = budget.claimed()
         host = sched.host or socket.gethostname()  # the Orchestrator's too
         recovering = budget.recoverable(storage, host, sched.max_retries)
+        elsewhere = budget.running_elsewhere(host)
         if config.study.add_trials is not None:  # "N more": the study's total becomes claimed + N
             config = replace(config, study=replace(
                 config.study, n_trials=claimed + config.study.add_trials, add_trials=None))
@@ -264,6 +303,7 @@ def _run(config: Config, wave: FirstWave,
             unavailable_reason=backend.unavailable_reason,
             study_name=study.study_name,
             already_claimed=claimed - recovering,
+            running_elsewhere=elsewhere,
             n_trials=config.study.n_trials,
             recovering=recovering if claimed - recovering < config.study.n_trials else 0,
             log_dir=str(run_dir(config.storage.url, study.study_name, sched.log_dir)),

@@ -8,6 +8,8 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -157,6 +159,43 @@ def postgres_url() -> str:
         pytest.skip(reason)
     assert POSTGRES_URL
     return POSTGRES_URL
+
+
+def _root_or_skip(what: str) -> None:
+    """Skip a test that mounts file systems where it cannot (not root, or no CAP_SYS_ADMIN in
+    a container); CI runs as root (HPO_TEST_REQUIRE_ROOT=1), where it must run."""
+    reason = None
+    if os.geteuid() != 0:
+        reason = f"needs root to mount {what} (CI runs it: HPO_TEST_REQUIRE_ROOT=1)"
+    elif shutil.which("mount") is None or shutil.which("umount") is None:
+        reason = f"needs mount and umount to mount {what}"
+    if reason:
+        if os.environ.get("HPO_TEST_REQUIRE_ROOT") == "1":
+            pytest.fail(reason)
+        pytest.skip(reason)
+
+
+@contextmanager
+def mounted(target: Path, *options: str, what: str) -> Iterator[Path]:
+    """``mount OPTIONS TARGET`` (made if missing) for the test, unmounted at its end; skips
+    with a reason where it cannot mount (:func:`_root_or_skip`), fails where root cannot."""
+    _root_or_skip(what)
+    target.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(["mount", *options, str(target)], capture_output=True, text=True)
+    if done.returncode != 0:
+        reason = f"cannot mount {what}: {done.stderr.strip()}"
+        if os.environ.get("HPO_TEST_REQUIRE_ROOT") == "1":
+            pytest.fail(reason)
+        pytest.skip(reason)
+    try:
+        yield target
+    finally:
+        subprocess.run(["umount", "-l", str(target)], capture_output=True)
+
+
+def remount(target: Path, *options: str) -> None:
+    """Change a mount of :func:`mounted` (``-o remount,size=4m``: room on a full disk)."""
+    subprocess.run(["mount", "-o", ",".join(("remount", *options)), str(target)], check=True)
 
 
 # `make test-gpu` sets HPO_TEST_REQUIRE_GPU=1: a run where every GPU test skipped (no GPU, no

@@ -81,7 +81,6 @@ def visit(connection: Connection, study: str | None) -> StatusReport:
         if u.row.last_step is not None and u.row.state == "COMPLETE":
             max_complete_step = max(max_complete_step or 0, u.row.last_step)
 
-    reasons: Counter[str] = Counter()
     unverified: list[tuple[int, str | None]] = []
     mismatches: list[tuple[int, dict[str, Any]]] = []
     if has_summary:
@@ -90,15 +89,11 @@ def visit(connection: Connection, study: str | None) -> StatusReport:
                 unverified.append((flags.number, flags.opencl_platform))
             if flags.params_mismatch:
                 mismatches.append((flags.number, flags.params_mismatch))
-            if flags.fail_reason:
-                reasons[flags.fail_reason] += 1
     for u in uncovered:
         if u.attrs.get(keys.GPU_VERIFIED) is False:
             unverified.append((u.row.number, u.attrs.get(keys.OPENCL_PLATFORM)))
         if u.attrs.get(keys.PARAMS_MISMATCH):
             mismatches.append((u.row.number, u.attrs[keys.PARAMS_MISMATCH]))
-        if u.attrs.get(keys.FAIL_REASON):
-            reasons[str(u.attrs[keys.FAIL_REASON])] += 1
 
     pairs = [(r.startup_s, r.first_decision_s) for r in rows
              if r.startup_s is not None and r.first_decision_s is not None]
@@ -106,7 +101,12 @@ def visit(connection: Connection, study: str | None) -> StatusReport:
                statistics.median(p[1] for p in pairs)) if pairs else None
     window = _window(rows, now)
     placed = [r for r in rows if r.state != "RUNNING" or r.number not in queued]
-    failures = db.fail_errors(connection, study_id)
+    # FAIL trials only; one asked ahead that no slot took (retried, no hpo.pid) never ran
+    failed = db.fail_errors(connection, study_id) if counts["FAIL"] else {}
+    ran = {n: a for n, a in failed.items() if not (a.get(keys.RETRIED) is True and keys.PID not in a)}
+    failures = sorted((n, a.get(keys.FAIL_REASON), a.get(keys.ERROR))
+                      for n, a in ran.items() if a.get(keys.RETRIED) is not True)
+    reasons = Counter(str(a[keys.FAIL_REASON]) for a in ran.values() if a.get(keys.FAIL_REASON))
     objective_failures = [n for n, reason, _ in failures if reason != "interrupted"]
     report = StatusReport(
         study=name, direction=direction,
@@ -119,7 +119,8 @@ def visit(connection: Connection, study: str | None) -> StatusReport:
         running=running, fail_reasons=dict(sorted(reasons.items())),
         wall_s=None if window is None else window[2] - window[0], queued=queued,
         active_s=_active(placed, now, window),
-        retried=db.count_retried(connection, study_id) if counts["FAIL"] else 0,
+        retried=sum(a.get(keys.RETRIED) is True for a in ran.values()),
+        never_ran=len(failed) - len(ran),
         min_resource_auto=study_attrs.get(keys.PRUNER_MIN_RESOURCE_AUTO),
         pruner_tune=(config.get("pruner") or {}).get("tune") == "auto",
         pruner_history=study_attrs.get(keys.PRUNER_HISTORY) or [],

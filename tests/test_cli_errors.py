@@ -241,15 +241,50 @@ def _module(tmp_path: Path, text: str) -> None:
      "objective.target: importing 'odd.obj:objective' called sys.exit(3)", "__main__"),
     ("objective = 42\n", "odd.obj:objective",
      "objective.target: 'odd.obj:objective' is a int, not a function", "module:function"),
+    ("class Objective:\n    def __init__(self, trial):\n        pass\n", "odd.obj:Objective",
+     "objective.target: 'odd.obj:Objective' is a class: called with the trial it builds an "
+     "instance, not the trial's value (an instance with __call__(self, trial) in the module does "
+     "serve)", "module:function taking the trial"),
+    ("async def objective(trial):\n    return 1.0\n", "odd.obj:objective",
+     "objective.target: 'odd.obj:objective' is an async function: the run calls it and needs "
+     "its value, not a coroutine", "module:function"),
+    ("def objective(trial):\n    yield 1.0\n", "odd.obj:objective",
+     "objective.target: 'odd.obj:objective' is a generator function (it yields): the run needs "
+     "the value it returns", "module:function"),
+    ("def objective(trial, data):\n    return 1.0\n", "odd.obj:objective",
+     "objective.target: 'odd.obj:objective' takes (trial, data): it is called with the trial, "
+     "one argument", "module:function taking the trial"),
+    ("def objective():\n    return 1.0\n", "odd.obj:objective",
+     "objective.target: 'odd.obj:objective' takes (): it is called with the trial, one argument",
+     "module:function taking the trial"),
 ])
 def test_a_module_that_exits_or_names_no_function_is_one_error_line(
         cli, tmp_path: Path, text: str, target: str, message: str, hint: str) -> None:  # type: ignore[no-untyped-def]
     """sys.exit at a module's top ended the run with its code and no word; a target that is
-    no function failed every trial with "'int' object is not callable" (exit 1)."""
+    no function failed every trial with "'int' object is not callable" (exit 1), and a class,
+    a coroutine or generator function or one of another signature failed every trial alike."""
     _module(tmp_path, text)
     result = cli("run", f"objective.target={target}", "study.n_trials=2")
     assert result.code == 2 and result.stderr.splitlines()[0] == f"error: {message}", result.stderr
     assert hint in result.stderr and not list(tmp_path.glob("*.db"))
+
+
+@pytest.mark.parametrize("text", [
+    "def objective(trial, data=None):\n    return 1.0\n",
+    "def objective(*args):\n    return 1.0\n",
+    "class _O:\n    def __call__(self, trial):\n        return 1.0\n\nobjective = _O()\n",
+    "import functools\ndef _f(trial, scale):\n    return scale\n"
+    "objective = functools.partial(_f, scale=2.0)\n",
+])
+def test_a_callable_that_takes_the_trial_is_an_objective(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                        text: str) -> None:
+    from hpo_orchestrator.config import load_config
+    from hpo_orchestrator.runner import check_objective
+
+    _module(tmp_path, text)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    check_objective(load_config(["objective=custom", "objective.target=odd.obj:objective"]))
 
 
 @pytest.mark.slow

@@ -359,6 +359,15 @@ def _(built: Built, connection: Connection) -> None:
     assert isinstance(params["n"], int)
 
 
+@case("best.SPACE")
+def _(built: Built, connection: Connection) -> None:
+    space = {name: optuna.distributions.json_to_distribution(text)
+             for name, text in db.study_space(connection, built.study_id).items()}
+    assert space == {"c": CategoricalDistribution(["a", "b"]), "n": IntDistribution(1, 5),
+                     "x": FloatDistribution(0, 1)}
+    assert db.study_space(connection, built.study_id + 1000) == {}
+
+
 @case("trials.VALUES")
 def _(built: Built, connection: Connection) -> None:
     assert db.trial_values(connection, built.study_id) == {0: 1.0, 1: 0.25}
@@ -717,7 +726,9 @@ def _(built: Built, connection: Connection) -> None:
 
 @case("detail.FAIL_ERRORS")
 def _(built: Built, connection: Connection) -> None:
-    assert db.fail_errors(connection, built.study_id) == []  # #3 failed, but was retried
+    # every FAIL trial, retried ones too (#3 ran out of memory and ran again)
+    assert db.fail_errors(connection, built.study_id) == {
+        3: {"hpo.fail_reason": "oom", "hpo.retried": True}}
 
 
 @case("detail.LATEST_STUDY")

@@ -292,9 +292,89 @@ def test_enqueue_checks_a_built_in_objective_s_space(tmp_path: Path, entries: li
                                                      message: str) -> None:
     url = f"sqlite:///{tmp_path / 'hpo.db'}"
     study = _study(url, config=LGBM_CONFIG)
-    with pytest.raises(ConfigError, match=re.escape(message)):
+    with pytest.raises(ConfigError, match=re.escape(message)) as refused:
         enqueue_params(url, None, entries)
+    assert refused.value.hint is not None and "learning_rate: float in [0.01, 0.3] (log)" \
+        in refused.value.hint  # the space in the hint
     assert not study.get_trials()  # nothing written
+
+
+def _custom_study(url: str) -> optuna.Study:
+    """A study of a custom objective (its space in its code) whose trials suggested alpha,
+    n (step 2) and kind."""
+    study = _study(url, config={"objective": {"name": "custom", "target": "m:f"},
+                                "study": {"n_trials": 9}})
+    space = {"alpha": FloatDistribution(1e-5, 0.1, log=True), "n": IntDistribution(1, 9, step=2),
+             "kind": optuna.distributions.CategoricalDistribution(["a", "b"])}
+    study.add_trial(create_trial(value=0.5, params={"alpha": 0.01, "n": 3, "kind": "a"},
+                                 distributions=space))
+    return study
+
+
+CUSTOM_SPACE = ("alpha: float in [1e-05, 0.1] (log); kind: one of ['a', 'b']; "
+                "n: int in [1, 9] (step 2)")
+
+
+@pytest.mark.parametrize(("entries", "message"), [
+    ([{"alpah": 0.001}], "--params: 'alpah' is not a parameter of the study (did you mean 'alpha'?)"),
+    ([{"alpha": 5.0}], "--params: alpha=5.0 is outside the range [1e-05, 0.1]"),
+    ([{"alpha": 1e-6}], "--params: alpha=1e-06 is outside the range [1e-05, 0.1]"),
+    ([{"alpha": "x"}], "--params: alpha='x' is not a number (float parameter)"),
+    ([{"n": 4}], "--params: n=4 is not on the grid of step 2 from 1"),
+    ([{"n": 3.5}], "--params: n=3.5 is not an integer"),
+    ([{"kind": "c"}], "--params: kind='c' is not one of ['a', 'b']"),
+    ([{"alpha": 0.01}, {"beta": 1}], "--params[1]: 'beta' is not a parameter of the study"),
+])
+def test_enqueue_checks_a_custom_study_s_space_from_its_trials(tmp_path: Path, entries: list[dict[str, Any]],
+                                                               message: str) -> None:
+    url = f"sqlite:///{tmp_path / 'hpo.db'}"
+    study = _custom_study(url)
+    with pytest.raises(ConfigError) as refused:
+        enqueue_params(url, None, entries)
+    assert refused.value.message == message
+    assert refused.value.hint is not None and refused.value.hint.endswith(CUSTOM_SPACE)
+    assert len(study.get_trials()) == 1  # nothing written
+
+
+@pytest.mark.parametrize("entry", [{"alpha": 1e-5}, {"alpha": 0.1, "n": 9, "kind": "b"},
+                                   {"n": 1}, {"kind": "a"}])
+def test_enqueue_takes_values_of_a_custom_study_s_space(tmp_path: Path, entry: dict[str, Any]) -> None:
+    url = f"sqlite:///{tmp_path / 'hpo.db'}"
+    _custom_study(url)
+    assert enqueue_params(url, None, [entry]).added == [1]
+
+
+def test_enqueue_into_a_custom_study_without_trials_takes_any_names(tmp_path: Path) -> None:
+    """No trial has suggested anything yet: the space is in the objective's code only."""
+    url = f"sqlite:///{tmp_path / 'hpo.db'}"
+    _study(url, config={"objective": {"name": "custom", "target": "m:f"}})
+    assert enqueue_params(url, None, [{"anything": 1}]).added == [0]
+
+
+def test_enqueue_command_refuses_a_typo_with_exit_2_and_the_space(tmp_path: Path) -> None:
+    _custom_study(f"sqlite:///{tmp_path / 'hpo.db'}")
+    done = subprocess.run([sys.executable, "-m", "hpo_orchestrator", "enqueue", "--params",
+                           '{"alpah": 0.001}'], cwd=tmp_path, env=cli_env(), capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [
+        "error: --params: 'alpah' is not a parameter of the study (did you mean 'alpha'?)",
+        f"hint: its search space (as its trials suggested it): {CUSTOM_SPACE}"]
+
+
+def test_study_enqueue_of_a_custom_run_is_checked_against_its_trials(tmp_path: Path) -> None:
+    from hpo_orchestrator.study import enqueue_configured
+
+    url = f"sqlite:///{tmp_path / 'hpo.db'}"
+    study = _custom_study(url)
+    engine = create_engine(url)
+    try:
+        with pytest.raises(ConfigError, match=re.escape("study.enqueue: alpha=5 is outside")):
+            enqueue_configured(study, [{"alpha": 5}], "custom", engine)
+        assert len(study.get_trials()) == 1
+        assert enqueue_configured(study, [{"alpha": 0.05}], "custom", engine) == 1
+    finally:
+        engine.dispose()
 
 
 @pytest.mark.parametrize(("params", "file_text", "message"), [

@@ -46,15 +46,22 @@ def test_1_make_has_the_targets_a_run_suggests() -> None:
 
 @pytest.mark.parametrize(("under_make", "storage", "expected"), [
     (True, "sqlite:///hpo.db", "next: make status  |  make report  |  make logs TRIAL=7"),
+    ("make -f /src/hpo/Makefile", "sqlite:///hpo.db",
+     "next: make -f /src/hpo/Makefile status  |  make -f /src/hpo/Makefile report  |  "
+     "make -f /src/hpo/Makefile logs TRIAL=7"),
     (False, "sqlite:///hpo.db", "next: hpo-orchestrator status  |  hpo-orchestrator report --out "
                                 "report.html  |  hpo-orchestrator logs 7"),
     (True, "sqlite:///other.db", "next: hpo-orchestrator status --storage sqlite:///other.db  |  "
                                  "hpo-orchestrator report --storage sqlite:///other.db --out "
                                  "report.html  |  hpo-orchestrator logs 7 --storage sqlite:///other.db"),
 ])
-def test_1_next_steps_are_typable(monkeypatch: pytest.MonkeyPatch, under_make: bool, storage: str,
-                                  expected: str) -> None:
+def test_1_next_steps_are_typable(monkeypatch: pytest.MonkeyPatch, under_make: bool | str,
+                                  storage: str, expected: str) -> None:
+    """``under_make``: a string is the Makefile's HPO_MAKE (make -f from another folder)."""
     monkeypatch.setattr(sys, "argv", ["hpo-orchestrator"])
+    monkeypatch.delenv("HPO_MAKE", raising=False)
+    if isinstance(under_make, str):
+        monkeypatch.setenv("HPO_MAKE", under_make)
     if under_make:
         monkeypatch.setenv("MAKELEVEL", "1")
     else:
@@ -78,6 +85,7 @@ def test_1_a_venv_path_is_suggested_as_typed(monkeypatch: pytest.MonkeyPatch) ->
     assert _cli_trials.as_typed("run 'hpo-orchestrator logs 0' now", "sqlite:///hpo.db",
                                 "sqlite:///hpo.db") == "run '.venv/bin/hpo-orchestrator logs 0' now"
     monkeypatch.setenv("MAKELEVEL", "1")
+    monkeypatch.delenv("HPO_MAKE", raising=False)
     assert _cli_trials.as_typed("'hpo-orchestrator logs 0'", "sqlite:///hpo.db",
                                 "sqlite:///hpo.db") == "'make logs TRIAL=0'"
 
@@ -649,7 +657,8 @@ def test_9_counts_add_up_across_an_interrupt_and_its_resume(tmp_path: Path) -> N
     for at, state in [(0, "COMPLETE"), (1, "FAIL"), (60, "COMPLETE"), (61, "COMPLETE")]:
         trial = optuna.trial.create_trial(
             state=getattr(optuna.trial.TrialState, state), value=1.0 if state == "COMPLETE" else None,
-            user_attrs={"hpo.host": "h", "hpo.fail_reason": "interrupted", "hpo.retried": True}
+            user_attrs={"hpo.host": "h", "hpo.pid": 11, "hpo.fail_reason": "interrupted",
+                        "hpo.retried": True}
             if state == "FAIL" else {"hpo.host": "h"})
         trial.datetime_start = start + timedelta(seconds=at)
         trial.datetime_complete = start + timedelta(seconds=at + 2)

@@ -74,3 +74,22 @@ def test_wheel_in_a_fresh_venv_runs_the_default_study_from_any_folder(tmp_path: 
     assert status.returncode == 0, status.stderr
     counts = json.loads(status.stdout)["states"]
     assert sum(entry["count"] for entry in counts.values()) == 3 and counts["FAIL"]["count"] == 0, counts
+    # The study is Optuna's: its own reader, as the README says, with what the wheel requires
+    frame = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", "import optuna; print(len(optuna.load_study("
+         "study_name='hpo', storage='sqlite:///hpo.db').trials_dataframe()))"],
+        cwd=work, env=env, capture_output=True, text=True, timeout=240)
+    assert (frame.returncode, frame.stdout.strip()) == (0, "3"), frame.stderr
+
+
+def test_the_wheel_requires_what_optuna_needs_to_read_the_study(tmp_path: Path) -> None:
+    """``study.trials_dataframe()`` failed on a fresh install: pandas is Optuna's optional
+    dependency, so the wheel must require it itself."""
+    import zipfile
+
+    with zipfile.ZipFile(_build_wheel(tmp_path)) as wheel:
+        [metadata] = [n for n in wheel.namelist() if n.endswith(".dist-info/METADATA")]
+        required = [line.split(":", 1)[1].strip() for line in
+                    wheel.read(metadata).decode().splitlines() if line.startswith("Requires-Dist:")]
+    assert any(r.split(">")[0].split("=")[0].strip() == "pandas" for r in required
+               if "extra ==" not in r), required

@@ -74,6 +74,9 @@ def test_a_trial_optuna_ask_made_is_left_to_its_maker(tmp_path: Path) -> None:
     asked = study.ask()  # as `optuna ask` does: RUNNING, no hpo.* attr, no heartbeat
     second = run_cli(tmp_path, *common, "study.n_trials=4", env={"HPO_TEST_MISBEHAVE": "ok"})
     assert second.code == 0, second.stderr
+    # claimed by the study, not done: the header and the bar count what status calls finished
+    assert "n_trials 4 (2 done before, 1 running elsewhere" in second.stdout, second.stdout
+    assert "3/4 this run" in second.stdout and "finished 3 of 4" in second.stdout, second.stdout
     rows = {r["number"]: r for r in trial_rows(first.db)}
     assert rows[asked.number]["state"] == "RUNNING" and not rows[asked.number]["attrs"]
     assert not [r for r in rows.values() if r["attrs"].get("hpo.fail_reason") == "lost"]
@@ -114,7 +117,7 @@ def test_a_trial_ends_at_its_childs_own_time_kept_within_its_spawn_and_now() -> 
 
     def ended(child_end: float | None) -> float:
         rt = SimpleNamespace(outcome=TrialOutcome(kind="value", value=1.0, ended=child_end),
-                             spawned_epoch=100.0)
+                             spawned_epoch=100.0, timed_out_epoch=None)
         return RunningTrial.ended_epoch(rt, 170.4)  # type: ignore[arg-type]
 
     assert ended(100.5) == 100.5  # the loop read it 70 s later

@@ -408,6 +408,43 @@ def _packer(cpu: float = 2.0) -> Any:
     return Packer(config, pool, _Readings(cpu), study, "h")  # type: ignore[arg-type]
 
 
+def _earlier_auto_run(study: Any) -> None:
+    """hpo.packing.h as a trials_per_gpu=auto run left it: two per GPU, one change."""
+    study.set_user_attr("hpo.packing.h", {
+        "mode": "auto", "target_gpu_util": 80, "max_trials_per_gpu": 4, "cores": 16,
+        "mps": {"active": False}, "levels": [{"gpu": 0, "limit": 2, "held": None}],
+        "changes": [{"time": "2026-11-28T10:00:00", "gpu": 0, "from": 1, "to": 2,
+                     "reason": "gained 1.4x"}]})
+
+
+@pytest.mark.parametrize("gpus", [1, 0], ids=["fixed levels", "no GPU"])
+def test_a_later_run_that_does_not_pack_shows_no_earlier_packing(
+        monkeypatch: pytest.MonkeyPatch, gpus: int) -> None:
+    """An earlier auto run's hpo.packing.<host> was shown by status and report after a later
+    run of the host with fixed levels (or on no GPU) as if that run had packed."""
+    import optuna
+
+    from hpo_orchestrator.scheduler import _packer
+    from hpo_orchestrator.status import packing_lines
+
+    monkeypatch.setattr(_packer, "detect_mps", lambda: {"active": False})
+    study = optuna.create_study(storage=optuna.storages.InMemoryStorage())
+    _earlier_auto_run(study)
+    assert packing_lines({"host": "h", **study.user_attrs["hpo.packing.h"]})  # shown before
+    if gpus:
+        pool = SlotPool([GpuInfo(index=0, uuid="GPU-0", name="fake", memory_total_mib=80_000)],
+                        1, None)
+        _packer.Packer(load_config(["scheduler.parallel=1"]), pool, None, study, "h")
+    else:
+        _packer.forget_packing(study, "h")
+    entry = study.user_attrs["hpo.packing.h"]
+    assert entry["mode"] == "fixed" and entry["changes"] == []
+    assert packing_lines({"host": "h", **entry}) == []
+    # a host whose runs never packed gets no entry at all (fixed levels, no MPS)
+    _packer.forget_packing(study, "other")
+    assert "hpo.packing.other" not in study.user_attrs
+
+
 def _run(packer: Any, clock: _Clock, seconds: float, threads: int = 16, pid: int = 1,
          kind: str = "lightgbm", steps: int = 0, step_s: float = 0.0,
          batch: int | None = None) -> None:

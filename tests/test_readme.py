@@ -254,7 +254,7 @@ def test_the_readme_in_order(tmp_path: Path) -> None:
     watch = subprocess.Popen("hpo-orchestrator status --watch", shell=True, cwd=tmp_path, env=_env(),
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                              start_new_session=True)
-    # Off a terminal the screen is printed when it stops: stop it once it reads the study
+    # Off a terminal it prints one summary per interval: stop it once it reads the study
     # (past its imports, the database open), and a refresh later, not after a fixed 5 s
     # that a loaded machine spends importing.
     _wait_until_reading(watch.pid, tmp_path / "hpo.db")

@@ -95,6 +95,45 @@ def test_a_half_written_frame_still_times_out(tmp_path: Path) -> None:
     assert row["state"] == "FAIL" and row["attrs"]["hpo.fail_reason"] == "timeout"
 
 
+def test_a_timed_out_trial_ends_at_its_limit_not_after_the_grace_or_a_pause(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """trial_timeout_s=2 and a loop that stood still 30 s (SIGSTOP) meanwhile: the timeout
+    fires once the trial has run 2 s of the loop's time, and the trial ends there, however
+    long its process then takes to die (SIGTERM's grace) and whatever the wall clock says."""
+    from types import SimpleNamespace
+
+    from hpo_orchestrator.scheduler import RunningTrial, _deadlines
+
+    signalled: list[int] = []
+    monkeypatch.setattr(_deadlines, "signal_tree", lambda pid, sig: signalled.append(sig))
+    now = time.monotonic()
+    rt = SimpleNamespace(spawned_at=now - 32.5, spawned_epoch=1000.0, paused_s=30.0,
+                         stop_reason=None, outcome=None, in_setup=False, kill_at=None,
+                         timed_out_epoch=None, process=SimpleNamespace(pid=-1))
+    _deadlines.enforce_deadlines([rt], timeout_s=3.0, kill_grace_s=5.0)  # 2.5 s run: not yet
+    assert rt.stop_reason is None and not signalled
+    _deadlines.enforce_deadlines([rt], timeout_s=2.0, kill_grace_s=5.0)
+    assert rt.stop_reason == "timeout" and signalled
+    assert rt.timed_out_epoch == pytest.approx(1002.5, abs=0.05)
+    # read once its process died after the grace, 38 s of wall time after the spawn
+    assert RunningTrial.ended_epoch(rt, 1038.0) == pytest.approx(1002.5, abs=0.05)  # type: ignore[arg-type]
+
+
+@pytest.mark.slow
+def test_a_trial_that_ignores_sigterm_is_recorded_as_running_until_its_timeout(
+        tmp_path: Path) -> None:
+    """trial_timeout_s=2, and the trial ignores SIGTERM, so it dies at SIGKILL after
+    kill_grace_s=4: its recorded duration (the datetimes status, report and SQL read, and the
+    progress line) is its 2 s of running, not 6 s with the grace."""
+    result = _misbehave(tmp_path, "ignore_term", "study.n_trials=1", "scheduler.trial_timeout_s=2",
+                        "scheduler.kill_grace_s=4", timeout=90)
+    (row,) = trial_rows(result.db)
+    assert row["attrs"]["hpo.fail_reason"] == "timeout", row
+    start, end = (datetime.fromisoformat(row[k]) for k in ("start", "end"))
+    assert 2.0 <= (end - start).total_seconds() < 3.0, (start, end)
+    assert re.search(r"trial +0 FAIL +cpu0 +2\.\ds +timeout", result.stdout), result.stdout
+
+
 @pytest.mark.slow
 def test_sigterm_stops_a_run_whose_child_wrote_half_a_frame(tmp_path: Path) -> None:
     """SIGTERM once the child has written its half frame (it says so in a notes file), not

@@ -181,3 +181,34 @@ def test_report_charts_are_drawn_in_headless_chromium(study: RunResult, tmp_path
         assert check.traces >= 1, f"{check.chart_id}: no trace drawn"
         assert check.colored_fraction > 0.001, f"{check.chart_id}: its plot area is blank"
     assert (tmp_path / "page.png").stat().st_size > 10_000
+
+
+@pytest.mark.parametrize(("finished", "said"), [
+    (3, "Where trials were pruned: none of the 3 finished trials was pruned."),
+    (1, "Where trials were pruned: the one finished trial was not pruned."),
+    (0, "Where trials were pruned: no trial has finished yet."),
+])
+def test_a_study_without_a_pruned_trial_says_so_instead_of_an_empty_chart(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, finished: int, said: str) -> None:
+    from matplotlib.figure import Figure
+
+    from hpo_orchestrator.report import render_html, render_png
+
+    url = f"sqlite:///{tmp_path / 'hpo.db'}"
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    made = optuna.create_study(storage=url, study_name="plain")
+    for x in range(finished):
+        made.tell(made.ask(), float(x))
+    if not finished:
+        made.ask()  # running: the study has a trial, none finished
+    data = collect_report(create_engine(url), None)
+    page = render_html(data)
+    assert f'<div class="chart" id="prune-steps">{said}</div>' in page
+    assert set(_plotly_traces(page)) == set(CHART_IDS) - {"prune-steps"}
+    saved: list[Figure] = []
+    save = Figure.savefig
+    monkeypatch.setattr(Figure, "savefig", lambda self, *a, **k: (saved.append(self), save(self, *a, **k)))
+    render_png(data, tmp_path / "r.png")
+    prune = saved[0].axes[2]
+    assert not prune.axison and not prune.patches  # no frame, no bar
+    assert [t.get_text() for t in prune.texts] == [said.split(": ", 1)[1]]

@@ -228,3 +228,29 @@ def test_make_f_from_another_folder_uses_the_checkouts_venv_or_says_make_c(tmp_p
                                  capture_output=True, text=True, timeout=60, env=env)
         assert refused.returncode == 2
         assert "use 'make -C /" in refused.stderr and f"{REPO.name} {target}'" in refused.stderr
+
+
+def test_commands_suggested_under_make_f_run_where_the_user_is(tmp_path: Path) -> None:
+    """From another folder (`make -f <checkout>/Makefile status`), a finding's advice said
+    'make logs TRIAL=N', which finds no rule there: it says the -f, and that command runs."""
+    makefile = str(REPO / "Makefile")
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("MAKELEVEL", "MAKEFLAGS", "MFLAGS", "HPO_MAKE")}
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    study = optuna.create_study(storage=f"sqlite:///{tmp_path / 'hpo.db'}", study_name="here")
+    study.tell(study.ask(), 1.0)
+    failed = study.ask()
+    failed.set_user_attr("hpo.fail_reason", "exception")
+    failed.set_user_attr("hpo.error", "ValueError: bad x")
+    failed.set_user_attr("hpo.traceback", "Traceback (most recent call last):\nValueError: bad x")
+    study.tell(failed, state=optuna.trial.TrialState.FAIL)
+    status = subprocess.run(["make", "-s", "-f", makefile, "status"], cwd=tmp_path,
+                            capture_output=True, text=True, timeout=120, env=env)
+    assert status.returncode == 0, status.stderr
+    suggested = f"make -f {makefile} logs TRIAL=1"
+    assert f"'{suggested}'" in status.stdout, status.stdout
+    assert "'make logs" not in status.stdout
+    logs = subprocess.run([*shlex.split(suggested), "-s"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120, env=env)
+    assert logs.returncode == 0, logs.stderr
+    assert "ValueError: bad x" in logs.stdout

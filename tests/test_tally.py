@@ -294,3 +294,52 @@ def test_orchestrator_optuna_and_reaper_ends(tmp_path: Path, monkeypatch: pytest
     tally = _compare(url, "hpo", monkeypatch)
     finished = [t for t in trials.values() if t.state.is_finished()]
     assert tally is not None and tally.folded == len(finished) and not tally.holes
+
+
+def test_failures_count_the_trials_that_ran_and_failed(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """After a Ctrl-C: four trials ran and were interrupted, one asked ahead was put back
+    before any slot took it (no hpo.pid). "+N attempts re-run" and "failures by reason" count
+    the four, as the run's progress did; a COMPLETE and a PRUNED trial on which another client
+    wrote an hpo.fail_reason are no failures. Alike from the full visit and the kept tally."""
+    from rich.console import Console
+
+    from hpo_orchestrator.status import print_status
+
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    study = optuna.create_study(storage=url, study_name="big")
+    dist = {"x": optuna.distributions.FloatDistribution(0, 1)}
+
+    def add(state: TrialState, attrs: dict[str, Any]) -> None:
+        study.add_trial(optuna.trial.create_trial(
+            state=state, value=0.5 if state == TrialState.COMPLETE else None, params={"x": 0.5},
+            distributions=dist, user_attrs={"hpo.host": "h0", "hpo.gpu_index": None, **attrs}))
+
+    for pid in (11, 12, 13, 14):
+        add(TrialState.FAIL, {"hpo.pid": pid, "hpo.fail_reason": "interrupted",
+                              "hpo.error": "stopped by SIGINT/SIGTERM/SIGHUP", "hpo.retried": True})
+    add(TrialState.FAIL, {"hpo.fail_reason": "interrupted", "hpo.retried": True,
+                          "hpo.error": "stopped before a slot took it"})
+    add(TrialState.FAIL, {"hpo.pid": 15, "hpo.fail_reason": "exception",
+                          "hpo.error": "ValueError: bad"})
+    add(TrialState.COMPLETE, {"hpo.pid": 16, "hpo.fail_reason": "exception"})
+    add(TrialState.PRUNED, {"hpo.pid": 17, "hpo.fail_reason": "oom"})
+    for rebuild in (None, True):
+        if rebuild:
+            _advance(url, rebuild=True)
+        _compare(url, "big", monkeypatch, kept_expected=bool(rebuild),
+                 read_from_tally=bool(rebuild))
+        engine = db.create_engine(url)
+        with engine.connect() as connection:
+            report = _collect._collect(connection, "big", kept=bool(rebuild))[0]
+        engine.dispose()
+        assert (report.retried, report.never_ran) == (4, 1)
+        assert report.fail_reasons == {"exception": 1, "interrupted": 4}
+        failing = [f for f in report.findings if f.code == "failing_trials"]
+        assert failing and failing[0].evidence["failed"] == 1
+        console = Console(width=200, record=True)
+        print_status(report, console)
+        text = console.export_text()
+        assert "finished 3 (+4 attempts re-run: interrupted or retried)" in text  # 8 - 4 - 1
+        assert "failures by reason: exception: 1, interrupted: 4" in text

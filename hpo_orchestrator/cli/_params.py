@@ -220,16 +220,18 @@ def enqueue_params(url: str, study: str | None, entries: list[dict[str, Any]]) -
     import optuna
 
     from hpo_orchestrator.config import check_params
-    from hpo_orchestrator.db import read_errors, study_config, study_id_of
+    from hpo_orchestrator.db import read_errors, study_config, study_id_of, study_space
     from hpo_orchestrator.db.connect import create_engine, open_rdb_storage
     from hpo_orchestrator.scheduler import count_claimed
+    from hpo_orchestrator.study import trials_space
 
     engine = create_engine(url)
     with read_errors(), engine.connect() as connection:
         study_id, name = study_id_of(connection, study)
         config = study_config(connection, study_id)
+        tried = trials_space(study_space(connection, study_id))
     objective = config.get("objective") or {}
-    check_params(entries, objective.get("name"), objective.get("search_space"), "--params")
+    check_params(entries, objective.get("name"), objective.get("search_space"), "--params", tried)
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # not "Skipping enqueue" per entry
     loaded = optuna.load_study(study_name=name, storage=open_rdb_storage(url))
     before = {t.number for t in loaded.get_trials(deepcopy=False)}

@@ -12,7 +12,7 @@ from rich.console import Console
 
 from hpo_orchestrator.cli import _trials
 from hpo_orchestrator.cli._common import DEFAULT_STORAGE, errors
-from hpo_orchestrator.errors import ConfigError
+from hpo_orchestrator.errors import Absent, ConfigError
 
 __all__ = ["cmd_report", "cmd_status", "cmd_telemetry", "cmd_tune_pruner"]
 
@@ -22,11 +22,12 @@ def cmd_status(args: argparse.Namespace, console: Console) -> int:
         return _trials.print_trial(args, console, errors())
     if args.json and _status_json_sqlite(args):
         return 0
-    from rich.live import Live
 
     from hpo_orchestrator.db.connect import create_engine
     from hpo_orchestrator.status import collect_status, render_status
 
+    if args.watch:
+        return _watch(args, console)
     engine = create_engine(args.storage)
     given = args.study  # the commands advice quotes name it where the user did
 
@@ -37,11 +38,48 @@ def cmd_status(args: argparse.Namespace, console: Console) -> int:
     if args.json:
         print(json.dumps(collect_status(engine, args.study).to_json(), indent=2, default=str))
         return 0
-    if not args.watch:
-        console.print(render_status(collect_status(engine, args.study), typed))
-        return 0
-    with Live(render_status(collect_status(engine, args.study), typed), console=console,
-              auto_refresh=False) as live:
+    console.print(render_status(collect_status(engine, args.study), typed))
+    return 0
+
+
+def _watch(args: argparse.Namespace, console: Console) -> int:
+    """``status --watch``: refreshed in place on a terminal; to a file or a pipe, one plain
+    summary per interval, each under a line with its time (a log shows how the study went).
+    Started before the run has made the database or the study, it says what it waits for,
+    once, and waits: people start it beside the run, which creates both."""
+    from rich.live import Live
+
+    from hpo_orchestrator.db.connect import create_engine
+    from hpo_orchestrator.status import collect_status, render_status
+
+    given = args.study
+
+    def typed(text: str) -> str:
+        return _trials.as_typed(text, args.storage, DEFAULT_STORAGE, given)
+
+    engine, waiting = None, False
+    while engine is None:
+        try:
+            engine = create_engine(args.storage)
+            args.study = _trials.resolve_study(engine, given, errors())
+            first = render_status(collect_status(engine, args.study), typed)
+        except Absent as absent:
+            if engine is not None:
+                engine.dispose()
+                engine = None
+            if not waiting:
+                errors().print(f"{absent.message}: waiting for a run to create it (checking "
+                               f"every {args.interval:g} s; Ctrl-C to stop)", markup=False)
+                waiting = True
+            time.sleep(args.interval)
+    if not console.is_terminal:
+        while True:
+            console.print(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} ---", highlight=False)
+            console.print(first)
+            console.file.flush()
+            time.sleep(args.interval)
+            first = render_status(collect_status(engine, args.study), typed)
+    with Live(first, console=console, auto_refresh=False) as live:
         while True:
             time.sleep(args.interval)
             live.update(render_status(collect_status(engine, args.study), typed), refresh=True)

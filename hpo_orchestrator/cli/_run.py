@@ -96,7 +96,8 @@ def _run_study(args: argparse.Namespace, console: Console, totals: list[int], co
                           highlight=False)
         console.print(f"study {run.study_name!r} in {mask_url(config.storage.url)}: "
                       f"objective {config.objective.name}, pruner {_pruner_text(config)}, "
-                      f"n_trials {run.n_trials} ({run.already_claimed} done before)",
+                      f"n_trials {run.n_trials} ({run.done_before} done before"
+                      f"{_elsewhere(run.running_elsewhere)})",
                       highlight=False, markup=False)
         console.print(f"trial logs: {run.log_dir}", highlight=False, markup=False)
         if run.recovering:
@@ -113,7 +114,7 @@ def _run_study(args: argparse.Namespace, console: Console, totals: list[int], co
                 f"{_trials.run_again(args.overrides, 'study.add_trials=20')}",
                 style="yellow", highlight=False, markup=False)
             return QuietReporter()
-        return LiveReporter(console, run.n_trials, run.already_claimed, config.study.objectives,
+        return LiveReporter(console, run.n_trials, run.done_before, config.study.objectives,
                             best=run.best, front=run.front)
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -156,6 +157,11 @@ def cmd_submit(args: argparse.Namespace, console: Console, main: Callable[[Seque
     from hpo_orchestrator.cluster import submit
 
     return submit(args.overrides, args.dry_run, console, partial(NodeRun, main))
+
+
+def _elsewhere(running: int) -> str:
+    """The study's trials running outside this run, which its n_trials already counts."""
+    return f", {running} running elsewhere: another run or optuna ask" if running else ""
 
 
 def _count(n: int, what: str) -> str:

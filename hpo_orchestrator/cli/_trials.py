@@ -48,6 +48,13 @@ def _under_make() -> bool:
     return "MAKELEVEL" in os.environ  # make exports it to its recipes
 
 
+def _make() -> str:
+    """This project's Makefile as the user can run it where they are: ``make`` in the
+    checkout, ``make -f <checkout>/Makefile`` from another folder (the Makefile exports which
+    as HPO_MAKE to its recipes)."""
+    return os.environ.get("HPO_MAKE") or "make"
+
+
 def run_again(overrides: list[str], extra: str) -> str:
     """The run command again with ``extra`` added (e.g. study.add_trials=20)."""
     kept = [o for o in overrides if not o.startswith(("study.add_trials=", "study.n_trials="))]
@@ -55,7 +62,7 @@ def run_again(overrides: list[str], extra: str) -> str:
         par = [o for o in kept if o.startswith("scheduler.parallel=")]
         rest = [o for o in kept if not o.startswith("scheduler.parallel=")]
         par_arg = f"PAR={par[-1].split('=', 1)[1]} " if par else ""
-        return f'make hpo {par_arg}ARGS="{" ".join([*rest, extra])}"'
+        return f'{_make()} hpo {par_arg}ARGS="{" ".join([*rest, extra])}"'
     return " ".join([prog(), "run", *map(shlex.quote, kept), extra])
 
 
@@ -90,9 +97,9 @@ def as_typed(text: str, storage: str, default_storage: str, study: str | None = 
         if _under_make() and storage == default_storage and study is None \
                 and command in ("logs", "status", "report"):
             if command == "logs" and rest.strip().isdigit():
-                return f"'make logs TRIAL={rest.strip()}'"
+                return f"'{_make()} logs TRIAL={rest.strip()}'"
             if not rest.strip():
-                return f"'make {command}'"
+                return f"'{_make()} {command}'"
         if command in _READS:
             if study is not None and "--study" not in rest:
                 rest += f" --study {shlex.quote(study)}"
@@ -113,7 +120,8 @@ def next_steps(storage: str, default_storage: str, failed: int | None) -> str:
 
     storage_shown, secret_note = paste_url(storage)
     if _under_make() and storage == default_storage:
-        steps = ["make status", "make report"] + ([f"make logs TRIAL={failed}"] if failed is not None else [])
+        steps = [f"{_make()} status", f"{_make()} report"] + (
+            [f"{_make()} logs TRIAL={failed}"] if failed is not None else [])
     else:
         where = "" if storage == default_storage else f" --storage {shlex.quote(storage_shown)}"
         steps = [f"{prog()} status{where}", f"{prog()} report{where} --out report.html"] + (

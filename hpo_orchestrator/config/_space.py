@@ -17,6 +17,7 @@ No Optuna import here: a trial's child unpickles its config from this package.
 
 from __future__ import annotations
 
+import difflib
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -24,7 +25,7 @@ from typing import Any
 from hpo_orchestrator.errors import ConfigError
 
 __all__ = ["LIGHTGBM_SPACE", "SPACES", "TORCH_MLP_SPACE", "ParamSpec", "SpaceEntry", "as_config",
-           "check_entries", "check_params", "check_space", "resolve_space"]
+           "check_entries", "check_params", "check_space", "resolve_space", "space_text"]
 
 
 @dataclass
@@ -187,17 +188,25 @@ def check_entries(entries: Any, where: str) -> None:
                                   f"got {value!r}", "params are the values a trial suggests")
 
 
-def check_params(entries: Any, objective: str | None, search_space: Any, where: str) -> None:
+def check_params(entries: Any, objective: str | None, search_space: Any, where: str,
+                 trials_space: dict[str, ParamSpec] | None = None) -> None:
     """Enqueued params (``study.enqueue``, ``hpo-orchestrator enqueue``): mappings of names to
-    scalars; for a built-in objective, every name a parameter of its space, of the right kind,
-    within the range (a custom objective's space is in its code: not checked)."""
+    scalars, each name a parameter of the study's search space, of the right kind, within its
+    range. The space: a built-in objective's (``objective.search_space`` applied); for any
+    other, ``trials_space``, the distributions the study's trials used (None: none yet, so
+    nothing to check against). Optuna takes any name and ignores one no trial suggests, and
+    warns at the trial about a value outside the range: a typo would be silently lost."""
     if where == "study.enqueue" and entries == []:
         return
     check_entries(entries, where)
     defaults = SPACES.get(objective or "")
-    if defaults is None:
+    if defaults is not None:
+        space = resolve_space(defaults, search_space, "objective", objective or "")
+        of, known = f"the {objective} objective", "its search space"
+    elif trials_space:
+        space, of, known = trials_space, "the study", "its search space (as its trials suggested it)"
+    else:
         return
-    space = resolve_space(defaults, search_space, "objective", objective or "")
     extra = {"batch_size"} if objective == "torch_mlp" else set()
     for i, entry in enumerate(entries):
         label = f"{where}[{i}]" if len(entries) > 1 else where
@@ -205,13 +214,26 @@ def check_params(entries: Any, objective: str | None, search_space: Any, where: 
             if name in extra:
                 continue
             if name not in space:
-                raise ConfigError(f"{label}: {name!r} is not a parameter of the {objective} objective",
-                                  f"its parameters: {', '.join(space)}")
+                close = difflib.get_close_matches(name, list(space), n=1)
+                guess = f" (did you mean {close[0]!r}?)" if close else ""
+                raise ConfigError(f"{label}: {name!r} is not a parameter of {of}{guess}",
+                                  f"{known}: {space_text(space)}")
             problem = _outside(space[name], value)
             if problem:
                 raise ConfigError(f"{label}: {name}={value!r} {problem}",
-                                  "enqueue values the study's search space allows "
-                                  "(objective.search_space in its config)")
+                                  f"enqueue values within {known}: {space_text(space)}")
+
+
+def space_text(space: dict[str, ParamSpec]) -> str:
+    """A search space in one line: ``lr: float in [0.0001, 0.1] (log); n: int in [1, 8]``."""
+    def one(spec: ParamSpec) -> str:
+        if spec.kind == "categorical":
+            return f"{spec.name}: one of {list(spec.choices)}"
+        if spec.fixed:
+            return f"{spec.name}: {spec.kind} fixed at {spec.low}"
+        how = " (log)" if spec.log else f" (step {spec.step})" if spec.step else ""
+        return f"{spec.name}: {spec.kind} in [{spec.low}, {spec.high}]{how}"
+    return "; ".join(one(spec) for spec in space.values())
 
 
 def _outside(spec: ParamSpec, value: Any) -> str | None:
@@ -223,4 +245,10 @@ def _outside(spec: ParamSpec, value: Any) -> str | None:
         return "is not an integer"
     low, high = spec.low, spec.high
     assert low is not None and high is not None
-    return None if low <= value <= high else f"is outside the range [{low}, {high}]"
+    if not low <= value <= high:
+        return f"is outside the range [{low}, {high}]"
+    if spec.step:
+        steps = (value - low) / spec.step
+        if not math.isclose(steps, round(steps), abs_tol=1e-8):
+            return f"is not on the grid of step {spec.step} from {low}"
+    return None

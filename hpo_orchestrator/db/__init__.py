@@ -42,6 +42,7 @@ from hpo_orchestrator.db._best import (
     best_trials,
     pareto_front,
     study_directions,
+    study_space,
     trial_params,
 )
 from hpo_orchestrator.db._curves import (
@@ -51,7 +52,7 @@ from hpo_orchestrator.db._curves import (
     step_timings,
     trials_with_values,
 )
-from hpo_orchestrator.db._detail import count_retried, fail_errors, latest_study, trial_detail
+from hpo_orchestrator.db._detail import fail_errors, latest_study, trial_detail
 from hpo_orchestrator.db._retry import (
     Retrying,
     StorageUnavailable,
@@ -125,14 +126,14 @@ __all__ = [
     "UNREADABLE", "CurveTrial", "Retrying", "RunningTrialRow", "Sample", "ScoredTrial",
     "StorageUnavailable", "SummaryFlags", "SummaryRow", "TrialRow", "UncoveredTrial",
     "ask_running_trial", "attempt_of", "best_of", "best_trial", "best_trials", "check_schema",
-    "count_retried", "create_running_trial", "database_now", "dialect", "enqueue_waiting_trial",
+    "create_running_trial", "database_now", "dialect", "enqueue_waiting_trial",
     "execute_many", "fail_errors", "fail_running_trial", "fetch_all", "fetch_one", "first_line",
     "first_of_last", "from_attrs", "has_summary_table", "has_table", "has_telemetry_table",
     "has_trial", "heartbeat_of", "intermediate_values", "is_retried", "latest_study",
     "list_studies", "max_completed_step", "no_longer_running", "open_sqlite", "pareto_front",
     "read_errors", "retried", "retrying_of", "rows", "running_among", "scalar",
     "start_running_trial", "state_counts", "state_name", "step_timings", "study_attrs",
-    "study_config", "study_directions", "study_id_of", "summary_flags",
+    "study_config", "study_directions", "study_id_of", "study_space", "summary_flags",
     "summary_max_complete_step", "summary_prune_steps", "summary_rows", "telemetry_rows",
     "telemetry_samples", "to_datetime", "trial_detail", "trial_params", "trial_rows",
     "trial_values", "trials_with_values", "trouble_of", "uncovered_trials", "write_trial_attrs",

@@ -1,5 +1,6 @@
-"""The reads behind ``hpo-orchestrator best``: a study's directions, its completed trials'
-values (every objective), and a trial's params. One query per concern, never the ORM."""
+"""The reads behind ``hpo-orchestrator best`` and ``enqueue``: a study's directions, its
+completed trials' values (every objective), a trial's params, and the search space its trials
+used. One query per concern, never the ORM."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ from hpo_orchestrator.db._trials import _param_value
 if TYPE_CHECKING:
     from hpo_orchestrator.db._sql import Readable
 
-__all__ = ["ScoredTrial", "best_trials", "pareto_front", "study_directions", "trial_params"]
+__all__ = ["ScoredTrial", "best_trials", "pareto_front", "study_directions", "study_space",
+           "trial_params"]
 
 _DIRECTIONS_SQL = "SELECT direction FROM study_directions WHERE study_id = :s ORDER BY objective"
 # Every objective's value of every COMPLETE trial; an infinite value is stored as NULL with
@@ -25,12 +27,24 @@ _COMPLETE_VALUES_SQL = (
     "ORDER BY t.number, v.objective")
 _PARAMS_SQL = ("SELECT param_name, param_value, distribution_json FROM trial_params "
                "WHERE trial_id = :t ORDER BY param_id")
+# Each param name's distribution as the study's latest trial with it suggested it.
+_SPACE_SQL = (
+    "SELECT p.param_name, p.distribution_json FROM trial_params p WHERE p.param_id IN ("
+    "SELECT MAX(q.param_id) FROM trial_params q JOIN trials t ON t.trial_id = q.trial_id "
+    "WHERE t.study_id = :s GROUP BY q.param_name) ORDER BY p.param_name")
 
 
 class ScoredTrial(NamedTuple):
     trial_id: int
     number: int
     values: tuple[float, ...]
+
+
+def study_space(connection: Readable, study_id: int) -> dict[str, str]:
+    """{param name: Optuna's distribution JSON} of every param the study's trials suggested
+    (the latest trial's, where they differ); empty before any trial suggested one."""
+    return {str(name): str(distribution)
+            for name, distribution in rows(connection, _SPACE_SQL, {"s": study_id})}
 
 
 def study_directions(connection: Readable, study_id: int) -> list[str]:

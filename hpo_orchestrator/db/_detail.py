@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from hpo_orchestrator import keys
 from hpo_orchestrator.db import _trials
 from hpo_orchestrator.db._sql import fetch_all, fetch_one, rows, scalar
 from hpo_orchestrator.db._study import state_name, to_datetime
@@ -23,7 +22,7 @@ _TRIAL_ATTRS_SQL = "SELECT key, value_json FROM trial_user_attributes WHERE tria
 _FAIL_ERRORS_SQL = (
     "SELECT t.number, a.key, a.value_json FROM trials t JOIN trial_user_attributes a "
     "ON a.trial_id = t.trial_id WHERE t.study_id = :s AND t.state = 'FAIL' "
-    "AND a.key IN ('hpo.error', 'hpo.fail_reason', 'hpo.retried')")
+    "AND a.key IN ('hpo.error', 'hpo.fail_reason', 'hpo.retried', 'hpo.pid')")
 # The study whose trial was asked last (trial ids grow across the whole database); a study
 # without trials counts by its own id.
 _LATEST_STUDY_SQL = (
@@ -51,20 +50,13 @@ def trial_detail(connection: Readable, study_id: int, number: int) -> dict[str, 
     }
 
 
-def count_retried(connection: Readable, study_id: int) -> int:
-    """FAIL trials whose params ran again (``hpo.retried``): attempts that do not count
-    against n_trials (interrupted ones included)."""
-    return sum(1 for _, key, value in rows(connection, _FAIL_ERRORS_SQL, {"s": study_id})
-               if key == keys.RETRIED and json.loads(value) is True)
-
-
-def fail_errors(connection: Readable, study_id: int) -> list[tuple[int, str | None, str | None]]:
-    """(number, hpo.fail_reason, hpo.error) of the FAIL trials that were not retried."""
+def fail_errors(connection: Readable, study_id: int) -> dict[int, dict[str, Any]]:
+    """number -> the failure attrs (hpo.fail_reason, hpo.error, hpo.retried, hpo.pid) of every
+    FAIL trial, retried ones too (status/_collect.failures_of counts them)."""
     found: dict[int, dict[str, Any]] = {}
     for number, key, value in rows(connection, _FAIL_ERRORS_SQL, {"s": study_id}):
         found.setdefault(int(number), {})[key] = json.loads(value)
-    return sorted((n, a.get(keys.FAIL_REASON), a.get(keys.ERROR))
-                  for n, a in found.items() if a.get(keys.RETRIED) is not True)
+    return found
 
 
 def latest_study(connection: Readable) -> str | None:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from hpo_orchestrator import keys
 from hpo_orchestrator.db._sql import fetch_one, rows, scalar
-from hpo_orchestrator.errors import ConfigError, HpoError, StorageError
+from hpo_orchestrator.errors import ConfigError, HpoError, NoStudy, StorageError
 
 if TYPE_CHECKING:
     from hpo_orchestrator.db._sql import Readable
@@ -90,12 +90,14 @@ def study_id_of(connection: Readable, study: str | None) -> tuple[int, str]:
     if study is None:
         if len(names) == 1:
             study = names[0]
+        elif names:
+            raise ConfigError("the storage holds several studies",
+                              f"pass --study NAME (studies: {', '.join(names)})")
         else:
-            raise ConfigError("the storage holds several studies" if names else "the storage holds no study",
-                              f"pass --study NAME (studies: {', '.join(names) or 'none'})")
+            raise NoStudy("the storage holds no study", "pass --study NAME (studies: none)")
     row = fetch_one(connection, _STUDY_ID_SQL, {"n": study})
     if row is None:
-        raise ConfigError(f"no study named {study!r}",
+        raise NoStudy(f"no study named {study!r}",
                           f"studies in this storage: {', '.join(names) or 'none'}")
     return int(row[0]), study
 

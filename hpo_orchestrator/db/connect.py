@@ -22,14 +22,16 @@ from sqlalchemy import event, inspect
 from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError, SQLAlchemyError
 
+from hpo_orchestrator.db._sqlite import only_immutable, read_only_error, read_only_reason
 from hpo_orchestrator.db._version import check_schema
-from hpo_orchestrator.errors import SECRET_QUERY_KEYS, StorageError, mask_passwords
+from hpo_orchestrator.errors import SECRET_QUERY_KEYS, NoDatabase, StorageError, mask_passwords
 
 if TYPE_CHECKING:  # status and telemetry read with SQLAlchemy only: keep optuna's import off them
     import optuna
 
 __all__ = ["ADVISORY_NAMESPACE", "check_url", "create_engine", "file_lock", "lock_file", "mask_url",
-           "mask_url_in", "open_rdb_storage", "paste_url", "setup_lock", "sqlite_path", "validated_path"]
+           "mask_url_in", "open_rdb_storage", "paste_url", "setup_lock", "sqlite_path",
+           "validated_path"]
 
 # Keeps our PostgreSQL advisory lock keys apart from other applications' ("hp").
 ADVISORY_NAMESPACE = 0x6870
@@ -59,6 +61,19 @@ def sqlite_path(url: str) -> Path | None:
     return Path(parsed.database)
 
 
+def _tables_of(path: Path) -> set[str]:
+    """The tables of the sqlite file; a WAL database that cannot be written (a read-only
+    mount, no write permission) opens only as ``immutable``: its -shm file cannot be made."""
+    try:
+        with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as connection:
+            return {row[0] for row in connection.execute(_SQLITE_TABLES_SQL)}
+    except sqlite3.OperationalError as exc:
+        if not only_immutable(exc):
+            raise
+    with sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True) as connection:
+        return {row[0] for row in connection.execute(_SQLITE_TABLES_SQL)}
+
+
 def _check_sqlite_file(path: Path, create: bool) -> None:
     try:
         exists = path.exists()
@@ -67,20 +82,26 @@ def _check_sqlite_file(path: Path, create: bool) -> None:
                            "check the permissions of the file and its folders") from None
     if not exists:
         if not create:
-            raise StorageError(f"no database at {path}", "run a study first, or pass --storage URL")
+            raise NoDatabase(f"no database at {path}", "run a study first, or pass --storage URL")
         if not path.parent.is_dir():
             raise StorageError(f"folder {path.parent} does not exist",
                                "create it or choose another storage.url")
+        read_only = read_only_reason(path)
+        if read_only is not None:
+            raise StorageError(f"cannot create {path}: {read_only}",
+                               "choose a folder this user can write for storage.url")
         return
     try:
-        with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as connection:
-            tables = {row[0] for row in connection.execute(_SQLITE_TABLES_SQL)}
+        tables = _tables_of(path)
     except sqlite3.DatabaseError as exc:
         raise StorageError(f"{path} is not a sqlite database ({exc})",
                            "point storage.url at an Optuna database or a new file") from None
     if tables and "studies" not in tables:
         raise StorageError(f"{path} is a sqlite database but not an Optuna one",
                            "point storage.url at an Optuna database or a new file")
+    read_only = read_only_reason(path) if create else None
+    if read_only is not None:
+        raise read_only_error(path, read_only)
 
 
 def _tune_sqlite(engine: Engine, read_only: bool = False) -> None:
@@ -138,15 +159,16 @@ def _create_or_refuse(url: str, **kwargs: object) -> Engine:
 
 
 def _sqlite_read_only_url(path: Path) -> str:
-    """``mode=ro`` opens without writing; a WAL database whose -shm file is missing in a folder
-    the user cannot write is only readable as ``immutable`` (nobody can be writing it then:
-    a writer would have created the file)."""
+    """``mode=ro`` opens without writing; a WAL database whose -shm file is missing in a place
+    the user cannot write (a read-only mount, a folder without write permission) is only
+    readable as ``immutable`` (nobody can be writing it then: a writer would have created the
+    file)."""
     uri = path.absolute().as_uri()
     try:
         with sqlite3.connect(f"{uri}?mode=ro", uri=True) as probe:
             probe.execute(_SQLITE_TABLES_SQL).fetchall()
     except sqlite3.OperationalError as exc:
-        if "unable to open" not in str(exc):
+        if not only_immutable(exc):
             raise StorageError(f"cannot read {path}: {exc}",
                                "check that the file is a database this user can read") from None
         return f"sqlite:///{uri}?mode=ro&immutable=1&uri=true"
@@ -161,7 +183,7 @@ def _require_studies(engine: Engine, url: str) -> None:
                 return
     except SQLAlchemyError as exc:
         raise _open_error(exc, url) from None
-    raise StorageError(f"{mask_url(url)} holds no study yet",
+    raise NoDatabase(f"{mask_url(url)} holds no study yet",
                        "run a study first (hpo-orchestrator run), or pass --storage URL")
 
 
@@ -173,10 +195,21 @@ def _check_schema_of(engine: Engine, url: str) -> bool:
         raise _open_error(exc, url) from None
 
 
+_DAMAGED = ("malformed", "file is not a database", "not a database")
+
+
 def _open_error(exc: Exception, url: str) -> StorageError:
     reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    return StorageError(f"cannot open storage {mask_url(url)}: {mask_url_in(reason, url)}",
-                        "check the URL, that the server is up, and the credentials")
+    path = sqlite_path(url)
+    if path is None:
+        hint = "check the URL, that the server is up, and the credentials"
+    elif any(word in reason.lower() for word in _DAMAGED):
+        hint = (f"the file is damaged (copied while a run wrote it, a full disk, a crash): "
+                f"sqlite3 {path} 'PRAGMA integrity_check' says where; restore a copy, or use "
+                f"another file")
+    else:
+        hint = f"check that {path} is an Optuna database this user can read"
+    return StorageError(f"cannot open storage {mask_url(url)}: {mask_url_in(reason, url)}", hint)
 
 
 def _check_driver(url: str) -> None:

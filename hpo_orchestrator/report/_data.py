@@ -20,7 +20,7 @@ from hpo_orchestrator.db import TrialRow
 from hpo_orchestrator.status import StatusReport, collect, device_label
 
 __all__ = ["CPU_AXIS", "Bar", "ReportData", "Series", "collect_report", "lane_device", "lane_name",
-           "prune_histogram"]
+           "no_pruned_trial", "prune_histogram"]
 
 # Most points drawn per utilization line: samples are averaged into buckets beyond that.
 _MAX_POINTS = 1500
@@ -207,6 +207,19 @@ def _best_so_far(history: list[tuple[int, float]], direction: str) -> list[tuple
             best = value
         result.append((number, best))
     return result
+
+
+def no_pruned_trial(data: ReportData) -> str | None:
+    """The prune-step panel in words when no trial was pruned ("title: what happened"): a
+    chart of nothing would be an empty frame. None when there is something to draw."""
+    if prune_histogram(data)[0]:
+        return None
+    finished = sum(data.status.states[s].count for s in ("COMPLETE", "PRUNED", "FAIL")
+                   if s in data.status.states)
+    what = ("no trial has finished yet" if not finished else
+            "the one finished trial was not pruned" if finished == 1 else
+            f"none of the {finished} finished trials was pruned")
+    return f"Where trials were pruned: {what}."
 
 
 def prune_histogram(data: ReportData) -> tuple[list[int], list[int]]:

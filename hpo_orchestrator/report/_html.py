@@ -11,7 +11,7 @@ from typing import Any
 import jinja2
 import markupsafe
 
-from hpo_orchestrator.report._data import CPU_AXIS, ReportData, prune_histogram
+from hpo_orchestrator.report._data import CPU_AXIS, ReportData, no_pruned_trial, prune_histogram
 from hpo_orchestrator.status import device_choice_line, packing_lines, pruner_tuning_lines
 
 __all__ = ["STATE_COLORS", "render_html"]
@@ -77,8 +77,6 @@ def _prune_steps(data: ReportData) -> Any:
     steps, counts = prune_histogram(data)
     rate = data.status.prune_rate
     title = "Where trials were pruned" + (f" (prune rate {rate:.0%})" if rate is not None else "")
-    if not steps:
-        title += ": no pruned trial"
     figure = go.Figure(go.Bar(x=steps, y=counts, marker={"color": STATE_COLORS["PRUNED"]},
                               name="pruned"))
     figure.update_layout(**_layout(title, 300, xaxis_title="step of the last report",
@@ -157,10 +155,16 @@ def render_html(data: ReportData) -> str:
     status = data.status
     figures = dict(zip(CHART_IDS, (_timeline(data), _utilization(data), _prune_steps(data),
                                    _history(data)), strict=True))
-    charts = [(chart_id, markupsafe.Markup(figure.to_html(  # plotly's own, JSON-escaped
+    said = no_pruned_trial(data)
+    if said is not None:
+        del figures["prune-steps"]
+    charts: list[tuple[str, str]] = [(chart_id, markupsafe.Markup(figure.to_html(
+        # plotly's own, JSON-escaped
         full_html=False, include_plotlyjs=i == 0, div_id=f"{chart_id}-plot",
         config={"displaylogo": False})))
         for i, (chart_id, figure) in enumerate(figures.items())]
+    if said is not None:  # in the chart's place, in words (escaped by the template)
+        charts.insert(CHART_IDS.index("prune-steps"), ("prune-steps", said))
     return _PAGE.render(
         study=data.study,
         counts=", ".join(f"{s.lower()} {v.count}" for s, v in status.states.items() if v.count),

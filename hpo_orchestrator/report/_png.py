@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hpo_orchestrator.report._data import CPU_AXIS, ReportData, prune_histogram
+from hpo_orchestrator.report._data import CPU_AXIS, ReportData, no_pruned_trial, prune_histogram
 from hpo_orchestrator.report._html import STATE_COLORS
 
 __all__ = ["render_png"]
@@ -50,13 +50,20 @@ def render_png(data: ReportData, path: Path) -> None:
         utilization.set_xlim(timeline.get_xlim())
 
     steps, counts = prune_histogram(data)
-    prune.bar(steps, counts, color=STATE_COLORS["PRUNED"])
     rate = data.status.prune_rate
-    prune.set_title("Where trials were pruned" + (f" (prune rate {rate:.0%})" if rate is not None
-                                                  else "") + ("" if steps else ": no pruned trial"))
-    prune.set_xlabel("step of the last report")
-    prune.xaxis.set_major_locator(MaxNLocator(integer=True))
-    prune.yaxis.set_major_locator(MaxNLocator(integer=True))
+    said = no_pruned_trial(data)
+    if said is not None:  # no empty frame: the panel says so
+        title, _, words = said.partition(": ")
+        prune.set_title(title)
+        prune.text(0.5, 0.5, words, ha="center", va="center", transform=prune.transAxes)
+        prune.set_axis_off()
+    else:
+        prune.bar(steps, counts, color=STATE_COLORS["PRUNED"])
+        prune.set_title("Where trials were pruned" + (f" (prune rate {rate:.0%})"
+                                                      if rate is not None else ""))
+        prune.set_xlabel("step of the last report")
+        prune.xaxis.set_major_locator(MaxNLocator(integer=True))
+        prune.yaxis.set_major_locator(MaxNLocator(integer=True))
     prune.set_ylabel("trials")
 
     history.scatter([n for n, _ in data.history], [v for _, v in data.history], s=12,

@@ -30,7 +30,15 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
-from hpo_orchestrator.db import Retrying, rows, running_among, scalar, state_name, to_datetime
+from hpo_orchestrator.db import (
+    Retrying,
+    RunningTrialRow,
+    rows,
+    running_among,
+    scalar,
+    state_name,
+    to_datetime,
+)
 from hpo_orchestrator.db.connect import ADVISORY_NAMESPACE, file_lock, lock_file
 from hpo_orchestrator.scheduler._race_hooks import budget_claim_started, budget_counted
 
@@ -168,6 +176,13 @@ class Budget:
                 return sum(not row.outside for row in running_among(connection, candidates))
         return self.retrying.call(read)
 
+    def _running_rows(self) -> list[RunningTrialRow]:
+        def read() -> list[RunningTrialRow]:
+            candidates = self.unfinished() if self.unfinished is not None else set()
+            with self.engine.connect() as connection:
+                return running_among(connection, candidates)
+        return self.retrying.call(read)
+
     def orphans(self, host: str) -> list[int]:
         """The ids of the RUNNING trials a stopped orchestrator on ``host`` left (a ``kill
         -9``), which this run reaps at once (scheduler/_recovery.py)."""
@@ -175,12 +190,15 @@ class Budget:
         # on its way): imported when a run asks.
         from hpo_orchestrator.scheduler._recovery import orphaned
 
-        def read() -> list[int]:
-            candidates = self.unfinished() if self.unfinished is not None else set()
-            with self.engine.connect() as connection:
-                return [row.trial_id for row in running_among(connection, candidates)
-                        if orphaned(row, host)]
-        return self.retrying.call(read)
+        return [row.trial_id for row in self._running_rows() if orphaned(row, host)]
+
+    def running_elsewhere(self, host: str) -> int:
+        """RUNNING trials that count against the budget and that this run does not reap: those
+        of a live orchestrator (any host) and those made outside any run (``optuna ask``).
+        Claimed, not done: a run's start tells them apart from the finished ones."""
+        from hpo_orchestrator.scheduler._recovery import orphaned  # as orphans()
+
+        return sum(not orphaned(row, host) for row in self._running_rows())
 
     def recoverable(self, storage: RDBStorage, host: str, max_retries: int) -> int:
         """Of the orphans, those that leave the count once a run reaps them: reaped with a

@@ -212,5 +212,5 @@ def _well_formed_outcome(outcome: Any) -> bool:
             isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
             for v in values)
     if outcome.kind == "error":
-        return plain and outcome.fail_reason in ("exception", "oom")
+        return plain and outcome.fail_reason in ("exception", "oom", "disk_full")
     return plain and outcome.kind == "pruned"

@@ -102,6 +102,7 @@ def enforce_deadlines(running: Iterable[RunningTrial], timeout_s: float | None,
         if rt.stop_reason is None and rt.outcome is None and timeout_s is not None \
                 and running_s > timeout_s:
             rt.stop_reason = "timeout"
+            rt.timed_out_epoch = rt.spawned_epoch + running_s
             if rt.in_setup:  # its worker's start-up counts: it began with the trial's clock
                 rt.stop_error = (" with objective.setup still running (the worker's start-up "
                                  "counts against it)")

@@ -10,15 +10,21 @@ same study starts afresh, so a fixed objective resumes without tripping over old
 
 Trials that failed through no fault of the objective and run again (``hpo.retried``) and
 those we stopped (``interrupted``) do not count.
+
+A full disk (``disk_full``: a write of the trial's refused for want of space) stops the run at
+once, whatever these rules say: every later trial would fail alike and be blamed on the
+objective, and a run that went on would report its budget finished by failures.
 """
 
 from __future__ import annotations
 
 import re
+import shutil
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 
-__all__ = ["FailurePolicy", "Halt"]
+__all__ = ["FailurePolicy", "Halt", "disk_full"]
 
 
 @dataclass(frozen=True)
@@ -90,3 +96,18 @@ class FailurePolicy:
                 f"objective and run {again}")
         return Halt(f"{what}: {shown} (first in trial {number})",
                     hint + (f" ({knob})" if knob else ""), rule)
+
+
+def disk_full(number: int, error: str | None, run_folder: Path) -> Halt:
+    """Trial ``number`` could not write for want of space: stop the run (exit 1), naming the
+    run folder's free space (where the trial's log goes; the error names any other file)."""
+    try:
+        free = f"{shutil.disk_usage(run_folder).free / 2**20:.1f} MiB free"
+    except OSError:
+        free = "its free space unknown"
+    return Halt(f"no space left on a disk that trial {number} writes to: "
+                f"{error or 'no space left on device'}",
+                f"free space on the file system of the trial logs ({run_folder}: {free}) or of "
+                f"the file the error names (scheduler.log_dir moves the logs); then run the same "
+                f"command again: trial {number} and the trials stopped with it run first, each "
+                f"counted once", "a full disk")

@@ -18,10 +18,13 @@ from optuna.trial import TrialState
 
 from hpo_orchestrator.worker import TrialOutcome
 
-__all__ = ["RETRYABLE", "Verdict", "classify", "keep_worker", "params_mismatch", "retry_allowed",
-           "retry_attempt"]
+__all__ = ["RERUN_AS_IS", "RETRYABLE", "Verdict", "classify", "keep_worker", "params_mismatch",
+           "retry_allowed", "retry_attempt"]
 
 RETRYABLE = ("oom", "killed", "lost")  # failures that were not the objective's fault
+# Not the trial's failure at all: its params run again under the same attempt (a full disk
+# stops the run, as Ctrl-C does; the same command resumes once there is room).
+RERUN_AS_IS = ("interrupted", "disk_full")
 
 
 @dataclass(frozen=True)
@@ -104,9 +107,10 @@ def retry_attempt(reason: str | None, attempt: int, max_retries: int) -> int | N
 
     An interrupted trial (its orchestrator was stopped) always runs again, first in
     the next run, under the same attempt number: stopping a run is not the trial's failure
-    and must not use up its retries.
+    and must not use up its retries. So does one
+    whose disk was full: the file system refused a write, the objective did nothing wrong.
     """
-    if reason == "interrupted":
+    if reason in RERUN_AS_IS:
         return attempt
     return attempt + 1 if retry_allowed(reason, attempt, max_retries) else None
 

@@ -54,7 +54,7 @@ from hpo_orchestrator.scheduler._trial import RunningTrial
 from hpo_orchestrator.scheduler._trial_times import TrialTimes, pooled_kind
 from hpo_orchestrator.telemetry import DeviceReading, TelemetrySampler
 
-__all__ = ["Packer", "detect_mps", "gpu_groups", "packing_key"]
+__all__ = ["Packer", "detect_mps", "forget_packing", "gpu_groups", "packing_key"]
 
 _DECIDE_EVERY_S = 1.0
 _HELD_WRITE_EVERY_S = 10.0  # a changed "held" reason alone is written at most this often
@@ -64,6 +64,15 @@ _MPS_DAEMONS = ("nvidia-cuda-mps-control", "nvidia-cuda-mps-server")
 
 def packing_key(host: str) -> str:
     return f"{keys.PACKING_PREFIX}{host}"
+
+
+def forget_packing(study: optuna.Study, host: str) -> None:
+    """A run on ``host`` with no GPU slot packs nothing: an earlier run's hpo.packing.<host>
+    becomes a fixed entry without levels, which status and report do not show (the attr
+    cannot be deleted through Optuna)."""
+    if packing_key(host) in study.user_attrs:
+        study.set_user_attr(packing_key(host), {"mode": "fixed", "mps": {"active": False},
+                                                "levels": [], "changes": []})
 
 
 def gpu_groups(pool: SlotPool) -> dict[int, tuple[int, ...]]:
@@ -123,7 +132,10 @@ class Packer:
         self._record: dict[str, Any] = {
             "mode": "auto" if pool.auto else "fixed", "target_gpu_util": self.policy.target_util,
             "max_trials_per_gpu": self.policy.max_per_gpu, "cores": self.cores, "mps": mps}
-        if pool.auto or mps["active"]:  # fixed levels: worth a write only with MPS
+        # Fixed levels are worth a write only with MPS, or over an earlier run's entry of
+        # this host: status and report read the host's latest run there, and an auto run's
+        # levels left in place would be shown as this run's packing.
+        if pool.auto or mps["active"] or packing_key(host) in study.user_attrs:
             self._write()
 
     def threads_for_next(self, running: Iterable[RunningTrial]) -> int:

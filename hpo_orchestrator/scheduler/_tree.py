@@ -128,11 +128,13 @@ class ProcessTrees:
                 entries.append([pid, proc.create_time()])
         me = psutil.Process(self._me)
         temporary = self._record_path.with_suffix(".tmp")
-        with contextlib.suppress(OSError):  # a run folder that went away: containment goes on
+        try:
             temporary.write_text(json.dumps({"host": socket.gethostname(), "processes": entries,
                                              "orchestrator": [self._me, me.create_time()]}))
             os.replace(temporary, self._record_path)
             self._recorded = set(self._seen)
+        except OSError:  # a full disk, a run folder that went away: containment goes on
+            temporary.unlink(missing_ok=True)  # the next try writes it anew; none is left
 
     def _record(self, pid: int, slot: int | None) -> None:
         if pid in self._seen:

@@ -68,6 +68,9 @@ class RunningTrial:
     protocol_error: str | None = None  # "protocol: ...": the child's bytes broke the protocol
     reaped: bool = False  # another orchestrator finished the trial (we were stopped too long)
     paused_s: float = 0.0  # time the loop stood still (SIGSTOP): not counted against the timeout
+    # stopped by its timeout: when its timed running reached it (its spawn plus the running
+    # time the timeout counted): its recorded end, not SIGTERM's grace nor a pause later
+    timed_out_epoch: float | None = None
     log_path: Path | None = None  # the trial's own log (scheduler/_logs.py)
     artifact_store: str | None = None  # artifacts.store, resolved: where save_artifact writes
     artifacts: list[dict[str, Any]] = field(default_factory=list)  # hpo.artifacts so far
@@ -87,7 +90,11 @@ class RunningTrial:
     def ended_epoch(self, now: float) -> float:
         """When the trial ended: its child's own time of the objective's return (sent with
         the result), not when the loop read it (the loop may have waited out a storage outage
-        or been stopped meanwhile); kept within its spawn and ``now``, whatever a child says."""
+        or been stopped meanwhile); kept within its spawn and ``now``, whatever a child says.
+        A trial stopped by its timeout ended when its timed running reached the limit: the
+        grace its process then took to die, and a pause of the loop, are not its running."""
+        if self.timed_out_epoch is not None:
+            return min(self.timed_out_epoch, now)
         ended = self.outcome.ended if self.outcome is not None else None
         return now if ended is None else min(max(ended, self.spawned_epoch), now)
 

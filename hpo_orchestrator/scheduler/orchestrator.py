@@ -46,7 +46,7 @@ from hpo_orchestrator.scheduler import _calls, _outcome
 from hpo_orchestrator.scheduler._asking import Asking
 from hpo_orchestrator.scheduler._budget import Budget
 from hpo_orchestrator.scheduler._deadlines import LoopClock, StudyDeadline, enforce_deadlines, stop_faulty
-from hpo_orchestrator.scheduler._failures import FailurePolicy, Halt
+from hpo_orchestrator.scheduler._failures import FailurePolicy, Halt, disk_full
 from hpo_orchestrator.scheduler._logs import (
     LogCap,
     ensure_run_dir,
@@ -55,7 +55,7 @@ from hpo_orchestrator.scheduler._logs import (
     take_startup_log,
     trial_log_path,
 )
-from hpo_orchestrator.scheduler._packer import Packer
+from hpo_orchestrator.scheduler._packer import Packer, forget_packing
 from hpo_orchestrator.scheduler._process import cgroup_oom_kills, log_tail, oom_killed_since, signal_tree
 from hpo_orchestrator.scheduler._recipe import Duty, Recipe
 from hpo_orchestrator.scheduler._recovery import Recovery
@@ -128,6 +128,8 @@ class Orchestrator:
         self.halted: Halt | None = None  # the failure policy stopped the run (exit 1)
         # scheduler.trials_per_gpu=auto (and the study attr hpo.packing.<host> on GPU hosts)
         self.packer = Packer(config, slots, sampler, study, self.host) if slots.limits else None
+        if self.packer is None:
+            forget_packing(study, self.host)  # an earlier run's levels are not this run's
         self.retention = TelemetryRetention(storage.engine, study._study_id, self.host,
                                             config.telemetry.keep_full_s,
                                             config.telemetry.max_rows_per_trial) \
@@ -362,6 +364,8 @@ class Orchestrator:
         failed = verdict.state == TrialState.FAIL and rt.stop_reason != "study_timeout"
         halt = self.failures.observe(rt.number, failed,
                                      verdict.fail_reason, verdict.error, retry is not None)
+        if verdict.fail_reason == "disk_full" and not rt.reaped:
+            halt = disk_full(rt.number, verdict.error, self.log_dir)
         if halt is not None and self.halted is None and not self._signals:
             self._halt(halt)
 

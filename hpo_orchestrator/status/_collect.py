@@ -20,8 +20,10 @@ from __future__ import annotations
 import gc
 import sqlite3
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import datetime
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -178,16 +180,10 @@ def _report(connection: Connection, study_id: int, name: str, directions: list[s
 
     flags = (flags_upto(connection, study_id, tally.watermark, tally.holes) if stored else []) \
         + [t.flags for t in since]
-    reasons: dict[str, int] = {}
-    for f in flags:
-        if f.fail_reason:
-            reasons[f.fail_reason] = reasons.get(f.fail_reason, 0) + 1
     failed = (failed_upto(connection, study_id, tally.watermark, tally.holes) if stored else []) \
         + [t.trial_id for t in since if t.row.state == "FAIL"]
-    failed_attrs = fail_attrs(connection, failed)
-    failures = sorted((n, a.get(keys.FAIL_REASON), a.get(keys.ERROR))
-                      for n, a in failed_attrs.items() if a.get(keys.RETRIED) is not True)
-    retried = sum(1 for a in failed_attrs.values() if a.get(keys.RETRIED) is True)
+    failed_trials = failures_of(fail_attrs(connection, failed))
+    failures = failed_trials.listed
     objective_failures = [n for n, reason, _ in failures if reason != "interrupted"]
 
     startup = None
@@ -205,9 +201,9 @@ def _report(connection: Connection, study_id: int, name: str, directions: list[s
         best=_best(connection, tally, directions[0]) if len(directions) == 1 else None,
         directions=directions, best_trials=_pareto(connection, study_id, directions),
         per_device=_device_use(tally, listed), running=running,
-        fail_reasons=dict(sorted(reasons.items())),
+        fail_reasons=failed_trials.reasons,
         wall_s=None if study_window is None else study_window[2] - study_window[0], queued=queued,
-        retried=retried,
+        retried=failed_trials.rerun, never_ran=failed_trials.never_ran,
         # the time with trials running is the union of every device's intervals; the tally
         # keeps one union per device, so it is known only where there is one device
         active_s=tally.devices[0].busy() if study_window is not None and len(tally.devices) == 1
@@ -226,6 +222,37 @@ def _report(connection: Connection, study_id: int, name: str, directions: list[s
         mismatches=sorted((f.number, f.params_mismatch) for f in flags if f.params_mismatch),
         max_complete_step=tally.max_complete_step, failures=failures))
     return report
+
+
+@dataclass(frozen=True)
+class Failures:
+    """The study's FAIL trials as status counts them."""
+
+    listed: list[tuple[int, str | None, str | None]]  # (number, reason, error) not run again
+    rerun: int  # attempts that ran and whose params run again (interrupted, retried)
+    reasons: dict[str, int]  # hpo.fail_reason of the FAIL trials that ran
+    never_ran: int = 0  # asked ahead and put back before a slot took them
+
+
+def failures_of(attrs: dict[int, dict[str, Any]]) -> Failures:
+    """From each FAIL trial's failure attrs (number -> hpo.fail_reason, hpo.error, hpo.retried,
+    hpo.pid). A trial asked ahead that no slot took (retried, and no ``hpo.pid``: the
+    orchestrator writes it when a slot takes the trial) never ran: it is neither a re-run
+    attempt nor an interrupted trial, so that the summary agrees with the run's progress,
+    which never saw it. Only FAIL trials are read: a reason another client wrote on a COMPLETE
+    or PRUNED trial is no failure."""
+    listed, rerun, never_ran, reasons = [], 0, 0, Counter[str]()
+    for number, found in attrs.items():
+        retried = found.get(keys.RETRIED) is True
+        if retried and keys.PID not in found:
+            never_ran += 1
+            continue
+        rerun += retried
+        if found.get(keys.FAIL_REASON):
+            reasons[str(found[keys.FAIL_REASON])] += 1
+        if not retried:
+            listed.append((number, found.get(keys.FAIL_REASON), found.get(keys.ERROR)))
+    return Failures(sorted(listed), rerun, dict(sorted(reasons.items())), never_ran)
 
 
 def _best(connection: Connection, tally: Tally, direction: str) -> dict[str, Any] | None:

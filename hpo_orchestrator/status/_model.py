@@ -75,6 +75,9 @@ class StatusReport:
     # FAIL attempts whose params ran again (interrupted, or retried for oom/killed/lost): they
     # do not count against n_trials, their re-run does
     retried: int = 0
+    # FAIL trials asked ahead and put back before any slot took them (no hpo.pid): they never
+    # ran, and count neither against n_trials nor as re-run attempts
+    never_ran: int = 0
     findings: list[Finding] = field(default_factory=list)
     queued: list[int] = field(default_factory=list)  # RUNNING in Optuna, asked ahead of a slot
     min_resource_auto: dict[str, Any] | None = None  # study attr hpo.pruner.min_resource_auto

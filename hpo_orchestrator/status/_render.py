@@ -36,7 +36,8 @@ def _finished(report: StatusReport) -> str:
     """The trials that count against n_trials, as the run's budget counts them: a failed
     attempt whose params ran again (interrupted by Ctrl-C, retried after an OOM) is said
     apart, so the count never exceeds the budget because of a resume."""
-    done = sum(report.states[s].count for s in ("COMPLETE", "PRUNED", "FAIL")) - report.retried
+    done = sum(report.states[s].count for s in ("COMPLETE", "PRUNED", "FAIL")) - report.retried \
+        - report.never_ran
     target = f" of {report.n_trials_target}" if report.n_trials_target else ""
     if report.n_trials_target and done > report.n_trials_target:
         # trials told or added outside the runs (optuna tell, study.add_trial): never shown

@@ -268,7 +268,7 @@ _FAILED_UPTO_SQL = ("SELECT trial_id FROM hpo_trial_summary WHERE study_id = :s 
 _FAIL_ATTRS_SQL = (
     "SELECT t.number, a.key, a.value_json FROM trials t JOIN trial_user_attributes a "
     "ON a.trial_id = t.trial_id WHERE t.trial_id IN :ids "
-    "AND a.key IN ('hpo.error', 'hpo.fail_reason', 'hpo.retried')")
+    "AND a.key IN ('hpo.error', 'hpo.fail_reason', 'hpo.retried', 'hpo.pid')")
 
 
 class SinceTrial(NamedTuple):

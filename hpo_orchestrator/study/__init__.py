@@ -20,9 +20,11 @@ from hpo_orchestrator.study._setup import (
     enqueue_configured,
     objective_differences,
     record_config,
+    trials_space,
     without_pruning,
 )
 from hpo_orchestrator.study._storage import MirrorStorage
 
 __all__ = ["MirrorStorage", "Requeue", "TrialEnd", "build_sampler", "create_or_load_study",
-           "enqueue_configured", "objective_differences", "record_config", "without_pruning"]
+           "enqueue_configured", "objective_differences", "record_config", "trials_space",
+           "without_pruning"]

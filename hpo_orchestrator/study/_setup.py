@@ -9,22 +9,27 @@ from typing import Any
 
 import optuna
 from optuna.study import StudyDirection
+from sqlalchemy.engine import Engine
 
 from hpo_orchestrator import keys
 from hpo_orchestrator.config import (
     MAX_SHOWN,
+    SPACES,
     Config,
     NoPrunerConfig,
+    ParamSpec,
     TPESamplerConfig,
+    check_params,
     to_plain_dict,
     value_differences,
 )
+from hpo_orchestrator.db import study_space
 from hpo_orchestrator.db.connect import mask_url
 from hpo_orchestrator.errors import ConfigError
 from hpo_orchestrator.pruning import build_pruner
 
 __all__ = ["build_sampler", "create_or_load_study", "enqueue_configured", "objective_differences",
-           "record_config", "without_pruning"]
+           "record_config", "trials_space", "without_pruning"]
 
 # Objective keys that change where or how fast a trial runs, not what it computes: a study may
 # go on with other values. Every other key (name, target, data, sizes, seeds, search space)
@@ -122,11 +127,41 @@ def _show(section: dict[str, Any], key: str) -> str:
     return repr(section[key])
 
 
-def enqueue_configured(study: optuna.Study, entries: list[dict[str, Any]]) -> int:
+def trials_space(distributions: dict[str, str]) -> dict[str, ParamSpec]:
+    """The search space a study's trials used ({name: Optuna distribution JSON}, db's
+    study_space), as the built-in objectives' spaces are written (config/_space.py)."""
+    from optuna.distributions import (
+        CategoricalDistribution,
+        FloatDistribution,
+        IntDistribution,
+        json_to_distribution,
+    )
+
+    space = {}
+    for name, text in distributions.items():
+        found = json_to_distribution(text)
+        if isinstance(found, CategoricalDistribution):
+            space[name] = ParamSpec(name, "categorical", choices=tuple(found.choices))
+        elif isinstance(found, IntDistribution):  # every integer is on a step of 1
+            space[name] = ParamSpec(name, "int", found.low, found.high, found.log,
+                                    None if found.step == 1 else found.step)
+        elif isinstance(found, FloatDistribution):
+            space[name] = ParamSpec(name, "float", found.low, found.high, found.log, found.step)
+    return space
+
+
+def enqueue_configured(study: optuna.Study, entries: list[dict[str, Any]], objective: str,
+                       engine: Engine) -> int:
     """``study.enqueue`` at a run's start: each entry once per study (a resumed run, or a
-    second orchestrator, finds it and skips it). Returns how many were added."""
+    second orchestrator, finds it and skips it). Returns how many were added. The config's
+    check knew a built-in objective's space; another objective's is known from the study's
+    trials, once it has some (checked here, before any entry is written)."""
     if not entries:
         return 0
+    if objective not in SPACES:
+        with engine.connect() as connection:
+            tried = trials_space(study_space(connection, study._study_id))
+        check_params(entries, objective, None, "study.enqueue", tried)
     before = len(study.get_trials(deepcopy=False))
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)

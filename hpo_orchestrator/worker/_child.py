@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import dataclasses
+import errno
 import gc
 import importlib
 import math
@@ -71,8 +72,9 @@ def _failure(exc: BaseException) -> TrialOutcome:
     a SIGINT sent to this process raised it (then it ends the process)."""
     if isinstance(exc, KeyboardInterrupt) and _sigint_received:
         raise exc
-    return TrialOutcome(kind="error", fail_reason="oom" if is_oom(exc) else "exception",
-                        error=last_line(exc), traceback=traceback.format_exc())
+    reason = "oom" if is_oom(exc) else "disk_full" if is_disk_full(exc) else "exception"
+    return TrialOutcome(kind="error", fail_reason=reason, error=last_line(exc),
+                        traceback=traceback.format_exc())
 
 
 def import_target(target: str) -> Any:
@@ -105,6 +107,27 @@ def is_oom(exc: BaseException) -> bool:
     # message: a ValueError("... ran out of memory slots") is the objective's error, no OOM
     return "out of memory" in text and (isinstance(exc, RuntimeError)
                                         or type(exc).__module__ != "builtins")
+
+
+_DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+_DISK_FULL_TEXTS = ("no space left on device", "disk quota exceeded")
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    """A write the file system refused for want of space or quota, raised as such or wrapped
+    (a library's own error around the OSError, or only its text: torch.save's RuntimeError).
+    The objective's code did nothing wrong: the trial's log, in the run folder, or its own
+    files could not be written; the same params succeed once there is room."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, OSError) and current.errno in _DISK_FULL_ERRNOS:
+            return True
+        if any(text in str(current).lower() for text in _DISK_FULL_TEXTS):
+            return True
+        current = current.__cause__ or current.__context__
+    return False
 
 
 ERROR_CHARS = 1000  # of hpo.error: one line for status and the progress lines (the traceback has all)

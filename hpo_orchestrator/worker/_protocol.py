@@ -90,8 +90,8 @@ class TrialOutcome:
     """How the objective ended, as seen from inside the child.
 
     kind: ``value`` (``value`` set: a tuple when the objective returned several), ``pruned``,
-    or ``error`` (``fail_reason`` is ``exception`` or ``oom``; ``error`` the last line of the
-    message). ``children``: the process had child processes when the trial ended (True when
+    or ``error`` (``fail_reason`` is ``exception``, ``oom`` or ``disk_full``; ``error`` the last
+    line of the message). ``children``: the process had child processes when the trial ended (True when
     it cannot tell); with none, the trial left nothing running (worker/_reaping.py).
     ``ended``: when the objective returned or raised (``time.time()`` in the child): the
     trial's recorded end, however late the orchestrator reads the result (a storage outage,
