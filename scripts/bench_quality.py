@@ -425,7 +425,7 @@ def main() -> int:
     if RAY in names and (WORKLOADS[args.workload].kind != "lightgbm"
                          or importlib.util.find_spec("ray") is None):
         print(f"error: {RAY} runs the LightGBM workloads (a, b) where Ray Tune is installed\n"
-              'hint: pip install "ray[tune]" (about 150 MB; docs/QUALITY.md, Contenders)',
+              'hint: pip install "ray[tune]" (about 150 MB; docs/quality/method.md, Contenders)',
               file=sys.stderr)
         return 2
     if not args.reference and not store.targets().get(args.workload):

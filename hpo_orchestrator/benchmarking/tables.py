@@ -181,7 +181,8 @@ class Store:
         if ":start" in group:  # --common-start K: its own group, never mixed with other runs
             side += (f"; every run began with the same {group.rsplit(':start', 1)[1]} random "
                      "points of the search space per seed (common random numbers)")
-        reference = (f"seeds {seed_text(target['seed_list'])}" if "seed_list" in target
+        used = target.get("seed_list", [])
+        reference = (f"seed{'s' if len(used) > 1 else ''} {seed_text(used)}" if used
                      else f"{target['seeds']} seed(s), not recorded which")
         lines = [f"## Workload {workload}, {group}: {side}", "",
                  f"Targets (logloss) from {target['contender']}'s reference run of "
