@@ -538,3 +538,81 @@ def test_goals_are_met_only_with_enough_pairs_an_expert_baseline_and_clean_targe
         f"{k}: the baseline significantly faster" for k in gpu.targets]
     level = {k: compare(TEN_OURS, TEN_OURS) for k in gpu.targets}
     assert judge(gpu, "optuna-nopruner", seeds, reference, level) == []
+
+
+def test_a_run_counts_only_trials_that_ended_within_its_budget(tmp_path: Path) -> None:
+    """A contender is stopped at the budget, but its processes may finish a trial while they
+    stop (up to 15 s): such a trial is no part of its curve, counts or best value. Launch at
+    L, budget 10 s: trials ending at L+2 (COMPLETE 0.5), L+5 (PRUNED) and L+12 (COMPLETE 0.1)
+    give a curve of one point, 1 complete, 1 pruned, best 0.5."""
+    from datetime import datetime, timedelta
+    from types import SimpleNamespace
+
+    import optuna
+    from optuna.distributions import FloatDistribution
+    from optuna.trial import TrialState, create_trial
+
+    bq = _script()
+    url = f"sqlite:///{tmp_path / 'bench.db'}"
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(study_name="bench", storage=url)
+    launch = datetime(2026, 1, 1, 12, 0, 0)
+    for seconds, state, value in ((2, TrialState.COMPLETE, 0.5), (5, TrialState.PRUNED, None),
+                                  (12, TrialState.COMPLETE, 0.1)):
+        trial = create_trial(state=state, value=value, params={"x": 0.5},
+                             distributions={"x": FloatDistribution(0, 1)},
+                             intermediate_values={1: 0.9})
+        trial.datetime_start = launch
+        trial.datetime_complete = launch + timedelta(seconds=seconds)
+        study.add_trial(trial)
+    watch = SimpleNamespace(mean=lambda gpus, lo, hi: {})
+    run = bq.collect({"contender": "optuna-x", "launch": launch.timestamp(), "budget_s": 10.0,
+                      "url": url, "gpus": [], "commands": ["x"]}, watch, with_test=False, threads=1)
+    assert run["curve"] == [(2.0, 0.5)]
+    assert (run["complete"], run["pruned"], run["best_value"]) == (1, 1, 0.5)
+
+
+def test_stopping_a_run_records_a_process_that_failed_before_the_budget() -> None:
+    """At the budget every process group gets SIGTERM; a process that had already exited
+    with an error is recorded (a baseline short of a process is no fair contender), and what
+    a process started in its group goes with it."""
+    import subprocess
+    import sys
+    import time
+
+    import psutil
+
+    bq = _script()
+    failed = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"], start_new_session=True)
+    working = subprocess.Popen(["bash", "-c", "sleep 60 & wait"], start_new_session=True)
+    failed.wait(timeout=30)
+    deadline = time.monotonic() + 30
+    while not psutil.Process(working.pid).children() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    (child,) = psutil.Process(working.pid).children()
+    run = {"procs": [failed, working]}
+    bq.stop(run)
+    assert run["early_failures"] == [3]
+    assert run["exit_codes"] == [3, -15]
+    child.wait(timeout=10)  # SIGTERM reached the whole group
+
+
+@pytest.mark.parametrize(("prune_at", "state"), [(19, "PRUNED"), (20, "COMPLETE")])
+def test_optuna_processes_never_prune_at_the_last_report(prune_at: int, state: str) -> None:
+    """The baselines' objective reports every 10 of 200 rounds (steps 1-20) and, as the
+    product's (objectives/lightgbm.py), asks the pruner at every step but the last: a trial
+    that reached its last report is complete, whatever the pruner says."""
+    import optuna
+
+    from hpo_orchestrator.benchmarking.workloads import WORKLOADS, lightgbm_objective
+
+    class PruneAt(optuna.pruners.BasePruner):
+        def prune(self, study: Any, trial: Any) -> bool:
+            return trial.last_step == prune_at
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(pruner=PruneAt(), sampler=optuna.samplers.RandomSampler(seed=0))
+    objective = lightgbm_objective(WORKLOADS["a"].scaled(0.05).lightgbm, {"device_type": "cpu"}, 1)
+    study.optimize(objective, n_trials=1)
+    assert study.trials[0].state.name == state
+    assert max(study.trials[0].intermediate_values) == prune_at
