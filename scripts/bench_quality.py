@@ -25,7 +25,8 @@ ours-nopruner, ours-hyperband, ours-cpu, ours-gpu, ours-cpuslots, ours-mvtpe / o
 n_startup_trials), ours-tuneauto (pruner.tune=auto), ours-hb, ours-tpgauto-hb; Optuna's
 processes, one per GPU (or per core without GPUs), pinned by hand: optuna-median,
 optuna-hyperband (Optuna's default pruners), optuna-median-tuned, optuna-hyperband-tuned
-(set as an expert would: benchmarking/optuna_worker.py), optuna-nopruner; on the CPU,
+(set as an expert would: benchmarking/optuna_worker.py), optuna-nopruner, each also as
+-xK (K processes on each GPU); on the CPU,
 optuna-cpu-tT (cores/T processes of T threads, MedianPruner at Optuna's defaults) and
 optuna-cpu-tT-PRUNER (PRUNER: median, median-tuned, hyperband, hyperband-tuned, none);
 optuna-threads (one process, n_jobs = GPUs or cores: Optuna's FAQ); ray-asha (Ray Tune: ASHA
@@ -97,9 +98,18 @@ class Half:
     label: str
 
 
+def packed(name: str) -> tuple[str, int]:
+    """``optuna-<pruner>-x<K>``: Optuna's processes packed by hand, K on each GPU (the
+    best fixed number per GPU is an oracle no user has up front); (the base name, K)."""
+    base, _, k = name.rpartition("-x")
+    if base in GPU_BASELINES and k.isdigit() and int(k) >= 1:
+        return base, int(k)
+    return name, 1
+
+
 def known(name: str) -> bool:
-    return name in OURS or name in GPU_BASELINES or name in ("optuna-threads", RAY) or \
-        cpu_baseline(name) is not None
+    return name in OURS or packed(name)[0] in GPU_BASELINES or name in ("optuna-threads", RAY) \
+        or cpu_baseline(name) is not None
 
 
 @dataclass(frozen=True)
@@ -139,14 +149,16 @@ def launches(name: str, work: Workload, scale: float, seed: int, budget: float, 
         return [Launch([*base, "--n-jobs", str(jobs), "--threads", str(threads), "--device",
                         gpu_learner if half.gpus else "cpu"], half.gpus, half.cores, threads)]
     cpu = cpu_baseline(name)
-    threads = cpu[0] if cpu else max(1, len(half.cores) // (len(half.gpus) or len(half.cores)))
-    count = max(1, len(half.cores) // threads) if cpu else (len(half.gpus) or len(half.cores))
-    pruner = cpu[1] if cpu else GPU_BASELINES[name]
     on_cpu = cpu is not None
+    base_name, per_gpu = packed(name)
+    places = len(half.gpus) * per_gpu or len(half.cores)
+    threads = cpu[0] if cpu else max(1, len(half.cores) // places)
+    count = max(1, len(half.cores) // threads) if cpu else places
+    pruner = cpu[1] if cpu else GPU_BASELINES[base_name]
     out = []
     for i in range(count):
         cores = half.cores[i * threads:(i + 1) * threads] or half.cores
-        gpus = [] if on_cpu or not half.gpus else [half.gpus[i]]
+        gpus = [] if on_cpu or not half.gpus else [half.gpus[i % len(half.gpus)]]
         out.append(Launch([*base, "--index", str(i), "--pruner", pruner, "--threads", str(threads),
                            "--device", gpu_learner if gpus else "cpu"], gpus, cores, threads))
     return out

@@ -418,6 +418,7 @@ def test_optuna_baselines_by_name_threads_and_pruner() -> None:
         assert cpu_baseline(bad) is None
     assert pruner_of("optuna-hyperband-tuned") == "hyperband-tuned"
     assert pruner_of("optuna-nopruner") == "none" and pruner_of("ours") is None
+    assert pruner_of("optuna-hyperband-tuned-x2") == "hyperband-tuned"
     bq = _script()
     half = bq.Half([], [4, 5, 6, 7], "first half")
     plan = bq.launches("optuna-cpu-t2-hyperband-tuned", bq.WORKLOADS["a"], 1.0, 3, 60.0, half,

@@ -75,9 +75,11 @@ def cpu_baseline(name: str) -> tuple[int, str] | None:
 
 
 def pruner_of(name: str) -> str | None:
-    """The pruner of an Optuna baseline contender; None for any other contender."""
+    """The pruner of an Optuna baseline contender (``-xK``: K processes on each GPU); None
+    for any other contender."""
     cpu = cpu_baseline(name)
-    return cpu[1] if cpu else GPU_BASELINES.get(name)
+    base, _, k = name.rpartition("-x")
+    return cpu[1] if cpu else GPU_BASELINES.get(base if k.isdigit() else name)
 
 
 def make_pruner(name: str, reports: int) -> Any:
