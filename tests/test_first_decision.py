@@ -5,6 +5,8 @@ taken at a later decision, or carried from a worker's earlier trial, would misre
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from tests.conftest import run_cli, trial_rows
@@ -14,7 +16,7 @@ pytestmark = pytest.mark.slow
 GAP_S = 1.5  # between the objective's start and each decision; the first comes after one gap
 
 
-def test_first_decision_is_the_first_answer_of_each_trial_of_a_reused_worker(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_first_decision_is_the_first_answer_of_each_trial_of_a_reused_worker(tmp_path: Path) -> None:
     """Two trials in one reused worker, decisions about 1.5, 3.0 and 4.5 s after each
     objective started: first_decision_s - startup_s is the first (within half a gap), for
     the worker's second trial too (measured from that trial's spawn)."""
