@@ -4,29 +4,34 @@
 Each contender is launched as its own command from a common wall clock and stopped at the
 budget; its curve is read from its own sqlite file (every COMPLETE trial's datetime_complete
 and value, less the launch time: imports, data and CUDA/OpenCL set-up count). Targets come
-from a longer reference run of the baselines (``--reference`` writes OUT/targets.json); the
-tables give each contender's time to each target, censored at the budget, and our median
-speedup against each baseline over paired seeds with a bootstrap interval
-(docs/QUALITY.md: method, commands and results).
+from a longer reference run of the baselines (``--reference`` writes OUT/targets.json: the
+median over at least 3 seeds, which no comparison may repeat); the tables give each
+contender's time to each target, censored at the budget, and our median speedup against each
+baseline over paired seeds with a distribution-free interval and exact sign and signed-rank
+p-values (docs/QUALITY.md: method, commands and results).
 
-    python scripts/bench_quality.py --out OUT --workload a --reference --seeds 1 --budget 120 \
-        --contenders optuna-cpu-t1,optuna-cpu-t2
-    python scripts/bench_quality.py --out OUT --workload a --seeds 1-5 --budget 60 \
-        --contenders ours,optuna-cpu-t1           # appends seeds; rerun with --seeds 6-10
-    python scripts/bench_quality.py --out OUT --workload c --pair ours,optuna-median --seeds 1-4
+    python scripts/bench_quality.py --out OUT --workload a --reference --seeds 101-103 \
+        --budget 240 --contenders optuna-cpu-t1-median-tuned,optuna-cpu-t1-hyperband-tuned,optuna-cpu-t1-none
+    python scripts/bench_quality.py --out OUT --workload a --seeds 1-5 --budget 120 \
+        --pair ours,best                          # appends seeds; rerun with --seeds 6-10
     python scripts/bench_quality.py --out OUT --workload b --pair ours,best --seeds 1-5 \
         --common-start 10                         # the same 10 start-up points on both sides
     python scripts/bench_quality.py --out OUT --report-only
+    python scripts/bench_quality.py --goals docs/quality-data   # docs/QUALITY.md's goals table
 
 Contenders: ours (defaults), ours-fresh, ours-reuse, ours-tpg1, ours-tpgauto, ours-median,
 ours-nopruner, ours-hyperband, ours-cpu, ours-gpu, ours-cpuslots, ours-mvtpe / ours-indtpe
 (TPE multivariate and constant liar on / off), ours-startup5, ours-startup20 (TPE
-n_startup_trials), ours-tuneauto (pruner.tune=auto); optuna-median, optuna-hyperband,
-optuna-nopruner (one process per GPU, or per core without GPUs, pinned by hand),
-optuna-cpu-tT (cores/T processes of T threads on the CPU), optuna-threads (one process,
-n_jobs = GPUs or cores: Optuna's FAQ); ray-asha (Ray Tune: ASHA over TPE, LightGBM workloads
-on the CPU, where ray is installed: pip install "ray[tune]"); best: the baseline whose
-reference run set the targets.
+n_startup_trials), ours-tuneauto (pruner.tune=auto), ours-hb, ours-tpgauto-hb; Optuna's
+processes, one per GPU (or per core without GPUs), pinned by hand: optuna-median,
+optuna-hyperband (Optuna's default pruners), optuna-median-tuned, optuna-hyperband-tuned
+(set as an expert would: benchmarking/optuna_worker.py), optuna-nopruner, each also as
+-xK (K processes on each GPU); on the CPU,
+optuna-cpu-tT (cores/T processes of T threads, MedianPruner at Optuna's defaults) and
+optuna-cpu-tT-PRUNER (PRUNER: median, median-tuned, hyperband, hyperband-tuned, none);
+optuna-threads (one process, n_jobs = GPUs or cores: Optuna's FAQ); ray-asha (Ray Tune: ASHA
+over TPE, LightGBM workloads on the CPU, where ray is installed: pip install "ray[tune]");
+best: the baseline whose reference runs set the targets.
 """
 
 from __future__ import annotations
@@ -59,7 +64,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the GPU host runs from the source tree
 
-from scripts.benchmarking import tables  # noqa: E402
+from scripts.benchmarking import goals, tables  # noqa: E402
+from scripts.benchmarking.optuna_worker import GPU_BASELINES, cpu_baseline  # noqa: E402
 from scripts.benchmarking.records import trial_records  # noqa: E402
 from scripts.benchmarking.workloads import (  # noqa: E402
     WORKLOADS,
@@ -81,8 +87,6 @@ OURS = {"ours": [], "ours-fresh": ["scheduler.worker_mode=fresh"],
         "ours-tpgauto-hb": ["scheduler.trials_per_gpu=auto", "pruner=hyperband"]}
 # ours-cpu / ours-gpu: objective.device through Workload.overrides
 RAY = "ray-asha"  # Ray Tune, ASHA over TPE, LightGBM on the CPU (scripts/benchmarking/ray_worker.py)
-OPTUNA_PRUNERS = {"optuna-median": "median", "optuna-hyperband": "hyperband",
-                  "optuna-nopruner": "none"}
 
 
 @dataclass(frozen=True)
@@ -98,14 +102,14 @@ def packed(name: str) -> tuple[str, int]:
     """``optuna-<pruner>-x<K>``: Optuna's processes packed by hand, K on each GPU (the
     best fixed number per GPU is an oracle no user has up front); (the base name, K)."""
     base, _, k = name.rpartition("-x")
-    if base in OPTUNA_PRUNERS and k.isdigit() and int(k) >= 1:
+    if base in GPU_BASELINES and k.isdigit() and int(k) >= 1:
         return base, int(k)
     return name, 1
 
 
 def known(name: str) -> bool:
-    return name in OURS or packed(name)[0] in OPTUNA_PRUNERS or name in ("optuna-threads", RAY) \
-        or (name.startswith("optuna-cpu-t") and name[12:].isdigit())
+    return name in OURS or packed(name)[0] in GPU_BASELINES or name in ("optuna-threads", RAY) \
+        or cpu_baseline(name) is not None
 
 
 @dataclass(frozen=True)
@@ -144,12 +148,13 @@ def launches(name: str, work: Workload, scale: float, seed: int, budget: float, 
         threads = max(1, len(half.cores) // jobs)
         return [Launch([*base, "--n-jobs", str(jobs), "--threads", str(threads), "--device",
                         gpu_learner if half.gpus else "cpu"], half.gpus, half.cores, threads)]
-    on_cpu = name.startswith("optuna-cpu-t")
+    cpu = cpu_baseline(name)
+    on_cpu = cpu is not None
     base_name, per_gpu = packed(name)
     places = len(half.gpus) * per_gpu or len(half.cores)
-    threads = int(name[12:]) if on_cpu else max(1, len(half.cores) // places)
-    count = max(1, len(half.cores) // threads) if on_cpu else places
-    pruner = "median" if on_cpu else OPTUNA_PRUNERS[base_name]
+    threads = cpu[0] if cpu else max(1, len(half.cores) // places)
+    count = max(1, len(half.cores) // threads) if cpu else places
+    pruner = cpu[1] if cpu else GPU_BASELINES[base_name]
     out = []
     for i in range(count):
         cores = half.cores[i * threads:(i + 1) * threads] or half.cores
@@ -354,6 +359,21 @@ def half(which: str, gpus: list[int], cores: list[int]) -> Half:
     return Half(gpus[g:], cores[c:], f"second half, cores {cores[c]}-{cores[-1]}")
 
 
+def reference_refusal(entry: dict[str, Any], seeds: list[int]) -> str:
+    """Why the targets ``entry`` (targets.json) cannot judge a comparison of ``seeds`` ("" where
+    they can): taken from fewer than 3 reference seeds (one seed's luck sets the bar), or from
+    seeds the comparison repeats (the baseline would rerun the very search that set its
+    targets)."""
+    used = entry.get("seed_list")
+    if used is None or len(used) < goals.MIN_REFERENCE_SEEDS:
+        return (f"the targets come from {entry.get('seeds', 0) if used is None else len(used)} "
+                f"reference seed(s) of {entry['contender']}")
+    repeated = sorted(set(used) & set(seeds))
+    if repeated:
+        return f"seeds {repeated} are the reference's own (it ran {used})"
+    return ""
+
+
 def parse_seeds(text: str) -> list[int]:
     seeds: list[int] = []
     for part in text.split(","):
@@ -365,7 +385,9 @@ def parse_seeds(text: str) -> list[int]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--out", type=Path, help="the results folder (every mode but --goals)")
+    parser.add_argument("--goals", type=Path, metavar="ROOT", help="print docs/QUALITY.md's goals "
+                        "table, judged from the kept results under ROOT (docs/quality-data)")
     parser.add_argument("--workload", choices=sorted(WORKLOADS), default="a")
     parser.add_argument("--contenders", default="ours,optuna-cpu-t1")
     parser.add_argument("--pair", help="A,B: two contenders at once on disjoint halves of the GPUs "
@@ -392,6 +414,11 @@ def main() -> int:
     parser.add_argument("--concurrent", type=int, default=1, help="K: run K seeds (or reference "
                         "runs) at once, each on its own block of cores/K (needs --no-gpu or K=1)")
     args = parser.parse_args()
+    if args.goals:
+        print(goals.goals_table(args.goals), end="")
+        return 0
+    if args.out is None:
+        parser.error("--out is required")
     args.out.mkdir(parents=True, exist_ok=True)
     store = tables.Store(args.out)
     if args.report_only:
@@ -410,13 +437,21 @@ def main() -> int:
     if RAY in names and (WORKLOADS[args.workload].kind != "lightgbm"
                          or importlib.util.find_spec("ray") is None):
         print(f"error: {RAY} runs the LightGBM workloads (a, b) where Ray Tune is installed\n"
-              'hint: pip install "ray[tune]" (about 150 MB; docs/QUALITY.md, Contenders)',
+              'hint: pip install "ray[tune]" (about 150 MB; docs/quality/method.md, Contenders)',
               file=sys.stderr)
         return 2
     if not args.reference and not store.targets().get(args.workload):
         print(f"error: no targets for workload {args.workload} in {args.out}/targets.json\n"
               f"hint: run with --reference first", file=sys.stderr)
         return 2
+    if not args.reference:
+        refused = reference_refusal(store.targets()[args.workload], parse_seeds(args.seeds))
+        if refused:
+            print(f"error: {refused}\nhint: run --reference with at least "
+                  f"{goals.MIN_REFERENCE_SEEDS} seeds that no comparison uses (e.g. --seeds "
+                  "101-103), every baseline that could be the best among --contenders",
+                  file=sys.stderr)
+            return 2
     work = WORKLOADS[args.workload].scaled(args.scale)
     os.environ["HPO_QUALITY_SCALE"] = str(args.scale)  # the CNN's retraining here reads it too
     watch = GpuWatch()

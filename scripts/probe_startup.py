@@ -7,7 +7,7 @@ a fresh sqlite study. For ours it prints a timeline of the orchestrator's start-
 (imports, configuration, GPUs, storage, study, first wave of workers, first spawn), each the
 seconds since the launch; for both the launch-to-first-objective-call time. Nothing here
 trains: the objectives' own start-up (torch, CUDA, data) is the same on both sides and is
-left out. docs/QUALITY.md ("Ours' start-up") cites what it printed.
+left out. docs/quality/runs.md ("Ours' start-up") cites what it printed.
 
     python scripts/probe_startup.py --repeat 5 --out startup.json
     CUDA_VISIBLE_DEVICES=0,1 python scripts/probe_startup.py   # on a GPU host: GPU slots

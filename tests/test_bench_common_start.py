@@ -41,7 +41,7 @@ def test_common_start_is_refused_with_ray_and_below_zero(tmp_path: Path) -> None
 @pytest.mark.long
 def test_both_contenders_of_a_seed_begin_with_the_same_points(tmp_path: Path) -> None:
     (tmp_path / "targets.json").write_text(json.dumps({"a": {
-        "contender": "optuna-cpu-t1", "budget_s": 10.0, "seeds": 1,
+        "contender": "optuna-cpu-t1", "budget_s": 10.0, "seeds": 3, "seed_list": [101, 102, 103],
         "targets": {"10%": 0.7, "50%": 0.6, "100%": 0.5}}}))
     done = subprocess.run(
         [sys.executable, str(REPO / "scripts" / "bench_quality.py"), "--out", str(tmp_path),

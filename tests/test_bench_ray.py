@@ -100,7 +100,7 @@ def test_the_launcher_runs_one_driver_on_the_halfs_cores_and_tables_treat_it_as_
         '{"a": {"contender": "optuna-x", "budget_s": 10.0, "seeds": 1, '
         '"targets": {"10%": 0.5, "50%": 0.4, "100%": 0.4}}}')
     store.write_report()
-    assert "| ours | ray-asha | 2.00 [2.00, 2.00], n=1; 0/0/0 |" in (tmp_path / "results.md").read_text()
+    assert "| ours | ray-asha | 1 | 2.00 [-], n=1; 0/0/0; p 1 / 1 |" in (tmp_path / "results.md").read_text()
 
 
 def test_ray_is_refused_for_the_cnn_and_where_it_is_not_installed(tmp_path: Path) -> None:

@@ -151,9 +151,9 @@ def test_the_simulation_script_replays_the_rules(capsys: pytest.CaptureFixture[s
 
     assert sim.main(["--trials", "100", "--seeds", "10", "--workloads", "gpu_mix"]) == 0
     line = capsys.readouterr().out
-    docs = (path.parent.parent / "docs" / "BENCHMARKS.md").read_text()
+    docs = (path.parent.parent / "docs" / "benchmarks" / "gpus.md").read_text()
     quoted = re.search(r"^\| round 3 \| ([0-9.]+x) \(([0-9.]+x)\) \|", docs, re.MULTILINE)
-    assert quoted is not None, "BENCHMARKS.md no longer quotes the round 3 row"
+    assert quoted is not None, "docs/benchmarks/gpus.md no longer quotes the round 3 row"
     mean, worst = quoted.groups()
     assert line == ("gpu_mix: fixed 1: 601.9 s, 2: 383.4 s, 3: 304.8 s, 4: 320.0 s; "
                     f"auto {mean} of fixed 3 (worst {worst}); seed 0 levels 1 -> 2 -> 3\n")

@@ -1,4 +1,4 @@
-"""scripts/probe_startup.py, which docs/QUALITY.md ("Ours' start-up") cites: each run's
+"""scripts/probe_startup.py, which docs/quality/runs.md ("Ours' start-up") cites: each run's
 launch-to-objective time and ours' phases, in the order a run goes through them."""
 
 from __future__ import annotations

@@ -96,3 +96,24 @@ def test_reuse_gives_the_same_results_as_fresh(tmp_path: Path) -> None:
         values[mode] = [(t.params, t.value) for t in sorted(loaded.trials, key=lambda t: t.number)]
     assert values["fresh"] == values["reuse"]
     assert [p for p, _ in values["reuse"]] == PARAMS
+
+
+def test_a_reused_workers_sweep_spares_what_its_setup_started(tmp_path: Path) -> None:
+    """objective.setup starts a helper process (a data server, say) once per worker. After
+    each trial but a worker's first (which also ran its setup) a reused worker's leftovers
+    are swept, but only what that trial started: the helper runs through every trial of its
+    worker. Two workers of 3 trials each: the first from the run's first wave, the second
+    started for its trial, whose first trial's clock starts before its setup ran; each
+    worker's third trial sees what the sweep after its second left."""
+    result = run_cli(tmp_path, "run", "objective=custom",
+                     "objective.target=hpo_orchestrator.testing.probes:uses_helper",
+                     "objective.setup=hpo_orchestrator.testing.probes:helper_setup",
+                     "scheduler.parallel=1", "scheduler.worker_mode=reuse",
+                     "scheduler.max_trials_per_worker=3", "study.n_trials=6", "pruner=none")
+    assert result.code == 0, result.stderr
+    rows = sorted(trial_rows(result.db), key=lambda r: r["number"])
+    workers = [r["attrs"]["hpo.pid"] for r in rows]
+    assert workers[:3] == [workers[0]] * 3 and workers[3:] == [workers[3]] * 3 != workers[:3]
+    helpers = [r["attrs"]["test.helper"] for r in rows]
+    assert all(alive for _pid, alive in helpers), helpers
+    assert len({pid for pid, _alive in helpers[:3]}) == len({pid for pid, _alive in helpers[3:]}) == 1

@@ -186,3 +186,50 @@ def test_a_spare_is_wanted_only_where_one_more_trial_fits_and_the_level_may_rise
     assert packer.workers_wanted()[0] == 2
     _end(packer, clock, 0, 5.0, pid=1, fail="oom")  # level 2 is shut for the run
     assert packer.workers_wanted()[0] == 1
+
+
+@pytest.mark.parametrize(("names", "parallel", "levels"), [
+    (("H100",), 2, {0: 1}),  # room for one trial more: one spare
+    (("H100",), 2, {0: 2}),  # parallel reached: none, though the GPU could take a third
+    (("H100", "H100"), 3, {0: 1, 1: 1}),  # one place left for two GPUs: one spare, not two
+    (("H100", "A100"), 3, {0: 1, 1: 1}),  # judged apart: the same
+    (("H100", "H100"), 5, {0: 2, 1: 2})])
+def test_spares_never_take_workers_past_scheduler_parallel(
+        monkeypatch: pytest.MonkeyPatch, names: tuple[str, ...], parallel: int,
+        levels: dict[int, int]) -> None:
+    """A spare is a started-up process holding a GPU context for the place above its GPU's
+    level; it may run a trial only while scheduler.parallel leaves a place. So the workers
+    wanted (every place at the levels, and the spares) never exceed scheduler.parallel, and
+    spares fill the room that is left, one per GPU."""
+    import optuna
+
+    from hpo_orchestrator.config import load_config
+    from hpo_orchestrator.scheduler import _packer
+    from hpo_orchestrator.scheduler._packer import Packer
+    from hpo_orchestrator.scheduler._packing import GpuLevel
+    from tests.test_packer_groups import _end, _fill, _gpus, _Scripted
+    from tests.test_packing import _Clock
+
+    clock = _Clock()
+    monkeypatch.setattr(_packer, "time", clock)
+    pool = SlotPool(_gpus(*names), parallel, "auto", max_per_gpu=4)
+    config = load_config([f"scheduler.parallel={parallel}", "scheduler.trials_per_gpu=auto",
+                          "scheduler.host_cores=16", "scheduler.threads_per_trial=2"])
+    study = optuna.create_study(storage=optuna.storages.InMemoryStorage())
+    packer = Packer(config, pool, _Scripted(), study, "h")  # type: ignore[arg-type]
+    for gpu, level in levels.items():
+        pool.set_limit(gpu, level)
+    packer.levels = {g: GpuLevel(gpu=g, limit=lv, since=clock.now, ceiling=4)
+                     for g, lv in levels.items()}
+    _fill(packer)
+    for gpu in levels:  # each GPU's trials measured: one more fits in its memory
+        for _ in range(2):
+            _end(packer, clock, gpu, 30.0, pid=gpu + 1)
+    packer.tick([])
+    for gpu, level in levels.items():  # the levels under test, whatever tick decided
+        pool.set_limit(gpu, level)
+        packer.levels[gpu] = GpuLevel(gpu=gpu, limit=level, since=clock.now, ceiling=4)
+    wanted = packer.workers_wanted()
+    at_levels = sum(levels.values())
+    assert all(wanted[g] in (lv, lv + 1) for g, lv in levels.items()), wanted
+    assert sum(wanted.values()) == min(parallel, at_levels + len(levels)), wanted

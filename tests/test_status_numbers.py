@@ -3,8 +3,11 @@ faster on large studies (what was tried: `git log -p docs/BENCHMARKS.md`, "Statu
 
 The study mixes what a real one holds: summarized trials on two GPUs of two hosts, overlapping
 and with gaps, trials of another tool without a summary row (finished, with hpo.* attrs), and
-a running trial that overlaps the summarized ones. The reference is computed here, from the
-trials' rows, in the plainest way (a list of durations, a union of intervals).
+a running trial that overlaps the summarized ones. The first test is a consistency check of
+a large random study: its reference comes from ``db.trial_rows`` (the rows status reads) in the
+plainest way (a list of durations, a union of intervals). The second holds known answers: a
+small study whose every expected count, duration, busy share, utilization and energy is worked
+out by hand, read both from the kept tally and by visiting every trial.
 """
 
 from __future__ import annotations
@@ -133,3 +136,110 @@ def test_status_numbers_are_the_rows_numbers(tmp_path: Path, summarized: int) ->
         assert slow.evidence["trials"] == len(pairs)
         assert slow.evidence["startup_s_median"] == round(statistics.median(p[0] for p in pairs), 3)
         assert slow.evidence["first_decision_s_median"] == round(statistics.median(p[1] for p in pairs), 3)
+
+
+# --- the same numbers worked out by hand -----------------------------------------------------
+
+T0 = datetime(2026, 1, 5, 9, 0, 0)
+# number: (state, host, gpu, start s, end s, startup_s, first_decision_s, util %, energy J);
+# 0-3 have a summary row (the product ran them), 4 only its hpo.* attrs (another tool's run)
+HAND = {
+    0: ("COMPLETE", "h0", 0, 0.0, 10.0, 1.0, 3.0, 80.0, 1000.0),
+    1: ("PRUNED", "h0", 0, 5.0, 12.0, 2.0, 4.0, 40.0, 500.0),
+    2: ("COMPLETE", "h0", 1, 2.0, 22.0, 1.5, 3.5, None, None),
+    3: ("FAIL", "h1", 0, 30.0, 34.0, None, None, 60.0, 200.0),
+    4: ("COMPLETE", "h1", 0, 36.0, 40.0, 2.5, 6.0, 20.0, None),
+}
+
+
+def _hand_study(path: Path, tally: bool) -> str:
+    from hpo_orchestrator.status import advance_tally
+
+    url = f"sqlite:///{path}"
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    storage = optuna.storages.RDBStorage(url)
+    study = optuna.create_study(storage=storage, study_name="hand")
+    dist = {"x": FloatDistribution(0, 1)}
+    tables.ensure_tables(storage.engine)
+    for number, (state, host, gpu, start, end, startup, decision, util, energy) in HAND.items():
+        attrs = {} if number < 4 else {"hpo.host": host, "hpo.gpu_index": gpu,
+                                       "hpo.startup_s": startup, "hpo.first_decision_s": decision,
+                                       "hpo.gpu_util_mean": util}
+        study.add_trial(create_trial(
+            state=TrialState[state], value=0.1 * number if state == "COMPLETE" else None,
+            params={"x": 0.5}, distributions=dist, intermediate_values={1: 0.5},
+            user_attrs=attrs))
+        trial_id = study.trials[-1]._trial_id
+        began, ended = T0 + timedelta(seconds=start), T0 + timedelta(seconds=end)
+        with storage.engine.begin() as connection:
+            connection.execute(sqlalchemy.text(
+                "UPDATE trials SET datetime_start = :a, datetime_complete = :b WHERE trial_id = :t"),
+                {"a": began, "b": ended, "t": trial_id})
+            if number < 4:
+                tables.insert_summary(connection, {
+                    "trial_id": trial_id, "study_id": study._study_id, "number": number,
+                    "state": state, "host": host, "gpu_index": gpu, "start_s": began.timestamp(),
+                    "end_s": ended.timestamp(), "startup_s": startup, "first_decision_s": decision,
+                    "last_step": 1, "gpu_util_mean": util, "gpu_util_compute_mean": util,
+                    "gpu_energy_j": energy})
+    if tally:
+        with storage.engine.begin() as connection:
+            advance_tally(connection, study._study_id, "hand", rebuild=True)
+    storage.engine.dispose()
+    return url
+
+
+@pytest.mark.parametrize("tally", [False, True])
+def test_status_numbers_of_a_small_study_by_hand(tmp_path: Path, tally: bool) -> None:
+    """Five trials on three GPUs of two hosts, times in seconds from the first start (0 to
+    40), every expected number worked out by hand from the table HAND; from the study's kept
+    tally and from a fresh fold of every trial (no tally), through SQLAlchemy and through the
+    plain sqlite3 reader."""
+    import sqlite3
+
+    from hpo_orchestrator.status import collect_status_sqlite
+
+    url = _hand_study(tmp_path / "hand.db", tally)
+    _check_hand(collect_status(connect.create_engine(url), "hand"))
+    with sqlite3.connect(tmp_path / "hand.db") as connection:
+        kept = collect_status_sqlite(connection, "hand")
+    _check_hand(kept)
+
+
+def _check_hand(report: Any) -> None:
+    # COMPLETE: 10, 20 and 4 s; PRUNED: 7 s; FAIL: 4 s
+    complete = report.states["COMPLETE"]
+    assert (complete.count, complete.max_s, complete.median_s) == (3, 20.0, 10.0)
+    assert complete.mean_s == pytest.approx(34.0 / 3)
+    pruned, failed = report.states["PRUNED"], report.states["FAIL"]
+    assert (pruned.count, pruned.max_s, pruned.median_s, pruned.mean_s) == (1, 7.0, 7.0, 7.0)
+    assert (failed.count, failed.max_s, failed.median_s, failed.mean_s) == (1, 4.0, 4.0, 4.0)
+    assert report.wall_s == pytest.approx(40.0)  # first start 0, last end 40
+
+    by = {(d.host, d.gpu_index): d for d in report.per_device}
+    assert set(by) == {("h0", 0), ("h0", 1), ("h1", 0)}
+    # h0 GPU 0: 0-10 and 5-12 overlap: busy 12 s of 40; of the 36 s until the last start,
+    # 12; utilization weighted by duration (80 x 10 + 40 x 7) / 17 = 63.53; 1.5 kJ
+    gpu = by[("h0", 0)]
+    assert (gpu.trials, gpu.states) == (2, {"COMPLETE": 1, "PRUNED": 1})
+    assert gpu.busy_fraction == pytest.approx(12 / 40)
+    assert gpu.busy_fraction_queued == pytest.approx(12 / 36)
+    assert (gpu.util_mean, gpu.energy_kj) == (63.5, 1.5)
+    # h0 GPU 1: 2-22: 20 s; no utilization or energy recorded
+    gpu = by[("h0", 1)]
+    assert gpu.trials == 1 and gpu.busy_fraction == pytest.approx(20 / 40)
+    assert gpu.busy_fraction_queued == pytest.approx(20 / 36)
+    assert (gpu.util_mean, gpu.energy_kj) == (None, None)
+    # h1 GPU 0: 30-34 and 36-40: 8 s; 4 s before the last start (36); (60 x 4 + 20 x 4) / 8;
+    # energy from the summarized trial only (200 J)
+    gpu = by[("h1", 0)]
+    assert (gpu.trials, gpu.states) == (2, {"FAIL": 1, "COMPLETE": 1})
+    assert gpu.busy_fraction == pytest.approx(8 / 40)
+    assert gpu.busy_fraction_queued == pytest.approx(4 / 36)
+    assert (gpu.util_mean, gpu.energy_kj) == (40.0, 0.2)
+
+    # slow start-up: the 4 trials with both times: start-ups 1, 2, 1.5, 2.5 (median 1.75),
+    # first decisions 3, 4, 3.5, 6 (median 3.75): 47 % of it, above the finding's 25 %
+    slow = next(f for f in report.findings if f.code == "slow_startup")
+    assert slow.evidence == {"startup_s_median": 1.75, "first_decision_s_median": 3.75,
+                             "share": round(1.75 / 3.75, 3), "trials": 4}

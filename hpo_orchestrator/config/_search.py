@@ -132,8 +132,8 @@ class TPESamplerConfig:
     seed: int | None = None
     # Optuna's TPESampler options for parallel runs: joint sampling of the parameters, and
     # running trials counted as bad so that parallel asks spread out. On by default: together
-    # they reached the default study's 50 % target 1.64x [1.30, 2.43] sooner over 10 paired
-    # seeds (docs/QUALITY.md, "The sampler, warm workers and start-up trials")
+    # they reached the default study's 50 % target 1.64x sooner over 10 paired seeds, a run
+    # whose raw results were not kept (docs/quality/superseded.md: not rebuildable evidence)
     multivariate: bool = True
     constant_liar: bool = True
     # The history the sampler and pruner see (hpo_orchestrator/study/_storage.py): the newest

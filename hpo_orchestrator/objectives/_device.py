@@ -19,7 +19,7 @@ when the picture changes: another data shape, ``max_bin`` or thread count, or
 two measured ones gets each learner's figures interpolated from both. Each measurement
 costs a few trainings of 20 rounds on the study's data: on 1M rows, measuring all three
 learners twice at every power of two of ``num_leaves`` made ours' first results come about
-1.5x later (docs/QUALITY.md, workload b).
+1.5x later (docs/quality/runs.md, workload b).
 
 :func:`pick` is the pure rule (unit-tested with scripted timings); :class:`Calibration`
 measures and remembers.
@@ -225,7 +225,7 @@ def _between(key: Picture, below: tuple[Picture, dict[str, Any]],
     and overhead interpolated in log(num_leaves) (a round's cost grows with the tree, and the
     learners' costs grow at different rates: on 1M rows CUDA was 5.7x the CPU's speed at 8
     leaves and half of it at 226, docs/GPU.md), then :func:`pick`. Taking the nearer picture's
-    answer instead gave a CPU answer measured at 166 leaves to trees of 76 (docs/QUALITY.md,
+    answer instead gave a CPU answer measured at 166 leaves to trees of 76 (docs/quality/runs.md,
     workload b, seventh session)."""
     (low, low_answer), (high, high_answer) = below, above
     share = math.log(key.leaves / low.leaves) / math.log(high.leaves / low.leaves)

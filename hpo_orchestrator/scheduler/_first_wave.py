@@ -4,7 +4,7 @@ A run begins with imports (Optuna, SQLAlchemy, the orchestrator), the objective'
 the storage and the study; only then could its first workers start, and each worker has its
 own start-up (Python, the objective's imports and setup) before its first trial. On an H100
 host that made ours enter the first objective 2.25-3.01 s after launch, a plain Optuna
-script 0.87-1.06 s (docs/QUALITY.md, "Ours' start-up"). So the run lays out its slots right
+script 0.87-1.06 s (docs/quality/runs.md, "Ours' start-up"). So the run lays out its slots right
 after the configuration and starts the first wave then (reuse mode: a worker on each first
 slot imports the objective, runs its setup and says ready); the orchestrator adopts the
 workers (``Orchestrator(workers=...)``) and waits for them as before. This module imports

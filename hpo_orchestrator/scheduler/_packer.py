@@ -256,14 +256,18 @@ class Packer:
         """Worker processes each GPU should have: one per place at its level, and a spare for
         the place above (scheduler/_workers.py) while the level may still rise and one more
         trial was seen to fit in GPU memory at this level. Seen once, it holds for the level:
-        the spare's own memory (its CUDA context) is the next trial's, not a reason to drop it."""
-        room = self.pool.concurrency < self.pool.cap  # scheduler.parallel leaves a place
+        the spare's own memory (its CUDA context) is the next trial's, not a reason to drop it.
+        Spares fill only the places scheduler.parallel leaves, one per GPU in index order: a
+        spare beyond them would hold a GPU context for a trial that can never start."""
+        room = self.pool.cap - self.pool.concurrency
         wanted = {}
         for leader, members in self._groups.items():
             state = self.levels[leader]
-            spare = room and may_rise(self.policy, state) \
-                and self._fits_above.get(leader) == state.limit
-            wanted.update({m: state.limit + int(spare) for m in members})
+            may = may_rise(self.policy, state) and self._fits_above.get(leader) == state.limit
+            for m in members:
+                spare = may and room > 0
+                room -= int(spare)
+                wanted[m] = state.limit + int(spare)
         return wanted
 
     def close(self) -> None:

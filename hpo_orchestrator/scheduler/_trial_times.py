@@ -26,7 +26,7 @@ new worker's first.
 A pruned trial runs fewer steps than a complete one of the same kind: under Optuna's
 HyperbandPruner four trials in five stop at step 1, 3 or 9 of 10, and their durations differ
 by 10x for that alone. Judged on whole durations, two trials decided "no gain, for good" on
-a GPU three quarters idle (workload c, docs/QUALITY.md). So a trial that reported two steps
+a GPU three quarters idle (workload c, docs/quality/runs.md). So a trial that reported two steps
 or more measures its level by its seconds per step between its first and last report (the
 trial's set-up and first step left out), as kind ``<kind>/step``; one that reported a single
 step is compared only with others that ended after one (``<kind>/1 step``); one that

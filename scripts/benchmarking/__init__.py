@@ -1,5 +1,6 @@
 """The time-to-quality benchmark's parts that are worth importing and testing:
-``quality`` (targets, time to target with censoring, the paired bootstrap, quartile bands),
+``quality`` (targets, time to target with censoring, the paired tests, quartile bands),
+``goals`` (the goals judged from kept results),
 ``workloads`` (the benchmark's objectives for Optuna's own processes, built from the
 product's data generator and search space, and the held-out test metric), ``cnn`` (the
 GPU-bound torch workload, a custom objective the product runs by ``objective.target``),

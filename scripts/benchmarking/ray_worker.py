@@ -24,7 +24,7 @@ loss (``metric="loss"``, the value ASHA compares at its rungs), where the benchm
 such a trial as PRUNED and a complete one by its best reported loss. A trial that raises is
 recorded FAIL and its error file named in the driver's output. SIGTERM (the benchmark's stop)
 shuts Ray down, its daemons with it. The GPU workloads are not supported: Ray's wheels exceed
-what the GPU host can be given (docs/QUALITY.md, Contenders).
+what the GPU host can be given (docs/quality/method.md, Contenders).
 """
 
 from __future__ import annotations

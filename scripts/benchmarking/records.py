@@ -4,7 +4,7 @@ The curve says when each complete trial ended and with what value; it does not s
 was slow. On workload (b) ours' runs finished 37-55 trials (medians of three sets of 5 seeds)
 where the CUDA processes finished 66-84, and the runs' logs kept only each run's latest
 ``objective.device=auto`` measurement
-(docs/QUALITY.md, workload b): whether the measurements or the trials themselves were slow
+(docs/quality/runs.md, workload b): whether the measurements or the trials themselves were slow
 could not be told from what came back. The GPU host's runs are ``--slim`` (their sqlite files
 stay there), so these records are what comes back: each trial's start and end (seconds since
 the launch), state, params, the LightGBM learner and threads it trained with, and, where a

@@ -4,6 +4,7 @@ curves per workload and group. Pure bookkeeping over quality.py's arithmetic."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import subprocess
@@ -16,15 +17,16 @@ import numpy as np
 
 from scripts.benchmarking.quality import (
     Censored,
+    PairedComparison,
+    compare,
     median_time,
-    paired_speedup,
     quartile_band,
     targets_from_curve,
     time_to_target,
     value_at,
 )
 
-__all__ = ["Store", "commit", "source_trees"]
+__all__ = ["Store", "commit", "estimate", "p_text", "seed_text", "source_trees", "speedup_cell"]
 
 KEY = ("workload", "group", "contender", "seed")
 
@@ -73,12 +75,46 @@ def _median(values: list[float]) -> float | None:
     return float(np.median(values)) if values else None
 
 
+def seed_text(seeds: list[int]) -> str:
+    """1-3, 7, 101-103."""
+    spans: list[list[int]] = []
+    for seed in sorted(seeds):
+        if spans and seed == spans[-1][1] + 1:
+            spans[-1][1] = seed
+        else:
+            spans.append([seed, seed])
+    return ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in spans)
+
+
+def p_text(value: float) -> str:
+    return f"{value:.2g}"
+
+
+def estimate(c: PairedComparison) -> str:
+    """``median [interval]`` ([-]: too few pairs for one)."""
+    return f"{c.median:.2f} " + ("[-]" if c.interval is None else
+                                 f"[{c.interval[0]:.2f}, {c.interval[1]:.2f}]")
+
+
+def speedup_cell(c: PairedComparison) -> str:
+    """``median [interval], n=N; censored ours/baseline/both; p sign / signed-rank``."""
+    return (f"{estimate(c)}, n={c.pairs}; {c.ours_censored}/{c.baseline_censored}/"
+            f"{c.both_censored}; p {p_text(c.sign_p)} / {p_text(c.signed_rank_p)}")
+
+
 class Store:
-    def __init__(self, out: Path) -> None:
+    """One results folder. Reads ``results.json``, or where there is none a kept copy,
+    ``kept`` (docs/quality-data/: results.json.gz, or another run's file beside it): such a
+    folder is rebuilt with --report-only."""
+
+    def __init__(self, out: Path, kept: str = "results.json.gz") -> None:
         self.out = out
         self.path = out / "results.json"
-        self.runs: list[dict[str, Any]] = (json.loads(self.path.read_text())["runs"]
-                                           if self.path.exists() else [])
+        kept_path = out / kept
+        self.runs: list[dict[str, Any]] = (
+            json.loads(self.path.read_text())["runs"] if self.path.exists()
+            else json.loads(gzip.decompress(kept_path.read_bytes()))["runs"] if kept_path.exists()
+            else [])
 
     def add(self, run: dict[str, Any]) -> None:
         """Record a run, replacing an earlier one of the same workload, group, contender and
@@ -96,16 +132,18 @@ class Store:
         median over its reference seeds of the best value at 10/50/100 % of the budget; the
         best baseline (lowest at 100 %) gives the targets."""
         per: dict[str, list[dict[str, float]]] = defaultdict(list)
+        seeds: dict[str, list[int]] = defaultdict(list)
         budget = 0.0
         for r in self.runs:
             if r["workload"] == workload and r["group"] == "reference":
                 per[r["contender"]].append(targets_from_curve(r["curve"], r["budget_s"]))
+                seeds[r["contender"]].append(r["seed"])
                 budget = r["budget_s"]
         medians = {name: {k: float(np.median([t[k] for t in ts])) for k in ts[0]}
                    for name, ts in per.items()}
         best = min(medians, key=lambda n: medians[n]["100%"])
         entry = {"contender": best, "budget_s": budget, "targets": medians[best],
-                 "seeds": len(per[best]), "all": medians}
+                 "seeds": len(per[best]), "seed_list": sorted(seeds[best]), "all": medians}
         targets = {**self.targets(), workload: entry}
         (self.out / "targets.json").write_text(json.dumps(targets, indent=1))
         return entry
@@ -115,19 +153,24 @@ class Store:
                  "Times are seconds from launch (imports, data, GPU set-up included) to the first "
                  "trial at or below the target; a run that never got there counts as the budget "
                  "(censored, marked >=). Speedup = baseline time / our time over seeds paired by "
-                 "number (> 1: ours faster), median and 95 % bootstrap interval (10,000 resamples of "
-                 "the pairs); the censored pairs are counted: ours censored (ratio <=), baseline "
-                 "censored (ratio >=), both (ratio 1).", ""]
+                 "number (> 1: ours faster): the median ratio (a pair with both censored counts 1), "
+                 "a distribution-free 95 % interval for the median ([-] below 6 pairs), the pairs, "
+                 "the censored pairs (ours censored: ratio <=; baseline: ratio >=; both), and the "
+                 "two-sided exact p-values of the sign test and of Wilcoxon's signed-rank test on "
+                 "the log ratios, a pair whose order is unknown counted against the side a test "
+                 "would favour (scripts/benchmarking/quality.py).", ""]
         targets = self.targets()
         groups = sorted({(r["workload"], r["group"]) for r in self.runs if r["group"] != "reference"})
         for workload, group in groups:
-            runs = [r for r in self.runs if r["workload"] == workload and r["group"] == group]
             if workload in targets:
-                lines += self._section(workload, group, runs, targets[workload])
+                lines += self.section(workload, group)
         (self.out / "results.md").write_text("\n".join(lines) + "\n")
 
-    def _section(self, workload: str, group: str, runs: list[dict[str, Any]],
-                 target: dict[str, Any]) -> list[str]:
+    def section(self, workload: str, group: str, plot: bool = True) -> list[str]:
+        """The results of one workload and group: how and where they ran, each contender's
+        times to the targets, and ours against each baseline (``plot``: draw its PNG)."""
+        runs = [r for r in self.runs if r["workload"] == workload and r["group"] == group]
+        target = self.targets()[workload]
         goals = target["targets"]
         by: dict[str, dict[int, dict[str, Any]]] = defaultdict(dict)
         for r in runs:
@@ -138,9 +181,12 @@ class Store:
         if ":start" in group:  # --common-start K: its own group, never mixed with other runs
             side += (f"; every run began with the same {group.rsplit(':start', 1)[1]} random "
                      "points of the search space per seed (common random numbers)")
+        used = target.get("seed_list", [])
+        reference = (f"seed{'s' if len(used) > 1 else ''} {seed_text(used)}" if used
+                     else f"{target['seeds']} seed(s), not recorded which")
         lines = [f"## Workload {workload}, {group}: {side}", "",
                  f"Targets (logloss) from {target['contender']}'s reference run of "
-                 f"{target['budget_s']:g} s ({target['seeds']} seed(s)): "
+                 f"{target['budget_s']:g} s ({reference}): "
                  + ", ".join(f"{k} {v:.5f}" for k, v in goals.items()), ""]
         for key in ("command", "commit", "source", "machine"):  # source: since 2026-11-27
             lines += [f"- {key}: " + "; ".join(sorted({f"`{r[key]}`" if key == "command"
@@ -177,9 +223,10 @@ class Store:
         if failed:
             lines += ["", "**Runs with a process that failed before the budget** (see its "
                       "process-N.log): " + ", ".join(failed)]
-        lines += ["", "Speedup (baseline time / ours), median [95 % CI], pairs; censored: ours / "
-                  "baseline / both", "", "| ours | baseline | " + " | ".join(goals) + " |",
-                  "|---|---|" + "---|" * len(goals)]
+        lines += ["", "Speedup (baseline time / ours): median [95 % interval], pairs; censored "
+                  "ours / baseline / both; two-sided p, sign / signed-rank", "",
+                  "| ours | baseline | seeds | " + " | ".join(goals) + " |",
+                  "|---|---|---|" + "---|" * len(goals)]
         # An ablation pair (two of ours, no Optuna baseline) compares the variant with `ours`.
         bases = [n for n in sorted(times) if not n.startswith("ours")] or \
             [n for n in ("ours",) if n in times]
@@ -188,14 +235,11 @@ class Store:
                 paired = sorted(set(by[ours]) & set(by[base]))
                 if not paired:
                     continue
-                cells = []
-                for k in goals:
-                    ci = paired_speedup([times[ours][k][s] for s in paired],
-                                        [times[base][k][s] for s in paired])
-                    cells.append(f"{ci.median:.2f} [{ci.low:.2f}, {ci.high:.2f}], n={ci.pairs}; "
-                                 f"{ci.ours_censored}/{ci.baseline_censored}/{ci.both_censored}")
-                lines.append(f"| {ours} | {base} | " + " | ".join(cells) + " |")
-        png = self._plot(workload, group, by, goals)
+                cells = [speedup_cell(compare([times[ours][k][s] for s in paired],
+                                              [times[base][k][s] for s in paired]))
+                         for k in goals]
+                lines.append(f"| {ours} | {base} | {seed_text(paired)} | " + " | ".join(cells) + " |")
+        png = self._plot(workload, group, by, goals) if plot else _png_name(workload, group)
         return [*lines, "", f"![anytime curves]({png})", ""]
 
     def _plot(self, workload: str, group: str, by: dict[str, dict[int, dict[str, Any]]],
@@ -226,7 +270,11 @@ class Store:
         ax.set_ylabel("best validation value so far (median, quartile band)")
         ax.set_title(f"workload {workload}, {group}")
         ax.legend(fontsize=8)
-        name = f"curves-{workload}-{group.replace(':', '-').replace('+', '-')}.png"
+        name = _png_name(workload, group)
         fig.savefig(self.out / name, dpi=110, bbox_inches="tight")
         plt.close(fig)
         return name
+
+
+def _png_name(workload: str, group: str) -> str:
+    return f"curves-{workload}-{group.replace(':', '-').replace('+', '-')}.png"
