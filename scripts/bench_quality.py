@@ -21,7 +21,9 @@ speedup against each baseline over paired seeds with a bootstrap interval
 Contenders: ours (defaults), ours-fresh, ours-reuse, ours-tpg1, ours-tpgauto, ours-median,
 ours-nopruner, ours-hyperband, ours-cpu, ours-gpu, ours-cpuslots, ours-mvtpe / ours-indtpe
 (TPE multivariate and constant liar on / off), ours-startup5, ours-startup20 (TPE
-n_startup_trials), ours-tuneauto (pruner.tune=auto); optuna-median, optuna-hyperband,
+n_startup_trials), ours-tuneauto (pruner.tune=auto), ours-hb (pruner=hyperband), ours-ranked
+(pruner=ranked_halving), ours-tpgauto-hb / ours-tpgauto-ranked (the same with several
+trials per GPU: scheduler.parallel=auto scheduler.trials_per_gpu=auto); optuna-median, optuna-hyperband,
 optuna-nopruner (one process per GPU, or per core without GPUs, pinned by hand),
 optuna-cpu-tT (cores/T processes of T threads on the CPU), optuna-threads (one process,
 n_jobs = GPUs or cores: Optuna's FAQ); ray-asha (Ray Tune: ASHA over TPE, LightGBM workloads
@@ -78,7 +80,9 @@ OURS = {"ours": [], "ours-fresh": ["scheduler.worker_mode=fresh"],
         "ours-startup5": ["sampler.n_startup_trials=5"],
         "ours-startup20": ["sampler.n_startup_trials=20"],
         "ours-tuneauto": ["pruner.tune=auto"], "ours-hb": ["pruner=hyperband"],
-        "ours-tpgauto-hb": ["scheduler.trials_per_gpu=auto", "pruner=hyperband"]}
+        "ours-tpgauto-hb": ["scheduler.trials_per_gpu=auto", "pruner=hyperband"],
+        "ours-ranked": ["pruner=ranked_halving"],
+        "ours-tpgauto-ranked": ["scheduler.trials_per_gpu=auto", "pruner=ranked_halving"]}
 # ours-cpu / ours-gpu: objective.device through Workload.overrides
 RAY = "ray-asha"  # Ray Tune, ASHA over TPE, LightGBM on the CPU (benchmarking/ray_worker.py)
 OPTUNA_PRUNERS = {"optuna-median": "median", "optuna-hyperband": "hyperband",

@@ -21,8 +21,8 @@ __all__ = ["build_parser"]
 
 _RUN_EPILOG = """\
 configuration groups (pick one: GROUP=OPTION):
-  objective=lightgbm|torch_mlp|custom   pruner=patient_hyperband|hyperband|median|none
-  sampler=tpe|random
+  objective=lightgbm|torch_mlp|custom   sampler=tpe|random
+  pruner=patient_hyperband|hyperband|ranked_halving|median|none
 
 most used keys (KEY=VALUE; --show-config prints them all, with their values):
   study.name=hpo  study.n_trials=40  study.add_trials=N (N more)  study.direction=minimize

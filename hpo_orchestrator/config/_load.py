@@ -28,6 +28,7 @@ _GROUP_SCHEMAS: dict[str, dict[str, type]] = {
     "pruner": {
         "patient_hyperband": schema.PatientHyperbandPrunerConfig,
         "hyperband": schema.HyperbandPrunerConfig,
+        "ranked_halving": schema.RankedHalvingPrunerConfig,
         "median": schema.MedianPrunerConfig,
         "none": schema.NoPrunerConfig,
     },

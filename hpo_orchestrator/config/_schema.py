@@ -23,6 +23,7 @@ from hpo_orchestrator.config._search import (
     NoPrunerConfig,
     PatientHyperbandPrunerConfig,
     RandomSamplerConfig,
+    RankedHalvingPrunerConfig,
     TPESamplerConfig,
 )
 from hpo_orchestrator.config._space import check_params
@@ -40,6 +41,7 @@ __all__ = [
     "PatientHyperbandPrunerConfig",
     "PrunerConfig",
     "RandomSamplerConfig",
+    "RankedHalvingPrunerConfig",
     "SamplerConfig",
     "SchedulerConfig",
     "StorageConfig",
@@ -315,7 +317,7 @@ class ArtifactsConfig:
 if TYPE_CHECKING:
     ObjectiveConfig: TypeAlias = LightGBMObjectiveConfig | TorchMLPObjectiveConfig | CustomObjectiveConfig
     PrunerConfig: TypeAlias = (PatientHyperbandPrunerConfig | HyperbandPrunerConfig
-                                 | MedianPrunerConfig | NoPrunerConfig)
+                                 | RankedHalvingPrunerConfig | MedianPrunerConfig | NoPrunerConfig)
     SamplerConfig: TypeAlias = TPESamplerConfig | RandomSamplerConfig
 else:
     # OmegaConf cannot type a node as a union of dataclasses: at run time the node is untyped
