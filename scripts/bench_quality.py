@@ -21,12 +21,13 @@ speedup against each baseline over paired seeds with a bootstrap interval
 Contenders: ours (defaults), ours-fresh, ours-reuse, ours-tpg1, ours-tpgauto, ours-median,
 ours-nopruner, ours-hyperband, ours-cpu, ours-gpu, ours-cpuslots, ours-mvtpe / ours-indtpe
 (TPE multivariate and constant liar on / off), ours-startup5, ours-startup20 (TPE
-n_startup_trials), ours-tuneauto (pruner.tune=auto), ours-hb (pruner=hyperband), ours-ranked
-(pruner=ranked_halving), ours-tpgauto-hb / ours-tpgauto-ranked (the same with several
-trials per GPU: scheduler.parallel=auto scheduler.trials_per_gpu=auto); optuna-median, optuna-hyperband,
-optuna-nopruner (one process per GPU, or per core without GPUs, pinned by hand),
-optuna-cpu-tT (cores/T processes of T threads on the CPU), optuna-threads (one process,
-n_jobs = GPUs or cores: Optuna's FAQ); ray-asha (Ray Tune: ASHA over TPE, LightGBM workloads
+n_startup_trials), ours-tuneauto (pruner.tune=auto), ours-hb (pruner=hyperband), ours-hb3
+(the same with min_resource 3), ours-ranked (pruner=ranked_halving), ours-tpgauto-hb /
+ours-tpgauto-hb3 / ours-tpgauto-ranked (with several trials per GPU: scheduler.parallel=auto
+scheduler.trials_per_gpu=auto); optuna-median, optuna-hyperband, optuna-nopruner (one
+process per GPU, or per core without GPUs, pinned by hand), optuna-cpu-tT (cores/T
+processes of T threads on the CPU), optuna-threads (one process, n_jobs = GPUs or cores:
+Optuna's FAQ); ray-asha (Ray Tune: ASHA over TPE, LightGBM workloads
 on the CPU, where ray is installed: pip install "ray[tune]"); best: the baseline whose
 reference run set the targets.
 """
@@ -82,7 +83,9 @@ OURS = {"ours": [], "ours-fresh": ["scheduler.worker_mode=fresh"],
         "ours-tuneauto": ["pruner.tune=auto"], "ours-hb": ["pruner=hyperband"],
         "ours-tpgauto-hb": ["scheduler.trials_per_gpu=auto", "pruner=hyperband"],
         "ours-ranked": ["pruner=ranked_halving"],
-        "ours-tpgauto-ranked": ["scheduler.trials_per_gpu=auto", "pruner=ranked_halving"]}
+        "ours-hb3": ["pruner=hyperband", "pruner.min_resource=3"],
+        "ours-tpgauto-ranked": ["scheduler.trials_per_gpu=auto", "pruner=ranked_halving"],
+        "ours-tpgauto-hb3": ["scheduler.trials_per_gpu=auto", "pruner=hyperband", "pruner.min_resource=3"]}
 # ours-cpu / ours-gpu: objective.device through Workload.overrides
 RAY = "ray-asha"  # Ray Tune, ASHA over TPE, LightGBM on the CPU (benchmarking/ray_worker.py)
 OPTUNA_PRUNERS = {"optuna-median": "median", "optuna-hyperband": "hyperband",
