@@ -8,7 +8,9 @@ and on curves that keep improving it prunes where the default patient pruner doe
 from __future__ import annotations
 
 import math
+import sqlite3
 import warnings
+from pathlib import Path
 
 import optuna
 import pytest
@@ -18,6 +20,7 @@ from hpo_orchestrator.config import PatientHyperbandPrunerConfig, RankedHalvingP
 from hpo_orchestrator.errors import ConfigError
 from hpo_orchestrator.pruning._factory import build_pruner
 from hpo_orchestrator.pruning._ranked import JUDGED, Ladder, RankedHalvingPruner
+from tests.conftest import run_cli
 
 STEPS = 10
 
@@ -224,3 +227,27 @@ def test_config_defaults_and_bad_values() -> None:
                            (["pruner.audit_every=-1"], "pruner.audit_every")):
         with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
             load_config(["pruner=ranked_halving", *overrides])
+
+
+@pytest.mark.long
+@pytest.mark.slow
+def test_a_run_prunes_steady_curves_and_marks_the_judged(tmp_path: Path) -> None:
+    """End to end through the orchestrator (decisions answered in its process, the mark
+    written through its storage): 30 trials of curves that improve at every step and never
+    cross. The default pruner stops none; ranked_halving stops some once 10 have completed,
+    and every trial it stopped carries the judged mark."""
+    counts = {}
+    for pruner in ("patient_hyperband", "ranked_halving"):
+        (tmp_path / pruner).mkdir()
+        result = run_cli(tmp_path / pruner, "run", "objective=custom",
+                         "objective.target=hpo_orchestrator.testing.objectives:curves",
+                         "scheduler.parallel=2", "study.n_trials=30", f"pruner={pruner}",
+                         "scheduler.gpus=none")
+        assert result.code == 0, result.stderr
+        with sqlite3.connect(result.db) as con:
+            counts[pruner] = con.execute(
+                "SELECT COUNT(*), SUM(EXISTS (SELECT 1 FROM trial_system_attributes a WHERE "
+                "a.trial_id = t.trial_id AND a.key = ?)) FROM trials t WHERE state = 'PRUNED'",
+                (JUDGED,)).fetchone()
+    assert counts["patient_hyperband"][0] == 0
+    assert counts["ranked_halving"][0] >= 3 and counts["ranked_halving"][1] == counts["ranked_halving"][0]
