@@ -101,9 +101,18 @@ class Half:
     label: str
 
 
+def packed(name: str) -> tuple[str, int]:
+    """``optuna-<pruner>-x<K>``: Optuna's processes packed by hand, K on each GPU (the
+    best fixed number per GPU is an oracle no user has up front); (the base name, K)."""
+    base, _, k = name.rpartition("-x")
+    if base in OPTUNA_PRUNERS and k.isdigit() and int(k) >= 1:
+        return base, int(k)
+    return name, 1
+
+
 def known(name: str) -> bool:
-    return name in OURS or name in OPTUNA_PRUNERS or name in ("optuna-threads", RAY) or (
-        name.startswith("optuna-cpu-t") and name[12:].isdigit())
+    return name in OURS or packed(name)[0] in OPTUNA_PRUNERS or name in ("optuna-threads", RAY) \
+        or (name.startswith("optuna-cpu-t") and name[12:].isdigit())
 
 
 @dataclass(frozen=True)
@@ -143,13 +152,15 @@ def launches(name: str, work: Workload, scale: float, seed: int, budget: float, 
         return [Launch([*base, "--n-jobs", str(jobs), "--threads", str(threads), "--device",
                         gpu_learner if half.gpus else "cpu"], half.gpus, half.cores, threads)]
     on_cpu = name.startswith("optuna-cpu-t")
-    threads = int(name[12:]) if on_cpu else max(1, len(half.cores) // (len(half.gpus) or len(half.cores)))
-    count = max(1, len(half.cores) // threads) if on_cpu else (len(half.gpus) or len(half.cores))
-    pruner = "median" if on_cpu else OPTUNA_PRUNERS[name]
+    base_name, per_gpu = packed(name)
+    places = len(half.gpus) * per_gpu or len(half.cores)
+    threads = int(name[12:]) if on_cpu else max(1, len(half.cores) // places)
+    count = max(1, len(half.cores) // threads) if on_cpu else places
+    pruner = "median" if on_cpu else OPTUNA_PRUNERS[base_name]
     out = []
     for i in range(count):
         cores = half.cores[i * threads:(i + 1) * threads] or half.cores
-        gpus = [] if on_cpu or not half.gpus else [half.gpus[i]]
+        gpus = [] if on_cpu or not half.gpus else [half.gpus[i % len(half.gpus)]]
         out.append(Launch([*base, "--index", str(i), "--pruner", pruner, "--threads", str(threads),
                            "--device", gpu_learner if gpus else "cpu"], gpus, cores, threads))
     return out

@@ -100,15 +100,19 @@ print("PHASES", [["imports", imported], ["study created", created]], file=sys.st
 """
 
 
-def once(kind: str, folder: Path) -> dict[str, Any]:
-    stamp = folder / f"{kind}-{time.time_ns()}.txt"
-    db = folder / f"{stamp.stem}.db"
+def once(kind: str, parent: Path) -> dict[str, Any]:
+    # Each run in a folder of its own with the same relative paths: every run of ours has
+    # the same overrides, as a user's runs of one command have.
+    folder = parent / f"{kind}-{time.time_ns()}"
+    folder.mkdir()
+    stamp = folder / "entered.txt"
+    db = folder / "probe.db"
     env = {**os.environ, "PROBE_FILE": str(stamp), "PROBE_DB": str(db),
            "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     if kind == "ours":
         command = [sys.executable, __file__, "--trace", "run", "objective=custom",
                    "objective.target=scripts.probe_startup:objective", "study.n_trials=1",
-                   f"storage.url=sqlite:///{db}", f"scheduler.log_dir={folder / 'runs'}"]
+                   "storage.url=sqlite:///probe.db", "scheduler.log_dir=runs"]
     else:
         command = [sys.executable, "-c", PLAIN.format(root=str(ROOT))]
     env["PROBE_T0"] = repr(time.time())

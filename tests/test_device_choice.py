@@ -183,8 +183,9 @@ def test_with_the_cuda_learner_opencl_is_not_measured(monkeypatch: pytest.Monkey
 
 @pytest.mark.slow
 def test_auto_on_a_gpu_slot_records_its_measured_choice(tmp_path: Path) -> None:
-    """On fake GPUs this host has neither LightGBM's CUDA learner nor an OpenCL GPU: auto
-    measures, trains on the CPU, says why, and the trial is not flagged as a GPU unused."""
+    """On fake GPUs this host has neither LightGBM's CUDA learner nor an OpenCL GPU: the
+    worker's first trial trains at once on the likely learner (the CPU, for 2,000 rows), the
+    next measures, trains on the CPU, says why, and no trial is flagged as a GPU unused."""
     result = run_cli(tmp_path, "run", "study.n_trials=3", "objective.n_rows=2000",
                      "objective.num_boost_round=20", "objective.report_every=5",
                      "scheduler.parallel=1", env={"HPO_ORCHESTRATOR_FAKE_GPUS": "1"})
@@ -192,8 +193,10 @@ def test_auto_on_a_gpu_slot_records_its_measured_choice(tmp_path: Path) -> None:
     rows = sorted(trial_rows(result.db), key=lambda r: r["number"])
     choices = [r["attrs"]["hpo.device_choice"] for r in rows]
     assert [c["learner"] for c in choices] == ["cpu"] * 3
-    assert choices[0]["measured_here"]  # later trials measure again only for a new picture
-    assert "no GPU learner ran" in choices[0]["reason"]
+    assert choices[0]["guessed"] and not choices[0]["measured_here"]
+    assert choices[0]["reason"].startswith("not measured yet: 2,000 rows x 40 features")
+    assert choices[1]["measured_here"]  # later trials measure again only for a new picture
+    assert "no GPU learner ran" in choices[1]["reason"]
     assert all(r["attrs"]["hpo.params_effective"]["device_type"] == "cpu" for r in rows)
     assert all(r["attrs"].get("hpo.gpu_verified") is None for r in rows)
     assert "gpu_unused" not in result.stdout
@@ -332,3 +335,38 @@ def test_a_learner_that_failed_at_either_end_is_not_interpolated() -> None:
         {"cpu": {"device_type": "cpu"}, "cuda": {"device_type": "cuda"}}, {},
         lambda *_: pytest.fail("nothing is measured between two pictures"), 200, 11)
     assert answer["learner"] == "cpu" and "cuda: RuntimeError: CUDA Tree Learner" in answer["reason"]
+
+
+@pytest.mark.parametrize(("learners", "rows", "threads", "expected"), [
+    (["cuda", "cpu"], 1_000_000, 8, "cuda"),  # workload b: 40M cells on 8 threads
+    (["cuda", "cpu"], 1_000_000, 16, "cuda"),  # exactly at 2.5M cells a thread
+    (["cuda", "cpu"], 999_999, 16, "cpu"),
+    (["cuda", "cpu"], 40_000, 1, "cpu"),  # the default study: CPU at any thread count
+    (["gpu", "cpu"], 10_000_000, 4, "cpu"),  # OpenCL is never the guess
+    (["cpu"], 10_000_000, 1, "cpu"),
+])
+def test_the_likely_learner_before_measuring(learners: list[str], rows: int, threads: int,
+                                             expected: str) -> None:
+    from hpo_orchestrator.objectives._device import likely_learner
+
+    learner, reason = likely_learner(learners, rows, 40, threads)
+    assert learner == expected
+    assert reason.startswith(f"not measured yet: {rows:,} rows x 40 features on {threads} CPU")
+
+
+def test_a_worker_guesses_once_then_measures() -> None:
+    """The first trial trains on the guess; the next measures; a new worker guesses again,
+    but not for a picture it already has an answer near."""
+    from hpo_orchestrator.objectives._device import Calibration, picture
+
+    calibration = Calibration()
+    key = picture("data", {"num_leaves": 31, "num_threads": 8})
+    guessed = calibration.guess(key, ["cuda", "cpu"], 2_000_000, 40, 200, 8)
+    assert guessed is not None and guessed["learner"] == "cuda" and guessed["guessed"]
+    assert calibration.guess(key, ["cuda", "cpu"], 2_000_000, 40, 200, 8) is None
+    answer, measured = calibration.choose(
+        key, {"cpu": {"device_type": "cpu"}}, {}, lambda *_: None, 200, 8)
+    assert measured and answer["learner"] == "cpu"
+    other = Calibration()
+    other._answers.append((key, answer))  # an answer near this picture: no guess needed
+    assert other.guess(key, ["cuda", "cpu"], 2_000_000, 40, 200, 8) is None

@@ -275,10 +275,10 @@ def _overlap_per_gpu(db: Path) -> dict[int, int]:
 @pytest.mark.long
 @pytest.mark.slow
 def test_auto_adds_trials_only_where_the_gpu_has_room(cli) -> None:  # type: ignore[no-untyped-def]
-    """GPU0 at 20 % with memory to spare gets a second trial (and a third, unless the study
-    ends first on a loaded machine); GPU1 at 95 % and GPU2 (20 %, but 2.5 GiB for trials of
-    1 GiB) stay at one. The recorded history says so, and the trials' real overlap per GPU
-    matches it."""
+    """GPU0 at 20 % with memory to spare gets three trials at once (80 / 20, capped at
+    scheduler.max_trials_per_gpu=3) once its first trial reported a step; GPU1 at 95 % and
+    GPU2 (20 %, but 2.5 GiB for trials of 1 GiB) stay at one. The recorded history says so,
+    and the trials' real overlap per GPU matches it."""
     gpus = {"gpus": [{"busy_util": 20}, {"busy_util": 95},
                      {"busy_util": 20, "memory_total_mib": 2500}]}
     result = cli("run", *AUTO, TARGET + "pinned", "study.n_trials=27",
@@ -290,7 +290,9 @@ def test_auto_adds_trials_only_where_the_gpu_has_room(cli) -> None:  # type: ign
     assert levels[1]["limit"] == 1 and "utilization >= scheduler.target_gpu_util" in levels[1]["held"]
     assert levels[2]["limit"] == 1 and "GPU memory" in levels[2]["held"]
     changes = [(c["gpu"], c["from"], c["to"]) for c in packing["changes"]]
-    assert changes[0] == (0, 1, 2) and "20% utilization < 80%" in packing["changes"][0]["reason"]
+    # straight to 80 / 20 trials, capped at scheduler.max_trials_per_gpu=3 (the first level)
+    assert changes[0] == (0, 1, 3)
+    assert packing["changes"][0]["reason"].startswith("20% utilization at 1 per GPU: 3 per GPU")
     assert {gpu for gpu, _, _ in changes} == {0}  # the full GPU and the small one never grew
     top = max(to for _, _, to in changes)
     assert levels[0]["limit"] >= 2 and top <= 3
@@ -304,13 +306,13 @@ def test_auto_adds_trials_only_where_the_gpu_has_room(cli) -> None:  # type: ign
     low = [f for f in json.loads(status.stdout)["findings"] if f["code"] == "low_gpu_util"]
     assert any("trials_per_gpu=auto ran up to" in f["message"] for f in low)
     text = cli("status").stdout
-    assert "trials_per_gpu=auto" in text and "gpu0 1 -> 2" in text
+    assert "trials_per_gpu=auto" in text and "gpu0 1 -> 3" in text
 
 
 @pytest.mark.long
 @pytest.mark.slow
 def test_an_oom_makes_auto_back_off(cli) -> None:  # type: ignore[no-untyped-def]
-    """A GPU with room for one trial: auto tries a second (utilization is low), a trial runs
+    """A GPU with room for one trial: auto tries three (utilization is low), a trial runs
     out of memory, the level goes back down and never above that again; retries finish the
     study."""
     # No spare worker: the fake GPU counts every process pinned to it as holding memory, so a
@@ -322,7 +324,7 @@ def test_an_oom_makes_auto_back_off(cli) -> None:  # type: ignore[no-untyped-def
     assert result.code == 0, result.stderr
     packing = _packing(result.db)
     changes = [(c["from"], c["to"], c["reason"]) for c in packing["changes"]]
-    assert changes[0][:2] == (1, 2)
+    assert changes[0][:2] == (1, 2)  # memory for one more, by the numbers
     first_oom = next(i for i, c in enumerate(changes) if "out of GPU memory" in c[2])
     old, new, _ = changes[first_oom]
     assert new == old - 1

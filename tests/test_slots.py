@@ -146,8 +146,9 @@ def test_oom_retry_goes_to_the_gpu_with_most_free_memory() -> None:
 
 
 @pytest.mark.parametrize(("gpus", "trials_per_gpu", "cores", "threads", "expected"), [
-    (4, None, 16, None, 4),   # every GPU given, once
-    (2, 3, 16, None, 6),      # trials_per_gpu times each
+    (4, None, 16, None, "auto"),  # every GPU given, packed while its throughput rises
+    (4, 1, 16, None, 4),      # ... or trials_per_gpu times each
+    (2, 3, 16, None, 6),
     (2, "auto", 16, None, "auto"),
     (0, None, 8, None, 8),    # no GPU: one per core
     (0, None, 8, 3, 2),       # ... or per threads_per_trial cores
@@ -158,7 +159,8 @@ def test_parallel_unset_uses_what_the_run_was_given(
         expected: int | str) -> None:
     parallel, why = resolve_parallel(None, gpus, trials_per_gpu, cores, threads)
     assert parallel == expected
-    assert ("unset" in why) == (expected != "auto")
+    assert ("unset" in why) == (trials_per_gpu != "auto")
+    assert ("throughput rises" in why) == (expected == "auto")
 
 
 def test_parallel_given_is_kept_whatever_the_gpus() -> None:
@@ -181,7 +183,10 @@ def test_cpu_slots_beside_the_gpus(cpu_slots: int | str, gpu_places: int, cores:
 
 def test_cpu_slots_run_beside_the_gpu_slots_after_them() -> None:
     gpus = FakeGpuBackend.from_spec("2").gpus()
-    parallel, why = resolve_parallel(None, 2, None, 32, None, cpu_slots=2)
+    assert resolve_parallel(None, 2, None, 32, None, cpu_slots=2) == (
+        "auto", "1 per GPU to start, more while throughput rises and 2 on CPU slots; "
+                "scheduler.parallel unset")
+    parallel, why = resolve_parallel(None, 2, 1, 32, None, cpu_slots=2)
     assert (parallel, why) == (4, "one trial per GPU given and 2 on CPU slots, scheduler.parallel unset")
     assert isinstance(parallel, int)
     pool = SlotPool(gpus, parallel, None, cpu_slots=2)

@@ -141,7 +141,7 @@ def test_auto_climbs_onto_spares_that_started_up_ahead(cli) -> None:  # type: ig
                       "HPO_TEST_STEP_S": "0.4", "HPO_TEST_SETUP_NOTES": "setups"})
     assert result.code == 0, result.stderr
     changes = [(c["from"], c["to"]) for c in _packing(result.db)["changes"]]
-    assert changes[0] == (1, 2)
+    assert changes[0] == (1, 3)  # the first level: 80 / 20, capped at 3
     rows = sorted(trial_rows(result.db), key=lambda r: r["number"])
     run_dir = next(p for p in result.db.parent.glob("hpo-runs/*") if p.is_dir())
     first_on: dict[int, int] = {}

@@ -62,7 +62,6 @@ def _run_study(args: argparse.Namespace, console: Console, totals: list[int], co
     from contextlib import AbstractContextManager
 
     import optuna
-    from omegaconf import OmegaConf
 
     from hpo_orchestrator.cli._progress import LiveReporter
     from hpo_orchestrator.config import to_plain_dict
@@ -75,6 +74,8 @@ def _run_study(args: argparse.Namespace, console: Console, totals: list[int], co
     if pruning_off:
         errors().print(pruning_off, markup=False)
     if args.show_config:
+        from omegaconf import OmegaConf  # for its YAML: only here, not on a run's start
+
         plain = to_plain_dict(config)
         plain["storage"]["url"] = mask_url(plain["storage"]["url"])
         console.print(OmegaConf.to_yaml(plain), highlight=False, markup=False)

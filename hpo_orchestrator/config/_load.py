@@ -2,20 +2,21 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
-from typing import Any
-
-import yaml
-from hydra import compose, initialize_config_dir
-from hydra.core.config_store import ConfigStore
-from hydra.errors import HydraException, MissingConfigException
-from omegaconf import OmegaConf
-from omegaconf.errors import OmegaConfBaseException
+from typing import TYPE_CHECKING, Any
 
 from hpo_orchestrator.config import _schema as schema
+from hpo_orchestrator.config._cache import cached
 from hpo_orchestrator.config._keys import imply_groups, unknown_key_hint
 from hpo_orchestrator.errors import ConfigError
+
+if TYPE_CHECKING:
+    import yaml
+
+# Hydra, OmegaConf and PyYAML are imported where a composition runs: a start whose
+# composition is cached (config/_cache.py) needs none of them.
 
 __all__ = ["config_dir", "load_config", "to_plain_dict"]
 
@@ -58,6 +59,8 @@ def config_dir() -> Path:
 
 
 def _register_schemas() -> None:
+    from hydra.core.config_store import ConfigStore
+
     store = ConfigStore.instance()
     store.store(name="base_config", node=schema.Config)
     for group, options in _GROUP_SCHEMAS.items():
@@ -73,6 +76,9 @@ def _one_line(exc: BaseException) -> str:
 
 
 def _explain(exc: BaseException, overrides: list[str]) -> ConfigError:
+    from hydra.errors import MissingConfigException
+    from omegaconf.errors import OmegaConfBaseException
+
     cause = exc.__cause__ if isinstance(exc.__cause__, OmegaConfBaseException) else exc
     text = str(exc)
     if isinstance(exc, MissingConfigException) or "Could not find" in text:
@@ -121,6 +127,9 @@ def _unknown_key_hint(key: str, overrides: list[str]) -> str:
 def _composed(overrides: list[str]) -> dict[str, Any]:
     """The configuration composed with ``overrides`` (group choices), unvalidated, as a dict;
     empty when even that fails (the hint then names no key)."""
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
     try:
         with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
             composed = compose(config_name="config", overrides=list(overrides))
@@ -134,12 +143,23 @@ def load_config(overrides: list[str]) -> schema.Config:
     """Compose ``conf/config.yaml`` with ``overrides`` and validate every value once
     (``objective.target`` without an objective group implies ``objective=custom``)."""
     overrides = imply_groups(list(overrides))
-    _register_schemas()
     conf = config_dir()
     if not (conf / "config.yaml").is_file():
         raise ConfigError(f"no config.yaml in {conf}", "set HPO_ORCHESTRATOR_CONF to a conf folder")
+    return cached(overrides, conf, _compose).validate()
+
+
+def _compose(overrides: list[str]) -> schema.Config:
+    """Hydra's composition of the config folder with ``overrides``, typed by the schema."""
+    import yaml
+    from hydra import compose, initialize_config_dir
+    from hydra.errors import HydraException
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    _register_schemas()
     try:
-        with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
+        with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
             composed = compose(config_name="config", overrides=list(overrides))
         config = OmegaConf.to_object(composed)
     except yaml.YAMLError as exc:
@@ -152,7 +172,7 @@ def load_config(overrides: list[str]) -> schema.Config:
     if unknown:
         raise ConfigError(f"unknown configuration key {unknown[0]!r}",
                           _unknown_key_hint(unknown[0], overrides))
-    return config.validate()
+    return config
 
 
 def _extra_keys(given: Any, known: Any, prefix: str = "") -> list[str]:
@@ -169,10 +189,19 @@ def _extra_keys(given: Any, known: Any, prefix: str = "") -> list[str]:
 
 
 def to_plain_dict(config: schema.Config) -> dict[str, Any]:
-    """The resolved config as plain JSON-able data (stored as the study attr ``hpo.config``)."""
-    node = OmegaConf.structured(config)
-    plain = OmegaConf.to_container(node, resolve=True)
+    """The resolved config as plain JSON-able data (stored as the study attr ``hpo.config``):
+    composition resolved every interpolation, so the dataclasses hold plain values."""
+    plain = _plain(dataclasses.asdict(config))
     assert isinstance(plain, dict)
-    return plain  # type: ignore[return-value]
+    return plain
+
+
+def _plain(value: Any) -> Any:
+    """Lists where the dataclasses hold tuples, as JSON and OmegaConf give them back."""
+    if isinstance(value, dict):
+        return {key: _plain(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(item) for item in value]
+    return value
 
 

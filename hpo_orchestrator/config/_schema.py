@@ -59,18 +59,18 @@ MAX_STUDY_NAME = 512  # characters: Optuna's studies.study_name column
 
 @dataclass
 class SchedulerConfig:
-    # Trials at once on this host. null (the default): every GPU this run was given, one trial
-    # each (or trials_per_gpu each); on a host without GPUs, cores / threads_per_trial (one per
-    # core unless threads_per_trial is set). auto: "use these GPUs as well as you can": every
-    # GPU at the level trials_per_gpu sets (measured, when trials_per_gpu is auto or unset); on
-    # a host without GPUs, one trial per CPU core. An integer: at most that many.
+    # Trials at once on this host. null (the default) or auto: every GPU this run was given,
+    # each at the level trials_per_gpu sets (measured, when trials_per_gpu is auto or unset);
+    # on a host without GPUs, cores / threads_per_trial (one per core unless threads_per_trial
+    # is set). An integer: at most that many, trials_per_gpu then ceil(parallel / GPUs).
     parallel: Any = None
     # auto: every GPU NVML finds (CPU slots when none); none: CPU slots; or a list of NVML indices.
     gpus: Any = "auto"
-    # Trials sharing one GPU at a time; null: ceil(parallel / number of GPUs), or auto with
-    # parallel=auto. auto: start at 1 per GPU and add one while the GPU's measured
-    # utilization stays under target_gpu_util, the next trial's memory fits and the trials
-    # finished per minute rise (docs/HOSTS.md, "Filling the GPUs").
+    # Trials sharing one GPU at a time; null: auto, or ceil(parallel / number of GPUs) where
+    # parallel is a number. auto: start at 1 per GPU, go to target_gpu_util / the first
+    # trial's steady utilization (as memory and cores allow), then add or remove one while
+    # the steps (or trials) finished per minute rise (docs/HOSTS.md, "Filling the GPUs").
+    # An integer: exactly that many.
     trials_per_gpu: Any = None
     max_trials_per_gpu: int = 4  # the most trials_per_gpu=auto puts on one GPU
     # trials_per_gpu=auto in reuse mode: each GPU keeps a spare worker, started up (imports,

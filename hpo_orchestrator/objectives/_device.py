@@ -35,12 +35,17 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-__all__ = ["GPU_MARGIN", "LEAVES_FACTOR", "Calibration", "Picture", "Timing",
-           "cuda_learner_available", "pick", "picture", "timed_run"]
+__all__ = ["GPU_MARGIN", "LEAVES_FACTOR", "LIKELY_CUDA_CELLS_PER_THREAD", "Calibration", "Picture",
+           "Timing", "cuda_learner_available", "likely_learner", "pick", "picture", "timed_run"]
 
 GPU_MARGIN = 1.1  # a GPU trial also holds a GPU another trial could use: ask for a clear win
 CALIBRATION_ROUNDS = 20
 LEAVES_FACTOR = 4  # an answer holds for num_leaves within this factor of a measured picture's
+# Where a worker's first trial trains before anything is measured: on CUDA from this many
+# cells (rows x features) per CPU thread of the trial. On an H100 host 16 threads trained 40k
+# x 40 generated rows 3.4x faster than CUDA, 2M rows 2.4x slower, and 1M rows within 4-37 %
+# either way at 11-16 threads (docs/GPU.md): the two cross near 40M cells on 16 threads.
+LIKELY_CUDA_CELLS_PER_THREAD = 2_500_000
 
 
 @dataclass(frozen=True)
@@ -77,6 +82,18 @@ def pick(timings: list[Timing], rounds: int, cpu_threads: int) -> tuple[str, str
     if cpu_s is None or gpu_s * GPU_MARGIN < cpu_s:
         return gpu.learner, f"{gpu_text} per trial against {cpu_text}"
     return "cpu", f"{cpu_text} per trial against {gpu_text}"
+
+
+def likely_learner(learners: list[str], rows: int, features: int,
+                   cpu_threads: int) -> tuple[str, str]:
+    """Where a trial trains before this worker has measured anything, and why (a sentence):
+    CUDA on data large for the trial's threads (``LIKELY_CUDA_CELLS_PER_THREAD``), else the
+    CPU. OpenCL is never the guess: it was slower than the CPU or CUDA in every measurement
+    (docs/GPU.md)."""
+    shape = f"{rows:,} rows x {features} features on {cpu_threads} CPU thread(s)"
+    if "cuda" in learners and rows * features >= LIKELY_CUDA_CELLS_PER_THREAD * max(cpu_threads, 1):
+        return "cuda", f"not measured yet: {shape}, likely faster on CUDA"
+    return "cpu", f"not measured yet: {shape}, likely faster on the CPU"
 
 
 def _seconds(value: float | None) -> str:
@@ -154,6 +171,21 @@ class Calibration:
 
     def __init__(self) -> None:
         self._answers: list[tuple[Picture, dict[str, Any]]] = []
+        self._guessed = False  # a trial already ran on likely_learner's guess
+
+    def guess(self, key: Picture, learners: list[str], rows: int, features: int,
+              rounds: int, cpu_threads: int) -> dict[str, Any] | None:
+        """The worker's first trial trains at once on :func:`likely_learner`'s guess, so that
+        measuring keeps no first result waiting (the default study's first trial came 2-6 s
+        later with the measurement than with objective.device=cpu set by hand, on two H200s:
+        docs/QUALITY.md); its next trial measures (:meth:`choose`). None after the first, or
+        where an answer near ``key`` is known."""
+        if self._guessed or any(picture_.near(key) for picture_, _ in self._answers):
+            return None
+        self._guessed = True
+        learner, reason = likely_learner(learners, rows, features, cpu_threads)
+        return {"learner": learner, "reason": f"{reason} (measured at this worker's next trial)",
+                "rounds": rounds, "guessed": True}
 
     def choose(self, key: Picture, learners: dict[str, dict[str, Any]],
                base_params: dict[str, Any], train: Callable[[dict[str, Any], int, Any], None],

@@ -150,6 +150,13 @@ class LightGBMObjective:
             self._kept_datasets[learner] = kept
         return self._kept_datasets[learner]
 
+    def _shape(self) -> tuple[int, int]:
+        """Rows and features the trials train on (the user's table, or the generated data)."""
+        if self.arrays is not None:
+            rows, features = self.arrays[0].shape
+            return int(rows), int(features)
+        return self.config.n_rows, self.config.n_features
+
     def _bin(self, params: dict[str, Any], keep_raw: bool = False) -> tuple[Any, Any]:
         import lightgbm as lgb
 
@@ -256,10 +263,16 @@ class LightGBMObjective:
                 self._datasets({**params, **learners["cpu"]})
 
             key = picture((cfg.data, cfg.n_rows, cfg.n_features), params)
-            with phase("calibrate"):
-                answer, measured = self.calibration.choose(
-                    key, learners, params, train_for, cfg.num_boost_round, slot.num_threads,
-                    prepare=bin_for_cpu)
+            rows, features = self._shape()
+            guessed = self.calibration.guess(key, list(learners), rows, features,
+                                             cfg.num_boost_round, slot.num_threads)
+            if guessed is not None:
+                answer, measured = guessed, False
+            else:
+                with phase("calibrate"):
+                    answer, measured = self.calibration.choose(
+                        key, learners, params, train_for, cfg.num_boost_round, slot.num_threads,
+                        prepare=bin_for_cpu)
             trial.set_user_attr("hpo.device_choice", {**answer, "measured_here": measured})
             chosen = learners[answer["learner"]]
         if chosen.get("device_type") == "gpu":

@@ -180,6 +180,8 @@ class Launching:
         if self.packer is None or not self.slots.auto:
             return
         self.packer.tick(self.running.values())
+        for text in self.packer.take_notes():
+            self.reporter.note(text)
         self.workers.retire_over_levels()
         if self.reuse and self.config.scheduler.spare_workers and not self._stopping \
                 and self.asking.exhausted_at is None:

@@ -52,7 +52,7 @@ from hpo_orchestrator.scheduler._packing import (
 from hpo_orchestrator.scheduler._slots import SlotPool, host_cores, threads_per_trial
 from hpo_orchestrator.scheduler._trial import RunningTrial
 from hpo_orchestrator.scheduler._trial_times import TrialTimes, pooled_kind
-from hpo_orchestrator.telemetry import TelemetrySampler
+from hpo_orchestrator.telemetry import DeviceReading, TelemetrySampler
 
 __all__ = ["Packer", "detect_mps", "gpu_groups", "packing_key"]
 
@@ -118,6 +118,7 @@ class Packer:
         # group -> the level at which one more trial was last seen to fit in GPU memory: a
         # spare worker is kept for the place above only then (workers_wanted)
         self._fits_above: dict[int, int] = {}
+        self._notes: list[str] = []  # level changes not yet said (take_notes)
         mps = detect_mps()
         self._record: dict[str, Any] = {
             "mode": "auto" if pool.auto else "fixed", "target_gpu_util": self.policy.target_util,
@@ -220,9 +221,19 @@ class Packer:
             self._changes.append({"time": datetime.now(UTC).isoformat(timespec="seconds"),
                                   "gpu": change.gpu, "from": change.old, "to": change.new,
                                   "reason": change.reason})
+        said: dict[tuple[int, int, str], list[int]] = {}  # one line per group's change
+        for change in changes:
+            said.setdefault((change.old, change.new, change.reason), []).append(change.gpu)
+        self._notes += [f"{', '.join(f'gpu{g}' for g in gpus)}: {old} -> {new} trials per GPU "
+                        f"({reason})" for (old, new, reason), gpus in said.items()]
         if changes or (held_changed and now - self._written_at >= _HELD_WRITE_EVERY_S):
             self._write()
         return bool(changes)
+
+    def take_notes(self) -> list[str]:
+        """The level changes since the last call, a line each, for the run's progress."""
+        notes, self._notes = self._notes, []
+        return notes
 
     def _set(self, members: tuple[int, ...], state: GpuLevel) -> None:
         """One state for a group, each GPU's copy under its own index (the attr shows each)."""
@@ -256,10 +267,11 @@ class Packer:
         used = next((r.mem_used_mib for r in reversed(latest) if r.mem_used_mib is not None), None)
         total = self._total_mib.get(index)
         cpu = [] if self.sampler is None else self.sampler.cpu_readings(state.since)
+        here = [rt for rt in running if rt.slot.gpu is not None and rt.slot.gpu.index == index
+                and rt.outcome is None]
         spans = [self._times.span(index, rt.worker.process.pid, rt.trial.params, rt.spawned_at,
-                                  reports=rt.reports, choices=_choices(rt))
-                 for rt in running if rt.slot.gpu is not None and rt.slot.gpu.index == index
-                 and rt.outcome is None]
+                                  reports=rt.reports, choices=_choices(rt)) for rt in here]
+        steady = _steady(readings, here)
         return GpuObservation(
             gpu=index, running=self.pool.busy_on(index),
             util=sum(utils) / len(utils) if utils else None, readings=len(utils),
@@ -268,7 +280,8 @@ class Packer:
             trials=self._times.measured(index, state.since, spans, now),
             # an OOM counts against the level in force when the trial ended
             ooms=sum(1 for t in self._ooms[index] if t >= state.since),
-            cpu_cores=statistics.fmean(cpu) if len(cpu) >= self.policy.min_readings else None)
+            cpu_cores=statistics.fmean(cpu) if len(cpu) >= self.policy.min_readings else None,
+            steady_util=statistics.fmean(steady) if steady else None, steady_readings=len(steady))
 
     def _write(self) -> None:
         self._written_at = time.monotonic()
@@ -305,6 +318,16 @@ def _together(observations: list[GpuObservation]) -> GpuObservation:
         running_mem_mib=tightest.running_mem_mib,
         trials=tuple(t for o in observations for t in o.trials),
         ooms=sum(o.ooms for o in observations), cpu_cores=observations[0].cpu_cores)
+
+
+def _steady(readings: list[DeviceReading], running: list[RunningTrial]) -> list[float]:
+    """The GPU's utilization readings since every trial running on it reported its first step:
+    what the trials use once their set-up (imports, CUDA context, data) is behind them. None
+    before that, or while nothing runs."""
+    if not running or any(not rt.reports for rt in running):
+        return []
+    since = max(rt.spawned_at + min(s for _, s in rt.reports) for rt in running)
+    return [r.sm_util for r in readings if r.t >= since and r.sm_util is not None]
 
 
 def _choices(rt: RunningTrial) -> dict[str, int]:

@@ -141,6 +141,10 @@ class GpuObservation:
     trials: tuple[TrialTime, ...] = ()  # trials spawned at this level (finished and running)
     ooms: int = 0  # trials on it that ran out of memory since the level was set
     cpu_cores: float | None = None  # host cores our running trials used since the level was set
+    # mean SM % since every trial running on the GPU had reported its first step (their
+    # set-up behind them), and how many readings that is; None before, or without reports
+    steady_util: float | None = None
+    steady_readings: int = 0
 
 
 @dataclass(frozen=True)
@@ -276,6 +280,13 @@ def decide(policy: PackingPolicy, state: GpuLevel, obs: GpuObservation,
             and sum(map(len, finished.values())) >= REPROBE_TRIALS):
         state = replace(state, ceiling=level + 1)  # the level above lost once: try it again
 
+    if level == 1 and not state.past and not state.losses:
+        # the base the first level is judged on: level 1's trials, running ones per step
+        base = _merge(state.times.get(1, {}), _running_per_step(obs.trials))
+        first = _first_level(policy, state, obs, host) if base else None
+        if first is not None:
+            target, why = first
+            return _move(replace(state, times={**state.times, 1: base}), target, now, why)
     held = _held(policy, state, obs, host, gain, below)
     if held is not None:
         return replace(state, held=held), None
@@ -294,6 +305,53 @@ def memory_room(policy: PackingPolicy, obs: GpuObservation,
         return None
     growth = sum(max(0.0, host.mem_peak_mib - used) for used in obs.running_mem_mib)
     return obs.free_mib - growth, host.mem_peak_mib * policy.mem_margin + policy.mem_reserve_mib
+
+
+def _first_level(policy: PackingPolicy, state: GpuLevel, obs: GpuObservation,
+                 host: HostObservation) -> tuple[int, str] | None:
+    """The level a GPU goes to from its first trial alone, and why; None to climb as usual.
+
+    A trial's steady utilization says how many like it the GPU has time for: at 23 % (the CNN
+    of workload c on an H200), three trials ran 2.4x the trials per minute of one, where the
+    climb of one level at a time, each judged on two trials, was still at two per GPU after
+    60 s (docs/QUALITY.md). So once the first trial is past its set-up (it reported a step,
+    and the GPU was read ``min_readings`` times since), the GPU goes straight to
+    ``target_util / utilization`` trials, as far as memory, the host's cores and
+    ``scheduler.parallel`` allow; the trials at that level then confirm it against this one
+    by throughput, as any level is judged, and a loss takes it back down."""
+    if (obs.running < 1 or obs.steady_util is None or obs.steady_readings < policy.min_readings
+            or obs.steady_util >= policy.target_util):
+        return None
+    room = memory_room(policy, obs, host)
+    if room is None:
+        return None
+    free, need = room
+    limits = {"utilization": int(policy.target_util // max(obs.steady_util, 1.0)),
+              "scheduler.max_trials_per_gpu": min(policy.max_per_gpu, state.ceiling),
+              "GPU memory": 1 + int(max(free, 0.0) // need),
+              "CPU cores": 1 + (host.cores - host.concurrency) // host.adds,
+              "scheduler.parallel": 1 + (host.cap - host.concurrency) // host.adds}
+    if obs.cpu_cores is not None and host.concurrency:
+        per_trial = obs.cpu_cores / host.concurrency
+        if per_trial > 0:
+            limits["host CPU"] = int(policy.cpu_full * host.cores / per_trial) // host.adds
+    target = min(limits.values())
+    if target < 2:
+        return None
+    bound = min(limits, key=lambda name: (limits[name], name != "utilization"))
+    return target, (f"{obs.steady_util:.0f}% utilization at 1 per GPU: {target} per GPU "
+                    f"(bound by {bound}; {policy.target_util:g}% / {obs.steady_util:.0f}% "
+                    f"would be {limits['utilization']}), confirmed by throughput next")
+
+
+def _running_per_step(trials: tuple[TrialTime, ...]) -> dict[str, tuple[float, ...]]:
+    """The running trials' seconds per step so far, by kind: the base a first level is
+    judged on when no trial at level 1 has ended yet."""
+    base: dict[str, tuple[float, ...]] = {}
+    for t in trials:
+        if t.running and t.kind.endswith(PER_STEP):
+            base[t.kind] = (*base.get(t.kind, ()), t.seconds)
+    return base
 
 
 def may_rise(policy: PackingPolicy, state: GpuLevel) -> bool:

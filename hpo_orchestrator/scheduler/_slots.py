@@ -93,19 +93,20 @@ def resolve_parallel(parallel: int | str | None, gpus: int, trials_per_gpu: int 
                      cpu_slots: int = 0) -> tuple[int | str, str]:
     """``scheduler.parallel`` as the run uses it, and why (the run's start-up line says it).
 
-    Unset, the run uses what it was given: every GPU once (or ``trials_per_gpu`` times: auto
-    measures it), so a host of 4 GPUs runs 4 trials with no setting (issue 27: every trial of
-    the README's custom objective ran on gpu0 at the old default of 1); a host without GPUs runs
-    one trial per ``threads`` cores (1: one per core).
+    Unset, the run uses every GPU it was given, each packed with trials while measured
+    throughput rises (``trials_per_gpu`` unset or auto: scheduler/_packing.py), or
+    ``trials_per_gpu`` times; a host without GPUs runs one trial per ``threads`` cores (1: one
+    per core).
     """
     if parallel is not None:
         return parallel, f"scheduler.parallel={parallel}"
     if gpus:
-        if trials_per_gpu == "auto":
-            return "auto", "every GPU given, trials_per_gpu=auto"
-        per_gpu = trials_per_gpu if isinstance(trials_per_gpu, int) else 1
-        each = "one trial" if per_gpu == 1 else f"{per_gpu} trials"
         beside = f" and {cpu_slots} on CPU slots" if cpu_slots else ""
+        if not isinstance(trials_per_gpu, int):
+            why = "trials_per_gpu=auto" if trials_per_gpu == "auto" else "scheduler.parallel unset"
+            return "auto", f"1 per GPU to start, more while throughput rises{beside}; {why}"
+        per_gpu = trials_per_gpu
+        each = "one trial" if per_gpu == 1 else f"{per_gpu} trials"
         return gpus * per_gpu + cpu_slots, \
             f"{each} per GPU given{beside}, scheduler.parallel unset"
     cores = host_cores(cores)
@@ -116,8 +117,9 @@ def resolve_parallel(parallel: int | str | None, gpus: int, trials_per_gpu: int 
 
 
 def is_auto_packing(parallel: Any, trials_per_gpu: Any) -> bool:
-    """scheduler.trials_per_gpu=auto, or parallel=auto with trials_per_gpu left unset: the
-    per-GPU level is measured (scheduler/_packing.py)."""
+    """scheduler.trials_per_gpu=auto, or parallel=auto (what resolve_parallel makes of it
+    unset on a GPU host) with trials_per_gpu left unset: the per-GPU level is measured
+    (scheduler/_packing.py). A number for either means exactly that many."""
     return trials_per_gpu == "auto" or (trials_per_gpu is None and parallel == "auto")
 
 

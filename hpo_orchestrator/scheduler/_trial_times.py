@@ -8,8 +8,12 @@ new worker also slows the trials beside it while it starts (imports and kernel b
 cores): a trial at three per GPU that overlapped one ran 12.5 s where its kind took 4-5 s, and
 the level was judged "no gain" where the fixed setting gained 1.27x over two.
 
-So a trial measures its level only when it is not a warm-up and no warm-up ran on its GPU
-while it ran. With fresh workers (one process per trial) every trial pays its start: that is
+So a trial measures its level only when it is not a warm-up and no warm-up was starting up on
+its GPU while it ran. A trial that reports steps is measured per step from its first report
+on (below), and a warm-up's start-up is over by then: such a warm-up measures its level like
+any trial, and slows its neighbours only until its first report. That lets a GPU's first
+trials, every one a warm-up, measure level 1 while they run (the first level,
+scheduler/_packing.py). With fresh workers (one process per trial) every trial pays its start: that is
 the steady state, and nothing is a warm-up. When a study has more than ``MAX_KINDS`` kinds,
 every trial is one kind (a worker's first trial is then its warm-up): with many kinds almost
 every trial would be a first of its kind, and nothing would be left to measure. A warm-up is
@@ -61,6 +65,11 @@ class Span:
     ok: bool = True  # a failed trial's duration says nothing about the level
     reports: tuple[tuple[int, float], ...] = ()  # (step, seconds since start) it reported
     compare: str = ""  # trial_kind with its categorical numbers: whom it is compared with
+
+
+def _per_step(span: Span) -> bool:
+    """Does the trial measure per step (two steps reported or more)?"""
+    return len({step for step, _ in span.reports}) >= 2
 
 
 def trial_kind(params: Mapping[str, Any], choices: Mapping[str, int] | None = None) -> str:
@@ -131,11 +140,18 @@ class TrialTimes:
         spans = [s for s in self._ended.get(gpu, ()) if s.end is not None and s.end >= since]
         warmups = [s for s in (*spans, *on_gpu) if self.warmup(s)]
 
+        def warming_until(w: Span) -> float:
+            """A warm-up's start-up is over once it reports a step (module doc)."""
+            if w.reports:
+                return w.start + min(seconds for _, seconds in w.reports)
+            return now if w.end is None else w.end
+
         def clean(s: Span) -> bool:
             end = now if s.end is None else s.end
-            return not self.warmup(s) and s.ok and s.start >= since and not any(
-                w is not s and w.start < end and (now if w.end is None else w.end) > s.start
-                for w in warmups)
+            if not s.ok or s.start < since or (self.warmup(s) and not _per_step(s)):
+                return False
+            return not any(w is not s and w.start < end and warming_until(w) > s.start
+                           for w in warmups)
 
         timed = (self._time(s, now) for s in (*spans, *on_gpu) if clean(s))
         return tuple(t for t in timed if t is not None)

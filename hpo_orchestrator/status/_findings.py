@@ -81,12 +81,13 @@ def _idle_gpus(report: StatusReport, config: dict[str, Any]) -> list[Finding]:
 
 _LOW_UTIL_ADVICE = {
     "lightgbm": "LightGBM's GPU learners (CUDA, OpenCL) keep a GPU busy only on large data: let the "
-                "orchestrator run more trials per GPU (scheduler.trials_per_gpu=auto), raise "
-                "objective.n_rows, or train on CPU (objective.device=cpu) and use the GPUs for "
-                "other studies",
+                "orchestrator run more trials per GPU (leave scheduler.parallel and "
+                "trials_per_gpu unset), raise objective.n_rows, or train on CPU "
+                "(objective.device=cpu) and use the GPUs for other studies",
     "default": "the GPU waits for input: raise the batch size, DataLoader num_workers and "
                "prefetch_factor, use pin_memory=True, keep the data on the GPU, or let the "
-               "orchestrator run more trials per GPU (scheduler.trials_per_gpu=auto)",
+               "orchestrator run more trials per GPU (leave scheduler.parallel and "
+               "trials_per_gpu unset)",
 }
 
 

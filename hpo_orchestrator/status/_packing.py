@@ -17,8 +17,8 @@ def packing_lines(entry: dict[str, Any]) -> list[str]:
     mps = "CUDA MPS on" if mps_on else "CUDA MPS off"
     if entry.get("mode") != "auto":
         return [f"packing on {entry['host']}: fixed trials per GPU ({mps})"] if mps_on else []
-    lines = [f"packing on {entry['host']}: scheduler.trials_per_gpu=auto (target "
-             f"{entry.get('target_gpu_util', '-')}% GPU utilization, at most "
+    lines = [f"packing on {entry['host']}: trials per GPU measured (trials_per_gpu=auto, the "
+             f"default; target {entry.get('target_gpu_util', '-')}% GPU utilization, at most "
              f"{entry.get('max_trials_per_gpu', '-')} per GPU; {mps})"]
     changes = entry.get("changes") or []
     for level in entry.get("levels") or []:
@@ -44,7 +44,7 @@ def packing_of_device(packing: list[dict[str, Any]], host: str | None,
                 top = max([1] + [c["to"] for c in entry.get("changes") or []
                                  if c["gpu"] == gpu_index])
                 held = f"; it went no higher: {level['held']}" if level.get("held") else ""
-                return (f"scheduler.trials_per_gpu=auto ran up to {top} trials at once on it "
+                return (f"trials_per_gpu=auto ran up to {top} trials at once on it "
                         f"(now {level['limit']}){held}")
     return None
 

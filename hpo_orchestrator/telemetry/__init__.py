@@ -6,6 +6,7 @@ The samples go to the ``hpo_telemetry`` table (hpo_orchestrator.db).
 from hpo_orchestrator.telemetry._aggregate import PhaseStats, TrialTelemetry
 from hpo_orchestrator.telemetry._export import export_csv
 from hpo_orchestrator.telemetry._retention import TelemetryRetention
-from hpo_orchestrator.telemetry._sampler import TelemetrySampler
+from hpo_orchestrator.telemetry._sampler import DeviceReading, TelemetrySampler
 
-__all__ = ["PhaseStats", "TelemetryRetention", "TelemetrySampler", "TrialTelemetry", "export_csv"]
+__all__ = ["DeviceReading", "PhaseStats", "TelemetryRetention", "TelemetrySampler", "TrialTelemetry",
+           "export_csv"]
