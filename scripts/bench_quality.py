@@ -22,8 +22,10 @@ p-values (docs/QUALITY.md: method, commands and results).
 Contenders: ours (defaults), ours-fresh, ours-reuse, ours-tpg1, ours-tpgauto, ours-median,
 ours-nopruner, ours-hyperband, ours-cpu, ours-gpu, ours-cpuslots, ours-mvtpe / ours-indtpe
 (TPE multivariate and constant liar on / off), ours-startup5, ours-startup20 (TPE
-n_startup_trials), ours-tuneauto (pruner.tune=auto), ours-hb, ours-tpgauto-hb; Optuna's
-processes, one per GPU (or per core without GPUs), pinned by hand: optuna-median,
+n_startup_trials), ours-tuneauto (pruner.tune=auto), ours-hb (pruner=hyperband), ours-hb3
+(the same with min_resource 3), ours-ranked (pruner=ranked_halving), ours-tpgauto-hb /
+ours-tpgauto-hb3 / ours-tpgauto-ranked (scheduler.parallel=auto scheduler.trials_per_gpu=auto);
+Optuna's processes, one per GPU (or per core without GPUs), pinned by hand: optuna-median,
 optuna-hyperband (Optuna's default pruners), optuna-median-tuned, optuna-hyperband-tuned
 (set as an expert would: benchmarking/optuna_worker.py), optuna-nopruner, each also as
 -xK (K processes on each GPU); on the CPU,
@@ -84,7 +86,11 @@ OURS = {"ours": [], "ours-fresh": ["scheduler.worker_mode=fresh"],
         "ours-startup5": ["sampler.n_startup_trials=5"],
         "ours-startup20": ["sampler.n_startup_trials=20"],
         "ours-tuneauto": ["pruner.tune=auto"], "ours-hb": ["pruner=hyperband"],
-        "ours-tpgauto-hb": ["scheduler.trials_per_gpu=auto", "pruner=hyperband"]}
+        "ours-tpgauto-hb": ["scheduler.trials_per_gpu=auto", "pruner=hyperband"],
+        "ours-ranked": ["pruner=ranked_halving"],
+        "ours-hb3": ["pruner=hyperband", "pruner.min_resource=3"],
+        "ours-tpgauto-ranked": ["scheduler.trials_per_gpu=auto", "pruner=ranked_halving"],
+        "ours-tpgauto-hb3": ["scheduler.trials_per_gpu=auto", "pruner=hyperband", "pruner.min_resource=3"]}
 # ours-cpu / ours-gpu: objective.device through Workload.overrides
 RAY = "ray-asha"  # Ray Tune, ASHA over TPE, LightGBM on the CPU (scripts/benchmarking/ray_worker.py)
 

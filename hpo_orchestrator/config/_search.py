@@ -10,14 +10,14 @@ face re-exports what this module exports.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from hpo_orchestrator.config._checks import _positive_int, _require
 
 __all__ = ["PRUNERS", "SAMPLERS", "HyperbandPrunerConfig", "MedianPrunerConfig", "NoPrunerConfig",
-           "PatientHyperbandPrunerConfig", "PrunerConfig", "RandomSamplerConfig", "SamplerConfig",
-           "TPESamplerConfig"]
+           "PatientHyperbandPrunerConfig", "PrunerConfig", "RandomSamplerConfig",
+           "RankedHalvingPrunerConfig", "SamplerConfig", "TPESamplerConfig"]
 
 
 # --- pruners ------------------------------------------------------------------------------
@@ -96,6 +96,39 @@ def _validate_max_resource(config: PatientHyperbandPrunerConfig | HyperbandPrune
 
 
 @dataclass
+class RankedHalvingPrunerConfig:
+    """Successive halving whose first rung and reduction factor the study's own curves choose
+    (pruning/_ranked.py): the cheapest ladder under which the ``protect`` best trials no rung
+    judged would have gone on at every rung; nothing is pruned before ``min_complete`` such
+    trials, and every ``audit_every``-th trial runs to the end unjudged. No patience: on
+    curves that keep improving a patient pruner hardly ever prunes, and where early ranks do
+    not hold, the ladder starts late or not at all."""
+
+    name: str = "ranked_halving"
+    reduction_factors: list[int] = field(default_factory=lambda: [3])
+    protect: int = 3
+    min_complete: int = 10
+    # every audit_every-th trial runs to the end unjudged: evidence no cut selected (0: none)
+    audit_every: int = 5
+
+    def validate(self, path: str) -> None:
+        _require(isinstance(self.reduction_factors, list) and bool(self.reduction_factors),
+                 f"{path}.reduction_factors", f"expected a list of integers >= 2, got "
+                 f"{self.reduction_factors!r}", "e.g. pruner.reduction_factors=[2,3,4]")
+        for factor in self.reduction_factors:
+            _positive_int(factor, f"{path}.reduction_factors", minimum=2)
+        _positive_int(self.protect, f"{path}.protect")
+        _positive_int(self.min_complete, f"{path}.min_complete")
+        _require(self.audit_every != 1, f"{path}.audit_every",
+                 "audit_every=1 judges no trial (every trial would be an audit)",
+                 "0 (no audits after the first min_complete trials) or 2 and more")
+        _positive_int(self.audit_every, f"{path}.audit_every", minimum=0)
+        _require(self.min_complete >= self.protect, f"{path}.min_complete",
+                 f"min_complete ({self.min_complete}) < protect ({self.protect})",
+                 "the ladder keeps the protect best of at least min_complete complete trials")
+
+
+@dataclass
 class MedianPrunerConfig:
     name: str = "median"
     n_startup_trials: int = 5
@@ -118,8 +151,9 @@ class NoPrunerConfig:
 
 # The pruner group's options: conf/pruner/<name>.yaml composes the dataclass named here.
 PRUNERS: dict[str, type] = {"patient_hyperband": PatientHyperbandPrunerConfig,
-                            "hyperband": HyperbandPrunerConfig, "median": MedianPrunerConfig,
-                            "none": NoPrunerConfig}
+                            "hyperband": HyperbandPrunerConfig,
+                            "ranked_halving": RankedHalvingPrunerConfig,
+                            "median": MedianPrunerConfig, "none": NoPrunerConfig}
 
 
 # --- samplers -----------------------------------------------------------------------------
@@ -167,7 +201,7 @@ SAMPLERS: dict[str, type] = {"tpe": TPESamplerConfig, "random": RandomSamplerCon
 
 if TYPE_CHECKING:
     PrunerConfig: TypeAlias = (PatientHyperbandPrunerConfig | HyperbandPrunerConfig
-                               | MedianPrunerConfig | NoPrunerConfig)
+                               | RankedHalvingPrunerConfig | MedianPrunerConfig | NoPrunerConfig)
     SamplerConfig: TypeAlias = TPESamplerConfig | RandomSamplerConfig
 else:
     # OmegaConf cannot type a node as a union of dataclasses: at run time the node is untyped

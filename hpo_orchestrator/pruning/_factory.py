@@ -11,6 +11,7 @@ from hpo_orchestrator.config import (
     MedianPrunerConfig,
     PatientHyperbandPrunerConfig,
     PrunerConfig,
+    RankedHalvingPrunerConfig,
 )
 
 if TYPE_CHECKING:
@@ -36,6 +37,11 @@ def build_pruner(config: PrunerConfig, min_resource: int | None = None) -> optun
         return optuna.pruners.HyperbandPruner(
             min_resource=config.min_resource, max_resource=config.max_resource,
             reduction_factor=config.reduction_factor)
+    if isinstance(config, RankedHalvingPrunerConfig):
+        from hpo_orchestrator.pruning._ranked import RankedHalvingPruner
+
+        return RankedHalvingPruner(reduction_factors=config.reduction_factors, protect=config.protect,
+                                   min_complete=config.min_complete, audit_every=config.audit_every)
     if isinstance(config, MedianPrunerConfig):
         return optuna.pruners.MedianPruner(n_startup_trials=config.n_startup_trials,
                                            n_warmup_steps=config.n_warmup_steps,
