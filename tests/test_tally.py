@@ -330,9 +330,9 @@ def test_failures_count_the_trials_that_ran_and_failed(tmp_path: Path,
             _advance(url, rebuild=True)
         _compare(url, "big", monkeypatch, kept_expected=bool(rebuild),
                  read_from_tally=bool(rebuild))
-        engine = db.create_engine(url)
+        engine = connect.create_engine(url)
         with engine.connect() as connection:
-            report = _collect._collect(connection, "big", kept=bool(rebuild))[0]
+            report = _collect.collect(connection, "big")
         engine.dispose()
         assert (report.retried, report.never_ran) == (4, 1)
         assert report.fail_reasons == {"exception": 1, "interrupted": 4}
