@@ -127,14 +127,15 @@ def _run_study(args: argparse.Namespace, console: Console, totals: list[int], co
     again = _trials.resume_hint(args.overrides, config.study.add_trials,
                                 totals[0] if totals else None)
     if result.interrupted:
-        console.print(_stopped(again), style="yellow", highlight=False, markup=False)
+        console.print(_stopped(again), style="yellow", highlight=False, markup=False,
+                      soft_wrap=True)  # a command to copy: never broken across lines
     if result.timed_out:
         console.print(f"time limit reached: study.timeout_s={config.study.timeout_s:g}, no "
                       f"new trial started after it; {again} to continue", highlight=False,
-                      markup=False)
+                      markup=False, soft_wrap=True)
     failed = report.last_failed
     console.print(mask_passwords(_trials.next_steps(config.storage.url, DEFAULT_STORAGE, failed)),
-                  highlight=False, markup=False)
+                  highlight=False, markup=False, soft_wrap=True)
     if result.error:
         errors().print(f"error: {mask_passwords(result.error)}", markup=False)
         if result.hint:
