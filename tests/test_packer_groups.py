@@ -118,3 +118,20 @@ def test_gpus_of_different_models_are_judged_apart(clock: _Clock) -> None:
     for seconds in (30.0, 10.0, 10.0):
         _end(packer, clock, 0, seconds, pid=1)
     assert packer.tick([]) is True and packer.pool.limits == {0: 2, 1: 1}
+
+
+def test_a_group_sees_its_steady_utilization_once_every_gpu_has_one() -> None:
+    """The first level reads the steady utilization (after the trials' set-up): a group of
+    two H200s must carry it, or the jump never happens on a host of identical GPUs (it did
+    not on 2 x H200: 1 -> 2 after 40 s by the slow climb, where 12 % asked for 4)."""
+    from hpo_orchestrator.scheduler._packer import _together
+    from hpo_orchestrator.scheduler._packing import GpuObservation
+
+    def seen(gpu: int, steady: float | None, readings: int) -> GpuObservation:
+        return GpuObservation(gpu=gpu, running=1, util=30.0, readings=9, free_mib=70_000.0,
+                              steady_util=steady, steady_readings=readings)
+
+    both = _together([seen(0, 10.0, 5), seen(1, 20.0, 3)])
+    assert (both.steady_util, both.steady_readings) == (15.0, 3)
+    one_still_setting_up = _together([seen(0, 10.0, 5), seen(1, None, 0)])
+    assert (one_still_setting_up.steady_util, one_still_setting_up.steady_readings) == (None, 0)

@@ -184,10 +184,12 @@ def _packing(db: Any) -> dict[str, Any]:
 
 
 # trials of 10 steps of 0.3 s: a trial's steady readings (after its first step) outlast the
-# three the first level needs even on a loaded machine
+# three the first level needs even on a loaded machine; the two fakes are one model, judged
+# together as the GPUs of a real host are
 CURVES = ("objective=custom", "objective.target=tests.objectives:curves",
           "pruner=none", "telemetry.interval_s=0.2", "scheduler.host_cores=8")
-QUARTER_BUSY = {"HPO_ORCHESTRATOR_FAKE_GPUS": '{"gpus": [{"busy_util": 25}, {"busy_util": 25}]}',
+QUARTER_BUSY = {"HPO_ORCHESTRATOR_FAKE_GPUS": '{"gpus": [{"busy_util": 25, "name": "H200"}, '
+                                                  '{"busy_util": 25, "name": "H200"}]}',
                 "HPO_TEST_STEP_S": "0.3"}
 
 

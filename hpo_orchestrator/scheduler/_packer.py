@@ -321,10 +321,12 @@ class Packer:
 
 def _together(observations: list[GpuObservation]) -> GpuObservation:
     """A group's observation: every GPU's trials; busy places, readings and free memory of the
-    GPU with the least (each must have room); OOMs of all; mean utilization."""
+    GPU with the least (each must have room); OOMs of all; mean utilization, overall and
+    steady (known once known on every GPU)."""
     if len(observations) == 1:
         return observations[0]
     utils = [o.util for o in observations if o.util is not None]
+    steady = [o.steady_util for o in observations if o.steady_util is not None]
     tightest = min(observations, key=lambda o: float("inf") if o.free_mib is None else o.free_mib)
     return GpuObservation(
         gpu=observations[0].gpu, running=min(o.running for o in observations),
@@ -333,7 +335,9 @@ def _together(observations: list[GpuObservation]) -> GpuObservation:
         free_mib=None if any(o.free_mib is None for o in observations) else tightest.free_mib,
         running_mem_mib=tightest.running_mem_mib,
         trials=tuple(t for o in observations for t in o.trials),
-        ooms=sum(o.ooms for o in observations), cpu_cores=observations[0].cpu_cores)
+        ooms=sum(o.ooms for o in observations), cpu_cores=observations[0].cpu_cores,
+        steady_util=statistics.fmean(steady) if len(steady) == len(observations) else None,
+        steady_readings=min(o.steady_readings for o in observations))
 
 
 def _steady(readings: list[DeviceReading], running: list[RunningTrial]) -> list[float]:
