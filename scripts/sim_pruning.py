@@ -215,7 +215,7 @@ class Recorded:
 
 def load_recorded(paths: Sequence[Path]) -> list[Recorded]:
     """Every study of every file: its complete trials with curves (failed ones are left out)."""
-    from hpo_orchestrator.db import create_engine
+    from hpo_orchestrator.db.connect import create_engine
 
     recorded = []
     with tempfile.TemporaryDirectory() as scratch:
