@@ -11,6 +11,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.conftest import cli_env
 
 _IMPORT_ALL = """
@@ -116,3 +118,26 @@ def test_the_faces_a_command_starts_with_stay_light() -> None:
     done = subprocess.run([sys.executable, "-c", _LIGHT_FACES], env=cli_env(), check=True,
                           capture_output=True, text=True)
     assert done.stdout.split() == ["False", "False", "False"]
+
+
+_NO_DRIVER = """
+import ctypes, sys
+from hpo_orchestrator.gpu import NvmlBackend
+def missing(name, *args, **kwargs):
+    raise OSError(name + ": cannot open shared object file")
+ctypes.CDLL = missing
+print(NvmlBackend.open())
+print("pynvml" in sys.modules)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="NVML's library name is Linux's")
+def test_a_host_without_the_driver_says_so_without_importing_pynvml() -> None:
+    """The reason is nvidia-ml-py's own words for a missing libnvidia-ml.so.1, found without
+    importing it (its import is 30 ms of every run's start-up on a host without a GPU)."""
+    done = subprocess.run([sys.executable, "-c", _NO_DRIVER], env=cli_env(), check=True,
+                          capture_output=True, text=True)
+    reason, imported = done.stdout.splitlines()
+    assert reason == ("NVML could not start (NVML Shared Library Not Found); no NVIDIA driver on "
+                      "this machine?")
+    assert imported == "False"

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import ctypes
+import importlib.util
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -33,6 +36,18 @@ def nvml_query(func: Callable[..., T], *args: Any, default: T | None = None) -> 
         return default
 
 
+def _driver_library_loads() -> bool:
+    """Does the NVIDIA driver's NVML library load? On Linux nvidia-ml-py loads exactly
+    libnvidia-ml.so.1 and fails without it; elsewhere it is left to nvidia-ml-py."""
+    if not sys.platform.startswith("linux"):
+        return True
+    try:
+        ctypes.CDLL("libnvidia-ml.so.1")
+    except OSError:
+        return False
+    return True
+
+
 def _text(value: str | bytes) -> str:
     """nvidia-ml-py returns bytes from some versions' structs and str from others."""
     return value.decode() if isinstance(value, bytes) else value
@@ -57,10 +72,15 @@ class NvmlBackend:
     @classmethod
     def open(cls) -> NvmlBackend | str:
         """The backend, or the reason NVML cannot be used on this machine."""
-        try:
-            import pynvml
-        except ImportError:
+        if importlib.util.find_spec("pynvml") is None:
             return "nvidia-ml-py (module pynvml) is not installed"
+        if not _driver_library_loads():
+            # what nvmlInit would say, without importing pynvml (30 ms on a 2-core machine,
+            # a run's start-up on every host without a GPU)
+            return "NVML could not start (NVML Shared Library Not Found); no NVIDIA driver " \
+                   "on this machine?"
+        import pynvml
+
         try:
             pynvml.nvmlInit()
         except pynvml.NVMLError as exc:
