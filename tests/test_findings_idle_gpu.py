@@ -127,14 +127,15 @@ def test_a_ctrl_c_and_resume_leaves_the_pause_out(tmp_path: Path) -> None:
 
 
 def test_tiny_trials_do_not_blame_the_gpu(tmp_path: Path) -> None:
-    """(c) 0.1 s trials, 0.3 s apart on each of two GPUs (gpu1 0.2 s behind gpu0), 300 each:
-    every GPU is busy half of the 60 s with trials running, but what it waits for between
-    trials (0.1 s a trial) is the orchestrator's latency, not work it could have had."""
+    """(c) 0.1 s trials, 0.3 s apart on each of two GPUs (gpu1 0.2 s behind gpu0), 100 each:
+    the study has a trial running 0.2 s of every 0.4 s (20 s), each GPU half of it, empty 10 s,
+    but what it waits for between trials (0.1 s a trial) is the orchestrator's latency, not
+    work it could have had."""
     url = f"sqlite:///{tmp_path / 'c.db'}"
-    _write(url, "c", _back_to_back(0, 0, 300, 0.1, gap=0.3)
-           + _back_to_back(1, 0.2, 300, 0.1, gap=0.3), gpus=2)
+    _write(url, "c", _back_to_back(0, 0, 100, 0.1, gap=0.3)
+           + _back_to_back(1, 0.2, 100, 0.1, gap=0.3), gpus=2)
     for report in _both(url, "c"):
-        assert report.active_s == pytest.approx(60, abs=0.01)
+        assert report.active_s == pytest.approx(20, abs=0.01)
         assert _busy(report) == {"gpu0": 0.5, "gpu1": 0.5}
         assert _idle(report) == []
 
