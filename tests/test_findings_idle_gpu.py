@@ -152,6 +152,22 @@ def test_another_studys_trials_keep_the_gpu_busy(tmp_path: Path) -> None:
         assert _idle(report) == []
 
 
+def test_a_gpu_partly_busy_with_another_study_says_so(tmp_path: Path) -> None:
+    """Study A has gpu0 from 0 to 300 s (3 trials of 100 s); study B runs 5 trials of 200 s on
+    gpu1 and none on gpu0. Up to B's last start (800 s), gpu0 had A's trials 300 s of 800
+    (38 %) and none of B's: 500 s empty, idle. The finding gives the table's 0 % and A's share."""
+    url = f"sqlite:///{tmp_path / 'p.db'}"
+    _write(url, "A", _back_to_back(0, 0, 3, 100), gpus=2)
+    _write(url, "B", _back_to_back(1, 0, 5, 200), gpus=2)
+    for report in _both(url, "B", "A"):
+        assert _busy(report) == {"gpu0": 0.0, "gpu1": 1.0}
+        [idle] = _idle(report)
+        assert idle.evidence["devices"][0]["other_studies_fraction"] == 0.375
+        assert idle.message == ("gpu0 was busy 0% of the 1000 s with trials running (0% while "
+                                "trials waited to start, other studies' trials 38%; 0 trials ran "
+                                "on it)")
+
+
 def test_an_idle_gpu_is_still_found_and_quoted_as_the_table_says(tmp_path: Path) -> None:
     """The finding still speaks where a GPU really idled: 10 trials of 100 s one after another
     on gpu0 (scheduler.parallel=1 on a 2-GPU host), none on gpu1: gpu1 busy 0 % of 1000 s."""

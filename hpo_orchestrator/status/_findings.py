@@ -17,7 +17,9 @@ from hpo_orchestrator.status._packing import cpu_share, packing_of_device
 
 __all__ = ["find_all"]
 
-IDLE_BUSY_BELOW = 0.75  # a GPU busy less than this share of the time trials were queued is idle
+# A GPU busy less than this share of its host's time with trials running, and of that time
+# while trials still waited to start, is idle
+IDLE_BUSY_BELOW = 0.75
 # A GPU empty for less than this in all, while trials waited to start, is not worth a finding
 # (two trials started a few ms apart leave a window of those ms)
 IDLE_MIN_EMPTY_S = 5.0
