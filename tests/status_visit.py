@@ -101,6 +101,7 @@ def visit(connection: Connection, study: str | None) -> StatusReport:
                statistics.median(p[1] for p in pairs)) if pairs else None
     window = _window(rows, now)
     placed = [r for r in rows if r.state != "RUNNING" or r.number not in queued]
+    active = _host_active(placed, now, window)
     # FAIL trials only; one asked ahead that no slot took (retried, no hpo.pid) never ran
     failed = db.fail_errors(connection, study_id) if counts["FAIL"] else {}
     ran = {n: a for n, a in failed.items() if not (a.get(keys.RETRIED) is True and keys.PID not in a)}
@@ -115,10 +116,10 @@ def visit(connection: Connection, study: str | None) -> StatusReport:
         prune_steps=dict(sorted(prune_steps.items())),
         best=db.best_trial(connection, study_id, direction) if len(directions) == 1 else None,
         directions=directions, best_trials=_pareto(connection, study_id, directions),
-        per_device=_device_use(placed, listed, now, window),
+        per_device=_device_use(placed, listed, now, window, active),
         running=running, fail_reasons=dict(sorted(reasons.items())),
         wall_s=None if window is None else window[2] - window[0], queued=queued,
-        active_s=_active(placed, now, window),
+        active_s=next(iter(active.values()))[0] if len(active) == 1 else None,
         retried=sum(a.get(keys.RETRIED) is True for a in ran.values()),
         never_ran=len(failed) - len(ran),
         min_resource_auto=study_attrs.get(keys.PRUNER_MIN_RESOURCE_AUTO),
@@ -151,15 +152,24 @@ def _busy_seconds(intervals: list[tuple[float, float]], lo: float, queued_hi: fl
     return busy, queued
 
 
-def _active(rows: list[TrialRow], now: float,
-            window: tuple[float, float, float] | None) -> float | None:
-    """Seconds with a trial running on the study's device, when it had one."""
-    devices = {(r.host, r.gpu_index) for r in rows if r.host is not None or r.gpu_index is not None}
-    if window is None or len(devices) != 1:
-        return None
-    intervals = [(r.start_s, r.end_s or now) for r in rows
-                 if r.start_s is not None and (r.host is not None or r.gpu_index is not None)]
-    return _busy_seconds(intervals, window[0], window[1], window[2])[0]
+def _placed_intervals(rows: list[TrialRow], now: float) -> list[tuple[float, float]]:
+    return [(r.start_s, r.end_s or now) for r in rows
+            if r.start_s is not None and (r.host is not None or r.gpu_index is not None)]
+
+
+def _host_active(rows: list[TrialRow], now: float,
+                 window: tuple[float, float, float] | None) -> dict[str | None, tuple[float, float, float]]:
+    """Per host: seconds with a trial of the study running on one of its devices, all of
+    them and up to the host's last start, and that last start."""
+    found = {}
+    if window is None:
+        return found
+    for host in {r.host for r in rows if r.host is not None or r.gpu_index is not None}:
+        intervals = _placed_intervals([r for r in rows if r.host == host], now)
+        if intervals:
+            last_start = max(start for start, _ in intervals)
+            found[host] = (*_busy_seconds(intervals, window[0], last_start, window[2]), last_start)
+    return found
 
 
 def _window(rows: list[TrialRow], now: float) -> tuple[float, float, float] | None:
@@ -171,7 +181,10 @@ def _window(rows: list[TrialRow], now: float) -> tuple[float, float, float] | No
 
 
 def _device_use(rows: list[TrialRow], listed: dict[str, list[dict[str, Any]]], now: float,
-                window: tuple[float, float, float] | None) -> list[DeviceUse]:
+                window: tuple[float, float, float] | None,
+                active: dict[str | None, tuple[float, float, float]]) -> list[DeviceUse]:
+    """Busy as a share of the time the study had a trial running on the device's host
+    (``active``), and up to the host's last start."""
     hosts = {r.host for r in rows if r.host} | set(listed)
     by_device: dict[tuple[str | None, int | None], list[TrialRow]] = {}
     for row in rows:
@@ -182,17 +195,19 @@ def _device_use(rows: list[TrialRow], listed: dict[str, list[dict[str, Any]]], n
         inventory.setdefault(key, DeviceUse(device_label(key[0], key[1], len(hosts)), key[0], key[1]))
     if window is None:
         return sorted(inventory.values(), key=lambda d: d.device)
-    study_lo, queued_hi, study_hi = window
+    study_lo, _, study_hi = window
     for key, use in inventory.items():
         members = by_device.get(key, [])
         use.trials = len(members)
         use.states = dict(Counter(r.state for r in members))
         intervals = [(r.start_s, r.end_s or now) for r in members if r.start_s is not None]
-        busy, queued = _busy_seconds(intervals, study_lo, queued_hi, study_hi)
-        if study_hi > study_lo:
-            use.busy_fraction = busy / (study_hi - study_lo)
-        if queued_hi > study_lo:
-            use.busy_fraction_queued = queued / (queued_hi - study_lo)
+        if key[0] in active:
+            use.active_s, use.active_queued_s, host_last_start = active[key[0]]
+            busy, queued = _busy_seconds(intervals, study_lo, host_last_start, study_hi)
+            if use.active_s > 0:
+                use.busy_fraction = busy / use.active_s
+            if use.active_queued_s > 0:
+                use.busy_fraction_queued = queued / use.active_queued_s
         use.util_mean = _weighted(members, now, compute=False)
         use.util_compute_mean = _weighted(members, now, compute=True)
         energy = [r.gpu_energy_j for r in members if r.gpu_energy_j is not None]

@@ -876,6 +876,17 @@ def _(built: Built, connection: Connection) -> None:
         3: {"hpo.fail_reason": "oom", "hpo.retried": True}}
 
 
+@case("tally.OTHER_STUDIES_ON_GPU")
+def _(built: Built, connection: Connection) -> None:
+    # summarized on h1 GPU 0: #0 0-10 s, #2 40-50 s, #3 60-70 s; read as another study's,
+    # within 5-45 s: 5 s of #0 and 5 s of #2
+    lo = T0.timestamp()
+    other = built.study_id + 1
+    assert _tally.other_studies_busy(connection, other, "h1", 0, lo + 5, lo + 45) == pytest.approx(10)
+    assert _tally.other_studies_busy(connection, other, "h1", 1, lo, lo + 100) == 0
+    assert _tally.other_studies_busy(connection, built.study_id, "h1", 0, lo, lo + 100) == 0
+
+
 def test_tally_reads_as_a_visit_of_every_trial(built: Built, monkeypatch: pytest.MonkeyPatch) -> None:
     """The tally built on this study (trial #1 ended elsewhere: it gets a summary row) gives
     status's numbers, as a visit of every trial does, on both backends; rolled back."""

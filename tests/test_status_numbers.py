@@ -106,7 +106,7 @@ def test_status_numbers_are_the_rows_numbers(tmp_path: Path, summarized: int) ->
 
     now = max(r.end_s or 0 for r in rows)
     starts = [r.start_s for r in rows if r.start_s is not None]
-    lo, queued_hi = min(starts), max(starts)
+    lo = min(starts)
     assert report.wall_s is not None and report.wall_s >= now - lo  # running: up to now
     hi = lo + report.wall_s
     by_device = {(d.host, d.gpu_index): d for d in report.per_device}
@@ -114,12 +114,17 @@ def test_status_numbers_are_the_rows_numbers(tmp_path: Path, summarized: int) ->
     for (host, gpu), use in by_device.items():
         members = [r for r in rows if (r.host, r.gpu_index) == (host, gpu)]
         intervals = [(r.start_s, r.end_s or hi) for r in members if r.start_s is not None]
+        # busy over the time the device's host had a trial running, and up to its last start
+        on_host = [(r.start_s, r.end_s or hi) for r in rows if r.host == host and r.start_s is not None]
+        host_last_start = max(start for start, _ in on_host)
         assert use.trials == len(members)
         assert use.states == {s: sum(1 for r in members if r.state == s) for s in use.states}
         # a running trial's end is "now", a moment later than the reference's hi: tolerance
-        assert use.busy_fraction == pytest.approx(_union(intervals, lo, hi) / (hi - lo), abs=1e-3)
-        assert use.busy_fraction_queued == pytest.approx(
-            _union(intervals, lo, queued_hi) / (queued_hi - lo), abs=1e-9)
+        assert use.busy_fraction == pytest.approx(
+            _union(intervals, lo, hi) / _union(on_host, lo, hi), abs=1e-3)
+        waited = _union(on_host, lo, host_last_start)  # none where all its trials started at once
+        assert use.busy_fraction_queued == (pytest.approx(
+            _union(intervals, lo, host_last_start) / waited, abs=1e-9) if waited else None)
         timed = [(r.gpu_util_mean, (r.end_s or hi) - r.start_s) for r in members
                  if r.gpu_util_mean is not None and r.start_s is not None]
         weight = sum(w for _, w in timed)
@@ -218,24 +223,31 @@ def _check_hand(report: Any) -> None:
 
     by = {(d.host, d.gpu_index): d for d in report.per_device}
     assert set(by) == {("h0", 0), ("h0", 1), ("h1", 0)}
-    # h0 GPU 0: 0-10 and 5-12 overlap: busy 12 s of 40; of the 36 s until the last start,
-    # 12; utilization weighted by duration (80 x 10 + 40 x 7) / 17 = 63.53; 1.5 kJ
+    # Busy is a share of the time its host had a trial running: h0 from 0 to 22 (22 s, 5 s
+    # before its last start, 5), h1 30-34 and 36-40 (8 s, 4 s before its last start, 36).
+    # The study ran on two hosts: no one time with trials running for the header.
+    assert report.active_s is None
+    # h0 GPU 0: 0-10 and 5-12 overlap: busy 12 s of 22; before h0's last start 5 s of 5;
+    # utilization weighted by duration (80 x 10 + 40 x 7) / 17 = 63.53; 1.5 kJ
     gpu = by[("h0", 0)]
     assert (gpu.trials, gpu.states) == (2, {"COMPLETE": 1, "PRUNED": 1})
-    assert gpu.busy_fraction == pytest.approx(12 / 40)
-    assert gpu.busy_fraction_queued == pytest.approx(12 / 36)
+    assert (gpu.active_s, gpu.active_queued_s) == (pytest.approx(22), pytest.approx(5))
+    assert gpu.busy_fraction == pytest.approx(12 / 22)
+    assert gpu.busy_fraction_queued == pytest.approx(5 / 5)
     assert (gpu.util_mean, gpu.energy_kj) == (63.5, 1.5)
-    # h0 GPU 1: 2-22: 20 s; no utilization or energy recorded
+    # h0 GPU 1: 2-22: 20 s of 22; 3 s of the 5 before h0's last start; no utilization or
+    # energy recorded
     gpu = by[("h0", 1)]
-    assert gpu.trials == 1 and gpu.busy_fraction == pytest.approx(20 / 40)
-    assert gpu.busy_fraction_queued == pytest.approx(20 / 36)
+    assert gpu.trials == 1 and gpu.busy_fraction == pytest.approx(20 / 22)
+    assert gpu.busy_fraction_queued == pytest.approx(3 / 5)
     assert (gpu.util_mean, gpu.energy_kj) == (None, None)
-    # h1 GPU 0: 30-34 and 36-40: 8 s; 4 s before the last start (36); (60 x 4 + 20 x 4) / 8;
-    # energy from the summarized trial only (200 J)
+    # h1 GPU 0: 30-34 and 36-40: 8 s of h1's 8; 4 s of the 4 before its last start;
+    # (60 x 4 + 20 x 4) / 8; energy from the summarized trial only (200 J)
     gpu = by[("h1", 0)]
     assert (gpu.trials, gpu.states) == (2, {"FAIL": 1, "COMPLETE": 1})
-    assert gpu.busy_fraction == pytest.approx(8 / 40)
-    assert gpu.busy_fraction_queued == pytest.approx(4 / 36)
+    assert (gpu.active_s, gpu.active_queued_s) == (pytest.approx(8), pytest.approx(4))
+    assert gpu.busy_fraction == pytest.approx(8 / 8)
+    assert gpu.busy_fraction_queued == pytest.approx(4 / 4)
     assert (gpu.util_mean, gpu.energy_kj) == (40.0, 0.2)
 
     # slow start-up: the 4 trials with both times: start-ups 1, 2, 1.5, 2.5 (median 1.75),

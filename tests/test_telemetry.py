@@ -271,7 +271,8 @@ def test_trials_sharing_a_gpu_get_their_own_process_stats(cli, tmp_path: Path) -
 
 @pytest.mark.slow
 def test_idle_gpu_finding_names_the_knob(cli) -> None:  # type: ignore[no-untyped-def]
-    env = {"HPO_ORCHESTRATOR_FAKE_GPUS": "2", "HPO_TEST_STEP_S": "0.1"}
+    # trials of 3 s: gpu1 stays empty for the 6 s the last two wait, over the finding's 5 s
+    env = {"HPO_ORCHESTRATOR_FAKE_GPUS": "2", "HPO_TEST_STEP_S": "1.0"}
     result = cli("run", "objective=custom", TARGET + "pinned", "scheduler.parallel=1",
                  "study.n_trials=3", "pruner=none", env=env)
     assert result.code == 0, result.stderr
@@ -297,7 +298,8 @@ def test_gpu_findings_thresholds(busy_queued: float, util_compute: float, expect
     """Where idle_gpu and low_gpu_util start (status/_findings.py IDLE_BUSY_BELOW = 0.75,
     LOW_UTIL_BELOW = 50 %), on a report built by hand."""
     gpu = DeviceUse("gpu0", "host", 0, trials=10, busy_fraction=busy_queued,
-                    busy_fraction_queued=busy_queued, util_mean=util_compute,
+                    busy_fraction_queued=busy_queued, active_s=600.0, active_queued_s=600.0,
+                    util_mean=util_compute,
                     util_compute_mean=util_compute)
     report = StatusReport(study="s", direction="minimize", n_trials_target=10, states={},
                           prune_rate=None, prune_steps={}, best=None, per_device=[gpu], running=[])

@@ -23,7 +23,8 @@ TARGET = "objective.target=tests.objectives:"
 
 
 def _idle_report() -> StatusReport:
-    idle = [DeviceUse(device=f"gpu{i}", host="h", gpu_index=i, trials=3, busy_fraction_queued=0.1)
+    idle = [DeviceUse(device=f"gpu{i}", host="h", gpu_index=i, trials=3, busy_fraction=0.1,
+                      busy_fraction_queued=0.1, active_s=600.0, active_queued_s=600.0)
             for i in range(2)]
     return StatusReport(study="s", direction="minimize", n_trials_target=None,
                         states={"COMPLETE": StateStats(count=6)}, prune_rate=0.0, prune_steps={},
@@ -38,8 +39,9 @@ def test_14_idle_gpu_finding_takes_parallel_auto(parallel: object) -> None:
                        max_complete_step=None, unverified=[], mismatches=[])
     idle = [f for f in find_all(_idle_report(), facts) if f.code == "idle_gpu"]
     assert len(idle) == 1  # issue 30: one finding naming the GPUs, not one per GPU
-    assert "2 GPUs were busy under 75% of the time trials were waiting to start: gpu0 10% (3 " \
-        "trials), gpu1 10% (3 trials)" == idle[0].message
+    assert "2 GPUs were busy under 75% of the time with trials running: gpu0 10% (10% while " \
+        "trials waited to start; 3 trials), gpu1 10% (10% while trials waited to start; 3 " \
+        "trials)" == idle[0].message
     assert [d["device"] for d in idle[0].evidence["devices"]] == ["gpu0", "gpu1"]
     assert ("fewer trials than this host has GPUs" in idle[0].advice) == (parallel == 1)
 

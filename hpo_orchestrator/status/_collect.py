@@ -29,7 +29,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from hpo_orchestrator import db, keys
-from hpo_orchestrator.status._findings import find_all
+from hpo_orchestrator.status._findings import IDLE_BUSY_BELOW, find_all
 from hpo_orchestrator.status._model import DeviceUse, Finding, StateStats, StatusReport, StudyFacts
 from hpo_orchestrator.status._tally import (
     VERSION,
@@ -39,6 +39,7 @@ from hpo_orchestrator.status._tally import (
     flags_upto,
     has_tally_table,
     ordered_window,
+    other_studies_busy,
     read_tally,
     trials_since,
     trusted,
@@ -204,9 +205,7 @@ def _report(connection: Connection, study_id: int, name: str, directions: list[s
         fail_reasons=failed_trials.reasons,
         wall_s=None if study_window is None else study_window[2] - study_window[0], queued=queued,
         retried=failed_trials.rerun, never_ran=failed_trials.never_ran,
-        # the time with trials running is the union of every device's intervals; the tally
-        # keeps one union per device, so it is known only where there is one device
-        active_s=tally.devices[0].busy() if study_window is not None and len(tally.devices) == 1
+        active_s=tally.hosts[0].busy() if study_window is not None and len(tally.hosts) == 1
         else None,
         min_resource_auto=study_attrs.get(keys.PRUNER_MIN_RESOURCE_AUTO),
         pruner_tune=(config.get("pruner") or {}).get("tune") == "auto",
@@ -220,8 +219,25 @@ def _report(connection: Connection, study_id: int, name: str, directions: list[s
         unverified=sorted((f.number, f.opencl_platform) for f in flags
                           if f.gpu_verified is not None and not f.gpu_verified),
         mismatches=sorted((f.number, f.params_mismatch) for f in flags if f.params_mismatch),
-        max_complete_step=tally.max_complete_step, failures=failures))
+        max_complete_step=tally.max_complete_step, failures=failures,
+        other_studies_s=_other_studies_on_idle_gpus(connection, study_id, report, tally)
+        if has_summary else {}))
     return report
+
+
+def _other_studies_on_idle_gpus(connection: Connection, study_id: int, report: StatusReport,
+                                tally: Tally) -> dict[tuple[str | None, int | None], float]:
+    """For each GPU this study left idle while its trials waited, the seconds other studies'
+    trials had it in that time (from the study's first start to its host's last start): read
+    for those GPUs only, so a study alone on its GPUs reads nothing more."""
+    if tally.window is None:
+        return {}
+    last_start = {h.host: h.max_start for h in tally.hosts if h.max_start is not None}
+    return {(use.host, use.gpu_index): other_studies_busy(
+                connection, study_id, use.host, use.gpu_index, tally.window[0], last_start[use.host])
+            for use in report.per_device
+            if use.host in last_start and use.host is not None and use.gpu_index is not None
+            and use.busy_fraction_queued is not None and use.busy_fraction_queued < IDLE_BUSY_BELOW}
 
 
 @dataclass(frozen=True)
@@ -272,10 +288,10 @@ def _pareto(connection: Connection, study_id: int, directions: list[str]) -> lis
 
 def _device_use(tally: Tally, listed: dict[str, list[dict[str, Any]]]) -> list[DeviceUse]:
     """Every device a trial ran on or an orchestrator listed (labels count the hosts of the
-    trials on devices: queued ones are not); the busy time is the union of a device's
-    intervals, all of which lie in the study's window; the part of it after the last start
-    (``queued_hi``) is one stretch, from there to the device's last end, as no interval
-    starts later."""
+    trials on devices: queued ones are not). A device's busy share is the union of its
+    intervals over the time the study had a trial running on its host (``tally.hosts``), so
+    the gaps between runs are nobody's; the share while trials were still waiting to start is
+    the same up to the host's last start."""
     hosts = len({d.host for d in tally.devices if d.host} | set(listed))
     inventory: dict[tuple[str | None, int | None], DeviceUse] = {}
     for key in [*((h, g["index"]) for h, devices in listed.items() for g in devices),
@@ -283,15 +299,18 @@ def _device_use(tally: Tally, listed: dict[str, list[dict[str, Any]]]) -> list[D
         inventory.setdefault(key, DeviceUse(device_label(key[0], key[1], hosts), key[0], key[1]))
     if tally.window is None:
         return sorted(inventory.values(), key=lambda d: d.device)
-    lo, queued_hi, hi = tally.window
     for key, use in inventory.items():
         kept = next((d for d in tally.devices if (d.host, d.gpu_index) == key), None)
-        busy = 0.0 if kept is None else kept.busy()
-        after = 0.0 if kept is None or kept.max_end is None else max(0.0, kept.max_end - queued_hi)
-        if hi > lo:
-            use.busy_fraction = busy / (hi - lo)
-        if queued_hi > lo:
-            use.busy_fraction_queued = (busy - after) / (queued_hi - lo)
+        host = next((h for h in tally.hosts if h.host == key[0]), None)
+        if host is None or host.max_start is None:
+            continue  # no trial of the study ran on this host
+        queued_hi = host.max_start
+        use.active_s, use.active_queued_s = host.busy(), host.busy_until(queued_hi)
+        if use.active_s > 0:
+            use.busy_fraction = 0.0 if kept is None else kept.busy() / use.active_s
+        if use.active_queued_s > 0:
+            use.busy_fraction_queued = 0.0 if kept is None \
+                else kept.busy_until(queued_hi) / use.active_queued_s
         if kept is None:
             continue
         use.trials, use.states = kept.trials, dict(kept.states)

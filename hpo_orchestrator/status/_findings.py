@@ -12,12 +12,20 @@ import statistics
 from collections import Counter
 from typing import Any
 
-from hpo_orchestrator.status._model import Finding, StatusReport, StudyFacts
+from hpo_orchestrator.status._model import DeviceUse, Finding, StatusReport, StudyFacts
 from hpo_orchestrator.status._packing import cpu_share, packing_of_device
 
 __all__ = ["find_all"]
 
-IDLE_BUSY_BELOW = 0.75  # a GPU busy less than this share of the time trials were queued is idle
+# A GPU busy less than this share of its host's time with trials running, and of that time
+# while trials still waited to start, is idle
+IDLE_BUSY_BELOW = 0.75
+# A GPU empty for less than this in all, while trials waited to start, is not worth a finding
+# (two trials started a few ms apart leave a window of those ms)
+IDLE_MIN_EMPTY_S = 5.0
+# Idle seconds per trial on a GPU below this are the orchestrator's own latency between one
+# trial's end and the next one's start (tiny trials), not work the GPU could have had
+IDLE_GAP_FLOOR_S = 1.0
 LOW_UTIL_BELOW = 50.0  # % SM utilization in the compute phase that counts as underfed
 STARTUP_SHARE_ABOVE = 0.25  # startup above this share of the time to the first pruning decision
 STARTUP_FLOOR_S = 1.0  # a start-up shorter than this is not worth a finding, whatever its share
@@ -30,7 +38,7 @@ MIN_TRIALS = 3  # fewer trials than this prove nothing about rates and medians
 def find_all(report: StatusReport, facts: StudyFacts) -> list[Finding]:
     findings: list[Finding] = []
     findings += _failing_trials(facts)
-    findings += _idle_gpus(report, facts.config)
+    findings += _idle_gpus(report, facts)
     findings += _low_utilization(report, facts.config)
     findings += _gpu_unused(facts)
     findings += _slow_startup(facts)
@@ -46,17 +54,30 @@ def _few(numbers: list[int], limit: int = 8) -> str:
     return shown + (f" and {len(numbers) - limit} more" if len(numbers) > limit else "")
 
 
-def _idle_gpus(report: StatusReport, config: dict[str, Any]) -> list[Finding]:
+def _idle_gpus(report: StatusReport, facts: StudyFacts) -> list[Finding]:
+    """GPUs without a trial for much of the time the study's runs had trials running and others
+    waiting to start. The figures are the per-device table's (busy over that time); another
+    study's trials on the same GPU count as busy, as the host saw it."""
     gpus = [d for d in report.per_device if d.gpu_index is not None]
-    scheduler = config.get("scheduler", {})
-    parallel = scheduler.get("parallel")
-    idle = [use for use in gpus if use.busy_fraction_queued is not None
-            and use.busy_fraction_queued < IDLE_BUSY_BELOW]
+    idle: list[tuple[DeviceUse, float]] = []  # with the share other studies' trials kept it busy
+    for use in gpus:
+        busy, queued, waited = use.busy_fraction, use.busy_fraction_queued, use.active_queued_s
+        if busy is None or queued is None or not waited \
+                or busy >= IDLE_BUSY_BELOW or queued >= IDLE_BUSY_BELOW:
+            continue
+        others = min(1.0, facts.other_studies_s.get((use.host, use.gpu_index), 0.0) / waited)
+        empty_s = (1.0 - queued - others) * waited
+        if queued + others >= IDLE_BUSY_BELOW or empty_s < IDLE_MIN_EMPTY_S \
+                or empty_s / (use.trials + 1) < IDLE_GAP_FLOOR_S:
+            continue
+        idle.append((use, others))
     if not idle:
         return []
+    scheduler = facts.config.get("scheduler", {})
+    parallel = scheduler.get("parallel")
     # One finding naming every idle GPU (the advice is the same for all): one per GPU read as
     # eight problems on an 8-GPU host.
-    short = [len([g for g in gpus if g.host == use.host]) for use in idle]  # parallel is per host
+    short = [len([g for g in gpus if g.host == use.host]) for use, _ in idle]  # parallel is per host
     # parallel may be null or "auto" (every GPU): only a fixed number can be too few
     if isinstance(parallel, int) and not isinstance(parallel, bool) and parallel < max(short):
         advice = (f"scheduler.parallel={parallel} runs fewer trials than this host has GPUs "
@@ -64,18 +85,27 @@ def _idle_gpus(report: StatusReport, config: dict[str, Any]) -> list[Finding]:
     else:
         advice = ("slots stayed empty between trials: look at startup time (hpo.startup_s), "
                   "trials failing at once, or another process holding the GPU")
+
+    def while_waiting(use: DeviceUse, others: float, trials: str) -> str:
+        shared = f", other studies' trials {others:.0%}" if others > 0 else ""
+        return f"{use.busy_fraction_queued:.0%} while trials waited to start{shared}; {trials}"
+
     if len(idle) == 1:
-        use = idle[0]
-        message = (f"{use.device} was busy {use.busy_fraction_queued:.0%} of the time trials were "
-                   f"waiting to start ({use.trials} trials ran on it)")
+        use, others = idle[0]
+        message = (f"{use.device} was busy {use.busy_fraction:.0%} of the {use.active_s or 0:.0f} s "
+                   f"with trials running ({while_waiting(use, others, f'{use.trials} trials ran on it')})")
     else:
-        each = ", ".join(f"{u.device} {u.busy_fraction_queued:.0%} ({u.trials} trials)" for u in idle)
-        message = (f"{len(idle)} GPUs were busy under {IDLE_BUSY_BELOW:.0%} of the time trials "
-                   f"were waiting to start: {each}")
+        each = ", ".join(f"{u.device} {u.busy_fraction:.0%} ({while_waiting(u, o, f'{u.trials} trials')})"
+                         for u, o in idle)
+        message = (f"{len(idle)} GPUs were busy under {IDLE_BUSY_BELOW:.0%} of the time with "
+                   f"trials running: {each}")
     return [Finding("idle_gpu", "warning", message, advice, {
-        "device": ", ".join(u.device for u in idle),
-        "devices": [{"device": u.device, "busy_fraction_queued": round(u.busy_fraction_queued or 0, 3),
-                     "trials": u.trials} for u in idle],
+        "device": ", ".join(u.device for u, _ in idle),
+        "devices": [{"device": u.device, "busy_fraction": round(u.busy_fraction or 0, 3),
+                     "busy_fraction_queued": round(u.busy_fraction_queued or 0, 3),
+                     "active_s": round(u.active_s or 0, 1),
+                     **({"other_studies_fraction": round(o, 3)} if o > 0 else {}),
+                     "trials": u.trials} for u, o in idle],
         "scheduler.parallel": parallel})]
 
 

@@ -35,8 +35,12 @@ class DeviceUse:
     gpu_index: int | None
     trials: int = 0
     states: dict[str, int] = field(default_factory=dict)
-    busy_fraction: float | None = None  # share of the study's wall time with >= 1 trial on it
-    busy_fraction_queued: float | None = None  # the same, while trials were still waiting to start
+    # share of the time the study had a trial running on this device's host (``active_s``) with
+    # >= 1 trial on this device: the per-device table's busy
+    busy_fraction: float | None = None
+    busy_fraction_queued: float | None = None  # the same, up to the host's last start
+    active_s: float | None = None
+    active_queued_s: float | None = None  # up to the host's last start: trials still waited
     util_mean: float | None = None  # GPU utilization %, trial-time weighted
     util_compute_mean: float | None = None  # ... in the compute phase only
     energy_kj: float | None = None
@@ -54,6 +58,9 @@ class StudyFacts:
     failures: list[tuple[int, str | None, str | None]] = field(default_factory=list)
     # (trials with both, median startup_s, median first_decision_s); None: no trial has both
     startup: tuple[int, float, float] | None = None
+    # (host, gpu index) -> seconds other studies' finished trials ran on that GPU between the
+    # study's first and last start; read only for the GPUs idle_gpu would name
+    other_studies_s: dict[tuple[str | None, int | None], float] = field(default_factory=dict)
 
 
 @dataclass
@@ -69,8 +76,8 @@ class StatusReport:
     running: list[dict[str, Any]]
     fail_reasons: dict[str, int] = field(default_factory=dict)
     wall_s: float | None = None  # first start to last end (or now), gaps between runs included
-    # Seconds with at least one trial running: the wall time without those gaps (None where
-    # the study used several devices: the tally keeps one union of intervals per device)
+    # Seconds with at least one trial running on a device: the wall time without those gaps
+    # (None where the study ran on several hosts: the tally keeps one union per host)
     active_s: float | None = None
     # FAIL attempts whose params ran again (interrupted, or retried for oom/killed/lost): they
     # do not count against n_trials, their re-run does

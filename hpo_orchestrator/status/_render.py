@@ -81,8 +81,8 @@ def render_status(report: StatusReport, typed: Callable[[str], str] = str) -> Gr
         parts.append(Text(f"pruned at step (step: trials): {steps}"))
 
     if report.per_device:
-        devices = _table("per device (busy: share of wall time with a trial on it; util: GPU "
-                         "utilization overall and while training)",
+        devices = _table("per device (busy: share of the time its host had trials running with "
+                         "a trial on it; util: GPU utilization overall and while training)",
                          ("device", "trials", "done", "pruned", "fail", "run", "busy", "util",
                           "train", "kJ"))
         for use in report.per_device:

@@ -2,9 +2,9 @@
 (``hpo_study_tally``) so that status reads it and the trials since instead of every trial.
 
 What it holds is what can be summed exactly one trial at a time: counts, sums, maxima, the prune
-steps, the best value, and per device the union of its busy intervals. Medians are not in it:
-they are read as an OFFSET into an index of ``hpo_trial_summary`` (the reads below), which holds
-a row for every trial the tally has folded in.
+steps, the best value, and per device and per host the union of its trials' intervals. Medians
+are not in it: they are read as an OFFSET into an index of ``hpo_trial_summary`` (the reads
+below), which holds a row for every trial the tally has folded in.
 
 Which trials are in it: every trial of the study with ``trial_id <= watermark``, except
 ``holes`` (trials seen unfinished, or ids not yet committed on PostgreSQL). A finished trial is
@@ -49,10 +49,11 @@ if TYPE_CHECKING:
     from hpo_orchestrator.db import Readable
 
 __all__ = ["VERSION", "DeviceTally", "SinceTrial", "Tally", "advance", "fail_attrs", "failed_upto",
-           "flags_upto", "has_tally_table", "ordered_window", "read_tally", "trials_since",
+           "flags_upto", "has_tally_table", "ordered_window", "other_studies_busy", "read_tally",
+           "trials_since",
            "trusted"]
 
-VERSION = 1  # of the JSON: a tally of another version is rebuilt by the next run
+VERSION = 2  # of the JSON: a tally of another version is rebuilt by the next run
 _HOLE_MARGIN_S = 1.0
 
 
@@ -132,6 +133,12 @@ class DeviceTally:
     def busy(self) -> float:
         return self.busy_done + sum(end - start for start, end in self.segments)
 
+    def busy_until(self, moment: float) -> float:
+        """The busy time before ``moment``, which lies at or after the frontier (what was
+        folded away ends before it)."""
+        return self.busy_done + sum(max(0.0, min(end, moment) - start)
+                                    for start, end in self.segments)
+
 
 @dataclass
 class Tally:
@@ -150,6 +157,11 @@ class Tally:
     best_max: list[Any] | None = None
     window: list[float] | None = None  # [first start, last start, last end]
     devices: list[DeviceTally] = field(default_factory=list)
+    # Per host, the union of its trials' intervals, whatever their device: the time the
+    # study's runs there had a trial running. A device's busy share is measured against its
+    # host's, so the gaps between runs (a Ctrl-C and the resume, study.add_trials later)
+    # count as nobody's. Per host, as a device: one host's trials start in its clock's order.
+    hosts: list[DeviceTally] = field(default_factory=list)
 
     def add(self, trial_id: int, row: TrialRow, value: float | None, now: float,
             on_device: bool = True) -> None:
@@ -180,7 +192,7 @@ class Tally:
             lo, hi, last = self.window or (start, start, end)
             self.window = [min(lo, start), max(hi, start), max(last, end)]
         if on_device and (host is not None or gpu_index is not None):
-            if not self.device(host, gpu_index).add(row, end):
+            if not self.device(host, gpu_index).add(row, end) or not self.host(host).add(row, end):
                 self.exact = False
 
     def device(self, host: str | None, gpu_index: int | None) -> DeviceTally:
@@ -189,6 +201,13 @@ class Tally:
                 return use
         self.devices.append(DeviceTally(host, gpu_index))
         return self.devices[-1]
+
+    def host(self, host: str | None) -> DeviceTally:
+        for union in self.hosts:
+            if union.host == host:
+                return union
+        self.hosts.append(DeviceTally(host, None))
+        return self.hosts[-1]
 
     def fold_before(self, hole_starts: list[float]) -> None:
         """Shorten each device's segments: a trial folded in later is a hole now (it starts no
@@ -200,6 +219,12 @@ class Tally:
         for use in self.devices:
             if use.max_start is not None:
                 use.fold_before(min(earliest, use.max_start))
+        # a later trial starts after its own device's last start, maybe before another's
+        for union in self.hosts:
+            starts = [use.max_start for use in self.devices
+                      if use.host == union.host and use.max_start is not None]
+            if starts:
+                union.fold_before(min(earliest, *starts))
 
     def to_json(self) -> str:
         data = asdict(self)
@@ -211,6 +236,7 @@ class Tally:
         data = json.loads(text)
         data["prune_steps"] = {int(k): v for k, v in data["prune_steps"].items()}
         data["devices"] = [DeviceTally(**d) for d in data["devices"]]
+        data["hosts"] = [DeviceTally(**d) for d in data["hosts"]]
         return cls(**data)
 
 
@@ -265,6 +291,11 @@ _FLAGS_UPTO_SQL = (
     f"hpo_trial_summary WHERE study_id = :s AND ({FLAGGED_WHERE}) AND {_UPTO}")
 _FAILED_UPTO_SQL = ("SELECT trial_id FROM hpo_trial_summary WHERE study_id = :s "
                     f"AND state = 'FAIL' AND {_UPTO}")
+# Other studies' finished trials on one GPU of a host (the same host name and NVML index is the
+# same card), overlapping a window: a GPU busy with them was not idle
+_OTHER_STUDIES_ON_GPU_SQL = (
+    "SELECT start_s, end_s FROM hpo_trial_summary WHERE study_id <> :s AND host = :h "
+    "AND gpu_index = :g AND start_s < :hi AND end_s > :lo")
 _FAIL_ATTRS_SQL = (
     "SELECT t.number, a.key, a.value_json FROM trials t JOIN trial_user_attributes a "
     "ON a.trial_id = t.trial_id WHERE t.trial_id IN :ids "
@@ -390,6 +421,21 @@ def flags_upto(connection: Readable, study_id: int, watermark: int, holes: list[
 def failed_upto(connection: Readable, study_id: int, watermark: int, holes: list[int]) -> list[int]:
     return [int(t) for (t,) in rows(connection, _FAILED_UPTO_SQL,
                                     {"s": study_id, "w": watermark, "holes": holes}, ["holes"])]
+
+
+def other_studies_busy(connection: Readable, study_id: int, host: str, gpu_index: int,
+                       lo: float, hi: float) -> float:
+    """Seconds within [lo, hi] that other studies' finished trials had GPU ``gpu_index`` of
+    ``host``: the length of the union of their intervals, clipped to the window."""
+    intervals = sorted(fetch_all(connection, _OTHER_STUDIES_ON_GPU_SQL,
+                                 {"s": study_id, "h": host, "g": gpu_index, "lo": lo, "hi": hi}))
+    busy, cursor = 0.0, lo
+    for start, end in intervals:
+        start, end = max(start, cursor), min(end, hi)
+        if end > start:
+            busy += end - start
+            cursor = end
+    return busy
 
 
 def fail_attrs(connection: Readable, trial_ids: list[int]) -> dict[int, dict[str, Any]]:
