@@ -44,8 +44,10 @@ def _fresh_venv(tmp_path: Path, wheel: Path) -> Path:
     site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
                           check=True, capture_output=True, text=True).stdout.strip()
     (Path(site) / "project_dependencies.pth").write_text(sysconfig.get_path("purelib") + "\n")
+    # --force-reinstall: pip counts the project's editable install, seen through the .pth
+    # line or PYTHONPATH, as this very wheel already installed, and would skip it
     subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps",
-                    "--no-index", str(wheel)], check=True, capture_output=True)
+                    "--no-index", "--force-reinstall", str(wheel)], check=True, capture_output=True)
     return venv
 
 

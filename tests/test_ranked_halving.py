@@ -240,7 +240,7 @@ def test_a_run_prunes_steady_curves_and_marks_the_judged(tmp_path: Path) -> None
     for pruner in ("patient_hyperband", "ranked_halving"):
         (tmp_path / pruner).mkdir()
         result = run_cli(tmp_path / pruner, "run", "objective=custom",
-                         "objective.target=hpo_orchestrator.testing.objectives:curves",
+                         "objective.target=tests.objectives:curves",
                          "scheduler.parallel=2", "study.n_trials=30", f"pruner={pruner}",
                          "scheduler.gpus=none")
         assert result.code == 0, result.stderr
