@@ -20,6 +20,7 @@ _MIB = 1024 * 1024
 # is called at most as often as keeps its measured cost under this share of one core; at the
 # ~1 ms it takes on an H200 with driver 580 that is every sample.
 _PROC_UTIL_SHARE = 0.005
+_CANNOT_START = "NVML could not start ({}); no NVIDIA driver on this machine?"
 
 
 def nvml_query(func: Callable[..., T], *args: Any, default: T | None = None) -> T | None:
@@ -77,14 +78,13 @@ class NvmlBackend:
         if not _driver_library_loads():
             # what nvmlInit would say, without importing pynvml (30 ms on a 2-core machine,
             # a run's start-up on every host without a GPU)
-            return "NVML could not start (NVML Shared Library Not Found); no NVIDIA driver " \
-                   "on this machine?"
+            return _CANNOT_START.format("NVML Shared Library Not Found")
         import pynvml
 
         try:
             pynvml.nvmlInit()
         except pynvml.NVMLError as exc:
-            return f"NVML could not start ({exc}); no NVIDIA driver on this machine?"
+            return _CANNOT_START.format(exc)
         handles: dict[int, Any] = {}
         gpus: list[GpuInfo] = []
         count = nvml_query(pynvml.nvmlDeviceGetCount, default=0) or 0
