@@ -41,7 +41,7 @@ from hpo_orchestrator.artifacts import _fetch
 from hpo_orchestrator.db import _trials, _version, connect, tables
 from hpo_orchestrator.errors import ConfigError, StorageError
 from hpo_orchestrator.scheduler import _budget
-from hpo_orchestrator.status import _tally
+from hpo_orchestrator.status import _plain, _tally
 from hpo_orchestrator.telemetry import _retention
 from tests.conftest import cli_env
 
@@ -778,7 +778,6 @@ def _(built: Built, connection: Connection) -> None:
 @case("tally.SINCE_TRIALS")
 @case("tally.SINCE_SUMMARY")
 @case("tally.SINCE_ATTRS")
-@case("tally.SINCE_STEPS")
 def _(built: Built, connection: Connection) -> None:
     ids = built.trial_ids
     since = _tally.trials_since(connection, built.study_id, ids[1], [ids[1]])
@@ -797,13 +796,43 @@ def _(built: Built, connection: Connection) -> None:
     assert _tally.trials_since(connection, built.study_id, ids[5], []) == []
 
 
+@case("plain.HPO_ATTR")
+def _(built: Built, connection: Connection) -> None:
+    """A database with our attrs is no plain one; without them (rolled back) and without the
+    summary table it is."""
+    with connection.begin() as transaction:
+        assert db.fetch_one(connection, _plain._HPO_ATTR_SQL) is not None
+        assert not _plain.is_plain(connection)
+        connection.execute(sqlalchemy.text("DELETE FROM trial_user_attributes WHERE key LIKE 'hpo.%'"))
+        connection.execute(sqlalchemy.text("DROP TABLE hpo_trial_summary"))
+        assert _plain.is_plain(connection)
+        transaction.rollback()
+
+
+@case("plain.FINISHED")
+@case("plain.TOP")
+@case("plain.UNFINISHED")
+def _(built: Built, connection: Connection) -> None:
+    """Trials 0-3 finished (10 s each, 20 s apart), 4 running, 5 waiting."""
+    ids = built.trial_ids
+    plain = _plain.PlainStudy(connection, built.study_id, STUDY, now=0.0)
+    tally, t0 = plain.tally, T0.timestamp()
+    assert tally.states == {"COMPLETE": 2, "PRUNED": 1, "FAIL": 1} and tally.folded == 4
+    assert tally.durations == {s: [n, 10.0 * n, 10.0] for s, n in tally.states.items()}
+    assert tally.prune_steps == {1: 1} and tally.max_complete_step == 4
+    assert tally.best_min == [0.25, 1, ids[1]] and tally.best_max == [1.0, 0, ids[0]]
+    assert tally.window == [t0, t0 + 60, t0 + 70]
+    assert (tally.watermark, tally.holes) == (ids[5], [ids[4], ids[5]])
+    assert plain.ordered("duration", 1, 5, state="COMPLETE") == [10.0]
+
+
 @case("tally.SUMMARIZE")
 def _(built: Built, connection: Connection) -> None:
     ids = built.trial_ids
     with connection.begin() as transaction:
         one = _tally.trials_since(connection, built.study_id, ids[1] - 1, [])[0]
         assert one.trial_id == ids[1] and not one.summarized
-        _tally.summarize(connection, built.study_id, one)
+        _tally.summarize(connection, built.study_id, [one])
         again = _tally.trials_since(connection, built.study_id, ids[1] - 1, [])[0]
         assert again.summarized and again.row == one.row and again.flags == one.flags
         transaction.rollback()

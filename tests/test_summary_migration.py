@@ -12,6 +12,7 @@ set (skipped, with the reason, where it is not).
 
 from __future__ import annotations
 
+import json
 import warnings
 from dataclasses import fields
 from pathlib import Path
@@ -61,7 +62,7 @@ def test_a_row_from_attrs_takes_each_field_from_its_key() -> None:
                              startup_s=1.0, last_step=2, gpu_energy_j=12.5, gpu_verified=False,
                              fail_reason="oom", opencl_platform="NVIDIA CUDA",
                              params_mismatch='{"lr": [0.1, 0.2]}')
-    assert row.mismatch() == {"lr": [0.1, 0.2]}
+    assert json.loads(row.params_mismatch) == {"lr": [0.1, 0.2]}
 
 
 def _columns(engine: sqlalchemy.engine.Engine) -> list[str]:

@@ -87,6 +87,8 @@ from hpo_orchestrator.db._study import (
     study_config,
     study_id_of,
     to_datetime,
+    to_epoch,
+    to_epochs,
 )
 from hpo_orchestrator.db._summary import FLAGGED_WHERE, SUMMARY_COLUMNS, SummaryRow
 from hpo_orchestrator.db._telemetry import (
@@ -135,6 +137,6 @@ __all__ = [
     "start_running_trial", "state_counts", "state_name", "step_timings", "study_attrs",
     "study_config", "study_directions", "study_id_of", "study_space", "summary_flags",
     "summary_max_complete_step", "summary_prune_steps", "summary_rows", "telemetry_rows",
-    "telemetry_samples", "to_datetime", "trial_detail", "trial_params", "trial_rows",
+    "telemetry_samples", "to_datetime", "to_epoch", "to_epochs", "trial_detail", "trial_params", "trial_rows",
     "trial_values", "trials_with_values", "trouble_of", "uncovered_trials", "write_trial_attrs",
 ]

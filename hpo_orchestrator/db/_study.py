@@ -75,6 +75,21 @@ def to_datetime(value: Any) -> datetime | None:
     return datetime.fromisoformat(str(value))
 
 
+def to_epoch(value: Any) -> float | None:
+    """Epoch seconds of what the driver returned for a naive datetime (as ``to_datetime``)."""
+    moment = to_datetime(value)
+    return None if moment is None else moment.timestamp()
+
+
+def to_epochs(values: list[Any]) -> list[float | None]:
+    """``to_epoch`` of each of a column's values: sqlite's text parsed without a call a value
+    (a study without summary rows converts two a trial)."""
+    parse = datetime.fromisoformat
+    if all(type(v) is str or v is None for v in values):
+        return [None if v is None else parse(v).timestamp() for v in values]
+    return [to_epoch(v) for v in values]
+
+
 def state_name(value: Any) -> str:
     """'COMPLETE' on sqlite; PostgreSQL may hand back the TrialState enum's text."""
     return str(value).split(".")[-1]

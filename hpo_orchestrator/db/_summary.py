@@ -12,12 +12,12 @@ older rows NULL there.
 from __future__ import annotations
 
 import json
-from dataclasses import Field, asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from hpo_orchestrator import keys
 
-__all__ = ["FLAGGED_WHERE", "KINDS", "SUMMARY_ATTRS", "SUMMARY_COLUMNS", "SummaryRow"]
+__all__ = ["FLAGGED_WHERE", "KINDS", "SUMMARY_ATTRS", "SUMMARY_COLUMNS", "SummaryRow", "copied_attrs"]
 
 # A column's kind, as db/tables.py maps it to a SQLAlchemy type (not imported here: status
 # --json on sqlite reads the summary through sqlite3 alone, db/_sql.py): "str" has a length.
@@ -62,21 +62,21 @@ class SummaryRow:
            last_step: int | None = None) -> SummaryRow:
         """The row of a trial whose ``hpo.*`` attrs are ``attrs`` (values of the wrong type
         read as NULL, as status would ignore them)."""
-        copied = {f.name: _from_attr(f, attrs.get(f.metadata["attr"]))
-                  for f in fields(cls) if f.metadata["attr"] is not None}
         return cls(trial_id, study_id, number, state, start_s=start_s, end_s=end_s,
-                   last_step=last_step, **copied)
+                   last_step=last_step, **copied_attrs(attrs))
 
     def values(self) -> dict[str, Any]:
         """Column name -> value, as the INSERT binds them."""
-        return asdict(self)
-
-    def mismatch(self) -> dict[str, Any] | None:
-        return json.loads(self.params_mismatch) if self.params_mismatch else None
+        return {name: getattr(self, name) for name in SUMMARY_COLUMNS}
 
 
-def _from_attr(column: Field[Any], value: Any) -> Any:
-    kind = column.metadata["kind"]
+def copied_attrs(attrs: dict[str, Any]) -> dict[str, Any]:
+    """The columns that copy an ``hpo.*`` attr, from ``attrs`` (values of the wrong type read
+    as NULL, as status would ignore them)."""
+    return {name: _from_attr(kind, attrs.get(attr)) for name, attr, kind in _COPIED}
+
+
+def _from_attr(kind: str, value: Any) -> Any:
     if kind == "bool":
         return value if isinstance(value, bool) else None
     if isinstance(value, bool) or value is None:  # JSON true is no number
@@ -91,9 +91,11 @@ def _from_attr(column: Field[Any], value: Any) -> Any:
 
 
 SUMMARY_COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(SummaryRow))
-# The hpo.* attrs the summary copies (read for a trial without a row, to make one).
-SUMMARY_ATTRS: tuple[str, ...] = tuple(f.metadata["attr"] for f in fields(SummaryRow)
-                                       if f.metadata["attr"] is not None)
+# (column, hpo.* attr, kind) of the columns that copy an attr: read for a trial without a row
+_COPIED: tuple[tuple[str, str, str], ...] = tuple(
+    (f.name, f.metadata["attr"], f.metadata["kind"]) for f in fields(SummaryRow)
+    if f.metadata["attr"] is not None)
+SUMMARY_ATTRS: tuple[str, ...] = tuple(attr for _, attr, _ in _COPIED)
 
 
 # The flagged summary rows (GPU unused, params differ, a failure): the WHERE of a partial

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from hpo_orchestrator import keys
 from hpo_orchestrator.db._sql import fetch_all, fetch_one, has_table, rows, scalar
-from hpo_orchestrator.db._study import state_name, to_datetime
-from hpo_orchestrator.db._summary import FLAGGED_WHERE, SUMMARY_ATTRS, SUMMARY_COLUMNS, SummaryRow
+from hpo_orchestrator.db._study import state_name, to_datetime, to_epoch
+from hpo_orchestrator.db._summary import FLAGGED_WHERE, SUMMARY_ATTRS, SUMMARY_COLUMNS, copied_attrs
 
 if TYPE_CHECKING:
     from hpo_orchestrator.db._sql import Readable
@@ -45,10 +45,6 @@ class TrialRow(NamedTuple):
     gpu_energy_j: float | None
     last_step: int | None
 
-    @classmethod
-    def of(cls, row: SummaryRow) -> TrialRow:
-        return cls(*(getattr(row, name) for name in cls._fields))
-
 
 class UncoveredTrial(NamedTuple):
     """A trial without a summary row: its row, and its ``hpo.*`` attrs for the findings."""
@@ -68,11 +64,6 @@ class SummaryFlags(NamedTuple):
     fail_reason: str | None
 
     @classmethod
-    def of(cls, row: SummaryRow) -> SummaryFlags:
-        return cls(row.number, row.gpu_verified, row.opencl_platform, row.mismatch(),
-                   row.fail_reason)
-
-    @classmethod
     def read(cls, values: Sequence[Any]) -> SummaryFlags:
         """From its fields' summary columns as a driver returns them (a JSON mismatch, sqlite's
         0/1 for a boolean)."""
@@ -81,14 +72,28 @@ class SummaryFlags(NamedTuple):
                    json.loads(mismatch) if mismatch else None, reason or None)
 
 
-def from_attrs(trial_id: int, study_id: int, number: int, state: str, start: datetime | None,
-               end: datetime | None, last_step: int | None, attrs: dict[str, Any]) -> SummaryRow:
-    """The summary row of a trial that has none (running, or ended outside the orchestrator),
-    from Optuna's columns and its ``hpo.*`` attrs."""
-    return SummaryRow.of(trial_id, study_id, number, state, attrs,
-                         start_s=start.timestamp() if start else None,
-                         end_s=end.timestamp() if end else None,
-                         last_step=None if last_step is None else int(last_step))
+def from_attrs(number: int, state: str, start: Any, end: Any, last_step: int | None,
+               attrs: dict[str, Any]) -> tuple[TrialRow, SummaryFlags]:
+    """A trial without a summary row (running, or ended outside the orchestrator), from
+    Optuna's columns as the driver returns them and its ``hpo.*`` attrs, as its summary row
+    would hold them (db/_summary.py). Built without the NamedTuples' per-row checks: status on
+    a study without summary rows reads every trial here."""
+    start_s, end_s = to_epoch(start), to_epoch(end)
+    last_step = None if last_step is None else int(last_step)
+    if not attrs:  # Optuna's own trials: nothing to copy
+        return (_make(TrialRow, (number, state, None, None, start_s, end_s, None, None, None,
+                                 None, None, last_step)),
+                _make(SummaryFlags, (number, None, None, None, None)))
+    c = copied_attrs(attrs)
+    return (_make(TrialRow, (number, state, c["host"], c["gpu_index"], start_s, end_s,
+                             c["startup_s"], c["first_decision_s"], c["gpu_util_mean"],
+                             c["gpu_util_compute_mean"], c["gpu_energy_j"], last_step)),
+            _make(SummaryFlags, (number, c["gpu_verified"], c["opencl_platform"],
+                                 json.loads(c["params_mismatch"]) if c["params_mismatch"] else None,
+                                 c["fail_reason"])))
+
+
+_make = tuple.__new__  # a NamedTuple's _make without its length check
 
 
 def _columns(names: tuple[str, ...], prefix: str = "") -> str:
@@ -186,9 +191,8 @@ def uncovered_trials(connection: Readable, study_id: int, has_summary: bool,
     found = []
     for trial_id, number, state, start, end, last_step in trials:
         a = attrs.get(int(trial_id), {})
-        row = from_attrs(int(trial_id), study_id, int(number), state_name(state),
-                         to_datetime(start), to_datetime(end), last_step, a)
-        found.append(UncoveredTrial(int(trial_id), TrialRow.of(row), a))
+        row, _ = from_attrs(int(number), state_name(state), start, end, last_step, a)
+        found.append(UncoveredTrial(int(trial_id), row, a))
     return found
 
 

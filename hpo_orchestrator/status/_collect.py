@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from hpo_orchestrator import db, keys
 from hpo_orchestrator.status._findings import IDLE_BUSY_BELOW, find_all
 from hpo_orchestrator.status._model import DeviceUse, Finding, StateStats, StatusReport, StudyFacts
+from hpo_orchestrator.status._plain import PlainStudy, is_plain
 from hpo_orchestrator.status._tally import (
     VERSION,
     Tally,
@@ -96,9 +97,13 @@ def collect(connection: Connection, study: str | None) -> StatusReport:
     has_summary = db.has_summary_table(connection)
     fold = partial(_report, connection, study_id, name, directions, study_attrs, db_now, now,
                    has_summary)
-    kept = _kept_tally(connection, study_id, name) if has_summary else None
-    report = (fold(kept) if kept is not None else None) or fold(Tally(study_name=name))
-    assert report is not None  # a fresh tally places every trial
+    if not has_summary and is_plain(connection):
+        plain = PlainStudy(connection, study_id, name, now)
+        report = fold(plain.tally, plain=plain)
+    else:
+        kept = _kept_tally(connection, study_id, name) if has_summary else None
+        report = (fold(kept) if kept is not None else None) or fold(Tally(study_name=name))
+    assert report is not None  # a fresh tally places every trial, a plain study's has no device
     return _note_unreadable(report, unreadable)
 
 
@@ -133,23 +138,25 @@ def _median(window: Callable[[int, int], list[float]], stored: int, extra: list[
 
 def _report(connection: Connection, study_id: int, name: str, directions: list[str],
             study_attrs: dict[str, Any], db_now: datetime | None, now: float, has_summary: bool,
-            tally: Tally) -> StatusReport | None:
+            tally: Tally, plain: PlainStudy | None = None) -> StatusReport | None:
     """The report from ``tally`` plus the trials since it (folded into this in-memory copy,
     running ones up to ``now``); None when a trial since it starts before a device's
-    frontier: the tally cannot place it."""
+    frontier: the tally cannot place it. ``plain``: the tally is this plain Optuna study's
+    (status/_plain.py), whose folded trials have no summary rows to read."""
     config = study_attrs.get(keys.CONFIG) or {}
     since = trials_since(connection, study_id, tally.watermark, tally.holes, has_summary)
     listed = listed_devices(study_attrs)
     hosts = {d.host for d in tally.devices if d.host} | {t.row.host for t in since if t.row.host} \
         | set(listed)
-    uncovered = [db.UncoveredTrial(t.trial_id, t.row, t.attrs) for t in since if not t.summarized]
-    running, queued = running_of(connection, uncovered, db_now, now, config, len(hosts))
+    unfinished = [db.UncoveredTrial(t.trial_id, t.row, t.attrs) for t in since
+                  if t.row.state == "RUNNING" and not t.summarized]
+    running, queued = running_of(connection, unfinished, db_now, now, config, len(hosts))
 
     # What the tally folded before (its medians and flags are index reads of the summary up
-    # to its watermark; a fresh tally has folded nothing)
+    # to its watermark; a fresh tally has folded nothing; a plain study's has no flags)
     folded = {state: int(n) for state, (n, _, _) in tally.durations.items()}
     folded_pairs = tally.pairs
-    stored = tally.folded > 0
+    stored = tally.folded > 0 and plain is None
     durations: dict[str, list[float]] = {}
     pairs = []
     for t in since:
@@ -168,7 +175,8 @@ def _report(connection: Connection, study_id: int, name: str, directions: list[s
     if queued:
         counts["RUNNING"] -= len(queued)
         counts["QUEUED"] = len(queued)
-    window = partial(ordered_window, connection, study_id, tally.watermark, tally.holes)
+    window = plain.ordered if plain is not None \
+        else partial(ordered_window, connection, study_id, tally.watermark, tally.holes)
     states = {}
     for state in (*_STATES, *sorted(set(counts) - set(_STATES))):
         n, total, longest = tally.durations.get(state, (0, 0.0, 0.0))

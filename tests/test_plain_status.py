@@ -1,0 +1,165 @@
+"""Status on a study plain Optuna wrote (no summary table, no ``hpo.*`` attr): its finished
+trials are folded from one narrow read a state (status/_plain.py), its unfinished ones one by
+one; the numbers are held to a visit of every trial, on sqlite and PostgreSQL. A run's first
+start on such a study writes the summary rows of all its trials in one batch.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from contextlib import closing
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pytest
+import sqlalchemy
+from optuna.distributions import FloatDistribution
+from optuna.trial import TrialState, create_trial
+
+import hpo_orchestrator.db as db
+from hpo_orchestrator.db import connect, tables
+from hpo_orchestrator.status import _collect, _plain, _tally
+from tests import status_visit
+from tests.test_db_contract import _database
+from tests.test_tally import _compare, _same
+
+STUDY = "plain"
+T0 = datetime(2025, 3, 1, 9, 0, 0)
+FINISHED = 60
+
+
+def _plain_study(url: str, odd_dates: bool = True, seed: int = 0) -> None:
+    """``FINISHED`` finished trials of random states, durations (to the microsecond), last
+    steps and values (ties among them), as plain Optuna writes them, a running and a waiting
+    trial; ``odd_dates``: one finished trial never started, one has no end time."""
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    rng = random.Random(seed)
+    study = optuna.create_study(study_name=STUDY, storage=url)
+    study.set_user_attr("owner", "someone")  # not ours: still a plain study
+    dates = {}
+    for number in range(FINISHED):
+        state = rng.choice([TrialState.COMPLETE, TrialState.COMPLETE, TrialState.PRUNED,
+                            TrialState.FAIL])
+        steps = {s: rng.random() for s in range(rng.randint(0, 6))}
+        value = rng.choice([0.5, rng.random()]) if state == TrialState.COMPLETE else None
+        study.add_trial(create_trial(
+            state=state, value=value, params={"x": rng.random()},
+            distributions={"x": FloatDistribution(0, 1)},
+            intermediate_values=steps if state != TrialState.FAIL else {},
+            user_attrs={"note": number}))
+        start = T0 + timedelta(seconds=rng.uniform(0, 600))
+        dates[number] = (start, start + timedelta(seconds=rng.uniform(0, 90)))
+    if odd_dates:
+        dates[7] = (None, dates[7][1])  # failed before it started
+        dates[8] = (dates[8][0], None)  # ended without an end time: it ends "now"
+    study.ask().report(0.3, 2)  # running
+    study.enqueue_trial({"x": 0.1})  # waiting
+    engine = sqlalchemy.create_engine(url)
+    with engine.begin() as connection:
+        for number, (start, end) in dates.items():
+            connection.execute(sqlalchemy.text(
+                "UPDATE trials SET datetime_start = :a, datetime_complete = :b WHERE number = :n"),
+                {"a": start, "b": end, "n": number})
+    engine.dispose()
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def plain_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    with _database(request.param, tmp_path) as url:
+        _plain_study(url)
+        yield url
+
+
+def _folded_one_by_one(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The numbers of the trials status builds a row of, one by one."""
+    built: list[int] = []
+    one_by_one = _tally.from_attrs
+
+    def counted(number: int, *args: Any) -> Any:
+        built.append(number)
+        return one_by_one(number, *args)
+
+    monkeypatch.setattr(_tally, "from_attrs", counted)
+    return built
+
+
+def test_status_of_a_plain_study_is_a_visit_of_every_trial(
+        plain_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    built = _folded_one_by_one(monkeypatch)
+    if plain_url.startswith("sqlite"):  # SQLAlchemy, a fresh fold, and sqlite3 as status --json
+        _compare(plain_url, STUDY, monkeypatch, kept_expected=False)
+    else:
+        now = datetime.now().timestamp()
+        monkeypatch.setattr(_collect.time, "time", lambda: now)
+        monkeypatch.setattr(status_visit.time, "time", lambda: now)
+        engine = connect.create_engine(plain_url)
+        with engine.connect() as connection:
+            _same(status_visit.visit(connection, STUDY).to_json(),
+                  _collect.collect(connection, STUDY).to_json())
+        engine.dispose()
+    assert set(built) == {FINISHED, FINISHED + 1}  # the running and the waiting trial
+
+
+def test_a_plain_study_folds_no_finished_trial_one_by_one(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The finished trials are read a column at a time; a study with any attr of ours is not
+    plain (its trials may have devices) and is folded trial by trial."""
+    url = f"sqlite:///{tmp_path / 'p.db'}"
+    _plain_study(url)
+    built = _folded_one_by_one(monkeypatch)
+    with closing(db.open_sqlite(url)) as connection:
+        assert _plain.is_plain(connection)
+        report = _collect.collect_status_sqlite(connection, STUDY)
+    assert sum(s.count for s in report.states.values()) == FINISHED + 2
+    assert sorted(built) == [FINISHED, FINISHED + 1]
+
+    engine = sqlalchemy.create_engine(url)
+    with engine.begin() as connection:  # as an orchestrator of ours would have written it
+        connection.execute(sqlalchemy.text(
+            "INSERT INTO trial_user_attributes (trial_id, key, value_json) "
+            "SELECT MIN(trial_id), 'hpo.host', '\"h1\"' FROM trials"))
+    engine.dispose()
+    built.clear()
+    with closing(db.open_sqlite(url)) as connection:
+        assert not _plain.is_plain(connection)
+        _collect.collect_status_sqlite(connection, STUDY)
+    assert len(built) == FINISHED + 2
+
+
+@pytest.mark.parametrize("backend", ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def test_a_runs_first_start_summarizes_a_plain_study_in_one_batch(
+        backend: str, tmp_path: Path) -> None:
+    """The tally a run's start builds writes one summary row a finished trial, in one
+    statement (one each was 100,000 statements on a large study), and status then reads
+    the kept tally."""
+    with _database(backend, tmp_path) as url:
+        _plain_study(url, odd_dates=False)
+        inserts, summarized, kept = _first_start(url)
+    assert len(inserts) == 1 and summarized == FINISHED
+    assert kept is not None and kept.folded == FINISHED
+
+
+def _first_start(url: str) -> tuple[list[str], int, _tally.Tally | None]:
+    """The summary INSERTs of a run's first start (its tables, then its tally rebuilt), the
+    summary rows after it, and the tally status then trusts."""
+    engine = connect.create_engine(url, read_only=False)
+    tables.ensure_tables(engine)
+    inserts: list[str] = []
+
+    def seen(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        if statement.lstrip().upper().startswith("INSERT INTO HPO_TRIAL_SUMMARY"):
+            inserts.append(statement)
+
+    sqlalchemy.event.listen(engine, "before_cursor_execute", seen)
+    with engine.begin() as connection:
+        study_id, _ = db.study_id_of(connection, STUDY)
+        _tally.advance(connection, study_id, STUDY, rebuild=True)
+    sqlalchemy.event.remove(engine, "before_cursor_execute", seen)
+    with engine.connect() as connection:
+        summarized = db.scalar(connection, "SELECT COUNT(*) FROM hpo_trial_summary")
+        kept = _collect._kept_tally(connection, study_id, STUDY)
+    engine.dispose()
+    return inserts, int(summarized), kept
