@@ -8,9 +8,14 @@ that ``optuna.load_study`` reads them back, then times, in the same run:
 
 - ``hpo-orchestrator status --json`` (a whole CLI process) on N trials and on M trials;
 - the status queries alone (``collect_status`` in this process) on N trials;
-- the same on a copy without ``hpo_trial_summary`` (a study run by plain Optuna);
 - the same without the study's tally (status folds every trial into a fresh one), and what
   building the tally costs once (a run's start on a study of an older version does it);
+- the same on a copy without ``hpo_trial_summary`` (a study an older version ran: its trials
+  have ``hpo.*`` attrs);
+- ``status --json`` on a study plain Optuna wrote (the same trials, their attrs under keys of
+  the user's own, none of our tables), and with ``--first-run`` the seconds from launching
+  ``hpo-orchestrator run`` on a copy of it (default sampler and pruner) to its first trial's
+  start: the run's start summarizes every trial once;
 - ``optuna trials -f json`` on M trials (it loads every trial through the ORM).
 
 With ``--baseline CHECKOUT`` (e.g. ``git worktree add /tmp/base <commit>``) the same commands
@@ -22,8 +27,8 @@ trial as the run told them): status from that tally, checked equal to a fresh fo
 trial.
 
 Usage: python scripts/bench_status.py [--trials 100000] [--optuna-trials 20000] [--dir DIR]
-       [--baseline CHECKOUT] [--read-commands] [--real-run N] [--timeout 300]
-Prints a Markdown table (paste it into docs/BENCHMARKS.md).
+       [--baseline CHECKOUT] [--read-commands] [--real-run N] [--first-run] [--timeout 300]
+Prints a Markdown table (paste it into docs/benchmarks/status.md).
 """
 
 from __future__ import annotations
@@ -58,28 +63,33 @@ DISTRIBUTION = json.dumps({"name": "FloatDistribution",
                            "attributes": {"step": None, "low": 0.0, "high": 1.0, "log": False}})
 
 
-def build(db: Path, n_trials: int, seed: int = 0, chunk: int = 50_000) -> None:
+def build(db: Path, n_trials: int, seed: int = 0, chunk: int = 50_000,
+          ours: bool = True) -> None:
     """An Optuna study of ``n_trials`` finished trials, written with executemany, ``chunk``
-    trials per transaction (1M trials are 30M rows: built whole they would not fit in memory)."""
+    trials per transaction (1M trials are 30M rows: built whole they would not fit in memory).
+    ``ours``: as the orchestrator leaves it (hpo.* attrs, summary rows); else as plain Optuna
+    (the same attrs under the user's own keys, none of our tables)."""
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     storage = optuna.storages.RDBStorage(f"sqlite:///{db}")  # creates the schema + versions
     study_id = storage.create_new_study([optuna.study.StudyDirection.MINIMIZE], STUDY)
     storage.engine.dispose()
-    engine = sqlalchemy.create_engine(f"sqlite:///{db}")
-    ensure_tables(engine)
-    engine.dispose()
+    if ours:
+        engine = sqlalchemy.create_engine(f"sqlite:///{db}")
+        ensure_tables(engine)
+        engine.dispose()
     rng = random.Random(seed)
     with sqlite3.connect(db) as con:
         con.execute("PRAGMA journal_mode=WAL")
         con.execute("PRAGMA synchronous=OFF")  # a benchmark's scratch file: rebuilt if torn
         for first in range(0, n_trials, chunk):
-            _insert(con, _rows(study_id, range(first, min(first + chunk, n_trials)), rng))
+            _insert(con, _rows(study_id, range(first, min(first + chunk, n_trials)), rng, ours))
             con.commit()
 
 
-def _rows(study_id: int, numbers: range, rng: random.Random) -> dict[str, list[tuple[object, ...]]]:
+def _rows(study_id: int, numbers: range, rng: random.Random,
+          ours: bool) -> dict[str, list[tuple[object, ...]]]:
     t0 = datetime(2026, 1, 1)
     rows: dict[str, list[tuple[object, ...]]] = {
         "trials": [], "params": [], "values": [], "steps": [], "attrs": [], "summary": []}
@@ -97,15 +107,18 @@ def _rows(study_id: int, numbers: range, rng: random.Random) -> dict[str, list[t
         if not pruned:
             rows["values"].append((tid, 0, curve[-1], "FINITE"))
         startup, decision, util = rng.uniform(2, 4), rng.uniform(20, 40), rng.uniform(60, 95)
+        prefix = "hpo." if ours else "my."
         rows["attrs"].extend([
-            (tid, "hpo.host", json.dumps("bench-host")),
-            (tid, "hpo.gpu_index", json.dumps(i % 2)),
-            (tid, "hpo.startup_s", json.dumps(startup)),
-            (tid, "hpo.first_decision_s", json.dumps(decision)),
-            (tid, "hpo.gpu_util_mean", json.dumps(util)),
+            (tid, f"{prefix}host", json.dumps("bench-host")),
+            (tid, f"{prefix}gpu_index", json.dumps(i % 2)),
+            (tid, f"{prefix}startup_s", json.dumps(startup)),
+            (tid, f"{prefix}first_decision_s", json.dumps(decision)),
+            (tid, f"{prefix}gpu_util_mean", json.dumps(util)),
         ])
-        rows["summary"].append((tid, study_id, i, state, "bench-host", i % 2, start.timestamp(),
-                                end.timestamp(), startup, decision, N_STEPS - 1, util))
+        if ours:
+            rows["summary"].append((tid, study_id, i, state, "bench-host", i % 2,
+                                    start.timestamp(), end.timestamp(), startup, decision,
+                                    N_STEPS - 1, util))
     return rows
 
 
@@ -120,9 +133,11 @@ def _insert(con: sqlite3.Connection, rows: dict[str, list[tuple[object, ...]]]) 
                     "intermediate_value_type) VALUES (?, ?, ?, ?)", rows["steps"])
     con.executemany("INSERT INTO trial_user_attributes (trial_id, key, value_json) "
                     "VALUES (?, ?, ?)", rows["attrs"])
-    con.executemany("INSERT INTO hpo_trial_summary (trial_id, study_id, number, state, host, "
-                    "gpu_index, start_s, end_s, startup_s, first_decision_s, last_step, "
-                    "gpu_util_mean) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows["summary"])
+    if rows["summary"]:
+        con.executemany("INSERT INTO hpo_trial_summary (trial_id, study_id, number, state, host, "
+                        "gpu_index, start_s, end_s, startup_s, first_decision_s, last_step, "
+                        "gpu_util_mean) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        rows["summary"])
 
 
 def build_tally(db: Path) -> float:
@@ -173,6 +188,26 @@ def real_run(work: Path, n_trials: int) -> tuple[Path, str]:
                    check=True, stdout=subprocess.DEVNULL, cwd=work,
                    env={**os.environ, "HPO_TEST_STEP_S": "0"})
     return db, f"{time.perf_counter() - start:.0f} s"
+
+
+def first_trial_s(study: Path, work: Path) -> float:
+    """Seconds from launching ``hpo-orchestrator run`` (default sampler and pruner, two slots)
+    on a copy of ``study`` to its first new trial's start (datetime_start: the run's clock)."""
+    copy = work / f"{study.stem}-first-run.db"
+    shutil.copy(study, copy)
+    with sqlite3.connect(copy) as con:
+        (top,) = con.execute("SELECT MAX(trial_id) FROM trials").fetchone()
+    launched = datetime.now()
+    subprocess.run([sys.executable, "-m", "hpo_orchestrator", "run", "objective=custom",
+                    "objective.target=tests.objectives:reports10", f"study.name={STUDY}",
+                    f"study.n_trials={top + 4}", "scheduler.parallel=2", "telemetry.enabled=false",
+                    f"storage.url=sqlite:///{copy}", f"scheduler.lease_dir={work / 'leases'}"],
+                   check=True, stdout=subprocess.DEVNULL, cwd=work)
+    with sqlite3.connect(copy) as con:
+        (first,) = con.execute("SELECT MIN(datetime_start) FROM trials WHERE trial_id > ?",
+                               (top,)).fetchone()
+    copy.unlink()
+    return (datetime.fromisoformat(first) - launched).total_seconds()
 
 
 def status_json(db: Path) -> dict[str, object]:
@@ -247,23 +282,27 @@ def main() -> int:
     parser.add_argument("--real-run", type=int, default=0, metavar="N",
                         help="also a study of N trials made by a real run (its tally folded "
                              "trial by trial): status from it, checked against a fresh fold of every trial")
+    parser.add_argument("--first-run", action="store_true",
+                        help="time a run's first trial on a copy of the plain Optuna study")
     parser.add_argument("--timeout", type=float, default=300.0,
                         help="seconds after which a command is stopped and reported as '> T'")
     args = parser.parse_args()
     work = args.dir or Path(tempfile.mkdtemp(prefix="hpo-bench-"))
     work.mkdir(parents=True, exist_ok=True)
     big = work / ("big.db" if args.trials == 100_000 else f"big{args.trials}.db")
-    small, plain = work / "small.db", big.with_name(big.stem + "-plain.db")
-    for db, n in ((big, args.trials), (small, args.optuna_trials)):
+    small, older = work / "small.db", big.with_name(big.stem + "-older.db")
+    plain = big.with_name(big.stem + "-optuna.db")  # plain Optuna's: none of our attrs or tables
+    for db, n, ours in ((big, args.trials, True), (small, args.optuna_trials, True),
+                        (plain, args.trials, False)):
         if n and not db.exists():
             start = time.perf_counter()
-            build(db, n)
+            build(db, n, ours=ours)
             print(f"built {db} ({n} trials) in {time.perf_counter() - start:.1f} s", file=sys.stderr)
     if args.optuna_trials:
         check_readable(small, args.optuna_trials)
-    if args.trials <= 100_000 and not plain.exists():  # a copy of 1M trials is 2 GB more
-        shutil.copy(big, plain)
-        with sqlite3.connect(plain) as con:
+    if args.trials <= 100_000 and not older.exists():  # a copy of 1M trials is 2 GB more
+        shutil.copy(big, older)
+        with sqlite3.connect(older) as con:
             con.execute("DROP TABLE hpo_trial_summary")
 
     tally_s = build_tally(big)
@@ -294,13 +333,19 @@ def main() -> int:
 
     query_s = query_seconds(big)
     full_s = query_seconds(big, kept=False)
-    plain_s = query_seconds(plain) if plain.exists() else None
+    older_s = query_seconds(older) if older.exists() else None
+    plain_query_s = query_seconds(plain)
 
     module = [sys.executable, "-m", "hpo_orchestrator"]
     storage = ["--storage", f"sqlite:///{big}"]
     status_big, status_base = alternated([*module, "status", "--json", *storage], args.baseline,
                                          args.repeat)
-    rows = [("`hpo-orchestrator status --json` (whole process)", status_big, status_base)]
+    status_plain, status_plain_base = alternated(
+        [*module, "status", "--json", "--storage", f"sqlite:///{plain}"], args.baseline,
+        args.repeat)
+    rows = [("`hpo-orchestrator status --json` (whole process)", status_big, status_base),
+            ("the same, a study plain Optuna wrote (no summary table, no `hpo.*` attr)",
+             status_plain, status_plain_base)]
     if args.read_commands:
         out = work / "bench-report.html"
         for what, command, repeat in (
@@ -327,9 +372,14 @@ def main() -> int:
     print(f"| status queries alone (`collect_status`, in process) | {args.trials:,} | {query_s:.3f} | |")
     print(f"| the same without a tally (a fresh fold of every trial) | {args.trials:,} | {full_s:.2f} | |")
     print(f"| building the tally and indexes (once, at a run's start) | {args.trials:,} | {tally_s:.2f} | |")
-    if plain_s is not None:
-        print(f"| the same, study without `hpo_trial_summary` (plain Optuna) | {args.trials:,} | "
-              f"{plain_s:.2f} | |")
+    if older_s is not None:
+        print(f"| the same, a study an older version ran (`hpo.*` attrs, no `hpo_trial_summary`) "
+              f"| {args.trials:,} | {older_s:.2f} | |")
+    print(f"| status queries alone, the study plain Optuna wrote | {args.trials:,} | "
+          f"{plain_query_s:.2f} | |")
+    if args.first_run:
+        print(f"| `hpo-orchestrator run` on a copy of the study plain Optuna wrote: seconds to "
+              f"its first trial's start | {args.trials:,} | {first_trial_s(plain, work):.1f} | |")
     if args.real_run:
         real, took = real_run(work, args.real_run)
         kept = status_json(real)

@@ -7,7 +7,6 @@ start on such a study writes the summary rows of all its trials in one batch.
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
 from contextlib import closing
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -31,20 +30,21 @@ T0 = datetime(2025, 3, 1, 9, 0, 0)
 FINISHED = 60
 
 
-def _plain_study(url: str, odd_dates: bool = True, seed: int = 0) -> None:
+def _plain_study(url: str, odd_dates: bool = True, direction: str = "minimize",
+                 unfinished: bool = True, seed: int = 0) -> None:
     """``FINISHED`` finished trials of random states, durations (to the microsecond), last
-    steps and values (ties among them), as plain Optuna writes them, a running and a waiting
-    trial; ``odd_dates``: one finished trial never started, one has no end time."""
+    steps and values (ties at both ends), as plain Optuna writes them, a running and a waiting
+    trial (``unfinished``); ``odd_dates``: one finished trial never started, one has no end time."""
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     rng = random.Random(seed)
-    study = optuna.create_study(study_name=STUDY, storage=url)
+    study = optuna.create_study(study_name=STUDY, storage=url, direction=direction)
     study.set_user_attr("owner", "someone")  # not ours: still a plain study
     dates = {}
     for number in range(FINISHED):
         state = rng.choice([TrialState.COMPLETE, TrialState.COMPLETE, TrialState.PRUNED,
                             TrialState.FAIL])
         steps = {s: rng.random() for s in range(rng.randint(0, 6))}
-        value = rng.choice([0.5, rng.random()]) if state == TrialState.COMPLETE else None
+        value = rng.choice([0.0, 1.0, rng.random()]) if state == TrialState.COMPLETE else None
         study.add_trial(create_trial(
             state=state, value=value, params={"x": rng.random()},
             distributions={"x": FloatDistribution(0, 1)},
@@ -55,8 +55,9 @@ def _plain_study(url: str, odd_dates: bool = True, seed: int = 0) -> None:
     if odd_dates:
         dates[7] = (None, dates[7][1])  # failed before it started
         dates[8] = (dates[8][0], None)  # ended without an end time: it ends "now"
-    study.ask().report(0.3, 2)  # running
-    study.enqueue_trial({"x": 0.1})  # waiting
+    if unfinished:
+        study.ask().report(0.3, 2)  # running
+        study.enqueue_trial({"x": 0.1})  # waiting
     engine = sqlalchemy.create_engine(url)
     with engine.begin() as connection:
         for number, (start, end) in dates.items():
@@ -64,13 +65,6 @@ def _plain_study(url: str, odd_dates: bool = True, seed: int = 0) -> None:
                 "UPDATE trials SET datetime_start = :a, datetime_complete = :b WHERE number = :n"),
                 {"a": start, "b": end, "n": number})
     engine.dispose()
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
-def plain_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    with _database(request.param, tmp_path) as url:
-        _plain_study(url)
-        yield url
 
 
 def _folded_one_by_one(monkeypatch: pytest.MonkeyPatch) -> list[int]:
@@ -86,21 +80,40 @@ def _folded_one_by_one(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return built
 
 
+BACKENDS = ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)]
+
+
+@pytest.mark.parametrize("direction", ["minimize", "maximize"])
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_status_of_a_plain_study_is_a_visit_of_every_trial(
-        plain_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+        backend: str, direction: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     built = _folded_one_by_one(monkeypatch)
-    if plain_url.startswith("sqlite"):  # SQLAlchemy, a fresh fold, and sqlite3 as status --json
-        _compare(plain_url, STUDY, monkeypatch, kept_expected=False)
-    else:
-        now = datetime.now().timestamp()
-        monkeypatch.setattr(_collect.time, "time", lambda: now)
-        monkeypatch.setattr(status_visit.time, "time", lambda: now)
-        engine = connect.create_engine(plain_url)
-        with engine.connect() as connection:
-            _same(status_visit.visit(connection, STUDY).to_json(),
-                  _collect.collect(connection, STUDY).to_json())
-        engine.dispose()
+    with _database(backend, tmp_path) as url:
+        _plain_study(url, direction=direction)
+        if backend == "sqlite":  # SQLAlchemy, a fresh fold, and sqlite3 as status --json
+            _compare(url, STUDY, monkeypatch, kept_expected=False)
+        else:
+            now = datetime.now().timestamp()
+            monkeypatch.setattr(_collect.time, "time", lambda: now)
+            monkeypatch.setattr(status_visit.time, "time", lambda: now)
+            engine = connect.create_engine(url)
+            with engine.connect() as connection:
+                _same(status_visit.visit(connection, STUDY).to_json(),
+                      _collect.collect(connection, STUDY).to_json())
+            engine.dispose()
     assert set(built) == {FINISHED, FINISHED + 1}  # the running and the waiting trial
+
+
+def test_a_finished_trial_without_an_end_runs_until_now(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With no running trial to end "now", the finished one without an end time does, as in
+    the trial-by-trial fold: the study's wall time runs to now."""
+    url = f"sqlite:///{tmp_path / 'p.db'}"
+    _plain_study(url, unfinished=False)
+    _compare(url, STUDY, monkeypatch, kept_expected=False)
+    with closing(db.open_sqlite(url)) as connection:
+        tally = _plain.PlainStudy(connection, 1, STUDY, now=2e9).tally
+    assert tally.window is not None and tally.window[2] == 2e9
 
 
 def test_a_plain_study_folds_no_finished_trial_one_by_one(
@@ -129,7 +142,7 @@ def test_a_plain_study_folds_no_finished_trial_one_by_one(
     assert len(built) == FINISHED + 2
 
 
-@pytest.mark.parametrize("backend", ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_a_runs_first_start_summarizes_a_plain_study_in_one_batch(
         backend: str, tmp_path: Path) -> None:
     """The tally a run's start builds writes one summary row a finished trial, in one
