@@ -83,11 +83,13 @@ def to_epoch(value: Any) -> float | None:
 
 def to_epochs(values: list[Any]) -> list[float | None]:
     """``to_epoch`` of each of a column's values: sqlite's text parsed without a call a value
-    (a study without summary rows converts two a trial)."""
+    (a study without summary rows converts two a trial); another driver's datetimes, which
+    fromisoformat refuses, one by one."""
     parse = datetime.fromisoformat
-    if all(type(v) is str or v is None for v in values):
+    try:
         return [None if v is None else parse(v).timestamp() for v in values]
-    return [to_epoch(v) for v in values]
+    except TypeError:
+        return [to_epoch(v) for v in values]
 
 
 def state_name(value: Any) -> str:

@@ -78,8 +78,8 @@ class PlainStudy:
                           for _, _, _, value, number, trial_id in found if value is not None]
                 if valued:  # the lowest number among equals, as Tally.add
                     tally.best_min = list(min(valued))
-                    high = min(valued, key=lambda v: (-v[0], v[1]))
-                    tally.best_max = list(high)
+                    top = max(valued)[0]
+                    tally.best_max = list(min(v for v in valued if v[0] == top))
             timed = cast("list[tuple[float, float | None]]", [
                 (start, end) for start, end in zip(to_epochs([row[0] for row in found]),
                                                    to_epochs([row[1] for row in found]),
