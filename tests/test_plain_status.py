@@ -144,35 +144,28 @@ def test_a_plain_study_folds_no_finished_trial_one_by_one(
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_a_runs_first_start_summarizes_a_plain_study_in_one_batch(
-        backend: str, tmp_path: Path) -> None:
-    """The tally a run's start builds writes one summary row a finished trial, in one
-    statement (one each was 100,000 statements on a large study), and status then reads
-    the kept tally."""
+        backend: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tally a run's start builds writes one summary row a finished trial, in one batch
+    (one statement each was 100,000 statements on a large study), and status then reads the
+    kept tally."""
+    batches: list[int] = []
+    write = _tally.execute_many
+
+    def counted(connection: Any, sql: str, params: list[Any], *args: Any) -> None:
+        batches.append(len(params))
+        write(connection, sql, params, *args)
+
+    monkeypatch.setattr(_tally, "execute_many", counted)
     with _database(backend, tmp_path) as url:
         _plain_study(url, odd_dates=False)
-        inserts, summarized, kept = _first_start(url)
-    assert len(inserts) == 1 and summarized == FINISHED
+        engine = connect.create_engine(url, read_only=False)
+        tables.ensure_tables(engine)
+        with engine.begin() as connection:
+            study_id, _ = db.study_id_of(connection, STUDY)
+            _tally.advance(connection, study_id, STUDY, rebuild=True)
+        with engine.connect() as connection:
+            summarized = db.scalar(connection, "SELECT COUNT(*) FROM hpo_trial_summary")
+            kept = _collect._kept_tally(connection, study_id, STUDY)
+        engine.dispose()
+    assert batches == [FINISHED] and summarized == FINISHED
     assert kept is not None and kept.folded == FINISHED
-
-
-def _first_start(url: str) -> tuple[list[str], int, _tally.Tally | None]:
-    """The summary INSERTs of a run's first start (its tables, then its tally rebuilt), the
-    summary rows after it, and the tally status then trusts."""
-    engine = connect.create_engine(url, read_only=False)
-    tables.ensure_tables(engine)
-    inserts: list[str] = []
-
-    def seen(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
-        if statement.lstrip().upper().startswith("INSERT INTO HPO_TRIAL_SUMMARY"):
-            inserts.append(statement)
-
-    sqlalchemy.event.listen(engine, "before_cursor_execute", seen)
-    with engine.begin() as connection:
-        study_id, _ = db.study_id_of(connection, STUDY)
-        _tally.advance(connection, study_id, STUDY, rebuild=True)
-    sqlalchemy.event.remove(engine, "before_cursor_execute", seen)
-    with engine.connect() as connection:
-        summarized = db.scalar(connection, "SELECT COUNT(*) FROM hpo_trial_summary")
-        kept = _collect._kept_tally(connection, study_id, STUDY)
-    engine.dispose()
-    return inserts, int(summarized), kept

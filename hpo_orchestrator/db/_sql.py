@@ -60,11 +60,23 @@ def execute_many(connection: Readable, sql: str, params: Sequence[Mapping[str, A
     """``sql`` once for each of ``params`` (a batch of rows written); nothing when empty."""
     if not params:
         return
+    connection = _driver(connection)
     if isinstance(connection, sqlite3.Connection):
         connection.executemany(sql, [{**p, **{n: _sqlite_datetime(p[n]) for n in datetimes}}
                                      for p in params])
         return
     connection.execute(_statement(sql, (), datetimes), [dict(p) for p in params])
+
+
+def _driver(connection: Readable) -> Readable:
+    """sqlite's own connection under a SQLAlchemy one, in its transaction: SQLAlchemy's rows
+    and per-row parameters cost more than sqlite's work when there are many (a status without
+    a kept tally reads every trial; a run's first start summarizes every trial)."""
+    if not isinstance(connection, sqlite3.Connection) and connection.dialect.name == "sqlite":
+        driver = connection.connection.driver_connection
+        if isinstance(driver, sqlite3.Connection):
+            return driver
+    return connection
 
 
 def _statement(sql: str, expanding: Sequence[str], datetimes: Sequence[str]) -> Any:
@@ -90,14 +102,8 @@ def fetch_one(connection: Readable, sql: str, params: dict[str, Any] | None = No
 
 def fetch_all(connection: Readable, sql: str, params: dict[str, Any] | None = None,
               expanding: Sequence[str] = (), datetimes: Sequence[str] = ()) -> list[Any]:
-    """Every row of ``sql``, as tuples. On sqlite through the driver's own cursor, in the
-    caller's transaction: SQLAlchemy's rows cost more than the read itself when there are many
-    (a status without a kept tally reads every trial)."""
-    if not isinstance(connection, sqlite3.Connection) and connection.dialect.name == "sqlite":
-        driver = connection.connection.driver_connection
-        if isinstance(driver, sqlite3.Connection):
-            connection = driver
-    return list(rows(connection, sql, params, expanding, datetimes).fetchall())
+    """Every row of ``sql``, as tuples; on sqlite through the driver's own cursor (_driver)."""
+    return list(rows(_driver(connection), sql, params, expanding, datetimes).fetchall())
 
 
 def scalar(connection: Readable, sql: str, params: dict[str, Any] | None = None,

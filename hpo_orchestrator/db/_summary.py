@@ -73,6 +73,8 @@ class SummaryRow:
 def copied_attrs(attrs: dict[str, Any]) -> dict[str, Any]:
     """The columns that copy an ``hpo.*`` attr, from ``attrs`` (values of the wrong type read
     as NULL, as status would ignore them)."""
+    if not attrs:  # plain Optuna's trials: a run's first start summarizes every one
+        return dict.fromkeys(_COPIED_COLUMNS)
     return {name: _from_attr(kind, attrs.get(attr)) for name, attr, kind in _COPIED}
 
 
@@ -96,6 +98,7 @@ _COPIED: tuple[tuple[str, str, str], ...] = tuple(
     (f.name, f.metadata["attr"], f.metadata["kind"]) for f in fields(SummaryRow)
     if f.metadata["attr"] is not None)
 SUMMARY_ATTRS: tuple[str, ...] = tuple(attr for _, attr, _ in _COPIED)
+_COPIED_COLUMNS: tuple[str, ...] = tuple(name for name, _, _ in _COPIED)
 
 
 # The flagged summary rows (GPU unused, params differ, a failure): the WHERE of a partial
