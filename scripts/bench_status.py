@@ -206,7 +206,8 @@ def first_trial_s(study: Path, work: Path) -> float:
     with sqlite3.connect(copy) as con:
         (first,) = con.execute("SELECT MIN(datetime_start) FROM trials WHERE trial_id > ?",
                                (top,)).fetchone()
-    copy.unlink()
+    for leftover in (copy, copy.with_name(copy.name + "-wal"), copy.with_name(copy.name + "-shm")):
+        leftover.unlink(missing_ok=True)
     return (datetime.fromisoformat(first) - launched).total_seconds()
 
 

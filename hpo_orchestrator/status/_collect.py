@@ -7,9 +7,10 @@ One aggregation: the trials status reads are folded into a tally, the study's ke
 can trust (no run of this version started it, another version's, a summary row gone, a trial
 it cannot place), a fresh one that every trial is folded into here. So the cost grows with the
 trials since the last trial's end, and a study without a tally costs one read of every trial,
-until a run's start rebuilds it (docs/BENCHMARKS.md "status from a kept tally"). The numbers
-are the database's exactly, sums but for their last bits (tests/test_tally.py checks both
-ways against a visit of every trial).
+until a run's start rebuilds it (docs/BENCHMARKS.md "status from a kept tally"); a study plain
+Optuna wrote has its finished trials folded from a narrow read instead (status/_plain.py).
+The numbers are the database's exactly, sums but for their last bits (tests/test_tally.py
+checks both ways against a visit of every trial).
 
 Findings are made from the report and a few pre-filtered facts
 (:mod:`hpo_orchestrator.status._findings`).
