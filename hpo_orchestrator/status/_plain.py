@@ -44,7 +44,7 @@ _FINISHED_SQL = (
     "ORDER BY t.trial_id")
 _TOP_SQL = "SELECT MAX(trial_id) FROM trials WHERE study_id = :s"
 _UNFINISHED_SQL = ("SELECT trial_id FROM trials WHERE study_id = :s "
-                         "AND state NOT IN ('COMPLETE', 'PRUNED', 'FAIL')")
+                   "AND state NOT IN ('COMPLETE', 'PRUNED', 'FAIL')")
 
 
 def is_plain(connection: Readable) -> bool:
