@@ -142,3 +142,30 @@ def test_a_host_without_the_driver_says_so_without_importing_pynvml() -> None:
     assert reason == ("NVML could not start (NVML Shared Library Not Found); no NVIDIA driver on "
                       "this machine?")
     assert imported == "False"
+
+
+_COMMAND_MODULES = """
+import sys
+from hpo_orchestrator.cli import main
+code = main(sys.argv[1:])
+print(code, sorted({m.split(".")[1] for m in sys.modules if m.startswith("hpo_orchestrator.")}),
+      file=sys.stderr)
+"""
+
+
+def test_the_commands_leave_the_objectives_api_unloaded(tmp_path: Path) -> None:
+    """``phase`` and ``slot_info`` are the objectives' (their package brings multiprocessing's
+    connections: 80 ms of every command's start on the 2-core VM); a command loads them only
+    when it runs trials. ``from hpo_orchestrator import phase`` still works."""
+    from tests.test_status_numbers import _study
+
+    url = _study(tmp_path / "s.db", 5)
+    done = subprocess.run([sys.executable, "-c", _COMMAND_MODULES, "status", "--json",
+                           "--storage", url], env=cli_env(), check=True, capture_output=True,
+                          text=True, cwd=tmp_path)
+    code, packages = done.stderr.strip().split(" ", 1)
+    assert code == "0" and "'status'" in packages and "'worker'" not in packages
+    api = subprocess.run([sys.executable, "-c", "from hpo_orchestrator import phase, slot_info, "
+                          "SlotInfo; print(phase.__module__, SlotInfo.__name__)"],
+                         env=cli_env(), check=True, capture_output=True, text=True).stdout.split()
+    assert api == ["hpo_orchestrator.worker._runtime", "SlotInfo"]
