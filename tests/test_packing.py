@@ -281,8 +281,10 @@ def test_auto_adds_trials_only_where_the_gpu_has_room(cli) -> None:  # type: ign
     and the trials' real overlap per GPU matches it."""
     gpus = {"gpus": [{"busy_util": 20}, {"busy_util": 95},
                      {"busy_util": 20, "memory_total_mib": 2500}]}
+    # Steps long enough that the first trial still runs when the GPU has been read min_readings
+    # times since its first step (at 0.4 s a slow machine lost that race: one level at a time)
     result = cli("run", *AUTO, TARGET + "pinned", "study.n_trials=27",
-                 env={"HPO_ORCHESTRATOR_FAKE_GPUS": json.dumps(gpus), "HPO_TEST_STEP_S": "0.4"})
+                 env={"HPO_ORCHESTRATOR_FAKE_GPUS": json.dumps(gpus), "HPO_TEST_STEP_S": "0.8"})
     assert result.code == 0, result.stderr
     packing = _packing(result.db)
     assert packing["mode"] == "auto" and packing["mps"]["active"] is False
@@ -317,14 +319,16 @@ def test_an_oom_makes_auto_back_off(cli) -> None:  # type: ignore[no-untyped-def
     study."""
     # No spare worker: the fake GPU counts every process pinned to it as holding memory, so a
     # spare waiting beside the first trial would be its "OOM" already (tests/test_spares.py).
+    # Steps long enough for the first trial's utilization to be read before it ends (at 0.3 s
+    # it ended first on a fast machine and not on a slow one)
     result = cli("run", *AUTO, TARGET + "oom_when_shared", "study.n_trials=10",
                  "scheduler.spare_workers=false",
                  env={"HPO_ORCHESTRATOR_FAKE_GPUS": '{"gpus": [{"busy_util": 20}]}',
-                      "HPO_TEST_STEP_S": "0.3"})
+                      "HPO_TEST_STEP_S": "0.8"})
     assert result.code == 0, result.stderr
     packing = _packing(result.db)
     changes = [(c["from"], c["to"], c["reason"]) for c in packing["changes"]]
-    assert changes[0][:2] == (1, 2)  # memory for one more, by the numbers
+    assert changes[0][:2] == (1, 3), changes  # 80 % / 20 %, capped at 3: memory looks ample
     first_oom = next(i for i, c in enumerate(changes) if "out of GPU memory" in c[2])
     old, new, _ = changes[first_oom]
     assert new == old - 1
