@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, cast
 from hpo_orchestrator.db import (
     fetch_all,
     fetch_one,
-    has_table,
+    has_summary_table,
     rows,
     scalar,
     to_epochs,
@@ -49,8 +49,7 @@ _UNFINISHED_SQL = ("SELECT trial_id FROM trials WHERE study_id = :s "
 
 def is_plain(connection: Readable) -> bool:
     """No orchestrator has written to this database (a scan of the attrs' table when none)."""
-    return (not has_table(connection, "hpo_trial_summary")
-            and fetch_one(connection, _HPO_ATTR_SQL) is None)
+    return not has_summary_table(connection) and fetch_one(connection, _HPO_ATTR_SQL) is None
 
 
 class PlainStudy:
