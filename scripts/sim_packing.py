@@ -1,4 +1,4 @@
-"""Replay trials_per_gpu=auto's rules (scheduler/_packing.py) on a simulated GPU: cheap
+"""Replay trials_per_gpu=auto's rules (placement/_rules.py) on a simulated GPU: cheap
 evidence for a rule change before GPU time is spent on scripts/bench_packing.py.
 
 One GPU, trials enqueued in a fixed order of kinds. A trial's work (seconds alone, times
@@ -27,14 +27,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from hpo_orchestrator.scheduler._packing import (
+from hpo_orchestrator.placement._rules import (
     GpuLevel,
     GpuObservation,
     HostObservation,
     PackingPolicy,
     decide,
 )
-from hpo_orchestrator.scheduler._trial_times import TrialTimes
+from hpo_orchestrator.placement._trial_times import TrialTimes
 
 DT = 0.05  # simulated seconds per step
 SPAWN_S = 2.0  # a new worker's process start before it takes a trial

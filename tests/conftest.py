@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from hpo_orchestrator.scheduler._leases import LEASE_DIR_ENV
+from hpo_orchestrator.placement._leases import LEASE_DIR_ENV
 
 REPO = Path(__file__).resolve().parents[1]
 # The test objectives (tests/objectives.py, tests/misbehaving.py) are imported by name in the

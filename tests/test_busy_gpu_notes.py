@@ -5,7 +5,7 @@ free again; never for a GPU that was never skipped."""
 from __future__ import annotations
 
 from hpo_orchestrator.gpu._base import GpuInfo, GpuSample
-from hpo_orchestrator.scheduler._slots import BusyRule, SlotPool
+from hpo_orchestrator.placement._slots import BusyRule, SlotPool
 
 GPUS = [GpuInfo(0, "GPU-0", "H100"), GpuInfo(1, "GPU-1", "H100")]
 

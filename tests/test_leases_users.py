@@ -1,4 +1,4 @@
-"""Two users of one host share the GPU lease folder (docs/DESIGN.md §3.2, scheduler/_leases.py).
+"""Two users of one host share the GPU lease folder (docs/DESIGN.md §3.2, placement/_leases.py).
 
 Each user is a real uid: a root-started interpreter imports the package, then drops to the
 uid (setresuid) before it touches the folder, since the test's interpreter and virtual

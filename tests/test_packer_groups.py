@@ -1,4 +1,4 @@
-"""trials_per_gpu=auto on several GPUs of one model: judged together (scheduler/_packer.py).
+"""trials_per_gpu=auto on several GPUs of one model: judged together (placement/_packer.py).
 
 Run K on two H100s (docs/BENCHMARKS.md, issue 17): judged apart, the two GPUs of one study
 decided differently, one GPU's climb slowing the other's trials through the shared cores.
@@ -12,15 +12,15 @@ import pytest
 
 from hpo_orchestrator.config import load_config
 from hpo_orchestrator.gpu import GpuInfo
-from hpo_orchestrator.scheduler._packer import Packer, gpu_groups
-from hpo_orchestrator.scheduler._packing import GpuLevel
-from hpo_orchestrator.scheduler._slots import SlotPool
+from hpo_orchestrator.placement._packer import Packer, gpu_groups
+from hpo_orchestrator.placement._rules import GpuLevel
+from hpo_orchestrator.placement._slots import SlotPool
 from tests.test_packing import _Clock, _Readings, _rt
 
 
 @pytest.fixture(name="clock")
 def _clock(monkeypatch: pytest.MonkeyPatch) -> _Clock:
-    from hpo_orchestrator.scheduler import _packer
+    from hpo_orchestrator.placement import _packer
 
     fake = _Clock()
     monkeypatch.setattr(_packer, "time", fake)
@@ -124,8 +124,8 @@ def test_a_group_sees_its_steady_utilization_once_every_gpu_has_one() -> None:
     """The first level reads the steady utilization (after the trials' set-up): a group of
     two H200s must carry it, or the jump never happens on a host of identical GPUs (it did
     not on 2 x H200: 1 -> 2 after 40 s by the slow climb, where 12 % asked for 4)."""
-    from hpo_orchestrator.scheduler._packer import _together
-    from hpo_orchestrator.scheduler._packing import GpuObservation
+    from hpo_orchestrator.placement._packer import _together
+    from hpo_orchestrator.placement._rules import GpuObservation
 
     def seen(gpu: int, steady: float | None, readings: int) -> GpuObservation:
         return GpuObservation(gpu=gpu, running=1, util=30.0, readings=9, free_mib=70_000.0,

@@ -1,4 +1,4 @@
-"""scheduler.trials_per_gpu=auto: the pure rules (scheduler/_packing.py), the slot pool's
+"""scheduler.trials_per_gpu=auto: the pure rules (placement/_rules.py), the slot pool's
 per-GPU levels, and whole studies on scripted fake GPUs (slow).
 
 The fake GPUs: a GPU at 20 % utilization while trials run on it (room for more), one at 95 %
@@ -19,7 +19,7 @@ import pytest
 from hpo_orchestrator.config import load_config
 from hpo_orchestrator.errors import ConfigError
 from hpo_orchestrator.gpu import GpuInfo
-from hpo_orchestrator.scheduler._packing import (
+from hpo_orchestrator.placement._rules import (
     GpuLevel,
     GpuObservation,
     HostObservation,
@@ -28,8 +28,8 @@ from hpo_orchestrator.scheduler._packing import (
     decide,
     expected_peak_mib,
 )
-from hpo_orchestrator.scheduler._slots import SlotPool
-from hpo_orchestrator.scheduler._trial_times import trial_kind
+from hpo_orchestrator.placement._slots import SlotPool
+from hpo_orchestrator.placement._trial_times import trial_kind
 from tests.conftest import max_overlap, trial_rows
 
 POLICY = PackingPolicy(target_util=80.0, max_per_gpu=4)
@@ -393,7 +393,7 @@ def _rt(slot: Any, threads: int, spawned_at: float, pid: int = 1,
 
 @pytest.fixture
 def clock(monkeypatch: pytest.MonkeyPatch) -> _Clock:
-    from hpo_orchestrator.scheduler import _packer
+    from hpo_orchestrator.placement import _packer
 
     fake = _Clock()
     monkeypatch.setattr(_packer, "time", fake)
@@ -403,7 +403,7 @@ def clock(monkeypatch: pytest.MonkeyPatch) -> _Clock:
 def _packer(cpu: float = 2.0) -> Any:
     import optuna
 
-    from hpo_orchestrator.scheduler._packer import Packer
+    from hpo_orchestrator.placement._packer import Packer
 
     gpus = [GpuInfo(index=0, uuid="GPU-0", name="fake", memory_total_mib=80_000)]
     pool = SlotPool(gpus, "auto", None, max_per_gpu=4)
@@ -428,7 +428,7 @@ def test_a_later_run_that_does_not_pack_shows_no_earlier_packing(
     run of the host with fixed levels (or on no GPU) as if that run had packed."""
     import optuna
 
-    from hpo_orchestrator.scheduler import _packer
+    from hpo_orchestrator.placement import _packer
     from hpo_orchestrator.status import packing_lines
 
     monkeypatch.setattr(_packer, "detect_mps", lambda: {"active": False})
@@ -487,7 +487,7 @@ def test_warm_ups_and_the_trials_beside_them_do_not_measure_a_level(clock: _Cloc
     """Issue 17's gpu_mix on an H100: a worker's first torch trial ran 19 s, later ones 8 s.
     The first trial of each kind in a worker is a warm-up; a trial that ran beside a warm-up
     on its GPU (slowed by that worker's imports and kernel builds) does not count either."""
-    from hpo_orchestrator.scheduler._trial_times import TrialTimes
+    from hpo_orchestrator.placement._trial_times import TrialTimes
 
     times = TrialTimes(reuse=True)
     for pid, kind, start, end in [(1, "lightgbm", 0, 6), (1, "torch", 6, 25), (1, "lightgbm", 25, 29),
@@ -508,7 +508,7 @@ def test_trials_that_report_steps_measure_per_step() -> None:
     """A pruned trial ran fewer steps than a complete one: its duration says nothing of the
     level, its seconds per step do (set-up and first step left out). One step reported: only
     compared with trials that ended after one; none: the whole duration, as before."""
-    from hpo_orchestrator.scheduler._trial_times import TrialTimes
+    from hpo_orchestrator.placement._trial_times import TrialTimes
 
     times = TrialTimes(reuse=False)
     complete = [(k, 3.0 + 2.0 * (k - 1)) for k in range(1, 11)]  # 3 s to step 1, then 2 s a step
@@ -529,7 +529,7 @@ def test_the_per_step_measure_takes_what_the_trial_measured() -> None:
     its last one, a final evaluation say, is not a slow step; nor is a step of 100 iterations
     taken for one); steps that do not rise with time (any order is Optuna's) fall back to the
     duration, never a negative time per step (math.log refused it and the loop died)."""
-    from hpo_orchestrator.scheduler._trial_times import TrialTimes
+    from hpo_orchestrator.placement._trial_times import TrialTimes
 
     times = TrialTimes(reuse=False)
     tail = times.span(0, 1, {}, 0.0, reports=[(1, 3.0), (2, 4.0), (3, 5.0)])  # 11 s after
@@ -624,7 +624,7 @@ def test_a_trial_not_yet_suggested_is_no_kind_and_no_warm_up() -> None:
     suggestions neither counts as a fifth kind (that pooled every trial for the run) nor as
     a warm-up of a kind its worker never ran (that left out the trials beside it); batch
     sizes are compared apart but a worker warms up once, not per size."""
-    from hpo_orchestrator.scheduler._trial_times import MAX_KINDS, TrialTimes
+    from hpo_orchestrator.placement._trial_times import MAX_KINDS, TrialTimes
 
     choices = {"batch_size": 4}
     times = TrialTimes(reuse=True)
@@ -670,7 +670,7 @@ def test_kinds_pooled_after_a_climb_still_judge_the_level(clock: _Clock) -> None
 def test_many_kinds_are_measured_as_one(clock: _Clock) -> None:
     """Five kinds: nearly every trial would be a first of its kind in its worker, so every
     trial is one kind and only each worker's first trial is a warm-up."""
-    from hpo_orchestrator.scheduler._trial_times import MAX_KINDS, TrialTimes
+    from hpo_orchestrator.placement._trial_times import MAX_KINDS, TrialTimes
 
     times = TrialTimes(reuse=True)
     for n in range(MAX_KINDS + 1):

@@ -1,9 +1,9 @@
-"""The first level of a packed GPU (scheduler/_packing.py ``_first_level``): from its first
+"""The first level of a packed GPU (placement/_rules.py ``_first_level``): from its first
 trial's steady utilization straight to ``target_util / utilization`` trials, as far as memory,
 cores and ``scheduler.parallel`` allow; then confirmed by throughput like any level, backed
 off on a loss or an OOM. And what makes it quick: a warm-up that reports steps measures its
-level from its first report on (scheduler/_trial_times.py), and the steady utilization is
-read only once every running trial has reported a step (scheduler/_packer.py)."""
+level from its first report on (placement/_trial_times.py), and the steady utilization is
+read only once every running trial has reported a step (placement/_packer.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from hpo_orchestrator.scheduler._packing import (
+from hpo_orchestrator.placement._rules import (
     GpuLevel,
     GpuObservation,
     HostObservation,
@@ -21,7 +21,7 @@ from hpo_orchestrator.scheduler._packing import (
     TrialTime,
     decide,
 )
-from hpo_orchestrator.scheduler._trial_times import TrialTimes
+from hpo_orchestrator.placement._trial_times import TrialTimes
 
 POLICY = PackingPolicy(target_util=80.0, max_per_gpu=4)
 # two GPUs judged together (adds=2), one trial on each so far, 32 cores, room for 16 at once
@@ -230,7 +230,7 @@ def test_the_steady_utilization_starts_when_every_running_trial_reported() -> No
     out: only those after the last of the running trials' first reports count."""
     from types import SimpleNamespace
 
-    from hpo_orchestrator.scheduler._packer import _steady
+    from hpo_orchestrator.placement._packer import _steady
     from hpo_orchestrator.telemetry import DeviceReading
 
     readings = [DeviceReading(float(t), 0.0 if t < 6 else 30.0, 1000.0) for t in range(12)]

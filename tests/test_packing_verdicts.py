@@ -1,12 +1,12 @@
 """trials_per_gpu=auto's verdicts replayed on the decisions logged in runs D-G on H100s
-(docs/BENCHMARKS.md, issue 17): which call each rule of scheduler/_packing.py makes on the
+(docs/BENCHMARKS.md, issue 17): which call each rule of placement/_rules.py makes on the
 trial durations those runs measured."""
 
 from __future__ import annotations
 
 import pytest
 
-from hpo_orchestrator.scheduler._packing import REPROBE_TRIALS, Change, GpuLevel, TrialTime, decide
+from hpo_orchestrator.placement._rules import REPROBE_TRIALS, Change, GpuLevel, TrialTime, decide
 from tests.test_packing import HOST, LGBM, POLICY, TORCH, _obs, _state, _t
 
 # gpu_mix at two per GPU, steady durations (run D's fixed runs): LightGBM 5 s, torch 8 s.

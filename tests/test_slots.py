@@ -15,7 +15,7 @@ from hpo_orchestrator.scheduler import (
     resolve_parallel,
     threads_per_trial,
 )
-from hpo_orchestrator.scheduler._leases import LeaseDir
+from hpo_orchestrator.placement._leases import LeaseDir
 from hpo_orchestrator.testing import FakeGpuBackend
 
 

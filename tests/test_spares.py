@@ -14,9 +14,9 @@ import pytest
 
 from hpo_orchestrator.config import CustomObjectiveConfig
 from hpo_orchestrator.gpu import GpuInfo
-from hpo_orchestrator.scheduler._leases import LeaseDir
+from hpo_orchestrator.placement._leases import LeaseDir
 from hpo_orchestrator.scheduler._logs import spare_log_path
-from hpo_orchestrator.scheduler._slots import SlotPool
+from hpo_orchestrator.placement._slots import SlotPool
 from hpo_orchestrator.scheduler._trial import Worker
 from hpo_orchestrator.scheduler._workers import Workers
 from hpo_orchestrator.worker import Job
@@ -165,7 +165,7 @@ def test_a_spare_is_wanted_only_where_one_more_trial_fits_and_the_level_may_rise
     """No spare before a trial's memory peak is known; one for the place above once it fits
     (held for the level); none on a GPU one more trial would not fit, nor after an OOM shut
     the level above."""
-    from hpo_orchestrator.scheduler import _packer
+    from hpo_orchestrator.placement import _packer
     from tests.test_packer_groups import _end, _fill, _Scripted
     from tests.test_packer_groups import _packer as packer_of
     from tests.test_packing import _Clock
@@ -204,9 +204,9 @@ def test_spares_never_take_workers_past_scheduler_parallel(
     import optuna
 
     from hpo_orchestrator.config import load_config
-    from hpo_orchestrator.scheduler import _packer
-    from hpo_orchestrator.scheduler._packer import Packer
-    from hpo_orchestrator.scheduler._packing import GpuLevel
+    from hpo_orchestrator.placement import _packer
+    from hpo_orchestrator.placement._packer import Packer
+    from hpo_orchestrator.placement._rules import GpuLevel
     from tests.test_packer_groups import _end, _fill, _gpus, _Scripted
     from tests.test_packing import _Clock
 

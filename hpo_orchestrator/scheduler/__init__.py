@@ -10,19 +10,20 @@ name once the first wave is under way.
 
 from __future__ import annotations
 
-from hpo_orchestrator.scheduler._budget import Budget, count_claimed
-from hpo_orchestrator.scheduler._first_wave import FirstWave, Layout, lay_out
-from hpo_orchestrator.scheduler._leases import LeaseDir, default_lease_dir
-from hpo_orchestrator.scheduler._logs import read_tail, run_dir
-from hpo_orchestrator.scheduler._slots import (
+from hpo_orchestrator.placement import (
     BusyRule,
+    LeaseDir,
     Slot,
     SlotPool,
+    default_lease_dir,
     resolve_cpu_slots,
     resolve_gpus,
     resolve_parallel,
     threads_per_trial,
 )
+from hpo_orchestrator.scheduler._budget import Budget, count_claimed
+from hpo_orchestrator.scheduler._first_wave import FirstWave, Layout, lay_out
+from hpo_orchestrator.scheduler._logs import read_tail, run_dir
 from hpo_orchestrator.scheduler._trial import FinishedTrial, QuietReporter, Reporter, RunningTrial
 
 __all__ = ["Budget", "BusyRule", "FinishedTrial", "FirstWave", "Layout", "LeaseDir", "QuietReporter",

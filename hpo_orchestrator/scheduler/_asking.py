@@ -9,8 +9,8 @@ import time
 import optuna
 
 from hpo_orchestrator.gpu import GpuBackend
+from hpo_orchestrator.placement import SlotPool
 from hpo_orchestrator.scheduler._budget import Budget
-from hpo_orchestrator.scheduler._slots import SlotPool
 from hpo_orchestrator.scheduler._trial import Asked
 from hpo_orchestrator.scheduler._writes import RunRecords
 

@@ -25,16 +25,17 @@ from hpo_orchestrator.config import Config
 from hpo_orchestrator.db.connect import validated_path
 from hpo_orchestrator.errors import ConfigError
 from hpo_orchestrator.gpu import GpuBackend, GpuInfo, nvidia_icd_env, open_backend
-from hpo_orchestrator.scheduler._leases import LeaseDir, default_lease_dir
-from hpo_orchestrator.scheduler._logs import ensure_run_dir, run_dir, sweep_startup_logs
-from hpo_orchestrator.scheduler._slots import (
+from hpo_orchestrator.placement import (
     BusyRule,
+    LeaseDir,
     SlotPool,
+    default_lease_dir,
     resolve_cpu_slots,
     resolve_gpus,
     resolve_parallel,
     threads_per_trial,
 )
+from hpo_orchestrator.scheduler._logs import ensure_run_dir, run_dir, sweep_startup_logs
 from hpo_orchestrator.scheduler._tree import sweep_left_behind
 from hpo_orchestrator.scheduler._workers import Workers, first_imports
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Protocol
 
-from hpo_orchestrator.scheduler._slots import Slot
+from hpo_orchestrator.placement import Slot
 from hpo_orchestrator.worker import TrialOutcome
 
 if TYPE_CHECKING:  # Optuna in annotations only: a run's first workers start before it loads

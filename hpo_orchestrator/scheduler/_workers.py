@@ -24,10 +24,10 @@ import signal
 from pathlib import Path
 
 from hpo_orchestrator.config import LightGBMObjectiveConfig, ObjectiveConfig
+from hpo_orchestrator.placement import Slot, SlotPool
 from hpo_orchestrator.scheduler._channel import ProtocolError
 from hpo_orchestrator.scheduler._logs import spare_log_path
 from hpo_orchestrator.scheduler._process import retire_worker, signal_tree, start_worker
-from hpo_orchestrator.scheduler._slots import Slot, SlotPool
 from hpo_orchestrator.scheduler._tree import ProcessTrees
 from hpo_orchestrator.scheduler._trial import RunningTrial, Worker
 from hpo_orchestrator.worker import ChildEnv, Prepare

@@ -41,6 +41,7 @@ from hpo_orchestrator._signals import handling_stop_signals
 from hpo_orchestrator.config import Config
 from hpo_orchestrator.db import StorageUnavailable, first_line, trouble_of
 from hpo_orchestrator.gpu import GpuBackend, nvidia_icd_env
+from hpo_orchestrator.placement import Packer, Slot, SlotPool, forget_packing
 from hpo_orchestrator.pruning import AutoPruner, PrunerTuner
 from hpo_orchestrator.scheduler import _calls, _outcome
 from hpo_orchestrator.scheduler._asking import Asking
@@ -55,11 +56,9 @@ from hpo_orchestrator.scheduler._logs import (
     take_startup_log,
     trial_log_path,
 )
-from hpo_orchestrator.scheduler._packer import Packer, forget_packing
 from hpo_orchestrator.scheduler._process import cgroup_oom_kills, log_tail, oom_killed_since, signal_tree
 from hpo_orchestrator.scheduler._recipe import Duty, Recipe
 from hpo_orchestrator.scheduler._recovery import Recovery
-from hpo_orchestrator.scheduler._slots import Slot, SlotPool
 from hpo_orchestrator.scheduler._stopping import stop_running, wait_stopped
 from hpo_orchestrator.scheduler._tree import become_subreaper, restore_subreaper, sweep_left_behind
 from hpo_orchestrator.scheduler._trial import Asked, FinishedTrial, Reporter, RunningTrial
@@ -528,7 +527,7 @@ class Orchestrator:
         self.reporter.started(rt)
 
     def _pack(self) -> None:
-        """scheduler.trials_per_gpu=auto (scheduler/_packer.py): when a GPU's level changes,
+        """scheduler.trials_per_gpu=auto (placement/_packer.py): when a GPU's level changes,
         new workers get the cores re-divided, and idle workers above the level go. In reuse
         mode each GPU keeps a spare worker, started up, for the place above its level while
         the study has trials left (scheduler.spare_workers, scheduler/_workers.py)."""

@@ -382,7 +382,7 @@ def listed_devices(study_attrs: dict[str, Any]) -> dict[str, list[dict[str, Any]
 
 def _per_host(study_attrs: dict[str, Any], prefix: str) -> list[dict[str, Any]]:
     """The study attrs ``<prefix><host>`` of every host, each with the host named:
-    hpo.packing.<host> (scheduler.trials_per_gpu=auto, scheduler/_packer.py) and
+    hpo.packing.<host> (scheduler.trials_per_gpu=auto, placement/_packer.py) and
     hpo.device_choice.<host> (objective.device=auto's latest measurement); an entry someone
     else wrote in another shape is left out."""
     return [{"host": key.removeprefix(prefix), **value}

@@ -13,7 +13,7 @@ starts, so even that first sample has a CPU %.
 
 The readings of each GPU, and the host cores all watched trials used in each round, are also
 kept for a while (:meth:`device_readings`, :meth:`cpu_readings`), for
-``scheduler.trials_per_gpu=auto`` (scheduler/_packer.py).
+``scheduler.trials_per_gpu=auto`` (placement/_packer.py).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Inputs: the GPUs' readings (the telemetry sampler keeps them), the trials that e
 GPU (the loop tells :meth:`Packer.trial_ended`), the slot pool's busy places and free memory.
 Outputs: each GPU's level in the slot pool, the threads a new trial gets, and the study attr
 ``hpo.packing.<host>`` (every change with its time, GPU, old -> new and reason; status and
-report show it). The rules themselves are pure: scheduler/_packing.py.
+report show it). The rules themselves are pure: placement/_rules.py.
 
 GPUs of one model and size are judged together (:func:`gpu_groups`): one study's trials on
 identical GPUs have one best level, and judged apart two GPUs misread each other. In run K on
@@ -30,14 +30,14 @@ import time
 from collections.abc import Iterable
 from dataclasses import replace
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import optuna
 import psutil
 
 from hpo_orchestrator import keys
 from hpo_orchestrator.config import Config
-from hpo_orchestrator.scheduler._packing import (
+from hpo_orchestrator.placement._rules import (
     KEPT_PER_KIND,
     Change,
     GpuLevel,
@@ -49,10 +49,12 @@ from hpo_orchestrator.scheduler._packing import (
     may_rise,
     memory_room,
 )
-from hpo_orchestrator.scheduler._slots import SlotPool, host_cores, threads_per_trial
-from hpo_orchestrator.scheduler._trial import RunningTrial
-from hpo_orchestrator.scheduler._trial_times import TrialTimes, pooled_kind
+from hpo_orchestrator.placement._slots import SlotPool, host_cores, threads_per_trial
+from hpo_orchestrator.placement._trial_times import TrialTimes, pooled_kind
 from hpo_orchestrator.telemetry import DeviceReading, TelemetrySampler
+
+if TYPE_CHECKING:
+    from hpo_orchestrator.scheduler import RunningTrial
 
 __all__ = ["Packer", "detect_mps", "forget_packing", "gpu_groups", "packing_key"]
 

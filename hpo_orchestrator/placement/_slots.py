@@ -10,7 +10,7 @@ from typing import Any
 
 from hpo_orchestrator.errors import ConfigError
 from hpo_orchestrator.gpu import AllocatedBackend, GpuBackend, GpuInfo
-from hpo_orchestrator.scheduler._leases import Lease, LeaseDir
+from hpo_orchestrator.placement._leases import Lease, LeaseDir
 
 __all__ = ["BusyRule", "Slot", "SlotPool", "host_cores", "is_auto_packing", "resolve_gpus",
            "threads_per_trial"]
@@ -94,7 +94,7 @@ def resolve_parallel(parallel: int | str | None, gpus: int, trials_per_gpu: int 
     """``scheduler.parallel`` as the run uses it, and why (the run's start-up line says it).
 
     Unset, the run uses every GPU it was given, each packed with trials while measured
-    throughput rises (``trials_per_gpu`` unset or auto: scheduler/_packing.py), or
+    throughput rises (``trials_per_gpu`` unset or auto: placement/_rules.py), or
     ``trials_per_gpu`` times; a host without GPUs runs one trial per ``threads`` cores (1: one
     per core).
     """
@@ -119,7 +119,7 @@ def resolve_parallel(parallel: int | str | None, gpus: int, trials_per_gpu: int 
 def is_auto_packing(parallel: Any, trials_per_gpu: Any) -> bool:
     """scheduler.trials_per_gpu=auto, or parallel=auto (what resolve_parallel makes of it
     unset on a GPU host) with trials_per_gpu left unset: the per-GPU level is measured
-    (scheduler/_packing.py). A number for either means exactly that many."""
+    (placement/_rules.py). A number for either means exactly that many."""
     return trials_per_gpu == "auto" or (trials_per_gpu is None and parallel == "auto")
 
 

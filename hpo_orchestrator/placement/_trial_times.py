@@ -13,7 +13,7 @@ its GPU while it ran. A trial that reports steps is measured per step from its f
 on (below), and a warm-up's start-up is over by then: such a warm-up measures its level like
 any trial, and slows its neighbours only until its first report. That lets a GPU's first
 trials, every one a warm-up, measure level 1 while they run (the first level,
-scheduler/_packing.py). With fresh workers (one process per trial) every trial pays its start: that is
+placement/_rules.py). With fresh workers (one process per trial) every trial pays its start: that is
 the steady state, and nothing is a warm-up. When a study has more than ``MAX_KINDS`` kinds,
 every trial is one kind (a worker's first trial is then its warm-up): with many kinds almost
 every trial would be a first of its kind, and nothing would be left to measure. A warm-up is
@@ -42,7 +42,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from hpo_orchestrator.scheduler._packing import PER_STEP, POOLED, TrialTime
+from hpo_orchestrator.placement._rules import PER_STEP, POOLED, TrialTime
 
 __all__ = ["MAX_KINDS", "Span", "TrialTimes", "pooled_kind", "trial_kind"]
 

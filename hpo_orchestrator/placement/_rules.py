@@ -15,7 +15,7 @@ A level is judged by *trial durations per kind*: each trial that ran wholly at l
 compared with the mean duration of trials of its kind (its categorical parameters: a
 LightGBM trial with a LightGBM one) at the level below j, and the level's gain is
 ``k / j`` over the geometric mean of those slowdowns. Trials that report steps are judged by
-seconds per step, so that a pruned trial is not read as a fast one (scheduler/_trial_times.py);
+seconds per step, so that a pruned trial is not read as a fast one (placement/_trial_times.py);
 a noisy trials/min of a few finishes, or a different mix of kinds, would misjudge a level. A
 worker's first trial (process start, imports, OpenCL kernel build) is left out by the caller; a
 running trial already slower than break-even counts: a loss shows before the trial ends.
@@ -40,12 +40,12 @@ How many trials a verdict needs: one trial's duration varies with what runs besi
   on; above it, one trial is enough to climb on where the GPU is nearly idle with memory for
   two more (``fast_util``) and the trial shows a ``CLEAR`` gain.
 
-Only kinds measured at both levels are compared (scheduler/_trial_times.py folds a study of
+Only kinds measured at both levels are compared (placement/_trial_times.py folds a study of
 many kinds into one). The H100 runs behind each of these rules: docs/DESIGN.md §3.7; the
 figures: docs/BENCHMARKS.md "Trials per GPU".
 
 Everything here is a function of its inputs (no clock, no I/O), so the tests drive it with
-scripted numbers; scheduler/_packer.py gathers the inputs and applies the outputs.
+scripted numbers; placement/_packer.py gathers the inputs and applies the outputs.
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ CLEAR = 1.25  # a gain of this factor is clear from one trial on a nearly idle G
 # its neighbours in run F, where one trial at 0.74x ended a level that gained 1.45x elsewhere.
 FAR_LOSS = 0.5
 POOLED = "*"  # kind of every trial, where no kind ran at both levels
-PER_STEP = "/step"  # ends the kind of a trial judged by seconds per step (scheduler/_trial_times.py)
+PER_STEP = "/step"  # ends the kind of a trial judged by seconds per step (placement/_trial_times.py)
 REPROBE_TRIALS = 8  # measured trials at the level below before an uncounted loss is tried again
 FINAL_LOSSES = 1  # counted "no gain" verdicts that shut a level for the run
 Z = 1.0  # standard errors by which a "no gain" must be under 1 + min_gain
@@ -153,7 +153,7 @@ class HostObservation:
     concurrency: int  # trials at once now, over every GPU (the sum of the levels, capped)
     cap: int  # scheduler.parallel: the most trials at once
     mem_peak_mib: float | None  # expected peak GPU memory of the next trial (expected_peak_mib)
-    adds: int = 1  # trials one level up adds: one per GPU judged together (scheduler/_packer.py)
+    adds: int = 1  # trials one level up adds: one per GPU judged together (placement/_packer.py)
 
 
 @dataclass(frozen=True)
@@ -376,7 +376,7 @@ def _pace(state: GpuLevel, below: int | None, ratio: float) -> str:
 
 
 def _per_step(durations: dict[str, tuple[float, ...]]) -> bool:
-    """Were some of these trials judged by seconds per step (scheduler/_trial_times.py)?"""
+    """Were some of these trials judged by seconds per step (placement/_trial_times.py)?"""
     return any(kind.endswith(PER_STEP) for kind in durations)
 
 
