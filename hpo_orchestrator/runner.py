@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import inspect
 import os
-import socket
 import sys
 import threading
 import traceback
@@ -30,7 +29,7 @@ from hpo_orchestrator.db.connect import open_rdb_storage, setup_lock, sqlite_pat
 from hpo_orchestrator.db.tables import ensure_tables
 from hpo_orchestrator.errors import ConfigError, RuntimeFailure
 from hpo_orchestrator.gpu import GpuBackend, GpuInfo
-from hpo_orchestrator.scheduler import Budget, FirstWave, QuietReporter, Reporter, run_dir
+from hpo_orchestrator.scheduler import Budget, FirstWave, QuietReporter, Reporter
 from hpo_orchestrator.scheduler.orchestrator import Orchestrator
 from hpo_orchestrator.status import advance_tally
 from hpo_orchestrator.study import (
@@ -258,7 +257,7 @@ def _run(config: Config, wave: FirstWave,
     store = wave.store
     config = replace(config, artifacts=replace(config.artifacts, store=str(store)))
     layout, backend = wave.layout, wave.backend
-    slots, threads = layout.slots, layout.threads
+    slots, threads, host = layout.slots, layout.threads, layout.settings.host
     with warnings.catch_warnings():
         # PatientPruner and heartbeats are marked experimental; and Optuna warns that heartbeats
         # are meant for Study.optimize: under ask/tell the orchestrator records them itself.
@@ -284,7 +283,6 @@ def _run(config: Config, wave: FirstWave,
                         sqlite_path(config.storage.url), retrying,
                         unfinished=lambda: mirror.unfinished_trial_ids(study._study_id))
         claimed = budget.claimed()
-        host = sched.host or socket.gethostname()  # the Orchestrator's too
         recovering = budget.recoverable(storage, host, sched.max_retries)
         elsewhere = budget.running_elsewhere(host)
         if config.study.add_trials is not None:  # "N more": the study's total becomes claimed + N
@@ -306,15 +304,15 @@ def _run(config: Config, wave: FirstWave,
             running_elsewhere=elsewhere,
             n_trials=config.study.n_trials,
             recovering=recovering if claimed - recovering < config.study.n_trials else 0,
-            log_dir=str(run_dir(config.storage.url, study.study_name, sched.log_dir)),
+            log_dir=str(layout.settings.run_folder),
             best=best, front=front)
         live: AbstractContextManager[Reporter] = progress(prepared) if progress is not None \
             else QuietReporter()
         with live as reporter:
             sampler = TelemetrySampler(backend, config.telemetry.interval_s) \
                 if config.telemetry.enabled else None
-            orchestrator = Orchestrator(config, study, storage, budget, slots, threads, reporter,
-                                        sampler, backend, host=host, workers=wave.workers)
+            orchestrator = Orchestrator(config, study, storage, budget, layout, reporter,
+                                        sampler, backend, workers=wave.workers)
             wave.adopted = True
             try:
                 code = orchestrator.run()

@@ -95,7 +95,7 @@ def _env() -> dict[str, str]:
 
 def _threads() -> dict[str, str]:
     """cores / PAR threads per trial, as the orchestrator gives each of its children."""
-    from hpo_orchestrator.scheduler import threads_per_trial
+    from hpo_orchestrator.placement import threads_per_trial
 
     threads = str(threads_per_trial(None, PAR))
     return {"HPO_NUM_THREADS": threads, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads,

@@ -74,7 +74,7 @@ study.optimize(objective, n_trials=int(sys.argv[2]))
 
 def _threads(par: int) -> str:
     """Threads per trial as the orchestrator sets them (scheduler.threads_per_trial unset)."""
-    from hpo_orchestrator.scheduler import threads_per_trial
+    from hpo_orchestrator.placement import threads_per_trial
 
     return str(threads_per_trial(None, par))
 

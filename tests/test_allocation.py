@@ -15,7 +15,7 @@ import pytest
 
 from hpo_orchestrator.errors import ConfigError
 from hpo_orchestrator.gpu import allocate
-from hpo_orchestrator.scheduler import resolve_gpus
+from hpo_orchestrator.placement import resolve_gpus
 from hpo_orchestrator.testing import FakeGpuBackend
 from hpo_orchestrator.testing.fake_gpu import FAKE_MACHINE_ENV, fake_uuid
 from tests.conftest import trial_rows

@@ -23,7 +23,7 @@ class Readings:
 def test_a_skipped_gpu_is_said_once_and_its_return_too() -> None:
     backend = Readings()
     backend.foreign_mib = 3000.0
-    pool = SlotPool(GPUS, 2, 1, backend=backend, busy=BusyRule(recheck_s=0.0))  # type: ignore[arg-type]
+    pool = SlotPool.of(GPUS, 2, 1, backend=backend, busy=BusyRule(recheck_s=0.0))  # type: ignore[arg-type]
     first = pool.acquire()
     assert first is not None and first.gpu is not None and first.gpu.index == 1
     assert pool.acquire() is None  # gpu0 is busy: no second slot
@@ -38,6 +38,6 @@ def test_a_skipped_gpu_is_said_once_and_its_return_too() -> None:
 
 
 def test_gpus_never_skipped_give_no_notes() -> None:
-    pool = SlotPool(GPUS, 2, 1, backend=Readings(), busy=BusyRule(recheck_s=0.0))  # type: ignore[arg-type]
+    pool = SlotPool.of(GPUS, 2, 1, backend=Readings(), busy=BusyRule(recheck_s=0.0))  # type: ignore[arg-type]
     assert pool.acquire() is not None and pool.acquire() is not None
     assert pool.take_notes() == []

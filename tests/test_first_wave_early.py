@@ -109,7 +109,7 @@ def test_a_wave_short_of_slots_at_its_start_is_topped_up_on_slots_that_came_free
     before the loop: the loop starts the rest of the wave there, never a second worker on a
     slot whose early worker waits, and the run ends with no slot, lease or process left."""
     from hpo_orchestrator.gpu import open_backend
-    from hpo_orchestrator.scheduler import LeaseDir
+    from hpo_orchestrator.placement import LeaseDir
     from hpo_orchestrator.scheduler._workers import Workers
 
     monkeypatch.setenv("HPO_ORCHESTRATOR_FAKE_GPUS", "2")

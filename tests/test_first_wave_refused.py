@@ -29,7 +29,7 @@ def test_a_refused_run_leaves_no_waiting_marker_in_the_lease_folder(
     (left, and in a process that lives on its flock too, the holder would yield its GPU to
     nobody for WAIT_FRESH_S)."""
     from hpo_orchestrator.gpu import open_backend
-    from hpo_orchestrator.scheduler import LeaseDir
+    from hpo_orchestrator.placement import LeaseDir
 
     monkeypatch.setenv("HPO_ORCHESTRATOR_FAKE_GPUS", "1")
     backend = open_backend()

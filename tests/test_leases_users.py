@@ -28,7 +28,7 @@ _AS_USER = """
 import json, os, sys
 from pathlib import Path
 from hpo_orchestrator.errors import ConfigError
-from hpo_orchestrator.scheduler import LeaseDir
+from hpo_orchestrator.placement import LeaseDir
 
 uid, lease_dir, script = int(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
 os.setgroups([])

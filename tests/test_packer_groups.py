@@ -10,12 +10,11 @@ from typing import Any
 
 import pytest
 
-from hpo_orchestrator.config import load_config
 from hpo_orchestrator.gpu import GpuInfo
 from hpo_orchestrator.placement._packer import Packer, gpu_groups
 from hpo_orchestrator.placement._rules import GpuLevel
 from hpo_orchestrator.placement._slots import SlotPool
-from tests.test_packing import _Clock, _Readings, _rt
+from tests.test_packing import _Clock, _Readings, _rt, packer_of
 
 
 @pytest.fixture(name="clock")
@@ -46,13 +45,8 @@ def _gpus(*names: str) -> list[GpuInfo]:
 
 
 def _packer(readings: _Scripted, *names: str) -> Packer:
-    import optuna
-
-    pool = SlotPool(_gpus(*names), "auto", None, max_per_gpu=4)
-    config = load_config(["scheduler.parallel=auto", "scheduler.host_cores=16",
-                          "scheduler.threads_per_trial=2"])
-    study = optuna.create_study(storage=optuna.storages.InMemoryStorage())
-    return Packer(config, pool, readings, study, "h")  # type: ignore[arg-type]
+    return packer_of(_gpus(*names), ["scheduler.parallel=auto", "scheduler.host_cores=16",
+                                     "scheduler.threads_per_trial=2"], readings)
 
 
 def _end(packer: Packer, clock: _Clock, gpu: int, seconds: float, pid: int,
@@ -60,7 +54,7 @@ def _end(packer: Packer, clock: _Clock, gpu: int, seconds: float, pid: int,
     slot = next(s for s in packer.pool.slots if s.gpu is not None and s.gpu.index == gpu)
     rt = _rt(slot, 2, clock.now, pid)
     clock.now += seconds
-    packer.trial_ended(rt, fail, {"hpo.gpu_mem_peak_mib": 1000.0})
+    packer.trial_ended(rt, fail, 1000.0)
 
 
 def _fill(packer: Packer) -> None:
@@ -69,7 +63,7 @@ def _fill(packer: Packer) -> None:
 
 
 def test_gpus_of_one_model_and_size_are_one_group() -> None:
-    pool = SlotPool(_gpus("H100", "H100", "A100"), "auto", None, max_per_gpu=4)
+    pool = SlotPool.of(_gpus("H100", "H100", "A100"), "auto", None, max_per_gpu=4)
     assert gpu_groups(pool) == {0: (0, 1), 2: (2,)}
 
 

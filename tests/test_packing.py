@@ -19,6 +19,7 @@ import pytest
 from hpo_orchestrator.config import load_config
 from hpo_orchestrator.errors import ConfigError
 from hpo_orchestrator.gpu import GpuInfo
+from hpo_orchestrator.placement import Packer, RunningView, SlotPool, decode
 from hpo_orchestrator.placement._rules import (
     GpuLevel,
     GpuObservation,
@@ -28,7 +29,6 @@ from hpo_orchestrator.placement._rules import (
     decide,
     expected_peak_mib,
 )
-from hpo_orchestrator.placement._slots import SlotPool
 from hpo_orchestrator.placement._trial_times import trial_kind
 from tests.conftest import max_overlap, trial_rows
 
@@ -206,7 +206,7 @@ GPUS = [GpuInfo(index=i, uuid=f"GPU-{i}", name="fake") for i in range(2)]
 
 
 def test_auto_pool_starts_at_one_per_gpu_and_grows_per_gpu() -> None:
-    pool = SlotPool(GPUS, "auto", None, max_per_gpu=3)
+    pool = SlotPool.of(GPUS, "auto", None, max_per_gpu=3)
     assert pool.auto and pool.limits == {0: 1, 1: 1} and pool.concurrency == 2
     taken = [pool.acquire(), pool.acquire()]
     assert {s.gpu.index for s in taken if s and s.gpu} == {0, 1} and pool.acquire() is None
@@ -219,19 +219,19 @@ def test_auto_pool_starts_at_one_per_gpu_and_grows_per_gpu() -> None:
 
 
 def test_parallel_bounds_auto() -> None:
-    pool = SlotPool(GPUS, 3, "auto", max_per_gpu=4)
+    pool = SlotPool.of(GPUS, 3, "auto", max_per_gpu=4)
     pool.set_limit(0, 4)
     pool.set_limit(1, 4)
     assert pool.concurrency == 3
 
 
 def test_parallel_auto_with_fixed_level_fills_every_gpu() -> None:
-    pool = SlotPool(GPUS, "auto", 2)
+    pool = SlotPool.of(GPUS, "auto", 2)
     assert not pool.auto and pool.limits == {0: 2, 1: 2} and pool.concurrency == 4
 
 
 def test_parallel_auto_without_gpus_is_one_trial_per_core() -> None:
-    pool = SlotPool([], "auto", None, cores=3)
+    pool = SlotPool.of([], "auto", None, cores=3)
     assert pool.concurrency == 3 and not pool.limits
 
 
@@ -372,23 +372,26 @@ class _Clock:
 
 def _rt(slot: Any, threads: int, spawned_at: float, pid: int = 1,
         kind: str = "lightgbm", reports: list[tuple[int, float]] | None = None,
-        batch: int | None = None) -> Any:
+        batch: int | None = None) -> RunningView:
     """A running trial; ``batch``: a categorical batch_size (the CNN's) beside ``kind``."""
-    from types import SimpleNamespace
-
-    import optuna
-
     params: dict[str, Any] = {"kind": kind, "lr": 0.01}
-    distributions: dict[str, Any] = {
-        "kind": optuna.distributions.CategoricalDistribution(["lightgbm", "torch"]),
-        "lr": optuna.distributions.FloatDistribution(1e-4, 0.1, log=True)}
+    choices = {"kind": 2}
     if batch is not None:
         params["batch_size"] = batch
-        distributions["batch_size"] = optuna.distributions.CategoricalDistribution([64, 128, 256])
-    return SimpleNamespace(slot=slot, threads=threads, outcome=None, spawned_at=spawned_at,
-                           worker=SimpleNamespace(process=SimpleNamespace(pid=pid)),
-                           trial=SimpleNamespace(params=params, distributions=distributions),
-                           reports=reports or [])
+        choices["batch_size"] = 3
+    return RunningView(gpu=slot.gpu_index, worker=pid, started=spawned_at, threads=threads,
+                       params=params, choices=choices, reports=tuple(reports or ()))
+
+
+def packer_of(gpus: list[GpuInfo], overrides: list[str], readings: Any,
+              study: Any = None) -> Packer:
+    """A packer of ``overrides``' settings on ``gpus``, on host "h", its pool built from them."""
+    import optuna
+
+    settings = decode(load_config(overrides).scheduler, gpus, cores=16, host="h",
+                      run_folder=Path("."))
+    study = study or optuna.create_study(storage=optuna.storages.InMemoryStorage())
+    return Packer(settings, SlotPool(settings.places), readings, study)
 
 
 @pytest.fixture
@@ -401,15 +404,8 @@ def clock(monkeypatch: pytest.MonkeyPatch) -> _Clock:
 
 
 def _packer(cpu: float = 2.0) -> Any:
-    import optuna
-
-    from hpo_orchestrator.placement._packer import Packer
-
     gpus = [GpuInfo(index=0, uuid="GPU-0", name="fake", memory_total_mib=80_000)]
-    pool = SlotPool(gpus, "auto", None, max_per_gpu=4)
-    config = load_config(["scheduler.parallel=auto", "scheduler.host_cores=16"])
-    study = optuna.create_study(storage=optuna.storages.InMemoryStorage())
-    return Packer(config, pool, _Readings(cpu), study, "h")  # type: ignore[arg-type]
+    return packer_of(gpus, ["scheduler.parallel=auto", "scheduler.host_cores=16"], _Readings(cpu))
 
 
 def _earlier_auto_run(study: Any) -> None:
@@ -436,9 +432,8 @@ def test_a_later_run_that_does_not_pack_shows_no_earlier_packing(
     _earlier_auto_run(study)
     assert packing_lines({"host": "h", **study.user_attrs["hpo.packing.h"]})  # shown before
     if gpus:
-        pool = SlotPool([GpuInfo(index=0, uuid="GPU-0", name="fake", memory_total_mib=80_000)],
-                        1, None)
-        _packer.Packer(load_config(["scheduler.parallel=1"]), pool, None, study, "h")
+        packer_of([GpuInfo(index=0, uuid="GPU-0", name="fake", memory_total_mib=80_000)],
+                  ["scheduler.parallel=1"], None, study)
     else:
         _packer.forget_packing(study, "h")
     entry = study.user_attrs["hpo.packing.h"]
@@ -457,7 +452,7 @@ def _run(packer: Any, clock: _Clock, seconds: float, threads: int = 16, pid: int
     reports = [(k, seconds - (steps - k) * step_s) for k in range(1, steps + 1)]
     rt = _rt(packer.pool.slots[0], threads, clock.now, pid, kind, reports, batch)
     clock.now += seconds
-    packer.trial_ended(rt, None, {"hpo.gpu_mem_peak_mib": 1000.0})
+    packer.trial_ended(rt, None, 1000.0)
 
 
 def test_auto_threads_are_the_cores_left_and_a_raise_waits_for_them(clock: _Clock) -> None:
@@ -611,12 +606,36 @@ def test_a_categorical_batch_size_is_a_kind_of_its_own(clock: _Clock) -> None:
     assert packer.levels[0].gains[2] == pytest.approx(2 / 1.1, abs=0.01)
 
 
+def test_the_packer_sees_a_trials_categorical_choices() -> None:
+    """The view the loop hands the packer (RunningTrial.view) carries how many choices each
+    categorical parameter has, from the trial's distributions: trial_kind compares the CNN's
+    batch sizes apart only knowing them; other parameters are no kind."""
+    from types import SimpleNamespace
+
+    import optuna
+
+    from hpo_orchestrator.placement import Slot
+    from hpo_orchestrator.scheduler import RunningTrial
+
+    trial = SimpleNamespace(params={"batch_size": 64, "lr": 0.01, "kind": "torch"}, distributions={
+        "batch_size": optuna.distributions.CategoricalDistribution([64, 128, 256]),
+        "kind": optuna.distributions.CategoricalDistribution(["torch"]),
+        "lr": optuna.distributions.FloatDistribution(1e-4, 0.1, log=True)})
+    rt = RunningTrial(trial=trial, slot=Slot(id=3, gpu=GPUS[1]),  # type: ignore[arg-type]
+                      worker=SimpleNamespace(process=SimpleNamespace(pid=42)),  # type: ignore[arg-type]
+                      attempt=1, spawned_at=5.0, spawned_epoch=0.0, oom_kills_at_spawn=None,
+                      threads=4, reports=[(1, 2.0)])
+    view = rt.view()
+    assert view == RunningView(gpu=1, worker=42, started=5.0, threads=4, params=trial.params,
+                               choices={"batch_size": 3, "kind": 1}, reports=((1, 2.0),))
+    rt.outcome = SimpleNamespace()  # type: ignore[assignment]
+    assert rt.view().ended and RunningTrial.view(replace(rt, slot=Slot(id=0, gpu=None))).gpu is None
+
+
 def _unsuggested(slot: Any, spawned_at: float, pid: int) -> Any:
     """A running trial seen before its objective suggested anything (a fresh worker
     importing torch, torch_mlp generating its data): no params yet."""
-    rt = _rt(slot, 8, spawned_at, pid)
-    rt.trial.params, rt.trial.distributions = {}, {}
-    return rt
+    return replace(_rt(slot, 8, spawned_at, pid), params={}, choices={})
 
 
 def test_a_trial_not_yet_suggested_is_no_kind_and_no_warm_up() -> None:

@@ -228,16 +228,15 @@ def test_a_number_given_is_exactly_that_many(cli, setting: str) -> None:  # type
 def test_the_steady_utilization_starts_when_every_running_trial_reported() -> None:
     """Readings from while a trial imported torch and made its CUDA context (0 %) are left
     out: only those after the last of the running trials' first reports count."""
-    from types import SimpleNamespace
-
+    from hpo_orchestrator.placement import RunningView
     from hpo_orchestrator.placement._packer import _steady
     from hpo_orchestrator.telemetry import DeviceReading
 
     readings = [DeviceReading(float(t), 0.0 if t < 6 else 30.0, 1000.0) for t in range(12)]
-    first = SimpleNamespace(spawned_at=0.0, reports=[(1, 4.0), (2, 5.0)])
-    second = SimpleNamespace(spawned_at=1.0, reports=[(1, 5.0)])  # its first step at t = 6
-    assert _steady(readings, [first, second]) == [30.0] * 6  # type: ignore[arg-type]
-    assert _steady(readings, [first]) == [0.0, 0.0] + [30.0] * 6  # type: ignore[arg-type]
-    waiting = SimpleNamespace(spawned_at=2.0, reports=[])
-    assert _steady(readings, [first, waiting]) == []  # type: ignore[arg-type]
+    first = RunningView(gpu=0, worker=1, started=0.0, reports=((1, 4.0), (2, 5.0)))
+    second = RunningView(gpu=0, worker=2, started=1.0, reports=((1, 5.0),))  # first step at t = 6
+    assert _steady(readings, [first, second]) == [30.0] * 6
+    assert _steady(readings, [first]) == [0.0, 0.0] + [30.0] * 6
+    waiting = RunningView(gpu=0, worker=3, started=2.0)
+    assert _steady(readings, [first, waiting]) == []
     assert _steady(readings, []) == []

@@ -8,7 +8,7 @@ import pytest
 
 from hpo_orchestrator.errors import ConfigError
 from hpo_orchestrator.gpu import GpuInfo
-from hpo_orchestrator.scheduler import (
+from hpo_orchestrator.placement import (
     SlotPool,
     resolve_cpu_slots,
     resolve_gpus,
@@ -21,7 +21,7 @@ from hpo_orchestrator.testing import FakeGpuBackend
 
 def test_spreads_over_gpus_and_caps_per_gpu() -> None:
     gpus = FakeGpuBackend.from_spec("2").gpus()
-    pool = SlotPool(gpus, parallel=4, trials_per_gpu=None)
+    pool = SlotPool.of(gpus, parallel=4, trials_per_gpu=None)
     taken = [pool.acquire() for _ in range(5)]
     assert taken[4] is None
     on = [s.gpu.index for s in taken[:4] if s and s.gpu]
@@ -34,7 +34,7 @@ def test_a_freed_slot_goes_to_the_least_loaded_gpu() -> None:
     free slot with the lowest id (slots are numbered GPU by GPU, so on a fresh pool the two
     orders agree and only this case tells them apart)."""
     gpus = FakeGpuBackend.from_spec("2").gpus()
-    pool = SlotPool(gpus, parallel=6, trials_per_gpu=3)
+    pool = SlotPool.of(gpus, parallel=6, trials_per_gpu=3)
     taken = [pool.acquire() for _ in range(5)]  # GPU 0 runs three, GPU 1 two
     for slot in taken:
         assert slot is not None and slot.gpu is not None
@@ -46,7 +46,7 @@ def test_a_freed_slot_goes_to_the_least_loaded_gpu() -> None:
 
 def test_trials_per_gpu_limits_concurrency() -> None:
     gpus = FakeGpuBackend.from_spec("2").gpus()
-    pool = SlotPool(gpus, parallel=8, trials_per_gpu=1)
+    pool = SlotPool.of(gpus, parallel=8, trials_per_gpu=1)
     assert pool.concurrency == 2
     first, second = pool.acquire(), pool.acquire()
     assert pool.acquire() is None
@@ -57,7 +57,7 @@ def test_trials_per_gpu_limits_concurrency() -> None:
 
 
 def test_cpu_slots_have_empty_cuda_visible_devices() -> None:
-    pool = SlotPool([], parallel=3, trials_per_gpu=None)
+    pool = SlotPool.of([], parallel=3, trials_per_gpu=None)
     slots = [pool.acquire() for _ in range(3)]
     assert all(s is not None and s.gpu is None and s.cuda_visible_devices == "" for s in slots)
 
@@ -66,7 +66,7 @@ def test_gpu_slots_pin_the_gpu_by_uuid() -> None:
     """CUDA_VISIBLE_DEVICES names the GPU by UUID: an index would be another GPU under CUDA's
     fastest-first order or inside a device cgroup (Slot.cuda_visible_devices)."""
     gpus = FakeGpuBackend.from_spec("2").gpus()
-    pool = SlotPool(gpus, parallel=2, trials_per_gpu=1)
+    pool = SlotPool.of(gpus, parallel=2, trials_per_gpu=1)
     slots = [pool.acquire(), pool.acquire()]
     assert [s.cuda_visible_devices if s else None for s in slots] == [g.uuid for g in gpus]
     assert all(g.uuid.startswith("GPU-") for g in gpus)
@@ -76,8 +76,8 @@ def test_a_released_lease_frees_the_slot_for_another_orchestrator(tmp_path: Path
     """Two pools on one lease folder (two orchestrators of this host): a GPU slot held by
     one is skipped by the other until released (the kernel's flock, _leases.py)."""
     gpus = FakeGpuBackend.from_spec("1").gpus()
-    first = SlotPool(gpus, parallel=1, trials_per_gpu=1, leases=LeaseDir(tmp_path))
-    second = SlotPool(gpus, parallel=1, trials_per_gpu=1, leases=LeaseDir(tmp_path))
+    first = SlotPool.of(gpus, parallel=1, trials_per_gpu=1, leases=LeaseDir(tmp_path))
+    second = SlotPool.of(gpus, parallel=1, trials_per_gpu=1, leases=LeaseDir(tmp_path))
     held = first.acquire()
     assert held is not None and second.acquire() is None
     assert list(LeaseDir(tmp_path).holders(gpus[0].uuid)) == [0]
@@ -92,8 +92,8 @@ def test_a_waiting_orchestrator_gets_the_next_turn_on_a_gpu(tmp_path: Path) -> N
     """The holder's idle lease yields to an orchestrator that found the GPU taken, and the
     holder takes no slot of it while the other waits longer (issue 15: reuse workers)."""
     gpus = FakeGpuBackend.from_spec("1").gpus()
-    first = SlotPool(gpus, parallel=1, trials_per_gpu=1, leases=LeaseDir(tmp_path))
-    second = SlotPool(gpus, parallel=1, trials_per_gpu=1, leases=LeaseDir(tmp_path))
+    first = SlotPool.of(gpus, parallel=1, trials_per_gpu=1, leases=LeaseDir(tmp_path))
+    second = SlotPool.of(gpus, parallel=1, trials_per_gpu=1, leases=LeaseDir(tmp_path))
     held = first.acquire()
     assert held is not None and not first.yields(held)
     first.release(held, keep_lease=True)  # its reuse worker waits for the next trial
@@ -108,7 +108,7 @@ def test_a_waiting_orchestrator_gets_the_next_turn_on_a_gpu(tmp_path: Path) -> N
 
 def test_a_dead_waiter_is_no_longer_waiting(tmp_path: Path) -> None:
     gpus = FakeGpuBackend.from_spec("1").gpus()
-    pool = SlotPool(gpus, parallel=1, trials_per_gpu=1, leases=LeaseDir(tmp_path))
+    pool = SlotPool.of(gpus, parallel=1, trials_per_gpu=1, leases=LeaseDir(tmp_path))
     held = pool.acquire()
     assert held is not None
     dead = tmp_path / f"{gpus[0].uuid}.waiting.999999-0"
@@ -135,7 +135,7 @@ def test_threads_divided_among_trials() -> None:
 
 def test_oom_retry_goes_to_the_gpu_with_most_free_memory() -> None:
     gpus = [GpuInfo(index=i, uuid=f"GPU-{i}", name="x", memory_total_mib=80_000) for i in range(2)]
-    pool = SlotPool(gpus, parallel=4, trials_per_gpu=2)
+    pool = SlotPool.of(gpus, parallel=4, trials_per_gpu=2)
     first = pool.acquire()
     assert first is not None and first.gpu is not None and first.gpu.index == 0
     # GPU 1 is idle but nearly full (a foreign process): the retry still prefers GPU 0
@@ -189,7 +189,7 @@ def test_cpu_slots_run_beside_the_gpu_slots_after_them() -> None:
     parallel, why = resolve_parallel(None, 2, 1, 32, None, cpu_slots=2)
     assert (parallel, why) == (4, "one trial per GPU given and 2 on CPU slots, scheduler.parallel unset")
     assert isinstance(parallel, int)
-    pool = SlotPool(gpus, parallel, None, cpu_slots=2)
+    pool = SlotPool.of(gpus, parallel, None, cpu_slots=2)
     assert pool.concurrency == 4 and threads_per_trial(None, pool.concurrency, 32) == 8
     taken = [pool.acquire() for _ in range(5)]
     assert taken[4] is None

@@ -15,8 +15,8 @@ import pytest
 from hpo_orchestrator.config import CustomObjectiveConfig
 from hpo_orchestrator.gpu import GpuInfo
 from hpo_orchestrator.placement._leases import LeaseDir
-from hpo_orchestrator.scheduler._logs import spare_log_path
 from hpo_orchestrator.placement._slots import SlotPool
+from hpo_orchestrator.scheduler._logs import spare_log_path
 from hpo_orchestrator.scheduler._trial import Worker
 from hpo_orchestrator.scheduler._workers import Workers
 from hpo_orchestrator.worker import Job
@@ -38,7 +38,7 @@ def workers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
     monkeypatch.setenv("HPO_TEST_STEP_S", "0.01")
     gpu = GpuInfo(index=0, uuid="GPU-0", name="fake", memory_total_mib=80_000)
     leases = LeaseDir(tmp_path / "leases")
-    pool = SlotPool([gpu], "auto", "auto", leases=leases, max_per_gpu=3)
+    pool = SlotPool.of([gpu], "auto", "auto", leases=leases, max_per_gpu=3)
     found = Workers(pool, {}, kill_grace_s=5.0, icd_env={}, run_dir=tmp_path)
     yield found
     found.retire_idle()
@@ -201,22 +201,17 @@ def test_spares_never_take_workers_past_scheduler_parallel(
     level; it may run a trial only while scheduler.parallel leaves a place. So the workers
     wanted (every place at the levels, and the spares) never exceed scheduler.parallel, and
     spares fill the room that is left, one per GPU."""
-    import optuna
-
-    from hpo_orchestrator.config import load_config
     from hpo_orchestrator.placement import _packer
-    from hpo_orchestrator.placement._packer import Packer
     from hpo_orchestrator.placement._rules import GpuLevel
     from tests.test_packer_groups import _end, _fill, _gpus, _Scripted
-    from tests.test_packing import _Clock
+    from tests.test_packing import _Clock, packer_of
 
     clock = _Clock()
     monkeypatch.setattr(_packer, "time", clock)
-    pool = SlotPool(_gpus(*names), parallel, "auto", max_per_gpu=4)
-    config = load_config([f"scheduler.parallel={parallel}", "scheduler.trials_per_gpu=auto",
-                          "scheduler.host_cores=16", "scheduler.threads_per_trial=2"])
-    study = optuna.create_study(storage=optuna.storages.InMemoryStorage())
-    packer = Packer(config, pool, _Scripted(), study, "h")  # type: ignore[arg-type]
+    packer = packer_of(_gpus(*names), [f"scheduler.parallel={parallel}",
+                                       "scheduler.trials_per_gpu=auto", "scheduler.host_cores=16",
+                                       "scheduler.threads_per_trial=2"], _Scripted())
+    pool = packer.pool
     for gpu, level in levels.items():
         pool.set_limit(gpu, level)
     packer.levels = {g: GpuLevel(gpu=g, limit=lv, since=clock.now, ceiling=4)

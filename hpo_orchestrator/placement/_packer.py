@@ -30,31 +30,29 @@ import time
 from collections.abc import Iterable
 from dataclasses import replace
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-import optuna
 import psutil
 
 from hpo_orchestrator import keys
-from hpo_orchestrator.config import Config
 from hpo_orchestrator.placement._rules import (
     KEPT_PER_KIND,
     Change,
+    CoreRoom,
     GpuLevel,
     GpuObservation,
     HostObservation,
     PackingPolicy,
-    decide,
     expected_peak_mib,
     may_rise,
     memory_room,
+    step,
 )
-from hpo_orchestrator.placement._slots import SlotPool, host_cores, threads_per_trial
-from hpo_orchestrator.placement._trial_times import TrialTimes, pooled_kind
-from hpo_orchestrator.telemetry import DeviceReading, TelemetrySampler
-
-if TYPE_CHECKING:
-    from hpo_orchestrator.scheduler import RunningTrial
+from hpo_orchestrator.placement._settings import PlacementSettings, threads_per_trial
+from hpo_orchestrator.placement._slots import SlotPool
+from hpo_orchestrator.placement._trial_times import Span, TrialTimes, pooled_kind
+from hpo_orchestrator.placement._view import Readings, RunningView, StudyAttrs
+from hpo_orchestrator.telemetry import DeviceReading
 
 __all__ = ["Packer", "detect_mps", "forget_packing", "gpu_groups", "packing_key"]
 
@@ -68,7 +66,7 @@ def packing_key(host: str) -> str:
     return f"{keys.PACKING_PREFIX}{host}"
 
 
-def forget_packing(study: optuna.Study, host: str) -> None:
+def forget_packing(study: StudyAttrs, host: str) -> None:
     """A run on ``host`` with no GPU slot packs nothing: an earlier run's hpo.packing.<host>
     becomes a fixed entry without levels, which status and report do not show (the attr
     cannot be deleted through Optuna)."""
@@ -100,18 +98,16 @@ def detect_mps() -> dict[str, Any]:
 
 
 class Packer:
-    def __init__(self, config: Config, pool: SlotPool, sampler: TelemetrySampler | None,
-                 study: optuna.Study, host: str) -> None:
-        sched = config.scheduler
+    def __init__(self, settings: PlacementSettings, pool: SlotPool, readings: Readings | None,
+                 study: StudyAttrs) -> None:
         self.pool = pool
-        self.sampler = sampler
+        self.readings = readings
         self.study = study
-        self.host = host
-        self.cores = host_cores(sched.host_cores)
-        self._threads_configured = sched.threads_per_trial
-        self._times = TrialTimes(reuse=sched.worker_mode == "reuse")  # which trials measure
-        self.policy = PackingPolicy(target_util=float(sched.target_gpu_util),
-                                    max_per_gpu=sched.max_trials_per_gpu)
+        self.host = settings.host
+        self.cores = settings.cores
+        self._threads_configured = settings.threads
+        self._times = TrialTimes(reuse=settings.reuse)  # which trials measure
+        self.policy: PackingPolicy = settings.policy
         now = time.monotonic()
         self.levels = {index: GpuLevel(gpu=index, limit=limit, since=now,
                                        ceiling=self.policy.max_per_gpu)
@@ -137,112 +133,104 @@ class Packer:
         # Fixed levels are worth a write only with MPS, or over an earlier run's entry of
         # this host: status and report read the host's latest run there, and an auto run's
         # levels left in place would be shown as this run's packing.
-        if pool.auto or mps["active"] or packing_key(host) in study.user_attrs:
+        if pool.auto or mps["active"] or packing_key(self.host) in study.user_attrs:
             self._write()
 
-    def threads_for_next(self, running: Iterable[RunningTrial]) -> int:
+    def threads_for_next(self, running: Iterable[RunningView]) -> int:
         """CPU threads for the next trial. Fixed levels: the cores over the trials at once.
         Auto: that share, within what the running trials leave free (module docstring)."""
         if self._threads_configured is not None or not self.pool.auto:
             return threads_per_trial(self._threads_configured, self.pool.concurrency, self.cores)
-        return max(1, min(self._share(), self._free_cores(running)))
+        room = self._core_room(running, waiting=len(self._pending))
+        return max(1, min(room.share(), room.cores - room.held))
 
-    def _share(self) -> int:
-        """The cores over the trials at once, raises that wait for cores counted: a place
-        refilled meanwhile gets the smaller share, so the cores for the new place come free."""
-        at_once = min(self.pool.cap, self.pool.concurrency + len(self._pending))
-        return max(1, self.cores // max(at_once, 1))
+    def _core_room(self, running: Iterable[RunningView], waiting: int) -> CoreRoom:
+        return CoreRoom(cores=self.cores, held=sum(v.threads or 0 for v in running),
+                        at_once=self.pool.concurrency, cap=self.pool.cap, waiting=waiting)
 
-    def _free_cores(self, running: Iterable[RunningTrial]) -> int:
-        return self.cores - sum(rt.threads or 0 for rt in running)
-
-    def trial_ended(self, rt: RunningTrial, fail_reason: str | None,
-                    measured: dict[str, object]) -> None:
-        gpu = rt.slot.gpu
-        if gpu is None or gpu.index not in self._ooms:
+    def trial_ended(self, trial: RunningView, fail_reason: str | None,
+                    gpu_mem_peak_mib: float | None) -> None:
+        """A trial left its slot (told before the slot takes its next trial: an OOM lowers
+        its GPU's level at once)."""
+        if trial.gpu is None or trial.gpu not in self._ooms:
             return
         now = time.monotonic()
-        self._times.ended(self._times.span(gpu.index, rt.worker.process.pid, rt.trial.params,
-                                           rt.spawned_at, now, ok=fail_reason is None,
-                                           reports=rt.reports, choices=_choices(rt)))
-        if fail_reason == "oom":
-            self._ooms[gpu.index].append(now)
-        peak = measured.get(keys.GPU_MEM_PEAK_MIB)
-        if isinstance(peak, (int, float)):
-            self._mem_peaks.append(float(peak))
+        self._times.ended(self._span(trial, end=now, ok=fail_reason is None))
+        if gpu_mem_peak_mib is not None:
+            self._mem_peaks.append(gpu_mem_peak_mib)
         if fail_reason == "oom":  # decided now, before the slot takes its next trial
+            self._ooms[trial.gpu].append(now)
             self._decided_at = -float("inf")
             self.tick(())
 
-    def tick(self, running: Iterable[RunningTrial]) -> bool:
+    def _span(self, trial: RunningView, end: float | None = None, ok: bool = True) -> Span:
+        assert trial.gpu is not None
+        return self._times.span(trial.gpu, trial.worker, trial.params, trial.started, end, ok=ok,
+                                reports=trial.reports, choices=trial.choices)
+
+    def tick(self, running: Iterable[RunningView]) -> bool:
         """Decide every GPU group's level (at most every _DECIDE_EVERY_S, at once after an
-        OOM); True when one changed."""
+        OOM); True when one changed. ``running`` is read only when a decision is due."""
         now = time.monotonic()
         if not self.pool.auto or now - self._decided_at < _DECIDE_EVERY_S:
             return False
         self._decided_at = now
         running = list(running)
-        if self._times.pooled and not self._pooled:
-            self._pooled = True
-            self.levels = {index: _pooled(state) for index, state in self.levels.items()}
-            self._pending = {group: (_pooled(s), c) for group, (s, c) in self._pending.items()}
-        running_peaks = [] if self.sampler is None else [
-            p for index in self.levels for p in self.sampler.running_mem_peaks(index)]
-        host = HostObservation(cores=self.cores, concurrency=self.pool.concurrency,
-                               cap=self.pool.cap,
-                               mem_peak_mib=expected_peak_mib(self._mem_peaks, running_peaks))
+        self._pool_kinds()
+        host = self._host()
         changes: list[Change] = []
         held_changed = False
         for leader, members in self._groups.items():
             state = self.levels[leader]
-            change: Change | None
-            if leader in self._pending and any(t >= state.since for m in members
-                                               for t in self._ooms[m]):
-                del self._pending[leader]  # an OOM at the old level: no raise after all
-            if leader in self._pending:
-                new, change = self._pending[leader]
-                if self._threads_configured is None and self._free_cores(running) < self._share():
-                    continue  # the running trials' threads still hold the new trial's share
-                del self._pending[leader]
-                new = replace(new, since=now)
-            else:
-                for m in members:
-                    self._seen[m] = self._observe(state, m, running, now)
-                group = _together([self._seen[m] for m in members])
-                room = memory_room(self.policy, group, host)
-                if room is not None and room[0] >= room[1]:
+            seen = {m: self._observe(state, m, running, now) for m in members}
+            group = _together(list(seen.values()))
+            cores = None if self._threads_configured is not None else self._core_room(
+                running, waiting=len(self._pending.keys() - {leader}) + 1)
+            turn = step(self.policy, state, self._pending.pop(leader, None), group,
+                        replace(host, adds=len(members)), cores, now)
+            if turn.waiting is not None:
+                self._pending[leader] = turn.waiting
+            if turn.verdict is not None:  # decided on what it saw: shown in the attr
+                self._seen.update(seen)
+                held_changed |= turn.verdict.held != state.held
+                if _fits_one_more(self.policy, group, host):
                     self._fits_above[leader] = state.limit
-                new, change = decide(self.policy, state, group, replace(host, adds=len(members)),
-                                     now)
-                held_changed |= new.held != state.held
-                if change is not None and change.new > change.old and self._threads_configured \
-                        is None:
-                    self._pending[leader] = (new, change)
-                    if self._free_cores(running) < self._share():
-                        self._set(members, replace(
-                            state, held=f"going to {change.new} per GPU once the running trials "
-                                        f"leave {self._share()} cores free"))
-                        continue
-                    del self._pending[leader]
-            self._set(members, new)
-            if change is not None:
+            self._set(members, turn.state)
+            if turn.change is not None:
+                changes += [replace(turn.change, gpu=m) for m in members]
                 for m in members:
-                    changes.append(replace(change, gpu=m))
-                    self.pool.set_limit(m, change.new)
+                    self.pool.set_limit(m, turn.change.new)
                 # the next group's decision sees this one's trials
                 host = replace(host, concurrency=self.pool.concurrency)
-        for change in changes:
-            self._changes.append({"time": datetime.now(UTC).isoformat(timespec="seconds"),
-                                  "gpu": change.gpu, "from": change.old, "to": change.new,
-                                  "reason": change.reason})
-        said: dict[tuple[int, int, str], list[int]] = {}  # one line per group's change
+        self._tell(changes)
+        if changes or (held_changed and now - self._written_at >= _HELD_WRITE_EVERY_S):
+            self._write()
+        return bool(changes)
+
+    def _pool_kinds(self) -> None:
+        """Past MAX_KINDS kinds every trial is one kind: the levels' durations too, once."""
+        if self._times.pooled and not self._pooled:
+            self._pooled = True
+            self.levels = {index: _pooled(state) for index, state in self.levels.items()}
+            self._pending = {group: (_pooled(s), c) for group, (s, c) in self._pending.items()}
+
+    def _host(self) -> HostObservation:
+        running_peaks = [] if self.readings is None else [
+            p for index in self.levels for p in self.readings.running_mem_peaks(index)]
+        return HostObservation(cores=self.cores, concurrency=self.pool.concurrency,
+                               cap=self.pool.cap,
+                               mem_peak_mib=expected_peak_mib(self._mem_peaks, running_peaks))
+
+    def _tell(self, changes: list[Change]) -> None:
+        """Keep the changes for the attr, and a line per group's change for the progress."""
+        stamp = datetime.now(UTC).isoformat(timespec="seconds")
+        self._changes += [{"time": stamp, "gpu": c.gpu, "from": c.old, "to": c.new,
+                           "reason": c.reason} for c in changes]
+        said: dict[tuple[int, int, str], list[int]] = {}
         for change in changes:
             said.setdefault((change.old, change.new, change.reason), []).append(change.gpu)
         self._notes += [f"{', '.join(f'gpu{g}' for g in gpus)}: {old} -> {new} trials per GPU "
                         f"({reason})" for (old, new, reason), gpus in said.items()]
-        if changes or (held_changed and now - self._written_at >= _HELD_WRITE_EVERY_S):
-            self._write()
-        return bool(changes)
 
     def take_notes(self) -> list[str]:
         """The level changes since the last call, a line each, for the run's progress."""
@@ -277,29 +265,21 @@ class Packer:
         if self.pool.auto:
             self._write()
 
-    def _observe(self, state: GpuLevel, index: int, running: list[RunningTrial],
+    def _observe(self, state: GpuLevel, index: int, running: list[RunningView],
                  now: float) -> GpuObservation:
-        readings = [] if self.sampler is None else self.sampler.device_readings(index, state.since)
-        utils = [r.sm_util for r in readings if r.sm_util is not None]
-        latest = [] if self.sampler is None else self.sampler.device_readings(index, now - 30.0)
-        used = next((r.mem_used_mib for r in reversed(latest) if r.mem_used_mib is not None), None)
-        total = self._total_mib.get(index)
-        cpu = [] if self.sampler is None else self.sampler.cpu_readings(state.since)
-        here = [rt for rt in running if rt.slot.gpu is not None and rt.slot.gpu.index == index
-                and rt.outcome is None]
-        spans = [self._times.span(index, rt.worker.process.pid, rt.trial.params, rt.spawned_at,
-                                  reports=rt.reports, choices=_choices(rt)) for rt in here]
-        steady = _steady(readings, here)
-        return GpuObservation(
-            gpu=index, running=self.pool.busy_on(index),
-            util=sum(utils) / len(utils) if utils else None, readings=len(utils),
-            free_mib=None if used is None or total is None else total - used,
-            running_mem_mib=tuple(self.sampler.running_mem_peaks(index)) if self.sampler else (),
-            trials=self._times.measured(index, state.since, spans, now),
+        """What was measured on the GPU since its level was set."""
+        here = [v for v in running if v.gpu == index and not v.ended]
+        readings = [] if self.readings is None else self.readings.device_readings(index, state.since)
+        latest = [] if self.readings is None else self.readings.device_readings(index, now - 30.0)
+        return observation(
+            index, self.pool.busy_on(index), readings, latest,
+            total_mib=self._total_mib.get(index),
+            running_mem_mib=tuple(self.readings.running_mem_peaks(index)) if self.readings else (),
+            trials=self._times.measured(index, state.since, [self._span(v) for v in here], now),
             # an OOM counts against the level in force when the trial ended
             ooms=sum(1 for t in self._ooms[index] if t >= state.since),
-            cpu_cores=statistics.fmean(cpu) if len(cpu) >= self.policy.min_readings else None,
-            steady_util=statistics.fmean(steady) if steady else None, steady_readings=len(steady))
+            cpu=[] if self.readings is None else self.readings.cpu_readings(state.since),
+            min_readings=self.policy.min_readings, running=here)
 
     def _write(self) -> None:
         self._written_at = time.monotonic()
@@ -319,6 +299,31 @@ class Packer:
             return {}
         return {"util": None if obs.util is None else round(obs.util, 1),
                 "cpu_cores": None if obs.cpu_cores is None else round(obs.cpu_cores, 1)}
+
+
+def observation(index: int, busy: int, readings: list[DeviceReading],
+                latest: list[DeviceReading], total_mib: float | None,
+                running_mem_mib: tuple[float, ...], trials: tuple[Any, ...], ooms: int,
+                cpu: list[float], min_readings: int, running: list[RunningView]) -> GpuObservation:
+    """One GPU's observation from its numbers: ``readings`` since its level was set,
+    ``latest`` of the last 30 s (its memory now), the host cores our trials used per
+    sampler round (``cpu``, counted from ``min_readings`` rounds), the trials running on it."""
+    utils = [r.sm_util for r in readings if r.sm_util is not None]
+    used = next((r.mem_used_mib for r in reversed(latest) if r.mem_used_mib is not None), None)
+    steady = _steady(readings, running)
+    return GpuObservation(
+        gpu=index, running=busy,
+        util=sum(utils) / len(utils) if utils else None, readings=len(utils),
+        free_mib=None if used is None or total_mib is None else total_mib - used,
+        running_mem_mib=running_mem_mib, trials=trials, ooms=ooms,
+        cpu_cores=statistics.fmean(cpu) if len(cpu) >= min_readings else None,
+        steady_util=statistics.fmean(steady) if steady else None, steady_readings=len(steady))
+
+
+def _fits_one_more(policy: PackingPolicy, obs: GpuObservation, host: HostObservation) -> bool:
+    """Was one more trial seen to fit in the GPU's memory? (a spare for the place above)"""
+    room = memory_room(policy, obs, host)
+    return room is not None and room[0] >= room[1]
 
 
 def _together(observations: list[GpuObservation]) -> GpuObservation:
@@ -342,20 +347,14 @@ def _together(observations: list[GpuObservation]) -> GpuObservation:
         steady_readings=min(o.steady_readings for o in observations))
 
 
-def _steady(readings: list[DeviceReading], running: list[RunningTrial]) -> list[float]:
+def _steady(readings: list[DeviceReading], running: list[RunningView]) -> list[float]:
     """The GPU's utilization readings since every trial running on it reported its first step:
     what the trials use once their set-up (imports, CUDA context, data) is behind them. None
     before that, or while nothing runs."""
-    if not running or any(not rt.reports for rt in running):
+    if not running or any(not v.reports for v in running):
         return []
-    since = max(rt.spawned_at + min(s for _, s in rt.reports) for rt in running)
+    since = max(v.started + min(s for _, s in v.reports) for v in running)
     return [r.sm_util for r in readings if r.t >= since and r.sm_util is not None]
-
-
-def _choices(rt: RunningTrial) -> dict[str, int]:
-    """How many choices each categorical parameter of the trial has (trial_kind)."""
-    return {name: len(dist.choices) for name, dist in rt.trial.distributions.items()
-            if isinstance(dist, optuna.distributions.CategoricalDistribution)}
 
 
 def _pooled(state: GpuLevel) -> GpuLevel:

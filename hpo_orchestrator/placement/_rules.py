@@ -54,8 +54,8 @@ import math
 import statistics
 from dataclasses import dataclass, field, replace
 
-__all__ = ["Change", "GpuLevel", "GpuObservation", "HostObservation", "PackingPolicy", "TrialTime",
-           "decide", "expected_peak_mib", "may_rise", "memory_room"]
+__all__ = ["Change", "CoreRoom", "GpuLevel", "GpuObservation", "HostObservation", "PackingPolicy",
+           "Step", "TrialTime", "decide", "expected_peak_mib", "may_rise", "memory_room", "step"]
 
 TRIALS_PER_LEVEL = 2  # measured trials at a level (of one kind, for "no gain") before they count
 CLEAR = 1.25  # a gain of this factor is clear from one trial on a nearly idle GPU
@@ -447,3 +447,60 @@ def _held(policy: PackingPolicy, state: GpuLevel, obs: GpuObservation,
                 f"{level + 1} would gain {gain.ratio ** 2 / before:.2f}x, under "
                 f"{1 + policy.min_gain:g}x")
     return None
+
+
+@dataclass(frozen=True)
+class CoreRoom:
+    """The host's cores as a raise sees them, where the packer sets each trial's threads."""
+
+    cores: int  # CPU cores the run's trials share
+    held: int  # threads the running trials were given
+    at_once: int  # trials at once now: the levels over every GPU, capped
+    cap: int  # scheduler.parallel: the most trials at once
+    waiting: int  # raises that wait for cores, this one counted
+
+    def share(self) -> int:
+        """Each trial's cores once the waiting raises are in: a place refilled meanwhile
+        already gets the smaller share, so the cores for the new place come free."""
+        return max(1, self.cores // max(min(self.cap, self.at_once + self.waiting), 1))
+
+    def enough(self) -> bool:
+        """Do the running trials leave the new share free? (16 + 8 OpenMP threads on 16
+        cores made LightGBM trials 30x slower: docs/BENCHMARKS.md "Costs the code cites")"""
+        return self.cores - self.held >= self.share()
+
+
+@dataclass(frozen=True)
+class Step:
+    """What one GPU group's turn decided."""
+
+    state: GpuLevel  # its state from now on
+    change: Change | None = None  # its level changed now
+    waiting: tuple[GpuLevel, Change] | None = None  # a raise decided, waiting for cores
+    verdict: GpuLevel | None = None  # :func:`decide`'s state, where it ran
+
+
+def step(policy: PackingPolicy, state: GpuLevel, waiting: tuple[GpuLevel, Change] | None,
+         obs: GpuObservation, host: HostObservation, cores: CoreRoom | None,
+         now: float) -> Step:
+    """One GPU group's turn. ``waiting``: a raise decided earlier that waits for the running
+    trials to leave its cores; ``cores``: the host's cores, None where
+    ``scheduler.threads_per_trial`` fixes the threads (a raise never waits then).
+
+    - a raise waiting, and a trial ran out of memory at the old level since: no raise after
+      all, decided afresh;
+    - a raise waiting, the cores still held: it waits on, nothing else changes;
+    - a raise waiting, the cores free: it is made now;
+    - otherwise :func:`decide`; a raise it makes while the cores are held waits for them
+      (``held`` says so)."""
+    if waiting is not None and not obs.ooms:
+        if cores is not None and not cores.enough():
+            return Step(state, waiting=waiting)
+        raised, raise_ = waiting
+        return Step(replace(raised, since=now), raise_)
+    new, change = decide(policy, state, obs, host, now)
+    if change is None or change.new <= change.old or cores is None or cores.enough():
+        return Step(new, change, verdict=new)
+    held = (f"going to {change.new} per GPU once the running trials leave {cores.share()} "
+            "cores free")
+    return Step(replace(state, held=held), waiting=(new, change), verdict=new)

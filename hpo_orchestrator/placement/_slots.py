@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import os
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -11,9 +10,9 @@ from typing import Any
 from hpo_orchestrator.errors import ConfigError
 from hpo_orchestrator.gpu import AllocatedBackend, GpuBackend, GpuInfo
 from hpo_orchestrator.placement._leases import Lease, LeaseDir
+from hpo_orchestrator.placement._settings import Places, host_cores, places
 
-__all__ = ["BusyRule", "Slot", "SlotPool", "host_cores", "is_auto_packing", "resolve_gpus",
-           "threads_per_trial"]
+__all__ = ["BusyRule", "Slot", "SlotPool", "resolve_gpus"]
 
 
 @dataclass(frozen=True)
@@ -34,6 +33,11 @@ class Slot:
         see the same single GPU; NVML ignores it and lists processes by NVML index.
         """
         return self.gpu.uuid if self.gpu is not None else ""
+
+    @property
+    def gpu_index(self) -> int | None:
+        """The NVML index of the slot's GPU; None on a CPU slot."""
+        return self.gpu.index if self.gpu is not None else None
 
     @property
     def label(self) -> str:
@@ -60,67 +64,6 @@ def resolve_gpus(wanted: Any, backend: GpuBackend) -> list[GpuInfo]:
             raise ConfigError(f"scheduler.gpus: GPU {index} does not exist on this host{reason}",
                               f"GPUs found: {have}; use scheduler.gpus=auto or a subset")
     return [by_index[i] for i in dict.fromkeys(wanted)]
-
-
-def host_cores(configured: int | None = None) -> int:
-    """CPU cores this orchestrator may use: ``scheduler.host_cores``, else its CPU affinity
-    (what a Slurm job or taskset gave it)."""
-    return configured if configured is not None else len(os.sched_getaffinity(0))
-
-
-def threads_per_trial(configured: int | None, concurrency: int, cores: int | None = None) -> int:
-    """CPU threads one trial may use so that ``concurrency`` trials do not oversubscribe."""
-    if configured is not None:
-        return configured
-    return max(1, host_cores(cores) // max(concurrency, 1))
-
-
-CPU_SLOT_CORES = 8  # cpu_slots=auto: a CPU slot per 8 cores (docs/GPU.md: 8 threads ~ 16 at 40k)
-
-
-def resolve_cpu_slots(cpu_slots: int | str, gpu_places: int, cores: int | None = None) -> int:
-    """``scheduler.cpu_slots`` as a number: auto gives the cores the GPU slots leave, one slot
-    per CPU_SLOT_CORES; none without GPUs (every slot is a CPU slot there already)."""
-    if not gpu_places:
-        return 0
-    if cpu_slots == "auto":
-        return max(0, host_cores(cores) // CPU_SLOT_CORES - gpu_places)
-    return int(cpu_slots)
-
-
-def resolve_parallel(parallel: int | str | None, gpus: int, trials_per_gpu: int | str | None,
-                     cores: int | None = None, threads: int | None = None,
-                     cpu_slots: int = 0) -> tuple[int | str, str]:
-    """``scheduler.parallel`` as the run uses it, and why (the run's start-up line says it).
-
-    Unset, the run uses every GPU it was given, each packed with trials while measured
-    throughput rises (``trials_per_gpu`` unset or auto: placement/_rules.py), or
-    ``trials_per_gpu`` times; a host without GPUs runs one trial per ``threads`` cores (1: one
-    per core).
-    """
-    if parallel is not None:
-        return parallel, f"scheduler.parallel={parallel}"
-    if gpus:
-        beside = f" and {cpu_slots} on CPU slots" if cpu_slots else ""
-        if not isinstance(trials_per_gpu, int):
-            why = "trials_per_gpu=auto" if trials_per_gpu == "auto" else "scheduler.parallel unset"
-            return "auto", f"1 per GPU to start, more while throughput rises{beside}; {why}"
-        per_gpu = trials_per_gpu
-        each = "one trial" if per_gpu == 1 else f"{per_gpu} trials"
-        return gpus * per_gpu + cpu_slots, \
-            f"{each} per GPU given{beside}, scheduler.parallel unset"
-    cores = host_cores(cores)
-    per_trial = threads or 1
-    return max(1, cores // per_trial), (
-        f"one trial per {'core' if per_trial == 1 else f'{per_trial} cores'} of {cores}, "
-        "scheduler.parallel unset")
-
-
-def is_auto_packing(parallel: Any, trials_per_gpu: Any) -> bool:
-    """scheduler.trials_per_gpu=auto, or parallel=auto (what resolve_parallel makes of it
-    unset on a GPU host) with trials_per_gpu left unset: the per-GPU level is measured
-    (placement/_rules.py). A number for either means exactly that many."""
-    return trials_per_gpu == "auto" or (trials_per_gpu is None and parallel == "auto")
 
 
 @dataclass(frozen=True)
@@ -150,32 +93,19 @@ class SlotPool:
     no lease), counted in the concurrency.
     """
 
-    def __init__(self, gpus: list[GpuInfo], parallel: int | str, trials_per_gpu: int | str | None,
-                 leases: LeaseDir | None = None, backend: GpuBackend | None = None,
-                 busy: BusyRule | None = None, max_per_gpu: int = 4,
-                 cores: int | None = None, cpu_slots: int = 0) -> None:
-        self.auto = bool(gpus) and is_auto_packing(parallel, trials_per_gpu)
-        if gpus:
-            if self.auto:
-                self.per_gpu = max_per_gpu
-            elif isinstance(trials_per_gpu, int):
-                self.per_gpu = trials_per_gpu
-            else:
-                assert isinstance(parallel, int)  # parallel=auto alone is auto packing
-                self.per_gpu = math.ceil(max(parallel - cpu_slots, 1) / len(gpus))
-            self.slots = [Slot(id=i, gpu=gpu, k=k) for i, (k, gpu) in
-                          enumerate((k, gpu) for k in range(self.per_gpu) for gpu in gpus)]
-            self.limits = {gpu.index: 1 if self.auto else self.per_gpu for gpu in gpus}
-            # CPU slots beside them (scheduler.cpu_slots): no level, no lease, numbered last
-            self.cpu_places = cpu_slots
-            self.slots += [Slot(id=len(self.slots) + i, gpu=None) for i in range(cpu_slots)]
-        else:
-            self.per_gpu = 0
-            self.cpu_places = 0
-            count = parallel if isinstance(parallel, int) else host_cores(cores)
-            self.slots = [Slot(id=i, gpu=None) for i in range(count)]
-            self.limits = {}
-        self.cap = parallel if isinstance(parallel, int) else len(self.slots)
+    def __init__(self, places: Places, leases: LeaseDir | None = None,
+                 backend: GpuBackend | None = None, busy: BusyRule | None = None) -> None:
+        gpus = list(places.gpus)
+        self.auto = places.auto
+        self.per_gpu = places.per_gpu
+        self.slots = [Slot(id=i, gpu=gpu, k=k) for i, (k, gpu) in
+                      enumerate((k, gpu) for k in range(self.per_gpu) for gpu in gpus)]
+        self.limits = {gpu.index: places.start_level for gpu in gpus}
+        # CPU slots beside the GPU slots (scheduler.cpu_slots: no level, no lease, numbered
+        # last), or every slot of a host without GPUs
+        self.cpu_places = places.cpu_slots if gpus else 0
+        self.slots += [Slot(id=len(self.slots) + i, gpu=None) for i in range(places.cpu_slots)]
+        self.cap = places.cap if places.cap is not None else len(self.slots)
         self._busy: set[int] = set()
         self._leases = leases if gpus else None
         self._held: dict[int, Lease] = {}
@@ -187,6 +117,16 @@ class SlotPool:
         # once per change, since the run's only other sign was an idle_gpu finding at the end
         self._notes: list[str] = []
         self._said_skipped: set[int] = set()
+
+    @classmethod
+    def of(cls, gpus: list[GpuInfo], parallel: int | str, trials_per_gpu: int | str | None,
+           leases: LeaseDir | None = None, backend: GpuBackend | None = None,
+           busy: BusyRule | None = None, max_per_gpu: int = 4, cores: int | None = None,
+           cpu_slots: int = 0) -> SlotPool:
+        """The pool of ``parallel`` (as resolve_parallel made it) and ``trials_per_gpu``,
+        without a run's settings (tests, benchmarks)."""
+        return cls(places(gpus, parallel, trials_per_gpu, max_per_gpu, host_cores(cores), cpu_slots),
+                   leases, backend, busy)
 
     @property
     def concurrency(self) -> int:
@@ -215,11 +155,10 @@ class SlotPool:
         load: dict[int | None, int] = {}
         for slot in self.slots:
             if slot.id in self._busy:
-                key = slot.gpu.index if slot.gpu else None
-                load[key] = load.get(key, 0) + 1
+                load[slot.gpu_index] = load.get(slot.gpu_index, 0) + 1
 
         def rank(s: Slot) -> tuple[float, int, bool, int]:
-            index = s.gpu.index if s.gpu else None
+            index = s.gpu_index
             memory = -free_mib.get(index, 0.0) if free_mib and index is not None else 0.0
             # then spread over GPUs; then a slot whose lease we kept (its reuse worker waits)
             return memory, load.get(index, 0), s.id not in self._held, s.id

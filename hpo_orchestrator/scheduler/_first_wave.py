@@ -17,63 +17,18 @@ retires the workers and removes the folders it made for them (:meth:`FirstWave.c
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
 from pathlib import Path
 
 from hpo_orchestrator.artifacts import check_store
 from hpo_orchestrator.config import Config
 from hpo_orchestrator.db.connect import validated_path
-from hpo_orchestrator.errors import ConfigError
-from hpo_orchestrator.gpu import GpuBackend, GpuInfo, nvidia_icd_env, open_backend
-from hpo_orchestrator.placement import (
-    BusyRule,
-    LeaseDir,
-    SlotPool,
-    default_lease_dir,
-    resolve_cpu_slots,
-    resolve_gpus,
-    resolve_parallel,
-    threads_per_trial,
-)
+from hpo_orchestrator.gpu import GpuBackend, nvidia_icd_env, open_backend
+from hpo_orchestrator.placement import lay_out
 from hpo_orchestrator.scheduler._logs import ensure_run_dir, run_dir, sweep_startup_logs
 from hpo_orchestrator.scheduler._tree import sweep_left_behind
 from hpo_orchestrator.scheduler._workers import Workers, first_imports
 
-__all__ = ["FirstWave", "Layout", "lay_out"]
-
-
-@dataclass(frozen=True)
-class Layout:
-    """Where the run's trials go: the GPUs given, the slots, CPU threads per trial."""
-
-    gpus: list[GpuInfo]
-    slots: SlotPool
-    threads: int
-    parallel_reason: str  # why slots.concurrency: scheduler.parallel, or what its default chose
-
-
-def lay_out(config: Config, backend: GpuBackend) -> Layout:
-    """The slots of ``config``'s scheduler on this host (ConfigError where they cannot be)."""
-    sched = config.scheduler
-    gpus = resolve_gpus(sched.gpus, backend)
-    leases = LeaseDir(default_lease_dir(sched.lease_dir))
-    if gpus:  # only GPU slots are leased
-        leases.check()
-    per_gpu = sched.trials_per_gpu if isinstance(sched.trials_per_gpu, int) else 1
-    cpu_slots = resolve_cpu_slots(sched.cpu_slots, len(gpus) * per_gpu, sched.host_cores)
-    if cpu_slots and getattr(config.objective, "device", None) == "gpu":
-        raise ConfigError(f"scheduler.cpu_slots={sched.cpu_slots} with objective.device=gpu: "
-                          "a trial on a CPU slot cannot train on a GPU",
-                          "leave objective.device=auto (each trial where it runs faster), or "
-                          "set scheduler.cpu_slots=0")
-    parallel, reason = resolve_parallel(sched.parallel, len(gpus), sched.trials_per_gpu,
-                                        sched.host_cores, sched.threads_per_trial, cpu_slots)
-    slots = SlotPool(gpus, parallel, sched.trials_per_gpu, leases=leases, cpu_slots=cpu_slots,
-                     backend=backend if sched.avoid_busy_gpus else None,
-                     busy=BusyRule(sched.busy_gpu_mem_mib, sched.busy_gpu_util),
-                     max_per_gpu=sched.max_trials_per_gpu, cores=sched.host_cores)
-    threads = threads_per_trial(sched.threads_per_trial, slots.concurrency, sched.host_cores)
-    return Layout(gpus, slots, threads, reason)
+__all__ = ["FirstWave"]
 
 
 class FirstWave:
@@ -93,7 +48,7 @@ class FirstWave:
         self.owns_backend = backend is None
         self.backend = open_backend() if backend is None else backend
         try:
-            self.layout = lay_out(config, self.backend)
+            self.layout = lay_out(config, self.backend, self.log_dir)
         except BaseException:
             self._close_backend()
             raise

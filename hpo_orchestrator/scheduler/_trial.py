@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Protocol
 
-from hpo_orchestrator.placement import Slot
+from hpo_orchestrator.placement import RunningView, Slot
 from hpo_orchestrator.worker import TrialOutcome
 
 if TYPE_CHECKING:  # Optuna in annotations only: a run's first workers start before it loads
@@ -97,6 +97,17 @@ class RunningTrial:
             return min(self.timed_out_epoch, now)
         ended = self.outcome.ended if self.outcome is not None else None
         return now if ended is None else min(max(ended, self.spawned_epoch), now)
+
+    def view(self) -> RunningView:
+        """What placement reads of it (placement/_view.py): numbers and names only."""
+        from optuna.distributions import CategoricalDistribution  # loaded by the loop already
+
+        return RunningView(
+            gpu=self.slot.gpu_index, worker=self.worker.process.pid, started=self.spawned_at,
+            threads=self.threads, params=dict(self.trial.params),
+            choices={name: len(dist.choices) for name, dist in self.trial.distributions.items()
+                     if isinstance(dist, CategoricalDistribution)},
+            reports=tuple(self.reports), ended=self.outcome is not None)
 
     @property
     def connection(self) -> Channel:

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import select
 import signal
-import socket
 import sqlite3
 import time
 from datetime import datetime
@@ -41,7 +40,7 @@ from hpo_orchestrator._signals import handling_stop_signals
 from hpo_orchestrator.config import Config
 from hpo_orchestrator.db import StorageUnavailable, first_line, trouble_of
 from hpo_orchestrator.gpu import GpuBackend, nvidia_icd_env
-from hpo_orchestrator.placement import Packer, Slot, SlotPool, forget_packing
+from hpo_orchestrator.placement import Layout, Packer, Slot, forget_packing
 from hpo_orchestrator.pruning import AutoPruner, PrunerTuner
 from hpo_orchestrator.scheduler import _calls, _outcome
 from hpo_orchestrator.scheduler._asking import Asking
@@ -52,7 +51,6 @@ from hpo_orchestrator.scheduler._logs import (
     LogCap,
     ensure_run_dir,
     keep_traceback,
-    run_dir,
     take_startup_log,
     trial_log_path,
 )
@@ -85,25 +83,27 @@ _STORAGE_ERRORS = (optuna.exceptions.StorageInternalError, SQLAlchemyError, sqli
 
 class Orchestrator:
     def __init__(self, config: Config, study: optuna.Study, storage: optuna.storages.RDBStorage,
-                 budget: Budget, slots: SlotPool, threads: int, reporter: Reporter,
+                 budget: Budget, layout: Layout, reporter: Reporter,
                  sampler: TelemetrySampler | None = None, backend: GpuBackend | None = None,
-                 host: str | None = None, workers: Workers | None = None) -> None:
-        """``workers``: the run's first wave, started before the storage (_first_wave.py);
-        default: none yet, started by the loop."""
+                 workers: Workers | None = None) -> None:
+        """``layout``: the run's settings and slots (placement/_layout.py); ``workers``: the
+        run's first wave, started before the storage (_first_wave.py); default: none yet,
+        started by the loop."""
+        slots = layout.slots
         self.config = config
         self.study = study
         self.storage = storage
         self.budget = budget
         self.slots = slots
-        self.threads = threads
+        self.threads = layout.threads
         self.reporter = reporter
         self.sampler = sampler
         self.backend = backend
-        self.host = host or config.scheduler.host or socket.gethostname()
+        self.host = layout.settings.host
         self.reuse = config.scheduler.worker_mode == "reuse"
         # what each Job carries for the child's trial.study (worker/_study_view.py)
         self._directions = tuple(d.name.lower() for d in study.directions)
-        self.log_dir = run_dir(config.storage.url, study.study_name, config.scheduler.log_dir)
+        self.log_dir = layout.settings.run_folder
         self.workers = workers or Workers(slots, {}, config.scheduler.kill_grace_s,
                                           nvidia_icd_env(), self.log_dir,
                                           first_imports(config.objective))
@@ -126,7 +126,7 @@ class Orchestrator:
         self.failures = FailurePolicy(config.study.fail_fast, config.study.max_failures)
         self.halted: Halt | None = None  # the failure policy stopped the run (exit 1)
         # scheduler.trials_per_gpu=auto (and the study attr hpo.packing.<host> on GPU hosts)
-        self.packer = Packer(config, slots, sampler, study, self.host) if slots.limits else None
+        self.packer = Packer(layout.settings, slots, sampler, study) if slots.limits else None
         if self.packer is None:
             forget_packing(study, self.host)  # an earlier run's levels are not this run's
         self.retention = TelemetryRetention(storage.engine, study._study_id, self.host,
@@ -327,7 +327,9 @@ class Orchestrator:
                 measured[keys.TRACEBACK] = kept
         del self.running[rt.slot.id]
         if self.packer is not None:  # before the slot is handed on: an OOM lowers its GPU's level
-            self.packer.trial_ended(rt, verdict.fail_reason, measured)
+            peak = measured.get(keys.GPU_MEM_PEAK_MIB)
+            self.packer.trial_ended(rt.view(), verdict.fail_reason,
+                                    float(peak) if isinstance(peak, (int, float)) else None)
         alive = rt.process.poll() is None and rt.stop_reason is None  # not one we signalled
         if _outcome.keep_worker(reuse=self.reuse, alive=alive,
                                 connection_open=rt.connection_open, stopping=bool(self._signals),
@@ -481,7 +483,7 @@ class Orchestrator:
         trial = asked.trial
         log_path = trial_log_path(self.log_dir, trial.number)
         if self.packer is not None:  # auto: the cores the running trials leave (_packer.py)
-            self.threads = self.packer.threads_for_next(self.running.values())
+            self.threads = self.packer.threads_for_next(rt.view() for rt in self.running.values())
         try:
             worker = self.workers.for_trial(slot, trial.number, asked.attempt, self.threads,
                                             log_path)
@@ -508,7 +510,7 @@ class Orchestrator:
                             trial_pid=worker.process.pid)
         if self.sampler is not None:
             self.sampler.watch(slot.id, trial._trial_id, worker.process.pid,
-                               slot.gpu.index if slot.gpu else None,
+                               slot.gpu_index,
                                fresh=worker.trials == 1 and not worker.prepared)
         # The job first, the records after: the worker starts while we write. A child that
         # died at birth (killed from outside) is classified once it is reaped.
@@ -533,7 +535,7 @@ class Orchestrator:
         the study has trials left (scheduler.spare_workers, scheduler/_workers.py)."""
         if self.packer is None or not self.slots.auto:
             return
-        self.packer.tick(self.running.values())
+        self.packer.tick(rt.view() for rt in self.running.values())  # read when a decision is due
         for text in self.packer.take_notes():
             self.reporter.note(text)
         self.workers.retire_over_levels()
