@@ -21,6 +21,7 @@ from hpo_orchestrator.errors import ConfigError
 from hpo_orchestrator.gpu import GpuInfo
 from hpo_orchestrator.placement import Packer, RunningView, SlotPool, decode
 from hpo_orchestrator.placement._rules import (
+    CoreRoom,
     GpuLevel,
     GpuObservation,
     HostObservation,
@@ -28,6 +29,7 @@ from hpo_orchestrator.placement._rules import (
     TrialTime,
     decide,
     expected_peak_mib,
+    step,
 )
 from hpo_orchestrator.placement._trial_times import trial_kind
 from tests.conftest import max_overlap, trial_rows
@@ -179,6 +181,33 @@ def test_an_oom_backs_off_and_caps() -> None:
     # shut for the run: trials at one per GPU never lift the ceiling
     state, change = decide(POLICY, state, _obs(util=10.0, trials=(_t(10.0),) * 9), HOST, now=6.0)
     assert change is None and state.ceiling == 1 and "1 per GPU was the best level" in (state.held or "")
+
+
+def test_a_raise_waits_for_the_cores_the_running_trials_hold() -> None:
+    """A raise decided while the running trials hold the new share's cores waits, said in
+    ``held``; it is made once they leave that share free; a drop, or threads fixed by
+    scheduler.threads_per_trial (no room given), never waits; an OOM at the old level
+    cancels a waiting raise and the level is decided afresh."""
+    def room(held: int) -> CoreRoom:  # one GPU at 1, its raise counted: 16 cores over 2
+        return CoreRoom(cores=16, held=held, at_once=1, cap=8, waiting=1)
+
+    assert (room(8).share(), room(8).enough(), room(9).enough()) == (8, True, False)
+    held = step(POLICY, _state(), None, _obs(), HOST, room(16), now=5.0)
+    assert held.change is None and held.state.limit == 1 and held.waiting is not None
+    assert held.state.held == "going to 2 per GPU once the running trials leave 8 cores free"
+    assert held.verdict is not None and held.verdict.limit == 2  # what decide said
+    still = step(POLICY, held.state, held.waiting, _obs(), HOST, room(9), now=6.0)
+    assert still == replace(held, verdict=None)  # nothing else changes meanwhile
+    made = step(POLICY, held.state, held.waiting, _obs(), HOST, room(8), now=7.0)
+    assert made.change is not None and (made.change.old, made.change.new) == (1, 2)
+    assert (made.state.limit, made.state.since, made.waiting) == (2, 7.0, None)
+    fixed = step(POLICY, _state(), None, _obs(), HOST, None, now=5.0)
+    assert fixed.change is not None and fixed.state.limit == 2
+    oom = step(POLICY, held.state, held.waiting, _obs(ooms=1), HOST, room(8), now=7.0)
+    assert oom.change is None and oom.waiting is None and oom.state.limit == 1
+    assert "ran out of GPU memory" in (oom.state.held or "")
+    drop = step(POLICY, _state(limit=2), None, _obs(ooms=1), HOST, room(16), now=5.0)
+    assert drop.change is not None and drop.state.limit == 1
 
 
 def test_trial_kind_is_its_categorical_parameters() -> None:

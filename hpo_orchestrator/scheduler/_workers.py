@@ -76,7 +76,7 @@ class Workers:
     def _start(self, slot: Slot, trial_number: int | None, attempt: int, threads: int,
                log_path: Path) -> Worker:
         child = ChildEnv(trial_number=trial_number, attempt=attempt, slot=slot.id,
-                         gpu_index=slot.gpu.index if slot.gpu else None,
+                         gpu_index=slot.gpu_index,
                          gpu_uuid=slot.gpu.uuid if slot.gpu else None,
                          cuda_visible_devices=slot.cuda_visible_devices, num_threads=threads,
                          import_first=self.import_first)

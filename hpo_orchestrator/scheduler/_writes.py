@@ -207,7 +207,7 @@ class RunRecords:
         self._device_choice = {key: value for key, value in choice.items()
                                if key != "measured_here"}
         self._device_choice.update(
-            trial=rt.trial.number, gpu=rt.slot.gpu.index if rt.slot.gpu else None,
+            trial=rt.trial.number, gpu=rt.slot.gpu_index,
             time=datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC"))
         self.flush_device_choice()
 
@@ -238,7 +238,7 @@ class RunRecords:
             keys.HOST: self.host,
             keys.PID: worker.process.pid,
             keys.SLOT: slot.id,
-            keys.GPU_INDEX: slot.gpu.index if slot.gpu else None,
+            keys.GPU_INDEX: slot.gpu_index,
             "hpo.gpu_uuid": slot.gpu.uuid if slot.gpu else None,
             "hpo.cuda_visible_devices": worker.cuda_visible_devices,
             "hpo.num_threads": threads,
@@ -303,7 +303,7 @@ class RunRecords:
         summary = SummaryRow.of(trial._trial_id, self.study._study_id, trial.number,
                                 verdict.state.name, {
                                     **measured, keys.HOST: self.host,
-                                    keys.GPU_INDEX: rt.slot.gpu.index if rt.slot.gpu else None,
+                                    keys.GPU_INDEX: rt.slot.gpu_index,
                                     keys.FAIL_REASON: verdict.fail_reason,
                                     keys.OPENCL_PLATFORM: rt.opencl_platform,
                                     # unrounded (the attr has 4 decimals)
