@@ -234,66 +234,112 @@ def _spread(level: dict[str, list[float]], base: dict[str, tuple[float, ...]]) -
 
 def decide(policy: PackingPolicy, state: GpuLevel, obs: GpuObservation,
            host: HostObservation, now: float) -> tuple[GpuLevel, Change | None]:
-    """The GPU's next state, and the change of its level if there is one (with its reason)."""
-    level = state.limit
-    if obs.ooms:
-        # shut for the run: this level (at level 1, the next: one trial alone did not fit)
-        state = replace(state, ceiling=max(1, level - 1),
-                        losses={**state.losses, max(level, 2): FINAL_LOSSES})
-        if level > 1:
-            return _move(state, level - 1, now, f"a trial ran out of GPU memory at {level} per GPU")
-        return replace(state, held="a trial ran out of GPU memory at 1 per GPU"), None
+    """The GPU's next state, and the change of its level if there is one (with its reason).
 
-    finished: dict[str, tuple[float, ...]] = {}
-    for t in obs.trials:
-        if not t.running:
-            finished[t.kind] = (*finished.get(t.kind, ()), t.seconds)
-    earlier = state.past.get(level, {})
-    if finished:  # refined with every trial that ends at this level
-        merged = _merge(earlier, finished)
-        # trials/min (shown) from whole durations: every visit's where ``times`` holds them,
-        # this visit's where trials were judged per step
-        wholes = ([t.whole_s for t in obs.trials if not t.running] if _per_step(merged)
-                  else [s for durations in merged.values() for s in durations])
-        state = replace(state, times={**state.times, level: merged},
-                        rates={**state.rates, level: round(level * 60.0 / statistics.fmean(wholes), 2)})
-    below = max((k for k in state.times if k < level), default=None)
-    gain = None if below is None else _gain(level, obs.trials, below, state.times[below], earlier)
+    In order: an OOM backs off at once; the trials that ended at this level join its
+    durations; a level that surely gained nothing over the one below backs off; a level
+    above that lost once is opened again after REPROBE_TRIALS trials here; level 1 may jump
+    straight to its first level; else one more trial, unless something holds it (_held)."""
+    if obs.ooms:
+        return _after_oom(state, now)
+    state, finished = _fold_finished(state, obs)
+    below = max((k for k in state.times if k < state.limit), default=None)
+    gain = None if below is None else _gain(state.limit, obs.trials, below, state.times[below],
+                                            state.past.get(state.limit, {}))
     if gain is not None:
         assert below is not None
-        state = replace(state, gains={**state.gains, level: round(gain.ratio, 2)})
-        # A verdict needs this visit's trials: earlier visits' alone already had their say.
-        # "No gain" is a gain under min_gain by more than its standard error.
-        if gain.fresh and (gain.ratio < FAR_LOSS or (gain.of_one_kind >= TRIALS_PER_LEVEL
-                                                     and gain.surely_under(1 + policy.min_gain, Z))):
-            # Against a base of one trial (a level left on one clear trial) a loss may be the
-            # base's noise: back down to measure the base, without counting a loss.
-            losses = state.losses.get(level, 0) + (0 if gain.thin_base else 1)
-            state = replace(state, ceiling=level - 1, losses={**state.losses, level: losses})
-            again = ("for good" if losses >= FINAL_LOSSES
-                     else f"tried again after {REPROBE_TRIALS} trials at {level - 1}")
-            return _move(state, level - 1, now,
-                         f"{level} per GPU {_pace(state, below, gain.ratio)} of {below} per GPU "
-                         f"({gain.trials} trials compared with their kind): no gain, {again}")
-    if (level == state.ceiling < policy.max_per_gpu
-            and state.losses.get(level + 1, 0) < FINAL_LOSSES
-            and sum(map(len, finished.values())) >= REPROBE_TRIALS):
-        state = replace(state, ceiling=level + 1)  # the level above lost once: try it again
-
-    if level == 1 and not state.past and not state.losses:
-        # the base the first level is judged on: level 1's trials, running ones per step
-        base = _merge(state.times.get(1, {}), _running_per_step(obs.trials))
-        first = _first_level(policy, state, obs, host) if base else None
-        if first is not None:
-            target, why = first
-            return _move(replace(state, times={**state.times, 1: base}), target, now, why)
+        state = replace(state, gains={**state.gains, state.limit: round(gain.ratio, 2)})
+        if _no_gain(policy, gain):
+            return _back_off(state, below, gain, now)
+    state = _reopen_above(policy, state, finished)
+    first = _first_jump(policy, state, obs, host, now)
+    if first is not None:
+        return first
     held = _held(policy, state, obs, host, gain, below)
     if held is not None:
         return replace(state, held=held), None
     assert obs.util is not None  # _held checked it
-    return _move(state, level + 1, now,
-                 f"{obs.util:.0f}% utilization < {policy.target_util:g}% at {level} per GPU "
-                 f"({_measured(state, level)})")
+    return _move(state, state.limit + 1, now,
+                 f"{obs.util:.0f}% utilization < {policy.target_util:g}% at {state.limit} per GPU "
+                 f"({_measured(state, state.limit)})")
+
+
+def _after_oom(state: GpuLevel, now: float) -> tuple[GpuLevel, Change | None]:
+    """A trial ran out of memory: this level is shut for the run (at level 1, the next: one
+    trial alone did not fit), and the GPU goes one level down."""
+    level = state.limit
+    state = replace(state, ceiling=max(1, level - 1),
+                    losses={**state.losses, max(level, 2): FINAL_LOSSES})
+    if level > 1:
+        return _move(state, level - 1, now, f"a trial ran out of GPU memory at {level} per GPU")
+    return replace(state, held="a trial ran out of GPU memory at 1 per GPU"), None
+
+
+def _fold_finished(state: GpuLevel,
+                   obs: GpuObservation) -> tuple[GpuLevel, dict[str, tuple[float, ...]]]:
+    """The level's durations refined with every trial that ended at it, and its trials/min
+    (shown): from whole durations, every visit's where ``times`` holds them, this visit's
+    where trials were judged per step. Also the finished trials' durations by kind."""
+    finished: dict[str, tuple[float, ...]] = {}
+    for t in obs.trials:
+        if not t.running:
+            finished[t.kind] = (*finished.get(t.kind, ()), t.seconds)
+    if not finished:
+        return state, finished
+    level = state.limit
+    merged = _merge(state.past.get(level, {}), finished)
+    wholes = ([t.whole_s for t in obs.trials if not t.running] if _per_step(merged)
+              else [s for durations in merged.values() for s in durations])
+    return replace(state, times={**state.times, level: merged},
+                   rates={**state.rates, level: round(level * 60.0 / statistics.fmean(wholes), 2)}
+                   ), finished
+
+
+def _no_gain(policy: PackingPolicy, gain: _Gain) -> bool:
+    """Did the level surely gain nothing? A verdict needs this visit's trials (earlier
+    visits' alone already had their say): a far loss on one trial, or a gain under
+    min_gain by more than its standard error on TRIALS_PER_LEVEL trials of one kind."""
+    return bool(gain.fresh) and (gain.ratio < FAR_LOSS or (gain.of_one_kind >= TRIALS_PER_LEVEL
+                                                          and gain.surely_under(1 + policy.min_gain, Z)))
+
+
+def _back_off(state: GpuLevel, below: int, gain: _Gain, now: float) -> tuple[GpuLevel, Change]:
+    """One level down after no gain. Against a base of one trial (a level left on one clear
+    trial) a loss may be the base's noise: back down to measure the base, without counting a
+    loss."""
+    level = state.limit
+    losses = state.losses.get(level, 0) + (0 if gain.thin_base else 1)
+    state = replace(state, ceiling=level - 1, losses={**state.losses, level: losses})
+    again = ("for good" if losses >= FINAL_LOSSES
+             else f"tried again after {REPROBE_TRIALS} trials at {level - 1}")
+    return _move(state, level - 1, now,
+                 f"{level} per GPU {_pace(state, below, gain.ratio)} of {below} per GPU "
+                 f"({gain.trials} trials compared with their kind): no gain, {again}")
+
+
+def _reopen_above(policy: PackingPolicy, state: GpuLevel,
+                  finished: dict[str, tuple[float, ...]]) -> GpuLevel:
+    """The level above lost once, uncounted: tried again after REPROBE_TRIALS trials here."""
+    level = state.limit
+    if (level == state.ceiling < policy.max_per_gpu
+            and state.losses.get(level + 1, 0) < FINAL_LOSSES
+            and sum(map(len, finished.values())) >= REPROBE_TRIALS):
+        return replace(state, ceiling=level + 1)
+    return state
+
+
+def _first_jump(policy: PackingPolicy, state: GpuLevel, obs: GpuObservation,
+                host: HostObservation, now: float) -> tuple[GpuLevel, Change] | None:
+    """Level 1, never left yet: straight to its first level (_first_level), with the base it
+    is judged on: level 1's trials, running ones per step."""
+    if state.limit != 1 or state.past or state.losses:
+        return None
+    base = _merge(state.times.get(1, {}), _running_per_step(obs.trials))
+    first = _first_level(policy, state, obs, host) if base else None
+    if first is None:
+        return None
+    target, why = first
+    return _move(replace(state, times={**state.times, 1: base}), target, now, why)
 
 
 def memory_room(policy: PackingPolicy, obs: GpuObservation,
@@ -396,57 +442,128 @@ def _move(state: GpuLevel, new: int, now: float, reason: str) -> tuple[GpuLevel,
 
 def _held(policy: PackingPolicy, state: GpuLevel, obs: GpuObservation,
           host: HostObservation, gain: _Gain | None, below: int | None) -> str | None:
-    """Why the GPU does not get one more trial now; None when it may."""
-    level = state.limit
-    if level >= min(state.ceiling, policy.max_per_gpu):
-        if level >= policy.max_per_gpu:
-            return f"at scheduler.max_trials_per_gpu={policy.max_per_gpu}"
-        if state.losses.get(level + 1, 0) >= FINAL_LOSSES:
-            return f"{state.ceiling} per GPU was the best level"
-        return (f"{state.ceiling} per GPU was the best level so far ({level + 1} is tried again "
-                f"after {REPROBE_TRIALS} trials)")
-    if host.concurrency >= host.cap:
-        return f"at scheduler.parallel={host.cap} trials on this host"
-    if host.concurrency + host.adds > host.cores:
-        return (f"no CPU core for {host.adds} more trial(s) ({host.cores} cores, "
-                f"{host.concurrency} trials)")
-    if obs.cpu_cores is not None and obs.cpu_cores >= policy.cpu_full * host.cores:
-        return (f"host CPU: the running trials use {obs.cpu_cores:.1f} of {host.cores} cores "
+    """Why the GPU does not get one more trial now; None when it may: the first row of
+    ``_HOLDS`` that holds it, in order."""
+    ask = _Ask(policy, state, obs, host, gain, below)
+    return next((why for row in _HOLDS if (why := row(ask)) is not None), None)
+
+
+@dataclass(frozen=True)
+class _Ask:
+    """What one more trial on a GPU is judged on (the rows of ``_HOLDS``)."""
+
+    policy: PackingPolicy
+    state: GpuLevel
+    obs: GpuObservation
+    host: HostObservation
+    gain: _Gain | None  # the level's gain over the level below, where measured
+    below: int | None  # the level below it was compared with
+
+    @property
+    def level(self) -> int:
+        return self.state.limit
+
+
+def _at_ceiling(a: _Ask) -> str | None:
+    """At scheduler.max_trials_per_gpu, or at the best level measured."""
+    if a.level < min(a.state.ceiling, a.policy.max_per_gpu):
+        return None
+    if a.level >= a.policy.max_per_gpu:
+        return f"at scheduler.max_trials_per_gpu={a.policy.max_per_gpu}"
+    if a.state.losses.get(a.level + 1, 0) >= FINAL_LOSSES:
+        return f"{a.state.ceiling} per GPU was the best level"
+    return (f"{a.state.ceiling} per GPU was the best level so far ({a.level + 1} is tried again "
+            f"after {REPROBE_TRIALS} trials)")
+
+
+def _at_parallel(a: _Ask) -> str | None:
+    if a.host.concurrency >= a.host.cap:
+        return f"at scheduler.parallel={a.host.cap} trials on this host"
+    return None
+
+
+def _no_core(a: _Ask) -> str | None:
+    """A trial per core at most: the group's step up adds one trial per GPU."""
+    if a.host.concurrency + a.host.adds > a.host.cores:
+        return (f"no CPU core for {a.host.adds} more trial(s) ({a.host.cores} cores, "
+                f"{a.host.concurrency} trials)")
+    return None
+
+
+def _host_cpu_full(a: _Ask) -> str | None:
+    if a.obs.cpu_cores is not None and a.obs.cpu_cores >= a.policy.cpu_full * a.host.cores:
+        return (f"host CPU: the running trials use {a.obs.cpu_cores:.1f} of {a.host.cores} cores "
                 f"(one more would only share them)")
-    if obs.running < level:  # another place would idle too; the last real reason still holds
-        return state.held or f"{obs.running} of its {level} places busy"
-    if obs.util is None or obs.readings < policy.min_readings:
+    return None
+
+
+def _places_idle(a: _Ask) -> str | None:
+    """Another place would idle too; the last real reason still holds."""
+    if a.obs.running < a.level:
+        return a.state.held or f"{a.obs.running} of its {a.level} places busy"
+    return None
+
+
+def _busy_enough(a: _Ask) -> str | None:
+    if a.obs.util is None or a.obs.readings < a.policy.min_readings:
         return "measuring utilization"
-    if obs.util >= policy.target_util:
-        return f"{obs.util:.0f}% utilization >= scheduler.target_gpu_util={policy.target_util:g}"
-    room = memory_room(policy, obs, host)
+    if a.obs.util >= a.policy.target_util:
+        return f"{a.obs.util:.0f}% utilization >= scheduler.target_gpu_util={a.policy.target_util:g}"
+    return None
+
+
+def _no_memory(a: _Ask) -> str | None:
+    room = memory_room(a.policy, a.obs, a.host)
     if room is None:
         return "GPU memory unknown"
     free, need = room
     if free < need:
         return (f"GPU memory: {free:.0f} MiB free, a trial needs {need:.0f} MiB (peak "
-                f"{host.mem_peak_mib:.0f} MiB x {policy.mem_margin:g} + {policy.mem_reserve_mib:g})")
-    # Above level 1, only trials compared with the level below count: a level not yet judged
-    # against it is no base to judge the next one.
-    measured = sum(len(s) for s in state.times.get(level, {}).values()) if level == 1 \
-        else (gain.trials if gain is not None else 0)
-    # One trial will do where the GPU is nearly idle and it shows a clear gain over the level
-    # below; level 1, the base of every later verdict, is measured on TRIALS_PER_LEVEL.
-    fast = (obs.util < policy.target_util * policy.fast_util and free >= 2 * need
-            and gain is not None and gain.ratio >= CLEAR)
-    if measured < TRIALS_PER_LEVEL and not (fast and measured >= 1):
-        return f"measuring trial durations at {level} per GPU ({measured} of {TRIALS_PER_LEVEL})"
-    if gain is not None and gain.ratio < policy.climb_gain:
-        return (f"{level} per GPU {_pace(state, below, gain.ratio)} of {below} per GPU, "
-                f"under the {policy.climb_gain:g}x that pays for one more")
-    # Gains shrink level by level (run A: 1.62x, 1.27x, then 0.89x): where the last two
-    # shrank by as much again, the next level is not worth its warm-up.
-    before = state.gains.get(below) if below is not None else None
-    if gain is not None and before and gain.ratio ** 2 / before < 1 + policy.min_gain:
-        return (f"{level} per GPU gained {gain.ratio:.2f}x after {before:.2f}x: at that rate "
-                f"{level + 1} would gain {gain.ratio ** 2 / before:.2f}x, under "
-                f"{1 + policy.min_gain:g}x")
+                f"{a.host.mem_peak_mib:.0f} MiB x {a.policy.mem_margin:g} + "
+                f"{a.policy.mem_reserve_mib:g})")
     return None
+
+
+def _unmeasured(a: _Ask) -> str | None:
+    """Too few trials measured at the level. Above level 1, only trials compared with the
+    level below count: a level not yet judged against it is no base to judge the next one.
+    One trial will do where the GPU is nearly idle, has memory for two more, and the trial
+    shows a clear gain; level 1, the base of every later verdict, is measured on
+    TRIALS_PER_LEVEL."""
+    measured = sum(len(s) for s in a.state.times.get(a.level, {}).values()) if a.level == 1 \
+        else (a.gain.trials if a.gain is not None else 0)
+    room = memory_room(a.policy, a.obs, a.host)
+    assert room is not None and a.obs.util is not None  # _no_memory and _busy_enough: known
+    fast = (a.obs.util < a.policy.target_util * a.policy.fast_util and room[0] >= 2 * room[1]
+            and a.gain is not None and a.gain.ratio >= CLEAR)
+    if measured < TRIALS_PER_LEVEL and not (fast and measured >= 1):
+        return f"measuring trial durations at {a.level} per GPU ({measured} of {TRIALS_PER_LEVEL})"
+    return None
+
+
+def _small_gain(a: _Ask) -> str | None:
+    if a.gain is not None and a.gain.ratio < a.policy.climb_gain:
+        return (f"{a.level} per GPU {_pace(a.state, a.below, a.gain.ratio)} of {a.below} per GPU, "
+                f"under the {a.policy.climb_gain:g}x that pays for one more")
+    return None
+
+
+def _shrinking_gain(a: _Ask) -> str | None:
+    """Gains shrink level by level (run A: 1.62x, 1.27x, then 0.89x): where the last two
+    shrank by as much again, the next level is not worth its warm-up."""
+    before = a.state.gains.get(a.below) if a.below is not None else None
+    if a.gain is None or not before:
+        return None
+    next_gain = a.gain.ratio ** 2 / before
+    if next_gain < 1 + a.policy.min_gain:
+        return (f"{a.level} per GPU gained {a.gain.ratio:.2f}x after {before:.2f}x: at that rate "
+                f"{a.level + 1} would gain {next_gain:.2f}x, under {1 + a.policy.min_gain:g}x")
+    return None
+
+
+# What holds a GPU at its level, in the order asked: the first that holds says why.
+_HOLDS = (_at_ceiling, _at_parallel, _no_core, _host_cpu_full, _places_idle, _busy_enough,
+          _no_memory, _unmeasured, _small_gain, _shrinking_gain)
 
 
 @dataclass(frozen=True)
