@@ -130,43 +130,84 @@ def _answer(rt: RunningTrial, method: str, args: tuple[Any, ...], kwargs: dict[s
             tag: int | None) -> None:
     """Answer a call, echoing its tag: the child's Link drops a reply whose request nobody
     waits for, so it never reaches another call or the next trial (worker/_link.py)."""
-    reply: tuple[str, Any]
-    if method not in TRIAL_METHODS and method != ARTIFACT_CALL and method not in READ_CALLS:
-        reply = ("err", AttributeError(f"trial.{method} is not available in an orchestrated trial"))
-    elif method == "set_user_attr" and args and isinstance(args[0], str) \
-            and args[0].startswith("hpo.") and args[0] not in OBJECTIVE_ATTRS:
-        reply = ("err", ValueError(f"trial.set_user_attr({args[0]!r}): the 'hpo.' attributes "
-                                   "are the orchestrator's; use another prefix"))
-    elif method == "report" and (too_large := _step_out_of_range(rt, args, kwargs)):
-        reply = ("err", ValueError(too_large))
-    else:
-        try:
-            reply = ("ok", record_artifact(rt, args) if method == ARTIFACT_CALL
-                     else answer_read(rt.trial, method) if method in READ_CALLS
-                     else _several_objectives(rt, method, args, kwargs)
-                     if method in _PRUNING_CALLS and len(rt.trial.study.directions) > 1
-                     else getattr(rt.trial, method)(*args, **kwargs))
-            if method == "report":
-                rt.last_step = int(_REPORT.bind(None, *args, **kwargs).arguments["step"])
-                rt.reports.append((rt.last_step, time.monotonic() - rt.spawned_at))
-            elif method == "should_prune" and rt.first_decision_at is None:
-                rt.first_decision_at = time.monotonic()
-            elif method == "set_user_attr" and args and args[0] == keys.PARAMS_EFFECTIVE:
-                rt.params_effective = args[1] if isinstance(args[1], dict) else None
-            elif method == "set_user_attr" and args and args[0] == keys.OPENCL_PLATFORM:
-                rt.opencl_platform = str(args[1])
-            elif method == "set_user_attr" and args and args[0] == keys.DEVICE_CHOICE:
-                rt.device_choice = args[1] if isinstance(args[1], dict) else None
-        except optuna.exceptions.UpdateFinishedTrialError:
-            # Another orchestrator reaped the trial while we were stopped: it is not ours.
-            rt.reaped = True
-            reply = ("err", RuntimeError(f"trial {rt.number} was finished by another "
-                                         "orchestrator (its heartbeats had stopped)"))
-        except StorageUnavailable:
-            raise  # the orchestrator's trouble, not the trial's: the run stops, recovery follows
-        except Exception as exc:  # the objective's misuse (bad range...) is its error
-            reply = ("err", _sendable(exc))
+    reply = _refused(rt, method, args, kwargs) or _made(rt, method, args, kwargs)
     rt.connection.send((*reply, tag))
+
+
+def _refused(rt: RunningTrial, method: str, args: tuple[Any, ...],
+             kwargs: dict[str, Any]) -> tuple[str, Any] | None:
+    """The error for a call the orchestrator does not make: not a trial call, an ``hpo.`` attr
+    that is not the objective's, a step the storage cannot keep; None for the others."""
+    if method not in TRIAL_METHODS and method != ARTIFACT_CALL and method not in READ_CALLS:
+        return ("err", AttributeError(f"trial.{method} is not available in an orchestrated trial"))
+    if method == "set_user_attr" and args and isinstance(args[0], str) \
+            and args[0].startswith("hpo.") and args[0] not in OBJECTIVE_ATTRS:
+        return ("err", ValueError(f"trial.set_user_attr({args[0]!r}): the 'hpo.' attributes "
+                                  "are the orchestrator's; use another prefix"))
+    if method == "report" and (too_large := _step_out_of_range(rt, args, kwargs)):
+        return ("err", ValueError(too_large))
+    return None
+
+
+def _made(rt: RunningTrial, method: str, args: tuple[Any, ...],
+          kwargs: dict[str, Any]) -> tuple[str, Any]:
+    """Make the call here, on the trial's real ``optuna.Trial`` (or its stand-in), and keep
+    what the loop reads of it; its error is the objective's, sent back to it."""
+    try:
+        value = _call(rt, method, args, kwargs)
+        _keep(rt, method, args, kwargs)
+        return ("ok", value)
+    except optuna.exceptions.UpdateFinishedTrialError:
+        # Another orchestrator reaped the trial while we were stopped: it is not ours.
+        rt.reaped = True
+        return ("err", RuntimeError(f"trial {rt.number} was finished by another "
+                                    "orchestrator (its heartbeats had stopped)"))
+    except StorageUnavailable:
+        raise  # the orchestrator's trouble, not the trial's: the run stops, recovery follows
+    except Exception as exc:  # the objective's misuse (bad range...) is its error
+        return ("err", _sendable(exc))
+
+
+def _call(rt: RunningTrial, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """Who answers: the artifact record, a read, pruning with several objectives (off), or
+    the trial itself."""
+    if method == ARTIFACT_CALL:
+        return record_artifact(rt, args)
+    if method in READ_CALLS:
+        return answer_read(rt.trial, method)
+    if method in _PRUNING_CALLS and len(rt.trial.study.directions) > 1:
+        return _several_objectives(rt, method, args, kwargs)
+    return getattr(rt.trial, method)(*args, **kwargs)
+
+
+def _keep(rt: RunningTrial, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    """What the loop keeps of a call made: a report's step and time, the first pruning
+    decision, and the attrs the trial's end records (_KEPT_ATTRS)."""
+    if method == "report":
+        rt.last_step = int(_REPORT.bind(None, *args, **kwargs).arguments["step"])
+        rt.reports.append((rt.last_step, time.monotonic() - rt.spawned_at))
+    elif method == "should_prune" and rt.first_decision_at is None:
+        rt.first_decision_at = time.monotonic()
+    elif method == "set_user_attr" and args and isinstance(args[0], str) and args[0] in _KEPT_ATTRS:
+        _KEPT_ATTRS[args[0]](rt, args[1])
+
+
+def _keep_params_effective(rt: RunningTrial, value: Any) -> None:
+    rt.params_effective = value if isinstance(value, dict) else None
+
+
+def _keep_opencl_platform(rt: RunningTrial, value: Any) -> None:
+    rt.opencl_platform = str(value)
+
+
+def _keep_device_choice(rt: RunningTrial, value: Any) -> None:
+    rt.device_choice = value if isinstance(value, dict) else None
+
+
+# The objective's attrs the loop keeps on the RunningTrial as they are set.
+_KEPT_ATTRS: dict[str, Callable[[RunningTrial, Any], None]] = {
+    keys.PARAMS_EFFECTIVE: _keep_params_effective, keys.OPENCL_PLATFORM: _keep_opencl_platform,
+    keys.DEVICE_CHOICE: _keep_device_choice}
 
 
 _PRUNING_CALLS = frozenset({"report", "should_prune"})

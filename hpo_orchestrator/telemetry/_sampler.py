@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -257,57 +257,79 @@ class TelemetrySampler:
         self._sample_all([w], only_this=only_this)
 
     def _sample_all(self, watched: list[_Watched], only_this: bool = False) -> None:
+        """One sample of each of ``watched``: the GPUs they run on, then each trial's process
+        tree. ``only_this``: a trial's own first or last sample between rounds (not a round:
+        no rescan of the process table, no round's CPU total)."""
         with self._lock:
-            on_gpu: dict[int, int] = {}
-            for other in self._watched.values():
-                if other.gpu_index is not None:
-                    on_gpu[other.gpu_index] = on_gpu.get(other.gpu_index, 0) + 1
-        needed = {w.gpu_index for w in watched if w.gpu_index is not None}
-        gpu_samples = {index: self.backend.sample(index) for index in needed}
-        now = time.monotonic()
+            sharing = Counter(w.gpu_index for w in self._watched.values() if w.gpu_index is not None)
+        gpu_samples, now = self._read_gpus({w.gpu_index for w in watched if w.gpu_index is not None})
         ts = datetime.now(UTC).replace(tzinfo=None)
+        self._refresh_trees(watched, rescan=not only_this and self._round % _RESCAN_ROUNDS == 0)
+        if not only_this:
+            self._round += 1
+        rows = []
+        for w in watched:
+            read = self._read_tree(w, gpu_samples, ts, now)
+            if read is None:
+                continue  # exited; its trial is about to be finished by the orchestrator
+            row, cpu_s = read
+            dt = self.interval_s if w.last_sample_at is None else now - w.last_sample_at
+            with self._lock:
+                if self._watched.get(w.slot_id) is w:  # not finished meanwhile
+                    share = max(sharing[w.gpu_index], 1) if w.gpu_index is not None else 1
+                    w.telemetry.add(row, dt, share)
+                    w.last_cpu_s, w.last_sample_at = cpu_s, now
+                    rows.append(row)
+        self._keep_rows(rows, now, round_=not only_this)
+
+    def _read_gpus(self, indices: set[int]) -> tuple[dict[int, GpuSample | None], float]:
+        """One reading of each GPU, kept for the packer (device_readings), and the time."""
+        samples = {index: self.backend.sample(index) for index in indices}
+        now = time.monotonic()
         with self._lock:
-            for index, sample in gpu_samples.items():
+            for index, sample in samples.items():
                 if sample is not None:
                     self._device.setdefault(index, deque(maxlen=_DEVICE_READINGS)).append(
                         DeviceReading(now, sample.sm_util, sample.mem_used_mib))
-        # Trees are re-read every few rounds, and at once for a new trial: children (DataLoader
-        # workers) live long; the CPU time of one that exits in between still counts, in its
-        # parent's children_* times.
-        rescan = not only_this and self._round % _RESCAN_ROUNDS == 0
+        return samples, now
+
+    def _refresh_trees(self, watched: list[_Watched], rescan: bool) -> None:
+        """Trees are re-read every few rounds, and at once for a new trial: children
+        (DataLoader workers) live long; the CPU time of one that exits in between still
+        counts, in its parent's children_* times. A rescan forgets the trees of processes
+        that ended (retired workers)."""
         stale = [w for w in watched if w.pid not in self._trees or rescan]
         if stale:
             children = _children_map()
             for w in stale:
                 self._trees[w.pid] = _tree(w.pid, children)
-        if not only_this:
-            self._round += 1
-            if rescan:  # trees of processes that ended (retired workers)
-                for pid, tree in list(self._trees.items()):
-                    if not tree or not tree[0].is_running():
-                        self._trees.pop(pid, None)
-        rows = []
-        for w in watched:
-            processes = [p for p in self._trees.get(w.pid, []) if p.is_running()]
-            if not processes:
-                continue  # exited; its trial is about to be finished by the orchestrator
-            cpu_s, rss_mib = _tree_usage(processes)
-            cpu_util = None
-            if w.last_cpu_s is not None and w.last_sample_at is not None and now > w.last_sample_at:
-                cpu_util = round(max(0.0, cpu_s - w.last_cpu_s) / (now - w.last_sample_at) * 100, 1)
-            dt = self.interval_s if w.last_sample_at is None else now - w.last_sample_at
-            row = {"trial_id": w.trial_id, "ts": ts, "gpu_index": w.gpu_index, "phase": w.phase,
-                   "cpu_util": cpu_util, "rss_mib": round(rss_mib, 1),
-                   **_gpu_columns(gpu_samples.get(w.gpu_index) if w.gpu_index is not None else None,
-                                  {p.pid for p in processes})}
-            with self._lock:
-                if self._watched.get(w.slot_id) is w:  # not finished meanwhile
-                    w.telemetry.add(row, dt, on_gpu.get(w.gpu_index, 1) if w.gpu_index is not None else 1)
-                    w.last_cpu_s, w.last_sample_at = cpu_s, now
-                    rows.append(row)
+        if rescan:
+            for pid, tree in list(self._trees.items()):
+                if not tree or not tree[0].is_running():
+                    self._trees.pop(pid, None)
+
+    def _read_tree(self, w: _Watched, gpu_samples: dict[int, GpuSample | None], ts: datetime,
+                   now: float) -> tuple[dict[str, Any], float] | None:
+        """The trial's row (its process tree's CPU and memory, its GPU's columns) and the
+        tree's CPU seconds so far; None when its processes are gone."""
+        processes = [p for p in self._trees.get(w.pid, []) if p.is_running()]
+        if not processes:
+            return None
+        cpu_s, rss_mib = _tree_usage(processes)
+        cpu_util = None
+        if w.last_cpu_s is not None and w.last_sample_at is not None and now > w.last_sample_at:
+            cpu_util = round(max(0.0, cpu_s - w.last_cpu_s) / (now - w.last_sample_at) * 100, 1)
+        gpu = gpu_samples.get(w.gpu_index) if w.gpu_index is not None else None
+        return {"trial_id": w.trial_id, "ts": ts, "gpu_index": w.gpu_index, "phase": w.phase,
+                "cpu_util": cpu_util, "rss_mib": round(rss_mib, 1),
+                **_gpu_columns(gpu, {p.pid for p in processes})}, cpu_s
+
+    def _keep_rows(self, rows: list[dict[str, Any]], now: float, round_: bool) -> None:
+        """Buffer the rows for the loop; a round where every trial had a CPU reading adds the
+        host cores they used together (cpu_readings)."""
         with self._lock:
             self._rows.extend(rows)
-            if not only_this:
+            if round_:
                 self.samples_taken += 1
                 if rows and all(r["cpu_util"] is not None for r in rows):
                     self._cpu.append((now, sum(r["cpu_util"] for r in rows) / 100.0))
