@@ -31,7 +31,6 @@ from hpo_orchestrator.errors import ConfigError, RuntimeFailure
 from hpo_orchestrator.gpu import GpuBackend, GpuInfo
 from hpo_orchestrator.scheduler import Budget, FirstWave, QuietReporter, Reporter
 from hpo_orchestrator.scheduler.orchestrator import Orchestrator
-from hpo_orchestrator.status import advance_tally
 from hpo_orchestrator.study import (
     MirrorStorage,
     create_or_load_study,
@@ -39,6 +38,7 @@ from hpo_orchestrator.study import (
     record_config,
     without_pruning,
 )
+from hpo_orchestrator.tally import advance_tally
 from hpo_orchestrator.telemetry import TelemetrySampler
 
 __all__ = ["PreparedRun", "RunResult", "run_study"]

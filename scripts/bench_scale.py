@@ -85,7 +85,7 @@ def startup(work: Path, big: Path, n: int, with_optuna: bool) -> list[tuple[str,
 
     copy = work / "startup-hpo.db"
     shutil.copy(big, copy)
-    build_tally(copy)  # as a study this version has run keeps it (status/_tally.py)
+    build_tally(copy)  # as a study this version has run keeps it (tally/_tally.py)
     rows.append(("hpo-orchestrator run (new process)", _hpo_first_trial_s(copy, n)))
     copy = work / "startup-older.db"  # no tally yet: the run's start builds it, once
     shutil.copy(big, copy)

@@ -145,7 +145,7 @@ def build_tally(db: Path) -> float:
     seconds, once per database."""
     from hpo_orchestrator.db import study_id_of
     from hpo_orchestrator.db.connect import create_engine
-    from hpo_orchestrator.status import advance_tally as advance
+    from hpo_orchestrator.tally import advance_tally as advance
 
     with sqlite3.connect(db) as con:  # from scratch, as on a study without one
         con.execute("DROP TABLE IF EXISTS hpo_study_tally")

@@ -41,7 +41,8 @@ from hpo_orchestrator.artifacts import _fetch
 from hpo_orchestrator.db import _trials, _version, connect, tables
 from hpo_orchestrator.errors import ConfigError, StorageError
 from hpo_orchestrator.scheduler import _budget
-from hpo_orchestrator.status import _plain, _tally
+from hpo_orchestrator.status import _plain
+from hpo_orchestrator.tally import _tally
 from hpo_orchestrator.telemetry import _retention
 from tests.conftest import cli_env
 
@@ -920,7 +921,7 @@ def test_tally_reads_as_a_visit_of_every_trial(built: Built, monkeypatch: pytest
     """The tally built on this study (trial #1 ended elsewhere: it gets a summary row) gives
     status's numbers, as a visit of every trial does, on both backends; rolled back."""
     from hpo_orchestrator.status import _collect
-    from hpo_orchestrator.status._tally import Tally, advance
+    from hpo_orchestrator.tally._tally import Tally, advance
     from tests import status_visit
 
     monkeypatch.setattr(_collect.time, "time", lambda: T0.timestamp() + 500)

@@ -24,7 +24,7 @@ import hpo_orchestrator.db as db
 from hpo_orchestrator.db import connect, tables
 from hpo_orchestrator.status import collect_status
 from hpo_orchestrator.status._model import StatusReport
-from hpo_orchestrator.status._tally import advance
+from hpo_orchestrator.tally._tally import advance
 
 HOST = "h"
 T0 = datetime(2026, 1, 1, 12, 0, 0)

@@ -94,8 +94,9 @@ def test_every_name_a_package_exports_resolves() -> None:
     ``from package import *`` and readers alike."""
     import importlib
 
-    for name in ("db", "scheduler", "worker", "telemetry", "config", "gpu", "status", "report",
-                 "pruning", "cluster", "artifacts", "objectives", "cli", "study", "testing"):
+    for name in ("db", "scheduler", "placement", "tally", "worker", "telemetry", "config", "gpu",
+                 "status", "report", "pruning", "cluster", "artifacts", "objectives", "cli", "study",
+                 "testing"):
         package = f"hpo_orchestrator.{name}"
         module = importlib.import_module(package)
         missing = [name for name in module.__all__ if not hasattr(module, name)]

@@ -20,7 +20,8 @@ from optuna.trial import TrialState, create_trial
 
 import hpo_orchestrator.db as db
 from hpo_orchestrator.db import connect, tables
-from hpo_orchestrator.status import _collect, _plain, _tally
+from hpo_orchestrator.status import _collect, _plain
+from hpo_orchestrator.tally import _tally
 from tests import status_visit
 from tests.test_db_contract import _database
 from tests.test_tally import _compare, _same

@@ -158,7 +158,7 @@ HAND = {
 
 
 def _hand_study(path: Path, tally: bool) -> str:
-    from hpo_orchestrator.status import advance_tally
+    from hpo_orchestrator.tally import advance_tally
 
     url = f"sqlite:///{path}"
     optuna.logging.set_verbosity(optuna.logging.ERROR)

@@ -27,7 +27,7 @@ import hpo_orchestrator.db as db
 from hpo_orchestrator.db import connect, tables
 from hpo_orchestrator.status import _collect
 from hpo_orchestrator.status._collect import _kept_tally, _median
-from hpo_orchestrator.status._tally import Tally, advance
+from hpo_orchestrator.tally._tally import Tally, advance
 from tests import status_visit
 from tests.conftest import run_cli
 from tests.status_visit import visit

@@ -17,9 +17,9 @@ from optuna.trial import TrialState
 
 import hpo_orchestrator.db as db
 from hpo_orchestrator.db import connect, tables
-from hpo_orchestrator.status import advance_tally
-from hpo_orchestrator.status._tally import Tally, read_tally
 from hpo_orchestrator.study import MirrorStorage, Requeue, TrialEnd
+from hpo_orchestrator.tally import advance_tally
+from hpo_orchestrator.tally._tally import Tally, read_tally
 
 
 def test_a_trial_end_holds_values_only() -> None:

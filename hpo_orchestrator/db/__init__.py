@@ -1,7 +1,7 @@
 """The database's shared layer: the statement runner, and the queries several features share.
 
 Each feature keeps its own statements beside its rules (the budget in scheduler/_budget.py, the
-mirror and a trial's end in study/, the tally in status/_tally.py, retention in telemetry/,
+mirror and a trial's end in study/, the tally in tally/_tally.py, retention in telemetry/,
 artifacts in artifacts/_fetch.py); this package holds what they all stand on and what several
 of them read. Every statement is a module-level ``_..._SQL`` constant, wherever it lives, so
 tests/test_db_contract.py runs each one against a database made by the installed Optuna.

@@ -8,7 +8,7 @@
   one scan instead of decoding every trial's JSON user attrs (5-6x faster on 100k trials).
   Optuna's tables stay the authority: the same facts are in the trial's ``hpo.*`` attrs.
   A trial that ended outside the orchestrator (optuna's CLI, a reaped trial) gets its row when
-  the next trial's end folds it into the study's tally (status/_tally.py), from those attrs.
+  the next trial's end folds it into the study's tally (tally/_tally.py), from those attrs.
 - ``hpo_study_tally``: per study, the sums and counts of every finished trial up to a
   watermark, kept in the transaction of each trial's end, so ``status`` reads one row plus the
   trials since instead of every trial (docs/BENCHMARKS.md "status from a kept tally").
@@ -94,7 +94,7 @@ summary_table = Table("hpo_trial_summary", _metadata, *map(_summary_column, fiel
 # What status reads in order, so that a median is an OFFSET into an index instead of a sort
 # of every row (trial_id last: the tally's watermark filter is answered from the index too).
 # Partial indexes keep the rare rows (flags, failures) findable without a scan; their WHERE
-# is the text of the queries that use them (status/_tally.py), as sqlite requires.
+# is the text of the queries that use them (tally/_tally.py), as sqlite requires.
 _SUMMARY_INDEXES = [
     Index("ix_hpo_summary_duration", summary_table.c.study_id, summary_table.c.state,
           text("(end_s - start_s)"), summary_table.c.trial_id),
@@ -112,7 +112,7 @@ tally_table = Table(
     "hpo_study_tally", _metadata,
     Column("study_id", Integer, primary_key=True, autoincrement=False),
     Column("version", Integer, nullable=False),  # of the JSON below: another one is rebuilt
-    Column("tally", Text, nullable=False),  # JSON, status/_tally.py
+    Column("tally", Text, nullable=False),  # JSON, tally/_tally.py
 )
 
 

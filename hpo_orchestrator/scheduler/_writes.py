@@ -34,8 +34,8 @@ from hpo_orchestrator.gpu import GpuInfo
 from hpo_orchestrator.pruning import fit_step_timing
 from hpo_orchestrator.scheduler._outcome import Verdict, params_mismatch
 from hpo_orchestrator.scheduler._trial import Asked, RunningTrial
-from hpo_orchestrator.status import advance_tally
 from hpo_orchestrator.study import MirrorStorage, Requeue, TrialEnd
+from hpo_orchestrator.tally import advance_tally
 from hpo_orchestrator.telemetry import TelemetrySampler, TrialTelemetry
 
 __all__ = ["Retry", "RunRecords", "trial_params"]

@@ -1,5 +1,5 @@
 """``hpo-orchestrator status``: what the study did, from SQL over the storage, folded into the
-study's tally (status/_tally.py; a run keeps it at each trial's end: ``advance_tally``)."""
+study's tally (tally/: a run keeps it at each trial's end, ``advance_tally``)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,8 @@ from hpo_orchestrator.status._collect import collect, collect_status, collect_st
 from hpo_orchestrator.status._model import DeviceUse, Finding, StateStats, StatusReport, StudyFacts
 from hpo_orchestrator.status._packing import device_choice_line, packing_lines
 from hpo_orchestrator.status._render import print_status, render_status
-from hpo_orchestrator.status._tally import advance as advance_tally
 from hpo_orchestrator.status._tuning import pruner_tuning_lines
 
-__all__ = ["DeviceUse", "Finding", "StateStats", "StatusReport", "StudyFacts", "advance_tally",
-           "collect", "collect_status", "collect_status_sqlite", "device_choice_line", "device_label",
-           "packing_lines", "print_status", "pruner_tuning_lines", "render_status"]
+__all__ = ["DeviceUse", "Finding", "StateStats", "StatusReport", "StudyFacts", "collect", "collect_status",
+           "collect_status_sqlite", "device_choice_line", "device_label", "packing_lines", "print_status",
+           "pruner_tuning_lines", "render_status"]

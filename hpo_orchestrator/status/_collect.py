@@ -1,5 +1,5 @@
 """Status from plain SQL over the storage (through :mod:`hpo_orchestrator.db`): the study's
-tally (status/_tally.py) and the trials since its watermark.
+tally (tally/_tally.py) and the trials since its watermark.
 
 One aggregation: the trials status reads are folded into a tally, the study's kept one
 (folded at each trial's end: one row, the trials since it, and a few index reads of
@@ -33,7 +33,7 @@ from hpo_orchestrator import db, keys
 from hpo_orchestrator.status._findings import IDLE_BUSY_BELOW, find_all
 from hpo_orchestrator.status._model import DeviceUse, Finding, StateStats, StatusReport, StudyFacts
 from hpo_orchestrator.status._plain import PlainStudy, is_plain
-from hpo_orchestrator.status._tally import (
+from hpo_orchestrator.tally import (
     VERSION,
     Tally,
     fail_attrs,
@@ -109,7 +109,7 @@ def collect(connection: Connection, study: str | None) -> StatusReport:
 
 
 def _kept_tally(connection: Connection, study_id: int, name: str) -> Tally | None:
-    """The study's tally if status can trust it (status/_tally.py's ``trusted``)."""
+    """The study's tally if status can trust it (tally/_tally.py's ``trusted``)."""
     if not has_tally_table(connection):
         return None
     stored = read_tally(connection, study_id)

@@ -4,7 +4,7 @@ A database no orchestrator has written to (no ``hpo_trial_summary`` table, no ``
 any trial) holds no device, host, start-up time, flag or failure reason of ours: what the tally
 holds of its finished trials is counts, durations, last steps, the best value and the study's
 window. Those are folded here from one read of each finished state, a column at a time, without
-the row objects and per-device unions of the trial-by-trial fold (status/_tally.py's
+the row objects and per-device unions of the trial-by-trial fold (tally/_tally.py's
 Tally.add), which cost over a second more on 100,000 trials (docs/benchmarks/status.md "A study
 plain Optuna wrote"). Its unfinished trials are the tally's holes, folded in one by one as any other's.
 tests/test_plain_status.py holds this fold to a visit of every trial.
@@ -25,7 +25,7 @@ from hpo_orchestrator.db import (
     scalar,
     to_epochs,
 )
-from hpo_orchestrator.status._tally import Tally
+from hpo_orchestrator.tally import Tally
 
 if TYPE_CHECKING:
     from hpo_orchestrator.db import Readable

@@ -35,7 +35,7 @@ from sqlalchemy.engine import Connection
 
 from hpo_orchestrator.db import SummaryRow, enqueue_waiting_trial, state_name
 from hpo_orchestrator.db.tables import insert_samples, insert_summary
-from hpo_orchestrator.status import advance_tally
+from hpo_orchestrator.tally import advance_tally
 
 __all__ = ["Requeue", "TrialEnd", "write_end", "write_param", "write_steps"]
 
@@ -59,7 +59,7 @@ class TrialEnd:
     summary: SummaryRow | None = None  # its hpo_trial_summary row
     samples: Sequence[dict[str, Any]] = ()  # telemetry rows kept back until now
     retry: Requeue | None = None  # enqueued with it: the hpo.retried mark and the retry agree
-    fold_tally: bool = False  # the study's tally takes the trials ended since (status/_tally.py)
+    fold_tally: bool = False  # the study's tally takes the trials ended since (tally/_tally.py)
 
 
 def write_end(connection: Connection, trial_id: int, state: TrialState,
