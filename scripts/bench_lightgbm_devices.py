@@ -1,7 +1,7 @@
 """Where does one LightGBM training run faster: on CPU threads, or on a GPU learner?
 
 The measurement behind `objective.device` (issue 27, docs/GPU.md "CPU or GPU for LightGBM"):
-the built-in objective's generated data (objectives/_data.py, the `make hpo` study at 40k x
+the built-in objective's generated data (objectives/_generated.py, the `make hpo` study at 40k x
 40), trained with a mid-range point of its search space for ``--rounds`` rounds, on
 
 - the CPU with 1, 2, 4, 8 and 16 threads (``device_type=cpu``);
@@ -52,7 +52,7 @@ def measure_one(device: str, rows: int, threads: int, rounds: int) -> dict[str, 
     """One training in this process: seconds and GPU 0's mean utilization meanwhile."""
     import lightgbm as lgb
 
-    from hpo_orchestrator.objectives._data import binary_classification
+    from hpo_orchestrator.objectives._generated import binary_classification
 
     x_train, y_train, x_valid, y_valid = binary_classification(rows, 40, seed=0)
     params = {**PARAMS, "num_threads": threads, "device_type": device}

@@ -34,9 +34,9 @@ def probe(rows: int, threads: int, points: int, repeat: int, rounds: int,
     import optuna
 
     from hpo_orchestrator.config import LIGHTGBM_SPACE, LightGBMObjectiveConfig
-    from hpo_orchestrator.objectives._data import binary_classification
     from hpo_orchestrator.objectives._device import CALIBRATION_ROUNDS, cuda_learner_available, timed_run
-    from hpo_orchestrator.objectives._space import suggest_all
+    from hpo_orchestrator.objectives._generated import binary_classification
+    from hpo_orchestrator.objectives._suggest import suggest_all
 
     cfg = LightGBMObjectiveConfig(n_rows=rows)
     started = time.perf_counter()

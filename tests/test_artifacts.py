@@ -17,7 +17,7 @@ from optuna.artifacts import FileSystemArtifactStore, get_all_artifact_meta
 from hpo_orchestrator import save_artifact
 from hpo_orchestrator.artifacts import prepare_store
 from hpo_orchestrator.errors import ConfigError
-from hpo_orchestrator.scheduler._artifacts import record_artifact
+from hpo_orchestrator.scheduler._artifact_meta import record_artifact
 from tests.conftest import run_cli
 
 ARTIFACT_ID = "0b3e0d8c-6f0e-4a57-9a55-6f1c2f7f6a11"

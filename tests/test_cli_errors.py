@@ -209,7 +209,7 @@ def test_a_reader_that_leaves_ends_the_command_quietly(tmp_path: Path, study_db:
 def test_a_password_with_an_unescaped_at_sign_is_masked_whole() -> None:
     """SQLAlchemy ends the password at the first '@' and took the rest for the host: 'ss'
     showed in the `next:` line, --show-config and the study's hpo.config."""
-    from hpo_orchestrator.cli import _trials as _cli_trials
+    from hpo_orchestrator.cli import _first_hour as _cli_trials
     from hpo_orchestrator.db.connect import mask_url
 
     url = "postgresql+psycopg://me:p@s3cret@db/hpo"

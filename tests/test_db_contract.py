@@ -38,7 +38,7 @@ from sqlalchemy.engine import Connection, Engine
 import hpo_orchestrator
 import hpo_orchestrator.db as db
 from hpo_orchestrator.artifacts import _fetch
-from hpo_orchestrator.db import _trials, _version, connect, tables
+from hpo_orchestrator.db import _trial_rows, _version, connect, tables
 from hpo_orchestrator.errors import ConfigError, StorageError
 from hpo_orchestrator.scheduler import _budget
 from hpo_orchestrator.status import _plain
@@ -257,7 +257,7 @@ def _(built: Built, connection: Connection) -> None:
 
 
 @case("study.NOW")
-@case("trials.HEARTBEAT")
+@case("trial_rows.HEARTBEAT")
 def _(built: Built, connection: Connection) -> None:
     beat = db.heartbeat_of(connection, built.trial_ids[4])
     now = db.database_now(connection)
@@ -266,7 +266,7 @@ def _(built: Built, connection: Connection) -> None:
     assert db.heartbeat_of(connection, built.trial_ids[0]) is None
 
 
-@case("trials.SUMMARY_ROWS")
+@case("trial_rows.SUMMARY_ROWS")
 def _(built: Built, connection: Connection) -> None:
     rows = sorted(db.summary_rows(connection, built.study_id))
     assert [(r.number, r.state, r.last_step) for r in rows] == [(0, "COMPLETE", 4), (2, "PRUNED", 1),
@@ -276,7 +276,7 @@ def _(built: Built, connection: Connection) -> None:
     assert (first.host, first.gpu_index, first.gpu_util_mean, first.gpu_energy_j) == ("h1", 0, 80.0, 500.0)
 
 
-@case("trials.UNCOVERED")
+@case("trial_rows.UNCOVERED")
 def _(built: Built, connection: Connection) -> None:
     every = db.uncovered_trials(connection, built.study_id, has_summary=False)
     assert [u.row.number for u in sorted(every, key=lambda u: u.row.number)] == [0, 1, 2, 3, 4, 5]
@@ -290,13 +290,13 @@ def _(built: Built, connection: Connection) -> None:
     assert by_number[4].row.end_s is None and by_number[4].trial_id == built.trial_ids[4]
 
 
-@case("trials.NOT_SUMMARIZED")
+@case("trial_rows.NOT_SUMMARIZED")
 def _(built: Built, connection: Connection) -> None:
     rest = db.uncovered_trials(connection, built.study_id, has_summary=True)
     assert sorted(u.row.number for u in rest) == [1, 4, 5]
 
 
-@case("trials.ATTRS_BY_ID")
+@case("trial_rows.ATTRS_BY_ID")
 def _(built: Built, connection: Connection) -> None:
     by_number = {u.row.number: u for u in db.uncovered_trials(connection, built.study_id, True)}
     one = by_number[1]
@@ -306,39 +306,39 @@ def _(built: Built, connection: Connection) -> None:
     assert by_number[4].attrs == {"hpo.host": "h1", "hpo.params_mismatch": {"lr": [0.1, 0.2]}}
 
 
-@case("trials.ATTRS")
+@case("trial_rows.ATTRS")
 def _(built: Built, connection: Connection) -> None:
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(_trials, "_ATTRS_BY_ID_UP_TO", 0)  # the whole-study branch (> 500 trials)
+        patch.setattr(_trial_rows, "_ATTRS_BY_ID_UP_TO", 0)  # the whole-study branch (> 500 trials)
         by_number = {u.row.number: u for u in db.uncovered_trials(connection, built.study_id, True)}
     assert by_number[1].row.host == "h2" and by_number[4].row.host == "h1"
     assert by_number[5].attrs == {}
 
 
-@case("trials.STATE_COUNTS")
+@case("trial_rows.STATE_COUNTS")
 def _(built: Built, connection: Connection) -> None:
     assert db.state_counts(connection, built.study_id) == {
         "COMPLETE": 2, "PRUNED": 1, "FAIL": 1, "RUNNING": 1, "WAITING": 1}
 
 
-@case("trials.PRUNE_STEPS")
+@case("trial_rows.PRUNE_STEPS")
 def _(built: Built, connection: Connection) -> None:
     assert db.summary_prune_steps(connection, built.study_id) == {1: 1}
 
 
-@case("trials.MAX_COMPLETE_STEP")
+@case("trial_rows.MAX_COMPLETE_STEP")
 def _(built: Built, connection: Connection) -> None:
     assert db.summary_max_complete_step(connection, built.study_id) == 4
 
 
-@case("trials.FLAGS")
+@case("trial_rows.FLAGS")
 def _(built: Built, connection: Connection) -> None:
     assert sorted(db.summary_flags(connection, built.study_id)) == [
         (0, False, "PoCL", {"lr": [0.1, 0.2]}, None), (3, None, None, None, "oom")]
 
 
-@case("trials.BEST")
-@case("trials.PARAMS")
+@case("trial_rows.BEST")
+@case("trial_rows.PARAMS")
 def _(built: Built, connection: Connection) -> None:
     params = {"x": 0.5, "c": "b", "n": 3}
     assert db.best_trial(connection, built.study_id, "minimize") == {"number": 1, "value": 0.25,
@@ -369,7 +369,7 @@ def _(built: Built, connection: Connection) -> None:
     assert db.study_space(connection, built.study_id + 1000) == {}
 
 
-@case("trials.VALUES")
+@case("trial_rows.VALUES")
 def _(built: Built, connection: Connection) -> None:
     assert db.trial_values(connection, built.study_id) == {0: 1.0, 1: 0.25}
 
@@ -549,66 +549,66 @@ def _(built: Built, connection: Connection) -> None:
     assert connection.execute(sqlalchemy.text(held), params).scalar() == 0  # released with the transaction
 
 
-@case("run.TRIAL_STATE")
-@case("run.HOLD_RUNNING")
-@case("run.SET_START")
-@case("run.DELETE_ATTRS")
-@case("run.INSERT_ATTR")
+@case("run_io.TRIAL_STATE")
+@case("run_io.HOLD_RUNNING")
+@case("run_io.SET_START")
+@case("run_io.DELETE_ATTRS")
+@case("run_io.INSERT_ATTR")
 def _(built: Built, connection: Connection) -> None:
     """Rewrites the RUNNING trial's own values (the study stays as built); a finished trial refuses."""
-    from hpo_orchestrator.db import _run
+    from hpo_orchestrator.db import _run_io
 
     running = built.trial_ids[4]
     start = connection.execute(sqlalchemy.text(
         "SELECT datetime_start FROM trials WHERE trial_id = :t"), {"t": running}).scalar()
     with built.engine.begin() as writer:
-        _run.write_trial_attrs(writer, running, 4, {"hpo.host": "h1"}, started=db.to_datetime(start))
+        _run_io.write_trial_attrs(writer, running, 4, {"hpo.host": "h1"}, started=db.to_datetime(start))
         with pytest.raises(optuna.exceptions.UpdateFinishedTrialError, match="trial 3 is"):
-            _run.write_trial_attrs(writer, built.trial_ids[3], 3, {"hpo.host": "h1"})
+            _run_io.write_trial_attrs(writer, built.trial_ids[3], 3, {"hpo.host": "h1"})
     with built.engine.connect() as reader:
         assert reader.execute(sqlalchemy.text(
             "SELECT value_json FROM trial_user_attributes WHERE trial_id = :t AND key = 'hpo.host'"),
             {"t": running}).scalar() == '"h1"'
 
 
-@case("run.ATTEMPT")
+@case("run_io.ATTEMPT")
 def _(built: Built, connection: Connection) -> None:
-    from hpo_orchestrator.db import _run
+    from hpo_orchestrator.db import _run_io
 
-    assert _run.attempt_of(connection, built.trial_ids[0]) == 1  # no hpo.attempt: not a retry
+    assert _run_io.attempt_of(connection, built.trial_ids[0]) == 1  # no hpo.attempt: not a retry
 
 
-@case("run.RUNNING_AMONG")
+@case("run_io.RUNNING_AMONG")
 def _(built: Built, connection: Connection) -> None:
-    from hpo_orchestrator.db import _run
+    from hpo_orchestrator.db import _run_io
 
-    found = _run.running_among(connection, list(built.trial_ids.values()))  # only #4 RUNNING
+    found = _run_io.running_among(connection, list(built.trial_ids.values()))  # only #4 RUNNING
     assert [(t.trial_id, t.host, t.pid, t.orchestrator_pid) for t in found] == \
         [(built.trial_ids[4], "h1", None, None)]
     [running] = found
     assert running.started is not None and running.heartbeat is not None and running.now is not None
     assert timedelta(0) <= running.now - running.heartbeat < timedelta(minutes=10)  # one clock
-    assert _run.running_among(connection, [built.trial_ids[0], built.trial_ids[5]]) == []
-    assert _run.running_among(connection, []) == []
+    assert _run_io.running_among(connection, [built.trial_ids[0], built.trial_ids[5]]) == []
+    assert _run_io.running_among(connection, []) == []
 
 
-@case("run.NO_LONGER_RUNNING")
+@case("run_io.NO_LONGER_RUNNING")
 def _(built: Built, connection: Connection) -> None:
-    from hpo_orchestrator.db import _run
+    from hpo_orchestrator.db import _run_io
 
     ids = [built.trial_ids[0], built.trial_ids[3], built.trial_ids[4]]
-    assert _run.no_longer_running(connection, ids) == {built.trial_ids[0], built.trial_ids[3]}
-    assert _run.no_longer_running(connection, []) == set()
+    assert _run_io.no_longer_running(connection, ids) == {built.trial_ids[0], built.trial_ids[3]}
+    assert _run_io.no_longer_running(connection, []) == set()
 
 
-@case("run.FAIL_RUNNING")
+@case("run_io.FAIL_RUNNING")
 def _(built: Built, connection: Connection) -> None:
-    from hpo_orchestrator.db import _run
+    from hpo_orchestrator.db import _run_io
 
     with connection.begin() as transaction:
-        assert _run.fail_running_trial(connection, built.trial_ids[4]) is True
-        assert _run.fail_running_trial(connection, built.trial_ids[4]) is False  # finished now
-        assert _run.fail_running_trial(connection, built.trial_ids[3]) is False
+        assert _run_io.fail_running_trial(connection, built.trial_ids[4]) is True
+        assert _run_io.fail_running_trial(connection, built.trial_ids[4]) is False  # finished now
+        assert _run_io.fail_running_trial(connection, built.trial_ids[3]) is False
         row = connection.execute(sqlalchemy.text(
             "SELECT state, datetime_complete FROM trials WHERE trial_id = :t"),
             {"t": built.trial_ids[4]}).one()
@@ -616,20 +616,20 @@ def _(built: Built, connection: Connection) -> None:
         transaction.rollback()
 
 
-@case("run.LOCK_STUDY_ROW")
-@case("run.INSERT_WAITING")
-@case("run.PAST_TRIALS")
-@case("run.SET_NUMBER")
-@case("run.INSERT_SYSTEM_ATTR")
+@case("run_io.LOCK_STUDY_ROW")
+@case("run_io.INSERT_WAITING")
+@case("run_io.PAST_TRIALS")
+@case("run_io.SET_NUMBER")
+@case("run_io.INSERT_SYSTEM_ATTR")
 def _(built: Built, connection: Connection) -> None:
     """A WAITING trial written as Optuna's enqueue_trial wrote #5 (rolled back; the ask that
     takes it is tested in tests/test_reliability_storage.py)."""
-    from hpo_orchestrator.db import _run
+    from hpo_orchestrator.db import _run_io
 
     columns = "SELECT number, state, datetime_start, datetime_complete FROM trials WHERE trial_id = :t"
     system = "SELECT key, value_json FROM trial_system_attributes WHERE trial_id = :t"
     with connection.begin() as transaction:
-        trial_id = _run.enqueue_waiting_trial(connection, built.study_id, {"x": 0.1},
+        trial_id = _run_io.enqueue_waiting_trial(connection, built.study_id, {"x": 0.1},
                                               {"hpo.retry_of": 3, "hpo.attempt": 2})
         ours = connection.execute(sqlalchemy.text(columns), {"t": trial_id}).one()
         optunas = connection.execute(sqlalchemy.text(columns), {"t": built.trial_ids[5]}).one()
@@ -643,17 +643,17 @@ def _(built: Built, connection: Connection) -> None:
         transaction.rollback()
 
 
-@case("run.INSERT_RUNNING")
-@case("run.PREVIOUS_NUMBER")
+@case("run_io.INSERT_RUNNING")
+@case("run_io.PREVIOUS_NUMBER")
 def _(built: Built, connection: Connection) -> None:
     """A trial written as Optuna's ask() writes one, numbered without counting the study;
     a trial before it without a number (never left by Optuna) falls back to the count."""
-    from hpo_orchestrator.db import _run
+    from hpo_orchestrator.db import _run_io
 
     columns = "SELECT number, state, datetime_start, datetime_complete FROM trials WHERE trial_id = :t"
     started = datetime(2024, 1, 2, 3, 4, 5)  # no microseconds: stored as Optuna stores them
     with connection.begin() as transaction:
-        trial_id, number = _run.create_running_trial(connection, built.study_id, started)
+        trial_id, number = _run_io.create_running_trial(connection, built.study_id, started)
         ours = connection.execute(sqlalchemy.text(columns), {"t": trial_id}).one()
         optunas = connection.execute(sqlalchemy.text(columns), {"t": built.trial_ids[4]}).one()
         assert number == ours[0] == 6 and db.state_name(ours[1]) == db.state_name(optunas[1]) == "RUNNING"
@@ -662,55 +662,55 @@ def _(built: Built, connection: Connection) -> None:
             assert len(str(ours[2])) == len(str(optunas[2]))
         connection.execute(sqlalchemy.text("UPDATE trials SET number = NULL WHERE trial_id = :t"),
                            {"t": trial_id})
-        assert _run.create_running_trial(connection, built.study_id, started)[1] == 7
+        assert _run_io.create_running_trial(connection, built.study_id, started)[1] == 7
         transaction.rollback()
 
 
-@case("run.FIRST_HEARTBEAT")
+@case("run_io.FIRST_HEARTBEAT")
 def _(built: Built, connection: Connection) -> None:
     """A new trial's user attrs and first heartbeat, written with its row: the heartbeat as
     Optuna's record_heartbeat stamps #4's (the database's clock), read back by reaping."""
-    from hpo_orchestrator.db import _run
+    from hpo_orchestrator.db import _run_io
 
     beats = "SELECT heartbeat FROM trial_heartbeats WHERE trial_id = :t"
     with connection.begin() as transaction:
-        trial_id, _number = _run.create_running_trial(connection, built.study_id, datetime.now())
-        _run.start_running_trial(connection, trial_id, {"hpo.host": "h2", "hpo.orchestrator_pid": 7})
+        trial_id, _number = _run_io.create_running_trial(connection, built.study_id, datetime.now())
+        _run_io.start_running_trial(connection, trial_id, {"hpo.host": "h2", "hpo.orchestrator_pid": 7})
         ours = connection.execute(sqlalchemy.text(beats), {"t": trial_id}).scalar()
         optunas = connection.execute(sqlalchemy.text(beats), {"t": built.trial_ids[4]}).scalar()
         if built.backend == "sqlite":  # text: the same format as Optuna's
             assert len(str(ours)) == len(str(optunas))
-        (row,) = _run.running_among(connection, [trial_id])
+        (row,) = _run_io.running_among(connection, [trial_id])
         assert (row.host, row.orchestrator_pid, row.pid) == ("h2", 7, None)
         assert row.heartbeat is not None and row.now is not None
         assert timedelta(0) <= row.now - row.heartbeat < timedelta(minutes=10)  # one clock
         transaction.rollback()
 
 
-@case("run.STARTED_AT")
-@case("run.ATTRS_OF")
+@case("run_io.STARTED_AT")
+@case("run_io.ATTRS_OF")
 def _(built: Built, connection: Connection) -> None:
     """An ask's retry finds the trial its earlier try committed (the same start, to the
     microsecond as written, and the same attrs) and takes it; one of another orchestrator
     started at that instant, or one the caller holds, is not taken: a new trial is made."""
-    from hpo_orchestrator.db import _run
+    from hpo_orchestrator.db import _run_io
 
     started = datetime(2024, 1, 2, 3, 4, 5, 123456)
     mine, other = {"hpo.host": "h2", "hpo.orchestrator_pid": 7}, {"hpo.host": "h3", "hpo.orchestrator_pid": 7}
     with connection.begin() as transaction:
-        first = _run.ask_running_trial(connection, built.study_id, started, other)
-        earlier = _run.ask_running_trial(connection, built.study_id, started, mine)
-        assert _run.ask_running_trial(connection, built.study_id, started, mine, known=set()) == earlier
-        again = _run.ask_running_trial(connection, built.study_id, started, mine, known={earlier[0]})
+        first = _run_io.ask_running_trial(connection, built.study_id, started, other)
+        earlier = _run_io.ask_running_trial(connection, built.study_id, started, mine)
+        assert _run_io.ask_running_trial(connection, built.study_id, started, mine, known=set()) == earlier
+        again = _run_io.ask_running_trial(connection, built.study_id, started, mine, known={earlier[0]})
         assert len({first, earlier, again}) == 3 and again[1] == earlier[1] + 1
         transaction.rollback()
 
 
-@case("run.MAX_COMPLETED_STEP")
+@case("run_io.MAX_COMPLETED_STEP")
 def _(built: Built, connection: Connection) -> None:
-    from hpo_orchestrator.db import _run
+    from hpo_orchestrator.db import _run_io
 
-    assert _run.max_completed_step(connection, built.study_id) == 4  # #0 reported steps 0-4
+    assert _run_io.max_completed_step(connection, built.study_id) == 4  # #0 reported steps 0-4
 
 
 @case("detail.TRIAL")

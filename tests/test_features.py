@@ -27,7 +27,7 @@ from hpo_orchestrator.config._space import LIGHTGBM_SPACE, ParamSpec, resolve_sp
 from hpo_orchestrator.db import ScoredTrial, pareto_front
 from hpo_orchestrator.db.connect import create_engine
 from hpo_orchestrator.errors import ConfigError
-from hpo_orchestrator.objectives._space import suggest_all
+from hpo_orchestrator.objectives._suggest import suggest_all
 from hpo_orchestrator.objectives._table import infer_task, load_table
 from hpo_orchestrator.scheduler._outcome import classify
 from tests.conftest import REPO, cli_env, trial_rows

@@ -20,7 +20,7 @@ import pytest
 from optuna.trial import TrialState
 from rich.console import Console
 
-from hpo_orchestrator.cli import _trials as _cli_trials
+from hpo_orchestrator.cli import _first_hour as _cli_trials
 from hpo_orchestrator.cli import main
 from hpo_orchestrator.scheduler._failures import FailurePolicy
 from hpo_orchestrator.scheduler._logs import cap_log, read_tail, run_dir, user_frames
@@ -260,7 +260,7 @@ def test_3_logs_follow_prints_until_the_trial_ends(tmp_path: Path, capsys: pytes
     once the trial has ended."""
     import threading
 
-    from hpo_orchestrator.cli import _trials
+    from hpo_orchestrator.cli import _first_hour
 
     url = f"sqlite:///{tmp_path / 'hpo.db'}"
     optuna.logging.set_verbosity(optuna.logging.ERROR)
@@ -273,7 +273,7 @@ def test_3_logs_follow_prints_until_the_trial_ends(tmp_path: Path, capsys: pytes
     polls = threading.Condition()
     seen: list[tuple[str, int]] = []  # (state the poll read, bytes printed before it)
     printed = [0]
-    read_detail, print_from = _trials._detail, _trials._print_from
+    read_detail, print_from = _first_hour._detail, _first_hour._print_from
 
     def counted_print(path: Path, offset: int) -> int:
         new = print_from(path, offset)
@@ -291,9 +291,9 @@ def test_3_logs_follow_prints_until_the_trial_ends(tmp_path: Path, capsys: pytes
         with polls:
             assert polls.wait_for(lambda: len(seen) >= n, timeout=30), seen
 
-    monkeypatch.setattr(_trials, "_FOLLOW_POLL_S", 0.05)
-    monkeypatch.setattr(_trials, "_detail", counted_detail)
-    monkeypatch.setattr(_trials, "_print_from", counted_print)
+    monkeypatch.setattr(_first_hour, "_FOLLOW_POLL_S", 0.05)
+    monkeypatch.setattr(_first_hour, "_detail", counted_detail)
+    monkeypatch.setattr(_first_hour, "_print_from", counted_print)
 
     def writer() -> None:
         wait_polls(2)  # following: the first line printed, a poll done
@@ -607,7 +607,7 @@ def test_10_a_pipe_is_not_wrapped_at_80_columns(tmp_path: Path) -> None:
 
 
 def test_10_best_params_print_as_they_paste() -> None:
-    from hpo_orchestrator.status._render import _fmt
+    from hpo_orchestrator.status._output import _fmt
 
     assert _fmt(0.123456789012) == "0.123456789012"
     assert _fmt(3) == "3" and _fmt("gbdt") == "gbdt" and _fmt("a b") == "'a b'"

@@ -13,7 +13,7 @@ import numpy as np
 import optuna
 import pytest
 
-from hpo_orchestrator.objectives._data import binary_classification, held_out_test
+from hpo_orchestrator.objectives._generated import binary_classification, held_out_test
 
 
 def _two_trials(objective: object) -> None:

@@ -28,7 +28,7 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from hpo_orchestrator.db import _run
+from hpo_orchestrator.db import _run_io
 from hpo_orchestrator.db.connect import open_rdb_storage
 from hpo_orchestrator.scheduler import count_claimed
 from hpo_orchestrator.scheduler._recovery import Recovery
@@ -124,7 +124,7 @@ def test_an_enqueued_retry_is_asked_like_optunas_enqueue(url: str) -> None:
     run = Run(url)
     run.study.enqueue_trial({"x": 0.25})  # Optuna's own, for comparison: asked first
     with run.storage.engine.begin() as connection:
-        _run.enqueue_waiting_trial(connection, run.study._study_id, {"x": 0.75, "c": "b"},
+        _run_io.enqueue_waiting_trial(connection, run.study._study_id, {"x": 0.75, "c": "b"},
                                    {"hpo.retry_of": 0})
     run.study._storage.refresh_soon(run.study._study_id)  # written behind the mirror's back
     first, second = run.study.ask(), run.study.ask()
@@ -167,9 +167,9 @@ def test_a_running_trial_already_marked_retried_gets_no_second_retry(url: str) -
     trial = run.asked_by(_dead_pid())
     run.started(trial, _dead_pid())
     with run.storage.engine.begin() as connection:
-        _run.write_trial_attrs(connection, trial._trial_id, trial.number,
+        _run_io.write_trial_attrs(connection, trial._trial_id, trial.number,
                                {"hpo.fail_reason": "oom", "hpo.retried": True})
-        _run.enqueue_waiting_trial(connection, run.study._study_id, {"x": 0.5},
+        _run_io.enqueue_waiting_trial(connection, run.study._study_id, {"x": 0.5},
                                    Retry(trial.number, {"x": 0.5}, "oom", 2).user_attrs())
     run.recovery.reap()
     run.recovery.reap()

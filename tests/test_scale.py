@@ -513,14 +513,14 @@ def test_opening_a_database_of_the_current_schema_leaves_optunas_checks_out(url:
 def test_the_next_oom_retry_is_known_without_walking_the_study(url: str) -> None:
     """Per claim on GPU hosts: is the trial ask() takes next a retry of one that ran out of
     memory? Read from the mirror's WAITING trials, as ask() reads them."""
-    from hpo_orchestrator.db import _run
+    from hpo_orchestrator.db import _run_io
     from tests.test_reliability_storage import Run
 
     run = Run(url)
     run.study.optimize(lambda t: t.suggest_float("x", 0, 1), n_trials=5)
     assert run.records.next_is_oom_retry() is False
     with run.storage.engine.begin() as connection:
-        _run.enqueue_waiting_trial(connection, run.study._study_id, {"x": 0.5},
+        _run_io.enqueue_waiting_trial(connection, run.study._study_id, {"x": 0.5},
                                    {"hpo.retry_reason": "oom", "hpo.attempt": 2})
     run.study._storage.refresh_soon(run.study._study_id)  # as RunRecords does after enqueuing
     with _statements(run.storage.engine) as statements:

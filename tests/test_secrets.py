@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from hpo_orchestrator.cli import _trials as _cli_trials
+from hpo_orchestrator.cli import _first_hour as _cli_trials
 from hpo_orchestrator.config import load_config
 from hpo_orchestrator.db.connect import mask_url, mask_url_in, paste_url
 from hpo_orchestrator.errors import HpoError, mask_passwords, url_passwords

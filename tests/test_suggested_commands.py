@@ -81,10 +81,10 @@ def test_quoted_commands_name_the_study_and_storage_they_are_about(
     """`status --study lgb` of a PostgreSQL study advised 'hpo-orchestrator logs 3': in a
     storage of several studies that shows another study's trial 3, and without --storage it
     reads hpo.db (a dead end)."""
-    from hpo_orchestrator.cli import _trials
-    from hpo_orchestrator.cli._trials import as_typed
+    from hpo_orchestrator.cli import _first_hour
+    from hpo_orchestrator.cli._first_hour import as_typed
 
-    monkeypatch.setattr(_trials, "prog", lambda: "hpo-orchestrator")  # not pytest's own argv[0]
+    monkeypatch.setattr(_first_hour, "prog", lambda: "hpo-orchestrator")  # not pytest's own argv[0]
     monkeypatch.delenv("MAKELEVEL", raising=False)
     url, default = "postgresql+psycopg://me:s3cret@db/hpo", "sqlite:///hpo.db"
     text = ("'hpo-orchestrator logs 3' shows that trial's output and traceback "

@@ -4,7 +4,7 @@ them out of the store with Optuna's ``download_artifact``.
 What a trial has is read with plain SQL: the artifact meta Optuna keeps on a trial (trial
 system attrs ``artifacts:<id>``, as ``optuna.artifacts.upload_artifact`` writes them and
 optuna-dashboard reads them) and the store folder this tool recorded for each
-(``hpo.artifacts``, scheduler/_artifacts.py)."""
+(``hpo.artifacts``, scheduler/_artifact_meta.py)."""
 
 from __future__ import annotations
 

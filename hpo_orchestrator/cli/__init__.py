@@ -14,7 +14,7 @@ import sys
 import traceback
 from collections.abc import Sequence
 
-from hpo_orchestrator.cli import _artifacts, _trials
+from hpo_orchestrator.cli import _artifacts, _first_hour
 from hpo_orchestrator.cli._common import StdoutClosed, silence_stdout
 from hpo_orchestrator.cli._common import console as _console
 from hpo_orchestrator.cli._common import errors as _errors
@@ -86,7 +86,7 @@ def _main(argv: Sequence[str] | None) -> int:
                     "gpus": cmd_gpus, "report": cmd_report,
                     "submit": lambda a, c: cmd_submit(a, c, main),
                     "tune-pruner": cmd_tune_pruner, "best": cmd_best, "enqueue": cmd_enqueue,
-                    "logs": lambda a, c: _trials.cmd_logs(a, c, errors),
+                    "logs": lambda a, c: _first_hour.cmd_logs(a, c, errors),
                     "artifacts": lambda a, c: _artifacts.cmd_artifacts(a, c, errors)}
         return commands[command](args, console)
     except HpoError as exc:

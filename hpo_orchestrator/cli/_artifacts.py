@@ -33,7 +33,7 @@ def add_artifacts_parser(commands: Any, default_storage: str) -> None:
 
 def cmd_artifacts(args: argparse.Namespace, console: Console, errors: Console) -> int:
     from hpo_orchestrator import artifacts
-    from hpo_orchestrator.cli._trials import prog, resolve_study
+    from hpo_orchestrator.cli._first_hour import prog, resolve_study
     from hpo_orchestrator.db.connect import create_engine
 
     engine = create_engine(args.storage)
@@ -67,7 +67,7 @@ def mention_best(engine: Any, study: str, console: Console) -> None:
     """``best``'s last line when the best trial kept files: their names and the command that
     fetches them."""
     from hpo_orchestrator import artifacts
-    from hpo_orchestrator.cli._trials import prog
+    from hpo_orchestrator.cli._first_hour import prog
 
     fetched = artifacts.select(engine, study, None)
     if fetched.artifacts:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
-from hpo_orchestrator.cli import _artifacts, _trials
+from hpo_orchestrator.cli import _artifacts, _first_hour
 from hpo_orchestrator.cli._common import errors
 from hpo_orchestrator.errors import ConfigError
 
@@ -37,7 +37,7 @@ def cmd_best(args: argparse.Namespace, console: Console) -> int:
     from hpo_orchestrator.db.connect import create_engine
 
     engine = create_engine(args.storage)
-    best = find_best(engine, _trials.resolve_study(engine, args.study, errors()))
+    best = find_best(engine, _first_hour.resolve_study(engine, args.study, errors()))
     best = best.select(args.index, args.trial)
     if args.json:
         print(json.dumps(best.to_json(), indent=2))

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from hpo_orchestrator.cli import _artifacts, _trials
+from hpo_orchestrator.cli import _artifacts, _first_hour
 from hpo_orchestrator.cli._common import DEFAULT_STORAGE
 from hpo_orchestrator.errors import ConfigError
 
@@ -84,7 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--watch", action="store_true", help="refresh every --interval seconds")
     status.add_argument("--interval", type=float, default=2.0, metavar="SECONDS",
                         help="seconds between refreshes with --watch (default 2)")
-    _trials.add_logs_parser(commands, DEFAULT_STORAGE)
+    _first_hour.add_logs_parser(commands, DEFAULT_STORAGE)
 
     submit = commands.add_parser("submit", help="run the study as Slurm jobs, one orchestrator per "
                                                  "node (slurm.* and run overrides)")

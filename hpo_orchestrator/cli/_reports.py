@@ -10,7 +10,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from hpo_orchestrator.cli import _trials
+from hpo_orchestrator.cli import _first_hour
 from hpo_orchestrator.cli._common import DEFAULT_STORAGE, errors
 from hpo_orchestrator.errors import Absent, ConfigError
 
@@ -19,7 +19,7 @@ __all__ = ["cmd_report", "cmd_status", "cmd_telemetry", "cmd_tune_pruner"]
 
 def cmd_status(args: argparse.Namespace, console: Console) -> int:
     if args.trial is not None:
-        return _trials.print_trial(args, console, errors())
+        return _first_hour.print_trial(args, console, errors())
     if args.json and _status_json_sqlite(args):
         return 0
 
@@ -32,9 +32,9 @@ def cmd_status(args: argparse.Namespace, console: Console) -> int:
     given = args.study  # the commands advice quotes name it where the user did
 
     def typed(text: str) -> str:
-        return _trials.as_typed(text, args.storage, DEFAULT_STORAGE, given)
+        return _first_hour.as_typed(text, args.storage, DEFAULT_STORAGE, given)
 
-    args.study = _trials.resolve_study(engine, args.study, errors())
+    args.study = _first_hour.resolve_study(engine, args.study, errors())
     if args.json:
         print(json.dumps(collect_status(engine, args.study).to_json(), indent=2, default=str))
         return 0
@@ -55,13 +55,13 @@ def _watch(args: argparse.Namespace, console: Console) -> int:
     given = args.study
 
     def typed(text: str) -> str:
-        return _trials.as_typed(text, args.storage, DEFAULT_STORAGE, given)
+        return _first_hour.as_typed(text, args.storage, DEFAULT_STORAGE, given)
 
     engine, waiting = None, False
     while engine is None:
         try:
             engine = create_engine(args.storage)
-            args.study = _trials.resolve_study(engine, given, errors())
+            args.study = _first_hour.resolve_study(engine, given, errors())
             first = render_status(collect_status(engine, args.study), typed)
         except Absent as absent:
             if engine is not None:
@@ -98,7 +98,7 @@ def _status_json_sqlite(args: argparse.Namespace) -> bool:
     if connection is None:
         return False
     with closing(connection):
-        args.study = _trials.resolve_study(connection, args.study, errors())
+        args.study = _first_hour.resolve_study(connection, args.study, errors())
         report = collect_status_sqlite(connection, args.study)
     print(json.dumps(report.to_json(), indent=2, default=str))
     return True
@@ -131,7 +131,7 @@ def cmd_telemetry(args: argparse.Namespace, console: Console) -> int:
     if args.csv != "-":
         check_output(Path(args.csv), "--csv")
     engine = create_engine(args.storage)
-    count = export_csv(engine, _trials.resolve_study(engine, args.study, errors()), args.trial,
+    count = export_csv(engine, _first_hour.resolve_study(engine, args.study, errors()), args.trial,
                        args.csv)
     if args.csv != "-":
         errors().print(f"wrote {count} samples to {args.csv}", highlight=False)
@@ -147,7 +147,7 @@ def cmd_report(args: argparse.Namespace, console: Console) -> int:
             check_output(path, option)
     last = _last(args.last)
     engine = create_engine(args.storage)
-    data = write_report(engine, _trials.resolve_study(engine, args.study, errors()), args.out,
+    data = write_report(engine, _first_hour.resolve_study(engine, args.study, errors()), args.out,
                         args.png, last)
     # Absolute: `make report` runs from the checkout or (make -f) another folder.
     written = " and ".join(str(p.resolve()) for p in (args.out, args.png) if p is not None)
@@ -179,14 +179,14 @@ def cmd_tune_pruner(args: argparse.Namespace, console: Console) -> int:
                           "e.g. --min-resource 1,3,5 --reduction-factor 2,3")
     last = _last(args.last)
     engine = create_engine(args.storage)
-    curves = load_curves(engine, _trials.resolve_study(engine, args.study, errors()), last)
+    curves = load_curves(engine, _first_hour.resolve_study(engine, args.study, errors()), last)
     grid = default_grid(curves.full_step, args.patience, args.min_resource, args.reduction_factor)
     results = tune(curves, grid, args.top_k)
     choice, reason = recommend(results)
     with db.read_errors(), engine.connect() as connection:
         taken = set(db.list_studies(connection))
     storage, secret_note = paste_url(args.storage)
-    command = recommended_command(_trials.prog(), curves.study, curves.config,
+    command = recommended_command(_first_hour.prog(), curves.study, curves.config,
                                   choice.setting.overrides(), taken,
                                   None if args.storage == DEFAULT_STORAGE else storage,
                                   run_dir(args.storage, curves.study).name)

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
-from hpo_orchestrator.cli import _trials
+from hpo_orchestrator.cli import _first_hour
 from hpo_orchestrator.cli._common import DEFAULT_STORAGE, errors
 from hpo_orchestrator.errors import mask_passwords
 
@@ -111,7 +111,7 @@ def _run_study(args: argparse.Namespace, console: Console, totals: list[int], co
             console.print(
                 f"study {run.study_name!r} already has {has}: nothing to run (n_trials counts "
                 f"the whole study). For 20 more: "
-                f"{_trials.run_again(args.overrides, 'study.add_trials=20')}",
+                f"{_first_hour.run_again(args.overrides, 'study.add_trials=20')}",
                 style="yellow", highlight=False, markup=False)
             return QuietReporter()
         return LiveReporter(console, run.n_trials, run.done_before, config.study.objectives,
@@ -123,8 +123,8 @@ def _run_study(args: argparse.Namespace, console: Console, totals: list[int], co
 
     report = collect_status(create_engine(config.storage.url), result.study_name)
     print_status(report, console,
-                 lambda text: _trials.as_typed(text, config.storage.url, DEFAULT_STORAGE))
-    again = _trials.resume_hint(args.overrides, config.study.add_trials,
+                 lambda text: _first_hour.as_typed(text, config.storage.url, DEFAULT_STORAGE))
+    again = _first_hour.resume_hint(args.overrides, config.study.add_trials,
                                 totals[0] if totals else None)
     if result.interrupted:
         console.print(_stopped(again), style="yellow", highlight=False, markup=False,
@@ -134,12 +134,12 @@ def _run_study(args: argparse.Namespace, console: Console, totals: list[int], co
                       f"new trial started after it; {again} to continue", highlight=False,
                       markup=False, soft_wrap=True)
     failed = report.last_failed
-    console.print(mask_passwords(_trials.next_steps(config.storage.url, DEFAULT_STORAGE, failed)),
+    console.print(mask_passwords(_first_hour.next_steps(config.storage.url, DEFAULT_STORAGE, failed)),
                   highlight=False, markup=False, soft_wrap=True)
     if result.error:
         errors().print(f"error: {mask_passwords(result.error)}", markup=False)
         if result.hint:
-            errors().print("hint: " + mask_passwords(_trials.as_typed(
+            errors().print("hint: " + mask_passwords(_first_hour.as_typed(
                 result.hint, config.storage.url, DEFAULT_STORAGE)), markup=False)
     return result.exit_code
 

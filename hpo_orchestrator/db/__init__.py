@@ -62,7 +62,7 @@ from hpo_orchestrator.db._retry import (
     retrying_of,
     trouble_of,
 )
-from hpo_orchestrator.db._run import (
+from hpo_orchestrator.db._run_io import (
     RunningTrialRow,
     ask_running_trial,
     attempt_of,
@@ -99,7 +99,7 @@ from hpo_orchestrator.db._telemetry import (
     telemetry_rows,
     telemetry_samples,
 )
-from hpo_orchestrator.db._trials import (
+from hpo_orchestrator.db._trial_rows import (
     ATTR_KEYS,
     SummaryFlags,
     TrialRow,

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from hpo_orchestrator.db._sql import fetch_all, rows
 from hpo_orchestrator.db._study import state_name
-from hpo_orchestrator.db._trials import _param_value
+from hpo_orchestrator.db._trial_rows import _param_value
 
 if TYPE_CHECKING:
     from hpo_orchestrator.db._sql import Readable

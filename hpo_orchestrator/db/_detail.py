@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from hpo_orchestrator.db import _trials
+from hpo_orchestrator.db import _trial_rows
 from hpo_orchestrator.db._sql import fetch_all, fetch_one, rows, scalar
 from hpo_orchestrator.db._study import state_name, to_datetime
 
@@ -38,14 +38,14 @@ def trial_detail(connection: Readable, study_id: int, number: int) -> dict[str, 
     if row is None:
         return None
     trial_id = row[0]
-    params = fetch_all(connection, _trials._PARAMS_SQL, {"t": trial_id})
+    params = fetch_all(connection, _trial_rows._PARAMS_SQL, {"t": trial_id})
     values = [v for (v,) in rows(connection, _TRIAL_VALUE_SQL, {"t": trial_id})]
     return {
         "number": number, "state": state_name(row[1]), "start": to_datetime(row[2]),
         "end": to_datetime(row[3]),
         "value": values[0] if values else None,
         "values": values,  # one per objective (several: study.directions)
-        "params": {p: _trials._param_value(v, d) for p, v, d in params},
+        "params": {p: _trial_rows._param_value(v, d) for p, v, d in params},
         "attrs": {k: json.loads(v) for k, v in rows(connection, _TRIAL_ATTRS_SQL, {"t": trial_id})},
     }
 

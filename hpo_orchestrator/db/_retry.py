@@ -13,7 +13,7 @@ What is retried: each call the run makes on its study's storage (study/_storage.
 transaction of ours (:meth:`Retrying.call`). A step whose
 commit reached the server but whose answer was lost may run twice: harmless for writes of
 attrs and values; an ask's retry first looks for the trial its earlier try created (started
-at the same instant, with this orchestrator's host and pid: db/_run.py's
+at the same instant, with this orchestrator's host and pid: db/_run_io.py's
 ``ask_running_trial``) and takes it, where a second trial would be reaped as ``lost`` after
 the grace period and stay a FAIL in the study.
 """

@@ -1,7 +1,7 @@
 """A finished trial's summary row (``hpo_trial_summary``, docs/DESIGN.md §2.4), in one place.
 
 :class:`SummaryRow` is the row: the table's columns (db/tables.py), the column lists of the
-statements that write and read it (tally/_tally.py, db/_trials.py) and the row built from a
+statements that write and read it (tally/_tally.py, db/_trial_rows.py) and the row built from a
 trial's ``hpo.*`` attrs (a trial that ended outside the orchestrator, or one the orchestrator
 told: scheduler/_writes.py) all come from its fields. A new column is one field here, with
 its ``hpo.*`` key when it mirrors an attr: nullable, so that a database written before it gets

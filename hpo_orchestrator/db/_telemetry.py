@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from hpo_orchestrator.db._sql import fetch_one, has_table, rows
 from hpo_orchestrator.db._study import to_datetime
-from hpo_orchestrator.db._trials import has_summary_table
+from hpo_orchestrator.db._trial_rows import has_summary_table
 
 if TYPE_CHECKING:
     from hpo_orchestrator.db._sql import Readable as Connection

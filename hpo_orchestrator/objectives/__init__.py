@@ -10,24 +10,24 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from hpo_orchestrator.objectives._data import binary_classification, held_out_test
     from hpo_orchestrator.objectives._device import cuda_learner_available
-    from hpo_orchestrator.objectives._space import suggest_all
+    from hpo_orchestrator.objectives._generated import binary_classification, held_out_test
+    from hpo_orchestrator.objectives._suggest import suggest_all
 
 __all__ = ["binary_classification", "cuda_learner_available", "held_out_test", "suggest_all"]
 
 
 def __getattr__(name: str) -> Any:
     if name in ("binary_classification", "held_out_test"):
-        from hpo_orchestrator.objectives import _data
+        from hpo_orchestrator.objectives import _generated
 
-        return getattr(_data, name)
+        return getattr(_generated, name)
     if name == "cuda_learner_available":
         from hpo_orchestrator.objectives import _device
 
         return _device.cuda_learner_available
     if name == "suggest_all":
-        from hpo_orchestrator.objectives import _space
+        from hpo_orchestrator.objectives import _suggest
 
-        return _space.suggest_all
+        return _suggest.suggest_all
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

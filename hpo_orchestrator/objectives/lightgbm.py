@@ -20,9 +20,9 @@ import optuna
 
 from hpo_orchestrator.config import LIGHTGBM_SPACE, LightGBMObjectiveConfig, resolve_space
 from hpo_orchestrator.gpu import choose_lightgbm_device, list_platforms
-from hpo_orchestrator.objectives._data import binary_classification
 from hpo_orchestrator.objectives._device import Calibration, cuda_learner_available, picture
-from hpo_orchestrator.objectives._space import suggest_all
+from hpo_orchestrator.objectives._generated import binary_classification
+from hpo_orchestrator.objectives._suggest import suggest_all
 from hpo_orchestrator.objectives._table import infer_task, load_table, split
 from hpo_orchestrator.worker import phase, slot_info
 
@@ -91,7 +91,7 @@ _TASKS = {"binary": ("binary", "binary_logloss"), "multiclass": ("multiclass", "
 class LightGBMObjective:
     """Built from ``objective.*`` config; called once per trial. The user's table is read once
     per worker process (in reuse mode: once per slot); the generated data once per process
-    (objectives/_data.py caches it), so a reuse worker does not regenerate it per trial."""
+    (objectives/_generated.py caches it), so a reuse worker does not regenerate it per trial."""
 
     def __init__(self, config: LightGBMObjectiveConfig) -> None:
         # Imported here, not per call, so the import counts as start-up (hpo.startup_s).

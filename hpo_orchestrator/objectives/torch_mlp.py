@@ -12,8 +12,8 @@ from typing import Any
 import optuna
 
 from hpo_orchestrator.config import TORCH_MLP_SPACE, TorchMLPObjectiveConfig, resolve_space
-from hpo_orchestrator.objectives._data import binary_classification
-from hpo_orchestrator.objectives._space import suggest_all
+from hpo_orchestrator.objectives._generated import binary_classification
+from hpo_orchestrator.objectives._suggest import suggest_all
 from hpo_orchestrator.worker import phase, slot_info
 
 __all__ = ["TorchMLPObjective"]

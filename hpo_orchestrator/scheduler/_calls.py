@@ -4,7 +4,7 @@ out (the bytes: _channel.py).
 :func:`serve` waits on all open channels at once and handles what arrived; :func:`drain`
 reads what a child sent before it exited. A child's
 ``suggest_*``/``report``/``should_prune``/``set_user_attr`` calls are answered by the real
-``optuna.Trial`` held in its RunningTrial; ``save_artifact``'s by scheduler/_artifacts.py.
+``optuna.Trial`` held in its RunningTrial; ``save_artifact``'s by scheduler/_artifact_meta.py.
 A child that broke the protocol fails its trial alone (docs/DESIGN.md §3.8).
 
 A child's reads of its trial and study (worker/_protocol.READ_CALLS: :func:`answer_read`) are
@@ -27,7 +27,7 @@ import optuna
 
 from hpo_orchestrator import keys
 from hpo_orchestrator.db import StorageUnavailable
-from hpo_orchestrator.scheduler._artifacts import record_artifact
+from hpo_orchestrator.scheduler._artifact_meta import record_artifact
 from hpo_orchestrator.scheduler._channel import ProtocolError
 from hpo_orchestrator.scheduler._trial import RunningTrial
 from hpo_orchestrator.telemetry import TelemetrySampler

@@ -122,7 +122,7 @@ class RunRecords:
 
     def write_attrs(self, trial_id: int, number: int, attrs: dict[str, Any],
                     started: datetime | None = None) -> None:
-        """Several user attrs of a RUNNING trial in one transaction (see db/_run.py)."""
+        """Several user attrs of a RUNNING trial in one transaction (see db/_run_io.py)."""
         if not attrs:
             return
 

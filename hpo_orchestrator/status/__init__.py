@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from hpo_orchestrator.status._collect import collect, collect_status, collect_status_sqlite, device_label
 from hpo_orchestrator.status._model import DeviceUse, Finding, StateStats, StatusReport, StudyFacts
-from hpo_orchestrator.status._packing import device_choice_line, packing_lines
-from hpo_orchestrator.status._render import print_status, render_status
+from hpo_orchestrator.status._output import print_status, render_status
+from hpo_orchestrator.status._packing_lines import device_choice_line, packing_lines
 from hpo_orchestrator.status._tuning import pruner_tuning_lines
 
 __all__ = ["DeviceUse", "Finding", "StateStats", "StatusReport", "StudyFacts", "collect", "collect_status",

@@ -13,7 +13,7 @@ from collections import Counter
 from typing import Any
 
 from hpo_orchestrator.status._model import DeviceUse, Finding, StatusReport, StudyFacts
-from hpo_orchestrator.status._packing import cpu_share, packing_of_device
+from hpo_orchestrator.status._packing_lines import cpu_share, packing_of_device
 
 __all__ = ["find_all"]
 

@@ -49,7 +49,7 @@ OBJECTIVE_ATTRS = frozenset({keys.PARAMS_EFFECTIVE, keys.OPENCL_PLATFORM, keys.W
                              keys.DEVICE_CHOICE})
 
 # save_artifact's call, args (meta,): the child wrote the file into the store; the orchestrator
-# checks it is there and records Optuna's artifact meta on the trial (scheduler/_artifacts.py).
+# checks it is there and records Optuna's artifact meta on the trial (scheduler/_artifact_meta.py).
 ARTIFACT_CALL = "record_artifact"
 
 

@@ -43,7 +43,7 @@ __all__ = ["TuneTrial", "main", "record_trial", "space_distributions"]
 def space_distributions() -> dict[str, Any]:
     """Optuna distributions of the LightGBM search space, to record Tune's trials (whose params
     come as plain values) in an Optuna study: those the search space's own suggestions
-    (:func:`_search_space`, objectives/_space.py) give a trial."""
+    (:func:`_search_space`, objectives/_suggest.py) give a trial."""
     import optuna
 
     trial = optuna.create_study().ask()

@@ -2,8 +2,8 @@
 
 Ours runs a workload through ``hpo-orchestrator run`` with :attr:`Workload.overrides`; Optuna's
 own processes (optuna_worker.py) build the same model from the same pieces the product uses:
-the data generator (objectives/_data.py), the search space (config/_space.py, suggested by
-objectives/_space.py) and the config defaults (max_bin, seed, rounds, report interval) of
+the data generator (objectives/_generated.py), the search space (config/_space.py, suggested by
+objectives/_suggest.py) and the config defaults (max_bin, seed, rounds, report interval) of
 LightGBMObjectiveConfig. The objective below is what a careful Optuna user writes: train,
 report the validation loss every ``report_every`` rounds, prune, return the best reported loss.
 

@@ -3,7 +3,7 @@ submitit."""
 
 from __future__ import annotations
 
+from hpo_orchestrator.cluster.slurm._array import SlurmEngine
 from hpo_orchestrator.cluster.slurm._config import SlurmConfig, load_slurm_config
-from hpo_orchestrator.cluster.slurm._engine import SlurmEngine
 
 __all__ = ["SlurmConfig", "SlurmEngine", "load_slurm_config"]

@@ -9,7 +9,7 @@ from rich.table import Table
 from rich.text import Text
 
 from hpo_orchestrator.status._model import StatusReport
-from hpo_orchestrator.status._packing import device_choice_line, packing_lines
+from hpo_orchestrator.status._packing_lines import device_choice_line, packing_lines
 from hpo_orchestrator.status._tuning import pruner_tuning_lines
 
 __all__ = ["print_status", "render_status"]
