@@ -1,5 +1,5 @@
 """With scheduler.parallel unset, a run uses every GPU it was given, one trial each to start
-(more where a GPU has room: tests/test_packing_first_level.py)."""
+(more where a GPU has room: tests/test_rules_first_level.py)."""
 
 from __future__ import annotations
 

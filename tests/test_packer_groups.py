@@ -14,7 +14,7 @@ from hpo_orchestrator.gpu import GpuInfo
 from hpo_orchestrator.placement._packer import Packer, gpu_groups
 from hpo_orchestrator.placement._rules import GpuLevel
 from hpo_orchestrator.placement._slots import SlotPool
-from tests.test_packing import _Clock, _Readings, _rt, packer_of
+from tests.test_packer import _Clock, _Readings, _rt, packer_of
 
 
 @pytest.fixture(name="clock")

@@ -21,7 +21,7 @@ from hpo_orchestrator.scheduler._trial import Worker
 from hpo_orchestrator.scheduler._workers import Workers
 from hpo_orchestrator.worker import Job
 from tests.conftest import trial_rows
-from tests.test_packing import AUTO, TARGET, _packing
+from tests.test_packer import AUTO, TARGET, _packing
 
 OBJECTIVES = "tests.objectives"
 HEADER = "this worker started up before the trial was asked"
@@ -166,9 +166,9 @@ def test_a_spare_is_wanted_only_where_one_more_trial_fits_and_the_level_may_rise
     (held for the level); none on a GPU one more trial would not fit, nor after an OOM shut
     the level above."""
     from hpo_orchestrator.placement import _packer
+    from tests.test_packer import _Clock
     from tests.test_packer_groups import _end, _fill, _Scripted
     from tests.test_packer_groups import _packer as packer_of
-    from tests.test_packing import _Clock
 
     clock = _Clock()
     monkeypatch.setattr(_packer, "time", clock)
@@ -203,8 +203,8 @@ def test_spares_never_take_workers_past_scheduler_parallel(
     spares fill the room that is left, one per GPU."""
     from hpo_orchestrator.placement import _packer
     from hpo_orchestrator.placement._rules import GpuLevel
+    from tests.test_packer import _Clock, packer_of
     from tests.test_packer_groups import _end, _fill, _gpus, _Scripted
-    from tests.test_packing import _Clock, packer_of
 
     clock = _Clock()
     monkeypatch.setattr(_packer, "time", clock)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from hpo_orchestrator.placement._rules import REPROBE_TRIALS, Change, GpuLevel, TrialTime, decide
-from tests.test_packing import HOST, LGBM, POLICY, TORCH, _obs, _state, _t
+from tests.test_packer import HOST, LGBM, POLICY, TORCH, _obs, _state, _t
 
 # gpu_mix at two per GPU, steady durations (run D's fixed runs): LightGBM 5 s, torch 8 s.
 AT_TWO = {2: {LGBM: (5.0, 5.0), TORCH: (8.0, 8.0)}}
