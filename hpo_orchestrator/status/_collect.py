@@ -35,6 +35,8 @@ from hpo_orchestrator.status._model import DeviceUse, Finding, StateStats, Statu
 from hpo_orchestrator.status._plain import PlainStudy, is_plain
 from hpo_orchestrator.tally import (
     VERSION,
+    DeviceTally,
+    SinceTrial,
     Tally,
     fail_attrs,
     failed_upto,
@@ -147,17 +149,72 @@ def _report(connection: Connection, study_id: int, name: str, directions: list[s
     config = study_attrs.get(keys.CONFIG) or {}
     since = trials_since(connection, study_id, tally.watermark, tally.holes, has_summary)
     listed = listed_devices(study_attrs)
+    running, queued = _running_since(connection, tally, since, listed, db_now, now, config)
+    # What the tally folded before (its medians and flags are index reads of the summary up
+    # to its watermark; a fresh tally has folded nothing; a plain study's has no flags)
+    before = _Folded(folded={state: int(n) for state, (n, _, _) in tally.durations.items()},
+                     pairs=tally.pairs, stored=tally.folded > 0 and plain is None)
+    durations, pairs = _fold_since(tally, since, queued, now)
+    if not tally.exact:  # a trial since started before a device's frontier
+        return None
+    counts = _counts(tally, queued)
+    window = plain.ordered if plain is not None \
+        else partial(ordered_window, connection, study_id, tally.watermark, tally.holes)
+    upto = (study_id, tally.watermark, tally.holes)
+    flags = (flags_upto(connection, *upto) if before.stored else []) + [t.flags for t in since]
+    failed_trials = failures_of(fail_attrs(connection, (
+        failed_upto(connection, *upto) if before.stored else [])
+        + [t.trial_id for t in since if t.row.state == "FAIL"]))
+    report = _assembled(connection, study_id, name, directions, study_attrs, config, tally,
+                        _state_stats(tally, counts, window, before.folded, durations),
+                        counts, listed, running, queued, failed_trials)
+    report.findings = find_all(report, StudyFacts(
+        config=config, startup=_startup(window, before.pairs, pairs),
+        unverified=_unverified(flags), mismatches=_mismatches(flags),
+        max_complete_step=tally.max_complete_step, failures=failed_trials.listed,
+        other_studies_s=_other_studies_on_idle_gpus(connection, study_id, report, tally)
+        if has_summary else {}))
+    return report
+
+
+def _running_since(connection: Connection, tally: Tally, since: list[SinceTrial],
+                   listed: dict[str, list[dict[str, Any]]], db_now: datetime | None, now: float,
+                   config: dict[str, Any]) -> tuple[list[dict[str, Any]], list[int]]:
+    """The running trials among those since the tally, and the numbers of those only queued;
+    labelled with their host where the study ran on several."""
     hosts = {d.host for d in tally.devices if d.host} | {t.row.host for t in since if t.row.host} \
         | set(listed)
     unfinished = [db.UncoveredTrial(t.trial_id, t.row, t.attrs) for t in since
                   if t.row.state == "RUNNING" and not t.summarized]
-    running, queued = running_of(connection, unfinished, db_now, now, config, len(hosts))
+    return running_of(connection, unfinished, db_now, now, config, len(hosts))
 
-    # What the tally folded before (its medians and flags are index reads of the summary up
-    # to its watermark; a fresh tally has folded nothing; a plain study's has no flags)
-    folded = {state: int(n) for state, (n, _, _) in tally.durations.items()}
-    folded_pairs = tally.pairs
-    stored = tally.folded > 0 and plain is None
+
+def _unverified(flags: list[Any]) -> list[tuple[int, Any]]:
+    """Trials whose GPU showed no work from them (gpu_unused), with their OpenCL platform."""
+    return sorted((f.number, f.opencl_platform) for f in flags
+                  if f.gpu_verified is not None and not f.gpu_verified)
+
+
+def _mismatches(flags: list[Any]) -> list[tuple[int, Any]]:
+    """Trials the library ran with other values than suggested (params_differ)."""
+    return sorted((f.number, f.params_mismatch) for f in flags if f.params_mismatch)
+
+
+@dataclass(frozen=True)
+class _Folded:
+    """What a tally had folded before the trials since it: per state, the trials whose
+    durations its summary rows hold; the trials with start-up pairs; whether its trials have
+    summary rows to read (flags, failures)."""
+
+    folded: dict[str, int]
+    pairs: int
+    stored: bool
+
+
+def _fold_since(tally: Tally, since: list[SinceTrial], queued: list[int],
+                now: float) -> tuple[dict[str, list[float]], list[tuple[float, float]]]:
+    """Fold the trials since the tally into it (a queued one on no device); their durations
+    by state and (start-up, first decision) pairs, for the medians."""
     durations: dict[str, list[float]] = {}
     pairs = []
     for t in since:
@@ -169,15 +226,21 @@ def _report(connection: Connection, study_id: int, name: str, directions: list[s
             pairs.append((startup_time, decision_time))
         tally.add(t.trial_id, row, t.value, now,
                   on_device=not (state == "RUNNING" and number in queued))
-    if not tally.exact:  # a trial since started before a device's frontier
-        return None
+    return durations, pairs
 
+
+def _counts(tally: Tally, queued: list[int]) -> dict[str, int]:
+    """Trials per state, those asked ahead of a slot QUEUED rather than RUNNING."""
     counts = dict(tally.states)
     if queued:
         counts["RUNNING"] -= len(queued)
         counts["QUEUED"] = len(queued)
-    window = plain.ordered if plain is not None \
-        else partial(ordered_window, connection, study_id, tally.watermark, tally.holes)
+    return counts
+
+
+def _state_stats(tally: Tally, counts: dict[str, int], window: Callable[..., list[float]],
+                 folded: dict[str, int], durations: dict[str, list[float]]) -> dict[str, StateStats]:
+    """Count, mean, median and longest duration per state (the usual ones first)."""
     states = {}
     for state in (*_STATES, *sorted(set(counts) - set(_STATES))):
         n, total, longest = tally.durations.get(state, (0, 0.0, 0.0))
@@ -186,24 +249,31 @@ def _report(connection: Connection, study_id: int, name: str, directions: list[s
             median_s=_median(partial(window, "duration", state=state), folded.get(state, 0),
                              durations.get(state, [])),
             max_s=longest if n else None)
+    return states
+
+
+def _startup(window: Callable[..., list[float]], folded_pairs: int,
+             pairs: list[tuple[float, float]]) -> tuple[int, float, float] | None:
+    """(trials, median start-up, median first decision) for slow_startup; None without."""
+    if folded_pairs + len(pairs) == 0:
+        return None
+    startup_s, decision_s = (_median(partial(window, what), folded_pairs, [p[i] for p in pairs])
+                             for i, what in enumerate(("startup_s", "first_decision_s")))
+    if startup_s is None or decision_s is None:
+        return None
+    return folded_pairs + len(pairs), startup_s, decision_s
+
+
+def _assembled(connection: Connection, study_id: int, name: str, directions: list[str],
+               study_attrs: dict[str, Any], config: dict[str, Any], tally: Tally,
+               states: dict[str, StateStats], counts: dict[str, int],
+               listed: dict[str, list[dict[str, Any]]], running: list[dict[str, Any]],
+               queued: list[int], failed_trials: Failures) -> StatusReport:
+    """The report's fields (its findings come after, from the report itself)."""
     finished = sum(counts.get(s, 0) for s in ("COMPLETE", "PRUNED", "FAIL"))
-
-    flags = (flags_upto(connection, study_id, tally.watermark, tally.holes) if stored else []) \
-        + [t.flags for t in since]
-    failed = (failed_upto(connection, study_id, tally.watermark, tally.holes) if stored else []) \
-        + [t.trial_id for t in since if t.row.state == "FAIL"]
-    failed_trials = failures_of(fail_attrs(connection, failed))
-    failures = failed_trials.listed
-    objective_failures = [n for n, reason, _ in failures if reason != "interrupted"]
-
-    startup = None
-    if folded_pairs + len(pairs) > 0:
-        startup_s, decision_s = (_median(partial(window, what), folded_pairs, [p[i] for p in pairs])
-                                 for i, what in enumerate(("startup_s", "first_decision_s")))
-        if startup_s is not None and decision_s is not None:
-            startup = (folded_pairs + len(pairs), startup_s, decision_s)
+    objective_failures = [n for n, reason, _ in failed_trials.listed if reason != "interrupted"]
     study_window = tally.window
-    report = StatusReport(
+    return StatusReport(
         study=name, direction=directions[0],
         n_trials_target=config.get("study", {}).get("n_trials"),
         states=states, prune_rate=counts.get("PRUNED", 0) / finished if finished else None,
@@ -223,15 +293,6 @@ def _report(connection: Connection, study_id: int, name: str, directions: list[s
         last_failed=max(objective_failures) if objective_failures else None,
         packing=_per_host(study_attrs, keys.PACKING_PREFIX),
         device_choices=_per_host(study_attrs, keys.DEVICE_CHOICE_PREFIX))
-    report.findings = find_all(report, StudyFacts(
-        config=config, startup=startup,
-        unverified=sorted((f.number, f.opencl_platform) for f in flags
-                          if f.gpu_verified is not None and not f.gpu_verified),
-        mismatches=sorted((f.number, f.params_mismatch) for f in flags if f.params_mismatch),
-        max_complete_step=tally.max_complete_step, failures=failures,
-        other_studies_s=_other_studies_on_idle_gpus(connection, study_id, report, tally)
-        if has_summary else {}))
-    return report
 
 
 def _other_studies_on_idle_gpus(connection: Connection, study_id: int, report: StatusReport,
@@ -309,25 +370,32 @@ def _device_use(tally: Tally, listed: dict[str, list[dict[str, Any]]]) -> list[D
     if tally.window is None:
         return sorted(inventory.values(), key=lambda d: d.device)
     for key, use in inventory.items():
-        kept = next((d for d in tally.devices if (d.host, d.gpu_index) == key), None)
         host = next((h for h in tally.hosts if h.host == key[0]), None)
-        if host is None or host.max_start is None:
-            continue  # no trial of the study ran on this host
-        queued_hi = host.max_start
-        use.active_s, use.active_queued_s = host.busy(), host.busy_until(queued_hi)
-        if use.active_s > 0:
-            use.busy_fraction = 0.0 if kept is None else kept.busy() / use.active_s
-        if use.active_queued_s > 0:
-            use.busy_fraction_queued = 0.0 if kept is None \
-                else kept.busy_until(queued_hi) / use.active_queued_s
-        if kept is None:
-            continue
-        use.trials, use.states = kept.trials, dict(kept.states)
-        use.util_mean = round(kept.util[0] / kept.util[1], 1) if kept.util[1] > 0 else None
-        use.util_compute_mean = (round(kept.util_compute[0] / kept.util_compute[1], 1)
-                                 if kept.util_compute[1] > 0 else None)
-        use.energy_kj = round(kept.energy[0] / 1000, 3) if kept.energy[1] else None
+        if host is not None and host.max_start is not None:  # a trial of the study ran there
+            _measure_use(use, host, next((d for d in tally.devices
+                                          if (d.host, d.gpu_index) == key), None))
     return sorted(inventory.values(), key=lambda d: d.device)
+
+
+def _measure_use(use: DeviceUse, host: DeviceTally, kept: DeviceTally | None) -> None:
+    """A device's busy shares against its host's active time (and up to the host's last
+    start), and what its trials measured; ``kept``: the device's tally, None where no trial
+    ran on it."""
+    queued_hi = host.max_start
+    assert queued_hi is not None  # the caller's: a trial of the study ran on the host
+    use.active_s, use.active_queued_s = host.busy(), host.busy_until(queued_hi)
+    if use.active_s > 0:
+        use.busy_fraction = 0.0 if kept is None else kept.busy() / use.active_s
+    if use.active_queued_s > 0:
+        use.busy_fraction_queued = 0.0 if kept is None \
+            else kept.busy_until(queued_hi) / use.active_queued_s
+    if kept is None:
+        return
+    use.trials, use.states = kept.trials, dict(kept.states)
+    use.util_mean = round(kept.util[0] / kept.util[1], 1) if kept.util[1] > 0 else None
+    use.util_compute_mean = (round(kept.util_compute[0] / kept.util_compute[1], 1)
+                             if kept.util_compute[1] > 0 else None)
+    use.energy_kj = round(kept.energy[0] / 1000, 3) if kept.energy[1] else None
 
 
 def running_of(connection: Connection, trials: list[db.UncoveredTrial], db_now: datetime | None,
@@ -351,20 +419,24 @@ def running_of(connection: Connection, trials: list[db.UncoveredTrial], db_now: 
         age = (db_now - beat).total_seconds() if beat is not None and db_now is not None else None
         if keys.asked_outside(attrs, beat is not None):
             outside.add(row.number)
-        running.append({
-            "number": row.number, "host": row.host,
-            "device": "outside" if row.number in outside
-            else device_label(row.host, row.gpu_index, hosts),
-            "elapsed_s": now - row.start_s if row.start_s is not None else None,
-            "last_step": row.last_step, "heartbeat_age_s": age,
-            "stale": age is not None and age > grace, "grace_s": grace,
-            "outside": row.number in outside,
-            # a first-wave worker's start-up outlasted the run's wait (hpo.setup_running)
-            "setup_running": attrs.get(keys.SETUP_RUNNING) is True})
+        running.append(_running_entry(row, attrs, age, grace, now, row.number in outside, hosts))
     slotless = {u.row.number for u in trials if u.row.state == "RUNNING" and config
                 and u.attrs.get(keys.SLOT) is None and u.row.number not in outside}
     queued = sorted(r["number"] for r in running if r["number"] in slotless and not r["stale"])
     return [r for r in running if r["number"] not in queued], queued
+
+
+def _running_entry(row: Any, attrs: dict[str, Any], age: float | None, grace: float, now: float,
+                   outside: bool, hosts: int) -> dict[str, Any]:
+    """One running trial as status shows it (``outside``: no orchestrator asked it)."""
+    return {
+        "number": row.number, "host": row.host,
+        "device": "outside" if outside else device_label(row.host, row.gpu_index, hosts),
+        "elapsed_s": now - row.start_s if row.start_s is not None else None,
+        "last_step": row.last_step, "heartbeat_age_s": age,
+        "stale": age is not None and age > grace, "grace_s": grace, "outside": outside,
+        # a first-wave worker's start-up outlasted the run's wait (hpo.setup_running)
+        "setup_running": attrs.get(keys.SETUP_RUNNING) is True}
 
 
 def device_label(host: str | None, gpu: int | None, hosts: int) -> str:
