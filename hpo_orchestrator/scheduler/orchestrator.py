@@ -178,27 +178,7 @@ class Orchestrator:
             local_failure = True
             raise
         finally:
-            self._stop_all(storage_failed=failure is not None or local_failure)
-            if self.tuner is not None:
-                self.tuner.close()  # a replay still running is of no use any more
-            self.log_cap.close()  # the last trials' logs held to the cap too
-            if self.packer is not None and failure is None:
-                self.packer.close()
-            self.workers.trees.sweep_all()
-            self.slots.stop_waiting()
-            restore_subreaper(subreaper)
-            if self.sampler is not None:
-                self.sampler.stop()
-                if failure is None:
-                    self.records.flush_telemetry(force=True)
-                    if self.retention is not None:
-                        self.retention.maybe_run(force=True)
-            if failure is None and not local_failure:
-                try:
-                    self.records.fold_tally()
-                    self.records.flush_device_choice()  # its trial counts, to the end
-                except _STORAGE_ERRORS:
-                    pass  # the tally only saves status work: it reads the trials past it anyway
+            self._wind_down(failure, local_failure, subreaper)
         if isinstance(failure, StorageUnavailable):
             raise failure
         if failure is not None:  # a step that is not retried: named the same way
@@ -208,6 +188,33 @@ class Orchestrator:
             return EXIT_INTERRUPTED
         self.halted = self.halted or self.failures.at_end()
         return EXIT_FAILED if self.halted else EXIT_OK
+
+    def _wind_down(self, failure: BaseException | None, local_failure: bool,
+                   subreaper: bool | None) -> None:
+        """Whatever ended the loop: children stopped, trials written, helpers closed. After a
+        storage failure (``failure``) or one of our own files' (``local_failure``) nothing more
+        is written: the running trials are left RUNNING for the next run to recover."""
+        self._stop_all(storage_failed=failure is not None or local_failure)
+        if self.tuner is not None:
+            self.tuner.close()  # a replay still running is of no use any more
+        self.log_cap.close()  # the last trials' logs held to the cap too
+        if self.packer is not None and failure is None:
+            self.packer.close()
+        self.workers.trees.sweep_all()
+        self.slots.stop_waiting()
+        restore_subreaper(subreaper)
+        if self.sampler is not None:
+            self.sampler.stop()
+            if failure is None:
+                self.records.flush_telemetry(force=True)
+                if self.retention is not None:
+                    self.retention.maybe_run(force=True)
+        if failure is None and not local_failure:
+            try:
+                self.records.fold_tally()
+                self.records.flush_device_choice()  # its trial counts, to the end
+            except _STORAGE_ERRORS:
+                pass  # the tally only saves status work: it reads the trials past it anyway
 
     def _duties(self) -> list[Duty]:
         """What the loop does each round, in order (scheduler/_recipe.py)."""

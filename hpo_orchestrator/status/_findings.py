@@ -57,49 +57,17 @@ def _few(numbers: list[int], limit: int = 8) -> str:
 def _idle_gpus(report: StatusReport, facts: StudyFacts) -> list[Finding]:
     """GPUs without a trial for much of the time the study's runs had trials running and others
     waiting to start. The figures are the per-device table's (busy over that time); another
-    study's trials on the same GPU count as busy, as the host saw it."""
+    study's trials on the same GPU count as busy, as the host saw it. One finding names every
+    idle GPU (the advice is the same for all): one per GPU read as eight problems on an 8-GPU
+    host."""
     gpus = [d for d in report.per_device if d.gpu_index is not None]
-    idle: list[tuple[DeviceUse, float]] = []  # with the share other studies' trials kept it busy
-    for use in gpus:
-        busy, queued, waited = use.busy_fraction, use.busy_fraction_queued, use.active_queued_s
-        if busy is None or queued is None or not waited \
-                or busy >= IDLE_BUSY_BELOW or queued >= IDLE_BUSY_BELOW:
-            continue
-        others = min(1.0, facts.other_studies_s.get((use.host, use.gpu_index), 0.0) / waited)
-        empty_s = (1.0 - queued - others) * waited
-        if queued + others >= IDLE_BUSY_BELOW or empty_s < IDLE_MIN_EMPTY_S \
-                or empty_s / (use.trials + 1) < IDLE_GAP_FLOOR_S:
-            continue
-        idle.append((use, others))
+    # each with the share other studies' trials kept it busy
+    idle = [(use, others) for use in gpus if (others := _idle_share(use, facts)) is not None]
     if not idle:
         return []
-    scheduler = facts.config.get("scheduler", {})
-    parallel = scheduler.get("parallel")
-    # One finding naming every idle GPU (the advice is the same for all): one per GPU read as
-    # eight problems on an 8-GPU host.
+    parallel = facts.config.get("scheduler", {}).get("parallel")
     short = [len([g for g in gpus if g.host == use.host]) for use, _ in idle]  # parallel is per host
-    # parallel may be null or "auto" (every GPU): only a fixed number can be too few
-    if isinstance(parallel, int) and not isinstance(parallel, bool) and parallel < max(short):
-        advice = (f"scheduler.parallel={parallel} runs fewer trials than this host has GPUs "
-                  f"({max(short)}): set scheduler.parallel={max(short)} or more")
-    else:
-        advice = ("slots stayed empty between trials: look at startup time (hpo.startup_s), "
-                  "trials failing at once, or another process holding the GPU")
-
-    def while_waiting(use: DeviceUse, others: float, trials: str) -> str:
-        shared = f", other studies' trials {others:.0%}" if others > 0 else ""
-        return f"{use.busy_fraction_queued:.0%} while trials waited to start{shared}; {trials}"
-
-    if len(idle) == 1:
-        use, others = idle[0]
-        message = (f"{use.device} was busy {use.busy_fraction:.0%} of the {use.active_s or 0:.0f} s "
-                   f"with trials running ({while_waiting(use, others, f'{use.trials} trials ran on it')})")
-    else:
-        each = ", ".join(f"{u.device} {u.busy_fraction:.0%} ({while_waiting(u, o, f'{u.trials} trials')})"
-                         for u, o in idle)
-        message = (f"{len(idle)} GPUs were busy under {IDLE_BUSY_BELOW:.0%} of the time with "
-                   f"trials running: {each}")
-    return [Finding("idle_gpu", "warning", message, advice, {
+    return [Finding("idle_gpu", "warning", _idle_message(idle), _idle_advice(parallel, max(short)), {
         "device": ", ".join(u.device for u, _ in idle),
         "devices": [{"device": u.device, "busy_fraction": round(u.busy_fraction or 0, 3),
                      "busy_fraction_queued": round(u.busy_fraction_queued or 0, 3),
@@ -107,6 +75,46 @@ def _idle_gpus(report: StatusReport, facts: StudyFacts) -> list[Finding]:
                      **({"other_studies_fraction": round(o, 3)} if o > 0 else {}),
                      "trials": u.trials} for u, o in idle],
         "scheduler.parallel": parallel})]
+
+
+def _idle_share(use: DeviceUse, facts: StudyFacts) -> float | None:
+    """The share of the wait other studies' trials kept an idle GPU busy; None where the GPU
+    was not idle: busy enough overall or while trials waited, or empty for too short a time
+    in all or per trial (the orchestrator's latency between tiny trials)."""
+    busy, queued, waited = use.busy_fraction, use.busy_fraction_queued, use.active_queued_s
+    if busy is None or queued is None or not waited \
+            or busy >= IDLE_BUSY_BELOW or queued >= IDLE_BUSY_BELOW:
+        return None
+    others = min(1.0, facts.other_studies_s.get((use.host, use.gpu_index), 0.0) / waited)
+    empty_s = (1.0 - queued - others) * waited
+    if queued + others >= IDLE_BUSY_BELOW or empty_s < IDLE_MIN_EMPTY_S \
+            or empty_s / (use.trials + 1) < IDLE_GAP_FLOOR_S:
+        return None
+    return others
+
+
+def _idle_advice(parallel: Any, gpus_on_host: int) -> str:
+    """parallel may be null or "auto" (every GPU): only a fixed number can be too few."""
+    if isinstance(parallel, int) and not isinstance(parallel, bool) and parallel < gpus_on_host:
+        return (f"scheduler.parallel={parallel} runs fewer trials than this host has GPUs "
+                f"({gpus_on_host}): set scheduler.parallel={gpus_on_host} or more")
+    return ("slots stayed empty between trials: look at startup time (hpo.startup_s), "
+            "trials failing at once, or another process holding the GPU")
+
+
+def _idle_message(idle: list[tuple[DeviceUse, float]]) -> str:
+    def while_waiting(use: DeviceUse, others: float, trials: str) -> str:
+        shared = f", other studies' trials {others:.0%}" if others > 0 else ""
+        return f"{use.busy_fraction_queued:.0%} while trials waited to start{shared}; {trials}"
+
+    if len(idle) == 1:
+        use, others = idle[0]
+        return (f"{use.device} was busy {use.busy_fraction:.0%} of the {use.active_s or 0:.0f} s "
+                f"with trials running ({while_waiting(use, others, f'{use.trials} trials ran on it')})")
+    each = ", ".join(f"{u.device} {u.busy_fraction:.0%} ({while_waiting(u, o, f'{u.trials} trials')})"
+                     for u, o in idle)
+    return (f"{len(idle)} GPUs were busy under {IDLE_BUSY_BELOW:.0%} of the time with "
+            f"trials running: {each}")
 
 
 _LOW_UTIL_ADVICE = {

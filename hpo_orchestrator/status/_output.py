@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from rich.console import Console, Group
+from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
@@ -63,43 +63,55 @@ def _wall(report: StatusReport) -> str:
 
 def render_status(report: StatusReport, typed: Callable[[str], str] = str) -> Group:
     """``typed``: the commands a finding's advice quotes, as the user types them (the CLI's
-    as_typed: with the study and storage this status is about)."""
-    parts: list[object] = []
-    parts.append(Text.assemble(
+    as_typed: with the study and storage this status is about). The sections of
+    ``_SECTIONS``, in order, each as much as the report has for it."""
+    return Group(*(part for section in _SECTIONS for part in section(report, typed)))
+
+
+def _heading(report: StatusReport, _typed: Callable[[str], str]) -> list[RenderableType]:
+    return [Text.assemble(
         ("study ", "bold"), (report.study, "bold cyan"),
         f"  ({', '.join(report.directions or [report.direction])})  {_finished(report)}  prune rate "
-        f"{_pct(report.prune_rate, fraction=True)}{_wall(report)}"))
+        f"{_pct(report.prune_rate, fraction=True)}{_wall(report)}")]
 
+
+def _states(report: StatusReport, _typed: Callable[[str], str]) -> list[RenderableType]:
     states = _table("trials by state (durations in seconds)", ("state", "count", "mean", "median", "max"))
     for name, stats in report.states.items():
         if stats.count:
             states.add_row(name, str(stats.count), _secs(stats.mean_s), _secs(stats.median_s),
                            _secs(stats.max_s))
-    parts.append(states)
+    parts: list[RenderableType] = [states]
     if report.prune_steps:
         steps = ", ".join(f"{step}: {n}" for step, n in report.prune_steps.items())
         parts.append(Text(f"pruned at step (step: trials): {steps}"))
+    return parts
 
-    if report.per_device:
-        devices = _table("per device (busy: share of the time its host had trials running with "
-                         "a trial on it; util: GPU utilization overall and while training)",
-                         ("device", "trials", "done", "pruned", "fail", "run", "busy", "util",
-                          "train", "kJ"))
-        for use in report.per_device:
-            devices.add_row(use.device, str(use.trials), *(str(use.states.get(s, 0)) for s in
-                                                           ("COMPLETE", "PRUNED", "FAIL", "RUNNING")),
-                            _pct(use.busy_fraction, fraction=True), _pct(use.util_mean),
-                            _pct(use.util_compute_mean),
-                            "-" if use.energy_kj is None else f"{use.energy_kj:.1f}")
-        parts.append(devices)
 
-    for entry in report.packing:
-        lines = packing_lines(entry)
-        if lines:
-            parts.append(Text("\n".join(lines)))
-    for entry in report.device_choices:
-        parts.append(Text(device_choice_line(entry)))
+def _devices(report: StatusReport, _typed: Callable[[str], str]) -> list[RenderableType]:
+    if not report.per_device:
+        return []
+    devices = _table("per device (busy: share of the time its host had trials running with "
+                     "a trial on it; util: GPU utilization overall and while training)",
+                     ("device", "trials", "done", "pruned", "fail", "run", "busy", "util",
+                      "train", "kJ"))
+    for use in report.per_device:
+        devices.add_row(use.device, str(use.trials), *(str(use.states.get(s, 0)) for s in
+                                                       ("COMPLETE", "PRUNED", "FAIL", "RUNNING")),
+                        _pct(use.busy_fraction, fraction=True), _pct(use.util_mean),
+                        _pct(use.util_compute_mean),
+                        "-" if use.energy_kj is None else f"{use.energy_kj:.1f}")
+    return [devices]
 
+
+def _placement(report: StatusReport, _typed: Callable[[str], str]) -> list[RenderableType]:
+    """What trials_per_gpu=auto and objective.device=auto did, per host."""
+    packing = [Text("\n".join(lines)) for lines in map(packing_lines, report.packing) if lines]
+    return [*packing, *(Text(device_choice_line(entry)) for entry in report.device_choices)]
+
+
+def _running(report: StatusReport, _typed: Callable[[str], str]) -> list[RenderableType]:
+    parts: list[RenderableType] = []
     if report.running:
         running = _table("running", ("trial", "device", "elapsed s", "last step", "heartbeat age s"))
         for entry in report.running:
@@ -115,6 +127,12 @@ def render_status(report: StatusReport, typed: Callable[[str], str] = str) -> Gr
     if report.queued:
         parts.append(Text(f"queued (asked ahead of a free slot, no process yet): "
                           f"{', '.join(f'#{n}' for n in report.queued)}", style="dim"))
+    return parts
+
+
+def _pruner(report: StatusReport, _typed: Callable[[str], str]) -> list[RenderableType]:
+    """What pruner.min_resource=auto and pruner.tune=auto chose."""
+    parts: list[RenderableType] = []
     if report.min_resource_auto:
         auto = report.min_resource_auto
         parts.append(Text(f"pruner.min_resource=auto chose {auto.get('min_resource')}"
@@ -123,7 +141,12 @@ def render_status(report: StatusReport, typed: Callable[[str], str] = str) -> Gr
     tuning = pruner_tuning_lines(report)
     if tuning:
         parts.append(Text("\n".join(tuning)))
+    return parts
 
+
+def _outcomes(report: StatusReport, _typed: Callable[[str], str]) -> list[RenderableType]:
+    """Failures by reason, the best trial, a Pareto front."""
+    parts: list[RenderableType] = []
     if report.fail_reasons:
         reasons = ", ".join(f"{k}: {v}" for k, v in report.fail_reasons.items())
         parts.append(Text(f"failures by reason: {reasons}", style="yellow"))
@@ -134,16 +157,22 @@ def render_status(report: StatusReport, typed: Callable[[str], str] = str) -> Gr
                                    f"  params: {params}"))
     if report.best_trials:
         parts.append(_pareto_front(report))
-    if report.findings:
-        parts.append(Text("findings", style="bold"))
-        for finding in report.findings:
-            style = "yellow" if finding.severity == "warning" else "cyan"
-            parts.append(Text.assemble((f"  ! {finding.code}: ", f"bold {style}"), finding.message))
-            parts.append(Text(f"    -> {typed(finding.advice)}", style="dim"))
-    else:
-        parts.append(Text("findings: none (no idle or underused GPU, slow start-up, early pruning, "
-                          "stale trial or parameter mismatch found)", style="green"))
-    return Group(*parts)  # type: ignore[arg-type]
+    return parts
+
+
+def _findings(report: StatusReport, typed: Callable[[str], str]) -> list[RenderableType]:
+    if not report.findings:
+        return [Text("findings: none (no idle or underused GPU, slow start-up, early pruning, "
+                     "stale trial or parameter mismatch found)", style="green")]
+    parts: list[RenderableType] = [Text("findings", style="bold")]
+    for finding in report.findings:
+        style = "yellow" if finding.severity == "warning" else "cyan"
+        parts.append(Text.assemble((f"  ! {finding.code}: ", f"bold {style}"), finding.message))
+        parts.append(Text(f"    -> {typed(finding.advice)}", style="dim"))
+    return parts
+
+
+_SECTIONS = (_heading, _states, _devices, _placement, _running, _pruner, _outcomes, _findings)
 
 
 _FRONT_SHOWN = 10  # Pareto trials listed in full; `best` lists them all

@@ -15,7 +15,7 @@ from __future__ import annotations
 import operator
 from collections import Counter
 from functools import reduce
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from hpo_orchestrator.db import (
     fetch_all,
@@ -65,32 +65,11 @@ class PlainStudy:
         ends: list[float] = []
         for state in _FINISHED:  # a read each: no state to tell apart row by row
             found = fetch_all(connection, _FINISHED_SQL, {**params, "state": state})
-            if not found:
-                continue
-            tally.states[state] = len(found)
-            steps = [row[2] for row in found if row[2] is not None]
-            if state == "PRUNED":
-                tally.prune_steps = dict(sorted(Counter(steps).items()))
-            elif state == "COMPLETE":
-                tally.max_complete_step = max(0, *steps) if steps else None
-                valued = [(float(value), number, trial_id)
-                          for _, _, _, value, number, trial_id in found if value is not None]
-                if valued:  # the lowest number among equals, as Tally.add
-                    tally.best_min = list(min(valued))
-                    top = max(valued)[0]
-                    tally.best_max = list(min(v for v in valued if v[0] == top))
-            timed = cast("list[tuple[float, float | None]]", [
-                (start, end) for start, end in zip(to_epochs([row[0] for row in found]),
-                                                   to_epochs([row[1] for row in found]),
-                                                   strict=True) if start is not None])
-            durations = [end - start for start, end in timed if end is not None]
-            starts += [start for start, _ in timed]
-            ends += [now if end is None else end for _, end in timed]
-            if durations:
-                # added in trial order, as the fold adds them (sum() compensates from 3.12 on)
-                total = reduce(operator.add, durations, 0.0)
-                tally.durations[state] = [len(durations), total, max(durations)]
-                self.durations[state] = sorted(durations)
+            if found:
+                _fold_state(tally, state, found)
+                timed = self._timed(state, found, now)
+                starts += [start for start, _ in timed]
+                ends += [end for _, end in timed]
         if starts:
             tally.window = [min(starts), max(starts), max(ends)]
         tally.folded = sum(tally.states.values())
@@ -100,8 +79,40 @@ class PlainStudy:
         tally.watermark = int(scalar(connection, _TOP_SQL, params) or 0)
         tally.holes = [int(t) for (t,) in rows(connection, _UNFINISHED_SQL, params)]
 
+    def _timed(self, state: str, found: list[Any], now: float) -> list[tuple[float, float]]:
+        """The state's trials' (start, end), ``now`` for an end they lack, and their
+        durations kept in order, for the medians."""
+        timed = cast("list[tuple[float, float | None]]", [
+            (start, end) for start, end in zip(to_epochs([row[0] for row in found]),
+                                               to_epochs([row[1] for row in found]),
+                                               strict=True) if start is not None])
+        durations = [end - start for start, end in timed if end is not None]
+        if durations:
+            # added in trial order, as the fold adds them (sum() compensates from 3.12 on)
+            total = reduce(operator.add, durations, 0.0)
+            self.tally.durations[state] = [len(durations), total, max(durations)]
+            self.durations[state] = sorted(durations)
+        return [(start, now if end is None else end) for start, end in timed]
+
     def ordered(self, what: str, offset: int, limit: int, state: str | None = None) -> list[float]:
         """Durations ``offset`` to ``offset + limit`` of the ``state`` trials, in order (as
         _tally.ordered_window; a plain study has no start-up times)."""
         assert what == "duration", what
         return self.durations.get(state or "", [])[offset:offset + limit]
+
+
+def _fold_state(tally: Tally, state: str, found: list[Any]) -> None:
+    """A state's count, and what its trials add: PRUNED their steps, COMPLETE the largest
+    step and the best values (the lowest number among equals, as Tally.add)."""
+    tally.states[state] = len(found)
+    steps = [row[2] for row in found if row[2] is not None]
+    if state == "PRUNED":
+        tally.prune_steps = dict(sorted(Counter(steps).items()))
+    elif state == "COMPLETE":
+        tally.max_complete_step = max(0, *steps) if steps else None
+        valued = [(float(value), number, trial_id)
+                  for _, _, _, value, number, trial_id in found if value is not None]
+        if valued:
+            tally.best_min = list(min(valued))
+            top = max(valued)[0]
+            tally.best_max = list(min(v for v in valued if v[0] == top))
