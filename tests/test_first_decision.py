@@ -21,7 +21,7 @@ def test_first_decision_is_the_first_answer_of_each_trial_of_a_reused_worker(tmp
     objective started: first_decision_s - startup_s is the first (within half a gap), for
     the worker's second trial too (measured from that trial's spawn)."""
     result = run_cli(tmp_path, "run", "objective=custom",
-                     "objective.target=hpo_orchestrator.testing.probes:paced_decisions",
+                     "objective.target=tests.probes:paced_decisions",
                      "scheduler.parallel=1", "scheduler.worker_mode=reuse", "study.n_trials=2",
                      env={"HPO_TEST_DECISION_GAP_S": str(GAP_S)})
     assert result.code == 0, result.stderr

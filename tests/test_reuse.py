@@ -106,8 +106,8 @@ def test_a_reused_workers_sweep_spares_what_its_setup_started(tmp_path: Path) ->
     started for its trial, whose first trial's clock starts before its setup ran; each
     worker's third trial sees what the sweep after its second left."""
     result = run_cli(tmp_path, "run", "objective=custom",
-                     "objective.target=hpo_orchestrator.testing.probes:uses_helper",
-                     "objective.setup=hpo_orchestrator.testing.probes:helper_setup",
+                     "objective.target=tests.probes:uses_helper",
+                     "objective.setup=tests.probes:helper_setup",
                      "scheduler.parallel=1", "scheduler.worker_mode=reuse",
                      "scheduler.max_trials_per_worker=3", "study.n_trials=6", "pruner=none")
     assert result.code == 0, result.stderr

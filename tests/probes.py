@@ -1,6 +1,6 @@
 """Objectives that probe a trial's life as the orchestrator records it (when its pruning
 decisions come, which processes outlive it), for tests; importable in child processes as
-``hpo_orchestrator.testing.probes:NAME``."""
+``tests.probes:NAME``."""
 
 from __future__ import annotations
 
