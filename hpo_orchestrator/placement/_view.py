@@ -3,7 +3,9 @@
 The packer never holds the loop's objects (a trial's process, its pipe, its Optuna trial):
 the loop hands it a :class:`RunningView` of each running trial, the telemetry sampler is read
 through :class:`Readings`, and the study through :class:`StudyAttrs`. So every placement
-decision is a function of numbers, and tests script them.
+decision is a function of numbers, and tests script them. A rule that needs another number
+of the run (a trial's measured CPU use, its first steps' GPU memory) gets a field here or in
+the observations of placement/_rules.py, filled where the loop or the sampler knows it.
 """
 
 from __future__ import annotations
