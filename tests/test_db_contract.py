@@ -686,6 +686,31 @@ def _(built: Built, connection: Connection) -> None:
         transaction.rollback()
 
 
+@case("run.HEARTBEAT")
+@case("run.NEW_HEARTBEAT")
+@case("run.LOCK_HEARTBEAT")
+def _(built: Built, connection: Connection) -> None:
+    """A heartbeat stamped by the database's clock as it is written: a new row, then an
+    update of it; reaping reads it back as fresh."""
+    from hpo_orchestrator.db import _run
+
+    beats = "SELECT heartbeat FROM trial_heartbeats WHERE trial_id = :t"
+    with connection.begin() as transaction:
+        trial_id, _number = _run.create_running_trial(connection, built.study_id, datetime.now())
+        _run.record_heartbeat(connection, trial_id)  # no row yet: inserted
+        first = connection.execute(sqlalchemy.text(beats), {"t": trial_id}).scalar()
+        _run.record_heartbeat(connection, trial_id)  # updated
+        count = connection.execute(sqlalchemy.text(
+            "SELECT COUNT(*) FROM trial_heartbeats WHERE trial_id = :t"), {"t": trial_id}).scalar()
+        (row,) = _run.running_among(connection, [trial_id])
+        assert first is not None and count == 1
+        assert row.heartbeat is not None and row.now is not None
+        # one clock (PostgreSQL's now is this transaction's start: the stamp is later)
+        assert abs(row.now - row.heartbeat) < timedelta(minutes=10)
+        assert db.to_datetime(first) <= row.heartbeat
+        transaction.rollback()
+
+
 @case("run.STARTED_AT")
 @case("run.ATTRS_OF")
 def _(built: Built, connection: Connection) -> None:

@@ -81,16 +81,19 @@ class Recovery:
             self.records.reap(trial.trial_id, frozen.number, attrs, retry, last_alive(trial))
 
     def _lost(self, trial: RunningTrialRow, ours: set[int], cutoff: datetime) -> bool:
-        """Optuna's stale check (a heartbeat older than the grace period, by the database's
-        clock; it spares no one: our own trials beat every round), or, for trials not ours:
-        an orphan on this host (the orchestrator that asked it no longer exists: found at once
-        after a ``kill -9``, asked-ahead trials included; trials of an older version have
-        only their child's pid), or a trial that never beat, started before ``cutoff``
+        """Never a trial of ours: this run watches its process, and its heartbeat is old only
+        when a write of it waited for a lock. Else Optuna's stale check (a heartbeat older
+        than the grace period, by the database's clock), or an orphan on this host (the
+        orchestrator that asked it no longer exists: found at once after a ``kill -9``,
+        asked-ahead trials included; trials of an older version have only their child's
+        pid), or a trial that never beat, started before ``cutoff``
         (Optuna's stale check only looks at trials that have a heartbeat)."""
+        if trial.trial_id in ours:
+            return False
         if trial.heartbeat is not None and trial.now is not None \
                 and trial.now - trial.heartbeat > timedelta(seconds=self.grace_s):
             return True
-        if trial.trial_id in ours or trial.outside:  # outside: no orchestrator asked it
+        if trial.outside:  # no orchestrator asked it
             return False
         if trial.heartbeat is None and trial.started is not None and trial.started < cutoff:
             return True
