@@ -16,8 +16,7 @@ def cmd_gpus(args: argparse.Namespace, console: Console) -> int:
     from rich.table import Table
 
     from hpo_orchestrator.gpu import open_backend
-    from hpo_orchestrator.scheduler import LeaseDir, default_lease_dir
-    from hpo_orchestrator.scheduler._leases import describe_holder, user_name
+    from hpo_orchestrator.scheduler import LeaseDir, default_lease_dir, describe_holder, user_name
 
     backend = open_backend()
     leases = LeaseDir(default_lease_dir(args.lease_dir))

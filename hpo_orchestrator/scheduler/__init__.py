@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from hpo_orchestrator.scheduler._budget import Budget, count_claimed
 from hpo_orchestrator.scheduler._first_wave import FirstWave, Layout, lay_out
-from hpo_orchestrator.scheduler._leases import LeaseDir, default_lease_dir
+from hpo_orchestrator.scheduler._leases import LeaseDir, default_lease_dir, describe_holder, user_name
 from hpo_orchestrator.scheduler._logs import read_tail, run_dir
 from hpo_orchestrator.scheduler._slots import (
     BusyRule,
@@ -27,5 +27,5 @@ from hpo_orchestrator.scheduler._trial import FinishedTrial, QuietReporter, Repo
 
 __all__ = ["Budget", "BusyRule", "FinishedTrial", "FirstWave", "Layout", "LeaseDir", "QuietReporter",
            "Reporter", "RunningTrial", "Slot", "SlotPool", "count_claimed", "default_lease_dir",
-           "lay_out", "read_tail", "resolve_cpu_slots", "resolve_gpus", "resolve_parallel", "run_dir",
-           "threads_per_trial"]
+           "describe_holder", "lay_out", "read_tail", "resolve_cpu_slots", "resolve_gpus",
+           "resolve_parallel", "run_dir", "threads_per_trial", "user_name"]

@@ -52,7 +52,7 @@ from typing import Any
 
 from hpo_orchestrator.errors import ConfigError
 
-__all__ = ["Lease", "LeaseDir", "default_lease_dir", "describe_holder"]
+__all__ = ["Lease", "LeaseDir", "default_lease_dir", "describe_holder", "user_name"]
 
 LEASE_DIR_ENV = "HPO_ORCHESTRATOR_LEASE_DIR"
 DIR_MODE = 0o1777  # every user adds files, only their owner removes them
