@@ -14,28 +14,41 @@ __all__ = ["SECRET_QUERY_KEYS", "Absent", "ConfigError", "HpoError", "NoDatabase
 # scanned), and bounding the password instead let a 1 kB token (AWS RDS IAM) through.
 _URL_PREFIX = re.compile(r"[A-Za-z][\w+.-]{0,40}://[^\s:/@'\"]{0,256}:")
 _SPACES = re.compile(r"(\s+)")
-_ARG_PASSWORD = re.compile(r"://[^:/@]*:(.+)@")
+_ARG_URL = re.compile(r"[A-Za-z][\w+.-]{0,40}://[^:/@]*:.+@.*|[A-Za-z][\w+.-]{0,40}://.*[?&]"
+                      r"(?:password|sslpassword|passfile)=.*", re.IGNORECASE)
 # Query parameters that carry a secret (libpq's password, the client key's sslpassword, and the
-# passfile that names where the password lies): masked as a password in user:pw@ is.
+# passfile that names where the password lies): masked as a password in user:pw@ is; and the
+# same keys in a libpq conninfo string (``host=db password=...``), as a driver may quote it.
 SECRET_QUERY_KEYS = ("password", "sslpassword", "passfile")
-_QUERY_SECRET = re.compile(r"([?&](?:" + "|".join(SECRET_QUERY_KEYS) + r")=)[^&#\s'\"]*",
+_QUERY_SECRET = re.compile(r"((?:^|[?&\s])(?:" + "|".join(SECRET_QUERY_KEYS) + r")=)[^&#\s'\"]*",
                            re.IGNORECASE)
+_PASSWORD_FILE = re.compile(r'(password file ")[^"]*(")')  # libpq's warnings about a passfile
 
 
 def url_passwords(args: list[str]) -> list[str]:
-    """The passwords of the URLs in command-line arguments, each argument read as a whole (a
-    password may hold spaces, quotes, ',' or '#': Hydra's parse errors quote them back)."""
-    found = [m.group(1) for arg in args if (m := _ARG_PASSWORD.search(arg))]
-    return found + [m.group(0).split("=", 1)[1] for arg in args for m in _QUERY_SECRET.finditer(arg)
-                    if m.group(0).split("=", 1)[1]]
+    """The URLs with a secret in command-line arguments, each as typed, to the argument's end
+    (a password may hold spaces, quotes, ',' or '#', and Hydra's parse errors quote the
+    argument back): masked where they appear whole, and by position elsewhere."""
+    return [m.group(0).rstrip("'\"") for arg in args if (m := _ARG_URL.search(arg))]
 
 
-def mask_passwords(text: str, secrets: list[str] | tuple[str, ...] = ()) -> str:
-    """``text`` with every URL password (``user:pw@`` and the query's ``password=``,
-    ``sslpassword=``, ``passfile=``), and each of ``secrets``, replaced by ***."""
-    for secret in sorted(secrets, key=len, reverse=True):
-        text = text.replace(secret, "***")
+def mask_passwords(text: str, urls: list[str] | tuple[str, ...] = ()) -> str:
+    """``text`` with every URL's password replaced by ***: the ``user:pw@`` field and the
+    query's ``password=``, ``sslpassword=``, ``passfile=`` values, by their place in a URL,
+    never by their text (a password ``p`` masked every p: ``***ostgres://u:***@localhost/h***o``).
+    ``urls``: URLs as typed (url_passwords) whose password a word split may cut (a space in
+    it): masked where they appear whole."""
+    for url in sorted(urls, key=len, reverse=True):
+        text = text.replace(url, _mask_whole(url))
+    text = _PASSWORD_FILE.sub(r"\1***\2", text)
     return _QUERY_SECRET.sub(r"\1***", _mask_urls(text))
+
+
+def _mask_whole(url: str) -> str:
+    at = url.rfind("@")
+    prefix = _URL_PREFIX.match(url, 0, at) if at >= 0 else None
+    masked = url[:prefix.end()] + "***" + url[at:] if prefix is not None else url
+    return _QUERY_SECRET.sub(r"\1***", masked)
 
 
 def _mask_urls(text: str) -> str:

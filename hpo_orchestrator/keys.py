@@ -32,6 +32,7 @@ __all__ = [
     "GPU_VERIFIED",
     "HOST",
     "LOG_PATH",
+    "LOST_RUNS",
     "OPENCL_PLATFORM",
     "ORCHESTRATOR_PID",
     "OVERHEAD_S",
@@ -64,6 +65,7 @@ SETUP_RUNNING = "hpo.setup_running"  # true while its first-wave worker's start-
 ATTEMPT = "hpo.attempt"
 ORCHESTRATOR_PID = "hpo.orchestrator_pid"  # with hpo.host at ask(): who asked the trial
 RETRY_OF = "hpo.retry_of"  # a retry enqueued by an orchestrator: the trial it retries
+LOST_RUNS = "hpo.lost_runs"  # a retry of a lost trial: how often in a row its params were lost
 
 # a trial's end (the orchestrator)
 EXIT_CODE = "hpo.exit_code"

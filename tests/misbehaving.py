@@ -152,7 +152,7 @@ def misbehave(trial: Any) -> float:
     to the pipe directly, its reply never read; _then_suggest: a proxied call follows),
     stop_orchestrator (SIGSTOPs its parent as its last act, HPO_TEST_STOP_NOTES says when),
     lingering_thread (a thread that is no daemon, left running), wanders (changes folder),
-    ignore_term, keyboard_interrupt
+    ignore_term, signals_its_group (SIGTERM to its process group), keyboard_interrupt
     (raised by the objective's own code), raise (a plain error), sleep (until stopped),
     fork_at_end (a double fork as the last thing before returning), left_gone (checks what
     fork_at_end left in this worker)."""
@@ -205,6 +205,10 @@ def misbehave(trial: Any) -> float:
         z = trial.suggest_float("z", 5.0, 6.0)  # through the proxy: must get its own reply
         if not 5.0 <= z <= 6.0:
             raise AssertionError(f"suggest_float('z', 5, 6) answered {z}: another call's reply")
+    elif mode == "signals_its_group":  # SIGTERM to its whole process group (itself immune)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        os.kill(0, signal.SIGTERM)
+        os.killpg(os.getpgrp(), signal.SIGTERM)
     elif mode == "sleep":
         time.sleep(3600)
     elif mode == "stray_thread":

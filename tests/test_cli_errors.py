@@ -299,3 +299,17 @@ def test_a_module_that_changes_folder_or_starts_a_thread_on_import(cli, tmp_path
     result = cli("run", "objective.target=odd.obj:objective", "study.n_trials=2", timeout=120)
     assert result.code == 0, result.stderr
     assert (tmp_path / "hpo.db").exists() and not list((tmp_path / "elsewhere").iterdir())
+
+
+def test_a_parallel_past_what_the_host_holds_is_refused_with_the_bound(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Accepted, it reserved memory for 10^12 slots (about 90 MB/s) and started no trial."""
+    from hpo_orchestrator.config._checks import host_trial_bound
+
+    bound, _why = host_trial_bound()
+    result = cli("run", "scheduler.parallel=999999999999", "scheduler.gpus=none")
+    assert result.code == 2
+    assert result.stderr.splitlines() == [
+        f"error: scheduler.parallel: 999999999999 is more than this host can run at once: at "
+        f"most {bound} ({_why})", f"hint: set scheduler.parallel={bound} or fewer"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # no database, no run folder
+    assert cli("run", f"scheduler.parallel={bound}", "--show-config").code == 0

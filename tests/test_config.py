@@ -64,6 +64,11 @@ def test_conf_env_replaces_the_defaults(tmp_path: Path, monkeypatch: pytest.Monk
 BAD = [
     (["scheduler.parallel=four"], "scheduler.parallel"),
     (["scheduler.parallel=0"], "scheduler.parallel"),
+    # more than the host's memory holds processes: no slot list of 10^12 entries is made
+    (["scheduler.parallel=999999999999"], "is more than this host can run at once: at most"),
+    (["scheduler.trials_per_gpu=999999999999"], "scheduler.trials_per_gpu: 999999999999 is more"),
+    (["scheduler.host_cores=999999999999"], "scheduler.host_cores: 999999999999 is more"),
+    (["scheduler.cpu_slots=999999999999"], "scheduler.cpu_slots: 999999999999 is more"),
     (["scheduler.nope=1"], "unknown configuration key 'scheduler.nope'"),
     (["+extra=1"], "unknown configuration key 'extra'"),
     (["objective=nope"], "unknown objective 'nope'"),

@@ -687,6 +687,31 @@ def _(built: Built, connection: Connection) -> None:
         transaction.rollback()
 
 
+@case("run_io.HEARTBEAT")
+@case("run_io.NEW_HEARTBEAT")
+@case("run_io.LOCK_HEARTBEAT")
+def _(built: Built, connection: Connection) -> None:
+    """A heartbeat stamped by the database's clock as it is written: a new row, then an
+    update of it; reaping reads it back as fresh."""
+    from hpo_orchestrator.db import _run_io
+
+    beats = "SELECT heartbeat FROM trial_heartbeats WHERE trial_id = :t"
+    with connection.begin() as transaction:
+        trial_id, _number = _run_io.create_running_trial(connection, built.study_id, datetime.now())
+        _run_io.record_heartbeat(connection, trial_id)  # no row yet: inserted
+        first = connection.execute(sqlalchemy.text(beats), {"t": trial_id}).scalar()
+        _run_io.record_heartbeat(connection, trial_id)  # updated
+        count = connection.execute(sqlalchemy.text(
+            "SELECT COUNT(*) FROM trial_heartbeats WHERE trial_id = :t"), {"t": trial_id}).scalar()
+        (row,) = _run_io.running_among(connection, [trial_id])
+        assert first is not None and count == 1
+        assert row.heartbeat is not None and row.now is not None
+        # one clock (PostgreSQL's now is this transaction's start: the stamp is later)
+        assert abs(row.now - row.heartbeat) < timedelta(minutes=10)
+        assert db.to_datetime(first) <= row.heartbeat
+        transaction.rollback()
+
+
 @case("run_io.STARTED_AT")
 @case("run_io.ATTRS_OF")
 def _(built: Built, connection: Connection) -> None:

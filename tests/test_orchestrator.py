@@ -372,5 +372,7 @@ def test_restart_after_kill_9_recovers_and_finishes_exactly_n(tmp_path: Path) ->
     assert all(r["attrs"]["hpo.retried"] is True for r in lost)
     assert all(r["state"] == "COMPLETE" and r["attrs"]["hpo.retry_reason"] == "lost"
                for r in retries.values())
+    # the kill was not the trials' failure: no attempt spent (hpo.attempt absent: 1)
+    assert all("hpo.attempt" not in r["attrs"] for r in retries.values()), retries
     # n_trials counts every trial but the retried attempts: exactly 6
     assert len([r for r in rows if not r["attrs"].get("hpo.retried")]) == 6

@@ -430,3 +430,24 @@ def test_an_orphan_started_right_before_the_trial_returns_is_killed_at_its_end(
     assert trials[2]["attrs"]["test.left_running"] == []
     assert trials[3]["attrs"]["test.left_existing"] == []
     assert not _alive(orphan)
+
+
+@pytest.mark.slow
+def test_a_trial_that_signals_its_process_group_reaches_only_its_own(tmp_path: Path) -> None:
+    """kill(0, SIGTERM) and killpg(getpgrp(), SIGTERM) from a trial: its worker has a session
+    and process group of its own, so the orchestrator is not in that group and the run goes
+    on (in the orchestrator's group, the run stopped as on Ctrl-C, exit 130)."""
+    import subprocess
+    import sys
+
+    from tests.conftest import cli_env
+
+    run = subprocess.run(  # a session of its own: pytest is not in the group either way
+        [sys.executable, "-m", "hpo_orchestrator", "run", "objective=custom",
+         TARGET + "misbehave", "pruner=none", "sampler=random", "study.n_trials=2",
+         "scheduler.parallel=1", "scheduler.gpus=none"], cwd=tmp_path, capture_output=True,
+        text=True, timeout=240, start_new_session=True,
+        env=cli_env({"HPO_TEST_MISBEHAVE": "signals_its_group,ok"}))
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert [r["state"] for r in sorted(trial_rows(tmp_path / "hpo.db"),
+                                       key=lambda r: r["number"])] == ["COMPLETE", "COMPLETE"]

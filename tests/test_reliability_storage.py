@@ -194,7 +194,7 @@ def test_two_reapers_enqueue_one_retry(url: str) -> None:
 
 def test_a_dead_orchestrators_trials_are_recovered_at_once(url: str) -> None:
     """Heartbeats are fresh and the grace period an hour: only the dead orchestrator's pid
-    tells. The trial that never ran goes back to the queue as attempt 1."""
+    tells. Both go back to the queue as attempt 1."""
     run = Run(url)
     dead = _dead_pid()
     ran, ahead = run.asked_by(dead), run.asked_by(dead)
@@ -213,7 +213,9 @@ def test_a_dead_orchestrators_trials_are_recovered_at_once(url: str) -> None:
         frozen = run.storage.get_trial(trial._trial_id)
         assert frozen.state == TrialState.FAIL and frozen.user_attrs["hpo.fail_reason"] == "lost"
     [again] = run.retries_of(ran.number)
-    assert again.user_attrs["hpo.attempt"] == 2 and again.system_attrs["fixed_params"] == ran.params
+    # its orchestrator's death spends no attempt of the trial's (only the objective's do)
+    assert "hpo.attempt" not in again.user_attrs and again.user_attrs["hpo.lost_runs"] == 1
+    assert again.system_attrs["fixed_params"] == ran.params
     [queued] = run.retries_of(ahead.number)
     assert "hpo.attempt" not in queued.user_attrs  # it never ran: not an attempt
     assert queued.system_attrs["fixed_params"] == {}
@@ -244,14 +246,16 @@ def test_a_lost_trial_ends_at_its_last_heartbeat(url: str) -> None:
 
 @pytest.mark.parametrize("attrs, recovered", [
     ({}, 1),  # retried: leaves the count
-    ({"hpo.attempt": 2}, 0),  # its retries spent (max_retries=1): FAIL, and still counts
+    ({"hpo.attempt": 2}, 1),  # its retries spent (max_retries=1): a kill spends none
+    ({"hpo.lost_runs": 2}, 0),  # lost a third time in a row: FAIL, and still counts
     ({"hpo.retried": True}, 0),  # its retry already enqueued: not counted now either
 ])
 def test_a_restart_counts_what_its_reaping_takes_out_of_the_budget(
         url: str, attrs: dict[str, Any], recovered: int) -> None:
     """What a restart tells as recovered ('recovering N trial(s)', 'K done before') is what
-    the budget gives back once it reaps them: a trial whose retries were spent made it
-    announce a recovery and run nothing, one already marked retried made the count -1."""
+    the budget gives back once it reaps them: a trial not retried (once its retries were
+    spent; now when lost three times in a row) made it announce a recovery and run nothing,
+    one already marked retried made the count -1."""
     from hpo_orchestrator.scheduler import Budget
 
     run = Run(url)
@@ -820,3 +824,32 @@ def test_an_in_memory_sqlite_storage_is_refused_up_front(tmp_path: Path, url: st
     assert result.code == 2, result.stderr
     assert "in-memory sqlite database" in result.stderr and "hint: use a file" in result.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_lost_trial_spends_no_attempt_until_its_params_are_lost_three_times_in_a_row() -> None:
+    """A kill -9 of the orchestrator is not the objective's failure: the retry keeps its
+    attempt, even past scheduler.max_retries; params lost three times in a row stop (a trial
+    that kills its own orchestrator would otherwise run again at every restart)."""
+    from optuna.distributions import FloatDistribution
+    from optuna.trial import create_trial
+
+    from hpo_orchestrator.scheduler._recovery import lost_attrs
+
+    def frozen(**attrs: object) -> optuna.trial.FrozenTrial:
+        trial = create_trial(state=TrialState.RUNNING, params={"x": 0.5},
+                             distributions={"x": FloatDistribution(0, 1)},
+                             user_attrs={"hpo.pid": 4242, **attrs})
+        trial.number = 3
+        return trial
+
+    _attrs, first = lost_attrs(frozen(), max_retries=1)
+    assert first is not None and (first.attempt, first.lost_runs) == (1, 1)
+    assert first.user_attrs() == {"hpo.retry_of": 3, "hpo.retry_reason": "lost",
+                                  "hpo.lost_runs": 1}
+    # a retry of an out-of-memory failure (attempt 2 = max_retries + 1) lost in its turn
+    _attrs, after_oom = lost_attrs(frozen(**{"hpo.attempt": 2}), max_retries=1)
+    assert after_oom is not None and after_oom.attempt == 2
+    _attrs, second = lost_attrs(frozen(**{"hpo.lost_runs": 1}), max_retries=1)
+    assert second is not None and second.lost_runs == 2
+    attrs, third = lost_attrs(frozen(**{"hpo.lost_runs": 2}), max_retries=1)
+    assert third is None and "lost 3 times in a row" in attrs["hpo.error"]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import sys
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -34,8 +35,11 @@ def test_query_secrets_are_masked_in_every_form(url: str, monkeypatch: pytest.Mo
     assert "s3cret" not in mask_url(url) and "***" in mask_url(url)
     assert "s3cret" not in mask_passwords(f"cannot open {url}: refused")
     assert "s3cret" not in HpoError(f"storage {url!r} is down", f"check {url}").hint  # type: ignore[operator]
-    value = re.search(r"(?:password|passfile)=([^&]+)", url, re.IGNORECASE).group(1)  # type: ignore[union-attr]
-    assert "s3cret" not in mask_url_in(f"driver said: cannot use {value}", url)
+    key, value = re.search(r"(password|passfile)=([^&]+)", url, re.IGNORECASE).groups()  # type: ignore[union-attr]
+    # where a driver quotes it: libpq's conninfo, and its warning naming the password file
+    assert "s3cret" not in mask_url_in(f"driver said: host=db {key.lower()}={value} user=me", url)
+    assert "s3cret" not in mask_url_in(
+        f'WARNING: password file "{value}" has group or world access', url)
     secrets = url_passwords([f"storage.url={url}"])  # masked in --debug's Hydra tracebacks
     assert secrets and all("s3cret" in secret for secret in secrets)
     assert "s3cret" not in _cli_trials.next_steps(url, "sqlite:///hpo.db", 4)
@@ -87,3 +91,57 @@ def test_a_password_in_a_long_or_glued_message_is_masked(text: str) -> None:
 
     masked = mask_passwords(text)
     assert "s3cret" not in masked and "me:***@db/hpo" in masked
+
+
+def test_a_password_of_one_letter_is_masked_only_where_it_is_the_password(cli) -> None:  # type: ignore[no-untyped-def]
+    """By its place in the URL, never by its text: the password ``p`` masked every p of the
+    message and hint ('***ostgres://u:***@localhost/h***o')."""
+    url = "postgres://u:p@localhost/hpo"
+    assert mask_passwords(f"storage.url: {url!r}; hint postgresql+psycopg://u@host/hpo",
+                          url_passwords([f"storage.url={url}"])) == (
+        "storage.url: 'postgres://u:***@localhost/hpo'; hint postgresql+psycopg://u@host/hpo")
+    spaced = 'storage.url="postgresql+psycopg://me:p p@db/hpo"'  # a word split cuts it
+    assert mask_passwords("bad value postgresql+psycopg://me:p p@db/hpo (p)",
+                          url_passwords([spaced])) == "bad value postgresql+psycopg://me:***@db/hpo (p)"
+    result = cli("run", f"storage.url={url}")
+    assert result.code == 2
+    assert result.stderr.splitlines()[0] == (
+        "error: storage URL 'postgres://u:***@localhost/hpo': SQLAlchemy has no dialect or "
+        "driver 'postgres'")
+    assert "postgresql+psycopg://user@host/db" in result.stderr  # the hint, whole
+
+
+@pytest.mark.slow
+@pytest.mark.postgres
+def test_a_url_from_the_environment_is_on_no_command_line_of_the_run(
+        tmp_path: Path, postgres_url: str) -> None:
+    """storage.url='${oc.env:VAR}' (docs/CONFIGURATION.md, "Passwords"): neither the
+    orchestrator's command line nor its workers' hold the password, which ps shows any user."""
+    import time
+
+    import psutil
+    import sqlalchemy
+
+    from tests.conftest import start_cli
+
+    secret = "s3cretword"  # PostgreSQL's trust authentication takes any password
+    with_password = sqlalchemy.engine.make_url(postgres_url).set(password=secret)
+    url = with_password.render_as_string(hide_password=False)
+    study = f"env-{time.time_ns()}"
+    run = start_cli(tmp_path, "run", "objective=custom", "objective.target=tests.objectives:sleepy",
+                    "storage.url=${oc.env:HPO_TEST_DB}", f"study.name={study}",
+                    "study.n_trials=1", "scheduler.gpus=none",
+                    env={"HPO_TEST_DB": url, "HPO_TEST_SLEEP_S": "30"})
+    try:
+        seen: list[str] = []
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and run.poll() is None and len(seen) < 2:
+            tree = [psutil.Process(run.pid), *psutil.Process(run.pid).children(recursive=True)]
+            seen = [" ".join(p.cmdline()) for p in tree if p.is_running()]
+            time.sleep(0.2)
+        assert len(seen) >= 2, seen  # the orchestrator and a worker
+        assert not [line for line in seen if secret in line], seen
+        assert any("${oc.env:HPO_TEST_DB}" in line for line in seen)
+    finally:
+        run.kill()
+        run.communicate()

@@ -102,7 +102,7 @@ def _locked_once(target: Any, name: str, monkeypatch: pytest.MonkeyPatch) -> lis
 # transaction is the mirror's own (study/_end.py's finish_trial).
 _CALLS: dict[str, tuple[str, Callable[[MirrorStorage, optuna.Study, optuna.Trial], Any]]] = {
     "set_trial_user_attr": ("backend", lambda m, s, t: m.set_trial_user_attr(t._trial_id, "k", 1)),
-    "record_heartbeat": ("backend", lambda m, s, t: m.record_heartbeat(t._trial_id)),
+    "record_heartbeat": ("storage", lambda m, s, t: m.record_heartbeat(t._trial_id)),
     "get_study_user_attrs": ("backend", lambda m, s, t: m.get_study_user_attrs(s._study_id)),
     "set_trial_state_values": ("finish_trial", lambda m, s, t: s.tell(t, 1.0)),
 }
@@ -115,8 +115,9 @@ def test_transient_trouble_in_a_storage_call_is_waited_out(
     mirror, study, trial = storage
     where, call = _CALLS[method]
     import hpo_orchestrator.study._end as end_module
-    target = mirror.backend if where == "backend" else end_module
-    calls = _locked_once(target, method if where == "backend" else where, monkeypatch)
+    import hpo_orchestrator.study._storage as storage_module
+    target = {"backend": mirror.backend, "storage": storage_module}.get(where, end_module)
+    calls = _locked_once(target, where if where == "finish_trial" else method, monkeypatch)
     mirror.start_retrying(retry_s=60)
     call(mirror, study, trial)
     assert len(calls) == 2 and clock.now > 0  # failed, waited, ran again
@@ -144,7 +145,9 @@ def test_retries_run_out_with_the_cause_named(
         raise sqlalchemy.exc.OperationalError("UPDATE ...", {},
                                               sqlite3.OperationalError("database is locked"))
 
-    monkeypatch.setattr(mirror.backend, "record_heartbeat", locked)
+    import hpo_orchestrator.study._storage as storage_module
+
+    monkeypatch.setattr(storage_module, "record_heartbeat", locked)
     mirror.start_retrying(retry_s=30)
     with pytest.raises(StorageUnavailable) as raised:
         mirror.record_heartbeat(trial._trial_id)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from typing import Any
 
 from rich.console import Console
@@ -15,7 +16,7 @@ def cmd_gpus(args: argparse.Namespace, console: Console) -> int:
     from rich.table import Table
 
     from hpo_orchestrator.gpu import open_backend
-    from hpo_orchestrator.placement import LeaseDir, default_lease_dir
+    from hpo_orchestrator.placement import LeaseDir, default_lease_dir, describe_holder, user_name
 
     backend = open_backend()
     leases = LeaseDir(default_lease_dir(args.lease_dir))
@@ -42,6 +43,10 @@ def cmd_gpus(args: argparse.Namespace, console: Console) -> int:
         console.print(f"no GPU: {backend.unavailable_reason or 'none found'}", highlight=False)
         return 0
     title = f"GPUs (slot leases in {leases.path})"
+    owner = leases.owner()
+    if owner not in (None, 0, os.geteuid()):
+        # a shared folder another user made: they may remove leases in it (docs/HOSTS.md)
+        title = f"GPUs (slot leases in {leases.path}, a folder of {user_name(owner)})"
     if backend.restricted:
         title += f"; this process may use {backend.describe()}"
     table = Table(title=title, title_justify="left")
@@ -51,10 +56,10 @@ def cmd_gpus(args: argparse.Namespace, console: Console) -> int:
         memory = "-" if row["mem_used_mib"] is None else (
             f"{row['mem_used_mib']:.0f} / {row['mem_total_mib']:.0f}" if row["mem_total_mib"]
             else f"{row['mem_used_mib']:.0f}")
-        holders = "\n".join(
-            f"{h['slot']}: study {h.get('study', '?')} trial {h.get('trial', '?')} "
-            f"(pid {h.get('trial_pid', '?')}, orchestrator {h.get('pid', '?')} on {h.get('host', '?')})"
-            for h in row["slots"]) or ("free" if row["allocated"] else "not allocated")
+        # who holds a slot as the kernel says (uid, pid of the lock); the holder's own note
+        # (study, trial) only where no one else could have written it (placement/_leases.py)
+        holders = "\n".join(f"{h['slot']}: {describe_holder(h)}" for h in row["slots"]) \
+            or ("free" if row["allocated"] else "not allocated")
         table.add_row(str(row["index"]), row["name"], "-" if row["util"] is None else f"{row['util']:.0f}%",
                       memory, holders)
     console.print(table)

@@ -72,6 +72,13 @@ class LiveReporter:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         self.live.__exit__(exc_type, exc, tb)
+        from hpo_orchestrator.study import StorageLost
+
+        if isinstance(exc, StorageLost):  # its counts are of trials the storage lost
+            self.console.print("trials: this run's results are no longer in the storage (the "
+                               "error below says where they were saved)", style="yellow",
+                               highlight=False)
+            return
         self.console.print(self.progress.get_renderable())
 
     def _description(self) -> str:

@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeAlias
 
-from hpo_orchestrator.config._checks import _positive_int, _require
+from hpo_orchestrator.config._checks import _positive_int, _require, _within_host
 from hpo_orchestrator.config._objectives import (
     CustomObjectiveConfig,
     LightGBMObjectiveConfig,
@@ -112,6 +112,10 @@ class SchedulerConfig:
                                              and value >= 1),
                          f"{path}.{key}", f"expected an integer >= 1 or auto, got {value!r}",
                          f"e.g. scheduler.{key}=2 or scheduler.{key}=auto")
+        # counts of trial processes, or of places for them: within what the host can hold
+        for key in ("parallel", "trials_per_gpu", "max_trials_per_gpu", "cpu_slots", "prefetch",
+                    "host_cores", "threads_per_trial"):
+            _within_host(getattr(self, key), f"{path}.{key}")
         _positive_int(self.max_retries, f"{path}.max_retries", minimum=0)
         _require(self.worker_mode in ("fresh", "reuse"), f"{path}.worker_mode",
                  f"expected fresh or reuse, got {self.worker_mode!r}")

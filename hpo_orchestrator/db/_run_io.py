@@ -48,6 +48,16 @@ _INSERT_SYSTEM_ATTR_SQL = (
 _SET_START_SQL = "UPDATE trials SET datetime_start = :d WHERE trial_id = :t"
 # The database's clock, as Optuna's record_heartbeat stamps it (func.current_timestamp()).
 _FIRST_HEARTBEAT_SQL = "INSERT INTO trial_heartbeats (trial_id, heartbeat) VALUES (:t, CURRENT_TIMESTAMP)"
+# A heartbeat stamped when the row is written, not before: Optuna's record_heartbeat reads the
+# clock first and then waits for the write lock, so a 30 s lock held by another process stored
+# a heartbeat 30 s old, past the grace period, and reaping then failed the run's own live
+# trial as lost. sqlite evaluates CURRENT_TIMESTAMP as the statement writes (after its lock);
+# PostgreSQL's CURRENT_TIMESTAMP is the transaction's start, clock_timestamp() the moment, and
+# an UPDATE computes its new row before it waits for the row's lock: the lock is taken first.
+_LOCK_HEARTBEAT_SQL = "SELECT trial_id FROM trial_heartbeats WHERE trial_id = :t FOR UPDATE"
+_HEARTBEAT_SQL = "UPDATE trial_heartbeats SET heartbeat = {now} WHERE trial_id = :t"
+_NEW_HEARTBEAT_SQL = "INSERT INTO trial_heartbeats (trial_id, heartbeat) VALUES (:t, {now})"
+_NOW = {"postgresql": "clock_timestamp()"}
 _ATTEMPT_SQL = "SELECT value_json FROM trial_user_attributes WHERE trial_id = :t AND key = 'hpo.attempt'"
 # An ask's earlier try: the study's RUNNING trials started at that instant (about one), then
 # their attrs (only on a retry: never on a run's every ask)
@@ -165,6 +175,16 @@ def start_running_trial(connection: Connection, trial_id: int, user_attrs: dict[
     (no attr or heartbeat row of it can exist yet)."""
     _insert_attrs(connection, trial_id, user_attrs)
     rows(connection, _FIRST_HEARTBEAT_SQL, {"t": trial_id})
+
+
+def record_heartbeat(connection: Connection, trial_id: int) -> None:
+    """The trial's heartbeat, stamped by the database's clock once the write may proceed."""
+    backend = dialect(connection)
+    now = _NOW.get(backend, "CURRENT_TIMESTAMP")
+    if backend == "postgresql":
+        rows(connection, _LOCK_HEARTBEAT_SQL, {"t": trial_id})
+    if rows(connection, _HEARTBEAT_SQL.format(now=now), {"t": trial_id}).rowcount == 0:
+        rows(connection, _NEW_HEARTBEAT_SQL.format(now=now), {"t": trial_id})
 
 
 def _insert_attrs(connection: Connection, trial_id: int, attrs: dict[str, Any]) -> None:

@@ -313,12 +313,9 @@ def open_rdb_storage(url: str, heartbeat_interval_s: int | None = None,
 
 def mask_url_in(text: str, url: str) -> str:
     """``text`` with the URL's password and secret query values, if any, replaced by ***
-    (a driver's message may quote them decoded, outside any URL)."""
-    try:
-        parsed = make_url(url)
-    except (ArgumentError, ValueError):
-        return mask_passwords(text)
-    return mask_passwords(text, _secrets_of(parsed))
+    where they stand in a URL or a ``key=value`` pair (a driver's message may quote the
+    conninfo), never wherever their text occurs (docs/CONFIGURATION.md, "Passwords")."""
+    return mask_passwords(text, [url])
 
 
 def paste_url(url: str) -> tuple[str, str | None]:

@@ -14,7 +14,14 @@ Optuna loads (scheduler/_first_wave.py).
 from __future__ import annotations
 
 from hpo_orchestrator.placement._layout import Layout, lay_out
-from hpo_orchestrator.placement._leases import LEASE_DIR_ENV, Lease, LeaseDir, default_lease_dir
+from hpo_orchestrator.placement._leases import (
+    LEASE_DIR_ENV,
+    Lease,
+    LeaseDir,
+    default_lease_dir,
+    describe_holder,
+    user_name,
+)
 from hpo_orchestrator.placement._packer import Packer, forget_packing
 from hpo_orchestrator.placement._settings import (
     PlacementSettings,
@@ -30,5 +37,5 @@ from hpo_orchestrator.placement._view import Readings, RunningView, StudyAttrs
 
 __all__ = ["LEASE_DIR_ENV", "BusyRule", "Layout", "Lease", "LeaseDir", "Packer", "PlacementSettings",
            "Places", "Readings", "RunningView", "Slot", "SlotPool", "StudyAttrs", "decode",
-           "default_lease_dir", "forget_packing", "host_cores", "lay_out", "resolve_cpu_slots",
-           "resolve_gpus", "resolve_parallel", "threads_per_trial"]
+           "default_lease_dir", "describe_holder", "forget_packing", "host_cores", "lay_out",
+           "resolve_cpu_slots", "resolve_gpus", "resolve_parallel", "threads_per_trial", "user_name"]

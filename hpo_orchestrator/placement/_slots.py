@@ -9,7 +9,7 @@ from typing import Any
 
 from hpo_orchestrator.errors import ConfigError
 from hpo_orchestrator.gpu import AllocatedBackend, GpuBackend, GpuInfo
-from hpo_orchestrator.placement._leases import Lease, LeaseDir
+from hpo_orchestrator.placement._leases import Lease, LeaseDir, describe_holder
 from hpo_orchestrator.placement._settings import Places, host_cores, places
 
 __all__ = ["BusyRule", "Slot", "SlotPool", "resolve_gpus"]
@@ -66,6 +66,9 @@ def resolve_gpus(wanted: Any, backend: GpuBackend) -> list[GpuInfo]:
     return [by_index[i] for i in dict.fromkeys(wanted)]
 
 
+BLOCKED_RECHECK_S = 5.0  # how often a GPU's lease holders are read while the run waits for it
+
+
 @dataclass(frozen=True)
 class BusyRule:
     """When a GPU counts as busy with someone else's work (then it is skipped for now)."""
@@ -117,6 +120,9 @@ class SlotPool:
         # once per change, since the run's only other sign was an idle_gpu finding at the end
         self._notes: list[str] = []
         self._said_skipped: set[int] = set()
+        self._said_blocked: dict[str, frozenset[object]] = {}  # GPU uuid -> who, when said
+        self._said_refused: set[str] = set()
+        self._blocked_checked: dict[str, float] = {}
 
     @classmethod
     def of(cls, gpus: list[GpuInfo], parallel: int | str, trials_per_gpu: int | str | None,
@@ -185,6 +191,7 @@ class SlotPool:
         if self._leases is not None:
             for uuid in wanted:
                 self._leases.wait_for(uuid)
+                self._note_blocked(uuid)
         return None
 
     def hold(self, slot: Slot) -> bool:
@@ -198,7 +205,14 @@ class SlotPool:
         orchestrator of this host holds it. (CPU slots, or no lease folder: nothing to take.)"""
         if self._leases is None or slot.gpu is None or slot.id in self._held:
             return True
-        lease = self._leases.try_acquire(slot.gpu.uuid, slot.k)
+        try:
+            lease = self._leases.try_acquire(slot.gpu.uuid, slot.k)
+        except ConfigError as exc:  # the folder changed under the run: no lease from it
+            if exc.message not in self._said_refused:
+                self._said_refused.add(exc.message)
+                self._notes.append(f"{exc.message}: no trial starts on a GPU until it is fixed "
+                                   f"({exc.hint})")
+            return False
         if lease is None:
             return False
         self._held[slot.id] = lease
@@ -270,6 +284,37 @@ class SlotPool:
         elif index not in self.skipped and index in self._said_skipped:
             self._said_skipped.discard(index)
             self._notes.append(f"gpu{index} is no longer busy with other processes: trials start there again")
+
+    def _note_blocked(self, uuid: str) -> None:
+        """Say who keeps the run off a GPU (the kernel's uid and pid of each lease, or the
+        waiter whose turn it is), once per GPU and set of holders: a run that waits says why."""
+        assert self._leases is not None
+        now = time.monotonic()
+        if now - self._blocked_checked.get(uuid, -math.inf) < BLOCKED_RECHECK_S:
+            return  # the holders are read (a flock on each file) every few seconds at most
+        self._blocked_checked[uuid] = now
+        gpu = next(s.gpu for s in self.slots if s.gpu is not None and s.gpu.uuid == uuid)
+        if uuid in self._leases.turn_of:
+            waiter = self._leases.turn_of[uuid]
+            who: frozenset[object] = frozenset({("turn", waiter.get("uid"), waiter.get("pid"))})
+            text = (f"gpu{gpu.index}: its turn goes to {describe_holder(waiter)}, which has "
+                    "waited for it longer; trials start there when that one has had a slot")
+        else:
+            mine = {s.k for s in self.slots
+                    if s.id in self._held and s.gpu is not None and s.gpu.uuid == uuid}
+            held = {k: h for k, h in self._leases.holders(uuid).items()
+                    if k < self.per_gpu and k not in mine}
+            if not held:
+                return
+            who = frozenset((h.get("blocked"), h.get("uid"), h.get("pid"), h.get("file_uid"))
+                            for h in held.values())
+            each = "; ".join(f"slot {k}: {describe_holder(h)}" for k, h in sorted(held.items()))
+            text = (f"gpu{gpu.index}: waiting for a slot held by another orchestrator of this "
+                    f"host ({each}); trials start there when one is free "
+                    "(`hpo-orchestrator gpus` lists the holders)")
+        if self._said_blocked.get(uuid) != who:
+            self._said_blocked[uuid] = who
+            self._notes.append(text)
 
     def take_notes(self) -> list[str]:
         """What changed about the GPUs the run may use since the last call (for the user)."""

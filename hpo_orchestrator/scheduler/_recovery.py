@@ -21,7 +21,6 @@ from optuna.trial import FrozenTrial
 
 from hpo_orchestrator import keys
 from hpo_orchestrator.db import RunningTrialRow, running_among
-from hpo_orchestrator.scheduler._outcome import retry_allowed
 from hpo_orchestrator.scheduler._writes import Retry, RunRecords, trial_params
 
 __all__ = ["Recovery", "last_alive", "lost_attrs", "orphaned"]
@@ -81,16 +80,19 @@ class Recovery:
             self.records.reap(trial.trial_id, frozen.number, attrs, retry, last_alive(trial))
 
     def _lost(self, trial: RunningTrialRow, ours: set[int], cutoff: datetime) -> bool:
-        """Optuna's stale check (a heartbeat older than the grace period, by the database's
-        clock; it spares no one: our own trials beat every round), or, for trials not ours:
-        an orphan on this host (the orchestrator that asked it no longer exists: found at once
-        after a ``kill -9``, asked-ahead trials included; trials of an older version have
-        only their child's pid), or a trial that never beat, started before ``cutoff``
+        """Never a trial of ours: this run watches its process, and its heartbeat is old only
+        when a write of it waited for a lock. Else Optuna's stale check (a heartbeat older
+        than the grace period, by the database's clock), or an orphan on this host (the
+        orchestrator that asked it no longer exists: found at once after a ``kill -9``,
+        asked-ahead trials included; trials of an older version have only their child's
+        pid), or a trial that never beat, started before ``cutoff``
         (Optuna's stale check only looks at trials that have a heartbeat)."""
+        if trial.trial_id in ours:
+            return False
         if trial.heartbeat is not None and trial.now is not None \
                 and trial.now - trial.heartbeat > timedelta(seconds=self.grace_s):
             return True
-        if trial.trial_id in ours or trial.outside:  # outside: no orchestrator asked it
+        if trial.outside:  # no orchestrator asked it
             return False
         if trial.heartbeat is None and trial.started is not None and trial.started < cutoff:
             return True
@@ -117,24 +119,37 @@ def last_alive(trial: RunningTrialRow) -> datetime:
     return max(ended, trial.started) if trial.started is not None else ended
 
 
+MAX_LOST_RUNS = 3  # params lost this many times in a row are not run again
+
+
 def lost_attrs(frozen: FrozenTrial, max_retries: int) -> tuple[dict[str, Any], Retry | None]:
     """What a reaped trial records, and its retry (None: its params do not run again).
 
-    A trial already marked ``hpo.retried`` has its retry enqueued (in the same transaction
-    as the mark): its orchestrator died before telling it, so only the state changes.
+    A lost trial's orchestrator died (a ``kill -9``, its host went down): not the objective's
+    failure, so its retry keeps the attempt number, as an interrupted trial's does, and
+    spends none of ``scheduler.max_retries``. Only params lost MAX_LOST_RUNS times in a row
+    stop: a trial that kills its own orchestrator (or its host's memory) would be run again
+    by every restart. A trial already marked ``hpo.retried`` has its retry enqueued (in the
+    same transaction as the mark): its orchestrator died before telling it, so only the
+    state changes.
     """
     if frozen.user_attrs.get(keys.RETRIED) is True:
         return {}, None
     attempt = int(frozen.user_attrs.get(keys.ATTEMPT, 1))
     ran = keys.PID in frozen.user_attrs  # written when a slot took it
+    before = int(frozen.user_attrs.get(keys.LOST_RUNS, 0))
+    lost_runs = before + 1 if ran else before
     attrs: dict[str, Any] = {
         keys.FAIL_REASON: "lost",
         keys.ERROR: "its orchestrator stopped sending heartbeats" if ran
         else "its orchestrator stopped before a slot took it"}
-    if ran and not retry_allowed("lost", attempt, max_retries):
+    if lost_runs >= MAX_LOST_RUNS:
+        attrs[keys.ERROR] = (f"its orchestrator stopped sending heartbeats: these params were "
+                             f"lost {lost_runs} times in a row, and do not run again (does the "
+                             "trial stop its orchestrator, or exhaust the host's memory?)")
         return attrs, None
     return attrs, Retry(number=frozen.number, params=trial_params(frozen), reason="lost",
-                        attempt=attempt + 1 if ran else attempt)
+                        attempt=attempt, lost_runs=lost_runs)
 
 
 def _alive_since(pid: int, started: datetime | None) -> bool:

@@ -56,11 +56,14 @@ class Retry:
     params: dict[str, Any]
     reason: str  # hpo.retry_reason
     attempt: int  # hpo.attempt of the retry
+    lost_runs: int = 0  # hpo.lost_runs: its params were lost this many times in a row
 
     def user_attrs(self) -> dict[str, Any]:
         attrs: dict[str, Any] = {keys.RETRY_OF: self.number, "hpo.retry_reason": self.reason}
         if self.attempt > 1:  # absent: 1 (docs/DESIGN.md §2.3)
             attrs[keys.ATTEMPT] = self.attempt
+        if self.lost_runs:
+            attrs[keys.LOST_RUNS] = self.lost_runs
         return attrs
 
     def requeue(self) -> Requeue:

@@ -39,6 +39,7 @@ from hpo_orchestrator import keys
 from hpo_orchestrator._signals import handling_stop_signals
 from hpo_orchestrator.config import Config
 from hpo_orchestrator.db import StorageUnavailable, first_line, trouble_of
+from hpo_orchestrator.db.connect import sqlite_path
 from hpo_orchestrator.gpu import GpuBackend, nvidia_icd_env
 from hpo_orchestrator.placement import Layout, Packer, Slot, forget_packing
 from hpo_orchestrator.pruning import AutoPruner, PrunerTuner
@@ -62,6 +63,7 @@ from hpo_orchestrator.scheduler._tree import become_subreaper, restore_subreaper
 from hpo_orchestrator.scheduler._trial import Asked, FinishedTrial, Reporter, RunningTrial
 from hpo_orchestrator.scheduler._workers import Workers, first_imports
 from hpo_orchestrator.scheduler._writes import RunRecords
+from hpo_orchestrator.study import SqliteWatch, StorageLost, save_held
 from hpo_orchestrator.telemetry import TelemetryRetention, TelemetrySampler
 from hpo_orchestrator.worker import Job
 
@@ -125,6 +127,9 @@ class Orchestrator:
         self.log_cap = LogCap(config.scheduler.log_max_mib)
         self.failures = FailurePolicy(config.study.fail_fast, config.study.max_failures)
         self.halted: Halt | None = None  # the failure policy stopped the run (exit 1)
+        path = sqlite_path(config.storage.url)
+        self.watch = SqliteWatch(path) if path is not None and path.exists() else None
+        self._lost: StorageLost | None = None
         # scheduler.trials_per_gpu=auto (and the study attr hpo.packing.<host> on GPU hosts)
         self.packer = Packer(layout.settings, slots, sampler, study) if slots.limits else None
         if self.packer is None:
@@ -169,8 +174,11 @@ class Orchestrator:
             recipe = Recipe(self._duties())
             while not recipe.round():
                 pass
-        except _STORAGE_ERRORS as exc:
+            self._watch_storage(force=True)  # the last tells went to the file at the path
+        except StorageLost as exc:
             failure = exc
+        except _STORAGE_ERRORS as exc:
+            failure = self._lost_storage() or exc
         except OSError:
             # One of our own files or stdout failed (lock, run folder, a closed pipe), not the
             # trials: they are left RUNNING, as on a storage failure, for the next run to
@@ -179,7 +187,7 @@ class Orchestrator:
             raise
         finally:
             self._wind_down(failure, local_failure, subreaper)
-        if isinstance(failure, StorageUnavailable):
+        if isinstance(failure, StorageUnavailable | StorageLost):
             raise failure
         if failure is not None:  # a step that is not retried: named the same way
             cause = trouble_of(failure) or "unknown"
@@ -239,6 +247,7 @@ class Orchestrator:
                                                              sched.kill_grace_s)),
             Duty("log cap", lambda: self.log_cap.check(rt.log_path for rt in running())),
             Duty("heartbeats", self._beat),
+            Duty("storage watch", self._watch_storage),
             Duty("workers", self.workers.tend),
             Duty("telemetry", self.records.flush_telemetry)]
         if self.retention is not None:
@@ -246,6 +255,38 @@ class Orchestrator:
         if self.tuner is not None:
             duties.append(Duty("pruner tuning", self.tuner.tick))
         return duties
+
+    def _watch_storage(self, force: bool = False) -> None:
+        """Stop the run when its sqlite file went away under it (study/_lost.py)."""
+        lost = self._lost_storage(force)
+        if lost is not None:
+            raise lost
+
+    def _lost_storage(self, force: bool = True) -> StorageLost | None:
+        """The run's sqlite file deleted, replaced or truncated (None: it is the run's still,
+        or the storage is no sqlite file), with what the run held saved beside it."""
+        if self._lost is not None:
+            return self._lost
+        what = self.watch.lost(force) if self.watch is not None else None
+        if what is None or self.watch is None:
+            return None
+        self._lost = self._save_lost(what, self.watch)
+        return self._lost
+
+    def _save_lost(self, what: str, watch: SqliteWatch) -> StorageLost:
+        saved, count, trouble = save_held(watch, what, self.study)
+        if saved is None:
+            why = f"it could not save its trials ({trouble})" if trouble \
+                else "it held no finished trial to save"
+            return StorageLost(f"the database {watch.path} {what} while the run wrote to it: "
+                               f"the run stopped; {why}",
+                               "run the same command again to start the study anew")
+        return StorageLost(
+            f"the database {watch.path} {what} while the run wrote to it: the run stopped (its "
+            f"running trials too) and saved {count} finished trial(s) of study "
+            f"{self.study.study_name!r} in {saved}",
+            f"load them, or go on with the study, with storage.url=sqlite:///{saved} (and "
+            f"--storage sqlite:///{saved} for status and the other commands)")
 
     def _say_notes(self) -> None:
         for text in self.slots.take_notes():  # a GPU skipped as busy, or free again

@@ -50,7 +50,7 @@ from optuna.study import StudyDirection
 from optuna.study._frozen import FrozenStudy
 from optuna.trial import FrozenTrial, TrialState
 
-from hpo_orchestrator.db import Retrying, ask_running_trial, retried
+from hpo_orchestrator.db import Retrying, ask_running_trial, record_heartbeat, retried
 from hpo_orchestrator.study._end import TrialEnd, write_end, write_param, write_steps
 from hpo_orchestrator.study._mirror import (
     StudyMirror,
@@ -132,7 +132,9 @@ class PassThroughStorage(BaseStorage, BaseHeartbeat):
 
     @retried
     def record_heartbeat(self, trial_id: int) -> None:
-        self.backend.record_heartbeat(trial_id)
+        """Stamped when written (db/_run_io.py), where Optuna's is stamped before its lock wait."""
+        with self.backend.engine.begin() as connection:
+            record_heartbeat(connection, trial_id)
 
     @retried
     def _get_stale_trial_ids(self, study_id: int) -> list[int]:
@@ -161,6 +163,7 @@ class MirrorStorage(PassThroughStorage):
         "stage_end": "no database: kept for the tell (set_trial_state_values writes)",
         "refresh_soon": "no database: the next read refreshes",
         "start_retrying": "no database: starts the retries",
+        "held_trials": "no database: the mirror's trials, when the database is gone",
         "get_heartbeat_interval": "no database: the backend's setting",
         "get_heartbeat_stale_trial_callback": "no database: the backend's setting",
         "get_failed_trial_callback": "BaseHeartbeat's: the backend's setting, no database",
@@ -411,6 +414,13 @@ class MirrorStorage(PassThroughStorage):
         mirror = self._refreshed(study_id)  # the database read outside the lock
         with self._lock:
             return set(mirror.unfinished)
+
+    def held_trials(self, study_id: int) -> list[FrozenTrial]:
+        """The study's trials the mirror holds, read from nowhere else (the database may be
+        gone: study/_lost.py)."""
+        mirror = self._studies.get(study_id)
+        with self._lock:
+            return [] if mirror is None else copy.deepcopy(list(mirror.by_id.values()))
 
     # --- the mirror ----------------------------------------------------------------------
 
