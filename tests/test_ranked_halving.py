@@ -1,4 +1,4 @@
-"""pruner=ranked_halving (pruning/_ranked.py): what its module doc promises, on studies built
+"""pruner=ranked_halving (pruners/_ranked.py): what its module doc promises, on studies built
 by hand: nothing pruned before ``min_complete`` complete trials; the cheapest ladder that
 keeps the best trials (the earliest where ranks hold, after the crossing where they do not,
 none where the best trail to the end); trials a rung judged are no evidence, audit trials
@@ -18,8 +18,8 @@ from optuna.trial import TrialState
 
 from hpo_orchestrator.config import PatientHyperbandPrunerConfig, RankedHalvingPrunerConfig, load_config
 from hpo_orchestrator.errors import ConfigError
+from hpo_orchestrator.pruners._ranked import JUDGED, Ladder, RankedHalvingPruner
 from hpo_orchestrator.pruning._factory import build_pruner
-from hpo_orchestrator.pruning._ranked import JUDGED, Ladder, RankedHalvingPruner
 from tests.conftest import run_cli
 
 STEPS = 10
