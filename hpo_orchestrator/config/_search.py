@@ -92,9 +92,15 @@ def _hyperband(config: Any, min_resource: int | None) -> optuna.pruners.Hyperban
         reduction_factor=config.reduction_factor)
 
 
+PATIENCE_MODES = ("veto", "delay")
+
+
 @dataclass
 class PatientHyperbandPrunerConfig:
-    """PatientPruner(HyperbandPruner): prune only after ``patience`` steps without improvement.
+    """Hyperband held back by patience. ``patience_mode=veto`` (the default): Optuna's
+    PatientPruner(HyperbandPruner), Hyperband asked only after ``patience`` steps without
+    improvement. ``delay``: Hyperband judges every rung, and a trial it would stop gets
+    ``patience`` more steps to catch up (pruners/_delayed.py).
 
     The defaults are deliberately less aggressive than patience=2 / min_resource=1, which in a
     real study pruned 86.5 % of trials at steps 1-4 and left GPUs starting trials, not training.
@@ -106,6 +112,9 @@ class PatientHyperbandPrunerConfig:
     name: str = "patient_hyperband"
     patience: int = 3
     min_delta: float = 0.0
+    # veto: Hyperband is asked only after `patience` steps without improvement (a curve that
+    # keeps falling is never judged); delay: its verdict is carried out `patience` steps later
+    patience_mode: str = "veto"
     # Steps before Hyperband's first decision; auto: chosen from measured start-up and step
     # times so that start-up is at most startup_share of that time (re-chosen as trials finish).
     min_resource: Any = 3
@@ -123,6 +132,11 @@ class PatientHyperbandPrunerConfig:
                  "patience counts steps without improvement before pruning is allowed")
         _require(self.min_delta >= 0, f"{path}.min_delta",
                  f"expected a value >= 0, got {self.min_delta!r}")
+        _require(self.patience_mode in PATIENCE_MODES, f"{path}.patience_mode",
+                 f"expected veto or delay, got {self.patience_mode!r}",
+                 "veto: Hyperband is asked only after `patience` steps without improvement; "
+                 "delay: its verdict is carried out `patience` steps later unless the trial "
+                 "caught up")
         if self.min_resource != "auto":
             _positive_int(self.min_resource, f"{path}.min_resource")
         _require(isinstance(self.startup_share, (int, float)) and 0 < self.startup_share < 1,
@@ -146,6 +160,10 @@ class PatientHyperbandPrunerConfig:
         if self.min_resource == "auto" and min_resource is None:
             return optuna.pruners.NopPruner()
         hyperband = _hyperband(self, min_resource)
+        if self.patience_mode == "delay":
+            from hpo_orchestrator.pruners import DelayedVerdictPruner
+
+            return DelayedVerdictPruner(hyperband, self.patience, self.min_delta, self.reduction_factor)
         return optuna.pruners.PatientPruner(hyperband, patience=self.patience, min_delta=self.min_delta)
 
 
