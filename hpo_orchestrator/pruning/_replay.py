@@ -12,6 +12,14 @@ What a replay cannot know (the documented limits):
 - Concurrency. The real study ran trials side by side, so a pruner saw fewer finished trials
   at each decision than the sequential replay does. ``agreement`` says how often the replay
   of the setting the study ran with reproduces what really happened.
+- The sampler. The replayed trials are the ones the study's sampler proposed; a setting that
+  would have changed what it proposed (under a ``HyperbandPruner`` Optuna splits TPE's history
+  by bracket, so each bracket's TPE starts over with random trials) is judged on proposals it
+  would not have had. scripts/sim_pruning.py models that; the replay does not.
+
+Costs: a reuse worker's first trial carried the worker's start-up (imports, data, CUDA) inside
+it; ``load_curves`` keeps that apart (``TrialCurve.worker_s``: above the study's usual
+per-trial start-up, the median of the other trials'), paid whatever a pruner decides.
 """
 
 from __future__ import annotations
@@ -46,10 +54,15 @@ class TrialCurve:
     steps: tuple[tuple[int, float], ...]  # (step, intermediate value), by step
     overhead_s: float  # start-up and anything before the steps (the intercept of time vs step)
     step_s: float  # seconds per step unit
+    # A reuse worker's first trial: the worker's own start-up (imports, data, CUDA context) ran
+    # inside it, above the study's usual per-trial start-up; paid once per worker, whatever a
+    # pruner decides (load_curves splits it out of overhead_s)
+    worker_s: float = 0.0
 
     def cost_s(self, step: int | None) -> float:
-        """Device seconds to run this trial up to ``step`` (its start-up included)."""
-        return self.overhead_s + self.step_s * max(0, step or 0)
+        """Device seconds to run this trial up to ``step`` (its start-up, and its worker's
+        where it carried that, included)."""
+        return self.worker_s + self.overhead_s + self.step_s * max(0, step or 0)
 
 
 @dataclass
@@ -209,11 +222,18 @@ def load_curves(engine: Engine, study: str | None, last: int | None = None) -> S
         steps = db.intermediate_values(connection, study_id, first)
         measured = stored_timings(connection, study_id, first)
         times = {row.number: row for row in db.trial_rows(connection, study_id, first)}
+        firsts = db.worker_firsts(connection, study_id, first)
+    timed = {trial.trial_id: _timing(tuple(steps.get(trial.trial_id, ())), measured.get(trial.trial_id),
+                                     times.get(trial.number)) for trial in trials}
+    # a trial's own start-up: the median over the trials no worker started for (reuse mode)
+    usual = [timed[t.trial_id][0] for t in trials if t.trial_id not in firsts and t.trial_id in measured]
+    own = statistics.median(usual) if usual else None
     curves = []
     for trial in trials:
-        curve = tuple(steps.get(trial.trial_id, ()))
-        overhead, per_step = _timing(curve, measured.get(trial.trial_id), times.get(trial.number))
-        curves.append(TrialCurve(trial.number, trial.state, trial.value, curve, overhead, per_step))
+        overhead, per_step = timed[trial.trial_id]
+        worker = max(0.0, overhead - own) if own is not None and trial.trial_id in firsts else 0.0
+        curves.append(TrialCurve(trial.number, trial.state, trial.value, tuple(steps.get(trial.trial_id, ())),
+                                 overhead - worker, per_step, worker))
     return StudyCurves(name, direction, config, curves, first)
 
 
@@ -297,7 +317,7 @@ def _score(curves: StudyCurves, setting: PrunerSetting, outcomes: dict[int, str]
     replayed = [by_number[n] for n in outcomes]
     gpu_s = sum(by_number[n].cost_s(step) for n, step in reached.items())
     actual = sum(c.cost_s(c.steps[-1][0] if c.steps else 0) for c in replayed)
-    startup = sum(c.overhead_s for c in replayed)
+    startup = sum(c.overhead_s + c.worker_s for c in replayed)
     steps_run = sum(sum(1 for s, _ in by_number[n].steps if s <= step) if outcomes[n] != "unknown"
                     else len(by_number[n].steps) for n, step in reached.items())
     completed = [by_number[n].value for n, outcome in outcomes.items() if outcome == "complete"]
