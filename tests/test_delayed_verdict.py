@@ -11,7 +11,9 @@ them stay clearly worse are pruned; Optuna's PatientPruner never lets Hyperband 
 from __future__ import annotations
 
 import random
+import sqlite3
 import warnings
+from pathlib import Path
 
 import optuna
 import pytest
@@ -19,6 +21,7 @@ from optuna.trial import TrialState
 
 from hpo_orchestrator.config import PatientHyperbandPrunerConfig, load_config
 from hpo_orchestrator.pruners import VERDICT, DelayedVerdictPruner, improving
+from tests.conftest import run_cli, trial_rows
 
 warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
 optuna.logging.set_verbosity(optuna.logging.ERROR)
@@ -156,3 +159,22 @@ def test_the_default_pruner_prunes_curves_that_keep_falling_but_stay_worse(overr
     assert len(pruned) >= 30 // 4  # a fair share of the study
     assert sum(n in pruned for n in worse) >= len(worse) * 3 // 4  # most of the worse third
     assert min(pruned.values(), default=3) >= 3  # never before min_resource (the incident of §1)
+
+
+@pytest.mark.slow
+def test_a_run_keeps_the_verdict_across_its_trials_reports(tmp_path: Path) -> None:
+    """Through the orchestrator's storage (a mirror over sqlite): the verdict written at a rung
+    is read back at the trial's next reports, so falling curves are pruned, patience steps
+    after Hyperband's rung at 3 (or at 9, by the step before the end), never before."""
+    result = run_cli(tmp_path, "run", "objective=custom", "objective.target=tests.objectives:curves",
+                     "pruner.patience_mode=delay", "study.n_trials=24", "scheduler.parallel=1",
+                     "scheduler.gpus=none", "telemetry.enabled=false", "sampler=random",
+                     "sampler.seed=1", env={"HPO_TEST_STEP_S": "0"})
+    assert result.code == 0, result.stderr
+    rows = trial_rows(result.db)
+    with sqlite3.connect(result.db) as con:
+        last = dict(con.execute("SELECT t.number, MAX(v.step) FROM trials t JOIN trial_intermediate_values v "
+                                "ON v.trial_id = t.trial_id GROUP BY t.number").fetchall())
+    pruned = [r["number"] for r in rows if r["state"] == "PRUNED"]
+    assert len(pruned) >= 24 // 4
+    assert {last[n] for n in pruned} == {6, 9}  # a verdict at 3 carried out 3 steps on, too
