@@ -127,7 +127,8 @@ def test_the_config_builds_it_over_hyperband_and_tpe_sees_every_trial() -> None:
     trial = study.ask()
     # not Hyperband itself: Optuna does not split TPE's history by bracket
     assert optuna.pruners._filter_study(study, study._storage.get_trial(trial._trial_id)) is study
-    assert isinstance(PatientHyperbandPrunerConfig().build(), optuna.pruners.PatientPruner)
+    veto = PatientHyperbandPrunerConfig(patience_mode="veto")
+    assert isinstance(veto.build(), optuna.pruners.PatientPruner)
     assert isinstance(PatientHyperbandPrunerConfig(min_resource="auto", patience_mode="delay").build(),
                       optuna.pruners.NopPruner)  # min_resource=auto before a value is chosen
 

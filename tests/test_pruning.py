@@ -192,12 +192,13 @@ def test_factory_passes_every_setting_to_optuna() -> None:
     """Every configured value reaches Optuna's pruner (read back from its attributes: Optuna
     has no public getter, and a dropped keyword argument falls back to a silent default)."""
     patient = build_pruner(PatientHyperbandPrunerConfig(patience=2, min_delta=0.5, min_resource=2,
-                                                        max_resource=9, reduction_factor=4))
+                                                        max_resource=9, reduction_factor=4,
+                                                        patience_mode="veto"))
     assert isinstance(patient, optuna.pruners.PatientPruner)
     assert (patient._patience, patient._min_delta) == (2, 0.5)
     hyperband = patient._wrapped_pruner
     assert (hyperband._min_resource, hyperband._max_resource, hyperband._reduction_factor) == (2, 9, 4)
-    auto = PatientHyperbandPrunerConfig(min_resource="auto")
+    auto = PatientHyperbandPrunerConfig(min_resource="auto", patience_mode="veto")
     assert isinstance(build_pruner(auto), optuna.pruners.NopPruner)  # nothing chosen yet
     assert build_pruner(auto, min_resource=5)._wrapped_pruner._min_resource == 5
     median = build_pruner(MedianPrunerConfig(n_startup_trials=4, n_warmup_steps=2, interval_steps=3))
@@ -226,7 +227,8 @@ def test_plain_hyperband_prunes_what_patience_zero_keeps() -> None:
                 study.tell(trial, number + 1.0 / STEPS)
         return sum(t.state == optuna.trial.TrialState.PRUNED for t in study.trials)
 
-    patient = PatientHyperbandPrunerConfig(patience=0, min_resource=1, reduction_factor=3)
+    patient = PatientHyperbandPrunerConfig(patience=0, min_resource=1, reduction_factor=3,
+                                           patience_mode="veto")
     assert pruned(build_pruner(patient)) == 0
     assert pruned(build_pruner(HyperbandPrunerConfig())) >= 10
 
