@@ -23,7 +23,9 @@ Contenders: ours (defaults), ours-fresh, ours-reuse, ours-tpg1, ours-tpgauto, ou
 ours-nopruner, ours-hyperband, ours-cpu, ours-gpu, ours-cpuslots, ours-mvtpe / ours-indtpe
 (TPE multivariate and constant liar on / off), ours-startup5, ours-startup20 (TPE
 n_startup_trials), ours-tuneauto (pruner.tune=auto), ours-hb (pruner=hyperband), ours-hb3
-(the same with min_resource 3), ours-ranked (pruner=ranked_halving), ours-tpgauto-hb /
+(the same with min_resource 3), ours-ranked (pruner=ranked_halving), ours-delay /
+ours-delay-p1 / ours-delay-p2 (pruner.patience_mode=delay, patience 3 / 1 / 2: the candidates
+for the default pruner), ours-tpgauto-hb /
 ours-tpgauto-hb3 / ours-tpgauto-ranked (scheduler.parallel=auto scheduler.trials_per_gpu=auto);
 Optuna's processes, one per GPU (or per core without GPUs), pinned by hand: optuna-median,
 optuna-hyperband (Optuna's default pruners), optuna-median-tuned, optuna-hyperband-tuned
@@ -90,7 +92,11 @@ OURS = {"ours": [], "ours-fresh": ["scheduler.worker_mode=fresh"],
         "ours-ranked": ["pruner=ranked_halving"],
         "ours-hb3": ["pruner=hyperband", "pruner.min_resource=3"],
         "ours-tpgauto-ranked": ["scheduler.trials_per_gpu=auto", "pruner=ranked_halving"],
-        "ours-tpgauto-hb3": ["scheduler.trials_per_gpu=auto", "pruner=hyperband", "pruner.min_resource=3"]}
+        "ours-tpgauto-hb3": ["scheduler.trials_per_gpu=auto", "pruner=hyperband", "pruner.min_resource=3"],
+        # candidates for the default pruner: patience delays Hyperband's verdict (DESIGN.md §3.13)
+        "ours-delay": ["pruner.patience_mode=delay"],
+        "ours-delay-p1": ["pruner.patience_mode=delay", "pruner.patience=1"],
+        "ours-delay-p2": ["pruner.patience_mode=delay", "pruner.patience=2"]}
 # ours-cpu / ours-gpu: objective.device through Workload.overrides
 RAY = "ray-asha"  # Ray Tune, ASHA over TPE, LightGBM on the CPU (scripts/benchmarking/ray_worker.py)
 

@@ -309,6 +309,18 @@ def test_optuna_processes_get_a_gpu_each_and_disjoint_cores(tmp_path: object) ->
     assert {"sampler.multivariate=true", "sampler.constant_liar=true"} <= set(mv[0].argv)
 
 
+def test_every_contender_of_ours_composes() -> None:
+    """Each ``ours-*`` contender's overrides load as a configuration: a misspelt key would
+    fail every run of it on the GPU host, after the device time was spent."""
+    from hpo_orchestrator.config import load_config
+
+    bq = _script()
+    for overrides in bq.OURS.values():
+        load_config(["objective=lightgbm", *overrides])
+    delay = load_config(bq.OURS["ours-delay"]).pruner
+    assert (delay.patience_mode, delay.patience, delay.min_resource) == ("delay", 3, 3)
+
+
 def test_the_best_trial_is_retrained_on_the_learner_it_used() -> None:
     bq = _script()
     cpu = ({"device_type": "cpu"}, None)

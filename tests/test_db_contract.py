@@ -120,9 +120,11 @@ def _build(url: str) -> tuple[int, dict[int, int]]:
                     {"a": start, "b": start + timedelta(seconds=10), "t": trial_id})
 
         add(TrialState.COMPLETE, 1.0, {s: 1.0 / (s + 1) for s in range(5)},
-            {"hpo.overhead_s": 2.0, "hpo.step_s": 0.5, "hpo.host": "h1", "hpo.gpu_index": 0})
+            {"hpo.overhead_s": 2.0, "hpo.step_s": 0.5, "hpo.host": "h1", "hpo.gpu_index": 0,
+             "hpo.worker_trial": 1})
         add(TrialState.COMPLETE, 0.25, {0: math.nan, 1: 0.5},
             {"hpo.overhead_s": 1.0, "hpo.host": "h2", "hpo.startup_s": 1.5, "hpo.gpu_verified": False,
+             "hpo.worker_trial": 2,
              "hpo.opencl_platform": "PoCL"})
         add(TrialState.PRUNED, None, {0: 2.0, 1: 3.0}, {"hpo.host": "h1"})
         add(TrialState.FAIL, None, {}, {"hpo.fail_reason": "oom", "hpo.retried": True})
@@ -396,6 +398,14 @@ def _(built: Built, connection: Connection) -> None:
 @case("curves.TIMINGS")
 def _(built: Built, connection: Connection) -> None:
     assert db.step_timings(connection, built.study_id) == {built.trial_ids[0]: (2.0, 0.5)}
+
+
+@case("curves.WORKER_FIRSTS")
+def _(built: Built, connection: Connection) -> None:
+    """A worker's first trial (hpo.worker_trial 1), not its second; from number ``first`` on."""
+    assert db.worker_firsts(connection, built.study_id) == {built.trial_ids[0]}
+    assert db.worker_firsts(connection, built.study_id, 1) == set()
+    assert db.worker_firsts(connection, built.study_id + 1000) == set()
 
 
 @case("curves.LAST_NUMBER")

@@ -25,6 +25,8 @@ STEPS = 12
 N_TRIALS = 30
 BEST = 13  # the best trial's number
 AS_RUN = PrunerSetting("patient_hyperband", patience=3, min_resource=1, reduction_factor=3)
+# these studies are about PatientPruner (patience_mode=veto), whatever the default's mode
+VETO = {"name": "patient_hyperband", "patience_mode": "veto"}
 EAGER = PrunerSetting("patient_hyperband", patience=0, min_resource=1, reduction_factor=3)
 
 
@@ -47,10 +49,11 @@ def _study(db: Path, late_best: bool, tune_mode: str = "auto") -> optuna.Study:
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     memory = optuna.storages.InMemoryStorage()
-    study = optuna.create_study(study_name="hpo", storage=memory, pruner=AS_RUN.build())
+    study = optuna.create_study(study_name="hpo", storage=memory, pruner=AS_RUN.build(VETO))
     study.set_user_attr(keys.CONFIG, {"pruner": {
         "name": "patient_hyperband", "patience": 3, "min_resource": 1, "reduction_factor": 3,
-        "max_resource": "auto", "min_delta": 0.0, "tune": tune_mode}, "study": {"n_trials": N_TRIALS}})
+        "max_resource": "auto", "min_delta": 0.0, "patience_mode": "veto", "tune": tune_mode},
+        "study": {"n_trials": N_TRIALS}})
 
     def objective(trial: optuna.Trial) -> float:
         trial.set_user_attr(keys.OVERHEAD_S, 0.5)
@@ -65,11 +68,12 @@ def _study(db: Path, late_best: bool, tune_mode: str = "auto") -> optuna.Study:
     study.optimize(objective, n_trials=N_TRIALS)
     url = f"sqlite:///{db}"
     optuna.copy_study(from_study_name="hpo", from_storage=memory, to_storage=url)
-    return optuna.load_study(study_name="hpo", storage=url, pruner=AS_RUN.build())
+    return optuna.load_study(study_name="hpo", storage=url, pruner=AS_RUN.build(VETO))
 
 
 def _tuner(study: optuna.Study, db: Path) -> PrunerTuner:
-    config = PatientHyperbandPrunerConfig(patience=3, min_resource=1, reduction_factor=3, tune="auto")
+    config = PatientHyperbandPrunerConfig(patience=3, min_resource=1, reduction_factor=3, tune="auto",
+                                          patience_mode="veto")
     return PrunerTuner(study, create_engine(f"sqlite:///{db}"), config, inline=True)
 
 

@@ -192,12 +192,13 @@ def test_factory_passes_every_setting_to_optuna() -> None:
     """Every configured value reaches Optuna's pruner (read back from its attributes: Optuna
     has no public getter, and a dropped keyword argument falls back to a silent default)."""
     patient = build_pruner(PatientHyperbandPrunerConfig(patience=2, min_delta=0.5, min_resource=2,
-                                                        max_resource=9, reduction_factor=4))
+                                                        max_resource=9, reduction_factor=4,
+                                                        patience_mode="veto"))
     assert isinstance(patient, optuna.pruners.PatientPruner)
     assert (patient._patience, patient._min_delta) == (2, 0.5)
     hyperband = patient._wrapped_pruner
     assert (hyperband._min_resource, hyperband._max_resource, hyperband._reduction_factor) == (2, 9, 4)
-    auto = PatientHyperbandPrunerConfig(min_resource="auto")
+    auto = PatientHyperbandPrunerConfig(min_resource="auto", patience_mode="veto")
     assert isinstance(build_pruner(auto), optuna.pruners.NopPruner)  # nothing chosen yet
     assert build_pruner(auto, min_resource=5)._wrapped_pruner._min_resource == 5
     median = build_pruner(MedianPrunerConfig(n_startup_trials=4, n_warmup_steps=2, interval_steps=3))
@@ -226,7 +227,8 @@ def test_plain_hyperband_prunes_what_patience_zero_keeps() -> None:
                 study.tell(trial, number + 1.0 / STEPS)
         return sum(t.state == optuna.trial.TrialState.PRUNED for t in study.trials)
 
-    patient = PatientHyperbandPrunerConfig(patience=0, min_resource=1, reduction_factor=3)
+    patient = PatientHyperbandPrunerConfig(patience=0, min_resource=1, reduction_factor=3,
+                                           patience_mode="veto")
     assert pruned(build_pruner(patient)) == 0
     assert pruned(build_pruner(HyperbandPrunerConfig())) >= 10
 
@@ -377,3 +379,32 @@ def test_a_setting_keeps_the_recorded_options_the_grid_does_not_vary() -> None:
     assert plain.config(ran) == HyperbandPrunerConfig(min_resource=2, reduction_factor=4)
     # another kind's options are not this pruner's
     assert median.config(ran) == MedianPrunerConfig(n_startup_trials=1, n_warmup_steps=2)
+
+
+def _timed_study(db: Path, firsts: set[int], overheads: list[float]) -> None:
+    """Trials with the timing attrs the orchestrator records; ``firsts``: those that were their
+    worker's first (hpo.worker_trial 1)."""
+    study = optuna.create_study(study_name="timed", storage=f"sqlite:///{db}")
+    for number, overhead in enumerate(overheads):
+        trial = study.ask()
+        for step in (1, 2, 3):
+            trial.report(1.0 / step, step)
+        for key, value in (("hpo.overhead_s", overhead), ("hpo.step_s", 0.5),
+                           ("hpo.worker_trial", 1 if number in firsts else 2)):
+            trial.set_user_attr(key, value)
+        study.tell(trial, 1.0 / 3)
+
+
+def test_a_workers_start_up_is_split_from_the_trial_that_carried_it(tmp_path: Path) -> None:
+    """A reuse worker's first trial carries the worker's start-up (imports, data, CUDA): the
+    replay keeps it apart (paid once per worker, whatever a pruner decides) and gives that
+    trial the study's usual start-up, the median of the other trials'."""
+    _timed_study(tmp_path / "reuse.db", {0, 3}, [17.0, 0.2, 0.3, 16.4, 0.4])
+    curves = load_curves(create_engine(f"sqlite:///{tmp_path / 'reuse.db'}"), "timed").curves
+    assert [round(c.worker_s, 6) for c in curves] == [16.7, 0.0, 0.0, 16.1, 0.0]
+    assert [round(c.overhead_s, 6) for c in curves] == [0.3, 0.2, 0.3, 0.3, 0.4]
+    assert curves[0].cost_s(2) == pytest.approx(17.0 + 2 * 0.5)  # all of it still costs
+    # a fresh worker per trial: every trial starts its own, nothing is split out
+    _timed_study(tmp_path / "fresh.db", {0, 1, 2}, [17.0, 16.0, 18.0])
+    fresh = load_curves(create_engine(f"sqlite:///{tmp_path / 'fresh.db'}"), "timed").curves
+    assert [(c.worker_s, c.overhead_s) for c in fresh] == [(0.0, 17.0), (0.0, 16.0), (0.0, 18.0)]

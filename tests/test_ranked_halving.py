@@ -1,4 +1,4 @@
-"""pruner=ranked_halving (pruning/_ranked.py): what its module doc promises, on studies built
+"""pruner=ranked_halving (pruners/_ranked.py): what its module doc promises, on studies built
 by hand: nothing pruned before ``min_complete`` complete trials; the cheapest ladder that
 keeps the best trials (the earliest where ranks hold, after the crossing where they do not,
 none where the best trail to the end); trials a rung judged are no evidence, audit trials
@@ -18,8 +18,8 @@ from optuna.trial import TrialState
 
 from hpo_orchestrator.config import PatientHyperbandPrunerConfig, RankedHalvingPrunerConfig, load_config
 from hpo_orchestrator.errors import ConfigError
+from hpo_orchestrator.pruners._ranked import JUDGED, Ladder, RankedHalvingPruner
 from hpo_orchestrator.pruning._factory import build_pruner
-from hpo_orchestrator.pruning._ranked import JUDGED, Ladder, RankedHalvingPruner
 from tests.conftest import run_cli
 
 STEPS = 10
@@ -206,7 +206,7 @@ def test_curves_that_keep_improving_are_pruned_where_patience_waits() -> None:
     prunes most of the trials behind at its rungs once ten have completed."""
     levels = [((7 * i) % 30) / 30 for i in range(40)]  # a fixed shuffle of 30 levels
     counts = {}
-    for name, pruner in (("patient", build_pruner(PatientHyperbandPrunerConfig())),
+    for name, pruner in (("patient", build_pruner(PatientHyperbandPrunerConfig(patience_mode="veto"))),
                          ("ranked", build_pruner(RankedHalvingPrunerConfig()))):
         study = _study(pruner)
         counts[name] = sum(_pruned_at(study, _steady(level)) is not None for level in levels)
@@ -234,14 +234,14 @@ def test_config_defaults_and_bad_values() -> None:
 def test_a_run_prunes_steady_curves_and_marks_the_judged(tmp_path: Path) -> None:
     """End to end through the orchestrator (decisions answered in its process, the mark
     written through its storage): 30 trials of curves that improve at every step and never
-    cross. The default pruner stops none; ranked_halving stops some once 10 have completed,
-    and every trial it stopped carries the judged mark."""
+    cross. PatientPruner (patience_mode=veto) stops none; ranked_halving stops some once 10
+    have completed, and every trial it stopped carries the judged mark."""
     counts = {}
-    for pruner in ("patient_hyperband", "ranked_halving"):
+    for pruner, options in (("patient_hyperband", ["pruner.patience_mode=veto"]), ("ranked_halving", [])):
         (tmp_path / pruner).mkdir()
         result = run_cli(tmp_path / pruner, "run", "objective=custom",
                          "objective.target=tests.objectives:curves",
-                         "scheduler.parallel=2", "study.n_trials=30", f"pruner={pruner}",
+                         "scheduler.parallel=2", "study.n_trials=30", f"pruner={pruner}", *options,
                          "scheduler.gpus=none")
         assert result.code == 0, result.stderr
         with sqlite3.connect(result.db) as con:

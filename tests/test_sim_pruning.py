@@ -95,3 +95,82 @@ def test_a_level_scales_each_study_by_its_medians(sim: ModuleType) -> None:
     pool = sim.pool_at([one, two], level=2)
     assert [(t.number, t.overhead_s, t.step_s) for t in pool] == [(0, 3.0, 1.5), (1, 3.0, 1.5)]
     assert [(t.overhead_s, t.step_s) for t in sim.pool_at([one, two], level=None)] == [(2.0, 1.0), (3.0, 1.5)]
+
+
+def test_each_worker_pays_its_start_up_once(sim: ModuleType) -> None:
+    """2 s of worker start-up: A and B start at 2 s; B is pruned at its first report,
+    2 + 1 + 2 = 5 s, and its worker takes C at once (a reuse worker starts nothing again): C
+    reports at 6, 7, 8 s. A completes at 2 + 1 + 2 x 3 = 9 s."""
+    run = sim.simulate(_pool(sim), [0, 1, 2], _threshold, workers=2, budget_s=100.0, worker_s=2.0)
+    assert run.completions == [(8.0, 0.2), (9.0, 0.3)]
+    assert run.pruned == [(5.0, 1, 1)]
+
+
+def test_a_worker_start_up_is_the_recorded_workers_median(sim: ModuleType) -> None:
+    one = sim.Recorded("c-tpg1", 1, "minimize", [], "tpe", [16.0])
+    three = sim.Recorded("c-tpg3", 3, "minimize", [], "tpe", [17.0, 18.0, 20.0])
+    assert sim.worker_startup([one, three], 3) == 18.0
+    assert sim.worker_startup([one, three], None) == 17.5
+    assert sim.worker_startup([sim.Recorded("fresh", None, "minimize", [])], None) == 0.0
+
+
+def test_the_curves_are_replayed_as_the_objectives_report_them(sim: ModuleType) -> None:
+    raw = ((1, 0.5), (2, 0.4), (3, 0.45), (4, 0.3))
+    assert sim.best_so_far(raw, "minimize") == ((1, 0.5), (2, 0.4), (3, 0.4), (4, 0.3))
+    assert sim.best_so_far(raw, "maximize") == ((1, 0.5), (2, 0.5), (3, 0.5), (4, 0.5))
+
+
+def _places(sim: ModuleType, count: int) -> list:
+    return [sim.SimTrial(n, float(n), ((1, float(n)),), 0.0, 1.0, n) for n in range(count)]
+
+
+def test_the_sampler_proposes_from_its_progress(sim: ModuleType) -> None:
+    """Window 0: after j trials in its view the sampler proposes the one recorded at place j,
+    held at the last place; a place already drawn widens the window to its neighbours."""
+    progress = sim.Progress(_places(sim, 6), seed=0, window=0)
+    assert [progress.draw(j) for j in (0, 1, 2)] == [0, 1, 2]
+    assert progress.draw(9) == 5  # past the record: its last place
+    assert progress.draw(2) == 3  # 2 is taken: a neighbour not taken (1 is)
+    assert progress.draw(2) == 4  # 1 to 3 taken: the window widens to 2 (0 is taken too)
+    assert progress.draw(0) in range(6)  # every place taken: any of the window again
+
+
+def test_under_hyperband_the_sampler_sees_the_trials_bracket(sim: ModuleType) -> None:
+    """Optuna splits TPE's history by bracket under a HyperbandPruner and not under our
+    delayed verdict over it: the sampler's progress is counted in the view Optuna gives."""
+    import optuna
+
+    def view(pruner: optuna.pruners.BasePruner) -> tuple[list[int], list[int]]:
+        study = optuna.create_study(storage=optuna.storages.InMemoryStorage(), study_name="sim",
+                                    pruner=pruner, sampler=optuna.samplers.RandomSampler(seed=0))
+        first = study.ask()
+        first.report(1.0, 1)
+        study.tell(first, 1.0)  # complete at step 1: Hyperband sets its brackets up on a prune
+        seen, expected = [], []
+        for _ in range(12):
+            trial = study.ask()
+            seen.append(sim.sampler_view(study, trial))
+            bracket = optuna.pruners._filter_study(study, study._storage.get_trial(trial._trial_id))
+            expected.append(len(bracket.get_trials(deepcopy=False)) - 1)
+            trial.report(0.5, 1)
+            trial.should_prune()
+        return seen, expected
+
+    hyperband = optuna.pruners.HyperbandPruner(min_resource=1, max_resource=27, reduction_factor=3)
+    seen, expected = view(hyperband)
+    assert seen == expected and seen != list(range(1, 13))  # its bracket only
+    from hpo_orchestrator.config import PatientHyperbandPrunerConfig
+
+    delayed = PatientHyperbandPrunerConfig(patience_mode="delay", min_resource=1, max_resource=27).build()
+    assert view(delayed)[0] == list(range(1, 13))  # every trial before it
+
+
+def test_a_run_draws_by_the_samplers_progress(sim: ModuleType) -> None:
+    """order="progress": the k-th trial, proposed after k others, comes from the places
+    within the window (2 here) of k; a random order of the pool does not keep to that."""
+    pool = _places(sim, 40)
+    runs = sim.run_all(pool, ["none"], seeds=3, workers=1, budget_s=40.0, direction="minimize",
+                       order="progress")
+    for run in runs["none"]:
+        assert len(run.complete_numbers) == 40 and not run.exhausted
+        assert all(n <= k + 2 for k, n in enumerate(run.complete_numbers[:30]))

@@ -254,3 +254,18 @@ def test_commands_suggested_under_make_f_run_where_the_user_is(tmp_path: Path) -
                           text=True, timeout=120, env=env)
     assert logs.returncode == 0, logs.stderr
     assert "ValueError: bad x" in logs.stdout
+
+
+def test_tune_pruners_command_keeps_the_studys_own_pruner_options() -> None:
+    """The replay kept the options its grid does not vary (patience_mode, min_delta); the
+    command that runs the recommendation keeps them too where the pruner is the one the study
+    ran, and drops them for another pruner (they are another pruner's)."""
+    recorded = to_plain_dict(load_config(["pruner.patience_mode=delay", "pruner.min_delta=0.01",
+                                          "pruner.patience=5"]))
+    same = "pruner=patient_hyperband pruner.patience=1 pruner.min_resource=3 pruner.reduction_factor=3"
+    overrides = shlex.split(recommended_command("hpo-orchestrator", "hpo", recorded, same, set()))[2:]
+    pruner = to_plain_dict(load_config(overrides))["pruner"]
+    assert (pruner["patience_mode"], pruner["min_delta"], pruner["patience"]) == ("delay", 0.01, 1)
+    assert "pruner.tune=off" not in overrides  # the default: not repeated
+    other = shlex.split(recommended_command("hpo-orchestrator", "hpo", recorded, PRUNER, set()))[2:]
+    assert not any(o.startswith(("pruner.patience_mode", "pruner.min_delta")) for o in other)

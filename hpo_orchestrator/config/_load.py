@@ -61,6 +61,10 @@ def _register_schemas() -> None:
     for group, options in _GROUP_SCHEMAS.items():
         for option, node in options.items():
             store.store(group=group, name=f"base_{option}", node=node)
+            # an option without a file of its own composes its dataclass's defaults (a pruner
+            # is registered once: config/_search.py); a file, where there is one, shows them
+            if not (config_dir() / group / f"{option}.yaml").is_file():
+                store.store(group=group, name=option, node=node)
 
 
 def _one_line(exc: BaseException) -> str:

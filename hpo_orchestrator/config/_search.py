@@ -2,38 +2,119 @@
 (``pruner.*``), one dataclass per option of the group, each named in :data:`PRUNERS` or
 :data:`SAMPLERS` (the option's file in ``conf/pruner/`` or ``conf/sampler/`` composes it).
 
-A new pruner is its dataclass here (with its entry in :data:`PRUNERS` and
-:data:`PrunerConfig`), its ``conf/pruner/<name>.yaml``, and its branch in
-pruning/_factory.py's ``build_pruner`` (docs/DESIGN.md §3.2 walks it): the config package's
-face re-exports what this module exports.
+A pruner is registered once: its dataclass here, in :data:`PRUNERS`. The dataclass is the
+whole of it: its options and checks (``validate``), the Optuna pruner a run builds from it
+(``build``), and what ``tune-pruner``'s replay varies and how a setting is shown
+(``REPLAY``). The loader's group schema, ``pruner=<name>`` (with or without a
+``conf/pruner/<name>.yaml`` showing its defaults), the run's factory, ``tune-pruner`` and the
+replay all read them from there (docs/DESIGN.md §3.2 walks it); the config package's face
+re-exports what this module exports.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeAlias
 
 from hpo_orchestrator.config._checks import _positive_int, _require
 
+if TYPE_CHECKING:
+    import optuna
+
 __all__ = ["PRUNERS", "SAMPLERS", "HyperbandPrunerConfig", "MedianPrunerConfig", "NoPrunerConfig",
            "PatientHyperbandPrunerConfig", "PrunerConfig", "RandomSamplerConfig",
-           "RankedHalvingPrunerConfig", "SamplerConfig", "TPESamplerConfig"]
+           "RankedHalvingPrunerConfig", "Replay", "SamplerConfig", "TPESamplerConfig", "Varied",
+           "grid_of"]
 
 
 # --- pruners ------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Varied:
+    """An option ``tune-pruner``'s replay varies: its config key, its name in a setting's label,
+    its letter in the short form (None: left out there), the value a setting that leaves it
+    unset gets, and the default grid's values, from the trials' full length (the last step a
+    completed trial reached) and the values given on the command line for the key, if any."""
+
+    name: str
+    shown: str
+    letter: str | None
+    default: int
+    grid: Callable[[int, Sequence[int] | None], Sequence[int]]
+
+
+@dataclass(frozen=True)
+class Replay:
+    """How ``tune-pruner`` replays a pruner: ``short`` names it in a setting's short form
+    ('PH p3 m1 r3'), ``varied`` are the options a setting sets (the others are the replayed
+    study's own), and ``in_grid`` says whether the default grid holds its settings (False: it
+    is replayed only when the study ran with it)."""
+
+    short: str
+    varied: tuple[Varied, ...]
+    in_grid: bool = True
+
+
+def grid_of(kind: type, full_step: int, given: Mapping[str, Sequence[int] | None]) -> list[dict[str, int]]:
+    """The default grid's points of pruner ``kind`` (each a value per varied option, in the
+    order of ``varied``); ``given``: values from the command line by config key."""
+    replay: Replay | None = getattr(kind, "REPLAY", None)
+    if replay is None or not replay.in_grid:
+        return []
+    points: list[dict[str, int]] = [{}]
+    for option in replay.varied:
+        values = list(option.grid(full_step, given.get(option.name)))
+        points = [{**point, option.name: value} for point in points for value in values]
+    return points
+
+
+def _as_given(defaults: Sequence[int]) -> Callable[[int, Sequence[int] | None], Sequence[int]]:
+    return lambda full, given: list(given or defaults)
+
+
+def _below_full(defaults: Sequence[int]) -> Callable[[int, Sequence[int] | None], Sequence[int]]:
+    """The values below the trials' full length (a first decision at the last step decides
+    nothing), or 1 where none is."""
+    return lambda full, given: [v for v in (given or defaults) if v < max(full, 2)] or [1]
+
+
+_HYPERBAND_VARIED = (Varied("min_resource", "min_resource", "m", 1, _below_full((1, 2, 3, 5, 8, 13))),
+                     Varied("reduction_factor", "reduction_factor", "r", 3, _as_given((2, 3, 4))))
+
+
+def _hyperband(config: Any, min_resource: int | None) -> optuna.pruners.HyperbandPruner:
+    import optuna  # deferred: `status` and `report` import the config and start fast
+
+    return optuna.pruners.HyperbandPruner(
+        min_resource=min_resource or config.min_resource, max_resource=config.max_resource,
+        reduction_factor=config.reduction_factor)
+
+
+PATIENCE_MODES = ("veto", "delay")
+
+
 @dataclass
 class PatientHyperbandPrunerConfig:
-    """PatientPruner(HyperbandPruner): prune only after ``patience`` steps without improvement.
+    """Hyperband held back by patience. ``patience_mode=veto`` (the default): Optuna's
+    PatientPruner(HyperbandPruner), Hyperband asked only after ``patience`` steps without
+    improvement. ``delay``: Hyperband judges every rung, and a trial it would stop gets
+    ``patience`` more steps to catch up (pruners/_delayed.py).
 
     The defaults are deliberately less aggressive than patience=2 / min_resource=1, which in a
     real study pruned 86.5 % of trials at steps 1-4 and left GPUs starting trials, not training.
     """
 
+    REPLAY: ClassVar[Replay | None] = Replay("PH", (
+        Varied("patience", "patience", "p", 0, _as_given((0, 1, 2, 3, 5, 8))), *_HYPERBAND_VARIED))
+
     name: str = "patient_hyperband"
     patience: int = 3
     min_delta: float = 0.0
+    # veto: Hyperband is asked only after `patience` steps without improvement (a curve that
+    # keeps falling is never judged); delay: its verdict is carried out `patience` steps later
+    patience_mode: str = "veto"
     # Steps before Hyperband's first decision; auto: chosen from measured start-up and step
     # times so that start-up is at most startup_share of that time (re-chosen as trials finish).
     min_resource: Any = 3
@@ -51,6 +132,11 @@ class PatientHyperbandPrunerConfig:
                  "patience counts steps without improvement before pruning is allowed")
         _require(self.min_delta >= 0, f"{path}.min_delta",
                  f"expected a value >= 0, got {self.min_delta!r}")
+        _require(self.patience_mode in PATIENCE_MODES, f"{path}.patience_mode",
+                 f"expected veto or delay, got {self.patience_mode!r}",
+                 "veto: Hyperband is asked only after `patience` steps without improvement; "
+                 "delay: its verdict is carried out `patience` steps later unless the trial "
+                 "caught up")
         if self.min_resource != "auto":
             _positive_int(self.min_resource, f"{path}.min_resource")
         _require(isinstance(self.startup_share, (int, float)) and 0 < self.startup_share < 1,
@@ -66,13 +152,29 @@ class PatientHyperbandPrunerConfig:
                  "replays against), or set pruner.tune=off")
         _validate_max_resource(self, path)
 
+    def build(self, min_resource: int | None = None) -> optuna.pruners.BasePruner:
+        """With ``min_resource=auto`` the caller passes the value it chose
+        (hpo_orchestrator.pruning._auto); before it has one, nothing is pruned."""
+        import optuna
+
+        if self.min_resource == "auto" and min_resource is None:
+            return optuna.pruners.NopPruner()
+        hyperband = _hyperband(self, min_resource)
+        if self.patience_mode == "delay":
+            from hpo_orchestrator.pruners import DelayedVerdictPruner
+
+            return DelayedVerdictPruner(hyperband, self.patience, self.min_delta, self.reduction_factor)
+        return optuna.pruners.PatientPruner(hyperband, patience=self.patience, min_delta=self.min_delta)
+
 
 @dataclass
 class HyperbandPrunerConfig:
     """Optuna's HyperbandPruner alone, with Optuna's defaults: it prunes at each rung without
     waiting for a step without improvement. What Optuna's documentation shows, and the
     pruner of the benchmark's ``optuna-hyperband`` baseline (docs/QUALITY.md), so that ours
-    can be run with the same pruner."""
+    can be run with the same pruner. Replayed only as a study ran with it."""
+
+    REPLAY: ClassVar[Replay | None] = Replay("H", _HYPERBAND_VARIED, in_grid=False)
 
     name: str = "hyperband"
     min_resource: int = 1
@@ -83,6 +185,9 @@ class HyperbandPrunerConfig:
         _positive_int(self.min_resource, f"{path}.min_resource")
         _positive_int(self.reduction_factor, f"{path}.reduction_factor", minimum=2)
         _validate_max_resource(self, path)
+
+    def build(self, min_resource: int | None = None) -> optuna.pruners.BasePruner:
+        return _hyperband(self, None)
 
 
 def _validate_max_resource(config: PatientHyperbandPrunerConfig | HyperbandPrunerConfig,
@@ -98,11 +203,16 @@ def _validate_max_resource(config: PatientHyperbandPrunerConfig | HyperbandPrune
 @dataclass
 class RankedHalvingPrunerConfig:
     """Successive halving whose first rung and reduction factor the study's own curves choose
-    (pruning/_ranked.py): the cheapest ladder under which the ``protect`` best trials no rung
+    (pruners/_ranked.py): the cheapest ladder under which the ``protect`` best trials no rung
     judged would have gone on at every rung; nothing is pruned before ``min_complete`` such
     trials, and every ``audit_every``-th trial runs to the end unjudged. No patience: on
     curves that keep improving a patient pruner hardly ever prunes, and where early ranks do
-    not hold, the ladder starts late or not at all."""
+    not hold, the ladder starts late or not at all. Replayed only as a study ran with it."""
+
+    REPLAY: ClassVar[Replay | None] = Replay("R", (
+        Varied("protect", "protect", "k", 3, _as_given((3,))),
+        Varied("min_complete", "min_complete", "n", 10, _as_given((10,))),
+        Varied("audit_every", "audit_every", "a", 5, _as_given((5,)))), in_grid=False)
 
     name: str = "ranked_halving"
     reduction_factors: list[int] = field(default_factory=lambda: [3])
@@ -127,9 +237,24 @@ class RankedHalvingPrunerConfig:
                  f"min_complete ({self.min_complete}) < protect ({self.protect})",
                  "the ladder keeps the protect best of at least min_complete complete trials")
 
+    def build(self, min_resource: int | None = None) -> optuna.pruners.BasePruner:
+        from hpo_orchestrator.pruners import RankedHalvingPruner
+
+        return RankedHalvingPruner(reduction_factors=self.reduction_factors, protect=self.protect,
+                                   min_complete=self.min_complete, audit_every=self.audit_every)
+
+
+def _warmups(full: int, given: Sequence[int] | None) -> Sequence[int]:
+    """Warm-up steps below the trials' full length, half of it among them."""
+    return sorted({w for w in (given or (0, 1, 3, 5, 10, full // 2)) if w < max(full, 1)})
+
 
 @dataclass
 class MedianPrunerConfig:
+    REPLAY: ClassVar[Replay | None] = Replay("median", (
+        Varied("n_warmup_steps", "warmup", "w", 0, _warmups),
+        Varied("n_startup_trials", "startup_trials", None, 0, _as_given((5,)))))
+
     name: str = "median"
     n_startup_trials: int = 5
     n_warmup_steps: int = 3
@@ -140,16 +265,31 @@ class MedianPrunerConfig:
         _positive_int(self.n_warmup_steps, f"{path}.n_warmup_steps", minimum=0)
         _positive_int(self.interval_steps, f"{path}.interval_steps")
 
+    def build(self, min_resource: int | None = None) -> optuna.pruners.BasePruner:
+        import optuna
+
+        return optuna.pruners.MedianPruner(n_startup_trials=self.n_startup_trials,
+                                           n_warmup_steps=self.n_warmup_steps,
+                                           interval_steps=self.interval_steps)
+
 
 @dataclass
 class NoPrunerConfig:
+    REPLAY: ClassVar[Replay | None] = None  # nothing to replay: every trial runs to its end
+
     name: str = "none"
 
     def validate(self, path: str) -> None:
         pass
 
+    def build(self, min_resource: int | None = None) -> optuna.pruners.BasePruner:
+        import optuna
 
-# The pruner group's options: conf/pruner/<name>.yaml composes the dataclass named here.
+        return optuna.pruners.NopPruner()
+
+
+# The pruner group's options, each registered once (the module doc): `pruner=<name>` composes
+# the dataclass named here (over conf/pruner/<name>.yaml where that file exists).
 PRUNERS: dict[str, type] = {"patient_hyperband": PatientHyperbandPrunerConfig,
                             "hyperband": HyperbandPrunerConfig,
                             "ranked_halving": RankedHalvingPrunerConfig,
@@ -200,8 +340,16 @@ def _validate_history(cfg: TPESamplerConfig | RandomSamplerConfig, path: str) ->
 SAMPLERS: dict[str, type] = {"tpe": TPESamplerConfig, "random": RandomSamplerConfig}
 
 if TYPE_CHECKING:
-    PrunerConfig: TypeAlias = (PatientHyperbandPrunerConfig | HyperbandPrunerConfig
-                               | RankedHalvingPrunerConfig | MedianPrunerConfig | NoPrunerConfig)
+    class PrunerConfig(Protocol):
+        """What every dataclass of :data:`PRUNERS` has (the module doc)."""
+
+        REPLAY: ClassVar[Replay | None]
+        name: str
+
+        def validate(self, path: str) -> None: ...
+
+        def build(self, min_resource: int | None = None) -> optuna.pruners.BasePruner: ...
+
     SamplerConfig: TypeAlias = TPESamplerConfig | RandomSamplerConfig
 else:
     # OmegaConf cannot type a node as a union of dataclasses: at run time the node is untyped

@@ -51,6 +51,7 @@ from hpo_orchestrator.db._curves import (
     intermediate_values,
     step_timings,
     trials_with_values,
+    worker_firsts,
 )
 from hpo_orchestrator.db._detail import fail_errors, latest_study, trial_detail
 from hpo_orchestrator.db._retry import (
@@ -139,5 +140,6 @@ __all__ = [
     "study_config", "study_directions", "study_id_of", "study_space", "summary_flags",
     "summary_max_complete_step", "summary_prune_steps", "summary_rows", "telemetry_rows",
     "telemetry_samples", "to_datetime", "to_epoch", "to_epochs", "trial_detail", "trial_params", "trial_rows",
-    "trial_values", "trials_with_values", "trouble_of", "uncovered_trials", "write_trial_attrs",
+    "trial_values", "trials_with_values", "trouble_of", "uncovered_trials", "worker_firsts",
+    "write_trial_attrs",
 ]

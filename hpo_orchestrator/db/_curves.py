@@ -31,6 +31,11 @@ _TIMINGS_SQL = (
     "ON t.trial_id = a.trial_id WHERE t.study_id = :s AND t.number >= :first "
     "AND a.key IN ('hpo.overhead_s', 'hpo.step_s')")
 
+_WORKER_FIRSTS_SQL = (
+    "SELECT a.trial_id FROM trial_user_attributes a JOIN trials t ON t.trial_id = a.trial_id "
+    "WHERE t.study_id = :s AND t.number >= :first AND a.key = 'hpo.worker_trial' "
+    "AND a.value_json = '1'")
+
 
 class CurveTrial(NamedTuple):
     trial_id: int
@@ -73,3 +78,10 @@ def step_timings(connection: Connection, study_id: int, first: int = 0) -> dict[
     for trial_id, key, value in rows(connection, _TIMINGS_SQL, {"s": study_id, "first": first}):
         found.setdefault(int(trial_id), {})[key] = float(json.loads(value))
     return {trial_id: (v[keys.OVERHEAD_S], v[keys.STEP_S]) for trial_id, v in found.items() if len(v) == 2}
+
+
+def worker_firsts(connection: Connection, study_id: int, first: int = 0) -> set[int]:
+    """The trial_ids, from number ``first`` on, that were their worker's first trial (attr
+    hpo.worker_trial 1): the worker's start-up (imports, data, CUDA) ran inside them."""
+    return {int(trial_id) for (trial_id,) in rows(connection, _WORKER_FIRSTS_SQL,
+                                                  {"s": study_id, "first": first})}

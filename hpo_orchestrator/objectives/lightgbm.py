@@ -205,7 +205,9 @@ class LightGBMObjective:
                 return
             loss = float(env.evaluation_result_list[0][2])
             best = min(best, loss)
-            trial.report(loss, (env.iteration + 1) // report_every)
+            # the value the trial returns, so the pruner judges what the study would keep
+            # (docs/OBJECTIVES.md, "What to report")
+            trial.report(best, (env.iteration + 1) // report_every)
             # A trial at its last step has done all its work: it completes with its value.
             if env.iteration + 1 + report_every <= env.end_iteration and trial.should_prune():
                 trial.set_user_attr("hpo.params_effective", compact_params(

@@ -101,7 +101,9 @@ class TorchMLPObjective:
                     logits = model(x_valid_t).squeeze(1)
                 valid_loss = float(loss_fn(logits.float(), y_valid_t))
             best = min(best, valid_loss)
-            trial.report(valid_loss, epoch)
+            # the value the trial returns, so the pruner judges what the study would keep
+            # (docs/OBJECTIVES.md, "What to report")
+            trial.report(best, epoch)
             # The last epoch is done: the trial completes with its value, never pruned there.
             if epoch < cfg.epochs and trial.should_prune():
                 raise optuna.TrialPruned(f"pruned after epoch {epoch}")

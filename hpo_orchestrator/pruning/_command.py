@@ -65,8 +65,23 @@ def recommended_command(prog: str, study: str, recorded: dict[str, Any], pruner:
     parallel = (recorded.get("scheduler") or {}).get("parallel")
     if isinstance(parallel, int):
         overrides.append(f"scheduler.parallel={parallel}")
-    overrides += [*pruner.split(), f"study.name={_value(name)}"]
+    overrides += [*pruner.split(), *_kept_pruner_options(recorded, pruner, defaults),
+                  f"study.name={_value(name)}"]
     return " ".join([prog, "run", *map(shlex.quote, overrides)])
+
+
+def _kept_pruner_options(recorded: dict[str, Any], pruner: str,
+                         defaults: dict[str, Any] | None) -> list[str]:
+    """The study's own pruner options that the recommendation does not set (the replay kept
+    them: ``PrunerSetting.config``), where the recommended pruner is the one it ran and they
+    differ from that pruner's defaults: ``pruner.patience_mode=delay``, say."""
+    ran = recorded.get("pruner") or {}
+    given = dict(o.split("=", 1) for o in pruner.split())
+    if defaults is None or given.get("pruner") != ran.get("name"):
+        return []
+    return [f"pruner.{key}={_value(value)}" for key, value in ran.items()
+            if key != "name" and f"pruner.{key}" not in given
+            and _at(defaults, f"pruner.{key}") != value]
 
 
 def _new_name(study: str, pruner: str, taken: set[str]) -> str:
@@ -79,11 +94,11 @@ def _new_name(study: str, pruner: str, taken: set[str]) -> str:
 
 
 def _defaults(recorded: dict[str, Any]) -> dict[str, Any] | None:
-    """The resolved defaults for the recorded objective and sampler (None when they no
-    longer load: then only the groups, the budget and the parallelism are given)."""
+    """The resolved defaults for the recorded objective, sampler and pruner (None when they
+    no longer load: then only the groups, the budget and the parallelism are given)."""
     from hpo_orchestrator.config import load_config, to_plain_dict
 
-    groups = [f"{group}={section['name']}" for group in ("objective", "sampler")
+    groups = [f"{group}={section['name']}" for group in ("objective", "sampler", "pruner")
               if isinstance(section := recorded.get(group), dict) and section.get("name")]
     required = [f"objective.target={recorded['objective'].get('target')}"] \
         if (recorded.get("objective") or {}).get("name") == "custom" else []

@@ -13,7 +13,9 @@ __all__ = ["LIMITS", "render_tuning"]
 LIMITS = ("limits: a replay runs the stored trials one after another (the real study ran them "
           "side by side, so its pruner saw fewer finished trials); a trial pruned for real that "
           "a setting would let go on has an unknown end ('?'): it is costed as running to the "
-          "last step and never counts as a best value.")
+          "last step and never counts as a best value; the sampler's proposals are the study's, "
+          "whatever a setting would have changed in them (pruner=hyperband splits TPE's history "
+          "by bracket).")
 
 
 def _ordered(results: list[ReplayResult], show: int | None) -> list[ReplayResult]:

@@ -12,6 +12,14 @@ What a replay cannot know (the documented limits):
 - Concurrency. The real study ran trials side by side, so a pruner saw fewer finished trials
   at each decision than the sequential replay does. ``agreement`` says how often the replay
   of the setting the study ran with reproduces what really happened.
+- The sampler. The replayed trials are the ones the study's sampler proposed; a setting that
+  would have changed what it proposed (under a ``HyperbandPruner`` Optuna splits TPE's history
+  by bracket, so each bracket's TPE starts over with random trials) is judged on proposals it
+  would not have had. scripts/sim_pruning.py models that; the replay does not.
+
+Costs: a reuse worker's first trial carried the worker's start-up (imports, data, CUDA) inside
+it; ``load_curves`` keeps that apart (``TrialCurve.worker_s``: above the study's usual
+per-trial start-up, the median of the other trials'), paid whatever a pruner decides.
 """
 
 from __future__ import annotations
@@ -25,12 +33,7 @@ from typing import Any
 from sqlalchemy.engine import Engine
 
 from hpo_orchestrator import db
-from hpo_orchestrator.config import (
-    HyperbandPrunerConfig,
-    MedianPrunerConfig,
-    PatientHyperbandPrunerConfig,
-    PrunerConfig,
-)
+from hpo_orchestrator.config import PRUNERS, PrunerConfig, Replay, Varied, grid_of
 from hpo_orchestrator.errors import ConfigError
 from hpo_orchestrator.pruning._auto import StepTiming, stored_timings
 from hpo_orchestrator.pruning._factory import build_pruner
@@ -51,10 +54,15 @@ class TrialCurve:
     steps: tuple[tuple[int, float], ...]  # (step, intermediate value), by step
     overhead_s: float  # start-up and anything before the steps (the intercept of time vs step)
     step_s: float  # seconds per step unit
+    # A reuse worker's first trial: the worker's own start-up (imports, data, CUDA context) ran
+    # inside it, above the study's usual per-trial start-up; paid once per worker, whatever a
+    # pruner decides (load_curves splits it out of overhead_s)
+    worker_s: float = 0.0
 
     def cost_s(self, step: int | None) -> float:
-        """Device seconds to run this trial up to ``step`` (its start-up included)."""
-        return self.overhead_s + self.step_s * max(0, step or 0)
+        """Device seconds to run this trial up to ``step`` (its start-up, and its worker's
+        where it carried that, included)."""
+        return self.worker_s + self.overhead_s + self.step_s * max(0, step or 0)
 
 
 @dataclass
@@ -74,55 +82,72 @@ class StudyCurves:
                    default=max((c.steps[-1][0] for c in self.curves if c.steps), default=0))
 
 
-@dataclass(frozen=True)
-class _Option:
-    name: str  # the config key (`pruner.<name>=` overrides it)
-    shown: str  # in the setting's label
-    letter: str | None  # in its short form (None: left out there)
-    default: int  # where a setting leaves it None
+def _replay_of(kind: str) -> Replay:
+    """How pruner ``kind`` is replayed: declared by its config (config/_search.py)."""
+    replay: Replay | None = getattr(PRUNERS.get(kind), "REPLAY", None)
+    if replay is None:
+        raise ValueError(f"pruner {kind!r} is not replayed")
+    return replay
 
 
-# What each kind of setting varies, in the order its label, short form and overrides show.
-_KINDS: dict[str, tuple[type[PrunerConfig], str, tuple[_Option, ...]]] = {
-    "patient_hyperband": (PatientHyperbandPrunerConfig, "PH", (
-        _Option("patience", "patience", "p", 0), _Option("min_resource", "min_resource", "m", 1),
-        _Option("reduction_factor", "reduction_factor", "r", 3))),
-    "hyperband": (HyperbandPrunerConfig, "H", (
-        _Option("min_resource", "min_resource", "m", 1),
-        _Option("reduction_factor", "reduction_factor", "r", 3))),
-    "median": (MedianPrunerConfig, "median", (
-        _Option("n_warmup_steps", "warmup", "w", 0),
-        _Option("n_startup_trials", "startup_trials", None, 0))),
-}
-
-
-@dataclass(frozen=True)
 class PrunerSetting:
-    """One point of the grid: PatientPruner(HyperbandPruner), MedianPruner, or (a study that
-    ran with it) HyperbandPruner alone."""
+    """One point of the grid: a registered pruner (``kind``, its name in ``PRUNERS``) and a
+    value for each option its ``REPLAY`` varies (unset: None, the option's ``default`` when
+    built). ``setting.patience`` reads one of them."""
 
-    kind: str  # patient_hyperband | median | hyperband
-    patience: int | None = None
-    min_resource: int | None = None
-    reduction_factor: int | None = None
-    n_warmup_steps: int | None = None
-    n_startup_trials: int | None = None
+    __slots__ = ("_values", "kind")
 
-    def _values(self) -> list[tuple[_Option, int | None]]:
-        return [(o, getattr(self, o.name)) for o in _KINDS[self.kind][2]]
+    def __init__(self, kind: str, **values: int | None) -> None:
+        varied = _replay_of(kind).varied
+        unknown = set(values) - {o.name for o in varied}
+        if unknown:
+            raise ValueError(f"pruner {kind!r} does not vary {', '.join(sorted(unknown))}")
+        self.kind = kind
+        self._values = tuple((o.name, values.get(o.name)) for o in varied)
+
+    def __getattr__(self, name: str) -> int | None:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        for key, value in self._values:
+            if key == name:
+                return value
+        return None  # an option this kind does not vary
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, PrunerSetting) and (self.kind, self._values) == (other.kind, other._values)
+
+    def __hash__(self) -> int:
+        return hash((self.kind, self._values))
+
+    def __repr__(self) -> str:
+        return f"PrunerSetting({self.label()})"
+
+    def __getstate__(self) -> tuple[str, tuple[tuple[str, int | None], ...]]:
+        return self.kind, self._values
+
+    def __setstate__(self, state: tuple[str, tuple[tuple[str, int | None], ...]]) -> None:
+        self.kind, self._values = state
+
+    def _pairs(self) -> list[tuple[Varied, int | None]]:
+        values = dict(self._values)
+        return [(o, values[o.name]) for o in _replay_of(self.kind).varied]
+
+    def values(self) -> dict[str, int | None]:
+        return dict(self._values)
 
     def label(self) -> str:
         """'median(warmup=3, startup_trials=5)'."""
-        return f"{self.kind}({', '.join(f'{o.shown}={v}' for o, v in self._values())})"
+        return f"{self.kind}({', '.join(f'{o.shown}={v}' for o, v in self._pairs())})"
 
     def short(self) -> str:
         """For a table column: 'PH p3 m1 r3' (PatientPruner over Hyperband), 'median w3',
         'H m1 r3' (Hyperband alone)."""
-        return " ".join([_KINDS[self.kind][1], *(f"{o.letter}{v}" for o, v in self._values() if o.letter)])
+        return " ".join([_replay_of(self.kind).short,
+                         *(f"{o.letter}{v}" for o, v in self._pairs() if o.letter)])
 
     def overrides(self) -> str:
         """The `hpo-orchestrator run` overrides that select this setting."""
-        return " ".join([f"pruner={self.kind}", *(f"pruner.{o.name}={v}" for o, v in self._values())])
+        return " ".join([f"pruner={self.kind}", *(f"pruner.{o.name}={v}" for o, v in self._pairs())])
 
     def config(self, recorded: Mapping[str, Any] | None = None) -> PrunerConfig:
         """The run's pruner config for this setting: this point of the grid applied to the
@@ -130,13 +155,15 @@ class PrunerSetting:
         grid does not vary (``min_delta``, ``max_resource``, ``interval_steps``, and any
         option added later) is the study's, not dropped; one of another kind of pruner gives
         nothing (its options are another pruner's)."""
-        kind = _KINDS[self.kind][0]
+        kind = PRUNERS[self.kind]
         options = {f.name for f in fields(kind)} - {"name"}
         ran = dict(recorded or {})
-        kept = {k: v for k, v in ran.items() if k in options} if ran.get("name") == kind.name else {}
+        kept = {k: v for k, v in ran.items() if k in options} if ran.get("name") == self.kind else {}
         if not isinstance(kept.get("max_resource"), int):
             kept.pop("max_resource", None)  # "auto" or an odd value: Hyperband's own "auto"
-        return kind(**{**kept, **{o.name: v or o.default for o, v in self._values()}})
+        config: PrunerConfig = kind(**{**kept, **{o.name: o.default if v is None else v
+                                                  for o, v in self._pairs()}})
+        return config
 
     def build(self, recorded: Mapping[str, Any] | None = None) -> Any:
         return build_pruner(self.config(recorded))
@@ -195,11 +222,18 @@ def load_curves(engine: Engine, study: str | None, last: int | None = None) -> S
         steps = db.intermediate_values(connection, study_id, first)
         measured = stored_timings(connection, study_id, first)
         times = {row.number: row for row in db.trial_rows(connection, study_id, first)}
+        firsts = db.worker_firsts(connection, study_id, first)
+    timed = {trial.trial_id: _timing(tuple(steps.get(trial.trial_id, ())), measured.get(trial.trial_id),
+                                     times.get(trial.number)) for trial in trials}
+    # a trial's own start-up: the median over the trials no worker started for (reuse mode)
+    usual = [timed[t.trial_id][0] for t in trials if t.trial_id not in firsts and t.trial_id in measured]
+    own = statistics.median(usual) if usual else None
     curves = []
     for trial in trials:
-        curve = tuple(steps.get(trial.trial_id, ()))
-        overhead, per_step = _timing(curve, measured.get(trial.trial_id), times.get(trial.number))
-        curves.append(TrialCurve(trial.number, trial.state, trial.value, curve, overhead, per_step))
+        overhead, per_step = timed[trial.trial_id]
+        worker = max(0.0, overhead - own) if own is not None and trial.trial_id in firsts else 0.0
+        curves.append(TrialCurve(trial.number, trial.state, trial.value, tuple(steps.get(trial.trial_id, ())),
+                                 overhead - worker, per_step, worker))
     return StudyCurves(name, direction, config, curves, first)
 
 
@@ -283,7 +317,7 @@ def _score(curves: StudyCurves, setting: PrunerSetting, outcomes: dict[int, str]
     replayed = [by_number[n] for n in outcomes]
     gpu_s = sum(by_number[n].cost_s(step) for n, step in reached.items())
     actual = sum(c.cost_s(c.steps[-1][0] if c.steps else 0) for c in replayed)
-    startup = sum(c.overhead_s for c in replayed)
+    startup = sum(c.overhead_s + c.worker_s for c in replayed)
     steps_run = sum(sum(1 for s, _ in by_number[n].steps if s <= step) if outcomes[n] != "unknown"
                     else len(by_number[n].steps) for n, step in reached.items())
     completed = [by_number[n].value for n, outcome in outcomes.items() if outcome == "complete"]
@@ -308,28 +342,27 @@ def _score(curves: StudyCurves, setting: PrunerSetting, outcomes: dict[int, str]
 
 
 def current_setting(config: dict[str, Any]) -> PrunerSetting | None:
-    """The setting the study ran with (from its hpo.config), if it is one the replay knows
-    (a Hyperband one with an int min_resource: ``auto`` is no point of the grid)."""
+    """The setting the study ran with (from its hpo.config), if its pruner is replayed and
+    every option the replay varies was a number (``min_resource=auto`` is no point of a
+    grid)."""
     pruner = config.get("pruner", {})
     name = pruner.get("name")
-    if name not in _KINDS or ("hyperband" in name and not isinstance(pruner.get("min_resource"), int)):
+    replay: Replay | None = getattr(PRUNERS.get(name), "REPLAY", None)
+    if replay is None or not all(isinstance(pruner.get(o.name), int) for o in replay.varied):
         return None
-    return PrunerSetting(name, **{o.name: pruner.get(o.name) for o in _KINDS[name][2]})
+    return PrunerSetting(name, **{o.name: pruner.get(o.name) for o in replay.varied})
 
 
 def default_grid(full_step: int, patience: list[int] | None = None,
                  min_resource: list[int] | None = None,
                  reduction_factor: list[int] | None = None) -> list[PrunerSetting]:
-    """PatientPruner(Hyperband) over patience x min_resource x reduction_factor, and Median
-    over warm-up steps; min_resource and warm-up stay below the full length of a trial."""
-    patience = patience or [0, 1, 2, 3, 5, 8]
-    below = [m for m in (min_resource or [1, 2, 3, 5, 8, 13]) if m < max(full_step, 2)] or [1]
-    factors = reduction_factor or [2, 3, 4]
-    grid = [PrunerSetting("patient_hyperband", patience=p, min_resource=m, reduction_factor=r)
-            for p in patience for m in below for r in factors]
-    warmups = sorted({w for w in (0, 1, 3, 5, 10, full_step // 2) if w < max(full_step, 1)})
-    grid += [PrunerSetting("median", n_warmup_steps=w, n_startup_trials=5) for w in warmups]
-    return grid
+    """Every registered pruner's grid (its config's ``REPLAY``, in ``PRUNERS``' order): today
+    PatientPruner(Hyperband) over patience x min_resource x reduction_factor, and Median over
+    warm-up steps; min_resource and warm-up stay below the full length of a trial. The lists
+    given replace the grid's values of the option of that name, whichever pruner has it."""
+    given = {"patience": patience, "min_resource": min_resource, "reduction_factor": reduction_factor}
+    return [PrunerSetting(name, **point) for name, kind in PRUNERS.items()
+            for point in grid_of(kind, full_step, given)]
 
 
 def tune(curves: StudyCurves, grid: list[PrunerSetting], top_k: int = 5) -> list[ReplayResult]:

@@ -151,13 +151,18 @@ def suggest(trial: Any) -> dict[str, Any]:
 
 
 def objective(trial: Any) -> float:
-    """A plain Optuna objective: the validation loss every epoch, pruned before the last."""
+    """A plain Optuna objective: the best validation loss so far every epoch (the value it
+    returns: a trial that peaked and then diverged is judged by its best, not stopped after
+    it and lost; docs/OBJECTIVES.md), pruned before the last."""
     import optuna
 
     params = suggest(trial)
+    best = float("inf")
 
     def after_epoch(epoch: int, valid: float) -> None:
-        trial.report(valid, epoch)
+        nonlocal best
+        best = min(best, valid)
+        trial.report(best, epoch)
         if epoch < EPOCHS and trial.should_prune():
             raise optuna.TrialPruned(f"pruned after epoch {epoch}")
 

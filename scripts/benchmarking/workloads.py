@@ -5,7 +5,8 @@ own processes (optuna_worker.py) build the same model from the same pieces the p
 the data generator (objectives/_generated.py), the search space (config/_space.py, suggested by
 objectives/_suggest.py) and the config defaults (max_bin, seed, rounds, report interval) of
 LightGBMObjectiveConfig. The objective below is what a careful Optuna user writes: train,
-report the validation loss every ``report_every`` rounds, prune, return the best reported loss.
+report the best validation loss so far every ``report_every`` rounds (the value it will
+return, as the product's objectives report: docs/OBJECTIVES.md), prune, return it.
 
 :func:`test_metric` judges a run's best params where no trial looked: retrained once on the
 training rows, the iteration chosen by the validation loss (as the trial's value was), the
@@ -129,7 +130,7 @@ def lightgbm_objective(cfg: LightGBMObjectiveConfig, device: dict[str, Any],
                 return
             loss = float(env.evaluation_result_list[0][2])
             best = min(best, loss)
-            trial.report(loss, (env.iteration + 1) // cfg.report_every)
+            trial.report(best, (env.iteration + 1) // cfg.report_every)  # what it returns
             if env.iteration + 1 + cfg.report_every <= env.end_iteration and trial.should_prune():
                 raise optuna.TrialPruned(f"pruned at round {env.iteration + 1}")
 

@@ -35,8 +35,8 @@ a ladder that changes during the study still compares trials at the same step. A
 did not report the rung's step is not judged there.
 
 Thread safety: the ladder is cached on the pruner and re-chosen in ``prune``; the
-orchestrator asks from one thread (scheduler/_calls.py). Imported by the factory when a run
-uses it (it imports Optuna).
+orchestrator asks from one thread (scheduler/_calls.py). Built by its config
+(``RankedHalvingPrunerConfig.build``) when a run uses it (it imports Optuna).
 """
 
 from __future__ import annotations
