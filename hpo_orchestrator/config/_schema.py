@@ -105,6 +105,12 @@ class SchedulerConfig:
     log_max_mib: float = 10.0
 
     def validate(self, path: str) -> None:
+        self._validate_counts(path)
+        self._validate_gpu_use(path)
+        self._validate_workers(path)
+
+    def _validate_counts(self, path: str) -> None:
+        """How many trials, places and threads: numbers (or auto) the host can hold."""
         for key in ("parallel", "trials_per_gpu"):
             value = getattr(self, key)
             if value not in ("auto", None):
@@ -116,11 +122,20 @@ class SchedulerConfig:
         for key in ("parallel", "trials_per_gpu", "max_trials_per_gpu", "cpu_slots", "prefetch",
                     "host_cores", "threads_per_trial"):
             _within_host(getattr(self, key), f"{path}.{key}")
-        _positive_int(self.max_retries, f"{path}.max_retries", minimum=0)
-        _require(self.worker_mode in ("fresh", "reuse"), f"{path}.worker_mode",
-                 f"expected fresh or reuse, got {self.worker_mode!r}")
-        _positive_int(self.max_trials_per_worker, f"{path}.max_trials_per_worker")
         _positive_int(self.prefetch, f"{path}.prefetch", minimum=0)
+        _positive_int(self.max_trials_per_gpu, f"{path}.max_trials_per_gpu")
+        if self.host_cores is not None:
+            _positive_int(self.host_cores, f"{path}.host_cores")
+        if self.threads_per_trial is not None:
+            _positive_int(self.threads_per_trial, f"{path}.threads_per_trial")
+        _require(self.cpu_slots == "auto" or (isinstance(self.cpu_slots, int)
+                                              and not isinstance(self.cpu_slots, bool)
+                                              and self.cpu_slots >= 0),
+                 f"{path}.cpu_slots", f"expected an integer >= 0 or auto, got {self.cpu_slots!r}",
+                 "e.g. scheduler.cpu_slots=2 or scheduler.cpu_slots=auto")
+
+    def _validate_gpu_use(self, path: str) -> None:
+        """Which GPUs, and when one counts as busy or full."""
         _require(self.busy_gpu_mem_mib >= 0, f"{path}.busy_gpu_mem_mib",
                  f"expected MiB >= 0, got {self.busy_gpu_mem_mib!r}")
         _require(0 <= self.busy_gpu_util <= 100, f"{path}.busy_gpu_util",
@@ -132,23 +147,20 @@ class SchedulerConfig:
         _require(gpus_ok, f"{path}.gpus",
                  f"expected auto, none or a list of GPU indices, got {self.gpus!r}",
                  "e.g. scheduler.gpus=[0,1]")
-        _positive_int(self.max_trials_per_gpu, f"{path}.max_trials_per_gpu")
         _require(isinstance(self.target_gpu_util, (int, float)) and 0 < self.target_gpu_util <= 100,
                  f"{path}.target_gpu_util", f"expected a percentage 1-100, got {self.target_gpu_util!r}")
-        if self.host_cores is not None:
-            _positive_int(self.host_cores, f"{path}.host_cores")
+
+    def _validate_workers(self, path: str) -> None:
+        """A trial's process: how it runs, how long, how often again, how much it may log."""
+        _positive_int(self.max_retries, f"{path}.max_retries", minimum=0)
+        _require(self.worker_mode in ("fresh", "reuse"), f"{path}.worker_mode",
+                 f"expected fresh or reuse, got {self.worker_mode!r}")
+        _positive_int(self.max_trials_per_worker, f"{path}.max_trials_per_worker")
         if self.trial_timeout_s is not None:
             _require(self.trial_timeout_s > 0, f"{path}.trial_timeout_s",
                      f"expected seconds > 0 or null, got {self.trial_timeout_s!r}")
         _require(self.kill_grace_s >= 0, f"{path}.kill_grace_s",
                  f"expected seconds >= 0, got {self.kill_grace_s!r}")
-        if self.threads_per_trial is not None:
-            _positive_int(self.threads_per_trial, f"{path}.threads_per_trial")
-        _require(self.cpu_slots == "auto" or (isinstance(self.cpu_slots, int)
-                                              and not isinstance(self.cpu_slots, bool)
-                                              and self.cpu_slots >= 0),
-                 f"{path}.cpu_slots", f"expected an integer >= 0 or auto, got {self.cpu_slots!r}",
-                 "e.g. scheduler.cpu_slots=2 or scheduler.cpu_slots=auto")
         _require(isinstance(self.log_max_mib, (int, float)) and self.log_max_mib > 0,
                  f"{path}.log_max_mib", f"expected MiB > 0, got {self.log_max_mib!r}")
 
