@@ -64,8 +64,12 @@ logs: $(STAMP)
 	$(BIN)/hpo-orchestrator logs $(TRIAL) $(ARGS)
 
 # Everything but the GPU suite and the `long` tests (whole studies of 9 s to 90 s each: several
-# hosts, kill -9, the README in order; about 8 minutes on 2 cores, half the suite's time).
-# make test itself: about 9 minutes. CI runs both.
+# hosts, kill -9, the README in order). CI runs both.
+# TEST_WORKERS: pytest-xdist processes (default 3, on 2 cores too: most of a slow test's time is
+# spent waiting for its study's processes, so a third worker fills the gaps; each worker has its
+# own PostgreSQL database, lease folders and fake GPUs, tests/conftest.py). TEST_WORKERS=0: one
+# process, as plain pytest (-p no:xdist is not needed). Timings: docs/TESTING.md.
+TEST_WORKERS ?= 3
 # The PostgreSQL tests (the advisory-lock budget, the tally's holes, every PostgreSQL contract
 # case) run where a server can be had: scripts/test_postgres.sh finds or starts the local one
 # (127.0.0.1:5432, user postgres, database test), as .ci/run does, or says why not; then they
@@ -74,7 +78,7 @@ define PYTEST_WITH_POSTGRES
 	@url="$$(scripts/test_postgres.sh)"; \
 	if [ -n "$$url" ]; then export HPO_TEST_POSTGRES_URL="$$url"; \
 	  echo "PostgreSQL tests: $$url"; fi; \
-	$(BIN)/python -m pytest -q -rs -m "$(1)" $(PYTEST_ARGS); status=$$?; \
+	$(BIN)/python -m pytest -q -rs -m "$(1)" -n $(TEST_WORKERS) $(PYTEST_ARGS); status=$$?; \
 	if [ -z "$$url" ]; then \
 	  echo "*** PostgreSQL tests were SKIPPED: no server (see the reason above; set HPO_TEST_POSTGRES_URL)" >&2; \
 	fi; \
