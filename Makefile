@@ -7,7 +7,7 @@ PYTHON ?= python3
 # current folder. The checkout's own targets (tests, lint, benchmarks) say to use make -C.
 ROOT := $(patsubst %/,%,$(dir $(abspath $(lastword $(MAKEFILE_LIST)))))
 HERE := $(if $(filter $(ROOT),$(CURDIR)),,$(ROOT)/)
-CHECKOUT_ONLY := test test-long test-fast test-gpu lint mutation bench bench-gpu bench-packing bench-quality clean
+CHECKOUT_ONLY := test test-long test-fast test-gpu lint mutation mutants bench bench-gpu bench-packing bench-quality clean
 ifneq ($(HERE),)
 ifneq ($(filter $(CHECKOUT_ONLY),$(MAKECMDGOALS)),)
 $(error '$(filter $(CHECKOUT_ONLY),$(MAKECMDGOALS))' runs in the checkout: use 'make -C $(ROOT) $(MAKECMDGOALS)')
@@ -32,7 +32,7 @@ TRIAL ?=
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: hpo status report logs install test test-long test-fast test-gpu lint mutation bench bench-gpu bench-packing bench-quality clean
+.PHONY: hpo status report logs install test test-long test-fast test-gpu lint mutation mutants bench bench-gpu bench-packing bench-quality clean
 
 $(STAMP): $(HERE)pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV_FLAGS) $(VENV)
@@ -104,6 +104,17 @@ test-gpu: $(STAMP)
 # guarding tests run; fails when any survives (docs/MUTATION.md). MUTATION_ARGS='--only NAME'.
 mutation: $(STAMP)
 	$(BIN)/python scripts/mutation.py $(MUTATION_ARGS)
+
+# Mutation testing by mutmut (the `mutants` extra) over the modules [tool.mutmut] names in
+# pyproject.toml: every mutant its own tests can reach, the results kept in mutants/ (`mutmut
+# results`, `mutmut show NAME`). Tens of minutes on 2 cores: not in CI. MUTANTS: mutmut's name
+# pattern, e.g. MUTANTS='hpo_orchestrator.scheduler._budget*'. docs/MUTATION.md, "mutmut".
+MUTANTS ?=
+mutants: $(STAMP)
+	test -x $(BIN)/mutmut || $(BIN)/python -m pip install -q -e ".[mutants]"
+	@url="$$(scripts/test_postgres.sh)"; if [ -n "$$url" ]; then export HPO_TEST_POSTGRES_URL="$$url"; fi; \
+	$(BIN)/mutmut run --max-children 2 $(MUTANTS); status=$$?; \
+	$(BIN)/mutmut results; exit $$status
 
 # Benchmarks (not tests: they time things); results go to docs/BENCHMARKS.md.
 bench: $(STAMP)
