@@ -85,3 +85,102 @@ def test_the_checkpoint_moves_over_trials_that_settled_and_keeps_their_count(tmp
     study.tell(study.ask(), 1.0)  # one more, above the checkpoint
     assert budget.claimed() == n + 1
     assert budget._upto == last
+
+
+@pytest.mark.parametrize("above", [_ADVANCE_AT, _ADVANCE_AT - 1])
+def test_the_checkpoint_moves_from_advance_at_settled_trials_above_it(tmp_path: Path,
+                                                                      above: int) -> None:
+    storage, study = _study(tmp_path)
+    study.optimize(lambda t: t.suggest_float("x", 0, 1), n_trials=above)
+    _finished_at(storage, hours=1)
+    budget = Budget(storage.engine, study._study_id, 1000, None)
+    assert budget.claimed() == above
+    first = budget._upto
+    _finished_at(storage, hours=-1)
+    assert budget.claimed() == above
+    last = max(t._trial_id for t in study.trials)
+    assert budget._upto == (last if above >= _ADVANCE_AT else first)
+
+
+def test_a_trial_settles_once_it_finished_more_than_settle_s_ago(tmp_path: Path) -> None:
+    """At the first claim the checkpoint goes up to the last trial finished _SETTLE_S or more
+    before it (a study all settled is kept whole); a trial finished a moment ago stays above
+    it, whatever comes after it."""
+    from hpo_orchestrator.scheduler._budget import _SETTLE_S
+
+    storage, study = _study(tmp_path)
+    study.optimize(lambda t: t.suggest_float("x", 0, 1), n_trials=4)
+    ids = [t._trial_id for t in study.trials]
+    _finished_at(storage, hours=-1)
+    whole = Budget(storage.engine, study._study_id, 10, None)
+    assert whole.claimed() == 4 and whole._upto == ids[-1]
+    with storage.engine.begin() as connection:  # the third ended a moment ago
+        connection.execute(sqlalchemy.text("UPDATE trials SET datetime_complete = :d "
+                                           "WHERE trial_id = :t"),
+                           {"d": datetime.now() - timedelta(seconds=_SETTLE_S / 2), "t": ids[2]})
+    recent = Budget(storage.engine, study._study_id, 10, None)
+    assert recent.claimed() == 4 and recent._upto == ids[1]
+
+
+def test_a_claim_counts_and_asks_holding_the_study_s_file_lock(tmp_path: Path) -> None:
+    """sqlite: every orchestrator of the study (one host) takes the flock beside the database
+    for its count and ask, so together they start no trial past n_trials."""
+    import fcntl
+    import os
+
+    from hpo_orchestrator.db.connect import lock_file
+
+    storage, study = _study(tmp_path)
+    budget = Budget(storage.engine, study._study_id, 1, tmp_path / "b.db")
+    held = []
+
+    def ask() -> optuna.Trial:
+        fd = os.open(lock_file(tmp_path / "b.db"), os.O_RDWR | os.O_CREAT)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            held.append(False)  # another taker got it: the claim did not hold it
+        except BlockingIOError:
+            held.append(True)
+        finally:
+            os.close(fd)
+        return study.ask()
+
+    assert budget.claim(ask) is not None and held == [True]
+    assert budget.claim(ask) is None and held == [True]  # full: no second ask
+
+
+def test_a_run_reaps_its_host_s_orphans_and_waits_for_the_others(tmp_path: Path) -> None:
+    """A RUNNING trial asked on this host by an orchestrator that no longer exists (kill -9)
+    is an orphan, reaped by the run; a live orchestrator's, another host's and one asked
+    outside any run run elsewhere. Of the orphans, those reaped with a retry leave the count:
+    not one whose retries are spent, nor one already marked retried."""
+    import os
+    import subprocess
+    import sys
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()  # its pid names no process now
+    storage, study = _study(tmp_path)
+
+    def running(host: str | None, owner: int | None, **attrs: object) -> int:
+        trial = study.ask()
+        if host is not None:
+            trial.set_user_attr("hpo.host", host)
+            trial.set_user_attr("hpo.orchestrator_pid", owner)
+        for key, value in attrs.items():
+            trial.set_user_attr(key, value)
+        return trial._trial_id
+
+    lost = running("here", dead.pid)  # no slot took it yet: retried
+    spent = running("here", dead.pid, **{"hpo.pid": dead.pid, "hpo.attempt": 3})
+    marked = running("here", dead.pid, **{"hpo.retried": True})
+    live = running("here", os.getpid())
+    elsewhere = running("there", dead.pid)
+    outside = running(None, None)
+    unfinished = {lost, spent, marked, live, elsewhere, outside}
+    budget = Budget(storage.engine, study._study_id, 10, None, unfinished=lambda: unfinished)
+    assert sorted(budget.orphans("here")) == sorted([lost, spent, marked])
+    assert budget.running_elsewhere("here") == 3  # live, elsewhere, outside
+    assert budget.recoverable(storage, "here", max_retries=2) == 1  # lost
+    assert budget.orphans("there") == [elsewhere]
+    assert budget.running_elsewhere("there") == 5
