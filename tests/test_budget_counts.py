@@ -184,3 +184,23 @@ def test_a_run_reaps_its_host_s_orphans_and_waits_for_the_others(tmp_path: Path)
     assert budget.recoverable(storage, "here", max_retries=2) == 1  # lost
     assert budget.orphans("there") == [elsewhere]
     assert budget.running_elsewhere("there") == 5
+    # reaping reads the trials the run's mirror knows: without it, none
+    assert Budget(storage.engine, study._study_id, 10, None).orphans("here") == []
+
+
+def test_a_budget_without_retries_gives_up_at_the_first_trouble(tmp_path: Path) -> None:
+    """Retrying is the run's to give (storage.retry_s); without it a read that meets a locked
+    database fails at once, as StorageUnavailable, tried once."""
+    from hpo_orchestrator.db._retry import StorageUnavailable
+
+    storage, study = _study(tmp_path)
+    budget = Budget(storage.engine, study._study_id, 10, None)
+    tries = []
+
+    def locked() -> int:
+        tries.append(1)
+        raise sqlalchemy.exc.OperationalError("SELECT", {}, Exception("database is locked"))
+
+    with pytest.raises(StorageUnavailable):
+        budget.retrying.call(locked)
+    assert tries == [1]
