@@ -7,7 +7,7 @@ PYTHON ?= python3
 # current folder. The checkout's own targets (tests, lint, benchmarks) say to use make -C.
 ROOT := $(patsubst %/,%,$(dir $(abspath $(lastword $(MAKEFILE_LIST)))))
 HERE := $(if $(filter $(ROOT),$(CURDIR)),,$(ROOT)/)
-CHECKOUT_ONLY := test test-long test-fast test-gpu lint mutation bench bench-gpu bench-packing bench-quality clean
+CHECKOUT_ONLY := test test-long test-fast test-gpu lint mutation mutants bench bench-gpu bench-packing bench-quality clean
 ifneq ($(HERE),)
 ifneq ($(filter $(CHECKOUT_ONLY),$(MAKECMDGOALS)),)
 $(error '$(filter $(CHECKOUT_ONLY),$(MAKECMDGOALS))' runs in the checkout: use 'make -C $(ROOT) $(MAKECMDGOALS)')
@@ -32,7 +32,7 @@ TRIAL ?=
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: hpo status report logs install test test-long test-fast test-gpu lint mutation bench bench-gpu bench-packing bench-quality clean
+.PHONY: hpo status report logs install test test-long test-fast test-gpu lint mutation mutants bench bench-gpu bench-packing bench-quality clean
 
 $(STAMP): $(HERE)pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV_FLAGS) $(VENV)
@@ -64,8 +64,12 @@ logs: $(STAMP)
 	$(BIN)/hpo-orchestrator logs $(TRIAL) $(ARGS)
 
 # Everything but the GPU suite and the `long` tests (whole studies of 9 s to 90 s each: several
-# hosts, kill -9, the README in order; about 8 minutes on 2 cores, half the suite's time).
-# make test itself: about 9 minutes. CI runs both.
+# hosts, kill -9, the README in order). CI runs both.
+# TEST_WORKERS: pytest-xdist processes (default 3, on 2 cores too: most of a slow test's time is
+# spent waiting for its study's processes, so a third worker fills the gaps; each worker has its
+# own PostgreSQL database, lease folders and fake GPUs, tests/conftest.py). TEST_WORKERS=0: one
+# process, as plain pytest (-p no:xdist is not needed). Timings: docs/TESTING.md.
+TEST_WORKERS ?= 3
 # The PostgreSQL tests (the advisory-lock budget, the tally's holes, every PostgreSQL contract
 # case) run where a server can be had: scripts/test_postgres.sh finds or starts the local one
 # (127.0.0.1:5432, user postgres, database test), as .ci/run does, or says why not; then they
@@ -74,7 +78,7 @@ define PYTEST_WITH_POSTGRES
 	@url="$$(scripts/test_postgres.sh)"; \
 	if [ -n "$$url" ]; then export HPO_TEST_POSTGRES_URL="$$url"; \
 	  echo "PostgreSQL tests: $$url"; fi; \
-	$(BIN)/python -m pytest -q -rs -m "$(1)" $(PYTEST_ARGS); status=$$?; \
+	$(BIN)/python -m pytest -q -rs -m "$(1)" -n $(TEST_WORKERS) $(PYTEST_ARGS); status=$$?; \
 	if [ -z "$$url" ]; then \
 	  echo "*** PostgreSQL tests were SKIPPED: no server (see the reason above; set HPO_TEST_POSTGRES_URL)" >&2; \
 	fi; \
@@ -100,6 +104,17 @@ test-gpu: $(STAMP)
 # guarding tests run; fails when any survives (docs/MUTATION.md). MUTATION_ARGS='--only NAME'.
 mutation: $(STAMP)
 	$(BIN)/python scripts/mutation.py $(MUTATION_ARGS)
+
+# Mutation testing by mutmut (the `mutants` extra) over the modules [tool.mutmut] names in
+# pyproject.toml: every mutant its own tests can reach, the results kept in mutants/ (`mutmut
+# results`, `mutmut show NAME`). Tens of minutes on 2 cores: not in CI. MUTANTS: mutmut's name
+# pattern, e.g. MUTANTS='hpo_orchestrator.scheduler._budget*'. docs/MUTATION.md, "mutmut".
+MUTANTS ?=
+mutants: $(STAMP)
+	test -x $(BIN)/mutmut || $(BIN)/python -m pip install -q -e ".[mutants]"
+	@url="$$(scripts/test_postgres.sh)"; if [ -n "$$url" ]; then export HPO_TEST_POSTGRES_URL="$$url"; fi; \
+	$(BIN)/mutmut run --max-children 2 $(MUTANTS); status=$$?; \
+	$(BIN)/mutmut results; exit $$status
 
 # Benchmarks (not tests: they time things); results go to docs/BENCHMARKS.md.
 bench: $(STAMP)

@@ -13,6 +13,11 @@ with the project's .venv. Results:
 Before the mutations, the guarding tests run once on the unmutated copy: a test that fails
 there would "kill" every mutation and prove nothing. Exit status 0 only when every mutation
 was killed.
+
+``--touched`` and ``--sample N`` (what CI runs, docs/MUTATION.md "In CI") choose a part of the
+list: the edits the submission touched (their module, a guarding test's file or the entry
+itself changed since the last landed commit, read from git) and N more, a window of the list
+that moves on with every commit.
 """
 
 from __future__ import annotations
@@ -36,6 +41,12 @@ REPO = Path(__file__).resolve().parents[1]
 MUTATIONS_DIR = REPO / "tests" / "mutations"
 PYTHON = REPO / ".venv" / "bin" / "python"
 DEFAULT_TIMEOUT_S = 420.0
+# CI runs in a fresh clone of the submitted main, where no branch or tag marks the last landed
+# commit. A session writes it into LANDED_FILE when it starts; without that file (or with a
+# commit that is not HEAD's ancestor) the newest commit of main's first-parent line this much
+# older than HEAD stands for it.
+SUBMISSION_WINDOW_S = 3 * 3600
+LANDED_FILE = Path(".ci") / "landed"
 _LIVE: set[subprocess.Popen[str]] = set()  # pytest runs in flight: stopped if we are
 _FIELDS = {"name", "file", "original", "replacement", "tests", "k", "why", "timeout_s"}
 
@@ -89,6 +100,92 @@ def load(folder: Path = MUTATIONS_DIR) -> list[Mutation]:
     if duplicates:
         raise ValueError(f"mutation names used twice: {', '.join(duplicates)}")
     return mutations
+
+
+def _git(*args: str, repo: Path = REPO) -> str:
+    return subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True,
+                          text=True).stdout.strip()
+
+
+def submission_base(repo: Path = REPO, window_s: float = SUBMISSION_WINDOW_S) -> str | None:
+    """The last landed commit: the one LANDED_FILE names, where it is an ancestor of HEAD
+    (a session longer than the window would otherwise leave its first commits out); else the
+    newest commit on HEAD's first-parent line committed ``window_s`` or more before HEAD;
+    None when there is none (the whole history is new)."""
+    landed = repo / LANDED_FILE
+    if landed.is_file():
+        named = (landed.read_text().split() or [""])[0]
+        known = subprocess.run(["git", "merge-base", "--is-ancestor", named, "HEAD"], cwd=repo,
+                               capture_output=True)
+        if named and known.returncode == 0:
+            return _git("rev-parse", named, repo=repo)
+    head_time = int(_git("log", "-1", "--format=%ct", "HEAD", repo=repo))
+    base = _git("rev-list", "--first-parent", "-1", f"--before={head_time - int(window_s)}",
+                "HEAD", repo=repo)
+    return base or None
+
+
+def changed_files(base: str | None, repo: Path = REPO) -> set[str] | None:
+    """Files changed since ``base``: in its commits up to HEAD (merged branches too) and in the
+    working tree (edited, staged or untracked). None: no base, every file is new."""
+    if base is None:
+        return None
+    names = _git("diff", "--name-only", base, "HEAD", repo=repo).splitlines()
+    names += _git("diff", "--name-only", "HEAD", repo=repo).splitlines()
+    names += _git("ls-files", "--others", "--exclude-standard", repo=repo).splitlines()
+    return set(filter(None, names))
+
+
+def changed_entries(base: str, mutations: list[Mutation], repo: Path = REPO) -> set[str]:
+    """Names of the entries that are new since ``base`` or whose text differs from it."""
+    before: dict[str, dict[str, object]] = {}
+    for source in sorted({m.source for m in mutations}):
+        relative = (MUTATIONS_DIR / source).relative_to(REPO).as_posix()
+        shown = subprocess.run(["git", "show", f"{base}:{relative}"], cwd=repo,
+                               capture_output=True, text=True)
+        if shown.returncode == 0:  # else the file is new: each of its entries too
+            for entry in tomllib.loads(shown.stdout).get("mutation", []):
+                before[entry.get("name", "")] = entry
+    now = {entry["name"]: entry for source in sorted({m.source for m in mutations})
+           for entry in tomllib.loads((MUTATIONS_DIR / source).read_text()).get("mutation", [])}
+    return {name for name, entry in now.items() if before.get(name) != entry}
+
+
+def touched(mutations: list[Mutation], files: set[str] | None,
+            entries: set[str]) -> list[Mutation]:
+    """The edits a change touched: their module, a guarding test's file or the entry itself
+    changed (``files`` None: everything changed)."""
+    if files is None:
+        return list(mutations)
+    return [m for m in mutations if m.file in files or m.name in entries
+            or any(test.split("::")[0] in files for test in m.tests)]
+
+
+def rotating_sample(mutations: list[Mutation], leave_out: set[str], size: int,
+                    turn: int) -> list[Mutation]:
+    """``size`` edits of those not in ``leave_out``, in name order: the window that starts
+    ``turn * size`` edits on (wrapping), so that consecutive turns cover the whole list."""
+    rest = sorted((m for m in mutations if m.name not in leave_out), key=lambda m: m.name)
+    if size <= 0 or not rest:
+        return []
+    start = turn * size % len(rest)
+    return [rest[(start + i) % len(rest)] for i in range(min(size, len(rest)))]
+
+
+def choose(mutations: list[Mutation], *, since: str | None, use_touched: bool, sample: int,
+           repo: Path = REPO) -> tuple[list[Mutation], str]:
+    """The edits ``--touched``/``--sample`` select, in the list's order, and a line saying why."""
+    base = since or submission_base(repo)
+    files = changed_files(base, repo)
+    entries = changed_entries(base, mutations, repo) if base and files is not None else set()
+    chosen = touched(mutations, files, entries) if use_touched else []
+    turn = int(_git("rev-list", "--count", "--first-parent", "HEAD", repo=repo))
+    extra = rotating_sample(mutations, {m.name for m in chosen}, sample, turn)
+    names = {m.name for m in chosen} | {m.name for m in extra}
+    where = f"since {base[:12]}" if base else "no earlier commit: all of them"
+    why = (f"{len(chosen)} touched ({where}) and {len(extra)} of the rest (sample turn {turn}) "
+           f"of {len(mutations)} mutations")
+    return [m for m in mutations if m.name in names], why
 
 
 def make_scratch(parent: Path, index: int) -> Path:
@@ -249,6 +346,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=1, help="mutations run at once (default 1)")
     parser.add_argument("--no-baseline", action="store_true",
                         help="skip the run of the guarding tests on the unmutated copy")
+    parser.add_argument("--touched", action="store_true",
+                        help="the mutations whose module, guarding test file or entry changed "
+                             "since the last landed commit (or --since)")
+    parser.add_argument("--since", metavar="REV",
+                        help="with --touched: changed since REV (default: the commit .ci/landed "
+                             "names, else the newest commit of HEAD's first-parent line 3 "
+                             "hours or more older than HEAD)")
+    parser.add_argument("--sample", type=int, default=0, metavar="N",
+                        help="and N of the others, a window of the list that moves with each commit")
     args = parser.parse_args(argv)
     try:
         mutations = load()
@@ -261,6 +367,24 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: no mutation named {', '.join(unknown)}\nhint: --list shows them", file=sys.stderr)
             return 2
         mutations = [m for m in mutations if m.name in args.only]
+    if args.sample < 0:
+        print("error: --sample must be 0 or more", file=sys.stderr)
+        return 2
+    if args.since and not args.touched:
+        print("error: --since goes with --touched", file=sys.stderr)
+        return 2
+    if args.touched or args.sample:
+        try:
+            mutations, why = choose(mutations, since=args.since, use_touched=args.touched,
+                                    sample=args.sample)
+        except subprocess.CalledProcessError as exc:
+            print(f"error: git could not tell what changed: {(exc.stderr or '').strip()}\n"
+                  "hint: run in a git checkout; --since takes a commit of it", file=sys.stderr)
+            return 2
+        print(why, flush=True)
+        if not mutations:
+            print("nothing to run")
+            return 0
     if args.list:
         for m in mutations:
             print(f"{m.name}  ({m.source}) {m.file}\n    tests: {' '.join(m.pytest_args())}\n"

@@ -24,6 +24,13 @@ REPO = Path(__file__).resolve().parents[1]
 # trials' own processes (objective.target=tests.objectives:NAME), which run in a test's
 # folder: the checkout's root on PYTHONPATH lets every process a test starts find them.
 os.environ["PYTHONPATH"] = os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])
+# pytest-xdist's workers start with COLUMNS=80 where the run that started them had none: the
+# commands run in-process (cli.main) would then wrap their output at 80 columns in a worker
+# and not in a plain pytest. Each worker gets the COLUMNS (or none) of the run that began it.
+if "PYTEST_XDIST_WORKER" not in os.environ:
+    os.environ["HPO_TEST_COLUMNS"] = os.environ.get("COLUMNS", "")
+elif os.environ.get("HPO_TEST_COLUMNS") == "":
+    os.environ.pop("COLUMNS", None)
 
 
 @dataclass
@@ -133,20 +140,53 @@ def cli(tmp_path: Path):  # type: ignore[no-untyped-def]
     return _run
 
 
-POSTGRES_URL = os.environ.get("HPO_TEST_POSTGRES_URL")
+# pytest-xdist's workers (make test runs several): each has a database of its own, made from
+# HPO_TEST_POSTGRES_URL's (`test` -> `test_gw0`, ...) at first use, so that no test sees
+# another worker's studies or tables.
+_XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+_SERVER_URL = os.environ.get("HPO_TEST_POSTGRES_URL")
+
+
+def _worker_url(url: str | None) -> str | None:
+    if not url or not _XDIST_WORKER:
+        return url
+    from sqlalchemy.engine import make_url
+
+    parsed = make_url(url)
+    return parsed.set(database=f"{parsed.database}_{_XDIST_WORKER}").render_as_string(
+        hide_password=False)
+
+
+POSTGRES_URL = _worker_url(_SERVER_URL)
 
 
 def _postgres_unreachable() -> str | None:
-    if not POSTGRES_URL:
+    if not POSTGRES_URL or not _SERVER_URL:
         return "HPO_TEST_POSTGRES_URL is not set (e.g. postgresql+psycopg://postgres@127.0.0.1/test)"
     import sqlalchemy
 
     try:
+        if POSTGRES_URL != _SERVER_URL:
+            _create_database(_SERVER_URL, sqlalchemy.engine.make_url(POSTGRES_URL).database)
         with sqlalchemy.create_engine(POSTGRES_URL).connect() as con:
             con.execute(sqlalchemy.text("SELECT 1"))
     except Exception as exc:
         return f"PostgreSQL at HPO_TEST_POSTGRES_URL is not reachable: {exc}"
     return None
+
+
+def _create_database(server_url: str, name: str | None) -> None:
+    """This worker's database, made once (it stays for the next run, as `test` does)."""
+    import sqlalchemy
+
+    admin = sqlalchemy.create_engine(server_url, isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as con:
+            if con.execute(sqlalchemy.text("SELECT 1 FROM pg_database WHERE datname = :n"),
+                           {"n": name}).first() is None:
+                con.execute(sqlalchemy.text(f'CREATE DATABASE "{name}"'))
+    finally:
+        admin.dispose()
 
 
 @pytest.fixture(scope="session")

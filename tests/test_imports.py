@@ -170,3 +170,48 @@ def test_the_commands_leave_the_objectives_api_unloaded(tmp_path: Path) -> None:
                           "SlotInfo; print(phase.__module__, SlotInfo.__name__)"],
                          env=cli_env(), check=True, capture_output=True, text=True).stdout.split()
     assert api == ["hpo_orchestrator.worker._runtime", "SlotInfo"]
+
+
+_RUN_PATH = """
+import sys
+from hpo_orchestrator.cli._parser import build_parser
+build_parser().parse_args(["run"])
+print("importlib.metadata" in sys.modules)
+import hpo_orchestrator.runner
+print("sqlalchemy.dialects.postgresql" in sys.modules)
+"""
+
+
+def test_a_run_on_sqlite_starts_without_the_postgresql_dialect_or_package_metadata() -> None:
+    """Each is 0.035-0.05 s of a run's start-up on 2 cores (docs/quality/runs.md, "Ours'
+    start-up"): the version is read when --version asks for it, SQLAlchemy's PostgreSQL
+    dialect when a storage is PostgreSQL."""
+    done = subprocess.run([sys.executable, "-c", _RUN_PATH], env=cli_env(), check=True,
+                          capture_output=True, text=True)
+    assert done.stdout.split() == ["False", "False"]
+
+
+@pytest.mark.postgres
+def test_the_summary_s_partial_indexes_are_partial_on_postgresql(postgres_url: str) -> None:
+    """Their WHERE is set for PostgreSQL when the tables are made (not at import): a flagged
+    or failed trial is found without a scan there as on sqlite."""
+    import sqlalchemy
+
+    from hpo_orchestrator.db.tables import ensure_tables
+    from tests.test_reliability_storage import _fresh_postgres
+
+    with _fresh_postgres(postgres_url) as fresh:
+        engine = sqlalchemy.create_engine(fresh)
+        try:
+            ensure_tables(engine)
+            ensure_tables(engine)  # a second run finds them
+            with engine.connect() as connection:
+                made = dict(connection.execute(sqlalchemy.text(
+                    "SELECT indexname, indexdef FROM pg_indexes "
+                    "WHERE tablename = 'hpo_trial_summary'")).all())
+        finally:
+            engine.dispose()
+    assert "WHERE ((state)::text = 'FAIL'::text)" in made["ix_hpo_summary_failed"]
+    assert "WHERE ((gpu_verified = false) OR (params_mismatch IS NOT NULL) OR " \
+        "(fail_reason IS NOT NULL))" in made["ix_hpo_summary_flagged"]
+    assert "WHERE" not in made["ix_hpo_summary_duration"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -66,7 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="hpo-orchestrator",
                      description="Optuna HPO on every GPU of this machine.")
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
-    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    parser.add_argument("--version", action=_VersionAction)
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     run = commands.add_parser("run", help="run a study (Hydra overrides, e.g. scheduler.parallel=4)",
@@ -126,6 +127,21 @@ def build_parser() -> argparse.ArgumentParser:
     _add_study_tool_parsers(commands)
     _artifacts.add_artifacts_parser(commands, DEFAULT_STORAGE)
     return parser
+
+
+class _VersionAction(argparse.Action):
+    """``--version``: the installed distribution's version, read when asked (importlib.metadata
+    and the scan of the installed distributions took 0.05 s of every command's start)."""
+
+    def __init__(self, option_strings: list[str], dest: str = argparse.SUPPRESS,
+                 default: str = argparse.SUPPRESS, help: str | None = None) -> None:
+        super().__init__(option_strings, dest=dest, default=default, nargs=0,
+                         help=help or "show the program's version number and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        sys.stdout.write(f"{parser.prog} {_version()}\n")  # stdout, as argparse's own
+        parser.exit()
 
 
 def _version() -> str:
