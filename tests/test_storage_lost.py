@@ -45,3 +45,30 @@ def test_a_database_gone_under_the_run_stops_it_and_keeps_its_trials(
     kept = {t.number for t in saved.trials if t.state == optuna.trial.TrialState.COMPLETE}
     assert set(done) <= kept and len(kept) == int(said[1]) < 8
     assert f"storage.url=sqlite:///{said[2]}" in err
+
+
+def test_the_watch_keeps_the_run_s_sqlite_locks(tmp_path: Path) -> None:
+    """Closing any descriptor of a file drops every POSIX lock the process holds on it. A watch
+    that opened and closed the database let another process's last connection delete the
+    write-ahead log under the run's live connection (the next reader: "disk I/O error")."""
+    import sqlite3
+    import subprocess
+    import sys
+
+    from hpo_orchestrator.study import SqliteWatch
+
+    db = tmp_path / "hpo.db"
+    run = sqlite3.connect(db)
+    run.execute("PRAGMA journal_mode=WAL")
+    run.execute("CREATE TABLE t (x)")
+    run.execute("INSERT INTO t VALUES (1)")
+    run.commit()
+    watch = SqliteWatch(db)
+    assert watch.lost(force=True) is None
+    assert watch.lost(force=True) is None
+    other = (f"import sqlite3; c = sqlite3.connect({str(db)!r}); "
+             "c.execute('SELECT x FROM t').fetchall(); c.close()")
+    subprocess.run([sys.executable, "-c", other], check=True, timeout=60)
+    # the other connection was not the last one: the run's log and its index stay
+    assert (tmp_path / "hpo.db-wal").exists() and (tmp_path / "hpo.db-shm").exists()
+    run.close()

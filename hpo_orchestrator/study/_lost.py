@@ -23,6 +23,7 @@ import shutil
 import sqlite3
 import time
 from pathlib import Path
+from typing import BinaryIO
 
 import optuna
 from optuna.trial import FrozenTrial
@@ -45,7 +46,8 @@ class SqliteWatch:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        info = os.stat(path)
+        self._fd = _descriptor_of(path)
+        info = os.fstat(self._fd)
         self._inode = (info.st_dev, info.st_ino)
         self._checked_at = -float("inf")
 
@@ -56,43 +58,39 @@ class SqliteWatch:
             return None
         self._checked_at = now
         try:
-            with open(self.path, "rb") as db:
-                info = os.fstat(db.fileno())
-                header = db.read(len(_HEADER))
+            info = os.stat(self.path)
         except FileNotFoundError:
             return DELETED
         except OSError:
             return None  # unreadable now (permissions): the writes say what is wrong
         if (info.st_dev, info.st_ino) != self._inode:
             return REPLACED
+        header = os.pread(self._fd, len(_HEADER), 0)  # the same inode: read where it is open
         if header != _HEADER:
             return "was truncated" if info.st_size < len(_HEADER) else \
                 "was overwritten (no sqlite header)"
         return None
 
     def save_inode(self) -> Path | None:
-        """Copy the run's deleted or replaced database, through a descriptor of the run's that
-        still has it open, to a new file beside the path (None: no descriptor has it). Its
+        """Copy the run's deleted or replaced database, through the watch's descriptor that
+        still has it open, to a new file beside the path (None: the copy is unreadable). Its
         write-ahead log goes with it (a WAL database keeps its newest commits there) and is
         folded into the copy, which is then a file of its own."""
-        main = wal = None
+        wal = None
         wal_name = f"{self.path.resolve()}-wal"
         for name in os.listdir("/proc/self/fd"):
             source = f"/proc/self/fd/{name}"
             try:
-                info, link = os.stat(source), os.readlink(source)
+                link = os.readlink(source)
             except OSError:
                 continue
-            if (info.st_dev, info.st_ino) == self._inode:
-                main = source
-            elif link.removesuffix(" (deleted)") == wal_name:
+            if link.removesuffix(" (deleted)") == wal_name:
                 wal = source
-        if main is None:
-            return None
         target = self.rescue_path()
-        copies = [(main, target)] + ([(wal, Path(f"{target}-wal"))] if wal else [])
-        for source, copy in copies:
-            with open(source, "rb") as old, open(copy, "xb") as new:
+        with open(target, "xb") as new:
+            _copy_from(self._fd, new)
+        if wal is not None:  # sqlite locks the -shm file, not the log: this open may close
+            with open(wal, "rb") as old, open(f"{target}-wal", "xb") as new:
                 shutil.copyfileobj(old, new)
         if _readable(target):
             return target
@@ -109,6 +107,32 @@ class SqliteWatch:
             if not target.exists():
                 return target
         raise FileExistsError(target)
+
+
+# One descriptor per database file for the process's life, never closed: closing any
+# descriptor of a file drops every POSIX lock the process holds on it, sqlite's own included
+# (sqlite.org/howtocorrupt.html, 2.2.1). A watch that opened and closed the file every 0.5 s
+# let another process's last connection take the file's lock as if this run had none, then
+# checkpoint and delete the write-ahead log and its index under the run's live connections:
+# the next reader got "disk I/O error".
+_DESCRIPTORS: dict[tuple[int, int], int] = {}
+
+
+def _descriptor_of(path: Path) -> int:
+    info = os.stat(path)
+    key = (info.st_dev, info.st_ino)
+    if key not in _DESCRIPTORS:
+        _DESCRIPTORS[key] = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    return _DESCRIPTORS[key]
+
+
+def _copy_from(fd: int, out: BinaryIO) -> None:
+    """The whole file behind ``fd``, read at offsets (the descriptor is neither moved nor
+    closed)."""
+    offset = 0
+    while chunk := os.pread(fd, 1 << 20, offset):
+        out.write(chunk)
+        offset += len(chunk)
 
 
 def save_held(watch: SqliteWatch, what: str,
