@@ -375,15 +375,16 @@ def reference_refusal(entry: dict[str, Any], seeds: list[int]) -> str:
     """Why the targets ``entry`` (targets.json) cannot judge a comparison of ``seeds`` ("" where
     they can): taken from fewer than 3 reference seeds (one seed's luck sets the bar), or from
     seeds the comparison repeats (the baseline would rerun the very search that set its
-    targets)."""
+    targets). Both are named where both hold (the overlap is checked at any count)."""
     used = entry.get("seed_list")
+    why = []
     if used is None or len(used) < goals.MIN_REFERENCE_SEEDS:
-        return (f"the targets come from {entry.get('seeds', 0) if used is None else len(used)} "
-                f"reference seed(s) of {entry['contender']}")
-    repeated = sorted(set(used) & set(seeds))
+        why.append(f"the targets come from {entry.get('seeds', 0) if used is None else len(used)} "
+                   f"reference seed(s) of {entry['contender']}")
+    repeated = sorted(set(used or []) & set(seeds))
     if repeated:
-        return f"seeds {repeated} are the reference's own (it ran {used})"
-    return ""
+        why.append(f"seeds {repeated} are the reference's own (it ran {used})")
+    return "; ".join(why)
 
 
 def parse_seeds(text: str) -> list[int]:

@@ -32,7 +32,7 @@ order; ties in the order they were scheduled.
 Per candidate: time to each target (the best value no pruner had reached at 10/50/100 % of
 the budget, the median over the seeds, as the benchmark's reference; or ``--targets``),
 median and quartiles with censored runs at the budget; the paired speedup over the default
-pruner (and over no pruner) with the benchmark's bootstrap (``benchmarking/quality.py``);
+pruner (and over no pruner) with the benchmark's interval (``benchmarking/quality.py``);
 the share of finished trials pruned and the steps they were pruned at, the configurations
 started, the trials completed, how many of the pool's ``--top-k`` best trials completed of
 those that finished (over all seeds), the median best value at the budget, and the runs

@@ -21,6 +21,13 @@ censored study can only make the p-values larger. Two equal contenders are calle
 of pairs (tests/test_bench_quality.py simulates it); where five pairs cannot give a 95 %
 interval, none is shown. There is no bootstrap: a percentile bootstrap of the median calls
 equal contenders different in about 6 % of studies of 5 or 10 pairs and 25 % of 3.
+
+"No slower" is a test too (non-inferiority): the same two tests, one-sided, on
+``log(margin * baseline / ours)``: ours is shown within ``margin`` of the baseline only where
+both are below 0.025, censored pairs again against ours. The median alone cannot show it:
+pairs censored on both sides count 1 there, so a contender 1.5x slower with about 40 % of its
+runs censored shows a median of at least 1 in about half of the studies of 5 pairs, and passes
+this test in none (tests/test_bench_quality.py).
 """
 
 from __future__ import annotations
@@ -33,11 +40,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Censored", "PairedComparison", "best_so_far", "compare", "median_interval",
-           "median_time", "quartile_band", "sign_test", "signed_rank_counts", "signed_rank_test",
-           "targets_from_curve", "time_to_target", "two_sided", "value_at"]
+__all__ = ["MARGIN_ALPHA", "Censored", "PairedComparison", "best_so_far", "compare",
+           "median_interval", "median_time", "quartile_band", "sign_test", "signed_rank_counts",
+           "signed_rank_test", "targets_from_curve", "time_to_target", "two_sided", "value_at"]
 
 Curve = Sequence[tuple[float, float]]
+MARGIN_ALPHA = 0.025  # one-sided level of "within the margin": the two-sided 0.05's
 
 
 def best_so_far(curve: Curve) -> list[tuple[float, float]]:
@@ -85,15 +93,20 @@ def _ratios(ours: Sequence[Censored], baseline: Sequence[Censored]) -> list[floa
             for o, b in zip(ours, baseline, strict=True)]
 
 
-def _log_speedups(ours: Sequence[Censored], baseline: Sequence[Censored]) -> list[float]:
-    """``log(baseline / ours)`` per pair, each censored pair completed in the way least
-    favourable to ours: ours censored (slower, by an unknown margin; or both censored, order
-    unknown) -> -inf; the baseline alone censored -> its bound, log(budget / ours), the
-    smallest the true value can be. Every statistic below is non-decreasing in each value,
-    so a test on these values is never more favourable to ours than on the true ones."""
+def _log_speedups(ours: Sequence[Censored], baseline: Sequence[Censored],
+                  margin: float = 1.0) -> list[float]:
+    """``log(margin * baseline / ours)`` per pair, each censored pair completed in the way
+    least favourable to ours: ours censored (slower, by an unknown margin; or both censored,
+    order unknown) -> -inf; the baseline alone censored -> its bound, log(margin * budget /
+    ours), the smallest the true value can be. Every statistic below is non-decreasing in each
+    value, so a test on these values is never more favourable to ours than on the true ones.
+    ``margin`` > 1 tests "ours takes less than margin times the baseline's time" (a margin of
+    non-inferiority) instead of "less than the baseline's"."""
     if len(ours) != len(baseline):
         raise ValueError(f"unpaired runs: {len(ours)} of ours, {len(baseline)} of the baseline")
-    return [-math.inf if o.censored else math.log(max(b.seconds, 1e-9) / max(o.seconds, 1e-9))
+    shift = math.log(margin)
+    return [-math.inf if o.censored else
+            math.log(max(b.seconds, 1e-9) / max(o.seconds, 1e-9)) + shift
             for o, b in zip(ours, baseline, strict=True)]
 
 
@@ -119,23 +132,28 @@ def signed_rank_counts(n: int) -> tuple[int, ...]:
     return tuple(counts)
 
 
-def sign_test(ours: Sequence[Censored], baseline: Sequence[Censored]) -> float:
-    """One-sided exact p-value that ours is faster: P(Binomial(n, 1/2) >= the pairs ours is
-    known to have won). A tie, ours censored or both censored is no win."""
-    d = _log_speedups(ours, baseline)
+def sign_test(ours: Sequence[Censored], baseline: Sequence[Censored],
+              margin: float = 1.0) -> float:
+    """One-sided exact p-value that ours is faster (with ``margin``: that ours takes less than
+    margin times the baseline's time): P(Binomial(n, 1/2) >= the pairs ours is known to have
+    won). A tie, ours censored or both censored is no win, and stays among the n pairs."""
+    d = _log_speedups(ours, baseline, margin)
     if not d:
         raise ValueError("no paired runs")
     return _upper_tail(_binomial_counts(len(d)), sum(x > 0 for x in d))
 
 
-def signed_rank_test(ours: Sequence[Censored], baseline: Sequence[Censored]) -> float:
-    """One-sided exact p-value of Wilcoxon's signed-rank test that ours is faster, on the log
+def signed_rank_test(ours: Sequence[Censored], baseline: Sequence[Censored],
+                     margin: float = 1.0) -> float:
+    """One-sided exact p-value of Wilcoxon's signed-rank test that ours is faster (with
+    ``margin``, as :func:`sign_test`), on the log
     speedups. The statistic is the count of Walsh averages above 0, #{i <= j: d_i + d_j > 0}:
     without ties it is the rank sum of the positive differences, and it never decreases when
     a difference grows, so the least favourable completion of censored pairs and counting
     ties (zero, or a positive and a negative of one size) against ours keep the exact null
-    distribution of n pairs an upper bound on the p-value."""
-    d = _log_speedups(ours, baseline)
+    distribution of n pairs an upper bound on the p-value. A tie stays among the n pairs (the
+    lenient rule that drops it gives smaller p-values than the pairs support)."""
+    d = _log_speedups(ours, baseline, margin)
     if not d:
         raise ValueError("no paired runs")
     w = sum(1 for i in range(len(d)) for j in range(i, len(d)) if d[i] + d[j] > 0)
@@ -187,6 +205,9 @@ class PairedComparison:
     sign_p_baseline: float
     signed_rank_p_ours: float
     signed_rank_p_baseline: float
+    margin: float = 1.0  # of non-inferiority: ours' time at most margin times the baseline's
+    margin_sign_p: float = 1.0  # one-sided, that ours is within the margin (sign_test)
+    margin_signed_rank_p: float = 1.0  # the same by signed_rank_test
 
     @property
     def sign_p(self) -> float:
@@ -209,10 +230,19 @@ class PairedComparison:
             return "baseline"
         return None
 
+    def within_margin(self, alpha: float = MARGIN_ALPHA) -> bool:
+        """Ours shown no slower than ``margin`` times the baseline's time: both one-sided
+        p-values below ``alpha``. One-sided 0.025 is the level of the two-sided 0.05 the
+        tables use (the sign test's: the 95 % interval's lower bound above 1 / margin), so at
+        least 6 pairs are needed (five wins of five: 1/32). Censored pairs count against
+        ours, so a median that both-censored pairs pull to 1 proves nothing here."""
+        return max(self.margin_sign_p, self.margin_signed_rank_p) < alpha
+
 
 def compare(ours: Sequence[Censored], baseline: Sequence[Censored],
-            level: float = 0.95) -> PairedComparison:
-    """Every statistic the tables print for one pair of contenders at one target."""
+            level: float = 0.95, margin: float = 1.0) -> PairedComparison:
+    """Every statistic the tables print for one pair of contenders at one target, and the
+    one-sided tests that ours is within ``margin`` of the baseline (non-inferiority)."""
     ratios = _ratios(ours, baseline)
     if len(ratios) == 0:
         raise ValueError("no paired runs")
@@ -223,7 +253,9 @@ def compare(ours: Sequence[Censored], baseline: Sequence[Censored],
         baseline_censored=flags.count((False, True)), both_censored=flags.count((True, True)),
         sign_p_ours=sign_test(ours, baseline), sign_p_baseline=sign_test(baseline, ours),
         signed_rank_p_ours=signed_rank_test(ours, baseline),
-        signed_rank_p_baseline=signed_rank_test(baseline, ours))
+        signed_rank_p_baseline=signed_rank_test(baseline, ours), margin=margin,
+        margin_sign_p=sign_test(ours, baseline, margin),
+        margin_signed_rank_p=signed_rank_test(ours, baseline, margin))
 
 
 def median_time(times: Sequence[Censored]) -> tuple[float, bool]:
