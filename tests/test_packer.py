@@ -376,8 +376,8 @@ class _Readings:
     """A telemetry sampler's readings, scripted: a GPU at 20 % with 70 GB free, trials that
     use ``cpu`` host cores."""
 
-    def __init__(self, cpu: float = 2.0) -> None:
-        self.cpu = cpu
+    def __init__(self, cpu: float | None = 2.0) -> None:
+        self.cpu = cpu  # None: no CPU readings (the sampler has no full round yet)
 
     def device_readings(self, gpu_index: int, since: float) -> list[Any]:
         from hpo_orchestrator.telemetry._sampler import DeviceReading
@@ -385,7 +385,7 @@ class _Readings:
         return [DeviceReading(since, 20.0, 10_000.0)] * 5
 
     def cpu_readings(self, since: float) -> list[float]:
-        return [self.cpu] * 5
+        return [] if self.cpu is None else [self.cpu] * 5
 
     def running_mem_peaks(self, gpu_index: int) -> list[float]:
         return []
@@ -432,7 +432,7 @@ def clock(monkeypatch: pytest.MonkeyPatch) -> _Clock:
     return fake
 
 
-def _packer(cpu: float = 2.0) -> Any:
+def _packer(cpu: float | None = 2.0) -> Any:
     gpus = [GpuInfo(index=0, uuid="GPU-0", name="fake", memory_total_mib=80_000)]
     return packer_of(gpus, ["scheduler.parallel=auto", "scheduler.host_cores=16"], _Readings(cpu))
 
@@ -486,10 +486,11 @@ def _run(packer: Any, clock: _Clock, seconds: float, threads: int = 16, pid: int
 
 def test_auto_threads_are_the_cores_left_and_a_raise_waits_for_them(clock: _Clock) -> None:
     """One GPU at level 1: the trial gets all 16 cores. Its worker's first trial (a warm-up)
-    and two of 10 s: the level rises while a 16-thread trial runs, but the pool keeps one
-    place until that trial is gone (16 + 8 threads would oversubscribe the cores); its place
-    is refilled with 8 threads, then the second place opens with the other 8."""
-    packer = _packer()
+    and two of 10 s: the level rises while a 16-thread trial runs, but without a measure of
+    the CPU the trials use, the pool keeps one place until that trial is gone (16 + 8
+    threads would oversubscribe the cores); its place is refilled with 8 threads, then the
+    second place opens with the other 8."""
+    packer = _packer(cpu=None)
     slot = packer.pool.slots[0]
     assert packer.threads_for_next([]) == 16
     packer.pool.acquire()

@@ -57,6 +57,9 @@ from hpo_orchestrator.telemetry import DeviceReading
 __all__ = ["Packer", "detect_mps", "forget_packing", "gpu_groups", "packing_key"]
 
 _DECIDE_EVERY_S = 1.0
+# The trials' CPU use a new trial's threads are fitted to: the latest, as a trial's use
+# changes from its set-up (imports: a core) to its training.
+_CPU_WINDOW_S = 10.0
 _HELD_WRITE_EVERY_S = 10.0  # a changed "held" reason alone is written at most this often
 _MAX_CHANGES = 500  # changes kept in the attr (the latest)
 _MPS_DAEMONS = ("nvidia-cuda-mps-control", "nvidia-cuda-mps-server")
@@ -141,12 +144,23 @@ class Packer:
         Auto: that share, within what the running trials leave free (module docstring)."""
         if self._threads_configured is not None or not self.pool.auto:
             return threads_per_trial(self._threads_configured, self.pool.concurrency, self.cores)
-        room = self._core_room(running, waiting=len(self._pending))
-        return max(1, min(room.share(), room.cores - room.held))
+        room = self._core_room(running, waiting=len(self._pending), used=self._cpu_used())
+        return max(1, min(room.share(), int(room.free())))
 
-    def _core_room(self, running: Iterable[RunningView], waiting: int) -> CoreRoom:
+    def _core_room(self, running: Iterable[RunningView], waiting: int,
+                   used: float | None) -> CoreRoom:
         return CoreRoom(cores=self.cores, held=sum(v.threads or 0 for v in running),
-                        at_once=self.pool.concurrency, cap=self.pool.cap, waiting=waiting)
+                        at_once=self.pool.concurrency, cap=self.pool.cap, waiting=waiting,
+                        used=used)
+
+    def _cpu_used(self, since: float | None = None) -> float | None:
+        """Host cores the running trials used together, the mean of the sampler's rounds
+        since ``since`` (default: the last _CPU_WINDOW_S); None under min_readings rounds."""
+        if self.readings is None:
+            return None
+        start = time.monotonic() - _CPU_WINDOW_S if since is None else since
+        cpu = self.readings.cpu_readings(start)
+        return statistics.fmean(cpu) if len(cpu) >= self.policy.min_readings else None
 
     def trial_ended(self, trial: RunningView, fail_reason: str | None,
                     gpu_mem_peak_mib: float | None) -> None:
@@ -177,7 +191,7 @@ class Packer:
         self._decided_at = now
         running = list(running)
         self._pool_kinds()
-        host = self._host()
+        host = replace(self._host(), running=sum(1 for v in running if not v.ended))
         changes: list[Change] = []
         held_changed = False
         for leader, members in self._groups.items():
@@ -185,7 +199,7 @@ class Packer:
             seen = {m: self._observe(state, m, running, now) for m in members}
             group = _together(list(seen.values()))
             cores = None if self._threads_configured is not None else self._core_room(
-                running, waiting=len(self._pending.keys() - {leader}) + 1)
+                running, waiting=len(self._pending.keys() - {leader}) + 1, used=group.cpu_cores)
             turn = step(self.policy, state, self._pending.pop(leader, None), group,
                         replace(host, adds=len(members)), cores, now)
             if turn.waiting is not None:
@@ -271,6 +285,10 @@ class Packer:
         here = [v for v in running if v.gpu == index and not v.ended]
         readings = [] if self.readings is None else self.readings.device_readings(index, state.since)
         latest = [] if self.readings is None else self.readings.device_readings(index, now - 30.0)
+        # the host's trials' CPU use once their set-up is behind them (imports take a core a
+        # trial for seconds), as their steady GPU utilization; since the level was set before
+        cpu_since = max(state.since, _steady_since([v for v in running if not v.ended])
+                        or state.since)
         return observation(
             index, self.pool.busy_on(index), readings, latest,
             total_mib=self._total_mib.get(index),
@@ -278,7 +296,7 @@ class Packer:
             trials=self._times.measured(index, state.since, [self._span(v) for v in here], now),
             # an OOM counts against the level in force when the trial ended
             ooms=sum(1 for t in self._ooms[index] if t >= state.since),
-            cpu=[] if self.readings is None else self.readings.cpu_readings(state.since),
+            cpu=[] if self.readings is None else self.readings.cpu_readings(cpu_since),
             min_readings=self.policy.min_readings, running=here)
 
     def _write(self) -> None:
@@ -351,10 +369,18 @@ def _steady(readings: list[DeviceReading], running: list[RunningView]) -> list[f
     """The GPU's utilization readings since every trial running on it reported its first step:
     what the trials use once their set-up (imports, CUDA context, data) is behind them. None
     before that, or while nothing runs."""
-    if not running or any(not v.reports for v in running):
+    since = _steady_since(running)
+    if since is None:
         return []
-    since = max(v.started + min(s for _, s in v.reports) for v in running)
     return [r.sm_util for r in readings if r.t >= since and r.sm_util is not None]
+
+
+def _steady_since(running: list[RunningView]) -> float | None:
+    """When the last of the running trials reported its first step; None before, or while
+    nothing runs."""
+    if not running or any(not v.reports for v in running):
+        return None
+    return max(v.started + min(s for _, s in v.reports) for v in running)
 
 
 def _pooled(state: GpuLevel) -> GpuLevel:

@@ -54,7 +54,7 @@ import math
 import statistics
 from dataclasses import dataclass, field, replace
 
-__all__ = ["Change", "CoreRoom", "GpuLevel", "GpuObservation", "HostObservation", "PackingPolicy",
+__all__ = ["Change", "CoreRoom", "cpu_room", "GpuLevel", "GpuObservation", "HostObservation", "PackingPolicy",
            "Step", "TrialTime", "decide", "expected_peak_mib", "may_rise", "memory_room", "step"]
 
 TRIALS_PER_LEVEL = 2  # measured trials at a level (of one kind, for "no gain") before they count
@@ -154,6 +154,7 @@ class HostObservation:
     cap: int  # scheduler.parallel: the most trials at once
     mem_peak_mib: float | None  # expected peak GPU memory of the next trial (expected_peak_mib)
     adds: int = 1  # trials one level up adds: one per GPU judged together (placement/_packer.py)
+    running: int | None = None  # trials running on the host now (None: take ``concurrency``)
 
 
 @dataclass(frozen=True)
@@ -353,6 +354,27 @@ def memory_room(policy: PackingPolicy, obs: GpuObservation,
     return obs.free_mib - growth, host.mem_peak_mib * policy.mem_margin + policy.mem_reserve_mib
 
 
+def cpu_room(policy: PackingPolicy, host: HostObservation,
+             used: float | None) -> tuple[int | None, str]:
+    """The most trials at once the host's cores carry, and what that rests on.
+
+    From what the running trials were measured to use (``used``: host cores, the telemetry
+    sampler's psutil readings, placement/_packer.py): as many trials as fit in ``cpu_full``
+    of the cores at their mean use each; None (no bound) when they use none. The threads
+    given to a trial are no measure of its use: a GPU trial given 16 threads used a few,
+    and counted by its threads the CNN of workload (c) on an H200 waited for its first
+    trial's end before a second one started (issue 51). Without readings yet, the safe rule:
+    one trial per core (LightGBM's OpenMP threads spin: 16 + 8 threads on 16 cores made its
+    trials 30x slower, docs/BENCHMARKS.md "Costs the code cites")."""
+    if used is None:
+        return host.cores, "CPU cores"
+    running = host.running if host.running else host.concurrency
+    per_trial = used / max(running, 1)
+    if per_trial <= 0:
+        return None, "host CPU"
+    return int(policy.cpu_full * host.cores / per_trial), "host CPU"
+
+
 def _first_level(policy: PackingPolicy, state: GpuLevel, obs: GpuObservation,
                  host: HostObservation) -> tuple[int, str] | None:
     """The level a GPU goes to from its first trial alone, and why; None to climb as usual.
@@ -372,15 +394,13 @@ def _first_level(policy: PackingPolicy, state: GpuLevel, obs: GpuObservation,
     if room is None:
         return None
     free, need = room
+    carried, by = cpu_room(policy, host, obs.cpu_cores)
     limits = {"utilization": int(policy.target_util // max(obs.steady_util, 1.0)),
               "scheduler.max_trials_per_gpu": min(policy.max_per_gpu, state.ceiling),
               "GPU memory": 1 + int(max(free, 0.0) // need),
-              "CPU cores": 1 + (host.cores - host.concurrency) // host.adds,
               "scheduler.parallel": 1 + (host.cap - host.concurrency) // host.adds}
-    if obs.cpu_cores is not None and host.concurrency:
-        per_trial = obs.cpu_cores / host.concurrency
-        if per_trial > 0:
-            limits["host CPU"] = int(policy.cpu_full * host.cores / per_trial) // host.adds
+    if carried is not None:
+        limits[by] = 1 + max(carried - host.concurrency, -1) // host.adds
     target = min(limits.values())
     if target < 2:
         return None
@@ -482,19 +502,16 @@ def _at_parallel(a: _Ask) -> str | None:
     return None
 
 
-def _no_core(a: _Ask) -> str | None:
-    """A trial per core at most: the group's step up adds one trial per GPU."""
-    if a.host.concurrency + a.host.adds > a.host.cores:
+def _no_cpu_room(a: _Ask) -> str | None:
+    """The host's cores carry the group's step up (one trial per GPU): ``cpu_room``."""
+    carried, _ = cpu_room(a.policy, a.host, a.obs.cpu_cores)
+    if carried is None or a.host.concurrency + a.host.adds <= carried:
+        return None
+    if a.obs.cpu_cores is None:
         return (f"no CPU core for {a.host.adds} more trial(s) ({a.host.cores} cores, "
-                f"{a.host.concurrency} trials)")
-    return None
-
-
-def _host_cpu_full(a: _Ask) -> str | None:
-    if a.obs.cpu_cores is not None and a.obs.cpu_cores >= a.policy.cpu_full * a.host.cores:
-        return (f"host CPU: the running trials use {a.obs.cpu_cores:.1f} of {a.host.cores} cores "
-                f"(one more would only share them)")
-    return None
+                f"{a.host.concurrency} trials; their CPU use not measured yet)")
+    return (f"host CPU: the running trials use {a.obs.cpu_cores:.1f} of {a.host.cores} cores "
+            f"({a.host.adds} more would pass {a.policy.cpu_full:.0%} of them)")
 
 
 def _places_idle(a: _Ask) -> str | None:
@@ -562,7 +579,7 @@ def _shrinking_gain(a: _Ask) -> str | None:
 
 
 # What holds a GPU at its level, in the order asked: the first that holds says why.
-_HOLDS = (_at_ceiling, _at_parallel, _no_core, _host_cpu_full, _places_idle, _busy_enough,
+_HOLDS = (_at_ceiling, _at_parallel, _no_cpu_room, _places_idle, _busy_enough,
           _no_memory, _unmeasured, _small_gain, _shrinking_gain)
 
 
@@ -575,16 +592,24 @@ class CoreRoom:
     at_once: int  # trials at once now: the levels over every GPU, capped
     cap: int  # scheduler.parallel: the most trials at once
     waiting: int  # raises that wait for cores, this one counted
+    used: float | None = None  # host cores the running trials were measured to use (None: unknown)
 
     def share(self) -> int:
         """Each trial's cores once the waiting raises are in: a place refilled meanwhile
         already gets the smaller share, so the cores for the new place come free."""
         return max(1, self.cores // max(min(self.cap, self.at_once + self.waiting), 1))
 
+    def free(self) -> float:
+        """Cores the running trials leave: by their measured use where it is known and under
+        the threads given (a GPU trial given 16 threads may use one; the readings may still
+        count a trial that ended), else by the threads they were given."""
+        return self.cores - (self.held if self.used is None else min(self.used, self.held))
+
     def enough(self) -> bool:
         """Do the running trials leave the new share free? (16 + 8 OpenMP threads on 16
-        cores made LightGBM trials 30x slower: docs/BENCHMARKS.md "Costs the code cites")"""
-        return self.cores - self.held >= self.share()
+        cores made LightGBM trials 30x slower: docs/BENCHMARKS.md "Costs the code cites";
+        such trials are measured using their threads, so they still wait)"""
+        return self.free() >= self.share()
 
 
 @dataclass(frozen=True)
