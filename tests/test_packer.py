@@ -508,6 +508,19 @@ def test_auto_threads_are_the_cores_left_and_a_raise_waits_for_them(clock: _Cloc
     assert history["levels"][0]["rates"] == {"1": 6.0}  # the 30 s warm-up left out
 
 
+def test_a_raise_is_made_at_once_where_the_trials_use_few_cores(clock: _Clock) -> None:
+    """The same trials measured at 2 of the 16 cores (a GPU trial given 16 threads uses a
+    few): the raise does not wait for the 16-thread trial's end (issue 51: workload c ran one
+    trial for its first 14 s); the new place gets its share, 8 threads."""
+    packer = _packer(cpu=2.0)
+    slot = packer.pool.slots[0]
+    packer.pool.acquire()
+    for seconds in (30.0, 10.0, 10.0):
+        _run(packer, clock, seconds)
+    assert packer.tick([_rt(slot, 16, clock.now)]) is True and packer.pool.limits[0] == 2
+    assert packer.threads_for_next([_rt(slot, 16, clock.now)]) == 8
+
+
 def test_warm_ups_and_the_trials_beside_them_do_not_measure_a_level(clock: _Clock) -> None:
     """Issue 17's gpu_mix on an H100: a worker's first torch trial ran 19 s, later ones 8 s.
     The first trial of each kind in a worker is a warm-up; a trial that ran beside a warm-up
