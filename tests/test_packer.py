@@ -750,3 +750,4 @@ def test_auto_holds_when_the_trials_use_the_host_cores(clock: _Clock) -> None:
     packer.close()  # the final levels and why each stopped there
     level = packer.study.user_attrs["hpo.packing.h"]["levels"][0]
     assert "host CPU" in level["held"] and level["cpu_cores"] == 15.0 and level["util"] == 20.0
+    assert level["held_by"] == "cpu"  # the low_gpu_util finding's advice follows it

@@ -70,7 +70,7 @@ def test_two_cores_two_gpus_a_quarter_busy_go_to_their_first_level() -> None:
 def test_without_cpu_readings_a_trial_per_core_still_holds() -> None:
     """The safe rule while the sampler has no full round yet: 2 trials on 2 cores."""
     state, change = decide(POLICY, _state(), _obs(cpu_cores=None), TWO_CORES, now=3.0)
-    assert change is None and state.limit == 1
+    assert change is None and state.limit == 1 and state.held_by == "cpu"
     assert (state.held or "").startswith("no CPU core for 1 more trial(s) (2 cores, 2 trials; "
                                          "their CPU use not measured yet)")
 
@@ -94,7 +94,7 @@ def test_a_later_raise_is_held_by_the_measured_use() -> None:
     trials = (TrialTime(STEP, 0.5, duration=6.0),) * 2  # 1.6x the steps/min of one
     host = replace(TWO_CORES, concurrency=3, running=3)
     held, change = decide(POLICY, state, _obs(running=2, trials=trials, cpu_cores=2.4), host, 9.0)
-    assert change is None
+    assert change is None and held.held_by == "cpu"
     assert (held.held or "").startswith("host CPU: the running trials use 2.4 of 2 cores")
     _, change = decide(POLICY, state, _obs(running=2, trials=trials, cpu_cores=0.3), host, 9.0)
     assert change is not None and (change.old, change.new) == (2, 3)

@@ -302,7 +302,7 @@ class Packer:
     def _write(self) -> None:
         self._written_at = time.monotonic()
         value = {**self._record,
-                 "levels": [{"gpu": s.gpu, "limit": s.limit, "held": s.held,
+                 "levels": [{"gpu": s.gpu, "limit": s.limit, "held": s.held, "held_by": s.held_by,
                              "rates": {str(k): v for k, v in sorted(s.rates.items())},
                              "gains": {str(k): v for k, v in sorted(s.gains.items())},
                              **self._last_readings(s.gpu)}

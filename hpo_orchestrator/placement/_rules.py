@@ -54,8 +54,9 @@ import math
 import statistics
 from dataclasses import dataclass, field, replace
 
-__all__ = ["Change", "CoreRoom", "cpu_room", "GpuLevel", "GpuObservation", "HostObservation", "PackingPolicy",
-           "Step", "TrialTime", "decide", "expected_peak_mib", "may_rise", "memory_room", "step"]
+__all__ = ["HOLD_CAUSES", "Change", "CoreRoom", "GpuLevel", "GpuObservation", "Hold", "HostObservation",
+           "PackingPolicy", "Step", "TrialTime", "cpu_room", "decide", "expected_peak_mib", "may_rise",
+           "memory_room", "step"]
 
 TRIALS_PER_LEVEL = 2  # measured trials at a level (of one kind, for "no gain") before they count
 CLEAR = 1.25  # a gain of this factor is clear from one trial on a nearly idle GPU
@@ -98,6 +99,13 @@ class PackingPolicy:
     climb_gain: float = 1.15
 
 
+# What holds a GPU at its level (GpuLevel.held_by, hpo.packing.<host>'s levels' "held_by"):
+# the low_gpu_util finding names it rather than blaming the trials' feeding for all of them.
+HOLD_CAUSES = ("max_trials_per_gpu", "parallel", "cpu", "idle", "measuring", "busy", "memory",
+               "no_gain")
+Hold = tuple[str, str]  # (cause, why in words)
+
+
 @dataclass(frozen=True)
 class TrialTime:
     """One trial that ran at the GPU's current level (not its worker's first)."""
@@ -126,6 +134,8 @@ class GpuLevel:
     rates: dict[int, float] = field(default_factory=dict)  # level -> trials per minute (shown)
     gains: dict[int, float] = field(default_factory=dict)  # level -> throughput / level below's
     held: str | None = None  # why it does not go up now (None: nothing holds it)
+    # what holds it, in a word (HOLD_CAUSES): the findings' advice depends on it
+    held_by: str | None = None
 
 
 @dataclass(frozen=True)
@@ -258,7 +268,7 @@ def decide(policy: PackingPolicy, state: GpuLevel, obs: GpuObservation,
         return first
     held = _held(policy, state, obs, host, gain, below)
     if held is not None:
-        return replace(state, held=held), None
+        return replace(state, held_by=held[0], held=held[1]), None
     assert obs.util is not None  # _held checked it
     return _move(state, state.limit + 1, now,
                  f"{obs.util:.0f}% utilization < {policy.target_util:g}% at {state.limit} per GPU "
@@ -273,7 +283,7 @@ def _after_oom(state: GpuLevel, now: float) -> tuple[GpuLevel, Change | None]:
                     losses={**state.losses, max(level, 2): FINAL_LOSSES})
     if level > 1:
         return _move(state, level - 1, now, f"a trial ran out of GPU memory at {level} per GPU")
-    return replace(state, held="a trial ran out of GPU memory at 1 per GPU"), None
+    return replace(state, held_by="memory", held="a trial ran out of GPU memory at 1 per GPU"), None
 
 
 def _fold_finished(state: GpuLevel,
@@ -457,15 +467,15 @@ def _move(state: GpuLevel, new: int, now: float, reason: str) -> tuple[GpuLevel,
     """Leave the level: its durations so far are its ``past`` for the next visit."""
     change = Change(state.gpu, state.limit, new, reason)
     past = {**state.past, state.limit: state.times.get(state.limit, {})}
-    return replace(state, limit=new, since=now, held=None, past=past), change
+    return replace(state, limit=new, since=now, held=None, held_by=None, past=past), change
 
 
 def _held(policy: PackingPolicy, state: GpuLevel, obs: GpuObservation,
-          host: HostObservation, gain: _Gain | None, below: int | None) -> str | None:
-    """Why the GPU does not get one more trial now; None when it may: the first row of
-    ``_HOLDS`` that holds it, in order."""
+          host: HostObservation, gain: _Gain | None, below: int | None) -> Hold | None:
+    """What holds the GPU from one more trial now, and why; None when nothing does: the
+    first row of ``_HOLDS`` that holds it, in order."""
     ask = _Ask(policy, state, obs, host, gain, below)
-    return next((why for row in _HOLDS if (why := row(ask)) is not None), None)
+    return next((hold for row in _HOLDS if (hold := row(ask)) is not None), None)
 
 
 @dataclass(frozen=True)
@@ -484,64 +494,66 @@ class _Ask:
         return self.state.limit
 
 
-def _at_ceiling(a: _Ask) -> str | None:
+def _at_ceiling(a: _Ask) -> Hold | None:
     """At scheduler.max_trials_per_gpu, or at the best level measured."""
     if a.level < min(a.state.ceiling, a.policy.max_per_gpu):
         return None
     if a.level >= a.policy.max_per_gpu:
-        return f"at scheduler.max_trials_per_gpu={a.policy.max_per_gpu}"
+        return "max_trials_per_gpu", f"at scheduler.max_trials_per_gpu={a.policy.max_per_gpu}"
     if a.state.losses.get(a.level + 1, 0) >= FINAL_LOSSES:
-        return f"{a.state.ceiling} per GPU was the best level"
-    return (f"{a.state.ceiling} per GPU was the best level so far ({a.level + 1} is tried again "
+        return "no_gain", f"{a.state.ceiling} per GPU was the best level"
+    return "no_gain", (f"{a.state.ceiling} per GPU was the best level so far ({a.level + 1} is tried again "
             f"after {REPROBE_TRIALS} trials)")
 
 
-def _at_parallel(a: _Ask) -> str | None:
+def _at_parallel(a: _Ask) -> Hold | None:
     if a.host.concurrency >= a.host.cap:
-        return f"at scheduler.parallel={a.host.cap} trials on this host"
+        return "parallel", f"at scheduler.parallel={a.host.cap} trials on this host"
     return None
 
 
-def _no_cpu_room(a: _Ask) -> str | None:
+def _no_cpu_room(a: _Ask) -> Hold | None:
     """The host's cores carry the group's step up (one trial per GPU): ``cpu_room``."""
     carried, _ = cpu_room(a.policy, a.host, a.obs.cpu_cores)
     if carried is None or a.host.concurrency + a.host.adds <= carried:
         return None
     if a.obs.cpu_cores is None:
-        return (f"no CPU core for {a.host.adds} more trial(s) ({a.host.cores} cores, "
+        return "cpu", (f"no CPU core for {a.host.adds} more trial(s) ({a.host.cores} cores, "
                 f"{a.host.concurrency} trials; their CPU use not measured yet)")
-    return (f"host CPU: the running trials use {a.obs.cpu_cores:.1f} of {a.host.cores} cores "
+    return "cpu", (f"host CPU: the running trials use {a.obs.cpu_cores:.1f} of {a.host.cores} cores "
             f"({a.host.adds} more would pass {a.policy.cpu_full:.0%} of them)")
 
 
-def _places_idle(a: _Ask) -> str | None:
+def _places_idle(a: _Ask) -> Hold | None:
     """Another place would idle too; the last real reason still holds."""
     if a.obs.running < a.level:
-        return a.state.held or f"{a.obs.running} of its {a.level} places busy"
+        if a.state.held is not None:
+            return a.state.held_by or "idle", a.state.held
+        return "idle", f"{a.obs.running} of its {a.level} places busy"
     return None
 
 
-def _busy_enough(a: _Ask) -> str | None:
+def _busy_enough(a: _Ask) -> Hold | None:
     if a.obs.util is None or a.obs.readings < a.policy.min_readings:
-        return "measuring utilization"
+        return "measuring", "measuring utilization"
     if a.obs.util >= a.policy.target_util:
-        return f"{a.obs.util:.0f}% utilization >= scheduler.target_gpu_util={a.policy.target_util:g}"
+        return "busy", f"{a.obs.util:.0f}% utilization >= scheduler.target_gpu_util={a.policy.target_util:g}"
     return None
 
 
-def _no_memory(a: _Ask) -> str | None:
+def _no_memory(a: _Ask) -> Hold | None:
     room = memory_room(a.policy, a.obs, a.host)
     if room is None:
-        return "GPU memory unknown"
+        return "measuring", "GPU memory unknown"
     free, need = room
     if free < need:
-        return (f"GPU memory: {free:.0f} MiB free, a trial needs {need:.0f} MiB (peak "
+        return "memory", (f"GPU memory: {free:.0f} MiB free, a trial needs {need:.0f} MiB (peak "
                 f"{a.host.mem_peak_mib:.0f} MiB x {a.policy.mem_margin:g} + "
                 f"{a.policy.mem_reserve_mib:g})")
     return None
 
 
-def _unmeasured(a: _Ask) -> str | None:
+def _unmeasured(a: _Ask) -> Hold | None:
     """Too few trials measured at the level. Above level 1, only trials compared with the
     level below count: a level not yet judged against it is no base to judge the next one.
     One trial will do where the GPU is nearly idle, has memory for two more, and the trial
@@ -554,18 +566,18 @@ def _unmeasured(a: _Ask) -> str | None:
     fast = (a.obs.util < a.policy.target_util * a.policy.fast_util and room[0] >= 2 * room[1]
             and a.gain is not None and a.gain.ratio >= CLEAR)
     if measured < TRIALS_PER_LEVEL and not (fast and measured >= 1):
-        return f"measuring trial durations at {a.level} per GPU ({measured} of {TRIALS_PER_LEVEL})"
+        return "measuring", f"measuring trial durations at {a.level} per GPU ({measured} of {TRIALS_PER_LEVEL})"
     return None
 
 
-def _small_gain(a: _Ask) -> str | None:
+def _small_gain(a: _Ask) -> Hold | None:
     if a.gain is not None and a.gain.ratio < a.policy.climb_gain:
-        return (f"{a.level} per GPU {_pace(a.state, a.below, a.gain.ratio)} of {a.below} per GPU, "
+        return "no_gain", (f"{a.level} per GPU {_pace(a.state, a.below, a.gain.ratio)} of {a.below} per GPU, "
                 f"under the {a.policy.climb_gain:g}x that pays for one more")
     return None
 
 
-def _shrinking_gain(a: _Ask) -> str | None:
+def _shrinking_gain(a: _Ask) -> Hold | None:
     """Gains shrink level by level (run A: 1.62x, 1.27x, then 0.89x): where the last two
     shrank by as much again, the next level is not worth its warm-up."""
     before = a.state.gains.get(a.below) if a.below is not None else None
@@ -573,7 +585,7 @@ def _shrinking_gain(a: _Ask) -> str | None:
         return None
     next_gain = a.gain.ratio ** 2 / before
     if next_gain < 1 + a.policy.min_gain:
-        return (f"{a.level} per GPU gained {a.gain.ratio:.2f}x after {before:.2f}x: at that rate "
+        return "no_gain", (f"{a.level} per GPU gained {a.gain.ratio:.2f}x after {before:.2f}x: at that rate "
                 f"{a.level + 1} would gain {next_gain:.2f}x, under {1 + a.policy.min_gain:g}x")
     return None
 
@@ -645,4 +657,4 @@ def step(policy: PackingPolicy, state: GpuLevel, waiting: tuple[GpuLevel, Change
         return Step(new, change, verdict=new)
     held = (f"going to {change.new} per GPU once the running trials leave {cores.share()} "
             "cores free")
-    return Step(replace(state, held=held), waiting=(new, change), verdict=new)
+    return Step(replace(state, held=held, held_by="cpu"), waiting=(new, change), verdict=new)
