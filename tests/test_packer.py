@@ -413,12 +413,12 @@ def _rt(slot: Any, threads: int, spawned_at: float, pid: int = 1,
 
 
 def packer_of(gpus: list[GpuInfo], overrides: list[str], readings: Any,
-              study: Any = None) -> Packer:
+              study: Any = None, objective: str = "") -> Packer:
     """A packer of ``overrides``' settings on ``gpus``, on host "h", its pool built from them."""
     import optuna
 
     settings = decode(load_config(overrides).scheduler, gpus, cores=16, host="h",
-                      run_folder=Path("."))
+                      run_folder=Path("."), objective=objective)
     study = study or optuna.create_study(storage=optuna.storages.InMemoryStorage())
     return Packer(settings, SlotPool(settings.places), readings, study)
 

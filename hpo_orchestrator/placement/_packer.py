@@ -43,9 +43,12 @@ from hpo_orchestrator.placement._rules import (
     GpuObservation,
     HostObservation,
     PackingPolicy,
+    Times,
     expected_peak_mib,
     may_rise,
     memory_room,
+    settled_level,
+    start_from,
     step,
 )
 from hpo_orchestrator.placement._settings import PlacementSettings, threads_per_trial
@@ -74,8 +77,9 @@ def forget_packing(study: StudyAttrs, host: str) -> None:
     becomes a fixed entry without levels, which status and report do not show (the attr
     cannot be deleted through Optuna)."""
     if packing_key(host) in study.user_attrs:
+        settled = study.user_attrs[packing_key(host)].get("settled") or []
         study.set_user_attr(packing_key(host), {"mode": "fixed", "mps": {"active": False},
-                                                "levels": [], "changes": []})
+                                                "levels": [], "changes": [], "settled": settled})
 
 
 def gpu_groups(pool: SlotPool) -> dict[int, tuple[int, ...]]:
@@ -129,6 +133,14 @@ class Packer:
         # spare worker is kept for the place above only then (workers_wanted)
         self._fits_above: dict[int, int] = {}
         self._notes: list[str] = []  # level changes not yet said (take_notes)
+        self.objective = settings.objective
+        # (objective, GPU model, memory) -> the level a run of this study settled at there, with
+        # the durations below it: every objective's and model's, kept on in the attr
+        earlier = study.user_attrs.get(packing_key(self.host))
+        self._settled = read_settled(earlier.get("settled") if isinstance(earlier, dict) else None)
+        self._models = {leader: self._model(leader) for leader in self._groups}
+        if pool.auto:
+            self._start_settled(now)
         mps = detect_mps()
         self._record: dict[str, Any] = {
             "mode": "auto" if pool.auto else "fixed", "target_gpu_util": self.policy.target_util,
@@ -138,6 +150,32 @@ class Packer:
         # levels left in place would be shown as this run's packing.
         if pool.auto or mps["active"] or packing_key(self.host) in study.user_attrs:
             self._write()
+
+    def _model(self, leader: int) -> tuple[str, float | None]:
+        gpu = next(s.gpu for s in self.pool.slots if s.gpu is not None and s.gpu.index == leader)
+        return gpu.name, gpu.memory_total_mib
+
+    def _start_settled(self, now: float) -> None:
+        """Each group of GPUs at the level an earlier run of this study settled at on their
+        model, for the same objective (rules.start_from); the change is said and kept."""
+        changes = []
+        for leader, members in self._groups.items():
+            entry = self._settled.get((self.objective, *self._models[leader]))
+            if entry is None:
+                continue
+            level, times = entry
+            state = start_from(self.policy, leader, level, times, now)
+            if state is None:
+                continue
+            below = max(state.times)
+            reason = (f"an earlier run of this study settled at {state.limit} per GPU on "
+                      f"{self._models[leader][0]}: started there, judged against that run's "
+                      f"{below} per GPU")
+            self._set(members, state)
+            for m in members:
+                self.pool.set_limit(m, state.limit)
+                changes.append(Change(m, 1, state.limit, reason))
+        self._tell(changes)
 
     def threads_for_next(self, running: Iterable[RunningView]) -> int:
         """CPU threads for the next trial. Fixed levels: the cores over the trials at once.
@@ -307,8 +345,21 @@ class Packer:
                              "gains": {str(k): v for k, v in sorted(s.gains.items())},
                              **self._last_readings(s.gpu)}
                             for s in self.levels.values()],
-                 "changes": self._changes[-_MAX_CHANGES:]}
+                 "changes": self._changes[-_MAX_CHANGES:], "settled": self._settled_now()}
         self.study.set_user_attr(packing_key(self.host), value)
+
+    def _settled_now(self) -> list[dict[str, Any]]:
+        """The attr's "settled": the earlier runs' entries, this run's where it settled."""
+        settled = dict(self._settled)
+        if self.pool.auto:
+            for leader in self._groups:
+                found = settled_level(self.levels[leader])
+                if found is not None:
+                    settled[(self.objective, *self._models[leader])] = found
+        return [{"objective": objective, "gpu": name, "memory_total_mib": mib, "level": level,
+                 "times": {str(k): {kind: list(d) for kind, d in kinds.items()}
+                           for k, kinds in sorted(times.items())}}
+                for (objective, name, mib), (level, times) in settled.items()]
 
     def _last_readings(self, index: int) -> dict[str, float | None]:
         """What the last decision saw: GPU utilization and the host cores our trials used."""
@@ -336,6 +387,22 @@ def observation(index: int, busy: int, readings: list[DeviceReading],
         running_mem_mib=running_mem_mib, trials=trials, ooms=ooms,
         cpu_cores=statistics.fmean(cpu) if len(cpu) >= min_readings else None,
         steady_util=statistics.fmean(steady) if steady else None, steady_readings=len(steady))
+
+
+def read_settled(entries: Any) -> dict[tuple[str, str, float | None], tuple[int, Times]]:
+    """hpo.packing.<host>'s "settled" as the packer keeps it; entries it cannot read (an
+    attr edited by hand) are left out, not an error: the run then climbs from one."""
+    settled: dict[tuple[str, str, float | None], tuple[int, Times]] = {}
+    for entry in entries if isinstance(entries, list) else []:
+        try:
+            times = {int(k): {str(kind): tuple(float(x) for x in d) for kind, d in kinds.items()}
+                     for k, kinds in entry["times"].items()}
+            mib = entry["memory_total_mib"]
+            key = (str(entry["objective"]), str(entry["gpu"]), None if mib is None else float(mib))
+            settled[key] = (int(entry["level"]), times)
+        except (KeyError, TypeError, ValueError, AttributeError):
+            continue
+    return settled
 
 
 def _fits_one_more(policy: PackingPolicy, obs: GpuObservation, host: HostObservation) -> bool:

@@ -55,8 +55,8 @@ import statistics
 from dataclasses import dataclass, field, replace
 
 __all__ = ["HOLD_CAUSES", "Change", "CoreRoom", "GpuLevel", "GpuObservation", "Hold", "HostObservation",
-           "PackingPolicy", "Step", "TrialTime", "cpu_room", "decide", "expected_peak_mib", "may_rise",
-           "memory_room", "step"]
+           "PackingPolicy", "Step", "Times", "TrialTime", "cpu_room", "decide", "expected_peak_mib",
+           "may_rise", "memory_room", "settled_level", "start_from", "step"]
 
 TRIALS_PER_LEVEL = 2  # measured trials at a level (of one kind, for "no gain") before they count
 CLEAR = 1.25  # a gain of this factor is clear from one trial on a nearly idle GPU
@@ -430,6 +430,41 @@ def _running_per_step(trials: tuple[TrialTime, ...]) -> dict[str, tuple[float, .
     return base
 
 
+Times = dict[int, dict[str, tuple[float, ...]]]  # level -> kind -> durations (GpuLevel.times)
+
+
+def settled_level(state: GpuLevel) -> tuple[int, Times] | None:
+    """The level a GPU settled at in this run, with the durations of the levels below it
+    (the base its next run's trials are judged on); None while nothing is settled.
+
+    A level above one is settled once its trials were judged against the level below (its
+    gain is known: kept, not backed off); level one is, once a loss or an OOM shut the level
+    above. A run that ends mid-climb settles nothing, and the study keeps an earlier run's
+    level."""
+    if state.limit == 1:
+        return (1, {}) if state.losses.get(2, 0) >= FINAL_LOSSES else None
+    if state.limit not in state.gains:
+        return None
+    below = {k: kinds for k, kinds in state.times.items() if k < state.limit and kinds}
+    return (state.limit, below) if below else None
+
+
+def start_from(policy: PackingPolicy, gpu: int, level: int, times: Times,
+               now: float) -> GpuLevel | None:
+    """A GPU's state at the start of a run of a study that settled at ``level`` before (same
+    objective, same GPU model: placement/_packer.py): at that level from its first trial, with
+    the earlier run's durations of the levels below as the base its trials are judged on, so
+    that a slowdown still backs off (and an OOM, as ever). The climb of issue 51's CNN took
+    40 s of a 70 s run before it reached three per GPU. None where there is nothing to start
+    from: level one, or no base below."""
+    level = min(level, policy.max_per_gpu)
+    base = {k: kinds for k, kinds in times.items() if k < level and kinds}
+    if level < 2 or not base:
+        return None
+    return GpuLevel(gpu=gpu, limit=level, since=now, ceiling=policy.max_per_gpu, times=base,
+                    past={k: kinds for k, kinds in base.items()})
+
+
 def may_rise(policy: PackingPolicy, state: GpuLevel) -> bool:
     """Can the level still go up in this run, now or at a re-probe? Not at the cap, nor once
     an OOM or a final loss shut the level above."""
@@ -566,7 +601,8 @@ def _unmeasured(a: _Ask) -> Hold | None:
     fast = (a.obs.util < a.policy.target_util * a.policy.fast_util and room[0] >= 2 * room[1]
             and a.gain is not None and a.gain.ratio >= CLEAR)
     if measured < TRIALS_PER_LEVEL and not (fast and measured >= 1):
-        return "measuring", f"measuring trial durations at {a.level} per GPU ({measured} of {TRIALS_PER_LEVEL})"
+        return "measuring", (f"measuring trial durations at {a.level} per GPU ({measured} of "
+                             f"{TRIALS_PER_LEVEL})")
     return None
 
 
