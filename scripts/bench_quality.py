@@ -26,7 +26,8 @@ n_startup_trials), ours-tuneauto (pruner.tune=auto), ours-hb (pruner=hyperband),
 (the same with min_resource 3), ours-ranked (pruner=ranked_halving), ours-delay /
 ours-delay-p1 / ours-delay-p2 (pruner.patience_mode=delay, patience 3 / 1 / 2: the candidates
 for the default pruner), ours-tpgauto-hb /
-ours-tpgauto-hb3 / ours-tpgauto-ranked (scheduler.parallel=auto scheduler.trials_per_gpu=auto);
+ours-tpgauto-hb3 / ours-tpgauto-ranked (scheduler.parallel=auto scheduler.trials_per_gpu=auto),
+ours-tpg1-np ... ours-tpg4-np (K trials per GPU, pruner=none: each level's throughput);
 Optuna's processes, one per GPU (or per core without GPUs), pinned by hand: optuna-median,
 optuna-hyperband (Optuna's default pruners), optuna-median-tuned, optuna-hyperband-tuned
 (set as an expert would: benchmarking/optuna_worker.py), optuna-nopruner, each also as
@@ -96,7 +97,10 @@ OURS = {"ours": [], "ours-fresh": ["scheduler.worker_mode=fresh"],
         # candidates for the default pruner: patience delays Hyperband's verdict (DESIGN.md §3.13)
         "ours-delay": ["pruner.patience_mode=delay"],
         "ours-delay-p1": ["pruner.patience_mode=delay", "pruner.patience=1"],
-        "ours-delay-p2": ["pruner.patience_mode=delay", "pruner.patience=2"]}
+        "ours-delay-p2": ["pruner.patience_mode=delay", "pruner.patience=2"],
+        # per-level throughput (issue 51): K trials on each GPU, every trial run to its end,
+        # beside ours-nopruner (the packer's levels, its ramp in the run's log)
+        **{f"ours-tpg{k}-np": [f"scheduler.trials_per_gpu={k}", "pruner=none"] for k in (1, 2, 3, 4)}}
 # ours-cpu / ours-gpu: objective.device through Workload.overrides
 RAY = "ray-asha"  # Ray Tune, ASHA over TPE, LightGBM on the CPU (scripts/benchmarking/ray_worker.py)
 

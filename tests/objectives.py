@@ -14,7 +14,7 @@ import optuna
 from hpo_orchestrator.worker import phase, phase_depth, slot_info
 from tests.misbehaving import chaos  # objectives:chaos, as the tests name it
 
-__all__ = ["chaos", "chatty", "cuda_oom_once", "cuda_probe", "curves", "import_order",
+__all__ = ["chaos", "chatty", "cuda_oom_once", "cuda_probe", "curves", "import_order", "low_cpu",
            "oom_when_shared", "phased", "pinned", "quadratic", "reports10", "reuse_probe", "rising",
            "shared_gpu", "sleepy", "slow_setup", "two_objectives"]
 
@@ -46,6 +46,21 @@ def pinned(trial: Any) -> float:
             time.sleep(float(os.environ.get("HPO_TEST_STEP_S", "0.3")))
             trial.report(x * x + 1.0 / step, step)
     return x * x
+
+
+def low_cpu(trial: Any) -> float:
+    """A GPU trial that uses almost no host CPU (it waits, as a trial waits for its GPU
+    kernels), reporting a step every ``HPO_TEST_STEP_S`` seconds (default 0.4) for 12 steps;
+    it records when it started and ended (``test.t0``, ``test.t1``: time.time()) so that a
+    test can tell which trials ran at the same time."""
+    trial.set_user_attr("test.t0", time.time())
+    x = trial.suggest_float("x", 0.0, 1.0)
+    step_s = float(os.environ.get("HPO_TEST_STEP_S", "0.4"))
+    for step in range(1, 13):
+        time.sleep(step_s)
+        trial.report(x + 1.0 / step, step)
+    trial.set_user_attr("test.t1", time.time())
+    return x
 
 
 def curves(trial: Any) -> float:

@@ -376,8 +376,8 @@ class _Readings:
     """A telemetry sampler's readings, scripted: a GPU at 20 % with 70 GB free, trials that
     use ``cpu`` host cores."""
 
-    def __init__(self, cpu: float = 2.0) -> None:
-        self.cpu = cpu
+    def __init__(self, cpu: float | None = 2.0) -> None:
+        self.cpu = cpu  # None: no CPU readings (the sampler has no full round yet)
 
     def device_readings(self, gpu_index: int, since: float) -> list[Any]:
         from hpo_orchestrator.telemetry._sampler import DeviceReading
@@ -385,7 +385,7 @@ class _Readings:
         return [DeviceReading(since, 20.0, 10_000.0)] * 5
 
     def cpu_readings(self, since: float) -> list[float]:
-        return [self.cpu] * 5
+        return [] if self.cpu is None else [self.cpu] * 5
 
     def running_mem_peaks(self, gpu_index: int) -> list[float]:
         return []
@@ -413,12 +413,12 @@ def _rt(slot: Any, threads: int, spawned_at: float, pid: int = 1,
 
 
 def packer_of(gpus: list[GpuInfo], overrides: list[str], readings: Any,
-              study: Any = None) -> Packer:
+              study: Any = None, objective: str = "") -> Packer:
     """A packer of ``overrides``' settings on ``gpus``, on host "h", its pool built from them."""
     import optuna
 
     settings = decode(load_config(overrides).scheduler, gpus, cores=16, host="h",
-                      run_folder=Path("."))
+                      run_folder=Path("."), objective=objective)
     study = study or optuna.create_study(storage=optuna.storages.InMemoryStorage())
     return Packer(settings, SlotPool(settings.places), readings, study)
 
@@ -432,7 +432,7 @@ def clock(monkeypatch: pytest.MonkeyPatch) -> _Clock:
     return fake
 
 
-def _packer(cpu: float = 2.0) -> Any:
+def _packer(cpu: float | None = 2.0) -> Any:
     gpus = [GpuInfo(index=0, uuid="GPU-0", name="fake", memory_total_mib=80_000)]
     return packer_of(gpus, ["scheduler.parallel=auto", "scheduler.host_cores=16"], _Readings(cpu))
 
@@ -486,10 +486,11 @@ def _run(packer: Any, clock: _Clock, seconds: float, threads: int = 16, pid: int
 
 def test_auto_threads_are_the_cores_left_and_a_raise_waits_for_them(clock: _Clock) -> None:
     """One GPU at level 1: the trial gets all 16 cores. Its worker's first trial (a warm-up)
-    and two of 10 s: the level rises while a 16-thread trial runs, but the pool keeps one
-    place until that trial is gone (16 + 8 threads would oversubscribe the cores); its place
-    is refilled with 8 threads, then the second place opens with the other 8."""
-    packer = _packer()
+    and two of 10 s: the level rises while a 16-thread trial runs, but without a measure of
+    the CPU the trials use, the pool keeps one place until that trial is gone (16 + 8
+    threads would oversubscribe the cores); its place is refilled with 8 threads, then the
+    second place opens with the other 8."""
+    packer = _packer(cpu=None)
     slot = packer.pool.slots[0]
     assert packer.threads_for_next([]) == 16
     packer.pool.acquire()
@@ -505,6 +506,19 @@ def test_auto_threads_are_the_cores_left_and_a_raise_waits_for_them(clock: _Cloc
     history = packer.study.user_attrs["hpo.packing.h"]
     assert [(c["from"], c["to"]) for c in history["changes"]] == [(1, 2)]
     assert history["levels"][0]["rates"] == {"1": 6.0}  # the 30 s warm-up left out
+
+
+def test_a_raise_is_made_at_once_where_the_trials_use_few_cores(clock: _Clock) -> None:
+    """The same trials measured at 2 of the 16 cores (a GPU trial given 16 threads uses a
+    few): the raise does not wait for the 16-thread trial's end (issue 51: workload c ran one
+    trial for its first 14 s); the new place gets its share, 8 threads."""
+    packer = _packer(cpu=2.0)
+    slot = packer.pool.slots[0]
+    packer.pool.acquire()
+    for seconds in (30.0, 10.0, 10.0):
+        _run(packer, clock, seconds)
+    assert packer.tick([_rt(slot, 16, clock.now)]) is True and packer.pool.limits[0] == 2
+    assert packer.threads_for_next([_rt(slot, 16, clock.now)]) == 8
 
 
 def test_warm_ups_and_the_trials_beside_them_do_not_measure_a_level(clock: _Clock) -> None:
@@ -736,3 +750,4 @@ def test_auto_holds_when_the_trials_use_the_host_cores(clock: _Clock) -> None:
     packer.close()  # the final levels and why each stopped there
     level = packer.study.user_attrs["hpo.packing.h"]["levels"][0]
     assert "host CPU" in level["held"] and level["cpu_cores"] == 15.0 and level["util"] == 20.0
+    assert level["held_by"] == "cpu"  # the low_gpu_util finding's advice follows it

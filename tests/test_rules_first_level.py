@@ -61,8 +61,10 @@ def test_a_gpu_a_quarter_busy_goes_to_three_at_once() -> None:
     # 1000 MiB peak x 1.25 + 512 = 1762 MiB a trial; growth of the running one set aside
     (_obs(free_mib=500.0 + 1762.0 + 100.0, running_mem_mib=(500.0,)), HOST, POLICY, 2,
      "GPU memory"),
-    # 2 running + 2 a level on 4 cores (the trials themselves use half a core)
-    (_obs(cpu_cores=0.5), replace(HOST, cores=4), POLICY, 2, "CPU cores"),
+    # 2 running + 2 a level on 4 cores, their CPU use not measured yet: a trial per core
+    (_obs(cpu_cores=None), replace(HOST, cores=4), POLICY, 2, "CPU cores"),
+    # measured, the two trials use half a core: 85 % of 4 cores carries 13 such trials
+    (_obs(cpu_cores=0.5), replace(HOST, cores=4), POLICY, 3, "utilization"),
     (_obs(), replace(HOST, cap=4), POLICY, 2, "scheduler.parallel"),
     # 2 trials use 5 cores: 2.5 each; 85 % of 8 cores holds 2 of them: 1 per GPU of 2
     (_obs(cpu_cores=5.0), replace(HOST, cores=8), POLICY, None, None),

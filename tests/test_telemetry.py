@@ -308,6 +308,35 @@ def test_gpu_findings_thresholds(busy_queued: float, util_compute: float, expect
     assert {f.code for f in find_all(report, facts)} == expected
 
 
+@pytest.mark.parametrize(("held_by", "held", "advice"), [
+    ("cpu", "host CPU: the running trials use 1.9 of 2 cores (1 more would pass 85% of them)",
+     "the host's cores held it, not the GPU"),
+    ("cpu", "no CPU core for 1 more trial(s) (2 cores, 2 trials; their CPU use not measured yet)",
+     "the host's cores held it, not the GPU"),
+    ("memory", "GPU memory: 900 MiB free, a trial needs 1792 MiB", "GPU memory held it"),
+    ("parallel", "at scheduler.parallel=2 trials on this host", "scheduler.parallel capped"),
+    ("measuring", "measuring trial durations at 3 per GPU (0 of 2)", "still being measured"),
+    ("no_gain", "2 per GPU was the best level", "feed each trial faster"),
+    (None, "2 per GPU was the best level", "feed each trial faster"),  # an entry before held_by
+])
+def test_low_gpu_util_names_what_held_the_packing(held_by: str | None, held: str,
+                                                  advice: str) -> None:
+    """Issue 51: a GPU 25 % busy that the host's cores (or its memory) held at one trial was
+    told to "feed each trial faster"; the advice now follows what held it."""
+    gpu = DeviceUse("gpu0", "host", 0, trials=10, busy_fraction=0.9, busy_fraction_queued=0.9,
+                    active_s=600.0, active_queued_s=600.0, util_mean=25.0, util_compute_mean=25.0)
+    level = {"gpu": 0, "limit": 1, "held": held, **({"held_by": held_by} if held_by else {})}
+    report = StatusReport(study="s", direction="minimize", n_trials_target=10, states={},
+                          prune_rate=None, prune_steps={}, best=None, per_device=[gpu], running=[],
+                          packing=[{"host": "host", "mode": "auto", "levels": [level], "changes": []}])
+    facts = StudyFacts(config={"scheduler": {}}, max_complete_step=None, unverified=[],
+                       mismatches=[])
+    (low,) = [f for f in find_all(report, facts) if f.code == "low_gpu_util"]
+    assert held in low.message and advice in low.advice
+    if advice != "feed each trial faster":
+        assert "feed each trial faster" not in low.advice
+
+
 def _crafted_study(db: Path) -> optuna.Study:
     """Pruned early and often, slow to start, a param that did not apply, a stale RUNNING trial."""
     study = optuna.create_study(study_name="crafted", storage=f"sqlite:///{db}")

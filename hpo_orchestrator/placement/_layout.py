@@ -14,7 +14,7 @@ from hpo_orchestrator.config import Config
 from hpo_orchestrator.errors import ConfigError
 from hpo_orchestrator.gpu import GpuBackend, GpuInfo
 from hpo_orchestrator.placement._leases import LeaseDir, default_lease_dir
-from hpo_orchestrator.placement._settings import PlacementSettings, decode, host_cores
+from hpo_orchestrator.placement._settings import PlacementSettings, decode, host_cores, objective_key
 from hpo_orchestrator.placement._slots import BusyRule, SlotPool, resolve_gpus
 
 __all__ = ["Layout", "lay_out"]
@@ -50,7 +50,8 @@ def lay_out(config: Config, backend: GpuBackend, run_folder: Path) -> Layout:
     if gpus:  # only GPU slots are leased
         leases.check()
     settings = decode(sched, gpus, cores=host_cores(sched.host_cores),
-                      host=sched.host or socket.gethostname(), run_folder=run_folder)
+                      host=sched.host or socket.gethostname(), run_folder=run_folder,
+                      objective=objective_key(config.objective))
     if settings.places.cpu_slots and gpus and getattr(config.objective, "device", None) == "gpu":
         raise ConfigError(f"scheduler.cpu_slots={sched.cpu_slots} with objective.device=gpu: "
                           "a trial on a CPU slot cannot train on a GPU",

@@ -43,9 +43,12 @@ from hpo_orchestrator.placement._rules import (
     GpuObservation,
     HostObservation,
     PackingPolicy,
+    Times,
     expected_peak_mib,
     may_rise,
     memory_room,
+    settled_level,
+    start_from,
     step,
 )
 from hpo_orchestrator.placement._settings import PlacementSettings, threads_per_trial
@@ -57,6 +60,9 @@ from hpo_orchestrator.telemetry import DeviceReading
 __all__ = ["Packer", "detect_mps", "forget_packing", "gpu_groups", "packing_key"]
 
 _DECIDE_EVERY_S = 1.0
+# The trials' CPU use a new trial's threads are fitted to: the latest, as a trial's use
+# changes from its set-up (imports: a core) to its training.
+_CPU_WINDOW_S = 10.0
 _HELD_WRITE_EVERY_S = 10.0  # a changed "held" reason alone is written at most this often
 _MAX_CHANGES = 500  # changes kept in the attr (the latest)
 _MPS_DAEMONS = ("nvidia-cuda-mps-control", "nvidia-cuda-mps-server")
@@ -71,8 +77,9 @@ def forget_packing(study: StudyAttrs, host: str) -> None:
     becomes a fixed entry without levels, which status and report do not show (the attr
     cannot be deleted through Optuna)."""
     if packing_key(host) in study.user_attrs:
+        settled = study.user_attrs[packing_key(host)].get("settled") or []
         study.set_user_attr(packing_key(host), {"mode": "fixed", "mps": {"active": False},
-                                                "levels": [], "changes": []})
+                                                "levels": [], "changes": [], "settled": settled})
 
 
 def gpu_groups(pool: SlotPool) -> dict[int, tuple[int, ...]]:
@@ -126,6 +133,14 @@ class Packer:
         # spare worker is kept for the place above only then (workers_wanted)
         self._fits_above: dict[int, int] = {}
         self._notes: list[str] = []  # level changes not yet said (take_notes)
+        self.objective = settings.objective
+        # (objective, GPU model, memory) -> the level a run of this study settled at there, with
+        # the durations below it: every objective's and model's, kept on in the attr
+        earlier = study.user_attrs.get(packing_key(self.host))
+        self._settled = read_settled(earlier.get("settled") if isinstance(earlier, dict) else None)
+        self._models = {leader: self._model(leader) for leader in self._groups}
+        if pool.auto:
+            self._start_settled(now)
         mps = detect_mps()
         self._record: dict[str, Any] = {
             "mode": "auto" if pool.auto else "fixed", "target_gpu_util": self.policy.target_util,
@@ -136,17 +151,54 @@ class Packer:
         if pool.auto or mps["active"] or packing_key(self.host) in study.user_attrs:
             self._write()
 
+    def _model(self, leader: int) -> tuple[str, float | None]:
+        gpu = next(s.gpu for s in self.pool.slots if s.gpu is not None and s.gpu.index == leader)
+        return gpu.name, gpu.memory_total_mib
+
+    def _start_settled(self, now: float) -> None:
+        """Each group of GPUs at the level an earlier run of this study settled at on their
+        model, for the same objective (rules.start_from); the change is said and kept."""
+        changes = []
+        for leader, members in self._groups.items():
+            entry = self._settled.get((self.objective, *self._models[leader]))
+            if entry is None:
+                continue
+            level, times = entry
+            state = start_from(self.policy, leader, level, times, now)
+            if state is None:
+                continue
+            below = max(state.times)
+            reason = (f"an earlier run of this study settled at {state.limit} per GPU on "
+                      f"{self._models[leader][0]}: started there, judged against that run's "
+                      f"{below} per GPU")
+            self._set(members, state)
+            for m in members:
+                self.pool.set_limit(m, state.limit)
+                changes.append(Change(m, 1, state.limit, reason))
+        self._tell(changes)
+
     def threads_for_next(self, running: Iterable[RunningView]) -> int:
         """CPU threads for the next trial. Fixed levels: the cores over the trials at once.
         Auto: that share, within what the running trials leave free (module docstring)."""
         if self._threads_configured is not None or not self.pool.auto:
             return threads_per_trial(self._threads_configured, self.pool.concurrency, self.cores)
-        room = self._core_room(running, waiting=len(self._pending))
-        return max(1, min(room.share(), room.cores - room.held))
+        room = self._core_room(running, waiting=len(self._pending), used=self._cpu_used())
+        return max(1, min(room.share(), int(room.free())))
 
-    def _core_room(self, running: Iterable[RunningView], waiting: int) -> CoreRoom:
+    def _core_room(self, running: Iterable[RunningView], waiting: int,
+                   used: float | None) -> CoreRoom:
         return CoreRoom(cores=self.cores, held=sum(v.threads or 0 for v in running),
-                        at_once=self.pool.concurrency, cap=self.pool.cap, waiting=waiting)
+                        at_once=self.pool.concurrency, cap=self.pool.cap, waiting=waiting,
+                        used=used)
+
+    def _cpu_used(self, since: float | None = None) -> float | None:
+        """Host cores the running trials used together, the mean of the sampler's rounds
+        since ``since`` (default: the last _CPU_WINDOW_S); None under min_readings rounds."""
+        if self.readings is None:
+            return None
+        start = time.monotonic() - _CPU_WINDOW_S if since is None else since
+        cpu = self.readings.cpu_readings(start)
+        return statistics.fmean(cpu) if len(cpu) >= self.policy.min_readings else None
 
     def trial_ended(self, trial: RunningView, fail_reason: str | None,
                     gpu_mem_peak_mib: float | None) -> None:
@@ -177,7 +229,7 @@ class Packer:
         self._decided_at = now
         running = list(running)
         self._pool_kinds()
-        host = self._host()
+        host = replace(self._host(), running=sum(1 for v in running if not v.ended))
         changes: list[Change] = []
         held_changed = False
         for leader, members in self._groups.items():
@@ -185,7 +237,7 @@ class Packer:
             seen = {m: self._observe(state, m, running, now) for m in members}
             group = _together(list(seen.values()))
             cores = None if self._threads_configured is not None else self._core_room(
-                running, waiting=len(self._pending.keys() - {leader}) + 1)
+                running, waiting=len(self._pending.keys() - {leader}) + 1, used=group.cpu_cores)
             turn = step(self.policy, state, self._pending.pop(leader, None), group,
                         replace(host, adds=len(members)), cores, now)
             if turn.waiting is not None:
@@ -271,6 +323,10 @@ class Packer:
         here = [v for v in running if v.gpu == index and not v.ended]
         readings = [] if self.readings is None else self.readings.device_readings(index, state.since)
         latest = [] if self.readings is None else self.readings.device_readings(index, now - 30.0)
+        # the host's trials' CPU use once their set-up is behind them (imports take a core a
+        # trial for seconds), as their steady GPU utilization; since the level was set before
+        cpu_since = max(state.since, _steady_since([v for v in running if not v.ended])
+                        or state.since)
         return observation(
             index, self.pool.busy_on(index), readings, latest,
             total_mib=self._total_mib.get(index),
@@ -278,19 +334,32 @@ class Packer:
             trials=self._times.measured(index, state.since, [self._span(v) for v in here], now),
             # an OOM counts against the level in force when the trial ended
             ooms=sum(1 for t in self._ooms[index] if t >= state.since),
-            cpu=[] if self.readings is None else self.readings.cpu_readings(state.since),
+            cpu=[] if self.readings is None else self.readings.cpu_readings(cpu_since),
             min_readings=self.policy.min_readings, running=here)
 
     def _write(self) -> None:
         self._written_at = time.monotonic()
         value = {**self._record,
-                 "levels": [{"gpu": s.gpu, "limit": s.limit, "held": s.held,
+                 "levels": [{"gpu": s.gpu, "limit": s.limit, "held": s.held, "held_by": s.held_by,
                              "rates": {str(k): v for k, v in sorted(s.rates.items())},
                              "gains": {str(k): v for k, v in sorted(s.gains.items())},
                              **self._last_readings(s.gpu)}
                             for s in self.levels.values()],
-                 "changes": self._changes[-_MAX_CHANGES:]}
+                 "changes": self._changes[-_MAX_CHANGES:], "settled": self._settled_now()}
         self.study.set_user_attr(packing_key(self.host), value)
+
+    def _settled_now(self) -> list[dict[str, Any]]:
+        """The attr's "settled": the earlier runs' entries, this run's where it settled."""
+        settled = dict(self._settled)
+        if self.pool.auto:
+            for leader in self._groups:
+                found = settled_level(self.levels[leader])
+                if found is not None:
+                    settled[(self.objective, *self._models[leader])] = found
+        return [{"objective": objective, "gpu": name, "memory_total_mib": mib, "level": level,
+                 "times": {str(k): {kind: list(d) for kind, d in kinds.items()}
+                           for k, kinds in sorted(times.items())}}
+                for (objective, name, mib), (level, times) in settled.items()]
 
     def _last_readings(self, index: int) -> dict[str, float | None]:
         """What the last decision saw: GPU utilization and the host cores our trials used."""
@@ -318,6 +387,22 @@ def observation(index: int, busy: int, readings: list[DeviceReading],
         running_mem_mib=running_mem_mib, trials=trials, ooms=ooms,
         cpu_cores=statistics.fmean(cpu) if len(cpu) >= min_readings else None,
         steady_util=statistics.fmean(steady) if steady else None, steady_readings=len(steady))
+
+
+def read_settled(entries: Any) -> dict[tuple[str, str, float | None], tuple[int, Times]]:
+    """hpo.packing.<host>'s "settled" as the packer keeps it; entries it cannot read (an
+    attr edited by hand) are left out, not an error: the run then climbs from one."""
+    settled: dict[tuple[str, str, float | None], tuple[int, Times]] = {}
+    for entry in entries if isinstance(entries, list) else []:
+        try:
+            times = {int(k): {str(kind): tuple(float(x) for x in d) for kind, d in kinds.items()}
+                     for k, kinds in entry["times"].items()}
+            mib = entry["memory_total_mib"]
+            key = (str(entry["objective"]), str(entry["gpu"]), None if mib is None else float(mib))
+            settled[key] = (int(entry["level"]), times)
+        except (KeyError, TypeError, ValueError, AttributeError):
+            continue
+    return settled
 
 
 def _fits_one_more(policy: PackingPolicy, obs: GpuObservation, host: HostObservation) -> bool:
@@ -351,10 +436,18 @@ def _steady(readings: list[DeviceReading], running: list[RunningView]) -> list[f
     """The GPU's utilization readings since every trial running on it reported its first step:
     what the trials use once their set-up (imports, CUDA context, data) is behind them. None
     before that, or while nothing runs."""
-    if not running or any(not v.reports for v in running):
+    since = _steady_since(running)
+    if since is None:
         return []
-    since = max(v.started + min(s for _, s in v.reports) for v in running)
     return [r.sm_util for r in readings if r.t >= since and r.sm_util is not None]
+
+
+def _steady_since(running: list[RunningView]) -> float | None:
+    """When the last of the running trials reported its first step; None before, or while
+    nothing runs."""
+    if not running or any(not v.reports for v in running):
+        return None
+    return max(v.started + min(s for _, s in v.reports) for v in running)
 
 
 def _pooled(state: GpuLevel) -> GpuLevel:

@@ -54,8 +54,9 @@ import math
 import statistics
 from dataclasses import dataclass, field, replace
 
-__all__ = ["Change", "CoreRoom", "GpuLevel", "GpuObservation", "HostObservation", "PackingPolicy",
-           "Step", "TrialTime", "decide", "expected_peak_mib", "may_rise", "memory_room", "step"]
+__all__ = ["HOLD_CAUSES", "Change", "CoreRoom", "GpuLevel", "GpuObservation", "Hold", "HostObservation",
+           "PackingPolicy", "Step", "Times", "TrialTime", "cpu_room", "decide", "expected_peak_mib",
+           "may_rise", "memory_room", "settled_level", "start_from", "step"]
 
 TRIALS_PER_LEVEL = 2  # measured trials at a level (of one kind, for "no gain") before they count
 CLEAR = 1.25  # a gain of this factor is clear from one trial on a nearly idle GPU
@@ -98,6 +99,13 @@ class PackingPolicy:
     climb_gain: float = 1.15
 
 
+# What holds a GPU at its level (GpuLevel.held_by, hpo.packing.<host>'s levels' "held_by"):
+# the low_gpu_util finding names it rather than blaming the trials' feeding for all of them.
+HOLD_CAUSES = ("max_trials_per_gpu", "parallel", "cpu", "idle", "measuring", "busy", "memory",
+               "no_gain")
+Hold = tuple[str, str]  # (cause, why in words)
+
+
 @dataclass(frozen=True)
 class TrialTime:
     """One trial that ran at the GPU's current level (not its worker's first)."""
@@ -126,6 +134,8 @@ class GpuLevel:
     rates: dict[int, float] = field(default_factory=dict)  # level -> trials per minute (shown)
     gains: dict[int, float] = field(default_factory=dict)  # level -> throughput / level below's
     held: str | None = None  # why it does not go up now (None: nothing holds it)
+    # what holds it, in a word (HOLD_CAUSES): the findings' advice depends on it
+    held_by: str | None = None
 
 
 @dataclass(frozen=True)
@@ -154,6 +164,7 @@ class HostObservation:
     cap: int  # scheduler.parallel: the most trials at once
     mem_peak_mib: float | None  # expected peak GPU memory of the next trial (expected_peak_mib)
     adds: int = 1  # trials one level up adds: one per GPU judged together (placement/_packer.py)
+    running: int | None = None  # trials running on the host now (None: take ``concurrency``)
 
 
 @dataclass(frozen=True)
@@ -257,7 +268,7 @@ def decide(policy: PackingPolicy, state: GpuLevel, obs: GpuObservation,
         return first
     held = _held(policy, state, obs, host, gain, below)
     if held is not None:
-        return replace(state, held=held), None
+        return replace(state, held_by=held[0], held=held[1]), None
     assert obs.util is not None  # _held checked it
     return _move(state, state.limit + 1, now,
                  f"{obs.util:.0f}% utilization < {policy.target_util:g}% at {state.limit} per GPU "
@@ -272,7 +283,7 @@ def _after_oom(state: GpuLevel, now: float) -> tuple[GpuLevel, Change | None]:
                     losses={**state.losses, max(level, 2): FINAL_LOSSES})
     if level > 1:
         return _move(state, level - 1, now, f"a trial ran out of GPU memory at {level} per GPU")
-    return replace(state, held="a trial ran out of GPU memory at 1 per GPU"), None
+    return replace(state, held_by="memory", held="a trial ran out of GPU memory at 1 per GPU"), None
 
 
 def _fold_finished(state: GpuLevel,
@@ -353,6 +364,27 @@ def memory_room(policy: PackingPolicy, obs: GpuObservation,
     return obs.free_mib - growth, host.mem_peak_mib * policy.mem_margin + policy.mem_reserve_mib
 
 
+def cpu_room(policy: PackingPolicy, host: HostObservation,
+             used: float | None) -> tuple[int | None, str]:
+    """The most trials at once the host's cores carry, and what that rests on.
+
+    From what the running trials were measured to use (``used``: host cores, the telemetry
+    sampler's psutil readings, placement/_packer.py): as many trials as fit in ``cpu_full``
+    of the cores at their mean use each; None (no bound) when they use none. The threads
+    given to a trial are no measure of its use: a GPU trial given 16 threads used a few,
+    and counted by its threads the CNN of workload (c) on an H200 waited for its first
+    trial's end before a second one started (issue 51). Without readings yet, the safe rule:
+    one trial per core (LightGBM's OpenMP threads spin: 16 + 8 threads on 16 cores made its
+    trials 30x slower, docs/BENCHMARKS.md "Costs the code cites")."""
+    if used is None:
+        return host.cores, "CPU cores"
+    running = host.running if host.running else host.concurrency
+    per_trial = used / max(running, 1)
+    if per_trial <= 0:
+        return None, "host CPU"
+    return int(policy.cpu_full * host.cores / per_trial), "host CPU"
+
+
 def _first_level(policy: PackingPolicy, state: GpuLevel, obs: GpuObservation,
                  host: HostObservation) -> tuple[int, str] | None:
     """The level a GPU goes to from its first trial alone, and why; None to climb as usual.
@@ -372,15 +404,13 @@ def _first_level(policy: PackingPolicy, state: GpuLevel, obs: GpuObservation,
     if room is None:
         return None
     free, need = room
+    carried, by = cpu_room(policy, host, obs.cpu_cores)
     limits = {"utilization": int(policy.target_util // max(obs.steady_util, 1.0)),
               "scheduler.max_trials_per_gpu": min(policy.max_per_gpu, state.ceiling),
               "GPU memory": 1 + int(max(free, 0.0) // need),
-              "CPU cores": 1 + (host.cores - host.concurrency) // host.adds,
               "scheduler.parallel": 1 + (host.cap - host.concurrency) // host.adds}
-    if obs.cpu_cores is not None and host.concurrency:
-        per_trial = obs.cpu_cores / host.concurrency
-        if per_trial > 0:
-            limits["host CPU"] = int(policy.cpu_full * host.cores / per_trial) // host.adds
+    if carried is not None:
+        limits[by] = 1 + max(carried - host.concurrency, -1) // host.adds
     target = min(limits.values())
     if target < 2:
         return None
@@ -398,6 +428,41 @@ def _running_per_step(trials: tuple[TrialTime, ...]) -> dict[str, tuple[float, .
         if t.running and t.kind.endswith(PER_STEP):
             base[t.kind] = (*base.get(t.kind, ()), t.seconds)
     return base
+
+
+Times = dict[int, dict[str, tuple[float, ...]]]  # level -> kind -> durations (GpuLevel.times)
+
+
+def settled_level(state: GpuLevel) -> tuple[int, Times] | None:
+    """The level a GPU settled at in this run, with the durations of the levels below it
+    (the base its next run's trials are judged on); None while nothing is settled.
+
+    A level above one is settled once its trials were judged against the level below (its
+    gain is known: kept, not backed off); level one is, once a loss or an OOM shut the level
+    above. A run that ends mid-climb settles nothing, and the study keeps an earlier run's
+    level."""
+    if state.limit == 1:
+        return (1, {}) if state.losses.get(2, 0) >= FINAL_LOSSES else None
+    if state.limit not in state.gains:
+        return None
+    below = {k: kinds for k, kinds in state.times.items() if k < state.limit and kinds}
+    return (state.limit, below) if below else None
+
+
+def start_from(policy: PackingPolicy, gpu: int, level: int, times: Times,
+               now: float) -> GpuLevel | None:
+    """A GPU's state at the start of a run of a study that settled at ``level`` before (same
+    objective, same GPU model: placement/_packer.py): at that level from its first trial, with
+    the earlier run's durations of the levels below as the base its trials are judged on, so
+    that a slowdown still backs off (and an OOM, as ever). The climb of issue 51's CNN took
+    40 s of a 70 s run before it reached three per GPU. None where there is nothing to start
+    from: level one, or no base below."""
+    level = min(level, policy.max_per_gpu)
+    base = {k: kinds for k, kinds in times.items() if k < level and kinds}
+    if level < 2 or not base:
+        return None
+    return GpuLevel(gpu=gpu, limit=level, since=now, ceiling=policy.max_per_gpu, times=base,
+                    past={k: kinds for k, kinds in base.items()})
 
 
 def may_rise(policy: PackingPolicy, state: GpuLevel) -> bool:
@@ -437,15 +502,15 @@ def _move(state: GpuLevel, new: int, now: float, reason: str) -> tuple[GpuLevel,
     """Leave the level: its durations so far are its ``past`` for the next visit."""
     change = Change(state.gpu, state.limit, new, reason)
     past = {**state.past, state.limit: state.times.get(state.limit, {})}
-    return replace(state, limit=new, since=now, held=None, past=past), change
+    return replace(state, limit=new, since=now, held=None, held_by=None, past=past), change
 
 
 def _held(policy: PackingPolicy, state: GpuLevel, obs: GpuObservation,
-          host: HostObservation, gain: _Gain | None, below: int | None) -> str | None:
-    """Why the GPU does not get one more trial now; None when it may: the first row of
-    ``_HOLDS`` that holds it, in order."""
+          host: HostObservation, gain: _Gain | None, below: int | None) -> Hold | None:
+    """What holds the GPU from one more trial now, and why; None when nothing does: the
+    first row of ``_HOLDS`` that holds it, in order."""
     ask = _Ask(policy, state, obs, host, gain, below)
-    return next((why for row in _HOLDS if (why := row(ask)) is not None), None)
+    return next((hold for row in _HOLDS if (hold := row(ask)) is not None), None)
 
 
 @dataclass(frozen=True)
@@ -464,67 +529,66 @@ class _Ask:
         return self.state.limit
 
 
-def _at_ceiling(a: _Ask) -> str | None:
+def _at_ceiling(a: _Ask) -> Hold | None:
     """At scheduler.max_trials_per_gpu, or at the best level measured."""
     if a.level < min(a.state.ceiling, a.policy.max_per_gpu):
         return None
     if a.level >= a.policy.max_per_gpu:
-        return f"at scheduler.max_trials_per_gpu={a.policy.max_per_gpu}"
+        return "max_trials_per_gpu", f"at scheduler.max_trials_per_gpu={a.policy.max_per_gpu}"
     if a.state.losses.get(a.level + 1, 0) >= FINAL_LOSSES:
-        return f"{a.state.ceiling} per GPU was the best level"
-    return (f"{a.state.ceiling} per GPU was the best level so far ({a.level + 1} is tried again "
+        return "no_gain", f"{a.state.ceiling} per GPU was the best level"
+    return "no_gain", (f"{a.state.ceiling} per GPU was the best level so far ({a.level + 1} is tried again "
             f"after {REPROBE_TRIALS} trials)")
 
 
-def _at_parallel(a: _Ask) -> str | None:
+def _at_parallel(a: _Ask) -> Hold | None:
     if a.host.concurrency >= a.host.cap:
-        return f"at scheduler.parallel={a.host.cap} trials on this host"
+        return "parallel", f"at scheduler.parallel={a.host.cap} trials on this host"
     return None
 
 
-def _no_core(a: _Ask) -> str | None:
-    """A trial per core at most: the group's step up adds one trial per GPU."""
-    if a.host.concurrency + a.host.adds > a.host.cores:
-        return (f"no CPU core for {a.host.adds} more trial(s) ({a.host.cores} cores, "
-                f"{a.host.concurrency} trials)")
-    return None
+def _no_cpu_room(a: _Ask) -> Hold | None:
+    """The host's cores carry the group's step up (one trial per GPU): ``cpu_room``."""
+    carried, _ = cpu_room(a.policy, a.host, a.obs.cpu_cores)
+    if carried is None or a.host.concurrency + a.host.adds <= carried:
+        return None
+    if a.obs.cpu_cores is None:
+        return "cpu", (f"no CPU core for {a.host.adds} more trial(s) ({a.host.cores} cores, "
+                f"{a.host.concurrency} trials; their CPU use not measured yet)")
+    return "cpu", (f"host CPU: the running trials use {a.obs.cpu_cores:.1f} of {a.host.cores} cores "
+            f"({a.host.adds} more would pass {a.policy.cpu_full:.0%} of them)")
 
 
-def _host_cpu_full(a: _Ask) -> str | None:
-    if a.obs.cpu_cores is not None and a.obs.cpu_cores >= a.policy.cpu_full * a.host.cores:
-        return (f"host CPU: the running trials use {a.obs.cpu_cores:.1f} of {a.host.cores} cores "
-                f"(one more would only share them)")
-    return None
-
-
-def _places_idle(a: _Ask) -> str | None:
+def _places_idle(a: _Ask) -> Hold | None:
     """Another place would idle too; the last real reason still holds."""
     if a.obs.running < a.level:
-        return a.state.held or f"{a.obs.running} of its {a.level} places busy"
+        if a.state.held is not None:
+            return a.state.held_by or "idle", a.state.held
+        return "idle", f"{a.obs.running} of its {a.level} places busy"
     return None
 
 
-def _busy_enough(a: _Ask) -> str | None:
+def _busy_enough(a: _Ask) -> Hold | None:
     if a.obs.util is None or a.obs.readings < a.policy.min_readings:
-        return "measuring utilization"
+        return "measuring", "measuring utilization"
     if a.obs.util >= a.policy.target_util:
-        return f"{a.obs.util:.0f}% utilization >= scheduler.target_gpu_util={a.policy.target_util:g}"
+        return "busy", f"{a.obs.util:.0f}% utilization >= scheduler.target_gpu_util={a.policy.target_util:g}"
     return None
 
 
-def _no_memory(a: _Ask) -> str | None:
+def _no_memory(a: _Ask) -> Hold | None:
     room = memory_room(a.policy, a.obs, a.host)
     if room is None:
-        return "GPU memory unknown"
+        return "measuring", "GPU memory unknown"
     free, need = room
     if free < need:
-        return (f"GPU memory: {free:.0f} MiB free, a trial needs {need:.0f} MiB (peak "
+        return "memory", (f"GPU memory: {free:.0f} MiB free, a trial needs {need:.0f} MiB (peak "
                 f"{a.host.mem_peak_mib:.0f} MiB x {a.policy.mem_margin:g} + "
                 f"{a.policy.mem_reserve_mib:g})")
     return None
 
 
-def _unmeasured(a: _Ask) -> str | None:
+def _unmeasured(a: _Ask) -> Hold | None:
     """Too few trials measured at the level. Above level 1, only trials compared with the
     level below count: a level not yet judged against it is no base to judge the next one.
     One trial will do where the GPU is nearly idle, has memory for two more, and the trial
@@ -537,18 +601,19 @@ def _unmeasured(a: _Ask) -> str | None:
     fast = (a.obs.util < a.policy.target_util * a.policy.fast_util and room[0] >= 2 * room[1]
             and a.gain is not None and a.gain.ratio >= CLEAR)
     if measured < TRIALS_PER_LEVEL and not (fast and measured >= 1):
-        return f"measuring trial durations at {a.level} per GPU ({measured} of {TRIALS_PER_LEVEL})"
+        return "measuring", (f"measuring trial durations at {a.level} per GPU ({measured} of "
+                             f"{TRIALS_PER_LEVEL})")
     return None
 
 
-def _small_gain(a: _Ask) -> str | None:
+def _small_gain(a: _Ask) -> Hold | None:
     if a.gain is not None and a.gain.ratio < a.policy.climb_gain:
-        return (f"{a.level} per GPU {_pace(a.state, a.below, a.gain.ratio)} of {a.below} per GPU, "
+        return "no_gain", (f"{a.level} per GPU {_pace(a.state, a.below, a.gain.ratio)} of {a.below} per GPU, "
                 f"under the {a.policy.climb_gain:g}x that pays for one more")
     return None
 
 
-def _shrinking_gain(a: _Ask) -> str | None:
+def _shrinking_gain(a: _Ask) -> Hold | None:
     """Gains shrink level by level (run A: 1.62x, 1.27x, then 0.89x): where the last two
     shrank by as much again, the next level is not worth its warm-up."""
     before = a.state.gains.get(a.below) if a.below is not None else None
@@ -556,13 +621,13 @@ def _shrinking_gain(a: _Ask) -> str | None:
         return None
     next_gain = a.gain.ratio ** 2 / before
     if next_gain < 1 + a.policy.min_gain:
-        return (f"{a.level} per GPU gained {a.gain.ratio:.2f}x after {before:.2f}x: at that rate "
+        return "no_gain", (f"{a.level} per GPU gained {a.gain.ratio:.2f}x after {before:.2f}x: at that rate "
                 f"{a.level + 1} would gain {next_gain:.2f}x, under {1 + a.policy.min_gain:g}x")
     return None
 
 
 # What holds a GPU at its level, in the order asked: the first that holds says why.
-_HOLDS = (_at_ceiling, _at_parallel, _no_core, _host_cpu_full, _places_idle, _busy_enough,
+_HOLDS = (_at_ceiling, _at_parallel, _no_cpu_room, _places_idle, _busy_enough,
           _no_memory, _unmeasured, _small_gain, _shrinking_gain)
 
 
@@ -575,16 +640,24 @@ class CoreRoom:
     at_once: int  # trials at once now: the levels over every GPU, capped
     cap: int  # scheduler.parallel: the most trials at once
     waiting: int  # raises that wait for cores, this one counted
+    used: float | None = None  # host cores the running trials were measured to use (None: unknown)
 
     def share(self) -> int:
         """Each trial's cores once the waiting raises are in: a place refilled meanwhile
         already gets the smaller share, so the cores for the new place come free."""
         return max(1, self.cores // max(min(self.cap, self.at_once + self.waiting), 1))
 
+    def free(self) -> float:
+        """Cores the running trials leave: by their measured use where it is known and under
+        the threads given (a GPU trial given 16 threads may use one; the readings may still
+        count a trial that ended), else by the threads they were given."""
+        return self.cores - (self.held if self.used is None else min(self.used, self.held))
+
     def enough(self) -> bool:
         """Do the running trials leave the new share free? (16 + 8 OpenMP threads on 16
-        cores made LightGBM trials 30x slower: docs/BENCHMARKS.md "Costs the code cites")"""
-        return self.cores - self.held >= self.share()
+        cores made LightGBM trials 30x slower: docs/BENCHMARKS.md "Costs the code cites";
+        such trials are measured using their threads, so they still wait)"""
+        return self.free() >= self.share()
 
 
 @dataclass(frozen=True)
@@ -620,4 +693,4 @@ def step(policy: PackingPolicy, state: GpuLevel, waiting: tuple[GpuLevel, Change
         return Step(new, change, verdict=new)
     held = (f"going to {change.new} per GPU once the running trials leave {cores.share()} "
             "cores free")
-    return Step(replace(state, held=held), waiting=(new, change), verdict=new)
+    return Step(replace(state, held=held, held_by="cpu"), waiting=(new, change), verdict=new)

@@ -19,8 +19,8 @@ from typing import Any
 from hpo_orchestrator.gpu import GpuInfo
 from hpo_orchestrator.placement._rules import PackingPolicy
 
-__all__ = ["CPU_SLOT_CORES", "PlacementSettings", "Places", "decode", "host_cores", "places",
-           "resolve_cpu_slots", "resolve_parallel", "threads_per_trial"]
+__all__ = ["CPU_SLOT_CORES", "PlacementSettings", "Places", "decode", "host_cores", "objective_key",
+           "places", "resolve_cpu_slots", "resolve_parallel", "threads_per_trial"]
 
 CPU_SLOT_CORES = 8  # cpu_slots=auto: a CPU slot per 8 cores (docs/GPU.md: 8 threads ~ 16 at 40k)
 
@@ -29,6 +29,13 @@ def host_cores(configured: int | None = None) -> int:
     """CPU cores this orchestrator may use: ``scheduler.host_cores``, else its CPU affinity
     (what a Slurm job or taskset gave it)."""
     return configured if configured is not None else len(os.sched_getaffinity(0))
+
+
+def objective_key(objective: Any) -> str:
+    """What a run's trials run, in a word: the objective's name, with its target where it
+    names one (objective=custom)."""
+    target = getattr(objective, "target", None)
+    return f"{objective.name}:{target}" if target else str(objective.name)
 
 
 def threads_per_trial(configured: int | None, concurrency: int, cores: int | None = None) -> int:
@@ -126,6 +133,9 @@ class PlacementSettings:
     run_folder: Path  # the study's run folder: trial logs, process records
     reuse: bool  # worker_mode=reuse: a worker's first trial of a kind is a warm-up
     policy: PackingPolicy = field(default_factory=PackingPolicy)
+    # the objective the trials run ("torch_mlp", "custom:mypkg.objective:objective"): a level
+    # settled in an earlier run is the start only for the same one (placement/_packer.py)
+    objective: str = ""
 
     @property
     def gpus(self) -> tuple[GpuInfo, ...]:
@@ -141,8 +151,9 @@ class PlacementSettings:
 
 
 def decode(scheduler: Any, gpus: Sequence[GpuInfo], *, cores: int, host: str,
-           run_folder: Path) -> PlacementSettings:
-    """``scheduler`` (a SchedulerConfig) with the GPUs given and the cores found."""
+           run_folder: Path, objective: str = "") -> PlacementSettings:
+    """``scheduler`` (a SchedulerConfig) with the GPUs given and the cores found;
+    ``objective`` names what the trials run (:func:`objective_key`)."""
     fixed = scheduler.trials_per_gpu if isinstance(scheduler.trials_per_gpu, int) else 1
     cpu_slots = resolve_cpu_slots(scheduler.cpu_slots, len(gpus) * fixed, cores)
     parallel, reason = resolve_parallel(scheduler.parallel, len(gpus), scheduler.trials_per_gpu,
@@ -151,6 +162,6 @@ def decode(scheduler: Any, gpus: Sequence[GpuInfo], *, cores: int, host: str,
         places=places(gpus, parallel, scheduler.trials_per_gpu, scheduler.max_trials_per_gpu,
                       cores, cpu_slots),
         parallel_reason=reason, cores=cores, threads=scheduler.threads_per_trial, host=host,
-        run_folder=run_folder, reuse=scheduler.worker_mode == "reuse",
+        run_folder=run_folder, reuse=scheduler.worker_mode == "reuse", objective=objective,
         policy=PackingPolicy(target_util=float(scheduler.target_gpu_util),
                              max_per_gpu=scheduler.max_trials_per_gpu))

@@ -13,7 +13,7 @@ from collections import Counter
 from typing import Any
 
 from hpo_orchestrator.status._model import DeviceUse, Finding, StatusReport, StudyFacts
-from hpo_orchestrator.status._packing_lines import cpu_share, packing_of_device
+from hpo_orchestrator.status._packing_lines import cpu_share, packing_hold, packing_of_device
 
 __all__ = ["find_all"]
 
@@ -132,6 +132,30 @@ _LOW_UTIL_ADVICE = {
 _AUTO_ADVICE = ("more trials per GPU did not fill it (see packing): feed each trial faster (batch "
                 "size, DataLoader workers, data on the GPU), or run another study on these GPUs")
 
+# What to do about a GPU that trials_per_gpu=auto held under-used, by what held it (the level's
+# held_by, placement/_rules.py HOLD_CAUSES). "Feed each trial faster" is the advice only where
+# more trials were tried and did not pay (or nothing is known): on a host short of cores or a
+# GPU short of memory it sent users after the wrong thing (issue 51).
+_HOLD_ADVICE = {
+    "cpu": "the host's cores held it, not the GPU (see packing): give the run more cores "
+           "(scheduler.host_cores, the CPU affinity or the Slurm allocation), or fewer threads "
+           "to each trial (scheduler.threads_per_trial)",
+    "memory": "GPU memory held it: one more trial would not fit beside the running ones (see "
+              "packing): make each trial smaller on the GPU (batch size, model, mixed "
+              "precision), or run another study on these GPUs",
+    "parallel": "scheduler.parallel capped the trials on this host: leave it unset (or raise it) "
+                "so that more trials share each GPU",
+    "max_trials_per_gpu": "scheduler.max_trials_per_gpu capped it: raise it, more trials at "
+                          "once may still fill the GPU",
+    "measuring": "the run ended while more trials per GPU were still being measured (see "
+                 "packing): a longer run, or the next run of this study, packs it further",
+}
+
+
+def _auto_advice(cause: str | None) -> str:
+    """The advice for a GPU trials_per_gpu=auto left under-used, by what held it."""
+    return _HOLD_ADVICE.get(cause or "", _AUTO_ADVICE)
+
 
 def _low_utilization(report: StatusReport, config: dict[str, Any]) -> list[Finding]:
     objective = config.get("objective", {}).get("name")
@@ -153,7 +177,9 @@ def _low_utilization(report: StatusReport, config: dict[str, Any]) -> list[Findi
             tip = ("nothing to fix for this study; run another study on the GPU, or give it "
                    "scheduler.gpus=none to leave it free")
         else:
-            how, tip = packed, advice if packed is None else _AUTO_ADVICE
+            how = packed
+            tip = advice if packed is None else _auto_advice(
+                packing_hold(report.packing, use.host, use.gpu_index))
         found.append(Finding(
             "low_gpu_util", "info" if chose is not None and on_cpu else "warning",
             f"{use.device} averaged {util:.0f}% utilization while training "

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["cpu_share", "device_choice_line", "packing_lines", "packing_of_device"]
+__all__ = ["cpu_share", "device_choice_line", "packing_hold", "packing_lines", "packing_of_device"]
 
 _SHOWN_CHANGES = 12  # the latest changes a terminal shows (--json and the attr keep them all)
 
@@ -46,6 +46,19 @@ def packing_of_device(packing: list[dict[str, Any]], host: str | None,
                 held = f"; it went no higher: {level['held']}" if level.get("held") else ""
                 return (f"trials_per_gpu=auto ran up to {top} trials at once on it "
                         f"(now {level['limit']}){held}")
+    return None
+
+
+def packing_hold(packing: list[dict[str, Any]], host: str | None, gpu_index: int) -> str | None:
+    """What held one GPU at its level under trials_per_gpu=auto, in a word (the level's
+    ``held_by``: placement/_rules.py HOLD_CAUSES); None when nothing held it, the GPU was not
+    packed, or the entry predates the word."""
+    for entry in packing:
+        if entry.get("mode") != "auto" or (host is not None and entry["host"] != host):
+            continue
+        for level in entry.get("levels") or []:
+            if level["gpu"] == gpu_index:
+                return level.get("held_by") if level.get("held") else None
     return None
 
 

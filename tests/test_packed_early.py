@@ -1,0 +1,40 @@
+"""Packed from the first seconds (issue 51.1): on a host of few cores, GPUs a quarter busy
+with trials that use little CPU get more trials each while their first trials still run.
+
+Before, the room for one more trial was counted from the trials at once (one per core) and
+from the threads given to the running trials: on 2 cores with 2 GPUs the default never
+packed ("no CPU core for 1 more trial") although the trials used almost none of them. The
+room is now the host CPU the running trials were measured to use (placement/_rules.py
+``cpu_room``, tests/test_rules_cpu_room.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import run_cli, trial_rows
+
+
+@pytest.mark.slow
+def test_two_cores_two_gpus_a_quarter_busy_pack_before_the_first_trials_end(tmp_path: Path) -> None:
+    """Done-when of issue 51.1: 2 cores, 2 fake GPUs 25 % busy while trials that sleep run on
+    them, scheduler.parallel unset: a second trial starts on a GPU while that GPU's first
+    trial still runs (the first level is chosen from the first reported steps, not at the
+    first trial's end)."""
+    gpus = {"gpus": [{"busy_util": 25}, {"busy_util": 25}]}
+    result = run_cli(tmp_path, "run", "objective=custom", "objective.target=tests.objectives:low_cpu",
+                     "study.n_trials=8", "scheduler.host_cores=2", "telemetry.interval_s=0.2",
+                     "pruner=none", env={"HPO_ORCHESTRATOR_FAKE_GPUS": json.dumps(gpus)})
+    assert result.code == 0, result.stderr
+    by_gpu: dict[int, list[tuple[float, float]]] = {}
+    for row in trial_rows(result.db):
+        attrs = row["attrs"]
+        by_gpu.setdefault(attrs["hpo.gpu_index"], []).append((attrs["test.t0"], attrs["test.t1"]))
+    early = {}
+    for gpu, spans in by_gpu.items():
+        first_start, first_end = min(spans)
+        early[gpu] = [start for start, _ in spans if first_start < start < first_end]
+    assert any(early.values()), (early, result.stdout)
+    assert "no CPU core" not in result.stdout
