@@ -24,22 +24,28 @@ def _run(cli, *args: str, env: dict[str, str] | None = None):  # type: ignore[no
 
 
 def test_the_first_trials_start_after_their_workers_set_up(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    """A 3 s setup: without the wait, each first trial's start-up (spawn to objective start)
-    would hold it (3 s and more, whatever the load); with it, the trial starts in a worker
-    that is ready. And the wait ends when the workers say ready, not at its 30 s limit: the
-    first trial starts well within 20 s of the run's launch (a first wave whose "ready" is
-    read but not recorded waited the full 30 s)."""
-    launched = datetime.now()  # Optuna stores local time
+    """A 3 s setup: without the wait, each first trial would be handed to a worker still
+    setting up, its start put back to the worker's spawn; with it, the trial starts in a
+    worker that is ready. And the wait ends when the workers say ready, not at its 30 s limit: a
+    first wave whose "ready" is read but not recorded took its workers for still starting
+    and handed the first trials over as "in setup", their start put back to the worker's
+    spawn, before the setup ended. So each first trial's recorded start comes after every
+    setup's end (events in order, as each setup notes its end: no bound on a duration,
+    which a loaded machine stretches)."""
+    setups = tmp_path / "setup-ends"
     result = _run(cli, f"objective.setup={OBJECTIVES}:slow_setup", "scheduler.parallel=2",
-                  "study.n_trials=4", env={"HPO_TEST_SETUP_S": "3", "HPO_TEST_STEP_S": "0.05"})
+                  "study.n_trials=4", env={"HPO_TEST_SETUP_S": "3", "HPO_TEST_STEP_S": "0.05",
+                                           "HPO_TEST_SETUP_NOTES": str(setups)})
     assert result.code == 0, result.stderr
     rows = trial_rows(result.db)
     assert [r["state"] for r in rows] == ["COMPLETE"] * 4
     first = [r for r in rows if r["attrs"]["hpo.worker_trial"] == 1]
     assert len(first) == 2  # one worker per slot, each set up once
-    assert all(r["attrs"]["hpo.startup_s"] < 3.0 for r in first), first
-    started = min(datetime.fromisoformat(r["start"]) for r in rows)
-    assert (started - launched).total_seconds() < 20.0, (launched, started)
+    ends = [datetime.fromisoformat(line) for line in setups.read_text().split()]
+    assert len(ends) == 2  # each worker set up once, before its first trial
+    assert all(datetime.fromisoformat(r["start"]) >= max(ends) for r in first), (ends, first)
+    # none was handed over while its worker still started up (the key is set only then)
+    assert not [r for r in rows if "hpo.setup_running" in r["attrs"]], rows
 
 
 def test_a_setup_that_fails_fails_the_first_trial_with_its_traceback(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
@@ -70,29 +76,23 @@ def test_a_worker_that_dies_starting_up_is_replaced_at_its_trial(cli, tmp_path: 
 def test_a_hanging_setup_is_timed_from_its_workers_start_and_its_output_is_the_trials_log(  # type: ignore[no-untyped-def]
         cli, tmp_path: Path) -> None:
     """Issue 28, item 6: the first wave's wait ends at trial_timeout_s, and the trial it then
-    hands over is timed from its worker's start (setup included): FAIL timeout saying so, not
-    30 s past the limit (the wait was taken for a stopped loop and given back to the trial);
+    hands over is timed from its worker's start (setup included): FAIL timeout saying so;
     its printed log exists and holds the setup's output, which ``logs 0`` shows (it was left
     in spare-slot0.log, and ``logs 0`` said the log was on another host)."""
     result = _run(cli, f"objective.setup={OBJECTIVES}:hanging_setup", "scheduler.parallel=1",
                   "study.n_trials=1", "scheduler.trial_timeout_s=5", "scheduler.kill_grace_s=1")
-    exited = datetime.now()  # local time, as the trial's recorded start
     assert result.code == 1, result.stderr
     (row,) = trial_rows(result.db)
-    # the stop comes at the limit: the recorded end says so whatever happens, so the run's own
-    # length after the trial's start (its worker's spawn) tells: 5 s, the 1 s grace and the
-    # run's end; the wait given back would add 5 s. The run's start-up before it, longer on a
-    # loaded machine, is left out.
-    ran_s = (exited - datetime.fromisoformat(row["start"])).total_seconds()
-    assert ran_s < 9.5, ran_s
     attrs = row["attrs"]
     assert row["state"] == "FAIL" and attrs["hpo.fail_reason"] == "timeout", attrs
     assert "objective.setup still running" in attrs["hpo.error"]
     assert attrs["hpo.setup_running"] is False  # it was true while the trial ran
+    # Its clock is the loop's: not stopped before its 5 s, setup included. That the wait is
+    # not given back to it as a stall of the loop (which let it run 5 s more) is
+    # tests/test_first_wave_ready.py's, in-process: no bound on a duration here, which a
+    # loaded machine stretches.
     duration = datetime.fromisoformat(row["end"]) - datetime.fromisoformat(row["start"])
-    # 5 s and the kill: not 35 s (the 30 s wait given back as a stall), nor 10 s (the wait,
-    # capped at the timeout, given back)
-    assert duration.total_seconds() < 8.0, duration
+    assert duration.total_seconds() >= 5.0, duration
     log = Path(attrs["hpo.log_path"])
     assert log.name == "trial-0.log" and "setup: fetching the data" in log.read_text()
     assert not list(log.parent.glob("spare-slot*.log"))

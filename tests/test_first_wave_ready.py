@@ -109,3 +109,45 @@ def test_the_progress_says_setup_still_running_while_the_first_wave_starts_up() 
     reporter.setting_up(2, 12.0)
     console.print(reporter._render())
     assert "setup still running: 2 worker(s)" in console.export_text()
+
+
+# --- the wait is no stall of the loop (issue 28, item 6) -----------------------------------------
+
+def test_the_first_waves_wait_is_not_given_back_to_the_trials_as_a_stall(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The loop gives a round that stood still (SIGSTOP) back to the running trials, their
+    timeouts moved by it (scheduler/_deadlines.py LoopClock). The first wave's wait before
+    the loop is no such stall: a trial handed over after a 5 s wait keeps its clock, so a
+    hanging setup is stopped at trial_timeout_s, not 5 s past it. The run's steps around
+    the loop are stubbed and the loop's clock is a counter the test moves (events, not the
+    wall clock: tests/test_first_wave.py runs the whole study)."""
+    from types import SimpleNamespace
+
+    from hpo_orchestrator.scheduler import _deadlines, orchestrator
+    from hpo_orchestrator.scheduler._recipe import Duty
+
+    now = [1000.0]
+    monkeypatch.setattr(_deadlines, "time", SimpleNamespace(monotonic=lambda: now[0]))
+    for step in ("ensure_run_dir", "sweep_left_behind", "restore_subreaper"):
+        monkeypatch.setattr(orchestrator, step, lambda *_: None)
+    monkeypatch.setattr(orchestrator, "become_subreaper", lambda: None)
+
+    trial = SimpleNamespace(paused_s=0.0, kill_at=None)  # handed over after the wave
+    given: list[float] = []
+    run: Any = orchestrator.Orchestrator.__new__(orchestrator.Orchestrator)
+    run.clock = _deadlines.LoopClock(0.1)  # made with the orchestrator, before the wave
+    run.__dict__.update(
+        log_dir=None, auto=None, sampler=None, _signals=0, halted=None,
+        recovery=SimpleNamespace(reap=lambda: None),
+        records=SimpleNamespace(record_devices=lambda _: None),
+        slots=SimpleNamespace(slots=[]), deadline=SimpleNamespace(start=lambda: None),
+        failures=SimpleNamespace(at_end=lambda: None),
+        _start_first_wave=lambda: now.__setitem__(0, now[0] + 5.0),  # the workers' 5 s setup
+        _duties=lambda: [Duty("stall clock", lambda: given.append(
+                             run.clock.discount_stall([trial]))),
+                         Duty("done", lambda: True, ends_loop=True)],
+        _watch_storage=lambda force=False: None, _wind_down=lambda *_: None)
+    assert run._run() == orchestrator.EXIT_OK
+    assert given == [0.0] and trial.paused_s == 0.0
+    # a real stall once the loop runs is still given back: the clock itself works
+    now[0] += 5.0
+    assert run.clock.discount_stall([trial]) > 4.0 and trial.paused_s > 4.0

@@ -69,3 +69,39 @@ def test_watch_refuses_what_waiting_cannot_mend(tmp_path: Path) -> None:
                            "--interval", "0.5"], cwd=tmp_path, env=cli_env(),
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and "error:" in done.stderr and "waiting" not in done.stderr
+
+
+def _ignoring_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+@pytest.mark.parametrize("command", [("status", "--watch", "--interval", "0.2"),
+                                     ("logs", "0", "--follow")])
+def test_ctrl_c_ends_a_watch_started_with_sigint_ignored(tmp_path: Path,
+                                                         command: tuple[str, ...]) -> None:
+    """The two commands only a signal ends say "Ctrl-C to stop", and SIGINT stops them (exit
+    130) even where they inherit it ignored: a shell without job control starts a script's
+    background jobs (`hpo-orchestrator status --watch > log &`) so, and make test run that
+    way left the watch running past the test's SIGINT. Each waits for its event first: the
+    watch's summary, the follow's first line."""
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    study = optuna.create_study(storage=f"sqlite:///{tmp_path / 'hpo.db'}", study_name="hpo")
+    trial = study.ask()  # RUNNING: the follow waits for more of its output
+    log = tmp_path / "trial-0.log"
+    log.write_text("first line\n")
+    trial.set_user_attr("hpo.log_path", str(log))
+    out, err = tmp_path / "cmd.out", tmp_path / "cmd.err"
+    with open(out, "wb") as stdout, open(err, "wb") as stderr:
+        proc = subprocess.Popen([sys.executable, "-m", "hpo_orchestrator", *command],
+                                cwd=tmp_path, env=cli_env(), stdout=stdout, stderr=stderr,
+                                preexec_fn=_ignoring_sigint)
+    try:
+        shown = "first line" if command[0] == "logs" else "trials by state"
+        _until(lambda: shown in out.read_text(), "printed", proc)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=60)
+        finally:
+            proc.kill()
+    assert proc.returncode == 130, err.read_text()

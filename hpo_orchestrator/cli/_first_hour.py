@@ -201,15 +201,26 @@ def cmd_logs(args: argparse.Namespace, console: Console, errors: Console) -> int
     if offset == 0 and not args.follow:  # an empty log is not "no output from the command"
         errors.print(f"trial {args.trial} of study {name!r} printed nothing (its log {path} is "
                      f"empty); {_outcome(detail, args.trial)}", markup=False)
-    while args.follow:
+    if args.follow:
+        from hpo_orchestrator._signals import handling_stop_signals
+
+        # Ctrl-C ends a follow of a trial that runs on: set here, not inherited (a script's
+        # background job starts with SIGINT ignored; cli/_reports.py, status --watch)
+        with handling_stop_signals():
+            _follow(engine, name, args.trial, path, offset, errors)
+    return 0
+
+
+def _follow(engine: Engine, name: str, number: int, path: Path, offset: int,
+            errors: Console) -> None:
+    while True:
         time.sleep(_FOLLOW_POLL_S)
         offset = _print_from(path, offset)
-        _, detail = _detail(engine, name, args.trial)
+        _, detail = _detail(engine, name, number)
         if detail["state"] != "RUNNING":
             _print_from(path, offset)
-            errors.print(f"trial {args.trial} ended: {detail['state']}", markup=False)
-            break
-    return 0
+            errors.print(f"trial {number} ended: {detail['state']}", markup=False)
+            return
 
 
 def _outcome(detail: dict[str, Any], number: int) -> str:

@@ -27,7 +27,14 @@ def cmd_status(args: argparse.Namespace, console: Console) -> int:
     from hpo_orchestrator.status import collect_status, render_status
 
     if args.watch:
-        return _watch(args, console)
+        from hpo_orchestrator._signals import handling_stop_signals
+
+        # Only a signal ends the watch ("Ctrl-C to stop"), so its handlers are set here, not
+        # inherited: a shell without job control (a script's `cmd &`) starts its background
+        # jobs with SIGINT ignored, Python leaves an inherited SIG_IGN as it is, and the
+        # watch could then only be killed (the main's KeyboardInterrupt: exit 130).
+        with handling_stop_signals():
+            return _watch(args, console)
     engine = create_engine(args.storage)
     given = args.study  # the commands advice quotes name it where the user did
 
