@@ -62,10 +62,12 @@ class _Study:
 def test_a_run_without_gpu_slots_forgets_this_hosts_packing_only() -> None:
     here, there = _packer.packing_key("here"), _packer.packing_key("there")
     old = {"mode": "auto", "levels": [{"gpu": 0, "level": 3}], "changes": [{"gpu": 0}]}
-    study = _Study({here: old, there: old})
+    settled = [{"objective": "custom", "gpu": "H200", "level": 3}]
+    study = _Study({here: {**old, "settled": settled}, there: old})
     _packer.forget_packing(study, "here")  # type: ignore[arg-type]
+    # the levels this host's runs settled at stay for its next GPU run
     assert study.user_attrs[here] == {"mode": "fixed", "mps": {"active": False}, "levels": [],
-                                      "changes": []}
+                                      "changes": [], "settled": settled}
     assert study.user_attrs[there] == old
     untouched = _Study({there: old})
     _packer.forget_packing(untouched, "here")  # type: ignore[arg-type]

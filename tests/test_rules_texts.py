@@ -32,13 +32,14 @@ def test_below_both_ceilings_nothing_holds_a_level() -> None:
 
 
 def test_the_ceiling_a_level_meets_is_named() -> None:
-    assert _at_ceiling(_ask(limit=4, ceiling=4)) == "at scheduler.max_trials_per_gpu=4"
+    assert _at_ceiling(_ask(limit=4, ceiling=4)) == (
+        "max_trials_per_gpu", "at scheduler.max_trials_per_gpu=4")
     final = _ask(limit=2, ceiling=2, losses={3: FINAL_LOSSES})
-    assert _at_ceiling(final) == "2 per GPU was the best level"
+    assert _at_ceiling(final) == ("no_gain", "2 per GPU was the best level")
     for losses in ({}, {3: FINAL_LOSSES - 1}, {2: FINAL_LOSSES}):  # the level above not shut
-        assert _at_ceiling(_ask(limit=2, ceiling=2, losses=losses)) == (
+        assert _at_ceiling(_ask(limit=2, ceiling=2, losses=losses)) == ("no_gain", (
             f"2 per GPU was the best level so far (3 is tried again after {REPROBE_TRIALS} "
-            "trials)")
+            "trials)"))
 
 
 def test_a_measured_level_says_its_rate_and_gain() -> None:
