@@ -187,3 +187,45 @@ def test_the_sample_moves_on_each_turn_and_covers_the_rest() -> None:
     assert {name for turn in turns for name in turn} == {f"m{i:02d}" for i in range(10)} - leave_out
     assert len(runner.rotating_sample(everything, set(), 50, 4)) == 10  # never an edit twice
     assert runner.rotating_sample(everything, set(), 0, 4) == []
+
+
+def test_a_file_only_moved_is_not_touched_and_a_moved_and_edited_one_is(
+        tmp_path: Path, monkeypatch: Any) -> None:
+    """The tests moved into their rooms (scripts/place_tests.py, git's R100) touch no edit, nor
+    do the entries that name them at their new paths; a test moved and edited is changed at its
+    new path, and so are the edits it guards (else CI would run the whole list after a move)."""
+    body = "".join(f"def test_{i}() -> None:\n    assert {i} == {i}\n\n\n" for i in range(20))
+    entry = ('[[mutation]]\nname = "{name}"\nfile = "pkg/{module}.py"\noriginal = "x"\n'
+             'replacement = "z"\ntests = ["{test}::test_1"]\nwhy = "w"\n')
+
+    def entries(prefix_a: str, prefix_b: str, original: str = "x") -> str:
+        return "\n".join([entry.format(name="moved", module="m", test=f"{prefix_a}test_a.py"),
+                          entry.format(name="edited", module="m", test=f"{prefix_b}test_b.py"),
+                          entry.format(name="module-moved", module="n", test="tests/test_c.py"),
+                          entry.format(name="text", module="m", test="tests/test_c.py")
+                          .replace('"x"', f'"{original}"')])
+
+    _git(tmp_path, "init", "-q", "-b", "main")
+    base = _commit(tmp_path, 1_700_000_000, {
+        "pkg/m.py": "x = 1\n" * 30, "pkg/n.py": "x = 2\n" * 30, "tests/test_a.py": body,
+        "tests/test_b.py": body, "tests/test_c.py": body,
+        "tests/mutations/t.toml": entries("tests/", "tests/")})
+    for folder in ("tests/room", "tests/other", "pkg/moved"):
+        (tmp_path / folder).mkdir()
+    _git(tmp_path, "mv", "tests/test_a.py", "tests/room/test_a.py")
+    _git(tmp_path, "mv", "tests/test_b.py", "tests/other/test_b.py")
+    (tmp_path / "tests/other/test_b.py").write_text(body.replace("assert 3 == 3", "assert 3 == 4"))
+    _commit(tmp_path, 1_700_000_100, {"tests/mutations/t.toml": entries(
+        "tests/room/", "tests/other/", original="y")})
+    _git(tmp_path, "mv", "pkg/n.py", "pkg/moved/n.py")  # in the working tree, not committed
+    assert runner.changed_files(base, tmp_path) == {"tests/other/test_b.py", "tests/mutations/t.toml"}
+    assert runner.moved_files(base, tmp_path) == {
+        "tests/test_a.py": "tests/room/test_a.py", "tests/test_b.py": "tests/other/test_b.py",
+        "pkg/n.py": "pkg/moved/n.py"}
+    monkeypatch.setattr(runner, "REPO", tmp_path)
+    monkeypatch.setattr(runner, "MUTATIONS_DIR", tmp_path / "tests" / "mutations")
+    listed = runner.load(tmp_path / "tests" / "mutations")
+    assert runner.changed_entries(base, listed, tmp_path) == {"text"}
+    chosen = runner.touched(listed, runner.changed_files(base, tmp_path),
+                            runner.changed_entries(base, listed, tmp_path))
+    assert [m.name for m in chosen] == ["edited", "text"]
