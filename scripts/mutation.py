@@ -16,16 +16,19 @@ was killed.
 
 ``--touched`` and ``--sample N`` (what CI runs, docs/MUTATION.md "In CI") choose a part of the
 list: the edits the submission touched (their module, a guarding test's file or the entry
-itself changed since the last landed commit, read from git; a file only moved is not changed)
-and N more, a window of the list that moves on with every commit.
+itself changed since the last landed commit, read from git; a file only moved, or whose
+code differs only in comments and docstrings, is not changed) and N more, a window of the
+list that moves on with every commit.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import concurrent.futures
 import os
 import queue
+import re
 import shutil
 import signal
 import subprocess
@@ -157,13 +160,52 @@ def _changes(base: str, repo: Path) -> tuple[set[str], dict[str, str]]:
     return changed, moved
 
 
+def _code(text: str) -> str | None:
+    """A Python file's code without its comments and docstrings (None: not Python that
+    parses): what a mutation's verdict can depend on."""
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return None
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if (isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                and body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
+                and isinstance(body[0].value.value, str)):
+            node.body = body[1:] or [ast.Pass()]
+    return ast.dump(tree)
+
+
+def _same_code(base: str, old: str, new: str, moved: dict[str, str], repo: Path) -> bool:
+    """Whether the Python file ``new`` holds the code ``old`` held at ``base``, the modules
+    moved since read under their new names (a docstring or a comment naming a moved test's new
+    path, or an import of a moved test's helper from its new module, changes no verdict)."""
+    if not new.endswith(".py") or not (repo / new).is_file():
+        return False
+    shown = subprocess.run(["git", "show", f"{base}:{old}"], cwd=repo, capture_output=True, text=True)
+    if shown.returncode != 0:
+        return False
+    text = shown.stdout
+    for was, now in moved.items():
+        if was.endswith(".py") and now.endswith(".py"):
+            was_module, now_module = (p.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
+                                      for p in (was, now))
+            text = re.sub(rf"(?<![\w.]){re.escape(was_module)}(?!\w)", now_module, text)
+    before = _code(text)
+    return before is not None and before == _code((repo / new).read_text())
+
+
 def changed_files(base: str | None, repo: Path = REPO) -> set[str] | None:
     """Files changed since ``base``: in its commits up to HEAD (merged branches too) and in the
     working tree (edited, staged or untracked); a file only moved is not one of them
-    (``_changes``). None: no base, every file is new."""
+    (``_changes``), nor is a Python file whose code is the same but for comments, docstrings
+    and the new names of moved modules. None: no base, every file is new."""
     if base is None:
         return None
-    changed, _ = _changes(base, repo)
+    changed, moved = _changes(base, repo)
+    came_from = {new: old for old, new in moved.items()}
+    changed = {name for name in changed
+               if not _same_code(base, came_from.get(name, name), name, moved, repo)}
     changed |= set(_git("ls-files", "--others", "--exclude-standard", repo=repo).splitlines())
     return set(filter(None, changed))
 

@@ -192,8 +192,10 @@ def test_the_sample_moves_on_each_turn_and_covers_the_rest() -> None:
 def test_a_file_only_moved_is_not_touched_and_a_moved_and_edited_one_is(
         tmp_path: Path, monkeypatch: Any) -> None:
     """The tests moved into their rooms (scripts/place_tests.py, git's R100) touch no edit, nor
-    do the entries that name them at their new paths; a test moved and edited is changed at its
-    new path, and so are the edits it guards (else CI would run the whole list after a move)."""
+    do the entries that name them at their new paths, nor a test whose code is the same but for
+    comments, docstrings and the new module of a moved helper; a test moved and edited is
+    changed at its new path, and so are the edits it guards (else CI would run the whole list
+    after a move)."""
     body = "".join(f"def test_{i}() -> None:\n    assert {i} == {i}\n\n\n" for i in range(20))
     entry = ('[[mutation]]\nname = "{name}"\nfile = "pkg/{module}.py"\noriginal = "x"\n'
              'replacement = "z"\ntests = ["{test}::test_1"]\nwhy = "w"\n')
@@ -208,7 +210,7 @@ def test_a_file_only_moved_is_not_touched_and_a_moved_and_edited_one_is(
     _git(tmp_path, "init", "-q", "-b", "main")
     base = _commit(tmp_path, 1_700_000_000, {
         "pkg/m.py": "x = 1\n" * 30, "pkg/n.py": "x = 2\n" * 30, "tests/test_a.py": body,
-        "tests/test_b.py": body, "tests/test_c.py": body,
+        "tests/test_b.py": body, "tests/test_c.py": '"""C."""\nfrom tests.test_a import test_1\n' + body,
         "tests/mutations/t.toml": entries("tests/", "tests/")})
     for folder in ("tests/room", "tests/other", "pkg/moved"):
         (tmp_path / folder).mkdir()
@@ -216,7 +218,10 @@ def test_a_file_only_moved_is_not_touched_and_a_moved_and_edited_one_is(
     _git(tmp_path, "mv", "tests/test_b.py", "tests/other/test_b.py")
     (tmp_path / "tests/other/test_b.py").write_text(body.replace("assert 3 == 3", "assert 3 == 4"))
     _commit(tmp_path, 1_700_000_100, {"tests/mutations/t.toml": entries(
-        "tests/room/", "tests/other/", original="y")})
+        "tests/room/", "tests/other/", original="y"),
+        # a new docstring, a comment and the moved helper's new module: the same code
+        "tests/test_c.py": '"""C, see tests/room/test_a.py."""\n'
+                           "from tests.room.test_a import test_1  # moved\n" + body})
     _git(tmp_path, "mv", "pkg/n.py", "pkg/moved/n.py")  # in the working tree, not committed
     assert runner.changed_files(base, tmp_path) == {"tests/other/test_b.py", "tests/mutations/t.toml"}
     assert runner.moved_files(base, tmp_path) == {
