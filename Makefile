@@ -146,7 +146,7 @@ bench-quality: $(STAMP)
 # (the benchmark's package, the test objectives) or by both tests and scripts.
 lint: $(STAMP)
 	$(BIN)/ruff check hpo_orchestrator tests scripts
-	$(BIN)/mypy hpo_orchestrator scripts/benchmarking tests/objectives.py tests/misbehaving.py tests/probes.py tests/browser.py
+	$(BIN)/mypy hpo_orchestrator scripts/benchmarking tests/objectives/__init__.py tests/misbehaving.py tests/probes.py tests/browser.py
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache .ruff_cache .mypy_cache

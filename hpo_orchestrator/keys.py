@@ -5,7 +5,7 @@ Optuna user attrs on trials and studies are the orchestrator's contract with SQL
 and ``status`` (docs/DESIGN.md §2.3 says what each means and when it is written): a key spelt
 once here cannot drift between the module that writes it and the ones that read it. A key
 used by one module alone stays where it is used. Keys inside SQL text stay literal: a
-statement is checked as the text it is (tests/test_db_contract.py). The built-in objectives
+statement is checked as the text it is (tests/db/test_db_contract.py). The built-in objectives
 set theirs as a user's objective would, by name.
 """
 

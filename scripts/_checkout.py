@@ -1,6 +1,6 @@
 """The checkout's root on the path of a script and of every process it starts.
 
-The benchmarks run the test objectives (tests/objectives.py), which serve this repository
+The benchmarks run the test objectives (tests/objectives/__init__.py), which serve this repository
 only and so are not in the installed package: a script imports them, and so do the study's
 own processes, by name (``objective.target=tests.objectives:NAME``). Run as
 ``python scripts/NAME.py``, a script has its own folder on the path, not the checkout's root.

@@ -45,7 +45,7 @@ from typing import Any
 
 from _checkout import on_path
 
-on_path()  # the test objectives (tests/objectives.py), here and in the study's processes
+on_path()  # the test objectives (tests/objectives/__init__.py), here and in the study's processes
 
 TARGET = "tests.objectives:gpu_mix"
 PAR = 4

@@ -43,7 +43,7 @@ from typing import Any
 
 from _checkout import on_path
 
-on_path()  # the test objectives (tests/objectives.py), here and in the study's processes
+on_path()  # the test objectives (tests/objectives/__init__.py), here and in the study's processes
 
 SETTINGS = {"1": ["scheduler.trials_per_gpu=1"], "2": ["scheduler.trials_per_gpu=2"],
             "3": ["scheduler.trials_per_gpu=3"], "4": ["scheduler.trials_per_gpu=4"],

@@ -46,7 +46,7 @@ from typing import Any
 
 from _checkout import on_path
 
-on_path()  # the test objectives (tests/objectives.py), here and in the study's processes
+on_path()  # the test objectives (tests/objectives/__init__.py), here and in the study's processes
 
 OBJECTIVE = "tests.objectives:reports10"
 OPTUNA_FIRST_TRIAL = """

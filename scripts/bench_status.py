@@ -54,7 +54,7 @@ from _checkout import on_path
 from hpo_orchestrator.db.tables import ensure_tables
 from hpo_orchestrator.status import StatusReport
 
-on_path()  # the test objectives (tests/objectives.py), here and in the study's processes
+on_path()  # the test objectives (tests/objectives/__init__.py), here and in the study's processes
 
 STUDY = "bench"
 REPO = Path(__file__).resolve().parents[1]

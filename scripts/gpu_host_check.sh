@@ -26,7 +26,7 @@ export PYTHONUNBUFFERED=1 COLUMNS=160
         python3 -c "from hpo_orchestrator.gpu._opencl import list_platforms as l; print('platforms (NVIDIA ICD added):', l())"
 } 2>&1 | tee "$out/host.txt"
 
-HPO_TEST_REQUIRE_GPU=1 python3 -m pytest -q -m gpu -rs -p no:cacheprovider tests/test_gpu.py 2>&1 \
+HPO_TEST_REQUIRE_GPU=1 python3 -m pytest -q -m gpu -rs -p no:cacheprovider tests/gpu/test_gpu.py 2>&1 \
     | tee "$out/pytest-gpu.txt"
 
 # A short real study on every GPU while nvidia-smi samples utilization once a second.

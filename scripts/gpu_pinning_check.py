@@ -28,7 +28,7 @@ from pathlib import Path
 import pynvml
 from _checkout import on_path
 
-on_path()  # the test objectives (tests/objectives.py), here and in the study's processes
+on_path()  # the test objectives (tests/objectives/__init__.py), here and in the study's processes
 
 
 def _nvml_gpus() -> list[tuple[int, str, str]]:

@@ -16,16 +16,19 @@ was killed.
 
 ``--touched`` and ``--sample N`` (what CI runs, docs/MUTATION.md "In CI") choose a part of the
 list: the edits the submission touched (their module, a guarding test's file or the entry
-itself changed since the last landed commit, read from git) and N more, a window of the list
-that moves on with every commit.
+itself changed since the last landed commit, read from git; a file only moved, or whose
+code differs only in comments and docstrings, is not changed) and N more, a window of the
+list that moves on with every commit.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import concurrent.futures
 import os
 import queue
+import re
 import shutil
 import signal
 import subprocess
@@ -125,19 +128,111 @@ def submission_base(repo: Path = REPO, window_s: float = SUBMISSION_WINDOW_S) ->
     return base or None
 
 
+def _name_status(*revs: str, repo: Path) -> list[list[str]]:
+    """``git diff --name-status --find-renames`` between ``revs``: one field list a file."""
+    shown = _git("diff", "--name-status", "--find-renames", *revs, repo=repo)
+    return [line.split("\t") for line in shown.splitlines() if line]
+
+
+def _changes(base: str, repo: Path) -> tuple[set[str], dict[str, str]]:
+    """(files changed since ``base``, files moved: old path -> new path). A file moved as it
+    was (git's rename score R100) has not changed: the lead's move of the tests into their
+    rooms (scripts/place_tests.py) touches no edit. Moved and edited (R<100): its new path
+    changed. The committed changes, then the working tree's on top of them."""
+    changed: set[str] = set()
+    moved: dict[str, str] = {}
+    for revs in ((base, "HEAD"), ("HEAD",)):
+        for fields in _name_status(*revs, repo=repo):
+            status, paths = fields[0], fields[1:]
+            if status.startswith("R"):
+                old, new = paths
+                for before, after in list(moved.items()):  # moved in a commit, then again
+                    if after == old:
+                        moved[before] = new
+                moved.setdefault(old, new)
+                if old in changed:  # edited in a commit, moved in the working tree
+                    changed.discard(old)
+                    changed.add(new)
+                elif status != "R100":
+                    changed.add(new)
+            else:  # A, M, D, T, and C's copy
+                changed.add(paths[-1])
+    return changed, moved
+
+
+def _code(text: str) -> str | None:
+    """A Python file's code without its comments and docstrings (None: not Python that
+    parses): what a mutation's verdict can depend on."""
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return None
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if (isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                and body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
+                and isinstance(body[0].value.value, str)):
+            node.body = body[1:] or [ast.Pass()]
+    return ast.dump(tree)
+
+
+def _same_code(base: str, old: str, new: str, moved: dict[str, str], repo: Path) -> bool:
+    """Whether the Python file ``new`` holds the code ``old`` held at ``base``, the modules
+    moved since read under their new names (a docstring or a comment naming a moved test's new
+    path, or an import of a moved test's helper from its new module, changes no verdict)."""
+    if not new.endswith(".py") or not (repo / new).is_file():
+        return False
+    shown = subprocess.run(["git", "show", f"{base}:{old}"], cwd=repo, capture_output=True, text=True)
+    if shown.returncode != 0:
+        return False
+    text = shown.stdout
+    for was, now in moved.items():
+        if was.endswith(".py") and now.endswith(".py"):
+            was_module, now_module = (p.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
+                                      for p in (was, now))
+            text = re.sub(rf"(?<![\w.]){re.escape(was_module)}(?!\w)", now_module, text)
+    before = _code(text)
+    return before is not None and before == _code((repo / new).read_text())
+
+
 def changed_files(base: str | None, repo: Path = REPO) -> set[str] | None:
     """Files changed since ``base``: in its commits up to HEAD (merged branches too) and in the
-    working tree (edited, staged or untracked). None: no base, every file is new."""
+    working tree (edited, staged or untracked); a file only moved is not one of them
+    (``_changes``), nor is a Python file whose code is the same but for comments, docstrings
+    and the new names of moved modules. None: no base, every file is new."""
     if base is None:
         return None
-    names = _git("diff", "--name-only", base, "HEAD", repo=repo).splitlines()
-    names += _git("diff", "--name-only", "HEAD", repo=repo).splitlines()
-    names += _git("ls-files", "--others", "--exclude-standard", repo=repo).splitlines()
-    return set(filter(None, names))
+    changed, moved = _changes(base, repo)
+    came_from = {new: old for old, new in moved.items()}
+    changed = {name for name in changed
+               if not _same_code(base, came_from.get(name, name), name, moved, repo)}
+    changed |= set(_git("ls-files", "--others", "--exclude-standard", repo=repo).splitlines())
+    return set(filter(None, changed))
+
+
+def moved_files(base: str, repo: Path = REPO) -> dict[str, str]:
+    """The files moved since ``base`` (edited or not): old path -> new path."""
+    return _changes(base, repo)[1]
+
+
+def _renamed(entry: dict[str, object], moved: dict[str, str]) -> dict[str, object]:
+    """An entry as it reads with the files it names at their new paths."""
+    renamed = dict(entry)
+    if isinstance(entry.get("file"), str):
+        renamed["file"] = moved.get(str(entry["file"]), entry["file"])
+    tests = entry.get("tests")
+    if isinstance(tests, list):
+        renamed["tests"] = [moved.get(t.partition("::")[0], t.partition("::")[0])
+                            + "".join(t.partition("::")[1:]) if isinstance(t, str) else t
+                            for t in tests]
+    return renamed
 
 
 def changed_entries(base: str, mutations: list[Mutation], repo: Path = REPO) -> set[str]:
-    """Names of the entries that are new since ``base`` or whose text differs from it."""
+    """Names of the entries that are new since ``base`` or whose text differs from it, an
+    entry whose only change is the new path of a file moved since (its module, a guarding
+    test's file) left out: the move is not an edit of it."""
+    moved = moved_files(base, repo)
     before: dict[str, dict[str, object]] = {}
     for source in sorted({m.source for m in mutations}):
         relative = (MUTATIONS_DIR / source).relative_to(REPO).as_posix()
@@ -145,10 +240,11 @@ def changed_entries(base: str, mutations: list[Mutation], repo: Path = REPO) -> 
                                capture_output=True, text=True)
         if shown.returncode == 0:  # else the file is new: each of its entries too
             for entry in tomllib.loads(shown.stdout).get("mutation", []):
-                before[entry.get("name", "")] = entry
+                before[entry.get("name", "")] = _renamed(entry, moved)
     now = {entry["name"]: entry for source in sorted({m.source for m in mutations})
            for entry in tomllib.loads((MUTATIONS_DIR / source).read_text()).get("mutation", [])}
-    return {name for name, entry in now.items() if before.get(name) != entry}
+    return {name for name, entry in now.items()
+            if name not in before or before[name] != _renamed(entry, moved)}
 
 
 def touched(mutations: list[Mutation], files: set[str] | None,

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A one-node Slurm cluster on this machine (slurmctld + slurmd on localhost, munge auth) with 4
 # fake GPUs as GRES, so that Slurm itself sets CUDA_VISIBLE_DEVICES for each job. For tests
-# (tests/test_cluster_slurm.py) and .ci/run; needs root (apt-get, daemons, mknod).
+# (tests/cluster/test_cluster.py) and .ci/run; needs root (apt-get, daemons, mknod).
 #
 #   scripts/slurm_local.sh            # install if missing, configure, start, wait until idle
 #   scripts/slurm_local.sh --stop     # stop the daemons it started

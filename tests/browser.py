@@ -1,6 +1,6 @@
 """Open a report in headless Chromium and check that its charts were drawn.
 
-Used by tests/test_report.py and by scripts/report_screenshot.py (docs/REPORT.md's picture).
+Used by tests/report/test_report.py and by scripts/report_screenshot.py (docs/REPORT.md's picture).
 Needs Debian's ``chromium`` and ``chromium-driver`` (or any Chrome with its chromedriver)
 and the ``selenium`` package (the ``dev`` extra).
 

@@ -20,7 +20,7 @@ import pytest
 from hpo_orchestrator.placement._leases import LEASE_DIR_ENV
 
 REPO = Path(__file__).resolve().parents[1]
-# The test objectives (tests/objectives.py, tests/misbehaving.py) are imported by name in the
+# The test objectives (tests/objectives/__init__.py, tests/misbehaving.py) are imported by name in the
 # trials' own processes (objective.target=tests.objectives:NAME), which run in a test's
 # folder: the checkout's root on PYTHONPATH lets every process a test starts find them.
 os.environ["PYTHONPATH"] = os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])

@@ -1,4 +1,4 @@
-"""Trials that misbehave towards the orchestrator, for tests/test_reliability_children.py:
+"""Trials that misbehave towards the orchestrator, for tests/scheduler/test_reliability_children.py:
 importable in child processes as ``tests.misbehaving:NAME``.
 
 Each breaks a rule of the pipe or the trial API the way a careless (or unlucky) objective

@@ -4,7 +4,7 @@ Status folds the trials into the study's tally, its kept one (a row of sums, the
 it, index reads for medians) or a fresh one; this computes the same report the plain way, from
 every trial's row as the database has it (counts by state, durations and their medians, the
 union of each device's intervals, the flagged and failed trials, the best trial), so that a
-test can hold either fold to the database's numbers (tests/test_tally.py).
+test can hold either fold to the database's numbers (tests/tally/test_tally.py).
 """
 
 from __future__ import annotations

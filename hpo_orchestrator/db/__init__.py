@@ -4,7 +4,7 @@ Each feature keeps its own statements beside its rules (the budget in scheduler/
 mirror and a trial's end in study/, the tally in tally/_tally.py, retention in telemetry/,
 artifacts in artifacts/_fetch.py); this package holds what they all stand on and what several
 of them read. Every statement is a module-level ``_..._SQL`` constant, wherever it lives, so
-tests/test_db_contract.py runs each one against a database made by the installed Optuna.
+tests/db/test_db_contract.py runs each one against a database made by the installed Optuna.
 
 This face imports no SQLAlchemy: ``status --json`` on a sqlite file reads through ``sqlite3``
 alone (db/_sql.py), where SQLAlchemy's import would cost more than the read. What is

@@ -17,7 +17,7 @@ __all__ = ["TELEMETRY_COLUMNS", "Sample", "has_telemetry_table", "has_trial", "t
            "telemetry_samples"]
 
 # hpo_telemetry's columns but its id, in the table's order (db/tables.py defines the table;
-# tests/test_db_contract.py holds the two to each other).
+# tests/db/test_db_contract.py holds the two to each other).
 TELEMETRY_COLUMNS = ("trial_id", "ts", "gpu_index", "sm_util", "mem_used_mib", "power_w", "temp_c",
                      "phase", "proc_sm_util", "proc_mem_mib", "cpu_util", "rss_mib")
 

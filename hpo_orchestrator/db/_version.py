@@ -4,7 +4,7 @@ The db package reads and writes Optuna's tables with plain SQL (docs/DESIGN.md Â
 statements are written against one schema. Optuna records the schema as an alembic revision in
 ``alembic_version`` (and the Optuna version that set it up in ``version_info``); a database
 made by an Optuna whose schema we do not know is refused at open with a hint, instead of
-failing later in the middle of a statement (or of a run). tests/test_db_contract.py checks
+failing later in the middle of a statement (or of a run). tests/db/test_db_contract.py checks
 that the installed Optuna writes :data:`SCHEMA_REVISION` and runs every statement against it.
 """
 

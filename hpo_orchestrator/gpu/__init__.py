@@ -50,7 +50,7 @@ _FAKE_NAMES = ("FAKE_FOREIGN_ENV", "FAKE_MACHINE_ENV", "FAKE_WORK_DIR_ENV", "Fak
 
 def __getattr__(name: str) -> Any:
     """The scripted fake is loaded only when something asks for it: a run only when
-    $HPO_ORCHESTRATOR_FAKE_GPUS is set (tests/test_imports.py checks it)."""
+    $HPO_ORCHESTRATOR_FAKE_GPUS is set (tests/repo/test_imports.py checks it)."""
     if name in _FAKE_NAMES:
         from hpo_orchestrator.gpu import _fake
 

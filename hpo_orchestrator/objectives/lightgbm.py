@@ -135,7 +135,7 @@ class LightGBMObjective:
         where the pre-filter would have dropped a feature (too rare to split), trials keep it
         among ``feature_fraction``'s draw, so on such data their models differ from
         LightGBM's default (on the generated data they are the same:
-        tests/test_objective_data_once.py). The raw arrays (the cached ones) are kept so that
+        tests/objectives/test_objective_data_once.py). The raw arrays (the cached ones) are kept so that
         LightGBM bins again itself if a trial changes how it bins. The OpenCL learner
         (``device_type=gpu``) gets new Datasets per trial: reusing one there has not been
         checked on a GPU host.

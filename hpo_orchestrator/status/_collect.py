@@ -9,7 +9,7 @@ it cannot place), a fresh one that every trial is folded into here. So the cost 
 trials since the last trial's end, and a study without a tally costs one read of every trial,
 until a run's start rebuilds it (docs/BENCHMARKS.md "status from a kept tally"); a study plain
 Optuna wrote has its finished trials folded from a narrow read instead (status/_plain.py).
-The numbers are the database's exactly, sums but for their last bits (tests/test_tally.py
+The numbers are the database's exactly, sums but for their last bits (tests/tally/test_tally.py
 checks both ways against a visit of every trial).
 
 Findings are made from the report and a few pre-filtered facts

@@ -7,7 +7,7 @@ window. Those are folded here from one read of each finished state, a column at 
 the row objects and per-device unions of the trial-by-trial fold (tally/_tally.py's
 Tally.add), which cost over a second more on 100,000 trials (docs/benchmarks/status.md "A study
 plain Optuna wrote"). Its unfinished trials are the tally's holes, folded in one by one as any other's.
-tests/test_plain_status.py holds this fold to a visit of every trial.
+tests/status/test_plain_status.py holds this fold to a visit of every trial.
 """
 
 from __future__ import annotations

@@ -50,7 +50,7 @@ _USER_ATTRS = ("SELECT a.trial_id, a.key, a.value_json FROM trial_user_attribute
                "JOIN trials t ON t.trial_id = a.trial_id", "a.trial_id")
 _SYSTEM_ATTRS = ("SELECT a.trial_id, a.key, a.value_json FROM trial_system_attributes a "
                  "JOIN trials t ON t.trial_id = a.trial_id", "a.trial_id")
-# The statements as they run (tests/test_db_contract.py runs every _..._SQL constant).
+# The statements as they run (tests/db/test_db_contract.py runs every _..._SQL constant).
 _TRIALS_SQL, _PARAMS_SQL, _VALUES_SQL, _STEPS_SQL, _USER_ATTRS_SQL, _SYSTEM_ATTRS_SQL = (
     f"{select} WHERE " + _WHERE.format(col=col, select=select, after=0, s=1, ids="-1")
     for select, col in (_TRIALS, _PARAMS, _VALUES, _STEPS, _USER_ATTRS, _SYSTEM_ATTRS))

@@ -43,7 +43,7 @@ def build_sampler(config: Config) -> optuna.samplers.BaseSampler:
     if isinstance(cfg, TPESamplerConfig):
         # Multivariate TPE samples a parameter outside the trials' common search space (a
         # conditional one) on its own; Optuna 5 does so silently (warn_independent_sampling
-        # defaults to off, and passing it is deprecated): tests/test_sampler_defaults.py
+        # defaults to off, and passing it is deprecated): tests/study/test_sampler_defaults.py
         return optuna.samplers.TPESampler(n_startup_trials=cfg.n_startup_trials, seed=cfg.seed,
                                           multivariate=cfg.multivariate,
                                           constant_liar=cfg.constant_liar)

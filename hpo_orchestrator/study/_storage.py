@@ -26,7 +26,7 @@ reach the mirror with the next refresh; no sampler or pruner reads them.
 
 Storage trouble: a method that reaches the database is ``@retried`` (db/_retry.py): after
 :meth:`MirrorStorage.start_retrying`, transient trouble in it is waited out and the call runs
-again; ``NOT_RETRIED`` names the rest and why (tests/test_storage_retries.py). Thread safety:
+again; ``NOT_RETRIED`` names the rest and why (tests/study/test_storage_retries.py). Thread safety:
 one lock around the mirror; the orchestrator's loop is its one caller.
 """
 

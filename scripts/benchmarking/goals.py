@@ -1,6 +1,6 @@
 """The goals of the time-to-quality work, judged from kept raw results: docs/QUALITY.md's
 goals table is :func:`goals_table` of docs/quality-data/ (``scripts/bench_quality.py --goals``,
-checked against the page by tests/test_quality_docs.py), so every figure in it rebuilds.
+checked against the page by tests/repo/test_quality_docs.py), so every figure in it rebuilds.
 
 A goal is met only on evidence that holds: the effect at each of its targets, ours faster by
 both exact tests at p < 0.05 where the goal asks for a speedup, ours within the margin by both

@@ -18,7 +18,7 @@ know counts against the side that test would favour: for "ours is faster", ours 
 both censored is a loss of the largest rank, a censored baseline counts with its bound. So a
 censored study can only make the p-values larger. Two equal contenders are called different
 (two-sided p < 0.05, or an interval that excludes 1) in at most 5 % of studies at any number
-of pairs (tests/test_bench_quality.py simulates it); where five pairs cannot give a 95 %
+of pairs (tests/scripts/test_bench_quality.py simulates it); where five pairs cannot give a 95 %
 interval, none is shown. There is no bootstrap: a percentile bootstrap of the median calls
 equal contenders different in about 6 % of studies of 5 or 10 pairs and 25 % of 3.
 
