@@ -66,6 +66,7 @@ PLACES: dict[str, str] = {
     # promises, each kept by one room
     "busy_gpu_notes": "placement",
     "default_parallel": "placement",  # scheduler.parallel, decoded in placement/_settings.py
+    "packed_early": "placement",  # placement/_rules.py cpu_room, through a whole run
     "delete_study": "db",  # db/tables.py
     "retrying": "db",  # db/_retry.py
     "first_decision": "scheduler",

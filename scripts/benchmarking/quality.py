@@ -27,7 +27,7 @@ equal contenders different in about 6 % of studies of 5 or 10 pairs and 25 % of 
 both are below 0.025, censored pairs again against ours. The median alone cannot show it:
 pairs censored on both sides count 1 there, so a contender 1.5x slower with about 40 % of its
 runs censored shows a median of at least 1 in about half of the studies of 5 pairs, and passes
-this test in none (tests/test_bench_quality.py).
+this test in none (tests/scripts/test_bench_quality.py).
 """
 
 from __future__ import annotations

@@ -89,7 +89,7 @@ def test_a_hanging_setup_is_timed_from_its_workers_start_and_its_output_is_the_t
     assert attrs["hpo.setup_running"] is False  # it was true while the trial ran
     # Its clock is the loop's: not stopped before its 5 s, setup included. That the wait is
     # not given back to it as a stall of the loop (which let it run 5 s more) is
-    # tests/test_first_wave_ready.py's, in-process: no bound on a duration here, which a
+    # tests/scheduler/test_first_wave_ready.py's, in-process: no bound on a duration here, which a
     # loaded machine stretches.
     duration = datetime.fromisoformat(row["end"]) - datetime.fromisoformat(row["start"])
     assert duration.total_seconds() >= 5.0, duration

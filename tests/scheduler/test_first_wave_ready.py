@@ -119,7 +119,7 @@ def test_the_first_waves_wait_is_not_given_back_to_the_trials_as_a_stall(monkeyp
     the loop is no such stall: a trial handed over after a 5 s wait keeps its clock, so a
     hanging setup is stopped at trial_timeout_s, not 5 s past it. The run's steps around
     the loop are stubbed and the loop's clock is a counter the test moves (events, not the
-    wall clock: tests/test_first_wave.py runs the whole study)."""
+    wall clock: tests/scheduler/test_first_wave.py runs the whole study)."""
     from types import SimpleNamespace
 
     from hpo_orchestrator.scheduler import _deadlines, orchestrator

@@ -20,7 +20,7 @@ from scripts.benchmarking.power import (
 )
 from scripts.benchmarking.quality import Censored
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ALIKE = [Run([(10.0, 0.5), (40.0, 0.4)], 100.0)] * 3  # each run at 0.5 by 10 s, 0.4 by 40 s
 
 

@@ -22,7 +22,7 @@ from hpo_orchestrator.placement._rules import (
     settled_level,
     start_from,
 )
-from tests.test_packer import _Clock, _Readings, _run, packer_of
+from tests.placement.test_packer import _Clock, _Readings, _run, packer_of
 
 POLICY = PackingPolicy(target_util=80.0, max_per_gpu=4)
 HOST = HostObservation(cores=16, concurrency=3, cap=8, mem_peak_mib=1000.0, running=3)

@@ -5,7 +5,7 @@ Before, the room for one more trial was counted from the trials at once (one per
 from the threads given to the running trials: on 2 cores with 2 GPUs the default never
 packed ("no CPU core for 1 more trial") although the trials used almost none of them. The
 room is now the host CPU the running trials were measured to use (placement/_rules.py
-``cpu_room``, tests/test_rules_cpu_room.py)."""
+``cpu_room``, tests/placement/test_rules_cpu_room.py)."""
 
 from __future__ import annotations
 

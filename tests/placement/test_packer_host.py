@@ -149,7 +149,7 @@ _GPUS = [("GPU-1", 1, 80_000), ("GPU-3", 3, 40_000)]
 def _packer_on(monkeypatch: pytest.MonkeyPatch, overrides: list[str], mps: bool,
                readings: Any = None) -> Any:
     from hpo_orchestrator.gpu import GpuInfo
-    from tests.test_packer import packer_of
+    from tests.placement.test_packer import packer_of
 
     monkeypatch.setattr(_packer, "detect_mps", lambda: {"active": mps, "daemons": []})
     gpus = [GpuInfo(index=i, uuid=u, name="fake", memory_total_mib=m) for u, i, m in _GPUS]
