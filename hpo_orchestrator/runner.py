@@ -65,6 +65,7 @@ class PreparedRun:
     # several objectives: the study's Pareto front (number, values) before this run
     front: tuple[tuple[int, tuple[float, ...]], ...] = ()
     recovering: int = 0  # trials a killed run left RUNNING on this host: reaped, run again
+    requeued: int = 0  # trials it had asked ahead (no slot took them): back to the queue
     # of already_claimed, the trials still RUNNING that this run leaves to their makers (another
     # orchestrator, `optuna ask`): claimed, not done
     running_elsewhere: int = 0
@@ -283,7 +284,8 @@ def _run(config: Config, wave: FirstWave,
                         sqlite_path(config.storage.url), retrying,
                         unfinished=lambda: mirror.unfinished_trial_ids(study._study_id))
         claimed = budget.claimed()
-        recovering = budget.recoverable(storage, host, sched.max_retries)
+        recoverable = budget.recoverable(storage, host, sched.max_retries)
+        recovering = recoverable.total
         elsewhere = budget.running_elsewhere(host)
         if config.study.add_trials is not None:  # "N more": the study's total becomes claimed + N
             config = replace(config, study=replace(
@@ -303,7 +305,8 @@ def _run(config: Config, wave: FirstWave,
             already_claimed=claimed - recovering,
             running_elsewhere=elsewhere,
             n_trials=config.study.n_trials,
-            recovering=recovering if claimed - recovering < config.study.n_trials else 0,
+            recovering=recoverable.lost if claimed - recovering < config.study.n_trials else 0,
+            requeued=recoverable.requeued if claimed - recovering < config.study.n_trials else 0,
             log_dir=str(layout.settings.run_folder),
             best=best, front=front)
         live: AbstractContextManager[Reporter] = progress(prepared) if progress is not None \

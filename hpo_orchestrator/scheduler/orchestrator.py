@@ -447,7 +447,7 @@ class Orchestrator:
         self._stopping = True
         self.workers.retire_idle()
         if not storage_failed:
-            self.records.fail_unstarted(self.asking.ready)
+            self.records.requeue_unstarted(self.asking.ready)
         wait_stopped(self.running.values(), self.config.scheduler.kill_grace_s,
                      hard=self._signals > 1)
         for rt in list(self.running.values()):
