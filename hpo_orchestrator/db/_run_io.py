@@ -29,6 +29,11 @@ _TRIAL_STATE_SQL = "SELECT state FROM trials WHERE trial_id = :t"
 # A no-op update that holds the trial's row (PostgreSQL: until the transaction ends) while
 # it is RUNNING, so a reaper on another host cannot fail it between the check and the writes.
 _HOLD_RUNNING_SQL = "UPDATE trials SET state = state WHERE trial_id = :t AND state = 'RUNNING'"
+# Ours still: an asked-ahead trial requeued by another orchestrator while this one stood
+# stopped (past the grace period) may have been asked again by another run: RUNNING, not ours.
+_OWNED_SQL = ("SELECT COUNT(*) FROM trial_user_attributes WHERE trial_id = :t AND ("
+              "(key = 'hpo.orchestrator_pid' AND value_json = :pid) OR "
+              "(key = 'hpo.host' AND value_json = :host))")
 _FAIL_RUNNING_SQL = (
     "UPDATE trials SET state = 'FAIL', datetime_complete = :d WHERE trial_id = :t "
     "AND state = 'RUNNING'")
@@ -100,20 +105,29 @@ _INSERT_ATTR_SQL = ("INSERT INTO trial_user_attributes (trial_id, key, value_jso
 
 
 def write_trial_attrs(connection: Connection, trial_id: int, number: int, attrs: dict[str, Any],
-                      started: datetime | None = None) -> None:
+                      started: datetime | None = None,
+                      owner: tuple[str, int] | None = None) -> None:
     """Set several user attrs of a RUNNING trial (and move its start to ``started``), within
     the caller's transaction.
 
     Optuna's set_user_attr costs one transaction (about 5 ms through its ORM) per key; a
     trial gets about 15 keys, and the orchestrator's loop is the one writer for all slots.
     Like Optuna, only while the trial is RUNNING: else UpdateFinishedTrialError. The trial's
-    row stays held until the caller's transaction ends (see _HOLD_RUNNING_SQL).
+    row stays held until the caller's transaction ends (see _HOLD_RUNNING_SQL). With
+    ``owner`` (host, orchestrator pid): also only while that orchestrator holds it (its
+    ``hpo.host`` and ``hpo.orchestrator_pid``), else the same error.
     """
     if rows(connection, _HOLD_RUNNING_SQL, {"t": trial_id}).rowcount != 1:
         from optuna.exceptions import UpdateFinishedTrialError  # off the readers' import path
 
         state = scalar(connection, _TRIAL_STATE_SQL, {"t": trial_id})
         raise UpdateFinishedTrialError(f"trial {number} is {state_name(state)}; its attrs cannot change")
+    if owner is not None and scalar(connection, _OWNED_SQL, {
+            "t": trial_id, "host": json.dumps(owner[0]), "pid": json.dumps(owner[1])}) != 2:
+        from optuna.exceptions import UpdateFinishedTrialError
+
+        raise UpdateFinishedTrialError(f"trial {number} went back to the queue and another run "
+                                       "asked it; its attrs cannot change")
     if attrs:
         rows(connection, _DELETE_ATTRS_SQL, {"t": trial_id, "keys": list(attrs)}, ["keys"])
         _insert_attrs(connection, trial_id, attrs)
@@ -269,7 +283,8 @@ def running_among(connection: Connection, trial_ids: Collection[int]) -> list[Ru
     """Those of ``trial_ids`` that are RUNNING (by the primary key: no scan of the study)."""
     if not trial_ids:
         return []
-    found = rows(connection, _RUNNING_AMONG_SQL.format(now=_now(connection)), {"ids": sorted(int(i) for i in trial_ids)}, ["ids"])
+    found = rows(connection, _RUNNING_AMONG_SQL.format(now=_now(connection)),
+                 {"ids": sorted(int(i) for i in trial_ids)}, ["ids"])
 
     def decoded(value: Any) -> Any:
         return None if value is None else json.loads(value)

@@ -125,14 +125,16 @@ class RunRecords:
     # --- writes --------------------------------------------------------------------------
 
     def write_attrs(self, trial_id: int, number: int, attrs: dict[str, Any],
-                    started: datetime | None = None) -> None:
-        """Several user attrs of a RUNNING trial in one transaction (see db/_run_io.py)."""
+                    started: datetime | None = None, owned: bool = False) -> None:
+        """Several user attrs of a RUNNING trial in one transaction (see db/_run_io.py);
+        ``owned``: only while this orchestrator holds it (UpdateFinishedTrialError else)."""
         if not attrs:
             return
+        owner = (self.host, os.getpid()) if owned else None
 
         def step() -> None:
             with self.storage.engine.begin() as connection:
-                write_trial_attrs(connection, trial_id, number, attrs, started)
+                write_trial_attrs(connection, trial_id, number, attrs, started, owner)
         self.retrying.call(step)
 
     def asked_attrs(self) -> dict[str, Any]:
@@ -183,6 +185,9 @@ class RunRecords:
         if frozen.user_attrs.get(keys.FAIL_REASON) == "lost":
             return Verdict(TrialState.FAIL, None, "lost", "reaped by another orchestrator "
                            "while this one was stopped; result dropped")
+        if not frozen.state.is_finished():  # asked ahead, put back in the queue meanwhile
+            return Verdict(TrialState.FAIL, None, "lost", "put back in the queue by another "
+                           "orchestrator while this one was stopped; result dropped")
         held = frozen.state.name
         if frozen.values is not None:
             held += " " + ", ".join(f"{v:.6g}" for v in frozen.values)
@@ -260,7 +265,7 @@ class RunRecords:
             "hpo.worker_trial": worker.trials,  # 1: the process was started for this trial
             keys.LOG_PATH: None if rt.log_path is None else str(rt.log_path),
             **({keys.SETUP_RUNNING: True} if rt.in_setup else {}),
-        }, started=datetime.fromtimestamp(rt.spawned_epoch))
+        }, started=datetime.fromtimestamp(rt.spawned_epoch), owned=True)
         rt.setup_flagged = rt.in_setup
 
     def setup_ended(self, running: Iterable[RunningTrial]) -> None:
