@@ -15,8 +15,8 @@ from hpo_orchestrator.worker import phase, phase_depth, slot_info
 from tests.misbehaving import chaos  # objectives:chaos, as the tests name it
 
 __all__ = ["chaos", "chatty", "cuda_oom_once", "cuda_probe", "curves", "import_order",
-           "oom_when_shared", "phased", "pinned", "quadratic", "reports10", "reuse_probe", "rising",
-           "shared_gpu", "sleepy", "slow_setup", "stamped", "two_objectives"]
+           "oom_when_shared", "phased", "pinned", "quadratic", "ranged", "reports10", "reuse_probe",
+           "rising", "shared_gpu", "sleepy", "slow_setup", "stamped", "two_objectives"]
 
 
 def quadratic(trial: Any) -> float:
@@ -62,6 +62,15 @@ def stamped(trial: Any) -> float:
             time.sleep(step_s)
             stamps.write(f"{step} {time.time()!r}\n")  # before the report: it cannot be later
             trial.report(x * x + 1.0 / step, step)
+    return x * x
+
+
+def ranged(trial: Any) -> float:
+    """``x`` in [-1, HPO_TEST_X_HIGH] (default 1), or one of two choices with
+    HPO_TEST_X_KIND=categorical: a search space edited between two runs of one study."""
+    if os.environ.get("HPO_TEST_X_KIND") == "categorical":
+        return float(trial.suggest_categorical("x", [0, 1]))
+    x = trial.suggest_float("x", -1.0, float(os.environ.get("HPO_TEST_X_HIGH", "1")))
     return x * x
 
 
