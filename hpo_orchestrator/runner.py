@@ -177,6 +177,10 @@ def _import_error(key: str, target: str, exc: Exception) -> ConfigError:
                            f"fix the syntax at {where}{line}")
     if isinstance(exc, ModuleNotFoundError) and exc.name and \
             (module == exc.name or module.startswith(exc.name + ".")):
+        dotted = _as_module(module)
+        if dotted != module:  # a file path where a module name goes
+            return ConfigError(f"{what}: {module!r} is a file path, not a module name",
+                               f"name it as Python imports it: {key}={dotted}:{attribute or 'objective'}")
         return ConfigError(f"{what} ({type(exc).__name__}: {exc})",
                            f"is the module under the current folder ({os.getcwd()}) or on "
                            "PYTHONPATH, and its name right?")
@@ -195,6 +199,14 @@ def _import_error(key: str, target: str, exc: Exception) -> ConfigError:
     return ConfigError(f"{what}: importing it raised {type(exc).__name__}: {exc}",
                        f"the error is in the module's own code{f' at {place}' if place else ''}; "
                        f"'{sys.executable} -c \"import {module}\"' shows the traceback")
+
+
+def _as_module(path: str) -> str:
+    """``mypkg/trivial.py`` (or ``./mypkg\\trivial.py``) as Python imports it: ``mypkg.trivial``."""
+    if "/" not in path and "\\" not in path and not path.endswith(".py"):
+        return path
+    parts = [p for p in path.replace("\\", "/").removesuffix(".py").split("/") if p not in ("", ".")]
+    return ".".join(parts)
 
 
 def _current_folder_importable() -> None:
