@@ -65,6 +65,7 @@ class PreparedRun:
     # several objectives: the study's Pareto front (number, values) before this run
     front: tuple[tuple[int, tuple[float, ...]], ...] = ()
     recovering: int = 0  # trials a killed run left RUNNING on this host: reaped, run again
+    requeued: int = 0  # trials it had asked ahead (no slot took them): back to the queue
     # of already_claimed, the trials still RUNNING that this run leaves to their makers (another
     # orchestrator, `optuna ask`): claimed, not done
     running_elsewhere: int = 0
@@ -176,6 +177,10 @@ def _import_error(key: str, target: str, exc: Exception) -> ConfigError:
                            f"fix the syntax at {where}{line}")
     if isinstance(exc, ModuleNotFoundError) and exc.name and \
             (module == exc.name or module.startswith(exc.name + ".")):
+        dotted = _as_module(module)
+        if dotted != module:  # a file path where a module name goes
+            return ConfigError(f"{what}: {module!r} is a file path, not a module name",
+                               f"name it as Python imports it: {key}={dotted}:{attribute or 'objective'}")
         return ConfigError(f"{what} ({type(exc).__name__}: {exc})",
                            f"is the module under the current folder ({os.getcwd()}) or on "
                            "PYTHONPATH, and its name right?")
@@ -194,6 +199,14 @@ def _import_error(key: str, target: str, exc: Exception) -> ConfigError:
     return ConfigError(f"{what}: importing it raised {type(exc).__name__}: {exc}",
                        f"the error is in the module's own code{f' at {place}' if place else ''}; "
                        f"'{sys.executable} -c \"import {module}\"' shows the traceback")
+
+
+def _as_module(path: str) -> str:
+    """``mypkg/trivial.py`` (or ``./mypkg\\trivial.py``) as Python imports it: ``mypkg.trivial``."""
+    if "/" not in path and "\\" not in path and not path.endswith(".py"):
+        return path
+    parts = [p for p in path.replace("\\", "/").removesuffix(".py").split("/") if p not in ("", ".")]
+    return ".".join(parts)
 
 
 def _current_folder_importable() -> None:
@@ -283,7 +296,8 @@ def _run(config: Config, wave: FirstWave,
                         sqlite_path(config.storage.url), retrying,
                         unfinished=lambda: mirror.unfinished_trial_ids(study._study_id))
         claimed = budget.claimed()
-        recovering = budget.recoverable(storage, host, sched.max_retries)
+        recoverable = budget.recoverable(storage, host, sched.max_retries)
+        recovering = recoverable.total
         elsewhere = budget.running_elsewhere(host)
         if config.study.add_trials is not None:  # "N more": the study's total becomes claimed + N
             config = replace(config, study=replace(
@@ -303,7 +317,8 @@ def _run(config: Config, wave: FirstWave,
             already_claimed=claimed - recovering,
             running_elsewhere=elsewhere,
             n_trials=config.study.n_trials,
-            recovering=recovering if claimed - recovering < config.study.n_trials else 0,
+            recovering=recoverable.lost if claimed - recovering < config.study.n_trials else 0,
+            requeued=recoverable.requeued if claimed - recovering < config.study.n_trials else 0,
             log_dir=str(layout.settings.run_folder),
             best=best, front=front)
         live: AbstractContextManager[Reporter] = progress(prepared) if progress is not None \

@@ -53,6 +53,16 @@ class _Parser(argparse.ArgumentParser):
         return super().format_help()
 
 
+class _StudyAsOverride(argparse.Action):
+    """``run --study NAME``: status, logs, best and the others take ``--study``; a run names
+    its study as an override, which the hint spells out with the name given."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        raise ConfigError(f"{parser.prog} takes no {option_string}: a run's study is the "
+                          "override study.name", f"{parser.prog} study.name={values}")
+
+
 def _int_list(value: str) -> list[int]:
     try:
         numbers = [int(v) for v in value.split(",") if v.strip()]
@@ -73,6 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
     run = commands.add_parser("run", help="run a study (Hydra overrides, e.g. scheduler.parallel=4)",
                               epilog=_RUN_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     run.add_argument("overrides", nargs="*", metavar="KEY=VALUE")
+    run.add_argument("--study", action=_StudyAsOverride, help=argparse.SUPPRESS)
     run.add_argument("--show-config", action="store_true",
                      help="print the resolved configuration and exit")
 

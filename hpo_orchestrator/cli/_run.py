@@ -104,6 +104,10 @@ def _run_study(args: argparse.Namespace, console: Console, totals: list[int], co
             console.print(f"recovering {run.recovering} trial(s) that a stopped run left running "
                           "on this host: they run again ('status' shows them as lost)",
                           style="yellow", highlight=False, markup=False)
+        if run.requeued:  # never ran: not lost, not failed (the README's SQL shows WAITING)
+            console.print(f"{run.requeued} trial(s) the stopped run had asked ahead, that no "
+                          "slot took, go back to the queue", style="yellow", highlight=False,
+                          markup=False)
         if run.nothing_to_do:
             has = f"{run.already_claimed} of its study.n_trials={run.n_trials} trials" \
                 if run.already_claimed == run.n_trials else \

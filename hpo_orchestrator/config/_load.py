@@ -94,8 +94,10 @@ def _explain(exc: BaseException, overrides: list[str]) -> ConfigError:
         key = full_key or message
         return ConfigError(f"unknown configuration key {key!r}", _unknown_key_hint(str(key), overrides))
     if full_key:
+        # conf/ is the checkout's folder: a pip install has none; --show-config prints it all
         return ConfigError(f"{full_key}: {message}",
-                           "check the value's type (see conf/ for the defaults)")
+                           "check the value's type ('hpo-orchestrator run --show-config' "
+                           "prints every key with its default)")
     if any(marker in message for marker in _OVERRIDE_SYNTAX_ERRORS):
         return ConfigError(message, "a value holding , # ' [ ] = or spaces goes in double quotes "
                                     "inside single ones, e.g. 'study.name=\"a, b\"'")

@@ -139,8 +139,11 @@ def _parse(default: ParamSpec, entry: Any, key: str) -> ParamSpec:
     step = None
     if entry.step is not None:
         step = _cast(entry.step, kind, f"{key}.step")
-        if step <= 0 or entry.log:
-            raise _fail(key, "step must be > 0, and cannot be combined with log: true",
+        if step <= 0:  # said apart: a step of 0 was told about log, which it never set
+            raise _fail(f"{key}.step", f"must be > 0, got {step}",
+                        f"set {key}.step to a positive value, or {key}.step=null for none")
+        if entry.log:
+            raise _fail(key, "step cannot be combined with log: true",
                         f"set {key}.log=false to use a step")
     return ParamSpec(name, kind, low, high, entry.log, step)
 

@@ -22,12 +22,18 @@ if TYPE_CHECKING:
 
 __all__ = ["RunningTrialRow", "ask_running_trial", "attempt_of", "create_running_trial",
            "enqueue_waiting_trial", "fail_running_trial", "max_completed_step",
-           "no_longer_running", "running_among", "start_running_trial", "write_trial_attrs"]
+           "no_longer_running", "record_heartbeat", "requeue_unstarted_trial", "running_among",
+           "start_running_trial", "write_trial_attrs"]
 
 _TRIAL_STATE_SQL = "SELECT state FROM trials WHERE trial_id = :t"
 # A no-op update that holds the trial's row (PostgreSQL: until the transaction ends) while
 # it is RUNNING, so a reaper on another host cannot fail it between the check and the writes.
 _HOLD_RUNNING_SQL = "UPDATE trials SET state = state WHERE trial_id = :t AND state = 'RUNNING'"
+# Ours still: an asked-ahead trial requeued by another orchestrator while this one stood
+# stopped (past the grace period) may have been asked again by another run: RUNNING, not ours.
+_OWNED_SQL = ("SELECT COUNT(*) FROM trial_user_attributes WHERE trial_id = :t AND ("
+              "(key = 'hpo.orchestrator_pid' AND value_json = :pid) OR "
+              "(key = 'hpo.host' AND value_json = :host))")
 _FAIL_RUNNING_SQL = (
     "UPDATE trials SET state = 'FAIL', datetime_complete = :d WHERE trial_id = :t "
     "AND state = 'RUNNING'")
@@ -47,7 +53,7 @@ _INSERT_SYSTEM_ATTR_SQL = (
     "INSERT INTO trial_system_attributes (trial_id, key, value_json) VALUES (:t, :k, :v)")
 _SET_START_SQL = "UPDATE trials SET datetime_start = :d WHERE trial_id = :t"
 # The database's clock, as Optuna's record_heartbeat stamps it (func.current_timestamp()).
-_FIRST_HEARTBEAT_SQL = "INSERT INTO trial_heartbeats (trial_id, heartbeat) VALUES (:t, CURRENT_TIMESTAMP)"
+_FIRST_HEARTBEAT_SQL = "INSERT INTO trial_heartbeats (trial_id, heartbeat) VALUES (:t, {now})"
 # A heartbeat stamped when the row is written, not before: Optuna's record_heartbeat reads the
 # clock first and then waits for the write lock, so a 30 s lock held by another process stored
 # a heartbeat 30 s old, past the grace period, and reaping then failed the run's own live
@@ -57,7 +63,18 @@ _FIRST_HEARTBEAT_SQL = "INSERT INTO trial_heartbeats (trial_id, heartbeat) VALUE
 _LOCK_HEARTBEAT_SQL = "SELECT trial_id FROM trial_heartbeats WHERE trial_id = :t FOR UPDATE"
 _HEARTBEAT_SQL = "UPDATE trial_heartbeats SET heartbeat = {now} WHERE trial_id = :t"
 _NEW_HEARTBEAT_SQL = "INSERT INTO trial_heartbeats (trial_id, heartbeat) VALUES (:t, {now})"
-_NOW = {"postgresql": "clock_timestamp()"}
+# sqlite's CURRENT_TIMESTAMP has whole seconds: a lost trial ended at its last sign of life
+# (scheduler/_recovery.last_alive) could then end up to a second before its last report. Its
+# clock read to the millisecond, written as SQLAlchemy writes a datetime (microseconds).
+_NOW = {"postgresql": "clock_timestamp()", "sqlite": "strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'"}
+# An asked-ahead trial no slot took goes back to the queue as the WAITING trial it would have
+# been: no start, no heartbeat, and no owner (a reaper would else take the next run's ask of it,
+# in the moment before its new owner is written, for an orphan of the dead one).
+_REQUEUE_SQL = ("UPDATE trials SET state = 'WAITING', datetime_start = NULL WHERE trial_id = :t "
+                "AND state = 'RUNNING'")
+_FORGET_BEAT_SQL = "DELETE FROM trial_heartbeats WHERE trial_id = :t"
+_FORGET_OWNER_SQL = ("DELETE FROM trial_user_attributes WHERE trial_id = :t "
+                     "AND key IN ('hpo.host', 'hpo.orchestrator_pid')")
 _ATTEMPT_SQL = "SELECT value_json FROM trial_user_attributes WHERE trial_id = :t AND key = 'hpo.attempt'"
 # An ask's earlier try: the study's RUNNING trials started at that instant (about one), then
 # their attrs (only on a retry: never on a run's every ask)
@@ -68,7 +85,7 @@ _ATTRS_OF_SQL = "SELECT key, value_json FROM trial_user_attributes WHERE trial_i
 # ones): a filter on state over the study's trials would scan all of them (about 25 ms a
 # statement at 100,000 trials, three of them every heartbeat round).
 _RUNNING_AMONG_SQL = (
-    "SELECT t.trial_id, t.datetime_start, b.heartbeat, CURRENT_TIMESTAMP, h.value_json, "
+    "SELECT t.trial_id, t.datetime_start, b.heartbeat, {now}, h.value_json, "
     "p.value_json, o.value_json, r.value_json FROM trials t "
     "LEFT JOIN trial_heartbeats b ON b.trial_id = t.trial_id "
     "LEFT JOIN trial_user_attributes h ON h.trial_id = t.trial_id AND h.key = 'hpo.host' "
@@ -88,20 +105,29 @@ _INSERT_ATTR_SQL = ("INSERT INTO trial_user_attributes (trial_id, key, value_jso
 
 
 def write_trial_attrs(connection: Connection, trial_id: int, number: int, attrs: dict[str, Any],
-                      started: datetime | None = None) -> None:
+                      started: datetime | None = None,
+                      owner: tuple[str, int] | None = None) -> None:
     """Set several user attrs of a RUNNING trial (and move its start to ``started``), within
     the caller's transaction.
 
     Optuna's set_user_attr costs one transaction (about 5 ms through its ORM) per key; a
     trial gets about 15 keys, and the orchestrator's loop is the one writer for all slots.
     Like Optuna, only while the trial is RUNNING: else UpdateFinishedTrialError. The trial's
-    row stays held until the caller's transaction ends (see _HOLD_RUNNING_SQL).
+    row stays held until the caller's transaction ends (see _HOLD_RUNNING_SQL). With
+    ``owner`` (host, orchestrator pid): also only while that orchestrator holds it (its
+    ``hpo.host`` and ``hpo.orchestrator_pid``), else the same error.
     """
     if rows(connection, _HOLD_RUNNING_SQL, {"t": trial_id}).rowcount != 1:
         from optuna.exceptions import UpdateFinishedTrialError  # off the readers' import path
 
         state = scalar(connection, _TRIAL_STATE_SQL, {"t": trial_id})
         raise UpdateFinishedTrialError(f"trial {number} is {state_name(state)}; its attrs cannot change")
+    if owner is not None and scalar(connection, _OWNED_SQL, {
+            "t": trial_id, "host": json.dumps(owner[0]), "pid": json.dumps(owner[1])}) != 2:
+        from optuna.exceptions import UpdateFinishedTrialError
+
+        raise UpdateFinishedTrialError(f"trial {number} went back to the queue and another run "
+                                       "asked it; its attrs cannot change")
     if attrs:
         rows(connection, _DELETE_ATTRS_SQL, {"t": trial_id, "keys": list(attrs)}, ["keys"])
         _insert_attrs(connection, trial_id, attrs)
@@ -174,13 +200,30 @@ def start_running_trial(connection: Connection, trial_id: int, user_attrs: dict[
     """The user attrs and first heartbeat of a trial just created in the caller's transaction
     (no attr or heartbeat row of it can exist yet)."""
     _insert_attrs(connection, trial_id, user_attrs)
-    rows(connection, _FIRST_HEARTBEAT_SQL, {"t": trial_id})
+    rows(connection, _FIRST_HEARTBEAT_SQL.format(now=_now(connection)), {"t": trial_id})
+
+
+def _now(connection: Connection) -> str:
+    """The database's clock, to the millisecond or finer, as SQL."""
+    return _NOW.get(dialect(connection), "CURRENT_TIMESTAMP")
+
+
+def requeue_unstarted_trial(connection: Connection, trial_id: int) -> bool:
+    """A RUNNING trial that no slot took (asked ahead) back to WAITING, within the caller's
+    transaction: it never ran, so it is no failure and has no duration; the next ask takes it
+    (its number, and its fixed params if it was enqueued). False when it was not RUNNING any
+    more (another orchestrator took care of it first)."""
+    if rows(connection, _REQUEUE_SQL, {"t": trial_id}).rowcount != 1:
+        return False
+    rows(connection, _FORGET_BEAT_SQL, {"t": trial_id})
+    rows(connection, _FORGET_OWNER_SQL, {"t": trial_id})
+    return True
 
 
 def record_heartbeat(connection: Connection, trial_id: int) -> None:
     """The trial's heartbeat, stamped by the database's clock once the write may proceed."""
     backend = dialect(connection)
-    now = _NOW.get(backend, "CURRENT_TIMESTAMP")
+    now = _now(connection)
     if backend == "postgresql":
         rows(connection, _LOCK_HEARTBEAT_SQL, {"t": trial_id})
     if rows(connection, _HEARTBEAT_SQL.format(now=now), {"t": trial_id}).rowcount == 0:
@@ -240,7 +283,8 @@ def running_among(connection: Connection, trial_ids: Collection[int]) -> list[Ru
     """Those of ``trial_ids`` that are RUNNING (by the primary key: no scan of the study)."""
     if not trial_ids:
         return []
-    found = rows(connection, _RUNNING_AMONG_SQL, {"ids": sorted(int(i) for i in trial_ids)}, ["ids"])
+    found = rows(connection, _RUNNING_AMONG_SQL.format(now=_now(connection)),
+                 {"ids": sorted(int(i) for i in trial_ids)}, ["ids"])
 
     def decoded(value: Any) -> Any:
         return None if value is None else json.loads(value)

@@ -28,7 +28,7 @@ from contextlib import contextmanager
 from datetime import datetime, timedelta
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, NamedTuple, TypeVar
 
 from hpo_orchestrator.db import (
     Retrying,
@@ -48,7 +48,7 @@ if TYPE_CHECKING:
 
     from hpo_orchestrator.db import Readable
 
-__all__ = ["Budget", "count_claimed"]
+__all__ = ["Budget", "Recoverable", "count_claimed"]
 
 T = TypeVar("T")
 
@@ -79,6 +79,17 @@ _RUNNING_SQL = (
     "SELECT 1 FROM trial_user_attributes a WHERE a.trial_id = t.trial_id AND a.key IN "
     "('hpo.host', 'hpo.pid', 'hpo.orchestrator_pid', 'hpo.retry_of')))")
 _LOCK_SQL = "SELECT pg_advisory_xact_lock(:ns, :s)"
+
+
+class Recoverable(NamedTuple):
+    """What a restart's reaping takes out of the budget's count."""
+
+    lost: int  # ran, failed as lost with a retry: their params run again ('recovering N')
+    requeued: int  # asked ahead, no slot took them: WAITING again, no failure
+
+    @property
+    def total(self) -> int:
+        return self.lost + self.requeued
 
 
 def count_claimed(connection: Readable, study_id: int) -> int:
@@ -200,15 +211,20 @@ class Budget:
 
         return sum(not orphaned(row, host) for row in self._running_rows())
 
-    def recoverable(self, storage: RDBStorage, host: str, max_retries: int) -> int:
+    def recoverable(self, storage: RDBStorage, host: str, max_retries: int) -> Recoverable:
         """Of the orphans, those that leave the count once a run reaps them: reaped with a
-        retry (lost_attrs); not one whose retries are spent, nor one already marked retried
-        (not counted now)."""
-        from hpo_orchestrator.scheduler._recovery import lost_attrs  # as orphans()
+        retry (lost_attrs), and those asked ahead that go back to the queue (never_ran); not
+        one whose retries are spent, nor one already marked retried (not counted now)."""
+        from hpo_orchestrator.scheduler._recovery import lost_attrs, never_ran  # as orphans()
 
-        reaped = (lost_attrs(self.retrying.call(partial(storage.get_trial, trial_id)), max_retries)
-                  for trial_id in self.orphans(host))
-        return sum(retry is not None for _, retry in reaped)
+        lost = requeued = 0
+        for trial_id in self.orphans(host):
+            frozen = self.retrying.call(partial(storage.get_trial, trial_id))
+            if never_ran(frozen):
+                requeued += 1
+            elif lost_attrs(frozen, max_retries)[1] is not None:
+                lost += 1
+        return Recoverable(lost, requeued)
 
     def claim(self, ask: Callable[[], T]) -> T | None:
         """``ask()`` if the budget has room (under the study's lock), else None."""

@@ -146,6 +146,9 @@ def _refused(rt: RunningTrial, method: str, args: tuple[Any, ...],
                                   "are the orchestrator's; use another prefix"))
     if method == "report" and (too_large := _step_out_of_range(rt, args, kwargs)):
         return ("err", ValueError(too_large))
+    if rt.space is not None and method.startswith("suggest_") \
+            and (changed := rt.space.check(method, args, kwargs)):
+        return ("err", ValueError(changed))  # the run stops with it (exit 2)
     return None
 
 

@@ -34,6 +34,7 @@ class Halt:
     message: str
     hint: str
     rule: str  # the setting that stopped it: study.fail_fast, study.max_failures, ...
+    exit_code: int = 1  # 2: the run's input was wrong (a custom objective's changed space)
 
 
 @dataclass

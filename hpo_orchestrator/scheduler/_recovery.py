@@ -23,7 +23,7 @@ from hpo_orchestrator import keys
 from hpo_orchestrator.db import RunningTrialRow, running_among
 from hpo_orchestrator.scheduler._writes import Retry, RunRecords, trial_params
 
-__all__ = ["Recovery", "last_alive", "lost_attrs", "orphaned"]
+__all__ = ["Recovery", "last_alive", "lost_attrs", "never_ran", "orphaned"]
 
 
 class Recovery:
@@ -59,7 +59,7 @@ class Recovery:
 
         Mirrors optuna.storages.fail_stale_trials, but records why, and enqueues the retry,
         in the transaction that changes the state. A trial no slot took (asked ahead) goes
-        back to the queue as it was: not an attempt, so its attempt number stays.
+        back to the queue as the WAITING trial it was (``never_ran``): no failure, no start.
 
         Only the study's unfinished trials are read (the run's mirror knows them, any
         process's, as of at most storage.refresh_s ago), so a round costs the same on a
@@ -76,6 +76,9 @@ class Recovery:
         for trial in sorted(stale, key=lambda t: t.trial_id):
             # the database's copy (the mirror's may be older), through storage trouble
             frozen = self.records.retrying.call(partial(self.storage.get_trial, trial.trial_id))
+            if never_ran(frozen):  # asked ahead: it goes back to the queue, no failure
+                self.records.requeue(trial.trial_id)
+                continue
             attrs, retry = lost_attrs(frozen, self.max_retries)
             self.records.reap(trial.trial_id, frozen.number, attrs, retry, last_alive(trial))
 
@@ -108,10 +111,20 @@ def orphaned(trial: RunningTrialRow, host: str) -> bool:
     return isinstance(owner, int) and not _alive_since(owner, trial.started)
 
 
+def never_ran(frozen: FrozenTrial) -> bool:
+    """An orphan no slot took (no ``hpo.pid``, written when one does): the dead run had only
+    asked it ahead. One already marked ``hpo.retried`` had its retry enqueued: it is failed
+    as lost (its state only), so that its params do not run twice."""
+    return keys.PID not in frozen.user_attrs and frozen.user_attrs.get(keys.RETRIED) is not True
+
+
 def last_alive(trial: RunningTrialRow) -> datetime:
     """When a lost trial was last known to run, as its end (datetime_complete, local time):
-    its last heartbeat, whose age the database's clock gives. Ended at the reaping, a trial
-    of 13 s lasted 69 s (its orchestrator killed, the next run started a minute later)."""
+    its last heartbeat, whose age the database's clock gives; the run's report writes stamp
+    the heartbeat too (study/_storage.py ``flush``), so the end is never before its last
+    stored report (with heartbeats every 10 s, trials that ran 3 s were stored at 0.0 and
+    0.54 s). Ended at the reaping, a trial of 13 s lasted 69 s (its orchestrator killed, the
+    next run started a minute later)."""
     now = datetime.now()
     if trial.heartbeat is None or trial.now is None:
         return now

@@ -26,6 +26,7 @@ from hpo_orchestrator.db import (
     enqueue_waiting_trial,
     fail_running_trial,
     no_longer_running,
+    requeue_unstarted_trial,
     retrying_of,
     write_trial_attrs,
 )
@@ -124,14 +125,16 @@ class RunRecords:
     # --- writes --------------------------------------------------------------------------
 
     def write_attrs(self, trial_id: int, number: int, attrs: dict[str, Any],
-                    started: datetime | None = None) -> None:
-        """Several user attrs of a RUNNING trial in one transaction (see db/_run_io.py)."""
+                    started: datetime | None = None, owned: bool = False) -> None:
+        """Several user attrs of a RUNNING trial in one transaction (see db/_run_io.py);
+        ``owned``: only while this orchestrator holds it (UpdateFinishedTrialError else)."""
         if not attrs:
             return
+        owner = (self.host, os.getpid()) if owned else None
 
         def step() -> None:
             with self.storage.engine.begin() as connection:
-                write_trial_attrs(connection, trial_id, number, attrs, started)
+                write_trial_attrs(connection, trial_id, number, attrs, started, owner)
         self.retrying.call(step)
 
     def asked_attrs(self) -> dict[str, Any]:
@@ -163,6 +166,16 @@ class RunRecords:
         self.mirror.refresh_soon(self.study._study_id)  # its state and its retry, if any
         return reaped
 
+    def requeue(self, trial_id: int) -> bool:
+        """Another orchestrator's trial that no slot took back to WAITING (``requeue_unstarted``);
+        False when it was no longer RUNNING (reaped by someone else)."""
+        def step() -> bool:
+            with self.storage.engine.begin() as connection:
+                return requeue_unstarted_trial(connection, trial_id)
+        done = self.retrying.call(step)
+        self.mirror.refresh_soon(self.study._study_id)
+        return done
+
     def finished_elsewhere(self, rt: RunningTrial) -> Verdict:
         """What the row of a trial of ours that was finished elsewhere says: reaped by another
         orchestrator while this one was stopped ('lost'), or told outside the run (``optuna
@@ -172,6 +185,9 @@ class RunRecords:
         if frozen.user_attrs.get(keys.FAIL_REASON) == "lost":
             return Verdict(TrialState.FAIL, None, "lost", "reaped by another orchestrator "
                            "while this one was stopped; result dropped")
+        if not frozen.state.is_finished():  # asked ahead, put back in the queue meanwhile
+            return Verdict(TrialState.FAIL, None, "lost", "put back in the queue by another "
+                           "orchestrator while this one was stopped; result dropped")
         held = frozen.state.name
         if frozen.values is not None:
             held += " " + ", ".join(f"{v:.6g}" for v in frozen.values)
@@ -249,7 +265,7 @@ class RunRecords:
             "hpo.worker_trial": worker.trials,  # 1: the process was started for this trial
             keys.LOG_PATH: None if rt.log_path is None else str(rt.log_path),
             **({keys.SETUP_RUNNING: True} if rt.in_setup else {}),
-        }, started=datetime.fromtimestamp(rt.spawned_epoch))
+        }, started=datetime.fromtimestamp(rt.spawned_epoch), owned=True)
         rt.setup_flagged = rt.in_setup
 
     def setup_ended(self, running: Iterable[RunningTrial]) -> None:
@@ -331,24 +347,14 @@ class RunRecords:
         if retry is not None:
             self.mirror.refresh_soon(self.study._study_id)  # the next ask() takes the retry
 
-    def fail_unstarted(self, asked: list[Asked]) -> None:
-        """Trials asked ahead that no slot took: back to the queue (their params, if any,
-        enqueued again with the same attempt number) and FAIL ``interrupted`` marked
-        ``hpo.retried``, so they do not count against n_trials; never left RUNNING."""
+    def requeue_unstarted(self, asked: list[Asked]) -> None:
+        """Trials asked ahead that no slot took: back to the queue as WAITING trials, with no
+        start time. They never ran, so they are no failure (a FAIL with a start read as a
+        0.9 s failure in the README's SQL, and as one more failed trial than the run said it
+        interrupted); WAITING, they count against n_trials only once a run asks them again,
+        under the same number (and fixed params, if they were enqueued); never left RUNNING."""
         while asked:
-            first = asked.pop(0)
-            trial = first.trial
-            retry = Retry(trial.number, trial_params(trial), "interrupted", first.attempt)
-            self.mirror.stage_end(trial._trial_id, TrialEnd(  # with the FAIL, in its transaction
-                self.study._study_id, self.study.study_name, {
-                    keys.HOST: self.host, keys.FAIL_REASON: "interrupted",
-                    keys.ERROR: "stopped before a slot took it", keys.RETRIED: True},
-                retry=retry.requeue()))
-            try:
-                self.study.tell(trial, state=TrialState.FAIL)
-            except optuna.exceptions.UpdateFinishedTrialError:
-                continue  # reaped by another orchestrator meanwhile
-            self.mirror.refresh_soon(self.study._study_id)  # its place in the queue
+            self.requeue(asked.pop(0).trial._trial_id)  # False: reaped by another orchestrator meanwhile
 
     def fold_tally(self) -> None:
         """The run's end: the study's tally takes every trial ended since the last fold, so a

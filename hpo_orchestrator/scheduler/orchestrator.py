@@ -58,6 +58,7 @@ from hpo_orchestrator.scheduler._logs import (
 from hpo_orchestrator.scheduler._process import cgroup_oom_kills, log_tail, oom_killed_since, signal_tree
 from hpo_orchestrator.scheduler._recipe import Duty, Recipe
 from hpo_orchestrator.scheduler._recovery import Recovery
+from hpo_orchestrator.scheduler._space import StudySpace, read_study_space
 from hpo_orchestrator.scheduler._stopping import stop_running, wait_stopped
 from hpo_orchestrator.scheduler._tree import become_subreaper, restore_subreaper, sweep_left_behind
 from hpo_orchestrator.scheduler._trial import Asked, FinishedTrial, Reporter, RunningTrial
@@ -127,6 +128,10 @@ class Orchestrator:
         self.log_cap = LogCap(config.scheduler.log_max_mib)
         self.failures = FailurePolicy(config.study.fail_fast, config.study.max_failures)
         self.halted: Halt | None = None  # the failure policy stopped the run (exit 1)
+        # a custom objective's space is in its code: checked against the study's at each
+        # name's first suggest (scheduler/_space.py); a built-in's was checked as configuration
+        self.space = None if config.objective.name != "custom" or config.study.allow_mixed \
+            else _space_of(storage, study)
         path = sqlite_path(config.storage.url)
         self.watch = SqliteWatch(path) if path is not None and path.exists() else None
         self._lost: StorageLost | None = None
@@ -195,7 +200,7 @@ class Orchestrator:
         if self._signals:
             return EXIT_INTERRUPTED
         self.halted = self.halted or self.failures.at_end()
-        return EXIT_FAILED if self.halted else EXIT_OK
+        return self.halted.exit_code if self.halted else EXIT_OK
 
     def _wind_down(self, failure: BaseException | None, local_failure: bool,
                    subreaper: bool | None) -> None:
@@ -297,8 +302,13 @@ class Orchestrator:
             self._stopping = True
 
     def _launch_unless_stopped(self) -> None:
-        if not self._signals and self.halted is None:
+        if not self._signals and self.halted is None and not self._space_changed():
             self._launch_ready()
+
+    def _space_changed(self) -> bool:
+        """A trial met a change of the study's search space: no trial starts after it (the
+        run stops with exit 2 once that trial has ended and failed)."""
+        return self.space is not None and self.space.changed is not None
 
     def _late_stop(self) -> None:
         if self._signals:  # one that came mid-launch found that trial not running yet
@@ -349,7 +359,7 @@ class Orchestrator:
         """Free the trial's slot, hand it to a trial asked ahead, then record the end (the
         writes take 20-40 ms that the slot need not wait for)."""
         verdict, measured, ended_at = self._release(rt)
-        if self.asking.ready:
+        if self.asking.ready and not self._space_changed():
             self._launch_ready(claim=False)
         self._answer_calls()
         self._record(rt, verdict, measured, ended_at)
@@ -415,6 +425,9 @@ class Orchestrator:
                                      verdict.fail_reason, verdict.error, retry is not None)
         if verdict.fail_reason == "disk_full" and not rt.reaped:
             halt = disk_full(rt.number, verdict.error, self.log_dir)
+        if self.space is not None and self.space.changed is not None:
+            halt = Halt(f"{self.space.changed} (trial {rt.number})", self.space.hint(),
+                        "the study's search space", exit_code=2)
         if halt is not None and self.halted is None and not self._signals:
             self._halt(halt)
 
@@ -447,7 +460,7 @@ class Orchestrator:
         self._stopping = True
         self.workers.retire_idle()
         if not storage_failed:
-            self.records.fail_unstarted(self.asking.ready)
+            self.records.requeue_unstarted(self.asking.ready)
         wait_stopped(self.running.values(), self.config.scheduler.kill_grace_s,
                      hard=self._signals > 1)
         for rt in list(self.running.values()):
@@ -552,7 +565,7 @@ class Orchestrator:
                           spawned_epoch=worker.born_epoch if in_setup else time.time(),
                           oom_kills_at_spawn=cgroup_oom_kills(), log_path=log_path,
                           artifact_store=self.config.artifacts.store, threads=self.threads,
-                          in_setup=in_setup)
+                          in_setup=in_setup, space=self.space)
         self.running[slot.id] = rt
         self.slots.describe(slot, study=self.study.study_name, trial=trial.number,
                             trial_pid=worker.process.pid)
@@ -592,3 +605,8 @@ class Orchestrator:
             self.workers.keep_spares(self.packer.workers_wanted(), self.threads,
                                      self.config.objective)
 
+
+def _space_of(storage: optuna.storages.RDBStorage, study: optuna.Study) -> StudySpace:
+    """The study's space as its earlier trials suggested it (one read at the run's start)."""
+    with storage.engine.connect() as connection:
+        return StudySpace(study.study_name, read_study_space(connection, study._study_id))

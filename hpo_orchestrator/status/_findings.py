@@ -8,6 +8,7 @@ to argue about.
 
 from __future__ import annotations
 
+import re
 import statistics
 from collections import Counter
 from typing import Any
@@ -30,6 +31,9 @@ LOW_UTIL_BELOW = 50.0  # % SM utilization in the compute phase that counts as un
 STARTUP_SHARE_ABOVE = 0.25  # startup above this share of the time to the first pruning decision
 STARTUP_FLOOR_S = 1.0  # a start-up shorter than this is not worth a finding, whatever its share
 FAILING_SHOWN = 3  # most common errors named by failing_trials
+# A number in an error message (a value, an address, a line): masked to group the messages of
+# one cause, as scheduler/_failures.FailurePolicy._key does for study.fail_fast.
+_NUMBER = re.compile(r"\d+(\.\d+)?")
 AGGRESSIVE_PRUNE_RATE = 0.6  # prune rate at or above which early pruning is looked at
 EARLY_STEP_SHARE = 0.25  # "early": pruned at or before this share of the steps a full trial runs
 MIN_TRIALS = 3  # fewer trials than this prove nothing about rates and medians
@@ -246,20 +250,31 @@ def _startup_advice(config: dict[str, Any]) -> str:
 
 
 def _failing_trials(facts: StudyFacts) -> list[Finding]:
-    """Trials that failed by their own doing (not interrupted, not retried), by error message:
-    each message as it was (two messages that differ only in a number are two errors, and
-    naming the second by the first's text would misquote it)."""
+    """Trials that failed by their own doing (not interrupted, not retried), by error message
+    with its numbers masked, as the failure policy groups them (scheduler/_failures.py):
+    ``diverged at x=4.41`` and ``x=0.78`` are one cause, not two. A cause whose messages
+    differ is shown masked (``x=#``) with one message quoted whole, so none is misquoted."""
     failed = [(n, reason, error) for n, reason, error in facts.failures if reason != "interrupted"]
     if not failed:
         return []
     by_error: Counter[str] = Counter()
     example: dict[str, tuple[int, str]] = {}
+    texts: dict[str, set[str]] = {}
     for number, reason, error in failed:
-        key = error or reason or "unknown"
+        text = error or reason or "unknown"
+        key = _NUMBER.sub("#", text)
         by_error[key] += 1
-        example.setdefault(key, (number, key))
+        example.setdefault(key, (number, text))
+        if len(texts.setdefault(key, set())) < 2:
+            texts[key].add(text)
     common = by_error.most_common(FAILING_SHOWN)
-    shown = "; ".join(f"{n} x {example[k][1]} (e.g. trial {example[k][0]})" for k, n in common)
+
+    def cause(key: str) -> str:
+        number, text = example[key]
+        if len(texts[key]) == 1:
+            return f"{text} (e.g. trial {number})"
+        return f"{key} (the numbers vary; e.g. trial {number}: {text})"
+    shown = "; ".join(f"{n} x {cause(k)}" for k, n in common)
     if len(by_error) > len(common):
         rest = len(failed) - sum(n for _, n in common)
         shown += f"; {rest} more with {len(by_error) - len(common)} other message(s)"
@@ -269,7 +284,7 @@ def _failing_trials(facts: StudyFacts) -> list[Finding]:
         f"{len(failed)} trial{'s' if len(failed) > 1 else ''} failed: {shown}",
         f"'hpo-orchestrator logs {first}' shows that trial's output and traceback "
         f"('hpo-orchestrator status --trial {first}' its params)",
-        {"failed": len(failed), "errors": [{"error": example[k][1], "count": n,
+        {"failed": len(failed), "errors": [{"error": example[k][1], "pattern": k, "count": n,
                                             "example_trial": example[k][0]} for k, n in common]})]
 
 

@@ -94,7 +94,8 @@ def create_or_load_study(config: Config, storage: optuna.storages.BaseStorage,
             raise ConfigError(
                 f"study {name!r} was run with another objective ({'; '.join(shown)}): "
                 f"this run's trials would be mixed with its trials",
-                "choose another study.name, or pass study.allow_mixed=true to add them anyway")
+                f"choose another study.name (study.name={name}-2), or pass study.allow_mixed=true "
+                "to add them anyway")
     study = optuna.create_study(storage=storage, study_name=name, directions=wanted,
                                 sampler=build_sampler(config), pruner=build_pruner(config.pruner),
                                 load_if_exists=True)

@@ -340,7 +340,12 @@ class MirrorStorage(PassThroughStorage):
             try:
                 with self.backend.engine.begin() as connection:
                     for trial_id, steps in pending.items():
-                        write_steps(connection, trial_id, steps)
+                        # A report is a sign of life: a trial lost with its orchestrator
+                        # (kill -9) then ends no earlier than its last stored report, not at
+                        # a heartbeat up to storage.heartbeat_interval_s before it
+                        # (scheduler/_recovery.last_alive).
+                        if write_steps(connection, trial_id, steps):
+                            record_heartbeat(connection, trial_id)
             except Exception:  # kept for the retry (@retried), newer reports first
                 for trial_id, steps in pending.items():
                     self._pending[trial_id] = {**steps, **self._pending.get(trial_id, {})}

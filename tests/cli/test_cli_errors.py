@@ -313,3 +313,24 @@ def test_a_parallel_past_what_the_host_holds_is_refused_with_the_bound(cli, tmp_
         f"most {bound} ({_why})", f"hint: set scheduler.parallel={bound} or fewer"]
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # no database, no run folder
     assert cli("run", f"scheduler.parallel={bound}", "--show-config").code == 0
+
+
+# issue 52 item 13: each message says what the user typed wrong, and the fix
+@pytest.mark.parametrize("args, error, hint", [
+    (["run", "--study", "foo"], "error: hpo-orchestrator run takes no --study",
+     "hint: hpo-orchestrator run study.name=foo"),
+    (["run", "objective=custom", "objective.target=mypkg/trivial.py:objective"],
+     "is a file path, not a module name", "hint: name it as Python imports it: "
+     "objective.target=mypkg.trivial:objective"),
+    (["run", "objective.search_space.num_leaves.step=0"],
+     "error: objective.search_space.num_leaves.step: must be > 0, got 0",
+     "objective.search_space.num_leaves.step=null"),
+    (["run", "scheduler.trial_timeout_s=abc"], "error: scheduler.trial_timeout_s",
+     "hint: check the value's type ('hpo-orchestrator run --show-config' prints every key"),
+])
+def test_a_bad_input_gets_the_fix_for_what_was_typed(cli, args: list[str], error: str,  # type: ignore[no-untyped-def]
+                                                      hint: str) -> None:
+    result = cli(*args)
+    assert result.code == 2, result.stderr
+    assert error in result.stderr and hint in result.stderr, result.stderr
+    assert "log: true" not in result.stderr and "see conf/" not in result.stderr

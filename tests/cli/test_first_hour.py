@@ -181,16 +181,23 @@ def test_3_failing_trials_finding_names_the_common_errors() -> None:
     found = find_all(_report(FAIL=4, COMPLETE=1), StudyFacts(
         config={}, max_complete_step=None, unverified=[], mismatches=[], failures=failures))
     finding = next(f for f in found if f.code == "failing_trials")
-    # issue 30: grouped by message; lr=0.3's trial was counted under lr=0.1's text
-    assert finding.message == ("3 trials failed: 1 x ValueError: lr=0.1 too big (e.g. trial 0); "
-                               "1 x ValueError: lr=0.3 too big (e.g. trial 2); "
+    # issue 52: grouped by message with its numbers masked (issue 30: no trial is counted
+    # under another's text: the group is shown masked, one message quoted whole)
+    assert finding.message == ("3 trials failed: 2 x ValueError: lr=# too big (the numbers vary; "
+                               "e.g. trial 0: ValueError: lr=0.1 too big); "
                                "1 x CUDA out of memory (e.g. trial 3)")
     failures += [(6, "exception", "KeyError: 'a'"), (7, "exception", "ValueError: lr=0.1 too big")]
     found = find_all(_report(FAIL=6, COMPLETE=1), StudyFacts(
         config={}, max_complete_step=None, unverified=[], mismatches=[], failures=failures))
     finding = next(f for f in found if f.code == "failing_trials")
-    assert finding.message.startswith("5 trials failed: 2 x ValueError: lr=0.1 too big (e.g. trial 0)")
-    assert finding.message.endswith("; 1 more with 1 other message(s)")
+    assert finding.message.startswith("5 trials failed: 3 x ValueError: lr=# too big")
+    assert finding.message.endswith("1 x KeyError: 'a' (e.g. trial 6)")
+    failures += [(8, "exception", f"RuntimeError: failed {n}") for n in range(3)] + \
+        [(9, "exception", "ZeroDivisionError: division by zero")]
+    found = find_all(_report(FAIL=10, COMPLETE=1), StudyFacts(
+        config={}, max_complete_step=None, unverified=[], mismatches=[], failures=failures))
+    finding = next(f for f in found if f.code == "failing_trials")
+    assert finding.message.endswith("; 2 more with 2 other message(s)")
     assert "'hpo-orchestrator logs 0'" in finding.advice
     none = find_all(_report(COMPLETE=1), StudyFacts(config={}, max_complete_step=None,
                                                      unverified=[], mismatches=[], failures=[]))

@@ -26,8 +26,8 @@ def test_a_changed_bound_is_refused_with_only_the_difference_and_the_ways_on() -
     assert message == ("study 'hpo' was run with another objective "
                        f"({SPACE}.num_leaves.high: 256 -> 64; {SPACE}.max_depth.value: None -> 6): "
                        "this run's trials would be mixed with its trials")
-    assert refused.value.hint == ("choose another study.name, or pass study.allow_mixed=true to "
-                                  "add them anyway")
+    assert refused.value.hint == ("choose another study.name (study.name=hpo-2), or pass "
+                                  "study.allow_mixed=true to add them anyway")
     # either way on works
     create_or_load_study(load_config([*changed, "study.name=narrower"]), storage)
     create_or_load_study(load_config([*changed, "study.allow_mixed=true"]), storage)

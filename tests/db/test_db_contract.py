@@ -581,6 +581,44 @@ def _(built: Built, connection: Connection) -> None:
             {"t": running}).scalar() == '"h1"'
 
 
+@case("run_io.OWNED")
+def _(built: Built, connection: Connection) -> None:
+    """A trial's start is written only while its orchestrator (host and pid) still holds it:
+    another run that asked it again after it was requeued holds it now."""
+    from hpo_orchestrator.db import _run_io
+
+    running = built.trial_ids[4]
+    with connection.begin() as transaction:
+        _run_io.write_trial_attrs(connection, running, 4, {"hpo.host": "h1", "hpo.orchestrator_pid": 7})
+        _run_io.write_trial_attrs(connection, running, 4, {"hpo.slot": 0}, owner=("h1", 7))
+        with pytest.raises(optuna.exceptions.UpdateFinishedTrialError, match="another run"):
+            _run_io.write_trial_attrs(connection, running, 4, {"hpo.slot": 1}, owner=("h1", 8))
+        transaction.rollback()
+
+
+@case("run_io.REQUEUE")
+@case("run_io.FORGET_BEAT")
+@case("run_io.FORGET_OWNER")
+def _(built: Built, connection: Connection) -> None:
+    """An asked-ahead trial back to WAITING: no start, no heartbeat, no owner; the next ask
+    sees it as Optuna's enqueued trials; a finished trial is left as it is."""
+    from hpo_orchestrator.db import _run_io
+
+    running = built.trial_ids[4]
+    with connection.begin() as transaction:
+        _run_io.write_trial_attrs(connection, running, 4, {"hpo.host": "h1", "hpo.orchestrator_pid": 7})
+        assert _run_io.requeue_unstarted_trial(connection, running)
+        state, start = connection.execute(sqlalchemy.text(
+            "SELECT state, datetime_start FROM trials WHERE trial_id = :t"), {"t": running}).one()
+        assert (db.state_name(state), start) == ("WAITING", None)
+        assert db.heartbeat_of(connection, running) is None
+        keys = {k for (k,) in connection.execute(sqlalchemy.text(
+            "SELECT key FROM trial_user_attributes WHERE trial_id = :t"), {"t": running})}
+        assert not {"hpo.host", "hpo.orchestrator_pid"} & keys
+        assert not _run_io.requeue_unstarted_trial(connection, built.trial_ids[3])  # FAIL
+        transaction.rollback()
+
+
 @case("run_io.ATTEMPT")
 def _(built: Built, connection: Connection) -> None:
     from hpo_orchestrator.db import _run_io
@@ -688,8 +726,10 @@ def _(built: Built, connection: Connection) -> None:
         _run_io.start_running_trial(connection, trial_id, {"hpo.host": "h2", "hpo.orchestrator_pid": 7})
         ours = connection.execute(sqlalchemy.text(beats), {"t": trial_id}).scalar()
         optunas = connection.execute(sqlalchemy.text(beats), {"t": built.trial_ids[4]}).scalar()
-        if built.backend == "sqlite":  # text: the same format as Optuna's
-            assert len(str(ours)) == len(str(optunas))
+        if built.backend == "sqlite":  # text: as SQLAlchemy writes a datetime (datetime_start),
+            # to the millisecond where Optuna's has whole seconds; both read back as datetimes
+            assert len(str(ours)) == len("2024-01-01 12:00:00.000000")
+            assert db.to_datetime(ours) is not None and db.to_datetime(optunas) is not None
         (row,) = _run_io.running_among(connection, [trial_id])
         assert (row.host, row.orchestrator_pid, row.pid) == ("h2", 7, None)
         assert row.heartbeat is not None and row.now is not None

@@ -16,8 +16,8 @@ from hpo_orchestrator.worker import phase, phase_depth, slot_info
 from tests.misbehaving import chaos  # objectives:chaos, as the tests name it
 
 __all__ = ["chaos", "chatty", "cuda_oom_once", "cuda_probe", "curves", "import_order", "low_cpu",
-           "oom_when_shared", "phased", "pinned", "quadratic", "reports10", "reuse_probe", "rising",
-           "shared_gpu", "sleepy", "slow_setup", "two_objectives"]
+           "oom_when_shared", "phased", "pinned", "quadratic", "ranged", "reports10", "reuse_probe",
+           "rising", "shared_gpu", "sleepy", "slow_setup", "stamped", "two_objectives"]
 
 
 def quadratic(trial: Any) -> float:
@@ -62,6 +62,32 @@ def low_cpu(trial: Any) -> float:
         trial.report(x + 1.0 / step, step)
     trial.set_user_attr("test.t1", time.time())
     return x
+
+
+def stamped(trial: Any) -> float:
+    """Writes the wall-clock time of its start and of each report to
+    ``$HPO_TEST_STAMPS/<number>.txt`` ("start T", then "STEP T" per report): the durations the
+    database stores are checked against what the trial itself saw. ``HPO_TEST_STEPS`` reports
+    (default 1000) of ``HPO_TEST_STEP_S`` seconds (default 0.2)."""
+    path = os.path.join(os.environ["HPO_TEST_STAMPS"], f"{trial.number}.txt")
+    step_s = float(os.environ.get("HPO_TEST_STEP_S", "0.2"))
+    x = trial.suggest_float("x", -1.0, 1.0)
+    with open(path, "a", buffering=1) as stamps:
+        stamps.write(f"start {time.time()!r}\n")
+        for step in range(1, int(os.environ.get("HPO_TEST_STEPS", "1000")) + 1):
+            time.sleep(step_s)
+            stamps.write(f"{step} {time.time()!r}\n")  # before the report: it cannot be later
+            trial.report(x * x + 1.0 / step, step)
+    return x * x
+
+
+def ranged(trial: Any) -> float:
+    """``x`` in [-1, HPO_TEST_X_HIGH] (default 1), or one of two choices with
+    HPO_TEST_X_KIND=categorical: a search space edited between two runs of one study."""
+    if os.environ.get("HPO_TEST_X_KIND") == "categorical":
+        return float(trial.suggest_categorical("x", [0, 1]))
+    x = trial.suggest_float("x", -1.0, float(os.environ.get("HPO_TEST_X_HIGH", "1")))
+    return x * x
 
 
 def curves(trial: Any) -> float:

@@ -173,18 +173,19 @@ def test_a_run_reaps_its_host_s_orphans_and_waits_for_the_others(tmp_path: Path)
             trial.set_user_attr(key, value)
         return trial._trial_id
 
-    lost = running("here", dead.pid)  # no slot took it yet: retried
+    ahead = running("here", dead.pid)  # no slot took it yet: back to the queue
     spent = running("here", dead.pid, **{"hpo.pid": dead.pid, "hpo.attempt": 3,
                                          "hpo.lost_runs": MAX_LOST_RUNS - 1})
     marked = running("here", dead.pid, **{"hpo.retried": True})
     live = running("here", os.getpid())
     elsewhere = running("there", dead.pid)
     outside = running(None, None)
-    unfinished = {lost, spent, marked, live, elsewhere, outside}
+    unfinished = {ahead, spent, marked, live, elsewhere, outside}
     budget = Budget(storage.engine, study._study_id, 10, None, unfinished=lambda: unfinished)
-    assert sorted(budget.orphans("here")) == sorted([lost, spent, marked])
+    assert sorted(budget.orphans("here")) == sorted([ahead, spent, marked])
     assert budget.running_elsewhere("here") == 3  # live, elsewhere, outside
-    assert budget.recoverable(storage, "here", max_retries=2) == 1  # lost
+    # the one asked ahead goes back to the queue; the others ran out of retries or have one
+    assert budget.recoverable(storage, "here", max_retries=2) == (0, 1)
     assert budget.orphans("there") == [elsewhere]
     assert budget.running_elsewhere("there") == 5
     # reaping reads the trials the run's mirror knows: without it, none

@@ -221,7 +221,7 @@ def test_the_orchestrator_refuses_hpo_attrs_sent_past_the_proxy(pipe: Any) -> No
     channel, child = pipe
     writes: list[Any] = []
     trial = SimpleNamespace(set_user_attr=lambda *a: writes.append(a), number=0)
-    rt = SimpleNamespace(trial=trial, connection=channel, number=0)
+    rt = SimpleNamespace(trial=trial, connection=channel, number=0, space=None)
     _calls._answer(rt, "set_user_attr", ("hpo.retried", True), {}, 1)  # type: ignore[arg-type]
     _calls._answer(rt, "set_user_attr", ("hpo.warning", "cpu only"), {}, 2)  # type: ignore[arg-type]
     first, second = child.recv(), child.recv()
@@ -244,7 +244,8 @@ def test_a_step_the_storage_cannot_keep_fails_its_trial_not_the_run(
     trial = SimpleNamespace(report=lambda *a: reports.append(a), number=0,
                             study=SimpleNamespace(directions=["minimize"]),
                             storage=SimpleNamespace(engine=engine) if engine else SimpleNamespace())
-    rt = SimpleNamespace(trial=trial, connection=channel, number=0, reports=[], spawned_at=0.0)
+    rt = SimpleNamespace(trial=trial, connection=channel, number=0, reports=[], spawned_at=0.0,
+                         space=None)
     _calls._answer(rt, "report", (0.5, step), {}, 1)  # type: ignore[arg-type]
     reply = child.recv()
     assert (reply[0] == "err") is refused and (len(reports) == 0) is refused, reply

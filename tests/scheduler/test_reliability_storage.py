@@ -140,6 +140,7 @@ def test_failing_between_the_mark_and_the_enqueue_leaves_neither(url: str,
     it rolls all back; the trial stays RUNNING and counted, and recovery retries it once."""
     run = Run(url)
     trial = run.asked_by(_dead_pid())
+    run.started(trial, _dead_pid())
     real = _end.enqueue_waiting_trial  # db's, as a trial's end calls it
 
     def enqueue_then_crash(*args: Any, **kwargs: Any) -> int:
@@ -147,8 +148,12 @@ def test_failing_between_the_mark_and_the_enqueue_leaves_neither(url: str,
         raise RuntimeError("crashed between the two steps")
 
     monkeypatch.setattr(_end, "enqueue_waiting_trial", enqueue_then_crash)
+    retry = Retry(trial.number, {}, "interrupted", 1)
+    run.study._storage.stage_end(trial._trial_id, _end.TrialEnd(  # as a trial's end stages it
+        run.study._study_id, run.study.study_name,
+        {"hpo.fail_reason": "interrupted", "hpo.retried": True}, retry=retry.requeue()))
     with pytest.raises(RuntimeError):
-        run.records.fail_unstarted([Asked(trial, 1, False)])
+        run.study.tell(trial, state=TrialState.FAIL)
     monkeypatch.setattr(_end, "enqueue_waiting_trial", real)
     frozen = run.storage.get_trial(trial._trial_id)
     assert frozen.state == TrialState.RUNNING and "hpo.retried" not in frozen.user_attrs
@@ -209,16 +214,16 @@ def test_a_dead_orchestrators_trials_are_recovered_at_once(url: str) -> None:
     assert (budget.orphans("another-host"), budget.claimed()) == ([], 3)
     run.recovery.reap()
     assert run.storage.get_trial(alive._trial_id).state == TrialState.RUNNING
-    for trial in (ran, ahead):
-        frozen = run.storage.get_trial(trial._trial_id)
-        assert frozen.state == TrialState.FAIL and frozen.user_attrs["hpo.fail_reason"] == "lost"
+    frozen = run.storage.get_trial(ran._trial_id)
+    assert frozen.state == TrialState.FAIL and frozen.user_attrs["hpo.fail_reason"] == "lost"
     [again] = run.retries_of(ran.number)
     # its orchestrator's death spends no attempt of the trial's (only the objective's do)
     assert "hpo.attempt" not in again.user_attrs and again.user_attrs["hpo.lost_runs"] == 1
     assert again.system_attrs["fixed_params"] == ran.params
-    [queued] = run.retries_of(ahead.number)
-    assert "hpo.attempt" not in queued.user_attrs  # it never ran: not an attempt
-    assert queued.system_attrs["fixed_params"] == {}
+    # the one asked ahead never ran: back in the queue itself, no failure, no start
+    queued = run.storage.get_trial(ahead._trial_id)
+    assert (queued.state, queued.datetime_start) == (TrialState.WAITING, None)
+    assert "hpo.attempt" not in queued.user_attrs and run.retries_of(ahead.number) == []
     assert run.claimed() == 1  # only the live orchestrator's trial counts
 
 
@@ -266,7 +271,7 @@ def test_a_restart_counts_what_its_reaping_takes_out_of_the_budget(
     budget = Budget(run.storage.engine, run.study._study_id, 1, None,
                     unfinished=lambda: {trial._trial_id})
     before = budget.claimed()
-    assert budget.recoverable(run.storage, HOST, max_retries=1) == recovered
+    assert budget.recoverable(run.storage, HOST, max_retries=1).total == recovered
     run.recovery.reap()
     assert budget.claimed() == before - recovered
 
@@ -306,8 +311,8 @@ def test_a_reused_pid_is_not_mistaken_for_the_orchestrator(url: str) -> None:
             connection.exec_driver_sql(
                 "UPDATE trials SET datetime_start = '2000-01-01 00:00:00' WHERE trial_id = "
                 f"{trial._trial_id}")
-        run.recovery.reap()
-        assert run.storage.get_trial(trial._trial_id).state == TrialState.FAIL
+        run.recovery.reap()  # recovered: asked ahead, never run, so back to the queue
+        assert run.storage.get_trial(trial._trial_id).state == TrialState.WAITING
     finally:
         child.kill()
         child.wait()
@@ -317,22 +322,47 @@ def test_a_reused_pid_is_not_mistaken_for_the_orchestrator(url: str) -> None:
 
 
 def test_a_trial_no_slot_took_goes_back_to_the_queue(url: str) -> None:
+    """Asked ahead and never run (Ctrl-C, or its orchestrator killed): WAITING again under
+    its number, with no start, heartbeat or owner; not a FAIL (it read as a FAIL of about a
+    second in the README's SQL, one more than the run said it interrupted)."""
     run = Run(url)
     run.study.enqueue_trial({"x": 0.125}, user_attrs={"hpo.retry_of": 7, "hpo.attempt": 2})
     fresh, fixed = run.study.ask(), run.study.ask()
     fixed, fresh = (fresh, fixed) if fresh.number == 0 else (fixed, fresh)
-    run.records.fail_unstarted([Asked(fixed, 2, False), Asked(fresh, 1, False)])
+    run.records.write_attrs(fresh._trial_id, fresh.number, run.records.asked_attrs())
+    run.study._storage.record_heartbeat(fresh._trial_id)
+    run.records.requeue_unstarted([Asked(fixed, 2, False), Asked(fresh, 1, False)])
     for trial in (fixed, fresh):
         frozen = run.storage.get_trial(trial._trial_id)
-        assert frozen.state == TrialState.FAIL and frozen.user_attrs["hpo.fail_reason"] == "interrupted"
-        assert frozen.user_attrs["hpo.retried"] is True
-    [again] = run.retries_of(fixed.number)
-    assert again.system_attrs["fixed_params"] == {"x": 0.125}
-    assert again.user_attrs["hpo.attempt"] == 2  # not bumped: it never ran
-    assert again.user_attrs["hpo.retry_reason"] == "interrupted"
-    assert run.retries_of(fresh.number)[0].system_attrs["fixed_params"] == {}
+        assert frozen.state == TrialState.WAITING and frozen.datetime_start is None
+        assert not {"hpo.fail_reason", "hpo.retried", "hpo.host", "hpo.orchestrator_pid"} \
+            & set(frozen.user_attrs)
+        with run.storage.engine.connect() as connection:
+            assert _run_io.running_among(connection, [trial._trial_id]) == []
+            assert connection.exec_driver_sql(
+                f"SELECT COUNT(*) FROM trial_heartbeats WHERE trial_id = {trial._trial_id}"
+            ).scalar() == 0
+    assert run.storage.get_trial(fixed._trial_id).user_attrs["hpo.attempt"] == 2  # not bumped
+    assert run.retries_of(fixed.number) == [] and run.retries_of(fresh.number) == []
     assert run.claimed() == 0  # neither counts against n_trials
-    assert run.study.ask().number == again.number  # the queue's head
+    again = run.study.ask()
+    assert again.number == fixed.number and again.suggest_float("x", 0, 1) == 0.125
+
+
+def test_a_requeued_trial_is_not_started_by_its_old_owner(url: str) -> None:
+    """This run stood stopped past the grace period: another one put its asked-ahead trial
+    back in the queue, and a third asked it. A slot of this run that takes it now is refused
+    (the trial is not run twice)."""
+    run = Run(url)
+    trial = run.asked_by(os.getpid())  # ours, as RunRecords.asked_attrs writes it
+    assert run.records.requeue(trial._trial_id)  # by the other orchestrator's reaping
+    other = run.asked_by(os.getppid())  # another run asks the queue's head
+    assert other.number == trial.number
+    with pytest.raises(optuna.exceptions.UpdateFinishedTrialError, match="another run"):
+        run.records.write_attrs(trial._trial_id, trial.number, {"hpo.pid": 1},
+                                started=datetime.now(), owned=True)
+    frozen = run.storage.get_trial(trial._trial_id)
+    assert frozen.user_attrs["hpo.orchestrator_pid"] == os.getppid() and "hpo.pid" not in frozen.user_attrs
 
 
 def _params(db: Path, trial_id: int) -> dict[str, float]:
@@ -418,11 +448,13 @@ def test_a_restart_recovers_asked_ahead_trials_without_the_grace_period(tmp_path
     assert second.code == 0, second.stderr
     rows = {r["number"]: r for r in trial_rows(db)}
     lost = [r for r in rows.values() if r["state"] == "FAIL"]
-    assert len(lost) == 3 and all(r["attrs"]["hpo.fail_reason"] == "lost" for r in lost)
-    [ahead] = [r for r in lost if "hpo.pid" not in r["attrs"]]
-    [queued] = [r for r in rows.values() if r["attrs"].get("hpo.retry_of") == ahead["number"]]
-    assert queued["state"] == "COMPLETE" and "hpo.attempt" not in queued["attrs"]
+    # the one asked ahead never ran: back in the queue, the restart ran it under its number
+    assert len(lost) == 2 and all(r["attrs"]["hpo.fail_reason"] == "lost" for r in lost)
+    assert all("hpo.pid" in r["attrs"] for r in lost)
+    retried = {r["attrs"].get("hpo.retry_of") for r in rows.values()} - {None}
+    assert retried == {r["number"] for r in lost}
     assert [r["state"] for r in rows.values()].count("COMPLETE") == 4
+    assert len(rows) == 6  # 4 counted, 2 lost attempts: no FAIL for the one that never ran
 
 
 # --- Medium 8: storage trouble is retried, then named; never the objective's fault ---------

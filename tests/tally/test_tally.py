@@ -279,6 +279,7 @@ def test_orchestrator_optuna_and_reaper_ends(tmp_path: Path, monkeypatch: pytest
     study.tell(study.ask(), state=TrialState.FAIL)
     lost = study.ask()  # an orchestrator elsewhere that died: no heartbeat, started long ago
     lost.set_user_attr("hpo.host", "elsewhere")
+    lost.set_user_attr("hpo.pid", 1)  # a slot took it (else it never ran: back to the queue)
     engine = sqlalchemy.create_engine(url)
     with engine.begin() as connection:
         connection.execute(sqlalchemy.text("UPDATE trials SET datetime_start = :a WHERE number = :n"),
