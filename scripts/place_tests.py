@@ -63,12 +63,14 @@ PLACES: dict[str, str] = {
     "postgres": "e2e",
     "read_only_storage": "e2e",
     "secrets": "e2e",
+    "sql_durations": "e2e",  # the README's SQL after Ctrl-C and kill -9 of real runs
     # promises, each kept by one room
     "busy_gpu_notes": "placement",
     "default_parallel": "placement",  # scheduler.parallel, decoded in placement/_settings.py
     "packed_early": "placement",  # placement/_rules.py cpu_room, through a whole run
     "delete_study": "db",  # db/tables.py
     "retrying": "db",  # db/_retry.py
+    "custom_space_change": "scheduler",  # scheduler/_space.py: a custom objective's space
     "first_decision": "scheduler",
     "full_disk": "scheduler",
     "heartbeat_lock": "scheduler",  # scheduler/_recovery.py
@@ -80,6 +82,7 @@ PLACES: dict[str, str] = {
     "run_folders": "scheduler",  # scheduler/_logs.py (not cli/_run.py)
     "signals": "scheduler",  # scheduler/_stopping.py
     "spares": "scheduler",
+    "space_change": "config",  # config/_space.py: a built-in objective's space
     "scale": "study",  # study/_mirror.py
     "sampler_defaults": "study",  # study/_setup.py (not telemetry/_sampler.py)
     "trial_end": "study",  # study/_end.py (not scheduler/_trial.py)

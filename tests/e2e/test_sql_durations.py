@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import rows_while_running, start_cli, trial_rows
-from tests.test_readme import blocks
+from tests.repo.test_readme import blocks
 
 TARGET = "objective.target=tests.objectives:stamped"
 ARGS = ("run", "objective=custom", TARGET, "scheduler.parallel=2", "scheduler.prefetch=1",
