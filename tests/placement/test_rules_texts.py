@@ -48,3 +48,20 @@ def test_a_measured_level_says_its_rate_and_gain() -> None:
     assert _measured(state, 1) == "2.0 trials/min"  # the first level: no gain
     assert _measured(state, 3) == "rate unknown"
     assert _measured(GpuLevel(gpu=0, gains={2: 0.9}), 2) == "rate unknown, 0.90x the level below"
+
+
+def test_a_first_jump_bound_by_cores_or_parallel_is_whole_levels() -> None:
+    """A group of GPUs adds one trial per GPU a level: the cores left (or scheduler.parallel's
+    places) for 3 more trials over 2 GPUs make one more level, not one and a half."""
+    from hpo_orchestrator.placement._rules import _first_level
+
+    policy = PackingPolicy(max_per_gpu=16)
+    state = GpuLevel(gpu=0, limit=1, ceiling=16)
+    obs = GpuObservation(gpu=0, running=1, util=10.0, readings=10, free_mib=80_000.0,
+                         running_mem_mib=(1000.0,), steady_util=10.0, steady_readings=5)
+    by_cores = HostObservation(cores=5, concurrency=2, cap=16, mem_peak_mib=1000.0, adds=2)
+    by_parallel = HostObservation(cores=64, concurrency=2, cap=5, mem_peak_mib=1000.0, adds=2)
+    for host, bound in ((by_cores, "CPU cores"), (by_parallel, "scheduler.parallel")):
+        found = _first_level(policy, state, obs, host)
+        assert found is not None and found[0] == 2 and isinstance(found[0], int), found
+        assert f"bound by {bound}" in found[1]
