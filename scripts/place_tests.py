@@ -70,7 +70,6 @@ PLACES: dict[str, str] = {
     "packed_early": "placement",  # placement/_rules.py cpu_room, through a whole run
     "delete_study": "db",  # db/tables.py
     "retrying": "db",  # db/_retry.py
-    "custom_space_change": "scheduler",  # scheduler/_space.py: a custom objective's space
     "first_decision": "scheduler",
     "full_disk": "scheduler",
     "heartbeat_lock": "scheduler",  # scheduler/_recovery.py
@@ -83,6 +82,7 @@ PLACES: dict[str, str] = {
     "signals": "scheduler",  # scheduler/_stopping.py
     "spares": "scheduler",
     "space_change": "config",  # config/_space.py: a built-in objective's space
+    "custom_space_change": "study",  # study/_space.py: a custom objective's space
     "scale": "study",  # study/_mirror.py
     "sampler_defaults": "study",  # study/_setup.py (not telemetry/_sampler.py)
     "trial_end": "study",  # study/_end.py (not scheduler/_trial.py)

@@ -20,7 +20,7 @@ if TYPE_CHECKING:  # Optuna in annotations only: a run's first workers start bef
     from optuna.trial import TrialState
 
     from hpo_orchestrator.scheduler._channel import Channel
-    from hpo_orchestrator.scheduler._space import StudySpace
+    from hpo_orchestrator.study import StudySpace
 
 __all__ = ["Asked", "FinishedTrial", "Reporter", "RunningTrial", "Worker"]
 
@@ -79,7 +79,7 @@ class RunningTrial:
     # clock started with the worker; True until the worker says ready (hpo.setup_running)
     in_setup: bool = False
     setup_flagged: bool = False  # hpo.setup_running is true in the storage
-    # a custom objective's space against the study's (scheduler/_space.py); None: not checked
+    # a custom objective's space against the study's (study/_space.py); None: not checked
     space: StudySpace | None = None
 
     @property

@@ -58,13 +58,12 @@ from hpo_orchestrator.scheduler._logs import (
 from hpo_orchestrator.scheduler._process import cgroup_oom_kills, log_tail, oom_killed_since, signal_tree
 from hpo_orchestrator.scheduler._recipe import Duty, Recipe
 from hpo_orchestrator.scheduler._recovery import Recovery
-from hpo_orchestrator.scheduler._space import StudySpace, read_study_space
 from hpo_orchestrator.scheduler._stopping import stop_running, wait_stopped
 from hpo_orchestrator.scheduler._tree import become_subreaper, restore_subreaper, sweep_left_behind
 from hpo_orchestrator.scheduler._trial import Asked, FinishedTrial, Reporter, RunningTrial
 from hpo_orchestrator.scheduler._workers import Workers, first_imports
 from hpo_orchestrator.scheduler._writes import RunRecords
-from hpo_orchestrator.study import SqliteWatch, StorageLost, save_held
+from hpo_orchestrator.study import SqliteWatch, StorageLost, StudySpace, read_study_space, save_held
 from hpo_orchestrator.telemetry import TelemetryRetention, TelemetrySampler
 from hpo_orchestrator.worker import Job
 
@@ -129,7 +128,7 @@ class Orchestrator:
         self.failures = FailurePolicy(config.study.fail_fast, config.study.max_failures)
         self.halted: Halt | None = None  # the failure policy stopped the run (exit 1)
         # a custom objective's space is in its code: checked against the study's at each
-        # name's first suggest (scheduler/_space.py); a built-in's was checked as configuration
+        # name's first suggest (study/_space.py); a built-in's was checked as configuration
         self.space = None if config.objective.name != "custom" or config.study.allow_mixed \
             else _space_of(storage, study)
         path = sqlite_path(config.storage.url)

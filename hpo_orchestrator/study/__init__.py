@@ -33,6 +33,7 @@ from hpo_orchestrator.study._setup import (
     trials_space,
     without_pruning,
 )
+from hpo_orchestrator.study._space import StudySpace, read_study_space
 from hpo_orchestrator.study._storage import MirrorStorage
 
 __all__ = [
@@ -42,12 +43,14 @@ __all__ = [
     "Requeue",
     "SqliteWatch",
     "StorageLost",
+    "StudySpace",
     "TrialEnd",
     "build_sampler",
     "create_or_load_study",
     "enqueue_configured",
     "finished_in",
     "objective_differences",
+    "read_study_space",
     "record_config",
     "save_held",
     "save_trials",

@@ -258,6 +258,17 @@ def _(built: Built, connection: Connection) -> None:
     assert db.study_config(connection, built.study_id) == CONFIG
 
 
+@case("space.NAMES")
+def _(built: Built, connection: Connection) -> None:
+    """Each name the study's trials always suggested one way, with that distribution."""
+    from hpo_orchestrator.study import read_study_space
+
+    assert read_study_space(connection, built.study_id) == {
+        "x": FloatDistribution(0, 1), "c": CategoricalDistribution(["a", "b"]),
+        "n": IntDistribution(1, 5)}
+    assert read_study_space(connection, built.study_id + 1000) == {}
+
+
 @case("study.NOW")
 @case("trial_rows.HEARTBEAT")
 def _(built: Built, connection: Connection) -> None:

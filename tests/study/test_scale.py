@@ -386,6 +386,7 @@ def test_reaping_reads_only_the_unfinished_trials(url: str) -> None:
     run = Run(url, grace_s=60)
     run.study.optimize(lambda t: t.suggest_float("x", 0, 1), n_trials=20)
     orphan = run.asked_by(_dead_pid())
+    run.started(orphan, _dead_pid())  # one a slot took: asked ahead only, it would be requeued
     stale, never, ours, alive, outside = (run.study.ask() for _ in range(5))
     for trial in (stale, ours, alive):
         run.storage.record_heartbeat(trial._trial_id)
@@ -402,8 +403,9 @@ def test_reaping_reads_only_the_unfinished_trials(url: str) -> None:
     with _statements(run.storage.engine) as statements:
         run.recovery.reap()
     states = {t.number: (t.state, t.user_attrs.get("hpo.fail_reason")) for t in run.trials()}
-    for lost in (orphan, stale, never):
-        assert states[lost.number] == (TrialState.FAIL, "lost")
+    assert states[orphan.number] == (TrialState.FAIL, "lost")
+    for asked_ahead in (stale, never):  # found too; no slot took them: back to the queue
+        assert states[asked_ahead.number] == (TrialState.WAITING, None)
     for kept in (ours, alive, outside):
         assert states[kept.number] == (TrialState.RUNNING, None)
     assert HOST != "elsewhere" and len(run.retries_of(orphan.number)) == 1

@@ -209,7 +209,8 @@ def test_a_report_with_step_as_keyword_is_answered_ok(pipe: Any) -> None:  # noq
     reports: list[Any] = []
     trial = SimpleNamespace(report=lambda *a, **k: reports.append((a, k)), number=0,
                             study=SimpleNamespace(directions=["minimize"]), storage=SimpleNamespace())
-    rt = SimpleNamespace(trial=trial, connection=channel, number=0, reports=[], spawned_at=0.0)
+    rt = SimpleNamespace(trial=trial, connection=channel, number=0, reports=[], spawned_at=0.0,
+                         space=None)
     _calls._answer(rt, "report", (0.5,), {"step": 5}, 1)  # type: ignore[arg-type]
     reply = child.recv()
     assert reports and reply[0] == "ok", reply

@@ -41,7 +41,8 @@ class _Orchestrator:
         self._thread.start()
 
     def _loop(self) -> None:
-        rt = SimpleNamespace(trial=self.trial, connection=self.channel, number=self.trial.number)
+        rt = SimpleNamespace(trial=self.trial, connection=self.channel, number=self.trial.number,
+                             space=None)
         while not self._stop.is_set():
             for message in self.channel.receive():
                 _, method, args, kwargs, tag = message
