@@ -70,7 +70,6 @@ from hpo_orchestrator.worker import Job
 __all__ = ["Orchestrator"]
 
 EXIT_OK = 0
-EXIT_FAILED = 1
 EXIT_INTERRUPTED = 130
 _POLL_S = 0.1
 # Reuse mode: how long the run waits for its first workers' start-up (imports, the
