@@ -132,16 +132,19 @@ def test_spares_past_the_wish_retire_with_their_lease_and_log(workers: Workers,
 @pytest.mark.long
 @pytest.mark.slow
 def test_auto_climbs_onto_spares_that_started_up_ahead(cli) -> None:  # type: ignore[no-untyped-def]
-    """One fake GPU at 20 %: auto climbs (to 3, unless a loaded machine's noise stops it at
-    2); the first trial on each new place runs in a spare (its log starts with the spare's
-    start-up output; level 1's, in the run's first wave), and every worker ran the setup once."""
+    """One fake GPU at 20 %: auto climbs (to 3, unless a loaded machine's noise or the trials'
+    measured CPU use stops it at 2); the first trial on each new place runs in a spare (its
+    log starts with the spare's start-up output; level 1's, in the run's first wave), and
+    every worker ran the setup once."""
     result = cli("run", *AUTO, TARGET + "pinned", f"objective.setup={OBJECTIVES}:noted_setup",
                  "study.n_trials=16",
                  env={"HPO_ORCHESTRATOR_FAKE_GPUS": json.dumps({"gpus": [{"busy_util": 20}]}),
                       "HPO_TEST_STEP_S": "0.4", "HPO_TEST_SETUP_NOTES": "setups"})
     assert result.code == 0, result.stderr
     changes = [(c["from"], c["to"]) for c in _packing(result.db)["changes"]]
-    assert changes[0] == (1, 3)  # the first level: 80 / 20, capped at 3
+    # the first level: 80 / 20, capped at 3, or 2 where the trials' measured CPU use on this
+    # 2-core machine leaves room for 2 only (placement/_rules.py cpu_room)
+    assert changes[0] in ((1, 3), (1, 2))
     rows = sorted(trial_rows(result.db), key=lambda r: r["number"])
     run_dir = next(p for p in result.db.parent.glob("hpo-runs/*") if p.is_dir())
     first_on: dict[int, int] = {}
