@@ -167,8 +167,9 @@ class RunRecords:
         return reaped
 
     def requeue(self, trial_id: int) -> bool:
-        """Another orchestrator's trial that no slot took back to WAITING (``requeue_unstarted``);
-        False when it was no longer RUNNING (reaped by someone else)."""
+        """A trial no slot took (this run's, or a dead run's found by reaping) back to WAITING
+        (db ``requeue_unstarted_trial``); False when it was no longer RUNNING (reaped by
+        someone else)."""
         def step() -> bool:
             with self.storage.engine.begin() as connection:
                 return requeue_unstarted_trial(connection, trial_id)
