@@ -205,6 +205,11 @@ class GpuWatch(threading.Thread):
         return {f"gpu{g}": round(sum(r.get(g, 0.0) for r in rows) / len(rows), 1) if rows else 0.0
                 for g in gpus}
 
+    def trace(self, gpus: list[int], lo: float, hi: float) -> list[list[float]]:
+        """The readings between ``lo`` and ``hi``: [seconds after lo, one GPU's % after another]."""
+        return [[round(t - lo, 1), *(r.get(g, 0.0) for g in gpus)]
+                for t, r in self.samples if lo <= t <= hi]
+
 
 def start(name: str, work: Workload, args: argparse.Namespace, seed: int, half: Half,
           group: str) -> dict[str, Any]:
@@ -288,6 +293,10 @@ def collect(run: dict[str, Any], watch: GpuWatch, with_test: bool, threads: int)
     run["gpu_util"] = watch.mean(run["gpus"], launch, launch + budget)
     run["gpu_util_mean"] = round(sum(run["gpu_util"].values()) / len(run["gpu_util"]), 1) \
         if run["gpu_util"] else 0.0
+    # issue 51's goal reads GPU busy after a run's first 20 s; the trace keeps any other window
+    after = watch.mean(run["gpus"], launch + 20, launch + budget)
+    run["gpu_util_after_20s"] = round(sum(after.values()) / len(after), 1) if after else 0.0
+    run["gpu_trace"] = watch.trace(run["gpus"], launch, launch + budget)
     best = min(done, key=lambda t: t.value) if done else None
     run["best_value"] = best.value if best else None
     run["best_params"] = best.params if best else None

@@ -682,7 +682,7 @@ def test_a_run_counts_only_trials_that_ended_within_its_budget(tmp_path: Path) -
         trial.datetime_start = launch
         trial.datetime_complete = launch + timedelta(seconds=seconds)
         study.add_trial(trial)
-    watch = SimpleNamespace(mean=lambda gpus, lo, hi: {})
+    watch = SimpleNamespace(mean=lambda gpus, lo, hi: {}, trace=lambda gpus, lo, hi: [])
     run = bq.collect({"contender": "optuna-x", "launch": launch.timestamp(), "budget_s": 10.0,
                       "url": url, "gpus": [], "commands": ["x"]}, watch, with_test=False, threads=1)
     assert run["curve"] == [(2.0, 0.5)]
@@ -733,3 +733,19 @@ def test_optuna_processes_never_prune_at_the_last_report(prune_at: int, state: s
     study.optimize(objective, n_trials=1)
     assert study.trials[0].state.name == state
     assert max(study.trials[0].intermediate_values) == prune_at
+
+
+def test_the_gpu_watch_reads_busy_after_the_first_seconds_and_keeps_its_trace() -> None:
+    """Issue 51's goal is the GPU's busy share after a run's first 20 s: a run that ramps up
+    reads lower from launch than after 20 s, and the trace keeps every reading of the run's
+    own GPUs (seconds from launch first) for any other window."""
+    bq = _script()
+    watch = object.__new__(bq.GpuWatch)
+    launch = 1000.0
+    watch.samples = [(launch + t, {0: 10.0 if t < 20 else 90.0, 1: 50.0}) for t in range(0, 70, 5)]
+    run = bq.collect({"contender": "ours", "launch": launch, "budget_s": 70.0,
+                      "url": "sqlite:///:memory:", "gpus": [0], "commands": ["x"]},
+                     watch, with_test=False, threads=1)
+    assert run["gpu_util_after_20s"] == 90.0
+    assert run["gpu_util_mean"] < 90.0
+    assert run["gpu_trace"][0] == [0.0, 10.0] and run["gpu_trace"][-1] == [65.0, 90.0]
