@@ -46,6 +46,7 @@ __all__ = [
     "RETRIED",
     "RETRY_OF",
     "SETUP_RUNNING",
+    "SHARED_CORES_PREFIX",
     "SLOT",
     "STARTUP_S",
     "STEP_S",
@@ -95,6 +96,9 @@ CONFIG = "hpo.config"
 DEVICES_PREFIX = "hpo.devices."  # + the host's name
 PACKING_PREFIX = "hpo.packing."  # + the host's name
 DEVICE_CHOICE_PREFIX = "hpo.device_choice."  # + the host's name
+# + the host's name: the latest time other runs of the host shared this study's cores
+# (placement/_cores.py)
+SHARED_CORES_PREFIX = "hpo.shared_cores."
 PRUNER_MIN_RESOURCE_AUTO = "hpo.pruner.min_resource_auto"
 # pruner.tune=auto (pruning/_tune_auto.py): every switch of the pruner's setting, and the verdict of
 # the latest replay (also when it kept the setting: status says why nothing switched)
@@ -166,6 +170,12 @@ def _device_choice(value: Any) -> bool:
             and _learner_counts(learners))
 
 
+def _shared_cores(value: Any) -> bool:
+    return (isinstance(value, dict) and isinstance(value.get("since"), str)
+            and all(_is_int(value.get(k)) for k in ("cores", "wanted"))
+            and _dicts(value.get("others"), ("pid", "study", "cores"), ("pid", "cores")))
+
+
 def _learner_counts(value: Any) -> bool:
     """``{"<gpu index>": {"<learner>": count}}``."""
     return isinstance(value, dict) and all(
@@ -175,7 +185,7 @@ def _learner_counts(value: Any) -> bool:
 
 _SHAPES: list[tuple[str, Callable[[Any], bool]]] = [
     (CONFIG, _config), (DEVICES_PREFIX, _devices), (PACKING_PREFIX, _packing),
-    (DEVICE_CHOICE_PREFIX, _device_choice),
+    (DEVICE_CHOICE_PREFIX, _device_choice), (SHARED_CORES_PREFIX, _shared_cores),
     (PRUNER_MIN_RESOURCE_AUTO, _min_resource_auto),
     (PRUNER_HISTORY, _pruner_history), (PRUNER_TUNING, _pruner_tuning)]
 

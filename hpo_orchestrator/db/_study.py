@@ -31,6 +31,7 @@ _STUDY_ID_SQL = "SELECT study_id FROM studies WHERE study_name = :n"
 _STUDY_ATTRS_SQL = ("SELECT key, value_json FROM study_user_attributes WHERE study_id = :s "
                     "AND (key = 'hpo.config' OR key LIKE 'hpo.devices.%' "
                     "OR key LIKE 'hpo.packing.%' OR key LIKE 'hpo.device_choice.%' "
+                    "OR key LIKE 'hpo.shared_cores.%' "
                     "OR key = 'hpo.pruner.min_resource_auto' OR key = 'hpo.pruner_history' "
                     "OR key = 'hpo.pruner_tuning')")
 _NOW_SQL = "SELECT CURRENT_TIMESTAMP"
@@ -121,7 +122,7 @@ def study_id_of(connection: Readable, study: str | None) -> tuple[int, str]:
 
 def study_attrs(connection: Readable, study_id: int) -> dict[str, Any]:
     """Our study attrs: hpo.config, hpo.devices.<host>, hpo.packing.<host>,
-    hpo.device_choice.<host>, hpo.pruner.min_resource_auto, hpo.pruner_history and
+    hpo.device_choice.<host>, hpo.shared_cores.<host>, hpo.pruner.min_resource_auto, hpo.pruner_history and
     hpo.pruner_tuning, decoded. One of a shape we
     never write (written by someone else: not JSON, a string for a dict, ...) is left out and
     named under ``UNREADABLE``."""

@@ -6,6 +6,7 @@ Laid out right after the configuration is loaded, before Optuna and the storage
 
 from __future__ import annotations
 
+import os
 import socket
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,6 +14,7 @@ from pathlib import Path
 from hpo_orchestrator.config import Config
 from hpo_orchestrator.errors import ConfigError
 from hpo_orchestrator.gpu import GpuBackend, GpuInfo
+from hpo_orchestrator.placement._cores import CoreShare
 from hpo_orchestrator.placement._leases import LeaseDir, default_lease_dir
 from hpo_orchestrator.placement._settings import PlacementSettings, decode, host_cores, objective_key
 from hpo_orchestrator.placement._slots import BusyRule, SlotPool, resolve_gpus
@@ -22,10 +24,12 @@ __all__ = ["Layout", "lay_out"]
 
 @dataclass(frozen=True)
 class Layout:
-    """Where the run's trials go: its settings and its slots."""
+    """Where the run's trials go: its settings and its slots, and its presence on the host's
+    cores (placement/_cores.py: announced by the first wave, read by the loop)."""
 
     settings: PlacementSettings
     slots: SlotPool
+    cores: CoreShare
 
     @property
     def gpus(self) -> list[GpuInfo]:
@@ -60,4 +64,8 @@ def lay_out(config: Config, backend: GpuBackend, run_folder: Path) -> Layout:
     slots = SlotPool(settings.places, leases=leases,
                      backend=backend if sched.avoid_busy_gpus else None,
                      busy=BusyRule(sched.busy_gpu_mem_mib, sched.busy_gpu_util))
-    return Layout(settings, slots)
+    # its trials on CPU slots: every slot of a host without GPUs, else the CPU slots beside them
+    on_cpu = min(slots.cpu_places, slots.concurrency) if gpus else slots.concurrency
+    cores = CoreShare(leases, os.sched_getaffinity(0), on_cpu,
+                      settings.threads_at(slots.concurrency), config.study.name, settings.host)
+    return Layout(settings, slots, cores)

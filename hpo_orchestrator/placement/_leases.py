@@ -30,6 +30,12 @@ trials share a slot: no user can be kept off a GPU by leases, see HOSTS.md). Mod
 with fchmod after creation, since the umask cuts what mkdir and open ask for (0022 made them
 1755 and 0644). A lock file of another user is opened read-only: flock works on a read-only
 descriptor, so the lease holds, only no note is written.
+
+The host's cores (placement/_cores.py): a run with trials on CPU slots holds a presence file
+``cores.<pid>-<token>.lock`` for its whole length, by the same rules: made with O_EXCL under
+a name of its own, locked, its note (the CPUs it runs on, its CPU trials and their threads)
+trusted as a lease's note is. It leases nothing: other runs read it to say that trials share
+cores (docs/HOSTS.md, "Several runs on one host's cores").
 """
 
 from __future__ import annotations
@@ -52,7 +58,7 @@ from typing import Any
 
 from hpo_orchestrator.errors import ConfigError
 
-__all__ = ["Lease", "LeaseDir", "default_lease_dir", "describe_holder", "user_name"]
+__all__ = ["CORES_PREFIX", "Lease", "LeaseDir", "default_lease_dir", "describe_holder", "user_name"]
 
 LEASE_DIR_ENV = "HPO_ORCHESTRATOR_LEASE_DIR"
 DIR_MODE = 0o1777  # every user adds files, only their owner removes them
@@ -61,6 +67,14 @@ READ_CAP = 4096  # bytes ever read of a lease file or marker (a note is about 15
 WAIT_FRESH_S = 5.0  # a waiter asks every loop turn (0.1 s); one silent this long stopped wanting
 _OPEN = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 _NOTE_KEYS = ("study", "trial", "trial_pid", "host", "since")
+CORES_PREFIX = "cores."  # a run's presence on the host's cores: cores.<pid>-<token>.lock
+_CORE_NOTE_KEYS = ("study", "host", "since", "cpus", "trials", "threads", "wanted")
+# a presence file found unlocked is its run's leftover (it died) once it is this old: a new
+# one is locked right after it is made, so a younger one may be a run's that is starting
+CORES_STALE_S = 10.0
+# live presences read per look at most (each a flock and a read of /proc/locks): beyond that
+# many runs on one host's cores, naming each one more says nothing new
+CORES_READ_MAX = 64
 
 
 def default_lease_dir(configured: str | None = None) -> Path:
@@ -219,8 +233,9 @@ def describe_holder(holder: dict[str, Any]) -> str:
     return who
 
 
-def _holder(fd: int, info: os.stat_result) -> dict[str, Any]:
-    """Who holds a locked lease file, as the kernel says, and its note where trusted."""
+def _holder(fd: int, info: os.stat_result, keys: tuple[str, ...] = _NOTE_KEYS) -> dict[str, Any]:
+    """Who holds a locked lease file, as the kernel says, and its note's ``keys`` where
+    trusted."""
     pids = _kernel_lock_pids(info)
     pid = next((p for p in pids if p > 0), None)
     uid = _process_uid(pid) if pid is not None else None
@@ -232,7 +247,7 @@ def _holder(fd: int, info: os.stat_result) -> dict[str, Any]:
     except ValueError:
         return held
     if isinstance(note, dict) and note.get("pid") == pid:
-        held.update({k: note[k] for k in _NOTE_KEYS if k in note})
+        held.update({k: note[k] for k in keys if k in note})
     return held
 
 
@@ -418,6 +433,44 @@ class LeaseDir:
                     os.close(fd)
         return False
 
+    def announce_cores(self, **note: Any) -> Lease:
+        """Hold this run's presence on the host's cores until :meth:`withdraw` (or its death:
+        the kernel drops the lock); ``note``: what other runs read of it (placement/_cores.py).
+        ConfigError where the folder cannot be used, OSError where it cannot be written."""
+        with self._folder(create=True) as dir_fd:
+            name = f"{CORES_PREFIX}{os.getpid()}-{secrets.token_hex(4)}.lock"
+            fd, _ours = _open_entry(dir_fd, name, create=True)  # a new name: never another's
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # a name of our own: never contended
+        lease = Lease(self.path / name, fd)
+        try:
+            lease.describe(**note)
+        except OSError:
+            self.withdraw(lease)  # a presence no one can read is none
+            raise
+        return lease
+
+    def withdraw(self, lease: Lease) -> None:
+        """Remove a presence file of ours and drop its lock (the folder gone: nothing to do)."""
+        try:
+            with self._folder(create=False) as dir_fd:
+                os.unlink(lease.path.name, dir_fd=dir_fd)
+        except (OSError, ConfigError):
+            pass  # the folder went, or changed under the run: the lock still drops below
+        finally:
+            os.close(lease.fd)
+
+    def core_users(self, own: Lease | None = None) -> list[dict[str, Any]]:
+        """The live runs of this host that announced their cores, ``own`` left out: the
+        kernel's pid and uid of each (``pid``, ``uid``, ``file_uid``) and the trusted part of
+        its note. A leftover of a run that died is removed where this user may (one of
+        another user's stays in a sticky folder, and is skipped). ConfigError where the folder
+        cannot be used; no folder yet: nobody."""
+        try:
+            with self._folder(create=False) as dir_fd:
+                return _core_users(dir_fd, own.path.name if own is not None else None)
+        except FileNotFoundError:
+            return []
+
     def holders(self, uuid: str) -> dict[int, dict[str, Any]]:
         """The held slots of a GPU: slot k -> who holds it (free slots are left out): the
         kernel's pid and uid (``pid``, ``uid``), the file's owner (``file_uid``), the trusted
@@ -451,3 +504,32 @@ def _held(dir_fd: int, uuid: str) -> dict[int, dict[str, Any]]:
         finally:
             os.close(fd)  # a lock of ours on it drops with it
     return held
+
+
+def _core_users(dir_fd: int, own: str | None) -> list[dict[str, Any]]:
+    users: list[dict[str, Any]] = []
+    now = time.time()
+    for name in sorted(os.listdir(dir_fd)):
+        if not (name.startswith(CORES_PREFIX) and name.endswith(".lock")) or name == own:
+            continue
+        try:
+            fd, _ours = _open_entry(dir_fd, name, create=False)
+        except (OSError, _NotAFile):
+            continue  # gone meanwhile, or planted: never read
+        try:
+            info = os.fstat(fd)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:  # its run lives
+                users.append(_holder(fd, info, _CORE_NOTE_KEYS))
+                if len(users) >= CORES_READ_MAX:
+                    break
+                continue
+            if now - info.st_mtime > CORES_STALE_S:
+                try:
+                    os.unlink(name, dir_fd=dir_fd)  # its run died
+                except PermissionError:
+                    pass  # another user's (sticky folder): skipped at each look
+        finally:
+            os.close(fd)
+    return users

@@ -52,6 +52,9 @@ class FirstWave:
         except BaseException:
             self._close_backend()
             raise
+        # said as early as the slots are known, so that a run started at the same moment
+        # sees this one (placement/_cores.py)
+        self.layout.cores.announce()
         self.workers = Workers(self.layout.slots, {}, sched.kill_grace_s, nvidia_icd_env(),
                                self.log_dir, first_imports(config.objective))
         self._config = config
@@ -73,13 +76,15 @@ class FirstWave:
 
     def close(self) -> None:
         """Retire the workers still idle (all of them when the run never began; none after a
-        loop, which retires its own), give up any wait for a GPU's lease, and close the
+        loop, which retires its own), give up any wait for a GPU's lease and the run's presence
+        on the host's cores, and close the
         backend opened here. A run that stopped before an orchestrator adopted the workers
         also loses the folders :meth:`start` made (with the ``.gitignore`` written beside the
         run folder) where nothing else was written. Never raises for our files: the error that stopped the run
         is the one to report. Safe to call twice."""
         try:
             self.layout.slots.stop_waiting()  # a "waiting" marker in the lease folder
+            self.layout.cores.close()  # its presence on the host's cores
             with contextlib.suppress(OSError):
                 self.workers.retire_idle()
                 self.workers.trees.sweep_all()  # what they started, and its record on disk

@@ -24,6 +24,7 @@ remaining children and fails their trials as ``interrupted``.
 
 from __future__ import annotations
 
+import contextlib
 import select
 import signal
 import sqlite3
@@ -96,6 +97,7 @@ class Orchestrator:
         self.storage = storage
         self.budget = budget
         self.slots = slots
+        self.cores = layout.cores  # other runs of this host on this run's cores
         self.threads = layout.threads
         self.reporter = reporter
         self.sampler = sampler
@@ -226,6 +228,8 @@ class Orchestrator:
                 self.records.flush_device_choice()  # its trial counts, to the end
             except _STORAGE_ERRORS:
                 pass  # the tally only saves status work: it reads the trials past it anyway
+            with contextlib.suppress(*_STORAGE_ERRORS):  # status then says "since", no end
+                self.cores.finish(self.study)  # a sharing of the cores ends with the run
 
     def _duties(self) -> list[Duty]:
         """What the loop does each round, in order (scheduler/_recipe.py)."""
@@ -243,6 +247,7 @@ class Orchestrator:
             Duty("faulty", lambda: stop_faulty(running(), sched.kill_grace_s)),
             Duty("ended", self._finish_ended),
             Duty("progress", lambda: self.reporter.tick(list(running()))),
+            Duty("shared cores", self._check_cores),
             Duty("notes", self._say_notes),
             Duty("setup ended", lambda: self.records.setup_ended(running())),
             Duty("stall clock", lambda: self.clock.discount_stall(running())),
@@ -290,6 +295,14 @@ class Orchestrator:
             f"{self.study.study_name!r} in {saved}",
             f"load them, or go on with the study, with storage.url=sqlite:///{saved} (and "
             f"--storage sqlite:///{saved} for status and the other commands)")
+
+    def _check_cores(self) -> None:
+        """Other runs of this host whose trials share this run's cores: said, and kept in
+        hpo.shared_cores.<host> for status (placement/_cores.py)."""
+        if self.cores.check():
+            self.cores.record(self.study)
+        for text in self.cores.take_notes():
+            self.reporter.note(text)
 
     def _say_notes(self) -> None:
         for text in self.slots.take_notes():  # a GPU skipped as busy, or free again

@@ -173,7 +173,7 @@ def _report(connection: Connection, study_id: int, name: str, directions: list[s
         unverified=_unverified(flags), mismatches=_mismatches(flags),
         max_complete_step=tally.max_complete_step, failures=failed_trials.listed,
         other_studies_s=_other_studies_on_idle_gpus(connection, study_id, report, tally)
-        if has_summary else {}))
+        if has_summary else {}, shared_cores=_per_host(study_attrs, keys.SHARED_CORES_PREFIX)))
     return report
 
 
@@ -454,8 +454,9 @@ def listed_devices(study_attrs: dict[str, Any]) -> dict[str, list[dict[str, Any]
 
 def _per_host(study_attrs: dict[str, Any], prefix: str) -> list[dict[str, Any]]:
     """The study attrs ``<prefix><host>`` of every host, each with the host named:
-    hpo.packing.<host> (scheduler.trials_per_gpu=auto, placement/_packer.py) and
-    hpo.device_choice.<host> (objective.device=auto's latest measurement); an entry someone
+    hpo.packing.<host> (scheduler.trials_per_gpu=auto, placement/_packer.py),
+    hpo.device_choice.<host> (objective.device=auto's latest measurement) and
+    hpo.shared_cores.<host> (other runs on the host's cores); an entry someone
     else wrote in another shape is left out."""
     return [{"host": key.removeprefix(prefix), **value}
             for key, value in sorted(study_attrs.items())

@@ -50,6 +50,7 @@ def find_all(report: StatusReport, facts: StudyFacts) -> list[Finding]:
     findings += _params_differ(facts)
     findings += _stale_running(report)
     findings += _oom(report, facts.config)
+    findings += _shared_cores(facts)
     return findings
 
 
@@ -367,3 +368,33 @@ def _oom(report: StatusReport, config: dict[str, Any]) -> list[Finding]:
         "lower the batch size or the model size range, or run fewer trials per GPU "
         f"(scheduler.trials_per_gpu{f', now {per_gpu}' if per_gpu else ''})",
         {"trials": count})]
+
+
+def _shared_cores(facts: StudyFacts) -> list[Finding]:
+    """Other runs of a host kept busy cores the study's trials ran on (placement/_cores.py):
+    those trials ran slower, and their durations are not the study's usual ones."""
+    if not facts.shared_cores:
+        return []
+    each = []
+    for shared in facts.shared_cores:
+        others = shared["others"]
+        if len(others) == 1:
+            runs = f"another hpo-orchestrator run ({_core_user(others[0])})"
+        else:
+            runs = (f"{len(others)} other hpo-orchestrator runs ("
+                    + "; ".join(f"{_core_user(o)}: {o['cores']}" for o in others) + ")")
+        until = f"to {shared['until']}" if shared.get("until") else "on (its end not recorded)"
+        cores = f"{shared['cores']} core{'s' if shared['cores'] != 1 else ''}"
+        each.append(f"host {shared['host']}, from {shared['since']} {until}: {runs} used "
+                    f"{sum(o['cores'] for o in others)} of the {cores} the study's trials ran "
+                    f"on, beside the {shared['wanted']} they used")
+    split = min(s["cores"] // (len(s["others"]) + 1) for s in facts.shared_cores)
+    own = f"scheduler.host_cores={split} in each, or taskset -c" if split >= 1 else "taskset -c"
+    return [Finding(
+        "shared_cores", "warning", "; ".join(each) + ": trials shared cores and ran slower",
+        f"give each run its own cores ({own}), or run the studies one after the other",
+        {"hosts": facts.shared_cores})]
+
+
+def _core_user(other: dict[str, Any]) -> str:
+    return f"pid {other['pid']}, {other.get('user') or 'an unknown user'}, study {other['study']!r}"

@@ -61,6 +61,9 @@ class StudyFacts:
     # (host, gpu index) -> seconds other studies' finished trials ran on that GPU between the
     # study's first and last start; read only for the GPUs idle_gpu would name
     other_studies_s: dict[tuple[str | None, int | None], float] = field(default_factory=dict)
+    # per host, the latest time other runs of the host shared the study's cores (study attr
+    # hpo.shared_cores.<host>, placement/_cores.py), with the host named
+    shared_cores: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass

@@ -1,5 +1,5 @@
 """Several orchestrators: one study over several hosts, several studies on one host's GPUs,
-and GPUs busy with someone else's work.
+GPUs busy with someone else's work, and CPU-only runs on one host's cores.
 
 "Hosts" are simulated on this machine: each orchestrator gets its own scheduler.host and
 its own lease folder (separate machines share neither), and its own fake GPUs.
@@ -8,9 +8,12 @@ its own lease folder (separate machines share neither), and its own fake GPUs.
 from __future__ import annotations
 
 import json
+import os
+import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from datetime import datetime
@@ -299,3 +302,88 @@ def test_a_gpu_busy_with_foreign_work_is_skipped_then_used(tmp_path: Path) -> No
     assert all(t["attrs"]["hpo.gpu_index"] == 1 for t in trials[:first_on_0])
     # used again only once the foreign process was gone (Optuna's start times are local time)
     assert trials[first_on_0]["start"] >= datetime.fromisoformat(ended.read_text())
+
+
+class _Lines:
+    """A running orchestrator's stdout, read as it comes (a thread), so that a test waits for
+    a line instead of sleeping."""
+
+    def __init__(self, proc: subprocess.Popen[str]) -> None:
+        self.proc, self.lines = proc, []
+        self._new = threading.Condition()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            with self._new:
+                self.lines.append(line)
+                self._new.notify_all()
+        with self._new:
+            self._new.notify_all()
+
+    def wait_for(self, pattern: str, timeout: float = 120) -> str:
+        """The first text matching ``pattern`` in the output, its lines joined and its spaces
+        made one (the terminal's width wraps a long note); fails if the process ends or time
+        runs out."""
+        deadline = time.monotonic() + timeout
+        with self._new:
+            while True:
+                found = re.search(pattern, re.sub(r"\s+", " ", "".join(self.lines)))
+                if found is not None:
+                    return found.group(0)
+                left = deadline - time.monotonic()
+                if left <= 0 or (not self._reader.is_alive() and self.proc.poll() is not None):
+                    raise AssertionError(f"no line matching {pattern!r}:\n{''.join(self.lines)}")
+                self._new.wait(min(left, 1.0))
+
+    def finish(self, timeout: float = 120) -> str:
+        try:
+            self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self._reader.join(timeout=30)
+        out = "".join(self.lines)
+        assert self.proc.returncode == 0, out[-2000:] + (self.proc.stderr.read() if self.proc.stderr else "")
+        return out
+
+
+@pytest.mark.long
+def test_two_cpu_runs_on_one_core_each_say_that_their_trials_share_it(tmp_path: Path) -> None:
+    """Two CPU-only runs of one host each took one trial per core, so the host ran twice as
+    many trials as cores without a word (issue 52). Each says so now: the second at its start,
+    the first as soon as it sees the second; the run goes on, and status names the other run."""
+    gate = tmp_path / "gate"  # the trials run until the test has seen both notes
+    common = ("run", "objective=custom", TARGET + "gated", "pruner=none", "scheduler.gpus=none",
+              "study.n_trials=1")
+    env = {"HPO_TEST_GATE": str(gate)}
+    affinity = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(affinity)})  # both runs on one core: inherited at their start
+    try:
+        first = _Lines(start_cli(tmp_path, *common, "study.name=first",
+                                 "storage.url=sqlite:///first.db", env=env))
+        first.wait_for(r"trial logs: ")  # its presence on the core is announced by now
+        second = _Lines(start_cli(tmp_path, *common, "study.name=second",
+                                  "storage.url=sqlite:///second.db", env=env))
+    finally:
+        os.sched_setaffinity(0, affinity)
+    note = r"note: another hpo-orchestrator run .*?start it on other cores \(taskset -c\)"
+    shared = "trials will share cores and run slower; wait for the other run to end"
+    try:
+        said = second.wait_for(note)
+        assert f"(pid {first.proc.pid}, uid {os.getuid()} " in said and "study 'first')" in said
+        assert re.search(r"is using 1 of (the|this host's) 1 core( this run may use)?, and this "
+                         r"run's trials use 1:", said), said
+        assert shared in said
+        said = first.wait_for(note)
+        assert f"(pid {second.proc.pid}, " in said and "study 'second')" in said and shared in said
+    finally:
+        gate.write_text("")
+    assert "complete 1, pruned 0, failed 0" in first.finish()
+    second.finish()
+    status = run_cli(tmp_path, "status", "--storage", "sqlite:///first.db")
+    assert status.code == 0, status.stderr
+    assert "shared_cores: host " in status.stdout
+    assert f"another hpo-orchestrator run (pid {second.proc.pid}, " in status.stdout

@@ -15,7 +15,7 @@ import optuna
 from hpo_orchestrator.worker import phase, phase_depth, slot_info
 from tests.misbehaving import chaos  # objectives:chaos, as the tests name it
 
-__all__ = ["chaos", "chatty", "cuda_oom_once", "cuda_probe", "curves", "import_order", "low_cpu",
+__all__ = ["chaos", "chatty", "cuda_oom_once", "cuda_probe", "curves", "gated", "import_order", "low_cpu",
            "oom_when_shared", "phased", "pinned", "quadratic", "ranged", "reports10", "reuse_probe",
            "rising", "shared_gpu", "sleepy", "slow_setup", "stamped", "two_objectives"]
 
@@ -183,6 +183,17 @@ def sleepy(trial: Any) -> float:
     trial.suggest_float("x", 0.0, 1.0)
     time.sleep(float(os.environ.get("HPO_TEST_SLEEP_S", "60")))
     return 0.0
+
+
+def gated(trial: Any) -> float:
+    """Runs until the file ``HPO_TEST_GATE`` names exists (at most 120 s): a test lets its
+    trials end when it has seen what it waits for, not after a guessed sleep."""
+    x = trial.suggest_float("x", 0.0, 1.0)
+    gate = os.environ["HPO_TEST_GATE"]
+    deadline = time.monotonic() + 120
+    while not os.path.exists(gate) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return x
 
 
 def cuda_probe(trial: Any) -> float:

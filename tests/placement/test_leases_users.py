@@ -288,6 +288,48 @@ sys.stdin.read()
     assert describe_holder(held[1]) == f"uid {USER_A}, pid {holder.pid}"
 
 
+# User A's run on the host's cores (placement/_cores.py): its presence held until stdin closes.
+_ON_CORES = """
+lease = leases.announce_cores(study="a", cpus=[0, 1], trials=2, threads=1, wanted=2)
+out["held"] = True
+print(json.dumps(out), flush=True)
+sys.stdin.read()
+"""
+
+# User B's run on the same cores: who it sees there, and what it says.
+_SEES_CORES = """
+from hpo_orchestrator.placement import CoreShare
+share = CoreShare(leases, {0, 1}, 2, 1, "b", "h1")
+share.announce()
+share.check()
+out["users"] = [[u.uid, u.pid, u.study, u.cores] for u in share.users]
+out["notes"] = share.take_notes()
+share.close()
+"""
+
+
+def test_a_run_of_another_user_on_the_cores_is_named_with_the_kernels_uid(shared_tmp: Path) -> None:
+    """B's run on the cores A's run uses names A's run by the uid and pid the kernel gives,
+    and its study from A's own note (A's file, which only A may write)."""
+    import json
+
+    lease_dir = shared_tmp / "leases"
+    first = _as_user(USER_A, lease_dir, _ON_CORES, stdin=subprocess.PIPE)
+    try:
+        assert first.stdout is not None
+        assert json.loads(first.stdout.readline()) == {"held": True}
+        second = _as_user(USER_B, lease_dir, _SEES_CORES)
+        stdout, stderr = second.communicate(timeout=60)
+    finally:
+        first.communicate(input="", timeout=60)
+    assert second.returncode == 0, stderr
+    seen = json.loads(stdout)
+    assert seen["users"] == [[USER_A, first.pid, "a", 2]]
+    [note] = seen["notes"]
+    assert note.startswith(f"another hpo-orchestrator run (pid {first.pid}, uid {USER_A}, study 'a')")
+    assert not [p for p in lease_dir.iterdir() if p.name.startswith(f"cores.{second.pid}-")]
+
+
 def test_a_folder_others_may_write_without_the_sticky_bit_is_refused(shared_tmp: Path) -> None:
     """B's folder of mode 0777: any user could remove or swap another's lease. And a link B
     made where the folder should be is not followed."""

@@ -108,6 +108,39 @@ def test_every_readme_command_has_a_test() -> None:
     assert sorted(set(COMMANDS) - set(found)) == [], "COMMANDS the README (and DOCS) no longer have"
 
 
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_the_readmes_list_of_studies_is_one_short_row_a_study(tmp_path: Path, backend: str,
+                                                               request: pytest.FixtureRequest) -> None:
+    """`optuna studies` prints each study's whole hpo.config, which the contract keeps whole
+    (docs/RECORDING.md, "Listing the studies"): the README's SQL lists the studies one short
+    row each, on sqlite and on PostgreSQL."""
+    import uuid
+
+    import optuna
+    import sqlalchemy
+
+    from hpo_orchestrator.config import load_config, to_plain_dict
+
+    [statement] = [s for block in blocks("sql") for s in block.split(";")
+                   if "-- the studies, one row each" in s]
+    url = f"sqlite:///{tmp_path / 'hpo.db'}" if backend == "sqlite" \
+        else str(request.getfixturevalue("postgres_url"))
+    name = f"listed-{uuid.uuid4().hex[:8]}"
+    storage = optuna.storages.RDBStorage(url)
+    study = optuna.create_study(storage=storage, study_name=name)
+    config = to_plain_dict(load_config([]))
+    study.set_user_attr("hpo.config", config)
+    study.add_trial(optuna.trial.create_trial(value=1.0))
+    try:
+        with storage.engine.connect() as connection:
+            rows = connection.execute(sqlalchemy.text(statement)).all()
+    finally:
+        storage.engine.dispose()
+    [row] = [r for r in rows if r[0] == name]
+    assert row[1] == 1 and row[2] is not None
+    assert len(" | ".join(map(str, row))) < 80 < len(str(config))
+
+
 def test_python_examples_compile() -> None:
     """Every Python block is valid Python; the first (the custom objective) also runs below."""
     examples = blocks("python", [README, *DOCS])
