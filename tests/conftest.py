@@ -57,6 +57,10 @@ def cli_env(env: dict[str, str] | None = None) -> dict[str, str]:
 # This pytest's lease folders (one per test), removed when it exits.
 _LEASES = Path(tempfile.mkdtemp(prefix="hpo-test-leases-"))
 atexit.register(shutil.rmtree, _LEASES, ignore_errors=True)
+# Studies run inside this process (run_study) get this pytest's own folder too: in the
+# host-wide default, the CPU-core presences of another pytest's runs (an xdist worker beside
+# this one) would make a run here note them, and their GPU leases would hold "GPU 0".
+os.environ.setdefault(LEASE_DIR_ENV, str(_LEASES / "in-process"))
 
 
 _in_slow_test = False
