@@ -1,7 +1,9 @@
 """The packer: gathers what ``scheduler.trials_per_gpu=auto`` decides from, applies the decision.
 
 Inputs: the GPUs' readings (the telemetry sampler keeps them), the trials that ended on each
-GPU (the loop tells :meth:`Packer.trial_ended`), the slot pool's busy places and free memory.
+GPU (the loop tells :meth:`Packer.trial_ended`), the slot pool's busy places and free memory,
+and each GPU's start-up (:class:`StartUp`: until its first step or end, for the start-up
+overlap).
 Outputs: each GPU's level in the slot pool, the threads a new trial gets, and the study attr
 ``hpo.packing.<host>`` (every change with its time, GPU, old -> new and reason; status and
 report show it). The rules themselves are pure: placement/_rules.py.
@@ -17,7 +19,9 @@ Threads (auto): each trial gets the host's cores over the trials at once, but ne
 than the running trials leave free, so the cores are never oversubscribed (LightGBM's OpenMP
 threads spin: 16 + 8 threads on 16 cores made trials 30x slower, docs/BENCHMARKS.md "Costs the code cites"). A
 level that goes up waits until the running trials leave the new share free: the trial that
-runs at 16 threads ends first, then both start at 8.
+runs at 16 threads ends first, then both start at 8. While a GPU's first trial starts up, the
+place the start-up overlap may open counts as a place (``_startup_places``): that trial gets
+8 of 16 cores, and the one the overlap starts the other 8, whatever either does once trained.
 
 Single-threaded: only the orchestrator's loop calls it.
 """
@@ -28,7 +32,7 @@ import os
 import statistics
 import time
 from collections.abc import Iterable
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -45,6 +49,7 @@ from hpo_orchestrator.placement._rules import (
     PackingPolicy,
     Times,
     expected_peak_mib,
+    may_overlap,
     may_rise,
     memory_room,
     settled_level,
@@ -133,6 +138,7 @@ class Packer:
         # spare worker is kept for the place above only then (workers_wanted)
         self._fits_above: dict[int, int] = {}
         self._notes: list[str] = []  # level changes not yet said (take_notes)
+        self._startups = {index: StartUp() for index in self.levels}  # start-up overlap's
         self.objective = settings.objective
         # (objective, GPU model, memory) -> the level a run of this study settled at there, with
         # the durations below it: every objective's and model's, kept on in the attr
@@ -179,11 +185,21 @@ class Packer:
 
     def threads_for_next(self, running: Iterable[RunningView]) -> int:
         """CPU threads for the next trial. Fixed levels: the cores over the trials at once.
-        Auto: that share, within what the running trials leave free (module docstring)."""
+        Auto: that share, within what the running trials leave free (module docstring); the
+        place the start-up overlap may open on a GPU whose first trial starts counts as a
+        place: its trial finds its share free whatever the first one does once trained
+        (LightGBM keeps every thread it was given busy; 16 + 8 on 16 cores ran 30x slower)."""
         if self._threads_configured is not None or not self.pool.auto:
             return threads_per_trial(self._threads_configured, self.pool.concurrency, self.cores)
-        room = self._core_room(running, waiting=len(self._pending), used=self._cpu_used())
+        room = self._core_room(running, waiting=len(self._pending) + self._startup_places(),
+                               used=self._cpu_used())
         return max(1, min(room.share(), int(room.free())))
+
+    def _startup_places(self) -> int:
+        """Places the start-up overlap may still open: one per GPU whose first trials are
+        starting and whose level may take one (rules.may_overlap)."""
+        return sum(1 for index, state in self.levels.items()
+                   if self._startups[index].starting and may_overlap(self.policy, state))
 
     def _core_room(self, running: Iterable[RunningView], waiting: int,
                    used: float | None) -> CoreRoom:
@@ -208,6 +224,7 @@ class Packer:
             return
         now = time.monotonic()
         self._times.ended(self._span(trial, end=now, ok=fail_reason is None))
+        self._startups[trial.gpu].see(trial, now, ended=True)
         if gpu_mem_peak_mib is not None:
             self._mem_peaks.append(gpu_mem_peak_mib)
         if fail_reason == "oom":  # decided now, before the slot takes its next trial
@@ -321,6 +338,11 @@ class Packer:
                  now: float) -> GpuObservation:
         """What was measured on the GPU since its level was set."""
         here = [v for v in running if v.gpu == index and not v.ended]
+        startup = self._startups[index]
+        for view in here:
+            startup.see(view, now)
+        startup.gone({(v.worker, v.started) for v in here}, now)
+        over_at = startup.over_at()
         readings = [] if self.readings is None else self.readings.device_readings(index, state.since)
         latest = [] if self.readings is None else self.readings.device_readings(index, now - 30.0)
         # the host's trials' CPU use once their set-up is behind them (imports take a core a
@@ -335,7 +357,9 @@ class Packer:
             # an OOM counts against the level in force when the trial ended
             ooms=sum(1 for t in self._ooms[index] if t >= state.since),
             cpu=[] if self.readings is None else self.readings.cpu_readings(cpu_since),
-            min_readings=self.policy.min_readings, running=here)
+            min_readings=self.policy.min_readings, running=here, starting=startup.starting,
+            after_startup=[] if self.readings is None or over_at is None
+            else self.readings.device_readings(index, over_at))
 
     def _write(self) -> None:
         self._written_at = time.monotonic()
@@ -373,20 +397,72 @@ class Packer:
 def observation(index: int, busy: int, readings: list[DeviceReading],
                 latest: list[DeviceReading], total_mib: float | None,
                 running_mem_mib: tuple[float, ...], trials: tuple[Any, ...], ooms: int,
-                cpu: list[float], min_readings: int, running: list[RunningView]) -> GpuObservation:
+                cpu: list[float], min_readings: int, running: list[RunningView],
+                starting: bool = False,
+                after_startup: list[DeviceReading] | None = None) -> GpuObservation:
     """One GPU's observation from its numbers: ``readings`` since its level was set,
     ``latest`` of the last 30 s (its memory now), the host cores our trials used per
-    sampler round (``cpu``, counted from ``min_readings`` rounds), the trials running on it."""
+    sampler round (``cpu``, counted from ``min_readings`` rounds), the trials running on it;
+    whether its first trials are still ``starting``, and the readings since they are past
+    their start-up (``after_startup``; None before: :class:`StartUp`)."""
     utils = [r.sm_util for r in readings if r.sm_util is not None]
     used = next((r.mem_used_mib for r in reversed(latest) if r.mem_used_mib is not None), None)
     steady = _steady(readings, running)
+    after = [r.sm_util for r in after_startup or () if r.sm_util is not None]
     return GpuObservation(
         gpu=index, running=busy,
         util=sum(utils) / len(utils) if utils else None, readings=len(utils),
         free_mib=None if used is None or total_mib is None else total_mib - used,
         running_mem_mib=running_mem_mib, trials=trials, ooms=ooms,
         cpu_cores=statistics.fmean(cpu) if len(cpu) >= min_readings else None,
-        steady_util=statistics.fmean(steady) if steady else None, steady_readings=len(steady))
+        steady_util=statistics.fmean(steady) if steady else None, steady_readings=len(steady),
+        latest_util=tuple(utils[-min_readings:]), starting=starting,
+        after_startup_util=statistics.fmean(after) if after else None,
+        after_startup_readings=len(after))
+
+
+@dataclass
+class StartUp:
+    """A GPU's start-up in this run, for the start-up overlap (placement/_rules.py): it lasts
+    until a trial on it reports a step or ends. The trials that started before then are each
+    past their own start-up at their first step, or at their end (one that reports none)."""
+
+    ended_at: float | None = None  # when the start-up ended (None: it lasts)
+    # (worker pid, started) of each trial that started during it -> when it was past its own
+    trials: dict[tuple[int, float], float | None] = field(default_factory=dict)
+
+    @property
+    def starting(self) -> bool:
+        return self.ended_at is None
+
+    def see(self, trial: RunningView, now: float, ended: bool = False) -> None:
+        key = (trial.worker, trial.started)
+        if self.ended_at is None or trial.started < self.ended_at:
+            self.trials.setdefault(key, None)
+        if key not in self.trials or self.trials[key] is not None:
+            return
+        if trial.reports:
+            past = trial.started + min(seconds for _, seconds in trial.reports)
+        elif ended:
+            past = now
+        else:
+            return
+        self.trials[key] = past
+        self.ended_at = past if self.ended_at is None else min(self.ended_at, past)
+
+    def gone(self, running: set[tuple[int, float]], now: float) -> None:
+        """Trials of the start-up no longer running, and never said to end (a lost worker),
+        are past it now: the level they were started at would wait for them for good."""
+        for key, past in self.trials.items():
+            if past is None and key not in running:
+                self.trials[key] = now
+                self.ended_at = now if self.ended_at is None else min(self.ended_at, now)
+
+    def over_at(self) -> float | None:
+        """When every trial of the start-up was past its own; None before (or with none)."""
+        if self.ended_at is None or not self.trials or None in self.trials.values():
+            return None
+        return max(t for t in self.trials.values() if t is not None)
 
 
 def read_settled(entries: Any) -> dict[tuple[str, str, float | None], tuple[int, Times]]:
@@ -413,12 +489,14 @@ def _fits_one_more(policy: PackingPolicy, obs: GpuObservation, host: HostObserva
 
 def _together(observations: list[GpuObservation]) -> GpuObservation:
     """A group's observation: every GPU's trials; busy places, readings and free memory of the
-    GPU with the least (each must have room); OOMs of all; mean utilization, overall and
-    steady (known once known on every GPU)."""
+    GPU with the least (each must have room); OOMs of all; mean utilization, overall, steady
+    and after the start-up (known once known on every GPU); starting while every GPU is, its
+    latest readings the busiest GPU's at each place (each must read idle)."""
     if len(observations) == 1:
         return observations[0]
     utils = [o.util for o in observations if o.util is not None]
     steady = [o.steady_util for o in observations if o.steady_util is not None]
+    after = [o.after_startup_util for o in observations if o.after_startup_util is not None]
     tightest = min(observations, key=lambda o: float("inf") if o.free_mib is None else o.free_mib)
     return GpuObservation(
         gpu=observations[0].gpu, running=min(o.running for o in observations),
@@ -429,7 +507,18 @@ def _together(observations: list[GpuObservation]) -> GpuObservation:
         trials=tuple(t for o in observations for t in o.trials),
         ooms=sum(o.ooms for o in observations), cpu_cores=observations[0].cpu_cores,
         steady_util=statistics.fmean(steady) if len(steady) == len(observations) else None,
-        steady_readings=min(o.steady_readings for o in observations))
+        steady_readings=min(o.steady_readings for o in observations),
+        latest_util=_busiest([o.latest_util for o in observations]),
+        starting=all(o.starting for o in observations),
+        after_startup_util=statistics.fmean(after) if len(after) == len(observations) else None,
+        after_startup_readings=min(o.after_startup_readings for o in observations))
+
+
+def _busiest(latest: list[tuple[float, ...]]) -> tuple[float, ...]:
+    """The GPUs' latest readings, place by place from the newest, the busiest GPU's at each;
+    as many as the GPU with the fewest has."""
+    shortest = min(map(len, latest))
+    return tuple(map(max, *(util[len(util) - shortest:] for util in latest))) if shortest else ()
 
 
 def _steady(readings: list[DeviceReading], running: list[RunningView]) -> list[float]:

@@ -40,6 +40,32 @@ How many trials a verdict needs: one trial's duration varies with what runs besi
   on; above it, one trial is enough to climb on where the GPU is nearly idle with memory for
   two more (``fast_util``) and the trial shows a ``CLEAR`` gain.
 
+Start-up overlap (``scheduler.startup_overlap``, on by default): a GPU's first trial spends its
+first seconds importing, loading data and creating its CUDA context while the GPU idles (0 %
+for 12-13 s of each cold trial of workload c's CNN on an H200, whose ten epochs then took
+2.3 s: its first steps, and the first level with them, came as it ended; issue 51). So while
+no trial on a GPU at level 1 (never left) has reported a step or ended, and its latest
+``min_readings`` readings were each under ``startup_idle_util``, the GPU takes one more trial
+(``STARTUP_LEVEL``), as far as the ceiling, ``scheduler.parallel``, the host's cores
+(``cpu_room``) and GPU memory (where a trial's peak is already known) allow; the first trial
+was given the threads of that place's share only (placement/_packer.py: what its imports use
+says nothing of its training, and LightGBM keeps every thread busy). One more, not
+the first level's guess: nothing is known of the trials' GPU use before their first steps,
+four heavy trials started at once would share the GPU's time and memory, and one more is a
+level their first steps can confirm or undo. Once every trial that ran during the start-up
+reported a step (or ended) and the GPU was read ``min_readings`` times since (``startup``
+until then, held as "measuring"):
+
+- two trials that left the GPU under ``target_util`` hardly waited on each other: the level is
+  kept (if the host's cores carry it), the first level is taken from there (``target_util``
+  over each trial's share of the utilization) and judged against it by throughput, and the
+  kept level is the base later levels are judged on; no trial ran alone after its start-up,
+  so it is not itself judged against one;
+- at ``target_util`` or more the two may be sharing the GPU's time, which utilization cannot
+  tell from a gain (workload c's CNN ran 98 % busy at three per GPU, 2.4x the trials/min of
+  one), and cores that do not carry them are a loss: back to one, climbed from there as usual;
+- an OOM backs off, as at any level.
+
 Only kinds measured at both levels are compared (placement/_trial_times.py folds a study of
 many kinds into one). The H100 runs behind each of these rules: docs/DESIGN.md §3.7; the
 figures: docs/BENCHMARKS.md "Trials per GPU".
@@ -56,7 +82,7 @@ from dataclasses import dataclass, field, replace
 
 __all__ = ["HOLD_CAUSES", "Change", "CoreRoom", "GpuLevel", "GpuObservation", "Hold", "HostObservation",
            "PackingPolicy", "Step", "Times", "TrialTime", "cpu_room", "decide", "expected_peak_mib",
-           "may_rise", "memory_room", "settled_level", "start_from", "step"]
+           "may_overlap", "may_rise", "memory_room", "settled_level", "start_from", "step"]
 
 TRIALS_PER_LEVEL = 2  # measured trials at a level (of one kind, for "no gain") before they count
 CLEAR = 1.25  # a gain of this factor is clear from one trial on a nearly idle GPU
@@ -76,6 +102,7 @@ SPREAD_PRIOR = 0.2
 SPREAD_FLOOR = 0.08
 SPREAD_MIN_FREEDOM = 3
 KEPT_PER_KIND = 12  # durations kept per level and kind: the latest (the sampler's trials drift)
+STARTUP_LEVEL = 2  # the most trials a GPU takes during its first trial's start-up (module doc)
 
 
 @dataclass(frozen=True)
@@ -97,6 +124,12 @@ class PackingPolicy:
     # next level gains less still (run A: 1.62x, 1.27x, then 0.89x a level), it costs a new
     # worker's warm-up (about 25 s on gpu_mix), and one run's noise was about 15 %.
     climb_gain: float = 1.15
+    # scheduler.startup_overlap: one more trial during the first trial's start-up (module doc)
+    startup_overlap: bool = True
+    # A GPU under this SM % in each of its latest min_readings readings is idle: a trial that
+    # still imports or loads its data reads 0 % (workload c's CNN, 12-13 s on an H200); its
+    # CUDA context and first kernels read above.
+    startup_idle_util: float = 5.0
 
 
 # What holds a GPU at its level (GpuLevel.held_by, hpo.packing.<host>'s levels' "held_by"):
@@ -136,6 +169,9 @@ class GpuLevel:
     held: str | None = None  # why it does not go up now (None: nothing holds it)
     # what holds it, in a word (HOLD_CAUSES): the findings' advice depends on it
     held_by: str | None = None
+    # the level was taken during the first trial's start-up: confirmed or undone once the
+    # trials that ran then are past theirs (module doc)
+    startup: bool = False
 
 
 @dataclass(frozen=True)
@@ -155,6 +191,15 @@ class GpuObservation:
     # set-up behind them), and how many readings that is; None before, or without reports
     steady_util: float | None = None
     steady_readings: int = 0
+    # SM % of its latest readings since the level was set (at most min_readings, oldest first)
+    latest_util: tuple[float, ...] = ()
+    # no trial on it reported a step or ended yet: its first trials are still starting
+    # (imports, data, CUDA context)
+    starting: bool = False
+    # mean SM % since every trial that ran during that start-up reported a step or ended,
+    # and how many readings that is; None before
+    after_startup_util: float | None = None
+    after_startup_readings: int = 0
 
 
 @dataclass(frozen=True)
@@ -249,8 +294,11 @@ def decide(policy: PackingPolicy, state: GpuLevel, obs: GpuObservation,
 
     In order: an OOM backs off at once; the trials that ended at this level join its
     durations; a level that surely gained nothing over the one below backs off; a level
-    above that lost once is opened again after REPROBE_TRIALS trials here; level 1 may jump
-    straight to its first level; else one more trial, unless something holds it (_held)."""
+    above that lost once is opened again after REPROBE_TRIALS trials here; a level taken
+    during the first trial's start-up waits for its trials' first steps, then is confirmed or
+    undone (_startup_verdict); level 1 takes one more trial during that start-up
+    (_startup_raise), or jumps straight to its first level; else one more trial, unless
+    something holds it (_held)."""
     if obs.ooms:
         return _after_oom(state, now)
     state, finished = _fold_finished(state, obs)
@@ -263,6 +311,11 @@ def decide(policy: PackingPolicy, state: GpuLevel, obs: GpuObservation,
         if _no_gain(policy, gain):
             return _back_off(state, below, gain, now)
     state = _reopen_above(policy, state, finished)
+    if state.startup:
+        return _startup_verdict(policy, state, obs, host, now)
+    raised = _startup_raise(policy, state, obs, host, now)
+    if raised is not None:
+        return raised
     first = _first_jump(policy, state, obs, host, now)
     if first is not None:
         return first
@@ -400,24 +453,100 @@ def _first_level(policy: PackingPolicy, state: GpuLevel, obs: GpuObservation,
     if (obs.running < 1 or obs.steady_util is None or obs.steady_readings < policy.min_readings
             or obs.steady_util >= policy.target_util):
         return None
+    return _level_for(policy, state, obs, host, obs.steady_util, 1)
+
+
+def _level_for(policy: PackingPolicy, state: GpuLevel, obs: GpuObservation,
+               host: HostObservation, util: float, at: int) -> tuple[int, str] | None:
+    """The level ``at`` trials that keep the GPU ``util`` % busy point to: ``target_util``
+    over each trial's share, as far as memory, the host's cores and ``scheduler.parallel``
+    allow, and why; None when that is no higher than ``at``."""
     room = memory_room(policy, obs, host)
     if room is None:
         return None
     free, need = room
+    share = max(util / at, 1.0)
     carried, by = cpu_room(policy, host, obs.cpu_cores)
-    limits = {"utilization": int(policy.target_util // max(obs.steady_util, 1.0)),
+    limits = {"utilization": int(policy.target_util // share),
               "scheduler.max_trials_per_gpu": min(policy.max_per_gpu, state.ceiling),
-              "GPU memory": 1 + int(max(free, 0.0) // need),
-              "scheduler.parallel": 1 + (host.cap - host.concurrency) // host.adds}
+              "GPU memory": at + int(max(free, 0.0) // need),
+              "scheduler.parallel": at + (host.cap - host.concurrency) // host.adds}
     if carried is not None:
-        limits[by] = 1 + max(carried - host.concurrency, -1) // host.adds
+        limits[by] = at + max(carried - host.concurrency, -at) // host.adds
     target = min(limits.values())
-    if target < 2:
+    if target <= at:
         return None
     bound = min(limits, key=lambda name: (limits[name], name != "utilization"))
-    return target, (f"{obs.steady_util:.0f}% utilization at 1 per GPU: {target} per GPU "
-                    f"(bound by {bound}; {policy.target_util:g}% / {obs.steady_util:.0f}% "
+    each = "" if at == 1 else " a trial"
+    return target, (f"{util:.0f}% utilization at {at} per GPU: {target} per GPU "
+                    f"(bound by {bound}; {policy.target_util:g}% / {share:.0f}%{each} "
                     f"would be {limits['utilization']}), confirmed by throughput next")
+
+
+def _startup_raise(policy: PackingPolicy, state: GpuLevel, obs: GpuObservation,
+                   host: HostObservation, now: float) -> tuple[GpuLevel, Change] | None:
+    """Level 1, never left, while its first trials are starting (no step, no end) and the GPU
+    read idle: STARTUP_LEVEL, where the ceiling, scheduler.parallel, the host's cores and GPU
+    memory (where known) allow; None otherwise, and the usual rules say what holds it."""
+    latest = obs.latest_util
+    if (not may_overlap(policy, state) or not obs.starting or obs.running < state.limit
+            or len(latest) < policy.min_readings or max(latest) >= policy.startup_idle_util):
+        return None
+    carried, _ = cpu_room(policy, host, obs.cpu_cores)
+    room = memory_room(policy, obs, host)
+    if (host.concurrency >= host.cap
+            or (carried is not None and host.concurrency + host.adds > carried)
+            or (room is not None and room[0] < room[1])):
+        return None
+    raised, change = _move(state, STARTUP_LEVEL, now, (
+        f"started during the first trial's start-up (GPU idle: under "
+        f"{policy.startup_idle_util:g}% in its last {len(latest)} readings, no step reported "
+        "yet); its first steps confirm or undo it"))
+    return replace(raised, startup=True), change
+
+
+def may_overlap(policy: PackingPolicy, state: GpuLevel) -> bool:
+    """May the GPU still take a trial during its first trial's start-up (_startup_raise), its
+    readings and the host allowing? Level 1, never left, under a ceiling above it, with
+    ``scheduler.startup_overlap`` on."""
+    return (policy.startup_overlap and state.limit == 1 and not state.past and not state.losses
+            and min(policy.max_per_gpu, state.ceiling) >= STARTUP_LEVEL)
+
+
+def _startup_verdict(policy: PackingPolicy, state: GpuLevel, obs: GpuObservation,
+                     host: HostObservation, now: float) -> tuple[GpuLevel, Change | None]:
+    """A level taken during the first trial's start-up, once the trials that ran then are past
+    theirs: kept where they left the GPU under ``target_util`` and the host's cores carry
+    them, and the first level taken from there once a trial timed this one (its base); else
+    back to one (module doc)."""
+    level = state.limit
+    util = obs.after_startup_util
+    if util is None or obs.after_startup_readings < policy.min_readings:
+        return replace(state, held_by="measuring", held=(
+            f"{level} per GPU since the first trial's start-up (GPU idle): waiting for its "
+            "trials' first steps to confirm or undo it")), None
+    carried, _ = cpu_room(policy, host, obs.cpu_cores)
+    if util >= policy.target_util:
+        undone = (f"{util:.0f}% utilization at {level} per GPU after the start-up, not under "
+                  f"{policy.target_util:g}%: its trials may share the GPU's time")
+    elif carried is not None and host.concurrency > carried:
+        used = "use not measured" if obs.cpu_cores is None else f"{obs.cpu_cores:.1f} used"
+        undone = (f"host CPU: {host.cores} cores ({used}) carry {carried} such trials, not "
+                  f"{host.concurrency}")
+    else:
+        kept = (f"{level} per GPU, started during the first trial's start-up, kept: {util:.0f}% "
+                f"utilization after it, under {policy.target_util:g}%")
+        confirmed = replace(state, startup=False)
+        first = _level_for(policy, confirmed, obs, host, util, level)
+        if first is None:
+            return replace(confirmed, held_by="measuring", held=kept), None
+        base = _merge(state.times.get(level, {}), _running_per_step(obs.trials))
+        target, why = first
+        if not base:  # the first level is judged against this one: a trial must time it
+            return replace(state, held_by="measuring", held=(
+                f"{kept}; {target} per GPU once a trial timed {level} per GPU")), None
+        return _move(replace(confirmed, times={**confirmed.times, level: base}), target, now, why)
+    return _move(state, 1, now, f"{undone}; back to 1 per GPU, climbed from there as usual")
 
 
 def _running_per_step(trials: tuple[TrialTime, ...]) -> dict[str, tuple[float, ...]]:
@@ -502,7 +631,8 @@ def _move(state: GpuLevel, new: int, now: float, reason: str) -> tuple[GpuLevel,
     """Leave the level: its durations so far are its ``past`` for the next visit."""
     change = Change(state.gpu, state.limit, new, reason)
     past = {**state.past, state.limit: state.times.get(state.limit, {})}
-    return replace(state, limit=new, since=now, held=None, held_by=None, past=past), change
+    return replace(state, limit=new, since=now, held=None, held_by=None, past=past,
+                   startup=False), change
 
 
 def _held(policy: PackingPolicy, state: GpuLevel, obs: GpuObservation,
@@ -589,12 +719,12 @@ def _no_memory(a: _Ask) -> Hold | None:
 
 
 def _unmeasured(a: _Ask) -> Hold | None:
-    """Too few trials measured at the level. Above level 1, only trials compared with the
-    level below count: a level not yet judged against it is no base to judge the next one.
+    """Too few trials measured at the level. Above a base level, only trials compared with
+    the level below count: a level not yet judged against it is no base to judge the next one.
     One trial will do where the GPU is nearly idle, has memory for two more, and the trial
-    shows a clear gain; level 1, the base of every later verdict, is measured on
-    TRIALS_PER_LEVEL."""
-    measured = sum(len(s) for s in a.state.times.get(a.level, {}).values()) if a.level == 1 \
+    shows a clear gain; a base level, of which nothing below was measured (level 1, or one
+    kept from the first trial's start-up), is measured on TRIALS_PER_LEVEL of its own."""
+    measured = sum(len(s) for s in a.state.times.get(a.level, {}).values()) if a.below is None \
         else (a.gain.trials if a.gain is not None else 0)
     room = memory_room(a.policy, a.obs, a.host)
     assert room is not None and a.obs.util is not None  # _no_memory and _busy_enough: known

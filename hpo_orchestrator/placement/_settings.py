@@ -164,4 +164,5 @@ def decode(scheduler: Any, gpus: Sequence[GpuInfo], *, cores: int, host: str,
         parallel_reason=reason, cores=cores, threads=scheduler.threads_per_trial, host=host,
         run_folder=run_folder, reuse=scheduler.worker_mode == "reuse", objective=objective,
         policy=PackingPolicy(target_util=float(scheduler.target_gpu_util),
-                             max_per_gpu=scheduler.max_trials_per_gpu))
+                             max_per_gpu=scheduler.max_trials_per_gpu,
+                             startup_overlap=scheduler.startup_overlap))

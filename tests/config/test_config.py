@@ -86,6 +86,7 @@ BAD = [
     (["objective=custom", "objective.target=nocolon"], "objective.target"),
     (["study.direction=sideways"], "study.direction"),
     (["scheduler.gpus=[-1]"], "scheduler.gpus"),
+    (["scheduler.startup_overlap=maybe"], "scheduler.startup_overlap"),
     (["objective=torch_mlp", "objective.prefetch_factor=2"], "prefetch_factor"),
     (["telemetry.interval_s=0"], "telemetry.interval_s"),
     (["not-an-override"], "not-an-override"),

@@ -17,7 +17,7 @@ from tests.misbehaving import chaos  # objectives:chaos, as the tests name it
 
 __all__ = ["chaos", "chatty", "cuda_oom_once", "cuda_probe", "curves", "gated", "import_order", "low_cpu",
            "oom_when_shared", "phased", "pinned", "quadratic", "ranged", "reports10", "reuse_probe",
-           "rising", "shared_gpu", "sleepy", "slow_setup", "stamped", "two_objectives"]
+           "rising", "shared_gpu", "sleepy", "slow_setup", "slow_start", "stamped", "two_objectives"]
 
 
 def quadratic(trial: Any) -> float:
@@ -60,6 +60,35 @@ def low_cpu(trial: Any) -> float:
     for step in range(1, 13):
         time.sleep(step_s)
         trial.report(x + 1.0 / step, step)
+    trial.set_user_attr("test.t1", time.time())
+    return x
+
+
+_started_up = False  # this process paid slow_start's start-up
+
+
+def slow_start(trial: Any) -> float:
+    """A GPU trial with a cold start: the first trial of each process spends
+    ``HPO_TEST_STARTUP_S`` seconds (default 6) without touching its GPU (imports, data, CUDA
+    context), then every trial works its fake GPU (``$HPO_FAKE_GPU_WORK_DIR/<pid>``) for 5
+    steps of ``HPO_TEST_STEP_S`` (default 0.2). It records its start, its first report and its
+    end (``test.t0``, ``test.first_step``, ``test.t1``: time.time())."""
+    global _started_up
+    trial.set_user_attr("test.t0", time.time())
+    x = trial.suggest_float("x", 0.0, 1.0)
+    if not _started_up:
+        time.sleep(float(os.environ.get("HPO_TEST_STARTUP_S", "6")))
+        _started_up = True
+    marker = os.path.join(os.environ["HPO_FAKE_GPU_WORK_DIR"], str(os.getpid()))
+    open(marker, "w").close()
+    try:
+        for step in range(1, 6):
+            time.sleep(float(os.environ.get("HPO_TEST_STEP_S", "0.2")))
+            if step == 1:
+                trial.set_user_attr("test.first_step", time.time())
+            trial.report(x + 1.0 / step, step)
+    finally:
+        os.unlink(marker)
     trial.set_user_attr("test.t1", time.time())
     return x
 

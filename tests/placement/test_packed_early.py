@@ -5,7 +5,13 @@ Before, the room for one more trial was counted from the trials at once (one per
 from the threads given to the running trials: on 2 cores with 2 GPUs the default never
 packed ("no CPU core for 1 more trial") although the trials used almost none of them. The
 room is now the host CPU the running trials were measured to use (placement/_rules.py
-``cpu_room``, tests/placement/test_rules_cpu_room.py)."""
+``cpu_room``, tests/placement/test_rules_cpu_room.py).
+
+And from the first trial's start-up (issue 51.1, "Packed from the first seconds"): the CNN of
+workload (c) left an H200 idle for the first 12-13 s of its first trial (imports, data, CUDA
+context), then took 2.3 s for its ten epochs, so the first level came at its end. While no
+trial on a GPU has reported a step and the GPU reads idle, it takes one more
+(``scheduler.startup_overlap``; the rule's own tests: tests/placement/test_rules_startup.py)."""
 
 from __future__ import annotations
 
@@ -38,3 +44,35 @@ def test_two_cores_two_gpus_a_quarter_busy_pack_before_the_first_trials_end(tmp_
         early[gpu] = [start for start, _ in spans if first_start < start < first_end]
     assert any(early.values()), (early, result.stdout)
     assert "no CPU core" not in result.stdout
+
+
+def _started_before_the_first_step(tmp_path: Path, *overrides: str) -> tuple[list[float], str]:
+    """One fake GPU, idle until a trial works it; each worker's first trial starts up for 6 s
+    without touching it; 4 cores, whatever the test machine has. The starts of trials on the
+    GPU before its first trial's first step (the trials' own clocks), and what the run said."""
+    work = tmp_path / "gpu-work"
+    work.mkdir()
+    result = run_cli(tmp_path, "run", "objective=custom", "objective.target=tests.objectives:slow_start",
+                     "study.n_trials=4", "telemetry.interval_s=0.2", "pruner=none",
+                     "scheduler.host_cores=4", *overrides,
+                     env={"HPO_ORCHESTRATOR_FAKE_GPUS": json.dumps({"gpus": [{"busy_util": 30}]}),
+                          "HPO_FAKE_GPU_WORK_DIR": str(work)})
+    assert result.code == 0, result.stderr
+    attrs = [row["attrs"] for row in trial_rows(result.db)]
+    first = min(attrs, key=lambda a: a["test.t0"])
+    return [a["test.t0"] for a in attrs if a is not first and a["test.t0"] < first["test.first_step"]], \
+        result.stdout
+
+
+@pytest.mark.slow
+def test_a_second_trial_starts_while_the_first_is_still_starting_up(tmp_path: Path) -> None:
+    early, said = _started_before_the_first_step(tmp_path)
+    assert early, said
+    assert "1 -> 2 trials per GPU (started during the first trial's start-up (GPU idle" in said
+
+
+@pytest.mark.slow
+def test_switched_off_the_first_trial_starts_up_alone(tmp_path: Path) -> None:
+    early, said = _started_before_the_first_step(tmp_path, "scheduler.startup_overlap=false")
+    assert early == [], said
+    assert "started during the first trial's start-up" not in said

@@ -432,9 +432,10 @@ def clock(monkeypatch: pytest.MonkeyPatch) -> _Clock:
     return fake
 
 
-def _packer(cpu: float | None = 2.0) -> Any:
+def _packer(cpu: float | None = 2.0, *overrides: str) -> Any:
     gpus = [GpuInfo(index=0, uuid="GPU-0", name="fake", memory_total_mib=80_000)]
-    return packer_of(gpus, ["scheduler.parallel=auto", "scheduler.host_cores=16"], _Readings(cpu))
+    return packer_of(gpus, ["scheduler.parallel=auto", "scheduler.host_cores=16", *overrides],
+                     _Readings(cpu))
 
 
 def _earlier_auto_run(study: Any) -> None:
@@ -489,8 +490,9 @@ def test_auto_threads_are_the_cores_left_and_a_raise_waits_for_them(clock: _Cloc
     and two of 10 s: the level rises while a 16-thread trial runs, but without a measure of
     the CPU the trials use, the pool keeps one place until that trial is gone (16 + 8
     threads would oversubscribe the cores); its place is refilled with 8 threads, then the
-    second place opens with the other 8."""
-    packer = _packer(cpu=None)
+    second place opens with the other 8. (Without the start-up overlap, whose place the first
+    trial's threads leave free: tests/placement/test_rules_startup.py.)"""
+    packer = _packer(None, "scheduler.startup_overlap=false")
     slot = packer.pool.slots[0]
     assert packer.threads_for_next([]) == 16
     packer.pool.acquire()
