@@ -100,7 +100,7 @@ OURS = {"ours": [], "ours-fresh": ["scheduler.worker_mode=fresh"],
         "ours-delay-p2": ["pruner.patience_mode=delay", "pruner.patience=2"],
         # the first trial's start-up alone on its GPU (issue 51.1): against ours, what the
         # start-up overlap (placement/_rules.py) gains or costs
-        "ours-nooverlap": ["scheduler.startup_overlap=false"],
+        "ours-overlap": ["scheduler.startup_overlap=true"],
         # per-level throughput (issue 51): K trials on each GPU, every trial run to its end,
         # beside ours-nopruner (the packer's levels, its ramp in the run's log)
         **{f"ours-tpg{k}-np": [f"scheduler.trials_per_gpu={k}", "pruner=none"] for k in (1, 2, 3, 4)}}

@@ -66,7 +66,7 @@ class SchedulerConfig:
     # trials_per_gpu=auto: while a GPU's first trial starts up (imports, data, CUDA context:
     # no step reported, the GPU idle), it takes one more, confirmed or undone by their first
     # steps (docs/HOSTS.md, "Filling the GPUs"); false: the first level waits for the steps.
-    startup_overlap: bool = True
+    startup_overlap: bool = False
     # CPU cores this orchestrator may use (threads per trial, trials_per_gpu=auto's core
     # check, parallel=auto without GPUs); null: its CPU affinity.
     host_cores: int | None = None

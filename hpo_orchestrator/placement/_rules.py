@@ -40,7 +40,7 @@ How many trials a verdict needs: one trial's duration varies with what runs besi
   on; above it, one trial is enough to climb on where the GPU is nearly idle with memory for
   two more (``fast_util``) and the trial shows a ``CLEAR`` gain.
 
-Start-up overlap (``scheduler.startup_overlap``, on by default): a GPU's first trial spends its
+Start-up overlap (``scheduler.startup_overlap``, off until paired GPU runs choose it: docs/QUALITY.md, "Defaults"): a GPU's first trial spends its
 first seconds importing, loading data and creating its CUDA context while the GPU idles (0 %
 for 12-13 s of each cold trial of workload c's CNN on an H200, whose ten epochs then took
 2.3 s: its first steps, and the first level with them, came as it ended; issue 51). So while
@@ -125,7 +125,7 @@ class PackingPolicy:
     # worker's warm-up (about 25 s on gpu_mix), and one run's noise was about 15 %.
     climb_gain: float = 1.15
     # scheduler.startup_overlap: one more trial during the first trial's start-up (module doc)
-    startup_overlap: bool = True
+    startup_overlap: bool = False
     # A GPU under this SM % in each of its latest min_readings readings is idle: a trial that
     # still imports or loads its data reads 0 % (workload c's CNN, 12-13 s on an H200); its
     # CUDA context and first kernels read above.

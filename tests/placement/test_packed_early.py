@@ -66,13 +66,13 @@ def _started_before_the_first_step(tmp_path: Path, *overrides: str) -> tuple[lis
 
 @pytest.mark.slow
 def test_a_second_trial_starts_while_the_first_is_still_starting_up(tmp_path: Path) -> None:
-    early, said = _started_before_the_first_step(tmp_path)
+    early, said = _started_before_the_first_step(tmp_path, "scheduler.startup_overlap=true")
     assert early, said
     assert "1 -> 2 trials per GPU (started during the first trial's start-up (GPU idle" in said
 
 
 @pytest.mark.slow
-def test_switched_off_the_first_trial_starts_up_alone(tmp_path: Path) -> None:
-    early, said = _started_before_the_first_step(tmp_path, "scheduler.startup_overlap=false")
+def test_by_default_the_first_trial_starts_up_alone(tmp_path: Path) -> None:
+    early, said = _started_before_the_first_step(tmp_path)
     assert early == [], said
     assert "started during the first trial's start-up" not in said

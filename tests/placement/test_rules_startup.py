@@ -27,7 +27,7 @@ from hpo_orchestrator.placement._rules import (
 )
 from hpo_orchestrator.placement._view import RunningView
 
-POLICY = PackingPolicy(target_util=80.0, max_per_gpu=4)
+POLICY = PackingPolicy(target_util=80.0, max_per_gpu=4, startup_overlap=True)  # off by default
 # one GPU, its first trial running; no trial's GPU memory known yet (no CUDA context)
 HOST = HostObservation(cores=16, concurrency=1, cap=8, mem_peak_mib=None)
 CNN = "batch_size=128/step"  # a kind measured per step
@@ -252,9 +252,9 @@ def test_the_first_trial_leaves_the_start_up_trial_its_share_of_the_cores(
 
     monkeypatch.setattr(_packer, "detect_mps", lambda: {"active": False})
     gpus = [GpuInfo(index=0, uuid="GPU-0", name="fake", memory_total_mib=80_000)]
-    packer = packer_of(gpus, ["scheduler.host_cores=16"], None)
+    packer = packer_of(gpus, ["scheduler.host_cores=16", "scheduler.startup_overlap=true"], None)
     assert packer.threads_for_next(()) == 8
-    off = packer_of(gpus, ["scheduler.host_cores=16", "scheduler.startup_overlap=false"], None)
+    off = packer_of(gpus, ["scheduler.host_cores=16"], None)  # the default: off
     assert off.threads_for_next(()) == 16
     packer.trial_ended(_view(1, 1.0, reports=((1, 13.0),)), None, 1000.0)
     assert packer.threads_for_next(()) == 16
