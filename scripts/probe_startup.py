@@ -12,14 +12,27 @@ left out. docs/quality/runs.md ("Ours' start-up") cites what it printed.
     python scripts/probe_startup.py --repeat 5 --out startup.json
     CUDA_VISIBLE_DEVICES=0,1 python scripts/probe_startup.py   # on a GPU host: GPU slots
 
+Ours keeps its composed configuration between runs (config/_cache.py) under a cache folder of
+the probe's own: other programs' runs on a shared machine (a test suite) would push it out of
+the user's. Each side runs once untimed first, as a user's earlier run of the same command
+did (ours composes its configuration then, both sides' files are read into memory).
+
+Each phase is also timed in CPU seconds of ours' main process (``time.process_time``), and
+each objective's call in CPU seconds of its process (ours: the worker; plain: the script),
+figures that a loaded machine blurs less than wall times. The last line: each side's median
+launch-to-objective time and their ratio.
+
 ``--trace`` (used by the probe itself): run the CLI in this process with the phase marks.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.abc
+import importlib.util
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -40,22 +53,46 @@ PHASES = (("hpo_orchestrator.scheduler._first_wave", "FirstWave.start", "first w
 
 
 def objective(trial: Any) -> float:
-    """Writes the moment it is entered (PROBE_FILE), then returns at once."""
+    """Writes the moment it is entered and its process's CPU seconds so far (PROBE_FILE),
+    then returns at once."""
     with open(os.environ["PROBE_FILE"], "a") as out:
-        out.write(f"{time.time()}\n")
+        out.write(f"{time.time()} {time.process_time()}\n")
     return trial.suggest_float("x", 0.0, 1.0)
 
 
+class _OnImport(importlib.abc.MetaPathFinder):
+    """Calls ``then`` once the CLI has imported ``name``, before the importer goes on: the
+    probe imports nothing earlier than the CLI does (the run imports its scheduler with the
+    cycle collector off, cli/_run.py)."""
+
+    def __init__(self, name: str, then: Any) -> None:
+        self.name, self.then = name, then
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        if fullname != self.name:
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(fullname)
+        execute = spec.loader.exec_module
+
+        def exec_module(module: Any) -> None:
+            execute(module)
+            self.then()
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
 def _trace(argv: list[str]) -> int:
-    """The CLI in this process, each phase's end printed as seconds since PROBE_T0. The
-    modules past the first wave are patched once it has started (the CLI imports them next),
-    so that the probe does not import them earlier than the CLI does."""
+    """The CLI in this process, each phase's end printed as seconds since PROBE_T0 and CPU
+    seconds of this process. Each phase's module is patched once the CLI has imported it."""
     t0 = float(os.environ["PROBE_T0"])
-    marks: list[tuple[str, float]] = [("python started", time.time() - t0)]
+    marks: list[tuple[str, float, float]] = [("python started", time.time() - t0,
+                                              time.process_time())]
     import importlib
 
     import hpo_orchestrator.cli as cli
-    marks.append(("CLI imported", time.time() - t0))
+    marks.append(("CLI imported", time.time() - t0, time.process_time()))
 
     def patch(module_name: str, attribute: str, label: str, then: Any = None) -> None:
         owner: Any = importlib.import_module(module_name)
@@ -67,7 +104,7 @@ def _trace(argv: list[str]) -> int:
         def timed(*args: Any, **kwargs: Any) -> Any:
             result = original(*args, **kwargs)
             if not any(m[0] == label for m in marks):  # the first call only
-                marks.append((label, time.time() - t0))
+                marks.append((label, time.time() - t0, time.process_time()))
                 if then is not None:
                     then()
             return result
@@ -78,7 +115,7 @@ def _trace(argv: list[str]) -> int:
         for phase in PHASES[1:]:
             patch(*phase)
 
-    patch(*PHASES[0], then=patch_the_rest)
+    sys.meta_path.insert(0, _OnImport(PHASES[0][0], lambda: patch(*PHASES[0], then=patch_the_rest)))
     try:
         return cli.main(argv)
     finally:
@@ -108,6 +145,7 @@ def once(kind: str, parent: Path) -> dict[str, Any]:
     stamp = folder / "entered.txt"
     db = folder / "probe.db"
     env = {**os.environ, "PROBE_FILE": str(stamp), "PROBE_DB": str(db),
+           "XDG_CACHE_HOME": str(parent / "cache"),
            "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     if kind == "ours":
         command = [sys.executable, __file__, "--trace", "run", "objective=custom",
@@ -120,12 +158,16 @@ def once(kind: str, parent: Path) -> dict[str, Any]:
     done = subprocess.run(command, env=env, cwd=folder, capture_output=True, text=True, check=False)
     total = time.time() - t0
     phases = [line for line in done.stderr.splitlines() if line.startswith("PHASES ")]
-    entered = float(stamp.read_text().split()[0]) - t0 if stamp.exists() else None
+    entered_at, cpu = (float(x) for x in stamp.read_text().split()[:2]) if stamp.exists() \
+        else (None, None)
+    entered = None if entered_at is None else entered_at - t0
     if entered is None:
         print(done.stdout[-2000:], done.stderr[-2000:], file=sys.stderr)
-    return {"kind": kind, "objective_entered_s": entered, "exit_s": total,
-            "returncode": done.returncode,
-            "phases": json.loads(phases[-1][7:].replace("'", '"')) if phases else []}
+    marks = json.loads(phases[-1][7:].replace("'", '"')) if phases else []
+    return {"kind": kind, "objective_entered_s": entered, "objective_process_cpu_s": cpu,
+            "exit_s": total, "returncode": done.returncode,
+            "phases": [mark[:2] for mark in marks],
+            "phases_main_cpu_s": [mark[2] for mark in marks if len(mark) > 2]}
 
 
 def main() -> int:
@@ -137,17 +179,31 @@ def main() -> int:
     args = parser.parse_args()
     results = []
     with tempfile.TemporaryDirectory() as tmp:
+        for kind in ("ours", "optuna"):  # untimed: a user's earlier run of the same command
+            once(kind, Path(tmp))
         for i in range(args.repeat):
             for kind in ("ours", "optuna"):
                 one = once(kind, Path(tmp))
                 results.append(one)
                 steps = ", ".join(f"{label} {at:.2f}" for label, at in one["phases"])
+                cpu = one["phases_main_cpu_s"]
                 entered = one["objective_entered_s"]
                 print(f"{i + 1} {kind:6s} objective entered "
                       f"{'never' if entered is None else f'{entered:.2f} s'} "
-                      f"(exit {one['exit_s']:.2f} s): {steps}", flush=True)
+                      f"(exit {one['exit_s']:.2f} s): {steps}"
+                      + (f"; CPU s of the main process at each: "
+                         f"{', '.join(f'{c:.2f}' for c in cpu)}" if cpu else "")
+                      + (f"; objective's process CPU {one['objective_process_cpu_s']:.2f} s"
+                         if entered is not None else ""), flush=True)
     if args.out:
         args.out.write_text(json.dumps(results, indent=1))
+    medians = {kind: statistics.median(r["objective_entered_s"] for r in results
+                                       if r["kind"] == kind and r["objective_entered_s"])
+               for kind in ("ours", "optuna") if any(r["kind"] == kind and r["objective_entered_s"]
+                                                      for r in results)}
+    if len(medians) == 2:
+        print(f"median of {args.repeat}: ours {medians['ours']:.2f} s, plain Optuna "
+              f"{medians['optuna']:.2f} s: {medians['ours'] / medians['optuna']:.2f}x", flush=True)
     return 0
 
 

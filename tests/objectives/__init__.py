@@ -4,6 +4,7 @@ puts it on PYTHONPATH; the benchmarks run from the checkout)."""
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 import time
@@ -15,9 +16,15 @@ import optuna
 from hpo_orchestrator.worker import phase, phase_depth, slot_info
 from tests.misbehaving import chaos  # objectives:chaos, as the tests name it
 
-__all__ = ["chaos", "chatty", "cuda_oom_once", "cuda_probe", "curves", "gated", "import_order", "low_cpu",
-           "oom_when_shared", "phased", "pinned", "quadratic", "ranged", "reports10", "reuse_probe",
-           "rising", "shared_gpu", "sleepy", "slow_setup", "slow_start", "stamped", "two_objectives"]
+# The cycle collector's state when a trial's process imports its objective (Optuna and ours
+# were imported by then): worker/__main__.py, tests/worker/test_worker_collector.py.
+_COLLECTOR_AT_IMPORT = (gc.isenabled(), gc.get_freeze_count(),
+                        [generation["collections"] for generation in gc.get_stats()])
+
+__all__ = ["chaos", "chatty", "collections_so_far", "cuda_oom_once", "cuda_probe", "curves", "gated",
+           "import_order", "low_cpu", "oom_when_shared", "phased", "pinned", "quadratic", "ranged",
+           "reports10", "reuse_probe", "rising", "shared_gpu", "sleepy", "slow_setup", "slow_start",
+           "stamped", "two_objectives"]
 
 
 def quadratic(trial: Any) -> float:
@@ -473,6 +480,16 @@ def failing_setup() -> None:
     """An ``objective.setup`` that prints, then fails (a missing data file, say)."""
     print("loading the data", flush=True)
     raise FileNotFoundError("data/train.parquet")
+
+
+def collections_so_far(trial: Any) -> float:
+    """The cycle collector's state when this process imported this module: on or off, how
+    many objects were frozen, the collections made so far in each generation."""
+    on, frozen, collections = _COLLECTOR_AT_IMPORT
+    trial.set_user_attr("test.collector_on", on)
+    trial.set_user_attr("test.frozen", frozen)
+    trial.set_user_attr("test.collections", collections)
+    return trial.suggest_float("x", 0.0, 1.0)
 
 
 def import_order(trial: Any) -> float:

@@ -1,7 +1,8 @@
 """The first wave starts before the storage (scheduler/_first_wave.py): the run's first workers
 start up while the orchestrator imports Optuna, opens the storage and creates the study. A run
 that stops before its loop leaves no worker running and no folder made for them; a budget
-smaller than the wave retires the workers it has no trial for."""
+smaller than the wave retires the workers it has no trial for, and a run of fewer trials than
+slots starts no more workers than trials."""
 
 from __future__ import annotations
 
@@ -80,17 +81,33 @@ def test_a_run_refused_after_its_workers_started_leaves_no_worker_and_no_folder(
 
 def test_a_budget_smaller_than_the_wave_retires_the_workers_it_has_no_trial_for(
         tmp_path: Path) -> None:
-    """parallel=2 starts two workers before the budget is known; the study has one trial
-    left: one worker runs it, the other is retired before the loop (its start-up log goes
-    with it), and the run ends as before."""
-    result = run_study(_config(tmp_path, "study.n_trials=1"),
-                       backend=NoGpuBackend("no GPU in this test"))
+    """parallel=2 starts two workers before the budget is known; the study of 3 trials has 2
+    done, one left: one worker runs it, the other is retired before the loop (its start-up
+    log goes with it), and the run ends as before."""
+    backend = NoGpuBackend("no GPU in this test")
+    assert run_study(_config(tmp_path, "study.n_trials=2"), backend=backend).exit_code == 0
+    result = run_study(_config(tmp_path, "study.n_trials=3"), backend=backend)
     assert result.exit_code == 0
     rows = trial_rows(tmp_path / "hpo.db")
-    assert [r["state"] for r in rows] == ["COMPLETE"]
+    assert [r["state"] for r in rows] == ["COMPLETE"] * 3
     run_folder = tmp_path / "hpo-runs" / "hpo"
     assert not list(run_folder.glob("spare-slot*.log"))
-    assert (run_folder / "trial-0.log").exists() or list(run_folder.glob("trial-0*"))
+    assert (run_folder / "trial-2.log").exists() or list(run_folder.glob("trial-2*"))
+
+
+@pytest.mark.parametrize("trials", ["study.n_trials=1", "study.add_trials=1"])
+def test_a_run_of_fewer_trials_than_slots_starts_no_worker_it_has_no_trial_for(
+        tmp_path: Path, trials: str) -> None:
+    """The budget, read from the storage after the wave started, is at most study.n_trials
+    (or add_trials): a worker beyond it would only start up (0.2 s of CPU on the 2-core
+    machine, beside the orchestrator's own start-up) to be retired."""
+    wave = FirstWave(_config(tmp_path, trials), backend=NoGpuBackend("no GPU in this test"))
+    try:
+        wave.start()
+        assert wave.layout.slots.concurrency == 2
+        assert len(wave.workers.idle) == 1
+    finally:
+        wave.close()
 
 
 def test_show_config_starts_no_worker(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

@@ -30,6 +30,11 @@ def test_the_probe_times_both_sides_and_ours_phases_in_order(tmp_path: Path) -> 
                       "first wave ready", "first trial sent"]
     times = [at for _, at in ours["phases"]]
     assert times == sorted(times)
-    # each objective was entered once, after its launch and before its process ended
+    cpu = ours["phases_main_cpu_s"]  # the main process's CPU seconds at each phase
+    assert len(cpu) == len(times) and cpu == sorted(cpu)
+    # each objective was entered once, after its launch and before its process ended, after
+    # some CPU of its process (ours: the worker's)
     for run in (ours, plain):
         assert 0 < run["objective_entered_s"] < run["exit_s"]
+        assert run["objective_process_cpu_s"] > 0
+    assert done.stdout.splitlines()[-1].startswith("median of 1: ours ")
