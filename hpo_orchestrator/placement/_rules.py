@@ -40,7 +40,8 @@ How many trials a verdict needs: one trial's duration varies with what runs besi
   on; above it, one trial is enough to climb on where the GPU is nearly idle with memory for
   two more (``fast_util``) and the trial shows a ``CLEAR`` gain.
 
-Start-up overlap (``scheduler.startup_overlap``, off until paired GPU runs choose it: docs/QUALITY.md, "Defaults"): a GPU's first trial spends its
+Start-up overlap (``scheduler.startup_overlap``, off until paired GPU runs choose it:
+docs/QUALITY.md, "Defaults"): a GPU's first trial spends its
 first seconds importing, loading data and creating its CUDA context while the GPU idles (0 %
 for 12-13 s of each cold trial of workload c's CNN on an H200, whose ten epochs then took
 2.3 s: its first steps, and the first level with them, came as it ended; issue 51). So while
