@@ -69,6 +69,9 @@ class _NoGpus:
     def mean(self, gpus: list[int], lo: float, hi: float) -> dict[str, float]:
         return {}
 
+    def trace(self, gpus: list[int], lo: float, hi: float) -> list[list[float]]:
+        return []
+
 
 def test_a_runs_results_carry_its_trial_records(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'bench.db'}"
