@@ -405,7 +405,8 @@ def _first_level(policy: PackingPolicy, state: GpuLevel, obs: GpuObservation,
         return None
     free, need = room
     carried, by = cpu_room(policy, host, obs.cpu_cores)
-    limits = {"utilization": int(policy.target_util // max(obs.steady_util, 1.0)),
+    # true division: floats' floor division reads 80 / 1.6 % (1.6 a hair over in binary) as 49
+    limits = {"utilization": int(policy.target_util / max(obs.steady_util, 1.0)),
               "scheduler.max_trials_per_gpu": min(policy.max_per_gpu, state.ceiling),
               "GPU memory": 1 + int(max(free, 0.0) // need),
               "scheduler.parallel": 1 + (host.cap - host.concurrency) // host.adds}
