@@ -468,7 +468,8 @@ def _level_for(policy: PackingPolicy, state: GpuLevel, obs: GpuObservation,
     free, need = room
     share = max(util / at, 1.0)
     carried, by = cpu_room(policy, host, obs.cpu_cores)
-    limits = {"utilization": int(policy.target_util // share),
+    # true division: floats' floor division reads 80 / 1.6 % (1.6 a hair over in binary) as 49
+    limits = {"utilization": int(policy.target_util / share),
               "scheduler.max_trials_per_gpu": min(policy.max_per_gpu, state.ceiling),
               "GPU memory": at + int(max(free, 0.0) // need),
               "scheduler.parallel": at + (host.cap - host.concurrency) // host.adds}
