@@ -43,7 +43,12 @@ class RunResult:
 
 def cli_env(env: dict[str, str] | None = None) -> dict[str, str]:
     """This process's environment without a fake-GPU spec (unless ``env`` sets one)."""
-    inherited = {k: v for k, v in os.environ.items() if k != "HPO_ORCHESTRATOR_FAKE_GPUS"}
+    inherited = {k: v for k, v in os.environ.items() if k != "HPO_ORCHESTRATOR_FAKE_GPUS"
+                 and not (k == "MUTANT_UNDER_TEST" and v == "stats")}
+    # MUTANT_UNDER_TEST=stats: mutmut's pass that maps each function to its tests records calls
+    # in pytest's process only; a command run from here would look for mutmut's configuration
+    # in the test's folder and fail (docs/MUTATION.md, "mutmut"). A mutant's name is kept: the
+    # command runs that mutant, as the test's own process does.
     # A test's fake GPUs count only its own processes, not those of a test run beside it
     # (another pytest on this host); the orchestrators of one test share one fake machine.
     # Its GPU leases too: fake GPUs have the same UUIDs in every test, so with the host-wide

@@ -1,0 +1,148 @@
+"""What ``tune-pruner`` replays and recommends (pruning/_replay.py), from its promises, for the
+mutants mutmut found unguarded (docs/MUTATION.md, "mutmut"): the study's best completed trials
+in its direction, the setting it ran with replayed beside the grid (once), the grid's values
+given on the command line, at least two finished curves, the ``top_k`` asked for; the
+recommendation's ties (device time to the millisecond, then the lower prune rate, then the
+gentler patience), the setting as run kept unless another saves more than
+KEEP_CURRENT_WITHIN, and its reason in words."""
+
+from __future__ import annotations
+
+import warnings
+
+import optuna
+import pytest
+
+from hpo_orchestrator.errors import ConfigError
+from hpo_orchestrator.pruning import (
+    PrunerSetting,
+    ReplayResult,
+    StudyCurves,
+    TrialCurve,
+    default_grid,
+    recommend,
+    tune,
+)
+from hpo_orchestrator.pruning._replay import current_setting, top_trials
+
+AS_RUN = {"pruner": {"name": "patient_hyperband", "patience": 3, "min_resource": 1,
+                     "reduction_factor": 3, "max_resource": "auto"}}
+P3 = PrunerSetting("patient_hyperband", patience=3, min_resource=1, reduction_factor=3)
+P0 = PrunerSetting("patient_hyperband", patience=0, min_resource=1, reduction_factor=3)
+P1 = PrunerSetting("patient_hyperband", patience=1, min_resource=1, reduction_factor=3)
+
+
+@pytest.fixture(autouse=True)
+def _quiet() -> None:
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+
+
+def _curve(number: int, state: str = "COMPLETE", value: float | None = None,
+           steps: int = 4) -> TrialCurve:
+    values = tuple((s, number + 1.0 / s) for s in range(1, steps + 1))
+    final = values[-1][1] if value is None and state == "COMPLETE" else value
+    return TrialCurve(number, state, final, values, 1.0, 1.0)
+
+
+def _curves(*curves: TrialCurve, direction: str = "minimize",
+            config: dict | None = None) -> StudyCurves:  # type: ignore[type-arg]
+    return StudyCurves("hpo", direction, AS_RUN if config is None else config, list(curves))
+
+
+# --- the study's best, and what is replayed --------------------------------------------------
+
+def test_the_best_trials_are_the_completed_ones_in_the_studys_direction() -> None:
+    curves = [_curve(0, value=3.0), _curve(1, value=1.0), _curve(2, value=2.0),
+              _curve(3, "PRUNED", value=0.5)]  # a pruned trial's value is no result
+    assert top_trials(_curves(*curves), 2) == [1, 2]
+    assert top_trials(_curves(*curves, direction="maximize"), 2) == [0, 2]
+
+
+def test_the_setting_as_run_is_replayed_once_beside_the_grid() -> None:
+    curves = _curves(_curve(0), _curve(1, "PRUNED"), _curve(2))
+    beside = tune(curves, [P0, P1])
+    assert [r.setting for r in beside] == [P3, P0, P1] and [r.current for r in beside] == [
+        True, False, False]
+    within = tune(curves, [P0, P3])
+    assert [r.setting for r in within] == [P0, P3] and within[1].current
+    unknown = tune(_curves(_curve(0), _curve(1), config={}), [P0])
+    assert [r.setting for r in unknown] == [P0] and not unknown[0].current
+
+
+def test_the_best_trials_kept_are_as_many_as_asked() -> None:
+    curves = _curves(*(_curve(n) for n in range(7)))
+    assert [len(r.top_k) for r in tune(curves, [P0])] == [5, 5]
+    assert [len(r.top_k) for r in tune(curves, [P0], top_k=2)] == [2, 2]
+
+
+def test_a_replay_needs_two_finished_curves() -> None:
+    two = _curves(_curve(0), _curve(1, "PRUNED"), _curve(2, "FAIL"))
+    assert len(tune(two, [P0])) == 2
+    with pytest.raises(ConfigError) as refused:
+        tune(_curves(_curve(0), _curve(1, "FAIL"), _curve(2, value=1.0, steps=0)), [P0])
+    assert (refused.value.message, refused.value.hint) == (
+        "study 'hpo' has 1 finished trials with intermediate values; a replay needs at least 2",
+        "run more trials whose objective calls trial.report(value, step)")
+
+
+def test_the_setting_as_run_is_known_only_from_numbers() -> None:
+    assert current_setting(AS_RUN) == P3
+    assert current_setting({}) is None
+    assert current_setting({"pruner": {"name": "gone"}}) is None
+    auto = {"pruner": {**AS_RUN["pruner"], "min_resource": "auto"}}
+    assert current_setting(auto) is None
+
+
+@pytest.mark.parametrize("option", ["patience", "min_resource", "reduction_factor"])
+def test_the_values_given_replace_the_grids(option: str) -> None:
+    grid = default_grid(12, **{option: [7]})
+    assert {getattr(s, option) for s in grid if s.kind == "patient_hyperband"} == {7}
+
+
+def test_a_settings_short_name() -> None:
+    assert P3.short() == "PH p3 m1 r3"
+    assert PrunerSetting("median", n_warmup_steps=2, n_startup_trials=5).short() == "median w2"
+
+
+# --- the recommendation ---------------------------------------------------------------------
+
+def _scored(setting: PrunerSetting, saved: float, prune_rate: float = 0.5, current: bool = False,
+            kept: list[int] | None = None, gpu_s: float = 100.0) -> ReplayResult:
+    top = [1, 2]
+    return ReplayResult(setting, current, {}, {}, 4, prune_rate, None, 10, gpu_s, saved, None,
+                        top, top if kept is None else kept, 0.1)
+
+
+def test_ties_go_to_the_lower_prune_rate_then_the_gentler_patience() -> None:
+    """Savings equal to the millisecond (10.0004 s and 10.0001 s): the lower prune rate wins;
+    equal in that too: the higher patience."""
+    calmer = _scored(P0, 10.0001, prune_rate=0.25)
+    assert recommend([_scored(P1, 10.0004, prune_rate=0.5), calmer])[0] is calmer
+    gentle = _scored(P1, 10.0)
+    assert recommend([_scored(P0, 10.0), gentle])[0] is gentle
+
+
+def test_the_setting_as_run_stays_unless_another_saves_more_than_5_percent() -> None:
+    """P0 saves 5 s more of 100 (its 95 s and the 5 saved): exactly 5 %, not more."""
+    as_run = _scored(P3, 0.0, current=True, gpu_s=100.0)
+    choice, reason = recommend([as_run, _scored(P0, 5.0, gpu_s=95.0)])
+    assert choice is as_run
+    assert reason == ("the setting the study ran with keeps all the 2 best completed trials (#1, "
+                      "#2), and no setting that keeps as many saves more than 5% of the device time "
+                      "(the most: patient_hyperband(patience=0, min_resource=1, reduction_factor=3), "
+                      "5 s more): keep it")
+    tiny = _scored(P3, 0.0, current=True, gpu_s=0.6)  # a study of 0.6 device seconds
+    assert recommend([tiny, _scored(P0, 0.04, gpu_s=0.56)])[0] is not tiny
+
+
+def test_the_reason_names_what_the_setting_as_run_keeps_and_loses() -> None:
+    keeps = _scored(P3, 0.0, current=True)
+    _, reason = recommend([keeps, _scored(P0, 50.0, gpu_s=50.0)])
+    assert reason == ("keeps all the 2 best completed trials (#1, #2) and saves the most device "
+                      "time among those that do: 50 s against the study as run, prune rate 50%; the "
+                      "setting the study ran with (patient_hyperband(patience=3, min_resource=1, "
+                      "reduction_factor=3)) keeps 2 of 2, and saves 0 s")
+    loses = _scored(P3, 0.0, current=True, kept=[])
+    _, reason = recommend([loses, _scored(P0, 50.0, gpu_s=50.0)])
+    assert reason.endswith("keeps 0 of 2, losing #1, #2, and saves 0 s")
