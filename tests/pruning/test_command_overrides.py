@@ -1,0 +1,51 @@
+"""tune-pruner's ``run`` command (pruning/_command.py) from its promise, for the mutants mutmut
+found unguarded (docs/MUTATION.md, "mutmut"): only the settings that differ from the defaults
+of the study's own objective, sampler and pruner, the budget (``add_trials`` where the study
+was given one), a name the storage does not hold, and values Hydra reads back as they were."""
+
+from __future__ import annotations
+
+import pytest
+
+from hpo_orchestrator.config import load_config
+from hpo_orchestrator.config._load import to_plain_dict
+from hpo_orchestrator.pruning._command import _MISSING, _at, _value, recommended_command
+
+EAGER = "pruner=patient_hyperband pruner.patience=0 pruner.min_resource=1 pruner.reduction_factor=3"
+
+
+def test_only_what_differs_from_the_studys_own_defaults_is_given() -> None:
+    """torch_mlp's, random's and patient_hyperband's own defaults are left out (the base
+    config's lightgbm, tpe and defaults would differ from them); the study's patience_mode is
+    kept; the third free name is taken."""
+    recorded = to_plain_dict(load_config([
+        "objective=torch_mlp", "sampler=random", "scheduler.parallel=4", "study.n_trials=30",
+        "pruner=patient_hyperband", "pruner.patience_mode=delay"]))
+    taken = {"hpo-patient-hyperband", "hpo-patient-hyperband-2"}
+    assert recommended_command("hpo-orchestrator", "hpo", recorded, EAGER, taken) == (
+        "hpo-orchestrator run objective=torch_mlp sampler=random study.n_trials=30 "
+        "scheduler.parallel=4 pruner=patient_hyperband pruner.patience=0 pruner.min_resource=1 "
+        "pruner.reduction_factor=3 pruner.patience_mode=delay study.name=hpo-patient-hyperband-3")
+
+
+def test_a_study_given_add_trials_gets_them_as_its_budget() -> None:
+    recorded = to_plain_dict(load_config([]))
+    recorded["study"].update(n_trials=None, add_trials=20)
+    command = recommended_command("hpo-orchestrator", "hpo", recorded, EAGER, set())
+    assert " study.n_trials=20 " in command
+
+
+@pytest.mark.parametrize(("value", "typed"), [
+    (None, "null"), (True, "true"), (False, "false"), (3, "3"), (0.5, "0.5"),
+    ([1, "a b"], "[1,'a b']"), ({"low": 1, "high": "x y"}, "{low:1,high:'x y'}"),
+    ("plain/path:1", "plain/path:1"), ("null", "'null'"), ("true", "'true'"), ("false", "'false'"),
+    ("it's a\\b", "'it\\'s a\\\\b'"),
+])
+def test_values_are_typed_as_hydra_reads_them_back(value: object, typed: str) -> None:
+    assert _value(value) == typed
+
+
+def test_a_path_through_a_value_that_is_no_section_is_missing() -> None:
+    assert _at({"a": "xyz"}, "a.x") is _MISSING  # a string holds no key, even a letter of it
+    assert _at({"a": None}, "a.b") is _MISSING
+    assert _at({"a": {"b": 2}}, "a.b") == 2

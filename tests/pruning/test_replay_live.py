@@ -1,0 +1,121 @@
+"""The replay against Optuna deciding live (pruning/_replay.py), where the earlier tests did not
+look, for the mutants mutmut found unguarded (docs/MUTATION.md, "mutmut"): a study that
+maximizes, the study's own recorded pruner options (an option the grid does not vary is the
+study's), trial numbers with a gap (deleted trials: Hyperband brackets a trial by its number),
+and the JSON tune-pruner --json prints of each setting."""
+
+from __future__ import annotations
+
+import sqlite3
+import warnings
+from pathlib import Path
+
+import optuna
+import pytest
+
+from hpo_orchestrator.db.connect import create_engine
+from hpo_orchestrator.pruning import PrunerSetting, ReplayResult, StudyCurves, TrialCurve, load_curves, replay
+from tests.pruning.test_pruning import STEPS, _curve
+
+HYPERBAND = PrunerSetting("hyperband", min_resource=1, reduction_factor=3)
+N_TRIALS = 30
+
+
+@pytest.fixture(autouse=True)
+def _quiet() -> None:
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+
+
+def _outcomes(study: optuna.Study) -> dict[int, str]:
+    return {t.number: {"COMPLETE": "complete", "PRUNED": "pruned"}[t.state.name]
+            for t in study.trials if t.state.name in ("COMPLETE", "PRUNED")}
+
+
+def test_a_maximized_study_is_replayed_as_it_maximized() -> None:
+    """Median pruning from the first step: in a study that maximizes, a trial below the first
+    one's values is stopped; the same curves minimized would stop the other way round."""
+    steps = tuple((s, 10.0 + s) for s in range(1, 5))
+    low = tuple((s, 1.0 + s) for s in range(1, 5))
+    median = PrunerSetting("median", n_warmup_steps=0, n_startup_trials=1)
+    curves = [TrialCurve(0, "COMPLETE", 14.0, steps, 1.0, 1.0),
+              TrialCurve(1, "COMPLETE", 5.0, low, 1.0, 1.0)]
+    up = replay(StudyCurves("hpo", "maximize", {}, curves), median)
+    down = replay(StudyCurves("hpo", "minimize", {}, curves), median)
+    assert (up.outcomes, up.prune_steps) == ({0: "complete", 1: "pruned"}, {1: 1})
+    assert down.outcomes == {0: "complete", 1: "complete"}
+
+
+def test_an_option_the_grid_does_not_vary_is_the_studys() -> None:
+    """Curves that worsen by 0.01 a step, each trial behind the last: patience 0 with min_delta
+    0 lets Hyperband stop some; the study's min_delta of 100 (a trial must worsen by more than
+    that before Hyperband is asked) stops none."""
+    curves = [TrialCurve(n, "COMPLETE", n + 0.01 * STEPS,
+                         tuple((s, n + 0.01 * s) for s in range(1, STEPS + 1)), 1.0, 1.0)
+              for n in range(N_TRIALS)]
+    patient = PrunerSetting("patient_hyperband", patience=0, min_resource=1, reduction_factor=3)
+    plain = replay(StudyCurves("hpo", "minimize", {}, curves), patient)
+    recorded = {"pruner": {"name": "patient_hyperband", "min_delta": 100.0, "patience_mode": "veto"}}
+    lenient = replay(StudyCurves("hpo", "minimize", recorded, curves), patient)
+    assert plain.prune_rate > 0.0 and lenient.prune_rate == 0.0
+
+
+def test_a_gap_in_the_trial_numbers_keeps_every_later_trial_in_its_bracket(tmp_path: Path) -> None:
+    """Trial #5 failed before its first report and was deleted; Optuna's Hyperband, live,
+    bracketed every later trial by its number: the replay of the rest decides as it did."""
+    memory = optuna.storages.InMemoryStorage()
+    study = optuna.create_study(study_name="known", storage=memory, pruner=HYPERBAND.build())
+    for number in range(N_TRIALS):
+        trial = study.ask()
+        if number == 5:
+            study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            continue
+        values = _curve(number)
+        for step, value in enumerate(values, start=1):
+            trial.report(value, step)
+            if trial.should_prune():
+                study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+                break
+        else:
+            study.tell(trial, values[-1])
+    live = _outcomes(study)
+    assert "pruned" in live.values()  # the case is not trivial
+    db = tmp_path / "hpo.db"
+    optuna.copy_study(from_study_name="known", from_storage=memory, to_storage=f"sqlite:///{db}")
+    with sqlite3.connect(db) as con:  # deleted, as a cleaning script would
+        (trial_id,) = con.execute("SELECT trial_id FROM trials WHERE number = 5").fetchone()
+        for table in ("trial_values", "trial_intermediate_values", "trial_params",
+                      "trial_user_attributes", "trial_system_attributes", "trial_heartbeats"):
+            con.execute(f"DELETE FROM {table} WHERE trial_id = ?", (trial_id,))
+        con.execute("DELETE FROM trials WHERE trial_id = ?", (trial_id,))
+    curves = load_curves(create_engine(f"sqlite:///{db}"), "known")
+    assert [c.number for c in curves.curves] == [n for n in range(N_TRIALS) if n != 5]
+    full = StudyCurves(curves.study, curves.direction, {}, [
+        TrialCurve(c.number, "COMPLETE", c.value if c.value is not None else c.steps[-1][1],
+                   tuple((s, v) for s, v in enumerate(_curve(c.number), start=1)), 1.0, 1.0)
+        for c in curves.curves])  # every trial's whole curve, as if it had never been pruned
+    assert replay(full, HYPERBAND).outcomes == live
+
+
+def test_a_replay_as_json_names_every_figure() -> None:
+    result = ReplayResult(
+        setting=HYPERBAND, current=True, outcomes={1: "complete", 2: "pruned"}, prune_steps={2: 3},
+        trials=2, prune_rate=0.123456, median_prune_step=3.0, steps_run=15, gpu_s=120.456,
+        gpu_s_saved=-3.456, startup_share=0.123456, top_k=[1], top_k_kept=[1], best_value=0.5,
+        agreement=0.654321, unknown=1)
+    assert result.to_json() == {
+        "setting": "hyperband(min_resource=1, reduction_factor=3)", "kind": "hyperband",
+        "overrides": "pruner=hyperband pruner.min_resource=1 pruner.reduction_factor=3",
+        "current": True, "trials": 2, "prune_rate": 0.1235, "median_prune_step": 3.0,
+        "steps_run": 15, "gpu_s": 120.46, "gpu_s_saved": -3.46, "startup_share": 0.1235,
+        "top_k": [1], "top_k_kept": [1], "best_value": 0.5, "agreement": 0.6543, "unknown": 1,
+        "prune_steps": {"2": 3}}
+    unknown = ReplayResult(HYPERBAND, False, {}, {}, 0, 0.0, None, 0, 0.0, 0.0, None, [], [], None)
+    assert (unknown.to_json()["startup_share"], unknown.to_json()["agreement"]) == (None, None)
+
+
+def test_settings_are_equal_by_value_and_hash_alike() -> None:
+    again = PrunerSetting("hyperband", min_resource=1, reduction_factor=3)
+    assert again == HYPERBAND and hash(again) == hash(HYPERBAND) and len({again, HYPERBAND}) == 1
+    assert hash(again) != hash(PrunerSetting("hyperband", min_resource=2, reduction_factor=3))
+    assert HYPERBAND.values() == {"min_resource": 1, "reduction_factor": 3}
