@@ -84,7 +84,7 @@ def _end(packer: Packer, clock: _Clock, gpu: int, seconds: float, pid: int,
 def _measure_level_one(packer: Packer, clock: _Clock, gpus: tuple[int, ...]) -> None:
     """On each GPU a busy place and its worker's trials: a warm-up (left out), then 10 s ones,
     two measured trials in all per group."""
-    for gpu in gpus:
+    for _gpu in gpus:
         packer.pool.acquire()
     for gpu in gpus:
         _end(packer, clock, gpu, 30.0, pid=100 + gpu)

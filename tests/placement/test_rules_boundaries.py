@@ -19,7 +19,6 @@ from hpo_orchestrator.placement._rules import (
     GpuLevel,
     GpuObservation,
     HostObservation,
-    PackingPolicy,
     TrialTime,
     _Gain,
     decide,
@@ -209,10 +208,9 @@ def test_a_first_level_under_two_percent_is_target_over_utilization() -> None:
 def test_the_first_levels_base_is_every_running_trials_steps_and_the_finished_trials() -> None:
     """Two GPUs judged together, a trial running on each: both their seconds per step are the
     base; a trial that finished at one per GPU is the base as well (no step timed)."""
-    from tests.placement.test_rules_first_level import CNN
+    from tests.placement.test_rules_first_level import CNN, _running
     from tests.placement.test_rules_first_level import HOST as HOST_OF_TWO
     from tests.placement.test_rules_first_level import _obs as _first_obs
-    from tests.placement.test_rules_first_level import _running
 
     group = _first_obs(running=1, trials=(_running(0.7), _running(0.8)))
     state, change = decide(POLICY, _state(), group, HOST_OF_TWO, now=7.0)

@@ -38,7 +38,7 @@ def test_rows_go_most_best_kept_then_most_saved_and_the_setting_as_run_is_always
 
 
 def _cells(table: Table) -> list[list[str]]:
-    return [[str(cell) for cell in row] for row in zip(*(c._cells for c in table.columns))]
+    return [[str(cell) for cell in row] for row in zip(*(c._cells for c in table.columns), strict=True)]
 
 
 def test_the_table_has_a_row_per_setting_with_its_figures() -> None:
@@ -75,7 +75,7 @@ def test_without_a_command_the_pruners_overrides_are_given_and_all_trials_are_na
     choice = _result(0, 3, 25.6)
     other = _result(1, 3, 20.0)
     group = render_tuning(StudyCurves("lgb", "minimize", {}, []), [other, choice], choice, "why")
-    table, _, advice, _, run_with, _ = group.renderables
+    table, _, _advice, _, run_with, _ = group.renderables
     assert table.title == ("pruner replay of study lgb (12 finished trials, minimize); 2 settings, "
                            "best first")
     assert [row.style for row in table.rows] == ["bold green", None]

@@ -22,8 +22,14 @@ import pytest
 from hpo_orchestrator import keys
 from hpo_orchestrator.config import HyperbandPrunerConfig, PatientHyperbandPrunerConfig
 from hpo_orchestrator.db.connect import create_engine
-from hpo_orchestrator.pruning import PrunerSetting, PrunerTuner, ReplayResult, StudyCurves, TrialCurve
-from hpo_orchestrator.pruning import _tune_auto
+from hpo_orchestrator.pruning import (
+    PrunerSetting,
+    PrunerTuner,
+    ReplayResult,
+    StudyCurves,
+    TrialCurve,
+    _tune_auto,
+)
 from hpo_orchestrator.pruning._tune_auto import EVERY, MIN_CURVES, decide, expected_s_to_best, live_grid
 
 LIVE = PrunerSetting("patient_hyperband", patience=3, min_resource=1, reduction_factor=3)
