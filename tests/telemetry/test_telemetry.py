@@ -229,8 +229,18 @@ def test_phases_gpu_verification_table_findings_and_csv(cli, tmp_path: Path) -> 
     # utilization is weighted by trial time: spawn-to-tell here, ask-to-tell in Optuna's rows
     for f, s in zip(fast.per_device, slow.per_device, strict=True):
         assert f.util_compute_mean == pytest.approx(s.util_compute_mean, abs=1.0)
-    assert [(f.code, f.evidence) for f in fast.findings if f.code != "slow_startup"] \
-        == [(f.code, f.evidence) for f in slow.findings if f.code != "slow_startup"]
+    # the same findings on the same evidence; its means weighted by those two spans may differ
+    # in the first decimal (14.3 against 14.4 % in one CI run)
+    fast_findings = [(f.code, f.evidence) for f in fast.findings if f.code != "slow_startup"]
+    slow_findings = [(f.code, f.evidence) for f in slow.findings if f.code != "slow_startup"]
+    assert [code for code, _ in fast_findings] == [code for code, _ in slow_findings]
+    for (_, seen), (_, read) in zip(fast_findings, slow_findings, strict=True):
+        assert seen.keys() == read.keys()
+        for key, value in seen.items():
+            if isinstance(value, float):
+                assert value == pytest.approx(read[key], abs=1.0), key
+            else:
+                assert value == read[key], key
     assert {k: v.count for k, v in fast.states.items()} == {k: v.count for k, v in slow.states.items()}
 
     out = tmp_path / "samples.csv"
