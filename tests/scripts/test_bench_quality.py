@@ -5,6 +5,7 @@ and the coverage of every significance verdict by simulation. No study runs here
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -624,6 +625,10 @@ def test_goals_are_met_only_with_enough_pairs_an_expert_baseline_and_clean_targe
     assert judge(goal, "optuna-cpu-t2", seeds, reference, twice) == [
         "optuna-cpu-t2 prunes at Optuna's defaults (median)"]
     assert judge(goal, "ray-asha", seeds, reference, twice) == ["ray-asha is no Optuna baseline"]
+    # a goal against the documented recipe takes Optuna's defaults as they are, not other tools
+    recipe = replace(goal, recipe=True)
+    assert judge(recipe, "optuna-cpu-t2", seeds, reference, twice) == []
+    assert judge(recipe, "ray-asha", seeds, reference, twice) == ["ray-asha is no Optuna baseline"]
     assert judge(goal, "optuna-cpu-t1-none", seeds, {**reference, "seed_list": [1, 2, 3]},
                  twice) == ["reference seeds 1-3 repeated in the comparison"]
     assert judge(goal, "optuna-cpu-t1-none", seeds, {"contender": "x", "seeds": 1},
