@@ -754,3 +754,35 @@ def test_the_gpu_watch_reads_busy_after_the_first_seconds_and_keeps_its_trace() 
     assert run["gpu_util_after_20s"] == 90.0
     assert run["gpu_util_mean"] < 90.0
     assert run["gpu_trace"][0] == [0.0, 10.0] and run["gpu_trace"][-1] == [65.0, 90.0]
+
+
+def test_the_package_before_an_issue_runs_as_ours_from_its_own_tree(tmp_path: Path) -> None:
+    """``ours-before51`` is ``ours`` with every default of 8ff90f4: the same command, the old
+    package imported ahead of today's, and a clear refusal where its tree was not made."""
+    import subprocess
+    import sys
+
+    bq = _script()
+    half = bq.Half([], [0, 1], "all")
+    work = bq.WORKLOADS["a"]
+    args = (work, 1.0, 7, 60.0, half, "sqlite:///x.db", tmp_path)
+    before, = bq.launches("ours-before51", *args)
+    today, = bq.launches("ours", *args)
+    assert before.argv == today.argv and today.tree is None
+    assert before.tree == bq.TREES / "8ff90f4" and bq.known("ours-before51")
+    # a stand-in for the old tree: the child imports it, not today's package
+    old = tmp_path / "tree"
+    (old / "hpo_orchestrator").mkdir(parents=True)
+    (old / "hpo_orchestrator" / "__init__.py").write_text("MARK = 'then'\n")
+    env = bq.process_env(bq.Launch(before.argv, [], [0], tree=old), {"PYTHONPATH": str(bq.ROOT)})
+    seen = subprocess.run([sys.executable, "-c", "import hpo_orchestrator as h; print(h.MARK)"],
+                          env=env, capture_output=True, text=True, cwd=tmp_path, check=True)
+    assert seen.stdout.strip() == "then" and env["CUDA_VISIBLE_DEVICES"] == ""
+    refused = subprocess.run(
+        [sys.executable, str(bq.ROOT / "scripts" / "bench_quality.py"), "--out", str(tmp_path / "o"),
+         "--workload", "a", "--pair", "ours,ours-before51", "--seeds", "1", "--no-gpu"],
+        env={**env, "PYTHONPATH": str(bq.ROOT), "HPO_BENCH_TREES": str(tmp_path / "none")},
+        capture_output=True, text=True, cwd=tmp_path)
+    assert refused.returncode == 2 and not (tmp_path / "o" / "results.json").exists()
+    assert refused.stderr.startswith(f"error: no source tree of 8ff90f4 in {tmp_path / 'none'}")
+    assert "--make-trees" in refused.stderr
