@@ -498,6 +498,12 @@ def main() -> int:
     if [n for n in names if not known(n)] or (args.pair and len(names) != 2):
         print(f"error: unknown contenders or not a pair: {names}\nhint: see --help", file=sys.stderr)
         return 2
+    if WORKLOADS[args.workload].kind == "torch_mlp" and [n for n in names
+                                                         if n not in OURS and n not in BEFORE]:
+        print(f"error: workload {args.workload} (the built-in torch_mlp) runs ours' contenders "
+              f"only, not {', '.join(n for n in names if n not in OURS and n not in BEFORE)}\n"
+              "hint: e.g. --pair ours,ours-before51", file=sys.stderr)
+        return 2
     if args.make_trees:
         return make_trees([BEFORE[n] for n in names if n in BEFORE])
     missing = [BEFORE[n] for n in names
@@ -564,7 +570,8 @@ def main() -> int:
         # this process's cores
         threads = max(1, len(os.sched_getaffinity(0)) // len(runs))
         one = functools.partial(collect, watch=watch, threads=threads,
-                                with_test=not args.no_test and not args.reference)
+                                with_test=not args.no_test and not args.reference
+                                and work.kind != "torch_mlp")
         with ThreadPoolExecutor(len(runs)) as pool:
             results = list(pool.map(one, runs))
         for result in results:

@@ -5,6 +5,7 @@ and the coverage of every significance verdict by simulation. No study runs here
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -626,9 +627,14 @@ def test_goals_are_met_only_with_enough_pairs_an_expert_baseline_and_clean_targe
         "optuna-cpu-t2 prunes at Optuna's defaults (median)"]
     assert judge(goal, "ray-asha", seeds, reference, twice) == ["ray-asha is no Optuna baseline"]
     # a goal against the documented recipe takes Optuna's defaults as they are, not other tools
-    recipe = replace(goal, recipe=True)
+    recipe = replace(goal, against="recipe")
     assert judge(recipe, "optuna-cpu-t2", seeds, reference, twice) == []
     assert judge(recipe, "ray-asha", seeds, reference, twice) == ["ray-asha is no Optuna baseline"]
+    # and one against the package before an issue, that package only
+    before = replace(goal, against="before")
+    assert judge(before, "ours-before51", seeds, reference, twice) == []
+    assert judge(before, "optuna-cpu-t1-none", seeds, reference, twice) == [
+        "optuna-cpu-t1-none is not the package as it was before (ours-before*)"]
     assert judge(goal, "optuna-cpu-t1-none", seeds, {**reference, "seed_list": [1, 2, 3]},
                  twice) == ["reference seeds 1-3 repeated in the comparison"]
     assert judge(goal, "optuna-cpu-t1-none", seeds, {"contender": "x", "seeds": 1},
@@ -786,3 +792,37 @@ def test_the_package_before_an_issue_runs_as_ours_from_its_own_tree(tmp_path: Pa
     assert refused.returncode == 2 and not (tmp_path / "o" / "results.json").exists()
     assert refused.stderr.startswith(f"error: no source tree of 8ff90f4 in {tmp_path / 'none'}")
     assert "--make-trees" in refused.stderr
+
+
+def test_the_torch_mlp_workload_runs_the_built_in_objective_for_ours_only(tmp_path: Path) -> None:
+    """Workload (t) is ``objective=torch_mlp`` at its defaults: its common start points are
+    exactly the params the objective suggests (batch_size too), so an enqueued point is the
+    trial that runs; Optuna's processes have no such objective and are refused."""
+    import subprocess
+    import sys
+
+    import optuna
+
+    from hpo_orchestrator.config import load_config
+    from hpo_orchestrator.objectives.torch_mlp import TorchMLPObjective
+
+    bq = _script()
+    work = bq.WORKLOADS["t"]
+    assert work.overrides("auto") == ["objective=torch_mlp"]
+    points = bq.start_points(work, 3, 4)
+    assert points == bq.start_points(work, 3, 4) and len({str(p) for p in points}) == 4
+    objective = TorchMLPObjective(load_config(work.overrides("auto")).objective)  # type: ignore[arg-type]
+    study = optuna.create_study()
+    asked = study.ask()
+    objective._loader_options(asked)
+    from hpo_orchestrator.objectives import suggest_all
+
+    suggest_all(asked, objective.space)
+    assert set(points[0]) == set(asked.params)
+    refused = subprocess.run(
+        [sys.executable, str(bq.ROOT / "scripts" / "bench_quality.py"), "--out", str(tmp_path),
+         "--workload", "t", "--pair", "ours,optuna-hyperband", "--seeds", "1"],
+        capture_output=True, text=True, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(bq.ROOT)})
+    assert refused.returncode == 2
+    assert refused.stderr.startswith("error: workload t (the built-in torch_mlp) runs ours' "
+                                     "contenders only, not optuna-hyperband")
