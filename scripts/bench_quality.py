@@ -150,7 +150,7 @@ class Launch:
 
 def make_trees(revisions: list[str]) -> int:
     """The package and its configuration as at each revision, in .bench-trees/REV (git
-    archive: hpo_orchestrator/conf is a link to conf/, so both come)."""
+    archive; hpo_orchestrator/conf, a link to conf/ in the repository, made a copy)."""
     for rev in revisions:
         folder = TREES / rev
         if (folder / "hpo_orchestrator").is_dir():
@@ -164,6 +164,10 @@ def make_trees(revisions: list[str]) -> int:
                   "a clone with the history (not on the GPU host's copy)", file=sys.stderr)
             return 2
         subprocess.run(["tar", "-x", "-C", str(folder)], input=archive.stdout, check=True)
+        link = folder / "hpo_orchestrator" / "conf"
+        if link.is_symlink():  # a copy: a carried tree may lose its links on the way
+            link.unlink()
+            shutil.copytree(folder / "conf", link)
         print(f"{folder}: the package as at {rev}")
     return 0
 
