@@ -64,9 +64,9 @@ until then, held as "measuring"):
   and judged against it by throughput;
 - at ``target_util`` or more they may be sharing the GPU's time, which loses no throughput
   against one trial alone (the GPU's time is split, not wasted) and keeps the GPU busy: the
-  level holds there. Going back to one instead (as this rule first did) cost workload (c)
-  half its trials: one trial alone read 20-40 % busy, and the climb from it waited for
-  trials timed at one (docs/quality/runs.md, "Start-up overlap");
+  level holds there. Going back to one cost workload (c) half its trials on an H200: one
+  trial alone read 20-40 % busy, and the climb from it waited for trials timed at one
+  (docs/quality/runs.md, "... the start-up overlap as first written");
 - cores that do not carry them are a loss: back to one, climbed from there as usual;
 - an OOM backs off, as at any level.
 
