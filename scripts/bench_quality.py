@@ -101,10 +101,17 @@ OURS = {"ours": [], "ours-fresh": ["scheduler.worker_mode=fresh"],
         # the first trial's start-up alone on its GPU (issue 51.1): against ours, what the
         # start-up overlap (placement/_rules.py) gains or costs
         "ours-overlap": ["scheduler.startup_overlap=true"],
+        # workload (c) only (a custom objective's hook): the images and the CUDA context made
+        # in objective.setup, as docs/OBJECTIVES.md advises, so workers started ahead pay them
+        "ours-setup": ["objective.setup=scripts.benchmarking.cnn:setup"],
+        "ours-setup-overlap": ["objective.setup=scripts.benchmarking.cnn:setup",
+                               "scheduler.startup_overlap=true"],
         # per-level throughput (issue 51): K trials on each GPU, every trial run to its end,
         # beside ours-nopruner (the packer's levels, its ramp in the run's log)
         **{f"ours-tpg{k}-np": [f"scheduler.trials_per_gpu={k}", "pruner=none"] for k in (1, 2, 3, 4)}}
 # ours-cpu / ours-gpu: objective.device through Workload.overrides
+# contenders that run on some workloads only (the others refused before any run)
+ONLY_ON = {"ours-setup": "c", "ours-setup-overlap": "c"}
 # The package as it was before an issue, run as `ours` (every default of then): the "no slower
 # than before" goals (issue 51: (a) on the CPU). Its tree comes from git into .bench-trees/REV
 # (`--make-trees`, where the history is) and is carried to an offline host; it goes first on
@@ -501,6 +508,12 @@ def main() -> int:
     names = [best if n == "best" and best else n for n in names]  # the reference's best baseline
     if [n for n in names if not known(n)] or (args.pair and len(names) != 2):
         print(f"error: unknown contenders or not a pair: {names}\nhint: see --help", file=sys.stderr)
+        return 2
+    elsewhere = [n for n in names if ONLY_ON.get(n, args.workload) != args.workload]
+    if elsewhere:
+        print(f"error: {', '.join(elsewhere)} run(s) on workload "
+              f"{', '.join(sorted({ONLY_ON[n] for n in elsewhere}))} only, not {args.workload}\n"
+              "hint: see the contenders in docs/quality/method.md", file=sys.stderr)
         return 2
     if WORKLOADS[args.workload].kind == "torch_mlp" and [n for n in names
                                                          if n not in OURS and n not in BEFORE]:

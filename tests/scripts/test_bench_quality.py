@@ -403,8 +403,9 @@ def test_every_contender_of_ours_composes() -> None:
     from hpo_orchestrator.config import load_config
 
     bq = _script()
-    for overrides in bq.OURS.values():
-        load_config(["objective=lightgbm", *overrides])
+    for name, overrides in bq.OURS.items():
+        work = bq.WORKLOADS[bq.ONLY_ON.get(name, "a")]
+        load_config([*work.overrides("auto"), *overrides])
     delay = load_config(bq.OURS["ours-delay"]).pruner
     assert (delay.patience_mode, delay.patience, delay.min_resource) == ("delay", 3, 3)
 
@@ -826,3 +827,18 @@ def test_the_torch_mlp_workload_runs_the_built_in_objective_for_ours_only(tmp_pa
     assert refused.returncode == 2
     assert refused.stderr.startswith("error: workload t (the built-in torch_mlp) runs ours' "
                                      "contenders only, not optuna-hyperband")
+
+
+def test_a_contender_of_one_workload_is_refused_on_another(tmp_path: Path) -> None:
+    """``ours-setup`` names the CNN's setup hook: on LightGBM's workload it would fail every
+    run on the GPU host; it is refused here, before any run."""
+    import subprocess
+    import sys
+
+    bq = _script()
+    refused = subprocess.run(
+        [sys.executable, str(bq.ROOT / "scripts" / "bench_quality.py"), "--out", str(tmp_path),
+         "--workload", "a", "--pair", "ours-setup,ours", "--seeds", "1"],
+        capture_output=True, text=True, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(bq.ROOT)})
+    assert refused.returncode == 2
+    assert refused.stderr.startswith("error: ours-setup run(s) on workload c only, not a")
