@@ -169,11 +169,33 @@ def _compose(overrides: list[str]) -> schema.Config:
         raise _explain(exc, overrides) from exc
     assert isinstance(config, schema.Config)
     # `+key=value` may add keys that no schema declares; OmegaConf drops them silently.
-    unknown = _extra_keys(OmegaConf.to_container(composed), to_plain_dict(config))
+    plain = to_plain_dict(config)
+    unknown = _extra_keys(OmegaConf.to_container(composed), plain)
     if unknown:
         raise ConfigError(f"unknown configuration key {unknown[0]!r}",
                           _unknown_key_hint(unknown[0], overrides))
+    _check_switches(overrides, plain)
     return config
+
+
+# The words a switch takes (OmegaConf's own, any case); it also reads any number as a bool
+# (2 as true), which hides a value meant for another key
+_SWITCH_WORDS = {"true", "false", "yes", "no", "on", "off"}
+
+
+def _check_switches(overrides: list[str], plain: dict[str, Any]) -> None:
+    """A true/false key given anything but a word for one: one clear error, not a silent
+    True (``scheduler.spare_workers=2`` is a typo, not a yes)."""
+    for override in overrides:
+        key, sep, raw = override.lstrip("+").partition("=")
+        if not sep or key.startswith("~"):
+            continue
+        value: Any = plain
+        for part in key.split("."):
+            value = value.get(part) if isinstance(value, dict) else None
+        if isinstance(value, bool) and raw.strip().strip("'\"").lower() not in _SWITCH_WORDS:
+            raise ConfigError(f"{key}: expected true or false, got {raw!r}",
+                              f"{key}=true or {key}=false")
 
 
 def _extra_keys(given: Any, known: Any, prefix: str = "") -> list[str]:

@@ -327,6 +327,13 @@ def test_a_parallel_past_what_the_host_holds_is_refused_with_the_bound(cli, tmp_
      "objective.search_space.num_leaves.step=null"),
     (["run", "scheduler.trial_timeout_s=abc"], "error: scheduler.trial_timeout_s",
      "hint: check the value's type ('hpo-orchestrator run --show-config' prints every key"),
+    # OmegaConf reads any number as a bool (2 as true): a switch takes a word for one
+    (["run", "scheduler.spare_workers=2"],
+     "error: scheduler.spare_workers: expected true or false, got '2'",
+     "hint: scheduler.spare_workers=true or scheduler.spare_workers=false"),
+    (["run", "objective.search_space.learning_rate.log=0"],
+     "error: objective.search_space.learning_rate.log: expected true or false, got '0'",
+     "hint: objective.search_space.learning_rate.log=true or"),
 ])
 def test_a_bad_input_gets_the_fix_for_what_was_typed(cli, args: list[str], error: str,  # type: ignore[no-untyped-def]
                                                       hint: str) -> None:
@@ -334,3 +341,11 @@ def test_a_bad_input_gets_the_fix_for_what_was_typed(cli, args: list[str], error
     assert result.code == 2, result.stderr
     assert error in result.stderr and hint in result.stderr, result.stderr
     assert "log: true" not in result.stderr and "see conf/" not in result.stderr
+
+
+@pytest.mark.parametrize("word", ["true", "False", "yes", "off", "'true'"])
+def test_a_switch_takes_the_words_for_one(cli, word: str) -> None:  # type: ignore[no-untyped-def]
+    result = cli("run", f"scheduler.spare_workers={word}", "--show-config")
+    assert result.code == 0, result.stderr
+    expected = word.strip("'").lower() in ("true", "yes")
+    assert f"spare_workers: {str(expected).lower()}" in result.stdout
