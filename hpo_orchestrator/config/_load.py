@@ -188,7 +188,7 @@ def _check_switches(overrides: list[str], plain: dict[str, Any]) -> None:
     True (``scheduler.spare_workers=2`` is a typo, not a yes)."""
     for override in overrides:
         key, sep, raw = override.lstrip("+").partition("=")
-        if not sep or key.startswith("~"):
+        if not sep or key.startswith("~") or "${" in raw:  # ${...}: the value of another key
             continue
         value: Any = plain
         for part in key.split("."):
