@@ -23,8 +23,8 @@ _COLLECTOR_AT_IMPORT = (gc.isenabled(), gc.get_freeze_count(),
 
 __all__ = ["chaos", "chatty", "collections_so_far", "cuda_oom_once", "cuda_probe", "curves", "gated",
            "import_order", "low_cpu", "oom_when_shared", "phased", "pinned", "quadratic", "ranged",
-           "reports10", "reuse_probe", "rising", "shared_gpu", "sleepy", "slow_setup", "slow_start",
-           "stamped", "two_objectives"]
+           "reports10", "reuse_probe", "rising", "shared_gpu", "siblings", "sleepy", "slow_setup",
+           "slow_start", "stamped", "two_objectives"]
 
 
 def quadratic(trial: Any) -> float:
@@ -500,3 +500,21 @@ def import_order(trial: Any) -> float:
     first = "lightgbm.libpath" in names and names.index("lightgbm.libpath") < names.index("numpy")
     trial.set_user_attr("test.lightgbm_before_numpy", first)
     return trial.suggest_float("x", 0.0, 1.0)
+
+
+def siblings(trial: Any) -> float:
+    """``quadratic``, recording how many other worker processes of its orchestrator are alive
+    (``test.siblings``): those started for the run, idle or running, not those retired."""
+    import psutil
+
+    me = psutil.Process()
+    alive = 0
+    for other in me.parent().children():
+        try:
+            if other.pid != me.pid and other.status() != psutil.STATUS_ZOMBIE \
+                    and other.cmdline()[:3] == me.cmdline()[:3]:
+                alive += 1
+        except psutil.NoSuchProcess:
+            continue
+    trial.set_user_attr("test.siblings", alive)
+    return quadratic(trial)

@@ -85,11 +85,16 @@ def test_a_budget_smaller_than_the_wave_retires_the_workers_it_has_no_trial_for(
     done, one left: one worker runs it, the other is retired before the loop (its start-up
     log goes with it), and the run ends as before."""
     backend = NoGpuBackend("no GPU in this test")
-    assert run_study(_config(tmp_path, "study.n_trials=2"), backend=backend).exit_code == 0
-    result = run_study(_config(tmp_path, "study.n_trials=3"), backend=backend)
+    siblings = f"objective.target={OBJECTIVES}:siblings"
+    assert run_study(_config(tmp_path, "study.n_trials=2", siblings), backend=backend).exit_code == 0
+    result = run_study(_config(tmp_path, "study.n_trials=3", siblings), backend=backend)
     assert result.exit_code == 0
     rows = trial_rows(tmp_path / "hpo.db")
     assert [r["state"] for r in rows] == ["COMPLETE"] * 3
+    # the first run's two trials ran beside each other's worker; the last alone: the other
+    # worker of its wave was gone before it was asked, not idle until the run's end
+    assert [r["attrs"]["test.siblings"] for r in rows][2] == 0
+    assert max(r["attrs"]["test.siblings"] for r in rows[:2]) == 1
     run_folder = tmp_path / "hpo-runs" / "hpo"
     assert not list(run_folder.glob("spare-slot*.log"))
     assert (run_folder / "trial-2.log").exists() or list(run_folder.glob("trial-2*"))
