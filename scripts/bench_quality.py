@@ -101,10 +101,23 @@ OURS = {"ours": [], "ours-fresh": ["scheduler.worker_mode=fresh"],
         # the first trial's start-up alone on its GPU (issue 51.1): against ours, what the
         # start-up overlap (placement/_rules.py) gains or costs
         "ours-overlap": ["scheduler.startup_overlap=true"],
+        # workload (c) only (a custom objective's hook): the images and the CUDA context made
+        # in objective.setup, as docs/OBJECTIVES.md advises, so workers started ahead pay them
+        "ours-setup": ["objective.setup=scripts.benchmarking.cnn:setup"],
+        "ours-setup-overlap": ["objective.setup=scripts.benchmarking.cnn:setup",
+                               "scheduler.startup_overlap=true"],
         # per-level throughput (issue 51): K trials on each GPU, every trial run to its end,
         # beside ours-nopruner (the packer's levels, its ramp in the run's log)
         **{f"ours-tpg{k}-np": [f"scheduler.trials_per_gpu={k}", "pruner=none"] for k in (1, 2, 3, 4)}}
 # ours-cpu / ours-gpu: objective.device through Workload.overrides
+# contenders that run on some workloads only (the others refused before any run)
+ONLY_ON = {"ours-setup": "c", "ours-setup-overlap": "c"}
+# The package as it was before an issue, run as `ours` (every default of then): the "no slower
+# than before" goals (issue 51: (a) on the CPU). Its tree comes from git into .bench-trees/REV
+# (`--make-trees`, where the history is) and is carried to an offline host; it goes first on
+# the run's PYTHONPATH, so the benchmark's own scripts stay today's.
+BEFORE = {"ours-before51": "8ff90f4"}
+TREES = Path(os.environ.get("HPO_BENCH_TREES") or ROOT / ".bench-trees")
 RAY = "ray-asha"  # Ray Tune, ASHA over TPE, LightGBM on the CPU (scripts/benchmarking/ray_worker.py)
 
 
@@ -127,8 +140,8 @@ def packed(name: str) -> tuple[str, int]:
 
 
 def known(name: str) -> bool:
-    return name in OURS or packed(name)[0] in GPU_BASELINES or name in ("optuna-threads", RAY) \
-        or cpu_baseline(name) is not None
+    return name in OURS or name in BEFORE or packed(name)[0] in GPU_BASELINES \
+        or name in ("optuna-threads", RAY) or cpu_baseline(name) is not None
 
 
 @dataclass(frozen=True)
@@ -139,6 +152,31 @@ class Launch:
     gpus: list[int]
     cores: list[int]
     threads: int | None = None  # OMP/MKL/OPENBLAS threads (ours sets its trials' own)
+    tree: Path | None = None  # the package's source tree, where not today's (BEFORE)
+
+
+def make_trees(revisions: list[str]) -> int:
+    """The package and its configuration as at each revision, in .bench-trees/REV (git
+    archive; hpo_orchestrator/conf, a link to conf/ in the repository, made a copy)."""
+    for rev in revisions:
+        folder = TREES / rev
+        if (folder / "hpo_orchestrator").is_dir():
+            continue
+        folder.mkdir(parents=True, exist_ok=True)
+        archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "hpo_orchestrator", "conf"],
+                                 capture_output=True, check=False)
+        if archive.returncode != 0:
+            folder.rmdir()
+            print(f"error: git archive {rev}: {archive.stderr.decode().strip()}\nhint: run it in "
+                  "a clone with the history (not on the GPU host's copy)", file=sys.stderr)
+            return 2
+        subprocess.run(["tar", "-x", "-C", str(folder)], input=archive.stdout, check=True)
+        link = folder / "hpo_orchestrator" / "conf"
+        if link.is_symlink():  # a copy: a carried tree may lose its links on the way
+            link.unlink()
+            shutil.copytree(folder / "conf", link)
+        print(f"{folder}: the package as at {rev}")
+    return 0
 
 
 def launches(name: str, work: Workload, scale: float, seed: int, budget: float, half: Half,
@@ -146,7 +184,7 @@ def launches(name: str, work: Workload, scale: float, seed: int, budget: float, 
     """The processes that make up one contender's run. Ours gets the whole half (it pins its
     own trials); Optuna's processes get a GPU each (none on the CPU) and a slice of the cores."""
     py = sys.executable
-    if name in OURS:
+    if name in OURS or name in BEFORE:
         # scheduler.parallel's default: every GPU of the half once, or one trial per core
         parallel = ["scheduler.parallel=auto"] if name.startswith("ours-tpgauto") else []
         device = {"ours-cpu": "cpu", "ours-gpu": "gpu"}.get(name, "auto")
@@ -154,7 +192,8 @@ def launches(name: str, work: Workload, scale: float, seed: int, budget: float, 
                         *parallel, "study.name=bench", f"storage.url={url}",
                         "study.n_trials=1000000", f"study.timeout_s={budget}",
                         f"sampler.seed={seed}", f"scheduler.lease_dir={run_dir / 'leases'}",
-                        *OURS[name]], half.gpus, half.cores)]
+                        *OURS.get(name, [])], half.gpus, half.cores,
+                       tree=TREES / BEFORE[name] if name in BEFORE else None)]
     base = [py, "-m", "scripts.benchmarking.optuna_worker", "--workload", work.name,
             "--scale", str(scale), "--storage", url, "--seed", str(seed), "--timeout", str(budget)]
     if name == RAY:  # one driver; Ray runs a trial of 1 thread per core it is given
@@ -234,15 +273,11 @@ def start(name: str, work: Workload, args: argparse.Namespace, seed: int, half: 
     launch = time.time()
     procs = []
     for i, one in enumerate(commands):
-        extra = {"CUDA_VISIBLE_DEVICES": ",".join(map(str, one.gpus))}
-        if one.threads:
-            extra.update(dict.fromkeys(("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"),
-                                       str(one.threads)))
         # taskset where installed; else the same affinity set in the child before exec
         pin = ["taskset", "-c", ",".join(map(str, one.cores))] if shutil.which("taskset") else []
         with (run_dir / f"process-{i}.log").open("w") as log:
             procs.append(subprocess.Popen(
-                [*pin, *one.argv], cwd=run_dir, env={**env, **extra}, stdout=log,
+                [*pin, *one.argv], cwd=run_dir, env=process_env(one, env), stdout=log,
                 stderr=subprocess.STDOUT, start_new_session=True,
                 preexec_fn=None if pin else functools.partial(os.sched_setaffinity, 0, one.cores)))
     return {"contender": name, "seed": seed, "workload": work.name, "group": group, "dir": str(run_dir),
@@ -250,6 +285,18 @@ def start(name: str, work: Workload, args: argparse.Namespace, seed: int, half: 
             "budget_s": args.budget, "url": url, "gpu_learner": args.gpu_learner, "procs": procs,
             "load_1m": os.getloadavg()[0],
             "commands": [" ".join(one.argv[1:]) for one in commands]}
+
+
+def process_env(one: Launch, env: dict[str, str]) -> dict[str, str]:
+    """``env`` for one process of a contender: the GPUs it sees, its threads where set, and
+    the package's earlier tree ahead of today's where it runs one (BEFORE)."""
+    extra = {"CUDA_VISIBLE_DEVICES": ",".join(map(str, one.gpus))}
+    if one.tree is not None:
+        extra["PYTHONPATH"] = f"{one.tree}:{env.get('PYTHONPATH', '')}"
+    if one.threads:
+        extra.update(dict.fromkeys(("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"),
+                                   str(one.threads)))
+    return {**env, **extra}
 
 
 def _enqueue_start(url: str, points: list[dict[str, Any]]) -> None:
@@ -440,6 +487,9 @@ def main() -> int:
                         help="queue the same K random points of the search space (drawn from "
                         "the seed) first in every contender's study: common random numbers for "
                         "the start-up trials (TPE's first 10 are random); its own table group")
+    parser.add_argument("--make-trees", action="store_true", help="extract the source trees of "
+                        "the contenders that run the package as it was (ours-before51) into "
+                        ".bench-trees/ from git, and exit")
     parser.add_argument("--concurrent", type=int, default=1, help="K: run K seeds (or reference "
                         "runs) at once, each on its own block of cores/K (needs --no-gpu or K=1)")
     args = parser.parse_args()
@@ -458,6 +508,27 @@ def main() -> int:
     names = [best if n == "best" and best else n for n in names]  # the reference's best baseline
     if [n for n in names if not known(n)] or (args.pair and len(names) != 2):
         print(f"error: unknown contenders or not a pair: {names}\nhint: see --help", file=sys.stderr)
+        return 2
+    elsewhere = [n for n in names if ONLY_ON.get(n, args.workload) != args.workload]
+    if elsewhere:
+        print(f"error: {', '.join(elsewhere)} run(s) on workload "
+              f"{', '.join(sorted({ONLY_ON[n] for n in elsewhere}))} only, not {args.workload}\n"
+              "hint: see the contenders in docs/quality/method.md", file=sys.stderr)
+        return 2
+    if WORKLOADS[args.workload].kind == "torch_mlp" and [n for n in names
+                                                         if n not in OURS and n not in BEFORE]:
+        print(f"error: workload {args.workload} (the built-in torch_mlp) runs ours' contenders "
+              f"only, not {', '.join(n for n in names if n not in OURS and n not in BEFORE)}\n"
+              "hint: e.g. --pair ours,ours-before51", file=sys.stderr)
+        return 2
+    if args.make_trees:
+        return make_trees([BEFORE[n] for n in names if n in BEFORE])
+    missing = [BEFORE[n] for n in names
+               if n in BEFORE and not (TREES / BEFORE[n] / "hpo_orchestrator").is_dir()]
+    if missing:
+        print(f"error: no source tree of {', '.join(missing)} in {TREES}\nhint: run the same "
+              "command with --make-trees where the repository's history is, then carry "
+              ".bench-trees to this host", file=sys.stderr)
         return 2
     if args.common_start < 0 or (args.common_start and RAY in names):
         print(f"error: --common-start {args.common_start}: K >= 0, and not with {RAY} (its "
@@ -516,7 +587,8 @@ def main() -> int:
         # this process's cores
         threads = max(1, len(os.sched_getaffinity(0)) // len(runs))
         one = functools.partial(collect, watch=watch, threads=threads,
-                                with_test=not args.no_test and not args.reference)
+                                with_test=not args.no_test and not args.reference
+                                and work.kind != "torch_mlp")
         with ThreadPoolExecutor(len(runs)) as pool:
             results = list(pool.map(one, runs))
         for result in results:

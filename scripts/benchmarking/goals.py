@@ -43,6 +43,10 @@ class Goal:
     min_pairs: int
     speedup: float | None = None
     margin: float | None = None
+    # the baseline: what an expert would run (an Optuna baseline, its pruner tuned); the
+    # documented recipe (one Optuna process per GPU, its pruner at Optuna's defaults: the
+    # defaults are the point); or the product as it was before an issue (ours-before*)
+    against: str = "expert"
 
 
 GOALS = {
@@ -64,6 +68,16 @@ GOALS = {
     "c51-oracle": Goal("issue 51: (c) on one H200 each: ours at most 0.8x the time to the 50 % "
                        "target of Optuna's processes packed by hand (the oracle)", "c", ("50%",),
                        6, speedup=1.25),
+    "c51-recipe": Goal("issue 51: (c) on one H200 each: ours at most 0.5x the time to the 50 % "
+                       "target of the documented recipe (one Optuna process per GPU, "
+                       "HyperbandPruner at its defaults)", "c", ("50%",), 6, speedup=2.0,
+                       against="recipe"),
+    "a51-before": Goal(f"issue 51: (a) on the CPU: ours no slower (within {MARGIN}x, one-sided "
+                       "test) to the 50 % target than the package before the issue (8ff90f4)",
+                       "a", ("50%",), 8, margin=MARGIN, against="before"),
+    "t51-before": Goal(f"issue 51: the built-in torch_mlp on the CPU: ours no slower (within "
+                       f"{MARGIN}x, one-sided test) to the 50 % target than the package before "
+                       "the issue (8ff90f4)", "t", ("50%",), 8, margin=MARGIN, against="before"),
     "c51-oracle-ni": Goal(f"issue 51: (c) on one H200 each: ours no slower (within {MARGIN}x, "
                           "one-sided test) to the 50 % target than the oracle", "c", ("50%",), 6,
                           margin=MARGIN),
@@ -82,7 +96,10 @@ def judge(goal: Goal, baseline: str, seeds: list[int], reference: dict[str, Any]
     if len(seeds) < goal.min_pairs:
         why.append(f"{len(seeds)} paired seeds, {goal.min_pairs} needed")
     pruner = pruner_of(baseline)
-    if pruner not in EXPERT_PRUNERS:
+    if goal.against == "before":
+        if not baseline.startswith("ours-before"):
+            why.append(f"{baseline} is not the package as it was before (ours-before*)")
+    elif pruner is None or (pruner not in EXPERT_PRUNERS and goal.against != "recipe"):
         why.append(f"{baseline} " + ("is no Optuna baseline" if pruner is None else
                                      f"prunes at Optuna's defaults ({pruner})"))
     used = reference.get("seed_list")

@@ -21,7 +21,12 @@ from typing import Any
 
 import numpy as np
 
-from hpo_orchestrator.config import LIGHTGBM_SPACE, LightGBMObjectiveConfig
+from hpo_orchestrator.config import (
+    LIGHTGBM_SPACE,
+    TORCH_MLP_SPACE,
+    LightGBMObjectiveConfig,
+    TorchMLPObjectiveConfig,
+)
 from hpo_orchestrator.objectives import binary_classification, held_out_test, suggest_all
 
 __all__ = ["WORKLOADS", "Workload", "lightgbm_objective", "start_points", "test_metric"]
@@ -33,7 +38,7 @@ CNN_TARGET = "scripts.benchmarking.cnn:objective"
 @dataclass(frozen=True)
 class Workload:
     name: str
-    kind: str  # lightgbm | cnn
+    kind: str  # lightgbm | cnn | torch_mlp (ours only: the built-in objective as it is)
     what: str
     lightgbm: LightGBMObjectiveConfig = field(default_factory=LightGBMObjectiveConfig)
 
@@ -46,6 +51,8 @@ class Workload:
         """``hpo-orchestrator run`` arguments that make the product run this workload."""
         if self.kind == "cnn":
             return ["objective=custom", f"objective.target={CNN_TARGET}"]
+        if self.kind == "torch_mlp":
+            return ["objective=torch_mlp"]
         cfg = self.lightgbm
         return ["objective=lightgbm", f"objective.n_rows={cfg.n_rows}",
                 f"objective.n_features={cfg.n_features}",
@@ -60,6 +67,11 @@ WORKLOADS = {
                   LightGBMObjectiveConfig(n_rows=1_000_000)),
     "c": Workload("c", "cnn", "a small CNN on generated 3x32x32 images (torch), 10 epochs, "
                   "validation loss every epoch"),
+    # the product's own torch_mlp at its defaults, for "no slower than before" (BEFORE in
+    # bench_quality.py): only ours' contenders run it, and its targets come from a reference
+    # run of one of them; no test metric (its validation loss is the measure)
+    "t": Workload("t", "torch_mlp", "the built-in torch_mlp objective at its defaults: an MLP "
+                  "on generated rows, 12 epochs, validation loss every epoch"),
 }
 
 
@@ -74,6 +86,15 @@ def start_points(workload: Workload, seed: int, count: int) -> list[dict[str, An
         from scripts.benchmarking.cnn import suggest
 
         return [suggest(draws.ask()) for _ in range(count)]
+    if workload.kind == "torch_mlp":  # batch_size first, as the objective suggests it
+        sizes = TorchMLPObjectiveConfig().batch_size
+        points = []
+        for _ in range(count):
+            trial = draws.ask()
+            batch = {"batch_size": trial.suggest_categorical("batch_size", sizes)} \
+                if isinstance(sizes, list) else {}
+            points.append({**batch, **suggest_all(trial, TORCH_MLP_SPACE)})
+        return points
     return [suggest_all(draws.ask(), LIGHTGBM_SPACE) for _ in range(count)]
 
 

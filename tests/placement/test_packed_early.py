@@ -76,3 +76,21 @@ def test_by_default_the_first_trial_starts_up_alone(tmp_path: Path) -> None:
     early, said = _started_before_the_first_step(tmp_path)
     assert early == [], said
     assert "started during the first trial's start-up" not in said
+
+
+@pytest.mark.slow
+def test_two_start_up_trials_that_keep_the_gpu_busy_stay_two(tmp_path: Path) -> None:
+    """On an H200 (workload c) the two trials of the start-up read 81-96 % once both were
+    past it; the rule went back to one trial and the GPU idled at 20-40 % until it climbed
+    again. Two trials sharing a GPU's time lose nothing against one: the level stays."""
+    work = tmp_path / "gpu-work"
+    work.mkdir()
+    result = run_cli(tmp_path, "run", "objective=custom", "objective.target=tests.objectives:slow_start",
+                     "study.n_trials=6", "telemetry.interval_s=0.2", "pruner=none",
+                     "scheduler.host_cores=4", "scheduler.startup_overlap=true",
+                     env={"HPO_ORCHESTRATOR_FAKE_GPUS": json.dumps({"gpus": [{"busy_util": 90}]}),
+                          "HPO_FAKE_GPU_WORK_DIR": str(work), "HPO_TEST_STARTUP_S": "3"})
+    assert result.code == 0, result.stderr
+    said = result.stdout
+    assert "1 -> 2 trials per GPU (started during the first trial's start-up" in said, said
+    assert "2 -> 1 trials per GPU" not in said and "gpu0 1 -> 2, now 2" in said, said

@@ -5,6 +5,8 @@ and the coverage of every significance verdict by simulation. No study runs here
 from __future__ import annotations
 
 import math
+import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -401,8 +403,9 @@ def test_every_contender_of_ours_composes() -> None:
     from hpo_orchestrator.config import load_config
 
     bq = _script()
-    for overrides in bq.OURS.values():
-        load_config(["objective=lightgbm", *overrides])
+    for name, overrides in bq.OURS.items():
+        work = bq.WORKLOADS[bq.ONLY_ON.get(name, "a")]
+        load_config([*work.overrides("auto"), *overrides])
     delay = load_config(bq.OURS["ours-delay"]).pruner
     assert (delay.patience_mode, delay.patience, delay.min_resource) == ("delay", 3, 3)
 
@@ -624,6 +627,15 @@ def test_goals_are_met_only_with_enough_pairs_an_expert_baseline_and_clean_targe
     assert judge(goal, "optuna-cpu-t2", seeds, reference, twice) == [
         "optuna-cpu-t2 prunes at Optuna's defaults (median)"]
     assert judge(goal, "ray-asha", seeds, reference, twice) == ["ray-asha is no Optuna baseline"]
+    # a goal against the documented recipe takes Optuna's defaults as they are, not other tools
+    recipe = replace(goal, against="recipe")
+    assert judge(recipe, "optuna-cpu-t2", seeds, reference, twice) == []
+    assert judge(recipe, "ray-asha", seeds, reference, twice) == ["ray-asha is no Optuna baseline"]
+    # and one against the package before an issue, that package only
+    before = replace(goal, against="before")
+    assert judge(before, "ours-before51", seeds, reference, twice) == []
+    assert judge(before, "optuna-cpu-t1-none", seeds, reference, twice) == [
+        "optuna-cpu-t1-none is not the package as it was before (ours-before*)"]
     assert judge(goal, "optuna-cpu-t1-none", seeds, {**reference, "seed_list": [1, 2, 3]},
                  twice) == ["reference seeds 1-3 repeated in the comparison"]
     assert judge(goal, "optuna-cpu-t1-none", seeds, {"contender": "x", "seeds": 1},
@@ -749,3 +761,84 @@ def test_the_gpu_watch_reads_busy_after_the_first_seconds_and_keeps_its_trace() 
     assert run["gpu_util_after_20s"] == 90.0
     assert run["gpu_util_mean"] < 90.0
     assert run["gpu_trace"][0] == [0.0, 10.0] and run["gpu_trace"][-1] == [65.0, 90.0]
+
+
+def test_the_package_before_an_issue_runs_as_ours_from_its_own_tree(tmp_path: Path) -> None:
+    """``ours-before51`` is ``ours`` with every default of 8ff90f4: the same command, the old
+    package imported ahead of today's, and a clear refusal where its tree was not made."""
+    import subprocess
+    import sys
+
+    bq = _script()
+    half = bq.Half([], [0, 1], "all")
+    work = bq.WORKLOADS["a"]
+    args = (work, 1.0, 7, 60.0, half, "sqlite:///x.db", tmp_path)
+    before, = bq.launches("ours-before51", *args)
+    today, = bq.launches("ours", *args)
+    assert before.argv == today.argv and today.tree is None
+    assert before.tree == bq.TREES / "8ff90f4" and bq.known("ours-before51")
+    # a stand-in for the old tree: the child imports it, not today's package
+    old = tmp_path / "tree"
+    (old / "hpo_orchestrator").mkdir(parents=True)
+    (old / "hpo_orchestrator" / "__init__.py").write_text("MARK = 'then'\n")
+    env = bq.process_env(bq.Launch(before.argv, [], [0], tree=old), {"PYTHONPATH": str(bq.ROOT)})
+    seen = subprocess.run([sys.executable, "-c", "import hpo_orchestrator as h; print(h.MARK)"],
+                          env=env, capture_output=True, text=True, cwd=tmp_path, check=True)
+    assert seen.stdout.strip() == "then" and env["CUDA_VISIBLE_DEVICES"] == ""
+    refused = subprocess.run(
+        [sys.executable, str(bq.ROOT / "scripts" / "bench_quality.py"), "--out", str(tmp_path / "o"),
+         "--workload", "a", "--pair", "ours,ours-before51", "--seeds", "1", "--no-gpu"],
+        env={**env, "PYTHONPATH": str(bq.ROOT), "HPO_BENCH_TREES": str(tmp_path / "none")},
+        capture_output=True, text=True, cwd=tmp_path)
+    assert refused.returncode == 2 and not (tmp_path / "o" / "results.json").exists()
+    assert refused.stderr.startswith(f"error: no source tree of 8ff90f4 in {tmp_path / 'none'}")
+    assert "--make-trees" in refused.stderr
+
+
+def test_the_torch_mlp_workload_runs_the_built_in_objective_for_ours_only(tmp_path: Path) -> None:
+    """Workload (t) is ``objective=torch_mlp`` at its defaults: its common start points are
+    exactly the params the objective suggests (batch_size too), so an enqueued point is the
+    trial that runs; Optuna's processes have no such objective and are refused."""
+    import subprocess
+    import sys
+
+    import optuna
+
+    from hpo_orchestrator.config import load_config
+    from hpo_orchestrator.objectives.torch_mlp import TorchMLPObjective
+
+    bq = _script()
+    work = bq.WORKLOADS["t"]
+    assert work.overrides("auto") == ["objective=torch_mlp"]
+    points = bq.start_points(work, 3, 4)
+    assert points == bq.start_points(work, 3, 4) and len({str(p) for p in points}) == 4
+    objective = TorchMLPObjective(load_config(work.overrides("auto")).objective)  # type: ignore[arg-type]
+    study = optuna.create_study()
+    asked = study.ask()
+    objective._loader_options(asked)
+    from hpo_orchestrator.objectives import suggest_all
+
+    suggest_all(asked, objective.space)
+    assert set(points[0]) == set(asked.params)
+    refused = subprocess.run(
+        [sys.executable, str(bq.ROOT / "scripts" / "bench_quality.py"), "--out", str(tmp_path),
+         "--workload", "t", "--pair", "ours,optuna-hyperband", "--seeds", "1"],
+        capture_output=True, text=True, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(bq.ROOT)})
+    assert refused.returncode == 2
+    assert refused.stderr.startswith("error: workload t (the built-in torch_mlp) runs ours' "
+                                     "contenders only, not optuna-hyperband")
+
+
+def test_a_contender_of_one_workload_is_refused_on_another(tmp_path: Path) -> None:
+    """``ours-setup`` names the CNN's setup hook: on LightGBM's workload it would fail every
+    run on the GPU host; it is refused here, before any run."""
+    import subprocess
+    import sys
+
+    bq = _script()
+    refused = subprocess.run(
+        [sys.executable, str(bq.ROOT / "scripts" / "bench_quality.py"), "--out", str(tmp_path),
+         "--workload", "a", "--pair", "ours-setup,ours", "--seeds", "1"],
+        capture_output=True, text=True, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(bq.ROOT)})
+    assert refused.returncode == 2
+    assert refused.stderr.startswith("error: ours-setup run(s) on workload c only, not a")
