@@ -23,7 +23,7 @@ from hpo_orchestrator.pruning import (
     recommend,
     tune,
 )
-from hpo_orchestrator.pruning._replay import current_setting, top_trials
+from hpo_orchestrator.pruning._replay import current_setting, replay, top_trials
 
 AS_RUN = {"pruner": {"name": "patient_hyperband", "patience": 3, "min_resource": 1,
                      "reduction_factor": 3, "max_resource": "auto"}}
@@ -146,3 +146,23 @@ def test_the_reason_names_what_the_setting_as_run_keeps_and_loses() -> None:
     loses = _scored(P3, 0.0, current=True, kept=[])
     _, reason = recommend([loses, _scored(P0, 50.0, gpu_s=50.0)])
     assert reason.endswith("keeps 0 of 2, losing #1, #2, and saves 0 s")
+
+
+def test_one_setting_replayed_alone_is_judged_as_in_the_grid() -> None:
+    """``replay`` called alone (its defaults) gives a setting what ``tune`` gives it: the same
+    5 best trials to keep, and not marked as the setting the study ran with."""
+    curves = _curves(*(_curve(n, value=float(n)) for n in range(8)))
+    alone = replay(curves, P0)
+    assert alone.top_k == [0, 1, 2, 3, 4] and not alone.current
+    assert alone == next(r for r in tune(curves, [P0]) if r.setting == P0)
+
+
+def test_a_replay_silences_optunas_experimental_warning_only() -> None:
+    """PatientPruner is experimental in Optuna: the replay hides that warning, and no other
+    (the filter is the process's: a caller's own warnings must still show)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        replay(_curves(_curve(0), _curve(1)), P0)
+        warnings.warn("the caller's own", UserWarning, stacklevel=1)
+        warnings.warn("experimental", optuna.exceptions.ExperimentalWarning, stacklevel=1)
+    assert [str(w.message) for w in caught] == ["the caller's own"]
