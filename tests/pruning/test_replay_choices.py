@@ -166,3 +166,11 @@ def test_a_replay_silences_optunas_experimental_warning_only() -> None:
         warnings.warn("the caller's own", UserWarning, stacklevel=1)
         warnings.warn("experimental", optuna.exceptions.ExperimentalWarning, stacklevel=1)
     assert [str(w.message) for w in caught] == ["the caller's own"]
+
+
+def test_a_failed_trial_among_finished_ones_leaves_the_later_ones_replayed() -> None:
+    """A failed or unfinished trial reports its values and gets no decision; the replay goes on
+    with the trials after it."""
+    curves = _curves(_curve(0), _curve(1, "FAIL", value=None), _curve(2), _curve(3, "RUNNING"),
+                     _curve(4))
+    assert sorted(replay(curves, P0).outcomes) == [0, 2, 4]
