@@ -174,3 +174,18 @@ def test_a_failed_trial_among_finished_ones_leaves_the_later_ones_replayed() -> 
     curves = _curves(_curve(0), _curve(1, "FAIL", value=None), _curve(2), _curve(3, "RUNNING"),
                      _curve(4))
     assert sorted(replay(curves, P0).outcomes) == [0, 2, 4]
+
+
+def test_a_gap_of_two_trials_judges_the_later_ones_as_if_the_failed_two_were_there() -> None:
+    """Hyperband brackets a trial by its number: two deleted trials (#5, #6) are padded so
+    that every later trial keeps its number, deciding as the study with them as failed trials
+    (a failed trial gets no decision)."""
+    def flat(n: int, state: str = "COMPLETE") -> TrialCurve:  # a value per trial, no trend
+        steps = () if state == "FAIL" else tuple((s, (n * 7919 % 13) / 13.0) for s in range(1, 10))
+        return TrialCurve(n, state, steps[-1][1] if steps else None, steps, 1.0, 1.0)
+
+    hyperband = PrunerSetting("hyperband", min_resource=1, reduction_factor=3)
+    kept = [n for n in range(40) if n not in (5, 6)]
+    gap = replay(_curves(*(flat(n) for n in kept)), hyperband)
+    failed = replay(_curves(*(flat(n) if n in kept else flat(n, "FAIL") for n in range(40))), hyperband)
+    assert gap.outcomes == failed.outcomes and "pruned" in gap.outcomes.values()
