@@ -189,3 +189,23 @@ def test_a_gap_of_two_trials_judges_the_later_ones_as_if_the_failed_two_were_the
     gap = replay(_curves(*(flat(n) for n in kept)), hyperband)
     failed = replay(_curves(*(flat(n) if n in kept else flat(n, "FAIL") for n in range(40))), hyperband)
     assert gap.outcomes == failed.outcomes and "pruned" in gap.outcomes.values()
+
+
+def test_the_costs_and_steps_of_each_outcome() -> None:
+    """Costs (TrialCurve.cost_s): a complete trial to its last step (one that reported none:
+    its start-up alone), a pruned one to the step it was pruned at, one with an unknown end
+    to the full length; the study as it ran, each to its last stored step; the start-up, the
+    worker's included, as a share of the device time; steps run: those up to the decision,
+    every stored step of a trial with an unknown end (it may have run past the full length)."""
+    up = tuple((s, 1.0) for s in range(1, 5))
+    curves = _curves(
+        TrialCurve(0, "COMPLETE", 1.0, up, 1.0, 1.0, worker_s=2.0),  # a worker's first trial
+        TrialCurve(1, "COMPLETE", 5.0, (), 1.0, 1.0),  # reported nothing
+        TrialCurve(2, "PRUNED", None, tuple((s, 0.5) for s in range(1, 7)), 1.0, 1.0),
+        TrialCurve(3, "COMPLETE", 10.0, tuple((s, 10.0) for s in range(1, 5)), 1.0, 1.0))
+    median = PrunerSetting("median", n_warmup_steps=0, n_startup_trials=1)
+    result = replay(curves, median)
+    assert result.outcomes == {0: "complete", 1: "complete", 2: "unknown", 3: "pruned"}
+    assert (result.gpu_s, result.gpu_s_saved) == (7.0 + 1.0 + 5.0 + 2.0, 20.0 - 15.0)
+    assert result.startup_share == 6.0 / 15.0
+    assert result.steps_run == 4 + 0 + 6 + 1
