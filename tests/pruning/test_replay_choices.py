@@ -196,7 +196,8 @@ def test_the_costs_and_steps_of_each_outcome() -> None:
     its start-up alone), a pruned one to the step it was pruned at, one with an unknown end
     to the full length; the study as it ran, each to its last stored step; the start-up, the
     worker's included, as a share of the device time; steps run: those up to the decision,
-    every stored step of a trial with an unknown end (it may have run past the full length)."""
+    every stored step of a trial with an unknown end (it may have run past the full length);
+    the best value, of the trials the setting lets complete."""
     up = tuple((s, 1.0) for s in range(1, 5))
     curves = _curves(
         TrialCurve(0, "COMPLETE", 1.0, up, 1.0, 1.0, worker_s=2.0),  # a worker's first trial
@@ -209,3 +210,4 @@ def test_the_costs_and_steps_of_each_outcome() -> None:
     assert (result.gpu_s, result.gpu_s_saved) == (7.0 + 1.0 + 5.0 + 2.0, 20.0 - 15.0)
     assert result.startup_share == 6.0 / 15.0
     assert result.steps_run == 4 + 0 + 6 + 1
+    assert result.best_value == 1.0  # of the trials it lets complete (#3, pruned, had 10)
