@@ -211,3 +211,13 @@ def test_the_costs_and_steps_of_each_outcome() -> None:
     assert result.startup_share == 6.0 / 15.0
     assert result.steps_run == 4 + 0 + 6 + 1
     assert result.best_value == 1.0  # of the trials it lets complete (#3, pruned, had 10)
+
+
+def test_the_best_value_is_in_the_studys_direction_and_none_without_a_completed_trial() -> None:
+    median = PrunerSetting("median", n_warmup_steps=0, n_startup_trials=1)
+    low, high = tuple((s, 1.0) for s in range(1, 5)), tuple((s, 5.0) for s in range(1, 5))
+    both = [TrialCurve(0, "COMPLETE", 1.0, low, 1.0, 1.0), TrialCurve(1, "COMPLETE", 5.0, high, 1.0, 1.0)]
+    assert replay(_curves(*both, direction="maximize"), median).best_value == 5.0
+    assert replay(_curves(*both), median).best_value == 1.0
+    pruned = replay(_curves(TrialCurve(0, "PRUNED", None, low, 1.0, 1.0)), median)
+    assert pruned.outcomes == {0: "unknown"} and pruned.best_value is None
