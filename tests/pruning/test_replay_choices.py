@@ -211,6 +211,9 @@ def test_the_costs_and_steps_of_each_outcome() -> None:
     assert result.startup_share == 6.0 / 15.0
     assert result.steps_run == 4 + 0 + 6 + 1
     assert result.best_value == 1.0  # of the trials it lets complete (#3, pruned, had 10)
+    # what really happened: #0 and #1 completed (agree), #3 completed (pruned here), #2 was
+    # pruned at its last stored step (here its end is unknown)
+    assert result.agreement == 2 / 4
 
 
 def test_the_best_value_is_in_the_studys_direction_and_none_without_a_completed_trial() -> None:

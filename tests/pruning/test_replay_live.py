@@ -121,18 +121,19 @@ def test_settings_are_equal_by_value_and_hash_alike() -> None:
     assert HYPERBAND.values() == {"min_resource": 1, "reduction_factor": 3}
 
 
-def test_a_trial_pruned_for_real_stays_a_pruned_trial_for_the_delayed_verdict() -> None:
+@pytest.mark.parametrize("patience", [1, 2])
+def test_pruned_trials_stay_pruned_trials_for_the_delayed_verdict(patience: int) -> None:
     """A trial the study pruned at its second step, which a setting would let go on (its end
-    unknown), is told as what it was: a pruned trial. The delayed verdict
-    (``patience_mode=delay``) compares a trial with every trial that did not fail, so it
-    decides as Optuna live, where those trials were pruned."""
+    unknown), is told as what it was: a pruned trial; one the setting prunes is told pruned
+    too. The delayed verdict (``patience_mode=delay``) compares a trial with every trial that
+    did not fail, so it decides as Optuna live, where those trials were pruned."""
     def curve(n: int, state: str, last: int) -> TrialCurve:
         steps = tuple((s, (n * 7919 % 13) / 13.0 + 0.5 / s) for s in range(1, last + 1))
         return TrialCurve(n, state, steps[-1][1] if state == "COMPLETE" else None, steps, 1.0, 1.0)
 
-    recorded = {"pruner": {"name": "patient_hyperband", "patience": 2, "min_resource": 1,
+    recorded = {"pruner": {"name": "patient_hyperband", "patience": patience, "min_resource": 1,
                            "reduction_factor": 3, "patience_mode": "delay"}}
-    setting = PrunerSetting("patient_hyperband", patience=2, min_resource=1, reduction_factor=3)
+    setting = PrunerSetting("patient_hyperband", patience=patience, min_resource=1, reduction_factor=3)
     curves = [curve(n, "PRUNED", 2) if n % 3 == 1 else curve(n, "COMPLETE", 9) for n in range(30)]
     live = optuna.create_study(study_name="hpo", pruner=setting.build(recorded["pruner"]))
     expected: dict[int, str] = {}
