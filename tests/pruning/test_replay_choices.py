@@ -214,6 +214,7 @@ def test_the_costs_and_steps_of_each_outcome() -> None:
     # what really happened: #0 and #1 completed (agree), #3 completed (pruned here), #2 was
     # pruned at its last stored step (here its end is unknown)
     assert result.agreement == 2 / 4
+    assert (result.prune_rate, result.median_prune_step) == (1 / 4, 1)
 
 
 def test_the_best_value_is_in_the_studys_direction_and_none_without_a_completed_trial() -> None:
@@ -224,3 +225,5 @@ def test_the_best_value_is_in_the_studys_direction_and_none_without_a_completed_
     assert replay(_curves(*both), median).best_value == 1.0
     pruned = replay(_curves(TrialCurve(0, "PRUNED", None, low, 1.0, 1.0)), median)
     assert pruned.outcomes == {0: "unknown"} and pruned.best_value is None
+    failed = replay(_curves(TrialCurve(0, "FAIL", None, low, 1.0, 1.0)), median)  # none replayed
+    assert (failed.trials, failed.prune_rate, failed.agreement) == (0, 0.0, None)
