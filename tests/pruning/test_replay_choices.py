@@ -215,6 +215,7 @@ def test_the_costs_and_steps_of_each_outcome() -> None:
     # pruned at its last stored step (here its end is unknown)
     assert result.agreement == 2 / 4
     assert (result.prune_rate, result.median_prune_step) == (1 / 4, 1)
+    assert (result.top_k, result.top_k_kept) == ([0, 1, 3], [0, 1])  # #3 is one of the best
 
 
 def test_the_best_value_is_in_the_studys_direction_and_none_without_a_completed_trial() -> None:
@@ -226,4 +227,11 @@ def test_the_best_value_is_in_the_studys_direction_and_none_without_a_completed_
     pruned = replay(_curves(TrialCurve(0, "PRUNED", None, low, 1.0, 1.0)), median)
     assert pruned.outcomes == {0: "unknown"} and pruned.best_value is None
     failed = replay(_curves(TrialCurve(0, "FAIL", None, low, 1.0, 1.0)), median)  # none replayed
+    short = replay(_curves(TrialCurve(0, "COMPLETE", 1.0, ((1, 1.0),), 0.25, 0.5)), median)
+    assert short.startup_share == 0.25 / 0.75  # under a second of device time all told
     assert (failed.trials, failed.prune_rate, failed.agreement) == (0, 0.0, None)
+
+
+def test_a_setting_names_only_the_options_its_pruner_varies() -> None:
+    with pytest.raises(ValueError, match="pruner 'median' does not vary min_resource, patience"):
+        PrunerSetting("median", patience=1, min_resource=2, n_warmup_steps=1)
