@@ -23,7 +23,7 @@ from hpo_orchestrator.pruning import (
     recommend,
     tune,
 )
-from hpo_orchestrator.pruning._replay import current_setting, replay, top_trials
+from hpo_orchestrator.pruning._replay import _replay_of, current_setting, replay, top_trials
 
 AS_RUN = {"pruner": {"name": "patient_hyperband", "patience": 3, "min_resource": 1,
                      "reduction_factor": 3, "max_resource": "auto"}}
@@ -235,3 +235,24 @@ def test_the_best_value_is_in_the_studys_direction_and_none_without_a_completed_
 def test_a_setting_names_only_the_options_its_pruner_varies() -> None:
     with pytest.raises(ValueError, match="pruner 'median' does not vary min_resource, patience"):
         PrunerSetting("median", patience=1, min_resource=2, n_warmup_steps=1)
+
+
+def test_an_unset_option_is_its_default_and_an_odd_max_resource_hyperbands_own() -> None:
+    """PrunerSetting: "unset: None, the option's default when built"; config: the study's
+    max_resource where it is a number, else ("auto" or an odd value) Hyperband's own "auto"."""
+    unset = PrunerSetting("patient_hyperband")
+    assert unset.patience is None
+    built = unset.config({"name": "patient_hyperband", "max_resource": "odd"})
+    defaults = {o.name: o.default for o in _replay_of("patient_hyperband").varied}
+    assert (built.patience, built.min_resource, built.reduction_factor) == (
+        defaults["patience"], defaults["min_resource"], defaults["reduction_factor"])
+    assert built.max_resource == "auto"
+    assert P0.config({"name": "patient_hyperband", "max_resource": 27}).max_resource == 27
+
+
+def test_a_private_name_is_no_option_of_a_setting() -> None:
+    """``setting.patience`` reads an option; a name with a leading underscore is Python's
+    (copy and pickle ask for such names and must hear they are absent)."""
+    with pytest.raises(AttributeError, match="_nothing"):
+        P0._nothing  # noqa: B018
+    assert getattr(P0, "__deepcopy__", "absent") == "absent"

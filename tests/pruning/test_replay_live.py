@@ -152,3 +152,12 @@ def test_pruned_trials_stay_pruned_trials_for_the_delayed_verdict(patience: int)
             live.tell(trial, c.value)
     result = replay(StudyCurves("hpo", "minimize", recorded, curves), setting)
     assert result.outcomes == expected and result.unknown > 0
+
+
+def test_a_maximized_study_is_read_back_as_maximized(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'hpo.db'}"
+    study = optuna.create_study(study_name="up", storage=url, direction="maximize")
+    trial = study.ask()
+    trial.report(1.0, 1)
+    study.tell(trial, 1.0)
+    assert load_curves(create_engine(url), "up").direction == "maximize"
