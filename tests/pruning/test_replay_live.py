@@ -161,3 +161,19 @@ def test_a_maximized_study_is_read_back_as_maximized(tmp_path: Path) -> None:
     trial.report(1.0, 1)
     study.tell(trial, 1.0)
     assert load_curves(create_engine(url), "up").direction == "maximize"
+
+
+def test_a_two_objective_study_has_no_pruner_to_tune(tmp_path: Path) -> None:
+    from hpo_orchestrator.errors import ConfigError
+
+    url = f"sqlite:///{tmp_path / 'hpo.db'}"
+    study = optuna.create_study(study_name="two", storage=url, directions=["minimize", "maximize"])
+    study.tell(study.ask(), [1.0, 2.0])
+    with pytest.raises(ConfigError) as raised:
+        load_curves(create_engine(url), "two")
+    assert raised.value.message == (
+        "study 'two' has 2 objectives (minimize, maximize): Optuna cannot prune a "
+        "multi-objective study, so there is no pruner to tune")
+    assert raised.value.hint == (
+        "tune-pruner replays single-objective studies; this one's trials ran to their end "
+        "(pruner off): 'hpo-orchestrator best' lists its Pareto front")
