@@ -177,3 +177,19 @@ def test_a_two_objective_study_has_no_pruner_to_tune(tmp_path: Path) -> None:
     assert raised.value.hint == (
         "tune-pruner replays single-objective studies; this one's trials ran to their end "
         "(pruner off): 'hpo-orchestrator best' lists its Pareto front")
+
+
+def test_a_trial_the_orchestrator_did_not_time_is_timed_by_its_run(tmp_path: Path) -> None:
+    """Without hpo.overhead_s and hpo.step_s (a study run by plain Optuna) the trial's run time
+    is spread evenly over its steps: 10 s over four steps, 2.5 s a step."""
+    db = tmp_path / "hpo.db"
+    study = optuna.create_study(study_name="plain", storage=f"sqlite:///{db}")
+    trial = study.ask()
+    for step in range(1, 5):
+        trial.report(1.0 / step, step)
+    study.tell(trial, 0.25)
+    with sqlite3.connect(db) as con:
+        con.execute("UPDATE trials SET datetime_start = '2026-11-29 10:00:00.000000', "
+                    "datetime_complete = '2026-11-29 10:00:10.000000'")
+    (curve,) = load_curves(create_engine(f"sqlite:///{db}"), "plain").curves
+    assert (curve.overhead_s, curve.step_s) == (0.0, 2.5)
