@@ -193,3 +193,23 @@ def test_a_trial_the_orchestrator_did_not_time_is_timed_by_its_run(tmp_path: Pat
                     "datetime_complete = '2026-11-29 10:00:10.000000'")
     (curve,) = load_curves(create_engine(f"sqlite:///{db}"), "plain").curves
     assert (curve.overhead_s, curve.step_s) == (0.0, 2.5)
+
+
+def test_a_workers_first_trial_carries_only_its_start_up_above_the_usual(tmp_path: Path) -> None:
+    """load_curves: a reuse worker's first trial (hpo.worker_trial 1) carried the worker's
+    start-up; what it took above the other trials' usual start-up (the median: 2 s) is
+    ``worker_s``, here half a second. A trial still running, never timed, costs nothing."""
+    url = f"sqlite:///{tmp_path / 'hpo.db'}"
+    study = optuna.create_study(study_name="reuse", storage=url)
+    for number, overhead in enumerate((2.5, 2.0, 2.0)):
+        trial = study.ask()
+        trial.set_user_attr("hpo.overhead_s", overhead)
+        trial.set_user_attr("hpo.step_s", 1.0)
+        trial.set_user_attr("hpo.worker_trial", 1 if number == 0 else 2)
+        trial.report(1.0, 1)
+        study.tell(trial, 1.0)
+    running = study.ask()
+    running.report(1.0, 1)
+    first, _, _, last = load_curves(create_engine(url), "reuse").curves
+    assert (first.overhead_s, first.worker_s) == (2.0, 0.5)
+    assert (last.state, last.overhead_s, last.step_s) == ("RUNNING", 0.0, 0.0)
