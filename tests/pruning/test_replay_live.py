@@ -179,20 +179,30 @@ def test_a_two_objective_study_has_no_pruner_to_tune(tmp_path: Path) -> None:
         "(pruner off): 'hpo-orchestrator best' lists its Pareto front")
 
 
-def test_a_trial_the_orchestrator_did_not_time_is_timed_by_its_run(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("steps", "end", "startup", "timed"), [
+    (4, "10.000000", None, (0.0, 2.5)),  # 10 s over four steps
+    (1, "10.000000", None, (0.0, 10.0)),  # one step: the whole run
+    (4, "00.500000", None, (0.0, 0.125)),  # under a second
+    (4, "10.000000", 2.0, (2.0, 2.0)),  # its start-up (hpo.startup_s) first: 8 s over four
+])
+def test_a_trial_the_orchestrator_did_not_time_is_timed_by_its_run(
+        tmp_path: Path, steps: int, end: str, startup: float | None,
+        timed: tuple[float, float]) -> None:
     """Without hpo.overhead_s and hpo.step_s (a study run by plain Optuna) the trial's run time
-    is spread evenly over its steps: 10 s over four steps, 2.5 s a step."""
+    after its start-up is spread evenly over its steps."""
     db = tmp_path / "hpo.db"
     study = optuna.create_study(study_name="plain", storage=f"sqlite:///{db}")
     trial = study.ask()
-    for step in range(1, 5):
+    if startup is not None:
+        trial.set_user_attr("hpo.startup_s", startup)
+    for step in range(1, steps + 1):
         trial.report(1.0 / step, step)
     study.tell(trial, 0.25)
     with sqlite3.connect(db) as con:
         con.execute("UPDATE trials SET datetime_start = '2026-11-29 10:00:00.000000', "
-                    "datetime_complete = '2026-11-29 10:00:10.000000'")
+                    f"datetime_complete = '2026-11-29 10:00:{end}'")
     (curve,) = load_curves(create_engine(f"sqlite:///{db}"), "plain").curves
-    assert (curve.overhead_s, curve.step_s) == (0.0, 2.5)
+    assert (curve.overhead_s, curve.step_s) == timed
 
 
 def test_a_workers_first_trial_carries_only_its_start_up_above_the_usual(tmp_path: Path) -> None:
