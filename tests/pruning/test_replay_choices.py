@@ -256,3 +256,9 @@ def test_a_private_name_is_no_option_of_a_setting() -> None:
     with pytest.raises(AttributeError, match="_nothing"):
         P0._nothing  # noqa: B018
     assert getattr(P0, "__deepcopy__", "absent") == "absent"
+
+
+@pytest.mark.parametrize("kind", ["none", "no_such_pruner"])
+def test_a_pruner_without_a_replay_is_refused_by_name(kind: str) -> None:
+    with pytest.raises(ValueError, match=f"pruner '{kind}' is not replayed"):
+        PrunerSetting(kind)
