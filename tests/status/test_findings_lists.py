@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from hpo_orchestrator.status._findings import _few
+from hpo_orchestrator.status._findings import _few, _idle_advice
 
 
 @pytest.mark.parametrize(("count", "said"), [
@@ -18,3 +18,16 @@ from hpo_orchestrator.status._findings import _few
 ])
 def test_a_finding_names_eight_trials_then_how_many_more(count: int, said: str) -> None:
     assert _few(list(range(count))) == said
+
+
+@pytest.mark.parametrize(("parallel", "advice"), [
+    (2, "scheduler.parallel=2 runs fewer trials than this host has GPUs (4): set "
+        "scheduler.parallel=4 or more"),
+    (4, "slots stayed empty between trials: look at startup time (hpo.startup_s), trials "
+        "failing at once, or another process holding the GPU"),  # as many as GPUs: not too few
+    ("auto", "slots stayed empty between trials: look at startup time (hpo.startup_s), trials "
+             "failing at once, or another process holding the GPU"),
+])
+def test_idle_gpus_advice_names_too_few_parallel_trials_only(parallel: object, advice: str) -> None:
+    """_idle_advice: "only a fixed number can be too few": fewer than the host's GPUs."""
+    assert _idle_advice(parallel, 4) == advice
