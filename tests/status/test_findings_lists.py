@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from hpo_orchestrator.status._findings import _few, _idle_advice
+from hpo_orchestrator.status._findings import _few, _gentler, _idle_advice
 
 
 @pytest.mark.parametrize(("count", "said"), [
@@ -31,3 +31,19 @@ def test_a_finding_names_eight_trials_then_how_many_more(count: int, said: str) 
 def test_idle_gpus_advice_names_too_few_parallel_trials_only(parallel: object, advice: str) -> None:
     """_idle_advice: "only a fixed number can be too few": fewer than the host's GPUs."""
     assert _idle_advice(parallel, 4) == advice
+
+
+@pytest.mark.parametrize(("pruner", "advice"), [
+    ({"name": "median", "n_warmup_steps": 3}, "raise pruner.n_warmup_steps (now n_warmup_steps=3)"),
+    ({"name": "median"}, "raise pruner.n_warmup_steps"),  # a config without it: no "(now )"
+    ({"name": "none"}, "pruner=none: the objective stops these trials itself (it raises "
+                       "optuna.TrialPruned); let it wait longer, or give the study a pruner"),
+    ({"name": "hyperband", "min_resource": 1},
+     "raise pruner.min_resource (now min_resource=1), or use pruner=patient_hyperband (it prunes "
+     "only after pruner.patience steps without improvement)"),
+    ({"name": "patient_hyperband", "patience": 3, "min_resource": 3},
+     "raise pruner.patience and pruner.min_resource (now patience=3, min_resource=3)"),
+])
+def test_the_keys_that_make_each_pruner_wait_longer(pruner: dict[str, object], advice: str) -> None:
+    """_gentler: each pruner's own keys, with their values now where the study recorded them."""
+    assert _gentler(pruner) == advice
