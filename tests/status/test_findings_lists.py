@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from hpo_orchestrator.status._findings import _few, _gentler, _idle_advice
+from hpo_orchestrator.status._findings import _few, _gentler, _idle_advice, _startup_advice
 
 
 @pytest.mark.parametrize(("count", "said"), [
@@ -47,3 +47,13 @@ def test_idle_gpus_advice_names_too_few_parallel_trials_only(parallel: object, a
 def test_the_keys_that_make_each_pruner_wait_longer(pruner: dict[str, object], advice: str) -> None:
     """_gentler: each pruner's own keys, with their values now where the study recorded them."""
     assert _gentler(pruner) == advice
+
+
+@pytest.mark.parametrize(("mode", "advice"), [
+    ("fresh", "each start buys little training before the pruner decides: set "
+              "scheduler.worker_mode=reuse (now fresh): imports and set-up once per slot"),
+    ("reuse", "each start buys little training before the pruner decides: make the objective's "
+              "own start faster (data loading, model building)"),  # made already: not advised
+])
+def test_the_start_up_advice_gives_only_the_changes_not_made(mode: str, advice: str) -> None:
+    assert _startup_advice({"scheduler": {"worker_mode": mode}}) == advice
