@@ -57,3 +57,17 @@ def test_the_keys_that_make_each_pruner_wait_longer(pruner: dict[str, object], a
 ])
 def test_the_start_up_advice_gives_only_the_changes_not_made(mode: str, advice: str) -> None:
     assert _startup_advice({"scheduler": {"worker_mode": mode}}) == advice
+
+
+@pytest.mark.parametrize(("config", "step"), [
+    ({"pruner": {"name": "patient_hyperband", "min_resource": "auto"}},
+     "lower pruner.startup_share (min_resource=auto then waits longer before the first pruning "
+     "decision)"),
+    ({"pruner": {"name": "hyperband", "min_resource": 2}}, "raise pruner.min_resource (now 2)"),
+    ({"objective": {"name": "custom"}}, "load the data once per worker in objective.setup"),
+    ({"objective": {"name": "custom", "setup": "mod:load"}},
+     "make the objective's own start faster (data loading, model building)"),  # has a setup
+])
+def test_the_start_up_advice_by_pruner_and_objective(config: dict[str, object], step: str) -> None:
+    assert _startup_advice(config) == (
+        "each start buys little training before the pruner decides: " + step)
