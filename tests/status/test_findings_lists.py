@@ -4,9 +4,20 @@ unguarded (docs/MUTATION.md, "mutmut")."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
-from hpo_orchestrator.status._findings import _few, _gentler, _idle_advice, _startup_advice
+from hpo_orchestrator.status._findings import (
+    IDLE_BUSY_BELOW,
+    IDLE_GAP_FLOOR_S,
+    IDLE_MIN_EMPTY_S,
+    _few,
+    _gentler,
+    _idle_advice,
+    _idle_share,
+    _startup_advice,
+)
 
 
 @pytest.mark.parametrize(("count", "said"), [
@@ -65,9 +76,45 @@ def test_the_start_up_advice_gives_only_the_changes_not_made(mode: str, advice: 
      "decision)"),
     ({"pruner": {"name": "hyperband", "min_resource": 2}}, "raise pruner.min_resource (now 2)"),
     ({"objective": {"name": "custom"}}, "load the data once per worker in objective.setup"),
+    ({"pruner": {"name": "patient_hyperband", "min_resource": 2}, "scheduler": {"worker_mode": "fresh"}},
+     "raise pruner.min_resource (now 2) or set pruner.min_resource=auto; set "
+     "scheduler.worker_mode=reuse (now fresh): imports and set-up once per slot"),
     ({"objective": {"name": "custom", "setup": "mod:load"}},
      "make the objective's own start faster (data loading, model building)"),  # has a setup
 ])
 def test_the_start_up_advice_by_pruner_and_objective(config: dict[str, object], step: str) -> None:
     assert _startup_advice(config) == (
         "each start buys little training before the pruner decides: " + step)
+
+
+def _use(busy: float | None = 0.5, queued: float | None = 0.25, waited: float = 10.0,
+         trials: int = 4) -> SimpleNamespace:
+    """One GPU's row of the per-device table, as _idle_share reads it."""
+    return SimpleNamespace(busy_fraction=busy, busy_fraction_queued=queued,
+                           active_queued_s=waited, host="h", gpu_index=0, trials=trials)
+
+
+def _facts(others_s: float = 2.5) -> SimpleNamespace:
+    return SimpleNamespace(other_studies_s={("h", 0): others_s})
+
+
+@pytest.mark.parametrize(("use", "others_s", "share"), [
+    # busy 25 % of the 10 s trials waited, other studies 25 %: 5 s empty, 1 s per gap (4 trials)
+    (_use(), 2.5, 0.25),
+    (_use(trials=5), 2.5, None),  # under a second a gap: the orchestrator's own latency
+    (_use(queued=0.3), 2.5, None),  # 4.5 s empty in all: too short
+    (_use(busy=0.75), 2.5, None),  # busy enough overall (the bound is busy)
+    (_use(queued=0.75, waited=100.0), 0.0, None),  # busy enough while trials waited
+    (_use(busy=0.9, queued=0.25, waited=100.0), 0.0, None),
+    (_use(queued=0.5, waited=100.0), 25.0, None),  # with the other studies': 75 %, busy enough
+    (_use(waited=0.0), 0.0, None),  # no trial waited: nothing to judge
+    (_use(busy=None), 0.0, None),
+    (_use(queued=None), 0.0, None),
+])
+def test_an_idle_gpu_at_the_edges_of_its_bounds(use: SimpleNamespace, others_s: float,
+                                                share: float | None) -> None:
+    """_idle_share: idle where busy under IDLE_BUSY_BELOW overall and while trials waited (other
+    studies' trials counted busy), empty at least IDLE_MIN_EMPTY_S in all and IDLE_GAP_FLOOR_S
+    per trial; the share other studies kept it busy, else None."""
+    assert (IDLE_BUSY_BELOW, IDLE_MIN_EMPTY_S, IDLE_GAP_FLOOR_S) == (0.75, 5.0, 1.0)
+    assert _idle_share(use, _facts(others_s)) == share  # type: ignore[arg-type]
