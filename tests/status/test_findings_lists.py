@@ -12,6 +12,7 @@ from hpo_orchestrator.status._findings import (
     IDLE_BUSY_BELOW,
     IDLE_GAP_FLOOR_S,
     IDLE_MIN_EMPTY_S,
+    _core_user,
     _few,
     _gentler,
     _idle_advice,
@@ -118,3 +119,9 @@ def test_an_idle_gpu_at_the_edges_of_its_bounds(use: SimpleNamespace, others_s: 
     per trial; the share other studies kept it busy, else None."""
     assert (IDLE_BUSY_BELOW, IDLE_MIN_EMPTY_S, IDLE_GAP_FLOOR_S) == (0.75, 5.0, 1.0)
     assert _idle_share(use, _facts(others_s)) == share  # type: ignore[arg-type]
+
+
+def test_another_run_on_the_cores_is_named_by_pid_user_and_study() -> None:
+    """shared_cores names the other run; its lease may not say whose it is."""
+    assert _core_user({"pid": 7, "user": "ann", "study": "cnn"}) == "pid 7, ann, study 'cnn'"
+    assert _core_user({"pid": 7, "study": "cnn"}) == "pid 7, an unknown user, study 'cnn'"
