@@ -4,6 +4,7 @@ unguarded (docs/MUTATION.md, "mutmut")."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -125,3 +126,14 @@ def test_another_run_on_the_cores_is_named_by_pid_user_and_study() -> None:
     """shared_cores names the other run; its lease may not say whose it is."""
     assert _core_user({"pid": 7, "user": "ann", "study": "cnn"}) == "pid 7, ann, study 'cnn'"
     assert _core_user({"pid": 7, "study": "cnn"}) == "pid 7, an unknown user, study 'cnn'"
+
+
+def test_an_idle_gpu_is_a_warning_naming_its_device(tmp_path: Path) -> None:
+    """The finding's evidence names the idle devices ("device", as every finding that has
+    one) and it is a warning: status and report sort and colour findings by severity."""
+    from tests.status.test_findings_idle_gpu import _back_to_back, _idle, _status, _write
+
+    url = f"sqlite:///{tmp_path / 'i.db'}"
+    _write(url, "i", _back_to_back(0, 0, 10, 100), gpus=2)
+    [idle] = _idle(_status(url, "i"))
+    assert (idle.severity, idle.evidence["device"]) == ("warning", "gpu1")
