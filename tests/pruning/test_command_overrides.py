@@ -49,3 +49,28 @@ def test_a_path_through_a_value_that_is_no_section_is_missing() -> None:
     assert _at({"a": "xyz"}, "a.x") is _MISSING  # a string holds no key, even a letter of it
     assert _at({"a": None}, "a.b") is _MISSING
     assert _at({"a": {"b": 2}}, "a.b") == 2
+
+
+def test_a_study_run_elsewhere_gets_the_groups_budget_and_pruner_alone() -> None:
+    """``recorded`` is empty for a study run elsewhere (no ``hpo.config``): the command is the
+    recommendation and the new name, nothing taken from sections the study does not have."""
+    assert recommended_command("hpo-orchestrator", "hpo", {}, EAGER, set()) == (
+        "hpo-orchestrator run pruner=patient_hyperband pruner.patience=0 pruner.min_resource=1 "
+        "pruner.reduction_factor=3 study.name=hpo-patient-hyperband")
+
+
+def test_the_kept_pruner_options_are_those_differing_from_that_pruners_own_defaults() -> None:
+    """A study run with the median pruner at its own defaults, recommended the median pruner
+    with another warm-up: no other median option is given (the patient_hyperband of the base
+    config has none of them, so they would all differ from it); one the study changed is."""
+    recorded = to_plain_dict(load_config(["pruner=median", "scheduler.parallel=2"]))
+    command = recommended_command("hpo-orchestrator", "hpo", recorded, "pruner=median "
+                                  "pruner.n_warmup_steps=5", set())
+    assert command == ("hpo-orchestrator run objective=lightgbm sampler=tpe study.n_trials="
+                       f"{recorded['study']['n_trials']} scheduler.parallel=2 pruner=median "
+                       "pruner.n_warmup_steps=5 study.name=hpo-median")
+    recorded["pruner"]["interval_steps"] = 2
+    command = recommended_command("hpo-orchestrator", "hpo", recorded, "pruner=median "
+                                  "pruner.n_warmup_steps=5", set())
+    assert command.endswith(" pruner=median pruner.n_warmup_steps=5 pruner.interval_steps=2 "
+                            "study.name=hpo-median")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich.style import Style
 from rich.table import Table
 from rich.text import Text
 
@@ -86,3 +87,28 @@ def test_without_a_command_the_pruners_overrides_are_given_and_all_trials_are_na
     assert len(shown.renderables[0].rows) == 15  # the best 15 of 20 by default
     none = render_tuning(StudyCurves("lgb", "minimize", {}, []), [], choice, "why")
     assert none.renderables[0].title.startswith("pruner replay of study lgb (0 finished trials")
+
+
+def test_one_setting_alone_is_a_table_of_one_row() -> None:
+    """A grid of one setting (the setting as run) still names its trials."""
+    as_run = _result(3, 3, 0.0, current=True)
+    group = render_tuning(StudyCurves("lgb", "minimize", {}, []), [as_run], as_run, "why")
+    assert group.renderables[0].title == ("pruner replay of study lgb (12 finished trials, "
+                                          "minimize); 1 settings, best first")
+
+
+def test_the_legend_spells_out_every_label_and_the_recommendation_stands_out() -> None:
+    """The labels are short (``PH p0 m1 r3``): the legend under the table says what each letter
+    is; the recommendation is bold and its setting in the chosen row's colour."""
+    choice = _result(0, 3, 25.6)
+    group = render_tuning(StudyCurves("lgb", "minimize", {}, []), [choice], choice, "why")
+    _, legend, advice, *_ = group.renderables
+    assert legend.plain == (
+        "PH pP mM rR: PatientPruner(patience=P) over HyperbandPruner(min_resource=M, "
+        "reduction_factor=R); H mM rR: HyperbandPruner alone; median wW: MedianPruner("
+        "n_warmup_steps=W); ?: trials with an unknown end")
+    label = choice.setting.label()
+    # as the terminal shows them (rich reads style names in any case)
+    assert [(span.start, span.end, Style.parse(str(span.style))) for span in advice.spans] == [
+        (0, len("recommendation: "), Style(bold=True)),
+        (len("recommendation: "), len("recommendation: ") + len(label), Style(bold=True, color="green"))]

@@ -119,3 +119,107 @@ def test_settings_are_equal_by_value_and_hash_alike() -> None:
     assert again == HYPERBAND and hash(again) == hash(HYPERBAND) and len({again, HYPERBAND}) == 1
     assert hash(again) != hash(PrunerSetting("hyperband", min_resource=2, reduction_factor=3))
     assert HYPERBAND.values() == {"min_resource": 1, "reduction_factor": 3}
+
+
+@pytest.mark.parametrize("patience", [1, 2])
+def test_pruned_trials_stay_pruned_trials_for_the_delayed_verdict(patience: int) -> None:
+    """A trial the study pruned at its second step, which a setting would let go on (its end
+    unknown), is told as what it was: a pruned trial; one the setting prunes is told pruned
+    too. The delayed verdict (``patience_mode=delay``) compares a trial with every trial that
+    did not fail, so it decides as Optuna live, where those trials were pruned."""
+    def curve(n: int, state: str, last: int) -> TrialCurve:
+        steps = tuple((s, (n * 7919 % 13) / 13.0 + 0.5 / s) for s in range(1, last + 1))
+        return TrialCurve(n, state, steps[-1][1] if state == "COMPLETE" else None, steps, 1.0, 1.0)
+
+    recorded = {"pruner": {"name": "patient_hyperband", "patience": patience, "min_resource": 1,
+                           "reduction_factor": 3, "patience_mode": "delay"}}
+    setting = PrunerSetting("patient_hyperband", patience=patience, min_resource=1, reduction_factor=3)
+    curves = [curve(n, "PRUNED", 2) if n % 3 == 1 else curve(n, "COMPLETE", 9) for n in range(30)]
+    live = optuna.create_study(study_name="hpo", pruner=setting.build(recorded["pruner"]))
+    expected: dict[int, str] = {}
+    for c in curves:
+        trial = live.ask()
+        for step, value in c.steps:
+            trial.report(value, step)
+            if trial.should_prune():
+                expected[c.number] = "pruned"
+                break
+        if c.state == "PRUNED" or c.number in expected:
+            expected.setdefault(c.number, "unknown")
+            live.tell(trial, state=optuna.trial.TrialState.PRUNED)
+        else:
+            expected[c.number] = "complete"
+            live.tell(trial, c.value)
+    result = replay(StudyCurves("hpo", "minimize", recorded, curves), setting)
+    assert result.outcomes == expected and result.unknown > 0
+
+
+def test_a_maximized_study_is_read_back_as_maximized(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'hpo.db'}"
+    study = optuna.create_study(study_name="up", storage=url, direction="maximize")
+    trial = study.ask()
+    trial.report(1.0, 1)
+    study.tell(trial, 1.0)
+    assert load_curves(create_engine(url), "up").direction == "maximize"
+
+
+def test_a_two_objective_study_has_no_pruner_to_tune(tmp_path: Path) -> None:
+    from hpo_orchestrator.errors import ConfigError
+
+    url = f"sqlite:///{tmp_path / 'hpo.db'}"
+    study = optuna.create_study(study_name="two", storage=url, directions=["minimize", "maximize"])
+    study.tell(study.ask(), [1.0, 2.0])
+    with pytest.raises(ConfigError) as raised:
+        load_curves(create_engine(url), "two")
+    assert raised.value.message == (
+        "study 'two' has 2 objectives (minimize, maximize): Optuna cannot prune a "
+        "multi-objective study, so there is no pruner to tune")
+    assert raised.value.hint == (
+        "tune-pruner replays single-objective studies; this one's trials ran to their end "
+        "(pruner off): 'hpo-orchestrator best' lists its Pareto front")
+
+
+@pytest.mark.parametrize(("steps", "end", "startup", "timed"), [
+    (4, "10.000000", None, (0.0, 2.5)),  # 10 s over four steps
+    (1, "10.000000", None, (0.0, 10.0)),  # one step: the whole run
+    (4, "00.500000", None, (0.0, 0.125)),  # under a second
+    (4, "10.000000", 2.0, (2.0, 2.0)),  # its start-up (hpo.startup_s) first: 8 s over four
+])
+def test_a_trial_the_orchestrator_did_not_time_is_timed_by_its_run(
+        tmp_path: Path, steps: int, end: str, startup: float | None,
+        timed: tuple[float, float]) -> None:
+    """Without hpo.overhead_s and hpo.step_s (a study run by plain Optuna) the trial's run time
+    after its start-up is spread evenly over its steps."""
+    db = tmp_path / "hpo.db"
+    study = optuna.create_study(study_name="plain", storage=f"sqlite:///{db}")
+    trial = study.ask()
+    if startup is not None:
+        trial.set_user_attr("hpo.startup_s", startup)
+    for step in range(1, steps + 1):
+        trial.report(1.0 / step, step)
+    study.tell(trial, 0.25)
+    with sqlite3.connect(db) as con:
+        con.execute("UPDATE trials SET datetime_start = '2026-11-29 10:00:00.000000', "
+                    f"datetime_complete = '2026-11-29 10:00:{end}'")
+    (curve,) = load_curves(create_engine(f"sqlite:///{db}"), "plain").curves
+    assert (curve.overhead_s, curve.step_s) == timed
+
+
+def test_a_workers_first_trial_carries_only_its_start_up_above_the_usual(tmp_path: Path) -> None:
+    """load_curves: a reuse worker's first trial (hpo.worker_trial 1) carried the worker's
+    start-up; what it took above the other trials' usual start-up (the median: 2 s) is
+    ``worker_s``, here half a second. A trial still running, never timed, costs nothing."""
+    url = f"sqlite:///{tmp_path / 'hpo.db'}"
+    study = optuna.create_study(study_name="reuse", storage=url)
+    for number, overhead in enumerate((2.5, 2.0, 2.0)):
+        trial = study.ask()
+        trial.set_user_attr("hpo.overhead_s", overhead)
+        trial.set_user_attr("hpo.step_s", 1.0)
+        trial.set_user_attr("hpo.worker_trial", 1 if number == 0 else 2)
+        trial.report(1.0, 1)
+        study.tell(trial, 1.0)
+    running = study.ask()
+    running.report(1.0, 1)
+    first, _, _, last = load_curves(create_engine(url), "reuse").curves
+    assert (first.overhead_s, first.worker_s) == (2.0, 0.5)
+    assert (last.state, last.overhead_s, last.step_s) == ("RUNNING", 0.0, 0.0)
