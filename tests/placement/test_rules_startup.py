@@ -270,3 +270,54 @@ def test_the_first_trial_leaves_the_start_up_trial_its_share_of_the_cores(
     assert off.threads_for_next(()) == 16
     packer.trial_ended(_view(1, 1.0, reports=((1, 13.0),)), None, 1000.0)
     assert packer.threads_for_next(()) == 16
+
+
+# --- the verdict at its edges (mutmut's survivors of _startup_verdict, docs/MUTATION.md) ------
+
+def test_the_verdict_waits_for_its_readings_even_with_a_mean_of_them() -> None:
+    """A mean of one reading since the start-up is not min_readings of them: held, waiting."""
+    host = replace(HOST, concurrency=2, mem_peak_mib=1000.0)
+    state, change = decide(POLICY, _at_startup_level(), _past_it(after_startup_readings=1), host,
+                           now=20.0)
+    assert change is None and state.startup and state.held_by == "measuring"
+    assert "waiting for its trials' first steps" in (state.held or "")
+
+
+def test_a_kept_level_is_held_as_measuring_until_it_moves() -> None:
+    """Kept without a jump (60 % at two: two it is) or before a trial timed it: "measuring",
+    the hold status reads as the level's measuring, not as a reason to stay."""
+    host = replace(HOST, concurrency=2, mem_peak_mib=1000.0)
+    kept, change = decide(POLICY, _at_startup_level(), _past_it(), host, now=20.0)
+    assert change is None and kept.held_by == "measuring"
+    untimed, change = decide(POLICY, _at_startup_level(), _past_it(after_startup_util=20.0, trials=()),
+                             host, now=20.0)
+    assert change is None and untimed.held_by == "measuring"
+
+
+def test_the_target_itself_counts_as_at_or_over_it() -> None:
+    host = replace(HOST, concurrency=2, mem_peak_mib=1000.0)
+    state, _ = decide(POLICY, _at_startup_level(), _past_it(after_startup_util=80.0), host, now=20.0)
+    assert "kept: 80% utilization after it, at or over 80%" in (state.held or "")
+
+
+def test_cores_that_carry_exactly_the_trials_keep_them() -> None:
+    """6 cores a trial of 16 (85 % of them carry two): two is what they carry, kept."""
+    host = replace(HOST, concurrency=2, mem_peak_mib=1000.0)
+    state, change = decide(POLICY, _at_startup_level(), _past_it(cpu_cores=12.0), host, now=20.0)
+    assert change is None and state.limit == 2
+
+
+def test_cores_unmeasured_undo_it_by_one_trial_per_core() -> None:
+    """No CPU readings: one trial per core, and a host of one core carries one."""
+    host = replace(HOST, cores=1, concurrency=2, mem_peak_mib=1000.0)
+    state, change = decide(POLICY, _at_startup_level(), _past_it(cpu_cores=None), host, now=20.0)
+    assert change is not None and (change.old, change.new) == (2, 1)
+    assert change.reason.startswith("host CPU: 1 cores (use not measured) carry 1 such trials, not 2")
+    assert state.since == 20.0  # the level's clock starts at the verdict
+
+
+def test_the_first_level_from_there_starts_its_clock_at_the_verdict() -> None:
+    host = replace(HOST, concurrency=2, mem_peak_mib=1000.0)
+    state, change = decide(POLICY, _at_startup_level(), _past_it(after_startup_util=20.0), host,
+                           now=20.0)
+    assert change is not None and (change.old, change.new) == (2, 4) and state.since == 20.0
