@@ -321,3 +321,14 @@ def test_the_first_level_from_there_starts_its_clock_at_the_verdict() -> None:
     state, change = decide(POLICY, _at_startup_level(), _past_it(after_startup_util=20.0), host,
                            now=20.0)
     assert change is not None and (change.old, change.new) == (2, 4) and state.since == 20.0
+
+
+def test_a_start_up_trial_that_ended_before_the_verdict_times_the_kept_level() -> None:
+    """Its seconds per step at two are the base the first level is judged on, as a running
+    trial's would be: no wait for another trial to time two."""
+    host = replace(HOST, concurrency=2, mem_peak_mib=1000.0)
+    ended = (TrialTime(CNN, 0.7, duration=2.3),)
+    state, change = decide(POLICY, _at_startup_level(), _past_it(after_startup_util=20.0, trials=ended),
+                           host, now=20.0)
+    assert change is not None and (change.old, change.new) == (2, 4)
+    assert state.times[2] == {CNN: (0.7,)}
