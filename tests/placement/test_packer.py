@@ -423,15 +423,6 @@ def packer_of(gpus: list[GpuInfo], overrides: list[str], readings: Any,
     return Packer(settings, SlotPool(settings.places), readings, study)
 
 
-@pytest.fixture
-def clock(monkeypatch: pytest.MonkeyPatch) -> _Clock:
-    from hpo_orchestrator.placement import _packer
-
-    fake = _Clock()
-    monkeypatch.setattr(_packer, "time", fake)
-    return fake
-
-
 def _packer(cpu: float | None = 2.0, *overrides: str) -> Any:
     gpus = [GpuInfo(index=0, uuid="GPU-0", name="fake", memory_total_mib=80_000)]
     return packer_of(gpus, ["scheduler.parallel=auto", "scheduler.host_cores=16", *overrides],

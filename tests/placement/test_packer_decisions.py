@@ -60,12 +60,9 @@ class _Sampler:
         return list(self.peaks.get(gpu_index, ()))
 
 
-@pytest.fixture
-def clock(monkeypatch: pytest.MonkeyPatch) -> _Clock:
-    fake = _Clock()
-    monkeypatch.setattr(_packer, "time", fake)
+@pytest.fixture(autouse=True)
+def _no_mps(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_packer, "detect_mps", lambda: {"active": False})
-    return fake
 
 
 def _view(gpu: int, clock: _Clock, pid: int, threads: int = 8, **kw: Any) -> RunningView:

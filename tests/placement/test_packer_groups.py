@@ -17,15 +17,6 @@ from hpo_orchestrator.placement._slots import SlotPool
 from tests.placement.test_packer import _Clock, _Readings, _rt, packer_of
 
 
-@pytest.fixture(name="clock")
-def _clock(monkeypatch: pytest.MonkeyPatch) -> _Clock:
-    from hpo_orchestrator.placement import _packer
-
-    fake = _Clock()
-    monkeypatch.setattr(_packer, "time", fake)
-    return fake
-
-
 class _Scripted(_Readings):
     """A GPU at 20 %; ``used`` MiB of 80 GB taken on each GPU (70 GB free by default)."""
 

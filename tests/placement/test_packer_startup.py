@@ -98,12 +98,9 @@ class _Sampler:
         return []
 
 
-@pytest.fixture
-def clock(monkeypatch: pytest.MonkeyPatch) -> _Clock:
-    fake = _Clock()
-    monkeypatch.setattr(_packer, "time", fake)
+@pytest.fixture(autouse=True)
+def _no_mps(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_packer, "detect_mps", lambda: {"active": False})
-    return fake
 
 
 def _packer_on_one_gpu(sampler: _Sampler) -> Any:

@@ -83,15 +83,6 @@ def test_an_oom_at_the_started_level_backs_off() -> None:
     assert change is not None and (change.old, change.new) == (3, 2) and state.ceiling == 2
 
 
-@pytest.fixture
-def clock(monkeypatch: pytest.MonkeyPatch) -> _Clock:
-    from hpo_orchestrator.placement import _packer
-
-    fake = _Clock()
-    monkeypatch.setattr(_packer, "time", fake)
-    return fake
-
-
 GPU = [GpuInfo(index=0, uuid="GPU-0", name="H200", memory_total_mib=143_771)]
 AUTO = ["scheduler.parallel=auto", "scheduler.host_cores=16"]
 
