@@ -169,12 +169,11 @@ def _compose(overrides: list[str]) -> schema.Config:
         raise _explain(exc, overrides) from exc
     assert isinstance(config, schema.Config)
     # `+key=value` may add keys that no schema declares; OmegaConf drops them silently.
-    plain = to_plain_dict(config)
-    unknown = _extra_keys(OmegaConf.to_container(composed), plain)
+    unknown = _extra_keys(OmegaConf.to_container(composed), to_plain_dict(config))
     if unknown:
         raise ConfigError(f"unknown configuration key {unknown[0]!r}",
                           _unknown_key_hint(unknown[0], overrides))
-    _check_switches(overrides, plain)
+    _check_switches(overrides, composed)
     return config
 
 
@@ -183,16 +182,16 @@ def _compose(overrides: list[str]) -> schema.Config:
 _SWITCH_WORDS = {"true", "false", "yes", "no", "on", "off"}
 
 
-def _check_switches(overrides: list[str], plain: dict[str, Any]) -> None:
+def _check_switches(overrides: list[str], composed: Any) -> None:
     """A true/false key given anything but a word for one: one clear error, not a silent
     True (``scheduler.spare_workers=2`` is a typo, not a yes)."""
+    from omegaconf import OmegaConf
+
     for override in overrides:
         key, sep, raw = override.lstrip("+").partition("=")
         if not sep or key.startswith("~") or "${" in raw:  # ${...}: the value of another key
             continue
-        value: Any = plain
-        for part in key.split("."):
-            value = value.get(part) if isinstance(value, dict) else None
+        value = OmegaConf.select(composed, key, default=None)
         if isinstance(value, bool) and raw.strip().strip("'\"").lower() not in _SWITCH_WORDS:
             raise ConfigError(f"{key}: expected true or false, got {raw!r}",
                               f"{key}=true or {key}=false")
