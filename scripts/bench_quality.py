@@ -140,8 +140,18 @@ def packed(name: str) -> tuple[str, int]:
 
 
 def known(name: str) -> bool:
-    return name in OURS or name in BEFORE or packed(name)[0] in GPU_BASELINES \
+    return is_ours(name) or packed(name)[0] in GPU_BASELINES \
         or name in ("optuna-threads", RAY) or cpu_baseline(name) is not None
+
+
+def is_ours(name: str) -> bool:
+    """Runs the product (today's, or as it was before an issue: BEFORE)."""
+    return name in OURS or name in BEFORE
+
+
+def tree_of(name: str) -> Path | None:
+    """The source tree a BEFORE contender imports; None for today's package."""
+    return TREES / BEFORE[name] if name in BEFORE else None
 
 
 @dataclass(frozen=True)
@@ -160,7 +170,7 @@ def make_trees(revisions: list[str]) -> int:
     archive; hpo_orchestrator/conf, a link to conf/ in the repository, made a copy)."""
     for rev in revisions:
         folder = TREES / rev
-        if (folder / "hpo_orchestrator").is_dir():
+        if (folder / "hpo_orchestrator").is_dir():  # made by an earlier call
             continue
         folder.mkdir(parents=True, exist_ok=True)
         archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "hpo_orchestrator", "conf"],
@@ -184,7 +194,7 @@ def launches(name: str, work: Workload, scale: float, seed: int, budget: float, 
     """The processes that make up one contender's run. Ours gets the whole half (it pins its
     own trials); Optuna's processes get a GPU each (none on the CPU) and a slice of the cores."""
     py = sys.executable
-    if name in OURS or name in BEFORE:
+    if is_ours(name):
         # scheduler.parallel's default: every GPU of the half once, or one trial per core
         parallel = ["scheduler.parallel=auto"] if name.startswith("ours-tpgauto") else []
         device = {"ours-cpu": "cpu", "ours-gpu": "gpu"}.get(name, "auto")
@@ -193,7 +203,7 @@ def launches(name: str, work: Workload, scale: float, seed: int, budget: float, 
                         "study.n_trials=1000000", f"study.timeout_s={budget}",
                         f"sampler.seed={seed}", f"scheduler.lease_dir={run_dir / 'leases'}",
                         *OURS.get(name, [])], half.gpus, half.cores,
-                       tree=TREES / BEFORE[name] if name in BEFORE else None)]
+                       tree=tree_of(name))]
     base = [py, "-m", "scripts.benchmarking.optuna_worker", "--workload", work.name,
             "--scale", str(scale), "--storage", url, "--seed", str(seed), "--timeout", str(budget)]
     if name == RAY:  # one driver; Ray runs a trial of 1 thread per core it is given
@@ -515,16 +525,15 @@ def main() -> int:
               f"{', '.join(sorted({ONLY_ON[n] for n in elsewhere}))} only, not {args.workload}\n"
               "hint: see the contenders in docs/quality/method.md", file=sys.stderr)
         return 2
-    if WORKLOADS[args.workload].kind == "torch_mlp" and [n for n in names
-                                                         if n not in OURS and n not in BEFORE]:
+    others = [n for n in names if not is_ours(n)]
+    if WORKLOADS[args.workload].kind == "torch_mlp" and others:
         print(f"error: workload {args.workload} (the built-in torch_mlp) runs ours' contenders "
-              f"only, not {', '.join(n for n in names if n not in OURS and n not in BEFORE)}\n"
-              "hint: e.g. --pair ours,ours-before51", file=sys.stderr)
+              f"only, not {', '.join(others)}\nhint: e.g. --pair ours,ours-before51", file=sys.stderr)
         return 2
     if args.make_trees:
         return make_trees([BEFORE[n] for n in names if n in BEFORE])
     missing = [BEFORE[n] for n in names
-               if n in BEFORE and not (TREES / BEFORE[n] / "hpo_orchestrator").is_dir()]
+               if (tree := tree_of(n)) is not None and not (tree / "hpo_orchestrator").is_dir()]
     if missing:
         print(f"error: no source tree of {', '.join(missing)} in {TREES}\nhint: run the same "
               "command with --make-trees where the repository's history is, then carry "
