@@ -460,6 +460,20 @@ def reference_refusal(entry: dict[str, Any], seeds: list[int]) -> str:
     return "; ".join(why)
 
 
+def setup_refusal(entry: dict[str, Any], gpus: int, cores: int) -> str:
+    """Why the targets ``entry`` cannot judge runs of ``gpus`` GPUs and ``cores`` cores each
+    ("" where they can): its reference ran on another set-up, so its targets say what that
+    set-up reaches in the budget (a reference on 8 cores a run set a target that none of 16
+    runs on 2 reached: docs/quality/runs.md, torch_mlp). Targets recorded before the set-up
+    was (targets.json without ``setup``) are not checked."""
+    setup = entry.get("setup")
+    if setup is None or setup == [{"gpus": gpus, "cores": cores}]:
+        return ""
+    ran = ", ".join(f"{s['gpus']} GPU(s) and {s['cores']} cores" for s in setup)
+    return (f"the targets come from reference runs of {ran} each; this comparison gives each "
+            f"contender {gpus} GPU(s) and {cores} cores")
+
+
 def parse_seeds(text: str) -> list[int]:
     seeds: list[int] = []
     for part in text.split(","):
@@ -574,6 +588,14 @@ def main() -> int:
         return 2
     block = len(cores) // args.concurrent
     blocks = [cores[i * block:(i + 1) * block] for i in range(args.concurrent)]
+    if not args.reference:
+        each = half("first" if args.pair else "all", gpus, blocks[0])
+        refused = setup_refusal(store.targets()[args.workload], len(each.gpus), len(each.cores))
+        if refused:
+            print(f"error: {refused}\nhint: run --reference on the comparison's set-up (the "
+                  "same --cpus and --concurrent share per run, the same GPUs), into a folder "
+                  "of its own", file=sys.stderr)
+            return 2
     group = "reference" if args.reference else (f"pair:{names[0]}+{names[1]}" if args.pair else "solo")
     if args.common_start and not args.reference:
         group += f":start{args.common_start}"  # other runs than those without: kept apart

@@ -130,20 +130,29 @@ class Store:
     def update_targets(self, workload: str) -> dict[str, Any]:
         """Targets of ``workload`` from every reference run in the folder: per baseline, the
         median over its reference seeds of the best value at 10/50/100 % of the budget; the
-        best baseline (lowest at 100 %) gives the targets."""
+        best baseline (lowest at 100 %) gives the targets. ``setup``: the GPUs and cores each
+        of its runs had, which a comparison judged by these targets must give each contender."""
         per: dict[str, list[dict[str, float]]] = defaultdict(list)
         seeds: dict[str, list[int]] = defaultdict(list)
+        setups: dict[str, set[tuple[int, int]]] = defaultdict(set)
+        unrecorded = set()  # contenders with a run kept without its GPUs and cores
         budget = 0.0
         for r in self.runs:
             if r["workload"] == workload and r["group"] == "reference":
                 per[r["contender"]].append(targets_from_curve(r["curve"], r["budget_s"]))
                 seeds[r["contender"]].append(r["seed"])
+                if "cores" in r:
+                    setups[r["contender"]].add((len(r["gpus"]), len(r["cores"])))
+                else:
+                    unrecorded.add(r["contender"])
                 budget = r["budget_s"]
         medians = {name: {k: float(np.median([t[k] for t in ts])) for k in ts[0]}
                    for name, ts in per.items()}
         best = min(medians, key=lambda n: medians[n]["100%"])
         entry = {"contender": best, "budget_s": budget, "targets": medians[best],
                  "seeds": len(per[best]), "seed_list": sorted(seeds[best]), "all": medians}
+        if best not in unrecorded:
+            entry["setup"] = [{"gpus": g, "cores": c} for g, c in sorted(setups[best])]
         targets = {**self.targets(), workload: entry}
         (self.out / "targets.json").write_text(json.dumps(targets, indent=1))
         return entry
@@ -227,9 +236,10 @@ class Store:
                   "ours / baseline / both; two-sided p, sign / signed-rank", "",
                   "| ours | baseline | seeds | " + " | ".join(goals) + " |",
                   "|---|---|---|" + "---|" * len(goals)]
-        # An ablation pair (two of ours, no Optuna baseline) compares the variant with `ours`.
-        bases = [n for n in sorted(times) if not n.startswith("ours")] or \
-            [n for n in ("ours",) if n in times]
+        # An ablation pair (two of ours, no Optuna baseline) compares the variant with `ours`;
+        # the package as it was before an issue (ours-before*) is the baseline of today's.
+        bases = [n for n in sorted(times) if not n.startswith("ours") or
+                 n.startswith("ours-before")] or [n for n in ("ours",) if n in times]
         for ours in [n for n in sorted(times) if n.startswith("ours") and n not in bases]:
             for base in bases:
                 paired = sorted(set(by[ours]) & set(by[base]))

@@ -497,6 +497,12 @@ def test_store_replaces_a_rerun_seed_picks_the_best_baseline_and_writes_tables(
     store.write_report()
     text = (out / "results.md").read_text()
     assert "| ours-median | ours | 2 | 2.00 [-], n=1; 0/0/0; p 1 / 1 |" in text
+    # the package before an issue is the baseline: today's `ours` is measured against it
+    store.add(run("ours", 3, [(2.0, 0.5)], "pair:ours+ours-before51"))
+    store.add(run("ours-before51", 3, [(4.0, 0.5)], "pair:ours+ours-before51"))
+    store.write_report()
+    text = (out / "results.md").read_text()
+    assert "| ours | ours-before51 | 3 | 2.00 [-], n=1; 0/0/0; p 1 / 1 |" in text
 
 
 def test_a_comparison_is_refused_targets_of_few_or_repeated_reference_seeds() -> None:
@@ -842,3 +848,42 @@ def test_a_contender_of_one_workload_is_refused_on_another(tmp_path: Path) -> No
         capture_output=True, text=True, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(bq.ROOT)})
     assert refused.returncode == 2
     assert refused.stderr.startswith("error: ours-setup run(s) on workload c only, not a")
+
+
+def test_targets_judge_only_runs_on_their_reference_set_up(tmp_path: Path) -> None:
+    """A reference's targets say what its runs' GPUs and cores reach in the budget: targets.json
+    records that set-up, and a comparison that gives each contender another is refused (the
+    torch_mlp reference on 8 cores a run set a target no run on 2 reached)."""
+    import json
+    import subprocess
+    import sys
+
+    from scripts.benchmarking.tables import Store
+
+    bq = _script()
+    store = Store(tmp_path)
+    for seed in (101, 102, 103):
+        store.add({"workload": "a", "group": "reference", "contender": "optuna-x", "seed": seed,
+                   "curve": [(1.0, 0.5)], "budget_s": 10.0, "gpus": [], "cores": [0, 1]})
+    store.add({"workload": "a", "group": "reference", "contender": "optuna-y", "seed": 101,
+               "curve": [(1.0, 0.9)], "budget_s": 10.0, "gpus": [0], "cores": list(range(8))})
+    entry = store.update_targets("a")
+    assert entry["contender"] == "optuna-x" and entry["setup"] == [{"gpus": 0, "cores": 2}]
+    assert bq.setup_refusal(entry, 0, 2) == ""
+    assert bq.setup_refusal({k: v for k, v in entry.items() if k != "setup"}, 0, 8) == ""
+    assert bq.setup_refusal(entry, 0, 4) == ("the targets come from reference runs of 0 GPU(s) "
+                                             "and 2 cores each; this comparison gives each "
+                                             "contender 0 GPU(s) and 4 cores")
+    assert "1 GPU(s) and 2 cores" in bq.setup_refusal(entry, 1, 2)
+    # pair mode halves the block: 2 cores give each contender 1, not the reference's 2
+    refused = subprocess.run(
+        [sys.executable, str(bq.ROOT / "scripts" / "bench_quality.py"), "--out", str(tmp_path),
+         "--workload", "a", "--seeds", "1", "--no-gpu", "--cpus", "0-1",
+         "--pair", "ours-hyperband,ours"],
+        capture_output=True, text=True, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(bq.ROOT)})
+    assert refused.returncode == 2, refused.stderr
+    assert refused.stderr.startswith("error: the targets come from reference runs of 0 GPU(s) "
+                                     "and 2 cores each; this comparison gives each contender "
+                                     "0 GPU(s) and 1 cores")
+    assert "hint: run --reference on the comparison's set-up" in refused.stderr
+    assert json.loads((tmp_path / "results.json").read_text())["runs"][-1]["group"] == "reference"
