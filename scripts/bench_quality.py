@@ -464,8 +464,8 @@ def setup_refusal(entry: dict[str, Any], gpus: int, cores: int) -> str:
     """Why the targets ``entry`` cannot judge runs of ``gpus`` GPUs and ``cores`` cores each
     ("" where they can): its reference ran on another set-up, so its targets say what that
     set-up reaches in the budget (a reference on 8 cores a run set a target that none of 16
-    runs on 2 reached: docs/quality/runs.md, torch_mlp). Targets recorded before the set-up
-    was (targets.json without ``setup``) are not checked."""
+    runs on 2 reached: docs/quality/runs.md, torch_mlp). Targets written before the set-up
+    was recorded (targets.json without ``setup``) are not checked."""
     setup = entry.get("setup")
     if setup is None or setup == [{"gpus": gpus, "cores": cores}]:
         return ""
