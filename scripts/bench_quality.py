@@ -94,6 +94,8 @@ OURS = {"ours": [], "ours-fresh": ["scheduler.worker_mode=fresh"],
         "ours-hb3": ["pruner=hyperband", "pruner.min_resource=3"],
         "ours-tpgauto-ranked": ["scheduler.trials_per_gpu=auto", "pruner=ranked_halving"],
         "ours-tpgauto-hb3": ["scheduler.trials_per_gpu=auto", "pruner=hyperband", "pruner.min_resource=3"],
+        # the oracle's recipe run by ours: 3 per GPU from launch, its Hyperband from step 3
+        "ours-tpg3-hb3": ["scheduler.trials_per_gpu=3", "pruner=hyperband", "pruner.min_resource=3"],
         # candidates for the default pruner: patience delays Hyperband's verdict (DESIGN.md §3.13)
         "ours-delay": ["pruner.patience_mode=delay"],
         "ours-delay-p1": ["pruner.patience_mode=delay", "pruner.patience=1"],
