@@ -102,6 +102,7 @@ CANDIDATES: dict[str, PrunerConfig] = {
     "hyperband-m3": HyperbandPrunerConfig(min_resource=3),
     "patient1": PatientHyperbandPrunerConfig(patience=1),
     "delay": PatientHyperbandPrunerConfig(patience_mode="delay"),  # patience 3 delays the verdict
+    "reach": PatientHyperbandPrunerConfig(patience_mode="reach"),  # veto, out of reach stopped
     "patient0-m1": PatientHyperbandPrunerConfig(patience=0, min_resource=1),
     "median": MedianPrunerConfig(),
     "ranked": RankedHalvingPrunerConfig(),

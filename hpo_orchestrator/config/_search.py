@@ -92,7 +92,7 @@ def _hyperband(config: Any, min_resource: int | None) -> optuna.pruners.Hyperban
         reduction_factor=config.reduction_factor)
 
 
-PATIENCE_MODES = ("veto", "delay")
+PATIENCE_MODES = ("veto", "delay", "reach")
 
 
 @dataclass
@@ -100,7 +100,9 @@ class PatientHyperbandPrunerConfig:
     """Hyperband held back by patience. ``patience_mode=veto`` (the default): Optuna's
     PatientPruner(HyperbandPruner), Hyperband asked only after ``patience`` steps without
     improvement. ``delay``: Hyperband judges every rung, and a trial it would stop gets
-    ``patience`` more steps to catch up (pruners/_delayed.py).
+    ``patience`` more steps to catch up (pruners/_delayed.py). ``reach``: as ``veto``, and a
+    trial that cannot reach the study's best value even at the best pace a complete trial kept
+    from its step is stopped (pruners/_reach.py).
 
     The defaults are deliberately less aggressive than patience=2 / min_resource=1, which in a
     real study pruned 86.5 % of trials at steps 1-4 and left GPUs starting trials, not training.
@@ -113,7 +115,8 @@ class PatientHyperbandPrunerConfig:
     patience: int = 3
     min_delta: float = 0.0
     # veto: Hyperband is asked only after `patience` steps without improvement (a curve that
-    # keeps falling is never judged); delay: its verdict is carried out `patience` steps later
+    # keeps falling is never judged); delay: its verdict is carried out `patience` steps later;
+    # reach: veto, and a trial out of reach of the study's best is stopped
     patience_mode: str = "veto"
     # Steps before Hyperband's first decision; auto: chosen from measured start-up and step
     # times so that start-up is at most startup_share of that time (re-chosen as trials finish).
@@ -133,10 +136,11 @@ class PatientHyperbandPrunerConfig:
         _require(self.min_delta >= 0, f"{path}.min_delta",
                  f"expected a value >= 0, got {self.min_delta!r}")
         _require(self.patience_mode in PATIENCE_MODES, f"{path}.patience_mode",
-                 f"expected veto or delay, got {self.patience_mode!r}",
+                 f"expected veto, delay or reach, got {self.patience_mode!r}",
                  "veto: Hyperband is asked only after `patience` steps without improvement; "
                  "delay: its verdict is carried out `patience` steps later unless the trial "
-                 "caught up")
+                 "caught up; reach: veto, and a trial that cannot reach the study's best is "
+                 "stopped")
         if self.min_resource != "auto":
             _positive_int(self.min_resource, f"{path}.min_resource")
         _require(isinstance(self.startup_share, (int, float)) and 0 < self.startup_share < 1,
@@ -164,7 +168,12 @@ class PatientHyperbandPrunerConfig:
             from hpo_orchestrator.pruners import DelayedVerdictPruner
 
             return DelayedVerdictPruner(hyperband, self.patience, self.min_delta, self.reduction_factor)
-        return optuna.pruners.PatientPruner(hyperband, patience=self.patience, min_delta=self.min_delta)
+        patient = optuna.pruners.PatientPruner(hyperband, patience=self.patience, min_delta=self.min_delta)
+        if self.patience_mode == "reach":
+            from hpo_orchestrator.pruners import OutOfReachPruner
+
+            return OutOfReachPruner(patient, min_resource or self.min_resource, self.min_delta)
+        return patient
 
 
 @dataclass

@@ -74,7 +74,7 @@ BAD = [
     (["objective=nope"], "unknown objective 'nope'"),
     (["pruner=nope"], "unknown pruner 'nope'"),
     (["pruner.patience=-1"], "pruner.patience"),
-    (["pruner.patience_mode=sometimes"], "pruner.patience_mode: expected veto or delay"),
+    (["pruner.patience_mode=sometimes"], "pruner.patience_mode: expected veto, delay or reach"),
     (["pruner.min_resource=5", "pruner.max_resource=3"], "min_resource (5) > max_resource (3)"),
     (["pruner=median", "pruner.patience=3"], "unknown configuration key 'pruner.patience'"),
     (["pruner=hyperband", "pruner.patience=3"], "unknown configuration key 'pruner.patience'"),

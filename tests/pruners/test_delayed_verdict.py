@@ -154,6 +154,7 @@ CANDIDATE = ["pruner.patience_mode=delay"]  # the default once paired real runs 
         strict=True, reason="today's default (patience_mode=veto) never prunes a falling curve; "
                             "passes once the default is patience_mode=delay")),
     pytest.param(CANDIDATE, id="candidate"),
+    pytest.param(["pruner.patience_mode=reach"], id="reach"),
 ])
 def test_the_default_pruner_prunes_curves_that_keep_falling_but_stay_worse(overrides: list[str]) -> None:
     pruned, worse = _falling_study(overrides)

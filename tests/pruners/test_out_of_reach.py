@@ -1,0 +1,127 @@
+"""``pruner.patience_mode=reach`` (pruners/_reach.py): patience and Hyperband as under ``veto``,
+and a trial stopped from ``min_resource`` on where, even gaining from its step to its end as
+much as the complete trial that gained most from that step, it would end worse than the
+study's best by more than ``min_delta``; judged only on MIN_COMPLETE complete curves.
+
+The patient pruner here wraps Optuna's ThresholdPruner: far above every curve it never stops
+one, so what is stopped is the rule's; near them it stands for Hyperband's verdict on a
+stalled curve, which the rule leaves as it was.
+"""
+
+from __future__ import annotations
+
+import math
+
+import optuna
+import pytest
+
+from hpo_orchestrator.config import PatientHyperbandPrunerConfig
+from hpo_orchestrator.pruners import OutOfReachPruner, out_of_reach
+from hpo_orchestrator.pruners._reach import MIN_COMPLETE
+from tests.pruners.test_delayed_verdict import STEPS, _run, _study
+
+
+def _reach(min_resource: int = 3, min_delta: float = 0.0, upper: float = 100.0,
+           patience: int = 3) -> OutOfReachPruner:
+    patient = optuna.pruners.PatientPruner(optuna.pruners.ThresholdPruner(upper=upper), patience)
+    return OutOfReachPruner(patient, min_resource, min_delta)
+
+
+def _peers(study: optuna.Study, count: int = MIN_COMPLETE) -> None:
+    """Complete trials 0.5 + 0.3 / step (a little apart): each gains 0.07 from step 3 to its
+    end at step 10; the best ends at 0.53."""
+    for i in range(count):
+        assert _run(study, [0.5 + 0.01 * i + 0.3 / s for s in range(1, STEPS + 1)]) is None
+
+
+def _falling(level: float) -> list[float]:
+    return [level + 0.3 / s for s in range(1, STEPS + 1)]
+
+
+def test_a_falling_trial_that_cannot_reach_the_best_is_stopped_at_min_resource() -> None:
+    study = _study(_reach())
+    _peers(study)
+    # 0.85 at step 3, at best 0.78 at its end: worse than 0.53, though it never stops falling
+    assert _run(study, _falling(0.75)) == 3
+    # one that gains the peers' 0.07 and ends at the best's 0.53 is not worse: it goes on
+    assert _run(study, _falling(0.53 - 0.03)) is None
+
+
+def test_the_largest_gain_any_complete_trial_made_keeps_a_trial_going() -> None:
+    study = _study(_reach())
+    # a slow starter: 0.75 at step 3, 0.40 at its end (a gain of 0.35, the best now 0.40)
+    assert _run(study, [0.9 - 0.05 * s for s in range(1, STEPS + 1)]) is None
+    _peers(study, MIN_COMPLETE - 1)
+    assert _run(study, _falling(0.75)) == 3  # 0.85 - 0.35 = 0.50, still short of 0.40
+    # 0.70 at step 3 and 0.675 at 4: the slow starter's 0.35 and 0.30 on from there would
+    # reach 0.40; at 5 its 0.25 from 0.66 would not, and the trial is stopped there
+    assert _run(study, _falling(0.6)) == 5
+
+
+def test_fewer_complete_curves_than_the_minimum_judge_nothing() -> None:
+    study = _study(_reach())
+    _peers(study, MIN_COMPLETE - 1)
+    assert _run(study, _falling(5.0)) is None
+    assert _run(study, _falling(0.5)) is None  # the fifth complete curve
+    assert _run(study, _falling(5.0)) == 3
+
+
+def test_never_before_min_resource_nor_past_the_steps_complete_trials_reported() -> None:
+    study = _study(_reach(min_resource=5))
+    _peers(study)
+    assert _run(study, _falling(5.0)) == 5
+    longer = study.ask()  # past step 10 no complete trial gained anything known: it goes on
+    for step, value in enumerate([5.0 + 0.3 / s for s in range(1, 16)], 1):
+        longer.report(value, step)
+        if step > STEPS:
+            assert not longer.should_prune()
+
+
+def test_min_delta_is_the_margin_a_trial_must_miss_the_best_by() -> None:
+    study = _study(_reach(min_delta=0.3))
+    _peers(study)
+    assert _run(study, _falling(0.75)) is None  # 0.78 misses 0.53 by 0.25 only
+    assert _run(study, _falling(0.85)) == 3  # 0.88: by 0.35
+
+
+def test_a_maximized_study_mirrors_it() -> None:
+    patient = optuna.pruners.PatientPruner(optuna.pruners.ThresholdPruner(lower=-100.0), 3)
+    study = _study(OutOfReachPruner(patient, 3), "maximize")
+    for i in range(MIN_COMPLETE):
+        assert _run(study, [-v for v in _falling(0.5 + 0.01 * i)]) is None
+    assert _run(study, [-v for v in _falling(0.75)]) == 3
+    assert _run(study, [-v for v in _falling(0.5)]) is None
+
+
+@pytest.mark.filterwarnings("ignore:All-NaN slice")  # Optuna's PatientPruner on NaN reports
+def test_patience_and_its_pruner_act_as_under_veto() -> None:
+    """A stalled curve above the wrapped pruner's threshold is stopped once its last
+    ``patience`` + 1 reports beat none before them (Optuna's PatientPruner), whatever its
+    reach; NaN is left to them too."""
+    study = _study(_reach(upper=1.0, patience=2))
+    assert _run(study, [3.0, 2.0, 1.5, 1.6, 1.6, 1.6, 1.0, 0.9, 0.8, 0.7]) == 6
+    _peers(study)
+    nan = study.ask()
+    for step in range(1, 5):
+        nan.report(math.nan, step)
+        assert not nan.should_prune()
+
+
+def test_out_of_reach_compares_minimized_values() -> None:
+    gains = [0.1] * MIN_COMPLETE
+    assert out_of_reach(0.75, gains, 0.6, 0.0)
+    assert not out_of_reach(0.7, gains, 0.6, 0.0)  # exactly the best: not worse
+    assert not out_of_reach(0.75, gains, 0.6, 0.05)
+    assert not out_of_reach(0.75, [*gains[1:], 0.2], 0.6, 0.0)  # the largest gain counts
+    assert not out_of_reach(9.0, gains[1:], 0.6, 0.0)
+
+
+@pytest.mark.parametrize(("min_resource", "expected"), [(3, 3), ("auto", 5)])
+def test_the_config_builds_it_over_optunas_patient_hyperband(min_resource: object, expected: int) -> None:
+    config = PatientHyperbandPrunerConfig(patience_mode="reach", min_resource=min_resource)
+    pruner = config.build(5 if min_resource == "auto" else None)
+    assert isinstance(pruner, OutOfReachPruner) and pruner.min_resource == expected
+    assert isinstance(pruner.patient, optuna.pruners.PatientPruner)
+    assert pruner.min_delta == config.min_delta
+    with pytest.raises(ValueError, match="min_resource >= 1"):
+        OutOfReachPruner(pruner.patient, 0)
