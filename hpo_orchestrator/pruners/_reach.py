@@ -18,8 +18,11 @@ another shape (a small learning rate, say) that gained more late keep every tria
 stand for.
 
 The value compared is the one the objective reports; the objectives of this project report
-the best so far (docs/OBJECTIVES.md), so a gain is never negative. NaN reports are left to
-patience and Hyperband; a complete trial's NaN report at ``s`` is no evidence of a gain.
+the best so far (docs/OBJECTIVES.md), so a gain is never negative. The trial is judged at its
+best report so far: on such reports its latest; on raw ones a trial that already beat the
+study's best and then reported worse is not stopped (it may return that best). NaN reports
+are left to patience and Hyperband; a complete trial's NaN report at ``s`` is no evidence of
+a gain.
 """
 
 from __future__ import annotations
@@ -63,9 +66,11 @@ class OutOfReachPruner(optuna.pruners.BasePruner):
         if step is None or step < self.min_resource:
             return False
         sign = -1.0 if study.direction == StudyDirection.MAXIMIZE else 1.0
-        value = sign * trial.intermediate_values[step]
-        if math.isnan(value):
+        if math.isnan(trial.intermediate_values[step]):
             return False
+        # its best report so far: the same value on best-so-far reports; on raw ones a trial
+        # that already beat the best, then reported worse, may still return that best
+        value = min(sign * v for v in trial.intermediate_values.values() if not math.isnan(v))
         gains, best = [], math.inf
         for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
             if t.value is None or math.isnan(t.value):

@@ -125,3 +125,28 @@ def test_the_config_builds_it_over_optunas_patient_hyperband(min_resource: objec
     assert pruner.min_delta == config.min_delta
     with pytest.raises(ValueError, match="min_resource >= 1"):
         OutOfReachPruner(pruner.patient, 0)
+
+
+def test_a_trial_is_judged_at_its_best_report_so_far() -> None:
+    """An objective that reports raw losses (docs/OBJECTIVES.md asks for the best so far; a
+    custom one may not) and returns its best: a trial that already beat the study's best and
+    then reported worse could still become the best, and is not stopped."""
+    study = _study(_reach())
+    _peers(study)  # the best 0.53
+    assert _run(study, [0.9, 0.3, 0.95, *[0.9] * (STEPS - 3)]) is None
+    # a maximized study alike
+    patient = optuna.pruners.PatientPruner(optuna.pruners.ThresholdPruner(lower=-100.0), 3)
+    study = _study(OutOfReachPruner(patient, 3), "maximize")
+    for i in range(MIN_COMPLETE):
+        assert _run(study, [-v for v in _falling(0.5 + 0.01 * i)]) is None
+    assert _run(study, [-0.9, -0.3, -0.95, *[-0.9] * (STEPS - 3)]) is None
+
+
+def test_a_complete_trials_nan_report_is_no_evidence_of_a_gain() -> None:
+    study = _study(_reach())
+    _peers(study, MIN_COMPLETE - 1)
+    nan_at_3 = _falling(0.5)
+    nan_at_3[2] = math.nan
+    assert _run(study, nan_at_3) is None
+    # at step 3 four gains are known, at step 4 five
+    assert _run(study, _falling(5.0)) == 4
