@@ -887,3 +887,29 @@ def test_targets_judge_only_runs_on_their_reference_set_up(tmp_path: Path) -> No
                                      "0 GPU(s) and 1 cores")
     assert "hint: run --reference on the comparison's set-up" in refused.stderr
     assert json.loads((tmp_path / "results.json").read_text())["runs"][-1]["group"] == "reference"
+
+
+def test_a_pair_on_an_odd_split_is_refused_for_either_half(tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pair mode on 5 cores gives one contender 2 and the other 3 (swapped by seed): both must
+    have the reference's set-up, not only the first half."""
+    import sys
+
+    from scripts.benchmarking.tables import Store
+
+    bq = _script()
+    store = Store(tmp_path)
+    for seed in (101, 102, 103):
+        store.add({"workload": "a", "group": "reference", "contender": "optuna-x", "seed": seed,
+                   "curve": [(1.0, 0.5)], "budget_s": 10.0, "gpus": [], "cores": [0, 1]})
+    assert store.update_targets("a")["setup"] == [{"gpus": 0, "cores": 2}]
+
+    def ran(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("a run started on a set-up the targets cannot judge")
+
+    monkeypatch.setattr(bq, "start", ran)
+    monkeypatch.setenv("HPO_QUALITY_SCALE", "1")  # main sets it; restored after the test
+    monkeypatch.setattr(sys, "argv", ["bench_quality.py", "--out", str(tmp_path), "--workload",
+                                      "a", "--seeds", "1", "--no-gpu", "--cpus", "0-4",
+                                      "--pair", "ours-hyperband,ours"])
+    assert bq.main() == 2
