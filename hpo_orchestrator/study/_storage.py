@@ -488,6 +488,9 @@ class MirrorStorage(PassThroughStorage):
 
     def _put_read(self, study_id: int, mirror: StudyMirror, trials: list[FrozenTrial]) -> None:
         for trial in trials:
+            kept = self._pending.get(trial._trial_id)
+            if kept:  # reports kept back (flush): the database's copy lacks them
+                trial.intermediate_values = {**trial.intermediate_values, **kept}
             mirror.put(trial)
             self._trial_study[trial._trial_id] = study_id
             mirror.max_id = max(mirror.max_id, trial._trial_id)

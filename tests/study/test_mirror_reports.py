@@ -44,3 +44,25 @@ def test_a_refresh_keeps_the_reports_kept_back(tmp_path: Path) -> None:
         assert plain.trials[1].intermediate_values == expected, batch  # and they are written
     study.tell(trial, 9.0)
     assert plain.trials[1].intermediate_values == expected
+
+
+def test_the_first_read_of_the_history_keeps_the_reports_kept_back(tmp_path: Path) -> None:
+    """The mirror starts with the unfinished trials only and reads the history at the first
+    read that needs it: with a sampler that reads none (random), that can be a pruner's
+    (``pruner.patience_mode=reach`` reads the complete trials at each report) while a trial
+    has reports kept back. The reread copy must keep them: it is the curve every later
+    decision reads of that trial, once complete."""
+    url = f"sqlite:///{tmp_path / 'm.db'}"
+    storage = MirrorStorage(open_rdb_storage(url), refresh_s=1.0, clock=_Clock())
+    study = optuna.create_study(study_name="s", storage=storage,
+                                sampler=optuna.samplers.RandomSampler(seed=0))
+    trial = study.ask()
+    trial.suggest_float("x", 0.0, 1.0)
+    for step in (1, 2):
+        trial.report(float(step), step)  # kept back: refresh_s has not passed
+    assert study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)) == []
+    assert storage.get_trial(trial._trial_id).intermediate_values == {1: 1.0, 2: 2.0}
+    trial.report(3.0, 3)
+    study.tell(trial, 3.0)
+    done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    assert [t.intermediate_values for t in done] == [{1: 1.0, 2: 2.0, 3: 3.0}]
