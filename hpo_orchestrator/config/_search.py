@@ -100,9 +100,9 @@ class PatientHyperbandPrunerConfig:
     """Hyperband held back by patience. ``patience_mode=veto`` (the default): Optuna's
     PatientPruner(HyperbandPruner), Hyperband asked only after ``patience`` steps without
     improvement. ``delay``: Hyperband judges every rung, and a trial it would stop gets
-    ``patience`` more steps to catch up (pruners/_delayed.py). ``reach``: as ``veto``, and a
-    trial that cannot reach the study's best value even at the best pace a complete trial kept
-    from its step is stopped (pruners/_reach.py).
+    ``patience`` more steps to catch up (pruners/_delayed.py). ``reach``: as ``veto``, and at
+    Hyperband's rungs a trial that cannot reach the study's best value even at the best pace a
+    complete trial kept from its step is stopped (pruners/_reach.py).
 
     The defaults are deliberately less aggressive than patience=2 / min_resource=1, which in a
     real study pruned 86.5 % of trials at steps 1-4 and left GPUs starting trials, not training.
@@ -172,7 +172,8 @@ class PatientHyperbandPrunerConfig:
         if self.patience_mode == "reach":
             from hpo_orchestrator.pruners import OutOfReachPruner
 
-            return OutOfReachPruner(patient, min_resource or self.min_resource, self.min_delta)
+            return OutOfReachPruner(patient, min_resource or self.min_resource, self.min_delta,
+                                    self.reduction_factor)
         return patient
 
 

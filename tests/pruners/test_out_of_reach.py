@@ -1,7 +1,8 @@
 """``pruner.patience_mode=reach`` (pruners/_reach.py): patience and Hyperband as under ``veto``,
-and a trial stopped from ``min_resource`` on where, even gaining from its step to its end as
-much as the complete trial that gained most from that step, it would end worse than the
-study's best by more than ``min_delta``; judged only on MIN_COMPLETE complete curves.
+and a trial stopped at Hyperband's rungs (before the last step) where, even gaining from its
+step to its end as much as the complete trial that gained most from that step, it would end
+worse than the study's best by more than ``min_delta``; judged only on MIN_COMPLETE complete
+curves.
 
 The patient pruner here wraps Optuna's ThresholdPruner: far above every curve it never stops
 one, so what is stopped is the rule's; near them it stands for Hyperband's verdict on a
@@ -22,9 +23,9 @@ from tests.pruners.test_delayed_verdict import STEPS, _run, _study
 
 
 def _reach(min_resource: int = 3, min_delta: float = 0.0, upper: float = 100.0,
-           patience: int = 3) -> OutOfReachPruner:
+           patience: int = 3, reduction_factor: int = 3) -> OutOfReachPruner:
     patient = optuna.pruners.PatientPruner(optuna.pruners.ThresholdPruner(upper=upper), patience)
-    return OutOfReachPruner(patient, min_resource, min_delta)
+    return OutOfReachPruner(patient, min_resource, min_delta, reduction_factor)
 
 
 def _peers(study: optuna.Study, count: int = MIN_COMPLETE) -> None:
@@ -53,9 +54,9 @@ def test_the_largest_gain_any_complete_trial_made_keeps_a_trial_going() -> None:
     assert _run(study, [0.9 - 0.05 * s for s in range(1, STEPS + 1)]) is None
     _peers(study, MIN_COMPLETE - 1)
     assert _run(study, _falling(0.75)) == 3  # 0.85 - 0.35 = 0.50, still short of 0.40
-    # 0.70 at step 3 and 0.675 at 4: the slow starter's 0.35 and 0.30 on from there would
-    # reach 0.40; at 5 its 0.25 from 0.66 would not, and the trial is stopped there
-    assert _run(study, _falling(0.6)) == 5
+    # 0.70 at step 3: the slow starter's 0.35 on from there would reach 0.40; at the next
+    # rung, 9, its 0.05 from 0.633 would not, and the trial is stopped there
+    assert _run(study, _falling(0.6)) == 9
 
 
 def test_fewer_complete_curves_than_the_minimum_judge_nothing() -> None:
@@ -75,6 +76,24 @@ def test_never_before_min_resource_nor_past_the_steps_complete_trials_reported()
         longer.report(value, step)
         if step > STEPS:
             assert not longer.should_prune()
+
+
+def test_judged_only_at_hyperbands_rungs_and_never_at_the_last_step() -> None:
+    """Rungs at min_resource x reduction_factor ** k (3 and 9 here); a trial that asks after
+    its last report is not stopped there, where stopping it saves nothing."""
+    study = _study(_reach())
+    nine = range(1, 10)
+    assert _run(study, [0.9 - 0.05 * s for s in nine], ask_last=True) is None  # gains 0.30 from 3
+    for i in range(MIN_COMPLETE - 1):
+        assert _run(study, [0.5 + 0.01 * i + 0.3 / s for s in nine], ask_last=True) is None
+    # 0.66 at step 3, 0.30 on from there reaches the best, 0.45; at 6 (0.61, 0.15 on) it
+    # cannot, but 4-8 are no rungs and 9 is the last step the complete trials reached
+    assert _run(study, [0.56 + 0.3 / s for s in nine], ask_last=True) is None
+    judged = _study(_reach(reduction_factor=2))  # rungs 3 and 6
+    assert _run(judged, [0.9 - 0.05 * s for s in nine], ask_last=True) is None
+    for i in range(MIN_COMPLETE - 1):
+        assert _run(judged, [0.5 + 0.01 * i + 0.3 / s for s in nine], ask_last=True) is None
+    assert _run(judged, [0.56 + 0.3 / s for s in nine], ask_last=True) == 6
 
 
 def test_min_delta_is_the_margin_a_trial_must_miss_the_best_by() -> None:
@@ -123,8 +142,11 @@ def test_the_config_builds_it_over_optunas_patient_hyperband(min_resource: objec
     assert isinstance(pruner, OutOfReachPruner) and pruner.min_resource == expected
     assert isinstance(pruner.patient, optuna.pruners.PatientPruner)
     assert pruner.min_delta == config.min_delta
+    assert pruner.reduction_factor == config.reduction_factor
     with pytest.raises(ValueError, match="min_resource >= 1"):
         OutOfReachPruner(pruner.patient, 0)
+    with pytest.raises(ValueError, match="reduction_factor >= 2"):
+        OutOfReachPruner(pruner.patient, 3, reduction_factor=1)
 
 
 def test_a_trial_is_judged_at_its_best_report_so_far() -> None:
@@ -148,5 +170,5 @@ def test_a_complete_trials_nan_report_is_no_evidence_of_a_gain() -> None:
     nan_at_3 = _falling(0.5)
     nan_at_3[2] = math.nan
     assert _run(study, nan_at_3) is None
-    # at step 3 four gains are known, at step 4 five
-    assert _run(study, _falling(5.0)) == 4
+    # at step 3 four gains are known, at the next rung, 9, five
+    assert _run(study, _falling(5.0)) == 9
