@@ -170,3 +170,53 @@ def test_a_runs_first_start_summarizes_a_plain_study_in_one_batch(
         engine.dispose()
     assert batches == [FINISHED] and summarized == FINISHED
     assert kept is not None and kept.folded == FINISHED
+
+
+def _few_trials(url: str, *trials: tuple[TrialState, dict[int, float]]) -> None:
+    """A plain study of ``trials`` (state, intermediate values), each ended a second after it
+    started; none: a study without a trial."""
+    study = optuna.create_study(study_name=STUDY, storage=url)
+    for state, steps in trials:
+        study.add_trial(create_trial(
+            state=state, value=0.5 if state == TrialState.COMPLETE else None, params={"x": 0.5},
+            distributions={"x": FloatDistribution(0, 1)}, intermediate_values=steps))
+    engine = sqlalchemy.create_engine(url)
+    with engine.begin() as connection:
+        connection.execute(sqlalchemy.text(
+            "UPDATE trials SET datetime_start = :a, datetime_complete = :b"),
+            {"a": T0, "b": T0 + timedelta(seconds=1)})
+    engine.dispose()
+
+
+def _plain_fold(url: str) -> _plain.PlainStudy:
+    connection = db.open_sqlite(url)
+    assert connection is not None
+    with closing(connection):
+        return _plain.PlainStudy(connection, 1, STUDY, now=2e9)
+
+
+def test_the_last_step_of_complete_trials_is_their_largest_even_alone_or_zero(tmp_path: Path) -> None:
+    """As Tally.add: the largest step a COMPLETE trial reported (step 0 counts as one), also
+    where one trial alone reported; None where none reported a step."""
+    url = f"sqlite:///{tmp_path / 'a.db'}"
+    _few_trials(url, (TrialState.COMPLETE, {0: 0.3}), (TrialState.PRUNED, {4: 0.3}))
+    assert _plain_fold(url).tally.max_complete_step == 0
+    url = f"sqlite:///{tmp_path / 'b.db'}"
+    _few_trials(url, (TrialState.COMPLETE, {0: 0.3, 2: 0.2}), (TrialState.COMPLETE, {}))
+    assert _plain_fold(url).tally.max_complete_step == 2
+    url = f"sqlite:///{tmp_path / 'c.db'}"
+    _few_trials(url, (TrialState.COMPLETE, {}))
+    assert _plain_fold(url).tally.max_complete_step is None
+
+
+def test_a_plain_study_without_trials_folds_nothing(tmp_path: Path) -> None:
+    """The tally is the study's, as a fresh one: nothing looked at (watermark 0), no window, no
+    hole; the durations of a state without trials are none."""
+    url = f"sqlite:///{tmp_path / 'e.db'}"
+    _few_trials(url)
+    plain = _plain_fold(url)
+    fresh = _tally.Tally(study_name=STUDY)
+    assert (plain.tally.study_name, plain.tally.watermark, plain.tally.window, plain.tally.holes,
+            plain.tally.folded) == (fresh.study_name, 0, None, [], 0)
+    assert plain.ordered("duration", 0, 10, "COMPLETE") == []
+    assert plain.ordered("duration", 0, 10) == []
