@@ -54,6 +54,11 @@ def find_all(report: StatusReport, facts: StudyFacts) -> list[Finding]:
     return findings
 
 
+def _trials(count: int) -> str:
+    """"1 trial", "3 trials": the count a finding's message opens with."""
+    return f"{count} trial{'' if count == 1 else 's'}"
+
+
 def _few(numbers: list[int], limit: int = 8) -> str:
     shown = ", ".join(f"#{n}" for n in numbers[:limit])
     return shown + (f" and {len(numbers) - limit} more" if len(numbers) > limit else "")
@@ -115,8 +120,8 @@ def _idle_message(idle: list[tuple[DeviceUse, float]]) -> str:
     if len(idle) == 1:
         use, others = idle[0]
         return (f"{use.device} was busy {use.busy_fraction:.0%} of the {use.active_s or 0:.0f} s "
-                f"with trials running ({while_waiting(use, others, f'{use.trials} trials ran on it')})")
-    each = ", ".join(f"{u.device} {u.busy_fraction:.0%} ({while_waiting(u, o, f'{u.trials} trials')})"
+                f"with trials running ({while_waiting(use, others, f'{_trials(use.trials)} ran on it')})")
+    each = ", ".join(f"{u.device} {u.busy_fraction:.0%} ({while_waiting(u, o, _trials(u.trials))})"
                      for u, o in idle)
     return (f"{len(idle)} GPUs were busy under {IDLE_BUSY_BELOW:.0%} of the time with "
             f"trials running: {each}")
@@ -204,7 +209,7 @@ def _gpu_unused(facts: StudyFacts) -> list[Finding]:
     where = f" (LightGBM OpenCL platform: {', '.join(platforms)})" if platforms else ""
     return [Finding(
         "gpu_unused", "warning",
-        f"{len(numbers)} trials asked for a GPU that showed no work from them while they "
+        f"{_trials(len(numbers))} asked for a GPU that showed no work from them while they "
         f"trained{where}: {_few(numbers)}",
         "the work ran on the CPU: for LightGBM keep objective.gpu_platform=auto (it picks the "
         "NVIDIA OpenCL platform); for torch move the model and every batch to 'cuda'",
@@ -282,7 +287,7 @@ def _failing_trials(facts: StudyFacts) -> list[Finding]:
     first = example[common[0][0]][0]
     return [Finding(
         "failing_trials", "warning",
-        f"{len(failed)} trial{'s' if len(failed) > 1 else ''} failed: {shown}",
+        f"{_trials(len(failed))} failed: {shown}",
         f"'hpo-orchestrator logs {first}' shows that trial's output and traceback "
         f"('hpo-orchestrator status --trial {first}' its params)",
         {"failed": len(failed), "errors": [{"error": example[k][1], "pattern": k, "count": n,
@@ -337,7 +342,7 @@ def _params_differ(facts: StudyFacts) -> list[Finding]:
     names = sorted({n for _, mismatch in facts.mismatches for n in mismatch})
     return [Finding(
         "params_differ", "warning",
-        f"{len(facts.mismatches)} trials ran with parameters other than suggested "
+        f"{_trials(len(facts.mismatches))} ran with parameters other than suggested "
         f"({', '.join(names)}); e.g. trial #{number}: {name} suggested {wanted!r}, ran with {got!r}",
         "the objective does not pass these to the library, or the library overrides them: "
         "compare hpo.params_effective with the trial's params",
@@ -351,7 +356,8 @@ def _stale_running(report: StatusReport) -> list[Finding]:
     oldest = max(r["heartbeat_age_s"] for r in stale)
     return [Finding(
         "stale_running", "warning",
-        f"{len(stale)} trials are RUNNING without a heartbeat for up to {oldest:.0f} s "
+        f"{_trials(len(stale))} {'is' if len(stale) == 1 else 'are'} RUNNING without a "
+        f"heartbeat for up to {oldest:.0f} s "
         f"(grace {stale[0]['grace_s']} s): {_few([r['number'] for r in stale])}",
         "their orchestrator is gone: any running orchestrator on this study fails them as "
         "'lost'; or run the same command again to resume",
@@ -364,7 +370,7 @@ def _oom(report: StatusReport, config: dict[str, Any]) -> list[Finding]:
         return []
     per_gpu = config.get("scheduler", {}).get("trials_per_gpu")
     return [Finding(
-        "oom", "warning", f"{count} trials ran out of memory",
+        "oom", "warning", f"{_trials(count)} ran out of memory",
         "lower the batch size or the model size range, or run fewer trials per GPU "
         f"(scheduler.trials_per_gpu{f', now {per_gpu}' if per_gpu else ''})",
         {"trials": count})]

@@ -44,8 +44,8 @@ def packing_of_device(packing: list[dict[str, Any]], host: str | None,
                 top = max([1] + [c["to"] for c in entry.get("changes") or []
                                  if c["gpu"] == gpu_index])
                 held = f"; it went no higher: {level['held']}" if level.get("held") else ""
-                return (f"trials_per_gpu=auto ran up to {top} trials at once on it "
-                        f"(now {level['limit']}){held}")
+                ran = "one trial at a time" if top == 1 else f"up to {top} trials at once"
+                return f"trials_per_gpu=auto ran {ran} on it (now {level['limit']}){held}"
     return None
 
 

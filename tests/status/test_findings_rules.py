@@ -312,7 +312,7 @@ def test_trials_that_showed_no_gpu_work_are_named_with_their_opencl_platforms() 
     assert found.evidence == {"trials": [3, 5, 8, 9],
                               "opencl_platforms": ["Clover", "Portable Computing Language"]}
     [found] = _gpu_unused(_facts(unverified=[(3, None)]))
-    assert found.message == ("1 trials asked for a GPU that showed no work from them while they "
+    assert found.message == ("1 trial asked for a GPU that showed no work from them while they "
                              "trained: #3")
     assert _gpu_unused(_facts()) == []
 
@@ -433,7 +433,7 @@ def test_running_trials_without_a_heartbeat_are_stale() -> None:
     assert found.evidence == {"trials": [3, 5], "oldest_heartbeat_age_s": 120.3}
     assert _stale_running(_report(running=[running[1], {"number": 6}])) == []
     [found] = _stale_running(_report(running=[running[2]]))
-    assert found.message == ("1 trials are RUNNING without a heartbeat for up to 120 s (grace 60 s): "
+    assert found.message == ("1 trial is RUNNING without a heartbeat for up to 120 s (grace 60 s): "
                              "#5")
 
 
@@ -444,6 +444,8 @@ def test_trials_out_of_memory_advise_fewer_per_gpu_naming_the_setting() -> None:
     assert found.advice == ("lower the batch size or the model size range, or run fewer trials per "
                             "GPU (scheduler.trials_per_gpu, now 3)")
     assert found.evidence == {"trials": 2}
+    [one] = _oom(_report(fail_reasons={"oom": 1}), {})
+    assert one.message == "1 trial ran out of memory"
     [found] = _oom(_report(fail_reasons={"oom": 1}), {})
     assert found.advice.endswith("run fewer trials per GPU (scheduler.trials_per_gpu)")
     assert _oom(_report(fail_reasons={"exception": 5}), {}) == []

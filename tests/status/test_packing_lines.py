@@ -76,13 +76,13 @@ def test_one_gpus_packing_in_a_sentence() -> None:
         "trials_per_gpu=auto ran up to 3 trials at once on it (now 2); it went no higher: one more "
         "would not fit")
     assert packing_of_device(packing, "h", 1) == (
-        "trials_per_gpu=auto ran up to 1 trials at once on it (now 1)")
+        "trials_per_gpu=auto ran one trial at a time on it (now 1)")
     held = "; it went no higher: one more would not fit"
     assert packing_of_device([_entry(changes=None)], "h", 0) == (
-        f"trials_per_gpu=auto ran up to 1 trials at once on it (now 2){held}")
+        f"trials_per_gpu=auto ran one trial at a time on it (now 2){held}")
     # a GPU's changes only, never another's
     assert packing_of_device([_entry(changes=[_change(1, 1, 4)])], "h", 0) == (
-        f"trials_per_gpu=auto ran up to 1 trials at once on it (now 2){held}")
+        f"trials_per_gpu=auto ran one trial at a time on it (now 2){held}")
 
 
 @pytest.mark.parametrize(("packing", "host"), [
