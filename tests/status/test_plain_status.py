@@ -170,3 +170,45 @@ def test_a_runs_first_start_summarizes_a_plain_study_in_one_batch(
         engine.dispose()
     assert batches == [FINISHED] and summarized == FINISHED
     assert kept is not None and kept.folded == FINISHED
+
+
+def _fold(url: str, now: float = 2e9) -> _plain.PlainStudy:
+    with closing(db.open_sqlite(url)) as connection:
+        study_id, _ = db.study_id_of(connection, STUDY)
+        return _plain.PlainStudy(connection, study_id, STUDY, now=now)
+
+
+def test_a_plain_study_without_trials_is_a_fresh_tally(tmp_path: Path) -> None:
+    """Nothing to fold: the tally is a fresh one of the study's name (no trial looked at, so a
+    trial made after the read is above its watermark, among the trials since)."""
+    url = f"sqlite:///{tmp_path / 'p.db'}"
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    study = optuna.create_study(study_name=STUDY, storage=url)
+    plain = _fold(url)
+    assert plain.tally == _tally.Tally(study_name=STUDY)
+    study.add_trial(create_trial(state=TrialState.COMPLETE, value=1.0))  # trial_id 1
+    with closing(db.open_sqlite(url)) as connection:
+        since = _tally.trials_since(connection, 1, plain.tally.watermark, plain.tally.holes, False)
+    assert [t.trial_id for t in since] == [1]
+
+
+@pytest.mark.parametrize("steps", [{0: 0.5}, {3: 0.5}, {0: 0.1, 2: 0.2}])
+def test_the_largest_step_of_a_complete_trial_is_its_last_one(
+        tmp_path: Path, steps: dict[int, float]) -> None:
+    """COMPLETE adds its largest step, as Tally.add: 0 where a trial reported step 0 only, and a
+    lone COMPLETE trial's own step."""
+    url = f"sqlite:///{tmp_path / 'p.db'}"
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    study = optuna.create_study(study_name=STUDY, storage=url)
+    study.add_trial(create_trial(state=TrialState.COMPLETE, value=1.0, intermediate_values=steps))
+    study.add_trial(create_trial(state=TrialState.PRUNED, intermediate_values={9: 0.5}))
+    assert _fold(url).tally.max_complete_step == max(steps)
+
+
+def test_the_durations_of_a_state_no_trial_finished_in_are_none(tmp_path: Path) -> None:
+    """``ordered`` as _tally.ordered_window: a window of a state without durations is empty."""
+    url = f"sqlite:///{tmp_path / 'p.db'}"
+    _plain_study(url, odd_dates=False)
+    plain = _fold(url)
+    assert plain.ordered("duration", 0, 3, state="WAITING") == []
+    assert plain.ordered("duration", 0, 3, state="COMPLETE") == plain.durations["COMPLETE"][:3]
