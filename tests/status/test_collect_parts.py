@@ -14,16 +14,17 @@ from typing import Any
 
 import optuna
 import pytest
+import sqlalchemy
 from optuna.distributions import FloatDistribution
 from optuna.trial import TrialState, create_trial
 
 import hpo_orchestrator.db as db
 from hpo_orchestrator import keys
-from hpo_orchestrator.db import SummaryFlags, TrialRow
+from hpo_orchestrator.db import SummaryFlags, TrialRow, connect, tables
 from hpo_orchestrator.status import _collect
 from hpo_orchestrator.status._findings import IDLE_BUSY_BELOW
 from hpo_orchestrator.status._model import DeviceUse, StateStats, StatusReport
-from hpo_orchestrator.tally import SinceTrial, Tally
+from hpo_orchestrator.tally import SinceTrial, Tally, advance_tally
 
 
 def _report(**changes: object) -> StatusReport:
@@ -135,17 +136,18 @@ def test_a_heartbeat_is_stale_past_the_grace_period(monkeypatch: pytest.MonkeyPa
 def test_the_running_ones_by_number_and_those_only_queued(monkeypatch: pytest.MonkeyPatch) -> None:
     """Only RUNNING trials, by number; one with no slot yet (asked ahead) is queued unless its
     heartbeat is stale; one no orchestrator asked is ``outside``, never queued; a database
-    clock unknown leaves every age unknown."""
+    clock unknown leaves every age unknown. Outside: none of an orchestrator's attrs and no
+    heartbeat (one that beats is a run's, queued here as it has no slot)."""
     trials = [_uncovered(5, **{keys.SLOT: 1}), _uncovered(3), _uncovered(4, state="COMPLETE"),
-              _uncovered(2), db.UncoveredTrial(6, _row(6), {}), _uncovered(1, **{keys.SLOT: None})]
-    running, queued = _running(monkeypatch, {5: 1.0, 3: 100.0, 2: 1.0, 1: 1.0}, trials,
-                               {"storage": {}})
-    assert queued == [1, 2]
+              _uncovered(2), db.UncoveredTrial(6, _row(6), {}), _uncovered(1, **{keys.SLOT: None}),
+              db.UncoveredTrial(7, _row(7), {})]
+    beats = {5: 1.0, 3: 100.0, 2: 1.0, 1: 1.0, 7: 1.0}
+    running, queued = _running(monkeypatch, beats, trials, {"storage": {}})
+    assert queued == [1, 2, 7]
     assert [(r["number"], r["device"], r["stale"], r["outside"]) for r in running] == [
         (3, "gpu0", True, False), (5, "gpu0", False, False), (6, "outside", False, True)]
-    running, queued = _running(monkeypatch, {5: 1.0, 3: 100.0, 2: 1.0, 1: 1.0}, trials,
-                               {"storage": {}}, db_now=None)
-    assert queued == [1, 2, 3] and [r["heartbeat_age_s"] for r in running] == [None, None]
+    running, queued = _running(monkeypatch, beats, trials, {"storage": {}}, db_now=None)
+    assert queued == [1, 2, 3, 7] and [r["heartbeat_age_s"] for r in running] == [None, None]
 
 
 def test_without_a_config_no_trial_is_taken_for_queued(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -253,7 +255,7 @@ def test_each_states_count_mean_median_and_longest_the_usual_states_first() -> N
 
 @pytest.mark.parametrize(("folded", "pairs", "expected"), [
     (0, [], None), (0, [(1.0, 5.0), (3.0, 9.0)], (2, 2.0, 7.0)),
-    (2, [(3.0, 9.0)], (3, 2.0, 6.0)), (1, [], (1, 1.5, 5.5))])
+    (2, [(3.0, 9.0)], (3, 2.0, 6.0)), (1, [], (1, 1.5, 5.5)), (1, [(3.0, 9.0)], (2, 2.25, 7.25))])
 def test_the_startup_medians_of_the_trials_with_both_times(
         folded: int, pairs: list[tuple[float, float]], expected: tuple[int, float, float] | None) -> None:
     """(trials, median start-up, median first decision) of the folded trials' pairs and the
@@ -320,8 +322,9 @@ def test_devices_of_several_hosts_and_of_a_host_no_trial_ran_on() -> None:
     uses = _collect._device_use(tally, {"h2": [{"index": 0}]})
     assert [(u.device, u.busy_fraction, u.trials) for u in uses] == [
         ("h0:cpu", 1.0, 1), ("h1:gpu0", 1.0, 1), ("h2:gpu0", None, 0)]
-    assert [(u.device, u.active_s) for u in _collect._device_use(Tally(), {"h1": [{"index": 1}], "h2": []})] \
-        == [("h1:gpu1", None)]
+    listed = {"h1": [{"index": 1}, {"index": 0}], "h0": []}
+    assert [(u.device, u.active_s) for u in _collect._device_use(Tally(), listed)] == [
+        ("h1:gpu0", None), ("h1:gpu1", None)]
 
 
 def test_a_device_of_a_trial_that_started_and_ended_at_once_has_no_share() -> None:
@@ -432,3 +435,51 @@ def test_the_active_time_of_a_study_on_several_hosts_is_not_one_union() -> None:
                        _row(1, "COMPLETE", host="h2", start=30.0, end=45.0)])
     report = _assembled(tally, {"COMPLETE": 2}, {}, {}, _collect.Failures([], 0, {}))
     assert (report.wall_s, report.active_s, report.prune_rate) == (35.0, None, 0.0)
+
+
+def test_a_host_active_under_a_second_still_gives_its_devices_shares() -> None:
+    """Any active time divides (a trial of half a second, a last start half a second in), and
+    any measured time gives a mean utilization."""
+    tally = _tally_of([_row(0, "COMPLETE", gpu=0, start=0.0, end=0.5, gpu_util_mean=40.0,
+                            gpu_util_compute_mean=60.0),
+                       _row(1, "COMPLETE", gpu=1, start=0.25, end=0.5)])
+    gpu0, gpu1 = _collect._device_use(tally, {})
+    assert (gpu0.active_s, gpu0.active_queued_s) == (0.5, 0.25)
+    assert (gpu0.busy_fraction, gpu0.busy_fraction_queued) == (1.0, 1.0)
+    assert (gpu1.busy_fraction, gpu1.busy_fraction_queued) == (0.5, 0.0)
+    assert (gpu0.util_mean, gpu0.util_compute_mean, gpu1.util_mean) == (40.0, 60.0, None)
+
+
+def test_a_study_without_direction_rows_reads_as_optunas_default(tmp_path: Path) -> None:
+    """A study whose direction rows are gone (a database edited by hand) reads as minimized,
+    Optuna's default direction."""
+    url = _two_studies(tmp_path)
+    engine = sqlalchemy.create_engine(url)
+    with engine.begin() as connection:
+        connection.execute(sqlalchemy.text("DELETE FROM study_directions"))
+    engine.dispose()
+    with closing(db.open_sqlite(url)) as connection:
+        report = _collect.collect_status_sqlite(connection, "b")
+    assert (report.direction, report.directions) == ("minimize", ["minimize"])
+    assert report.best is not None and report.best["value"] == 1.0
+
+
+def test_a_kept_tally_of_one_trial_gives_its_failure(tmp_path: Path) -> None:
+    """The failures of the trials a kept tally folded are read from their summary rows: a
+    tally of a single failed trial names it as the latest failed, with its reason."""
+    url = f"sqlite:///{tmp_path / 'one.db'}"
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    study = optuna.create_study(study_name="one", storage=url)
+    study.add_trial(create_trial(state=TrialState.FAIL, user_attrs={
+        keys.HOST: "h1", keys.PID: 1, keys.FAIL_REASON: "oom", keys.ERROR: "CUDA out of memory"}))
+    engine = connect.create_engine(url, read_only=False)
+    tables.ensure_tables(engine)
+    with engine.begin() as connection:
+        advance_tally(connection, 1, "one", rebuild=True)
+    with engine.connect() as connection:
+        kept = _collect._kept_tally(connection, 1, "one")
+    engine.dispose()
+    assert kept is not None and kept.folded == 1
+    with closing(db.open_sqlite(url)) as connection:
+        report = _collect.collect_status_sqlite(connection, "one")
+    assert (report.fail_reasons, report.last_failed) == ({"oom": 1}, 0)
