@@ -172,51 +172,52 @@ def test_a_runs_first_start_summarizes_a_plain_study_in_one_batch(
     assert kept is not None and kept.folded == FINISHED
 
 
-def _few_trials(url: str, *trials: tuple[TrialState, dict[int, float]]) -> None:
-    """A plain study of ``trials`` (state, intermediate values), each ended a second after it
-    started; none: a study without a trial."""
+def _fold(url: str, now: float = 2e9) -> _plain.PlainStudy:
+    with closing(db.open_sqlite(url)) as connection:
+        study_id, _ = db.study_id_of(connection, STUDY)
+        return _plain.PlainStudy(connection, study_id, STUDY, now=now)
+
+
+def test_a_plain_study_without_trials_is_a_fresh_tally(tmp_path: Path) -> None:
+    """Nothing to fold: the tally is a fresh one of the study's name (no trial looked at, so a
+    trial made after the read is above its watermark, among the trials since)."""
+    url = f"sqlite:///{tmp_path / 'p.db'}"
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
     study = optuna.create_study(study_name=STUDY, storage=url)
-    for state, steps in trials:
-        study.add_trial(create_trial(
-            state=state, value=0.5 if state == TrialState.COMPLETE else None, params={"x": 0.5},
-            distributions={"x": FloatDistribution(0, 1)}, intermediate_values=steps))
-    engine = sqlalchemy.create_engine(url)
-    with engine.begin() as connection:
-        connection.execute(sqlalchemy.text(
-            "UPDATE trials SET datetime_start = :a, datetime_complete = :b"),
-            {"a": T0, "b": T0 + timedelta(seconds=1)})
-    engine.dispose()
+    plain = _fold(url)
+    assert plain.tally == _tally.Tally(study_name=STUDY)
+    study.add_trial(create_trial(state=TrialState.COMPLETE, value=1.0))  # trial_id 1
+    with closing(db.open_sqlite(url)) as connection:
+        since = _tally.trials_since(connection, 1, plain.tally.watermark, plain.tally.holes, False)
+    assert [t.trial_id for t in since] == [1]
 
 
-def _plain_fold(url: str) -> _plain.PlainStudy:
-    connection = db.open_sqlite(url)
-    assert connection is not None
-    with closing(connection):
-        return _plain.PlainStudy(connection, 1, STUDY, now=2e9)
+@pytest.mark.parametrize("steps", [{0: 0.5}, {3: 0.5}, {0: 0.1, 2: 0.2}])
+def test_the_largest_step_of_a_complete_trial_is_its_last_one(
+        tmp_path: Path, steps: dict[int, float]) -> None:
+    """COMPLETE adds its largest step, as Tally.add: 0 where a trial reported step 0 only, and a
+    lone COMPLETE trial's own step."""
+    url = f"sqlite:///{tmp_path / 'p.db'}"
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    study = optuna.create_study(study_name=STUDY, storage=url)
+    study.add_trial(create_trial(state=TrialState.COMPLETE, value=1.0, intermediate_values=steps))
+    study.add_trial(create_trial(state=TrialState.PRUNED, intermediate_values={9: 0.5}))
+    assert _fold(url).tally.max_complete_step == max(steps)
 
 
-def test_the_last_step_of_complete_trials_is_their_largest_even_alone_or_zero(tmp_path: Path) -> None:
-    """As Tally.add: the largest step a COMPLETE trial reported (step 0 counts as one), also
-    where one trial alone reported; None where none reported a step."""
-    url = f"sqlite:///{tmp_path / 'a.db'}"
-    _few_trials(url, (TrialState.COMPLETE, {0: 0.3}), (TrialState.PRUNED, {4: 0.3}))
-    assert _plain_fold(url).tally.max_complete_step == 0
-    url = f"sqlite:///{tmp_path / 'b.db'}"
-    _few_trials(url, (TrialState.COMPLETE, {0: 0.3, 2: 0.2}), (TrialState.COMPLETE, {}))
-    assert _plain_fold(url).tally.max_complete_step == 2
-    url = f"sqlite:///{tmp_path / 'c.db'}"
-    _few_trials(url, (TrialState.COMPLETE, {}))
-    assert _plain_fold(url).tally.max_complete_step is None
+def test_the_durations_of_a_state_no_trial_finished_in_are_none(tmp_path: Path) -> None:
+    """``ordered`` as _tally.ordered_window: a window of a state without durations is empty."""
+    url = f"sqlite:///{tmp_path / 'p.db'}"
+    _plain_study(url, odd_dates=False)
+    plain = _fold(url)
+    assert plain.ordered("duration", 0, 3, state="WAITING") == []
+    assert plain.ordered("duration", 0, 3, state="COMPLETE") == plain.durations["COMPLETE"][:3]
 
 
-def test_a_plain_study_without_trials_folds_nothing(tmp_path: Path) -> None:
-    """The tally is the study's, as a fresh one: nothing looked at (watermark 0), no window, no
-    hole; the durations of a state without trials are none."""
-    url = f"sqlite:///{tmp_path / 'e.db'}"
-    _few_trials(url)
-    plain = _plain_fold(url)
-    fresh = _tally.Tally(study_name=STUDY)
-    assert (plain.tally.study_name, plain.tally.watermark, plain.tally.window, plain.tally.holes,
-            plain.tally.folded) == (fresh.study_name, 0, None, [], 0)
-    assert plain.ordered("duration", 0, 10, "COMPLETE") == []
-    assert plain.ordered("duration", 0, 10) == []
+def test_no_step_of_a_complete_trial_leaves_the_largest_step_none(tmp_path: Path) -> None:
+    """As Tally.add: only a COMPLETE trial that reported a step sets it."""
+    url = f"sqlite:///{tmp_path / 'p.db'}"
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    study = optuna.create_study(study_name=STUDY, storage=url)
+    study.add_trial(create_trial(state=TrialState.COMPLETE, value=1.0))
+    assert _fold(url).tally.max_complete_step is None
