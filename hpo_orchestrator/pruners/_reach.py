@@ -8,10 +8,10 @@ curves (workload a) and ended worse (docs/quality/runs.md). This rule stops only
 that the study's own curves say cannot matter.
 
 The rule. Patience and Hyperband act as under ``veto``, unchanged. Besides, at Hyperband's
-rungs (steps ``min_resource`` x ``reduction_factor`` ** k), a trial is stopped at a report at
-step ``s`` where, even if it gained from ``s`` to its end as much as the complete trial that
-gained most from its own report at ``s`` to its value, it would still end worse than the
-study's best value by more than ``min_delta``. Gains are read from at least
+rungs (a trial's first report at or past step ``min_resource`` x ``reduction_factor`` ** k),
+a trial is stopped at a report at step ``s`` where, even if it gained from ``s`` to its end
+as much as the complete trial that gained most from its own report at ``s`` to its value, it
+would still end worse than the study's best value by more than ``min_delta``. Gains are read from at least
 :data:`MIN_COMPLETE` complete trials that reported step ``s``; with fewer, or none so far at
 that step, nothing is stopped by it. Taking the largest gain any of them made keeps the rule
 optimistic for the trial: curves of another shape (a small learning rate, say) that gained
@@ -71,7 +71,7 @@ class OutOfReachPruner(optuna.pruners.BasePruner):
         if self.patient.prune(study, trial):
             return True
         step = trial.last_step
-        if step is None or not self.at_rung(step):
+        if step is None or not self.crosses_rung(step, trial.intermediate_values):
             return False
         sign = -1.0 if study.direction == StudyDirection.MAXIMIZE else 1.0
         if math.isnan(trial.intermediate_values[step]):
@@ -90,9 +90,12 @@ class OutOfReachPruner(optuna.pruners.BasePruner):
                 gains.append(sign * at - sign * t.value)
         return step < end and out_of_reach(value, gains, best, self.min_delta)
 
-    def at_rung(self, step: int) -> bool:
-        """Whether ``step`` is one of Hyperband's rungs: min_resource x reduction_factor ** k."""
+    def crosses_rung(self, step: int, reported: dict[int, float]) -> bool:
+        """Whether the report at ``step`` is a trial's first at or past one of Hyperband's
+        rungs (min_resource x reduction_factor ** k), as Hyperband judges a rung: an
+        objective that reports every other step is judged at 4 for the rung at 3."""
+        before = max((s for s in reported if s < step), default=-1)
         rung = self.min_resource
-        while rung < step:
+        while rung <= before:
             rung *= self.reduction_factor
-        return rung == step
+        return rung <= step

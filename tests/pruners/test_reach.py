@@ -96,6 +96,28 @@ def test_judged_only_at_hyperbands_rungs_and_never_at_the_last_step() -> None:
     assert _run(judged, [0.56 + 0.3 / s for s in nine], ask_last=True) == 6
 
 
+def test_an_objective_reporting_every_other_step_is_judged_past_each_rung() -> None:
+    """Reports at 2, 4, .., 10: the rung at 3 is judged at 4 (its first report past it), as
+    Hyperband does; the rung at 9 would be at 10, the last step, where nothing is judged."""
+    study = _study(_reach())
+
+    def every_other(level: float) -> int | None:
+        trial = study.ask()
+        for step in range(2, STEPS + 1, 2):
+            trial.report(level + 0.3 / step, step)
+            if trial.should_prune():
+                study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+                return step
+        study.tell(trial, level + 0.3 / STEPS)
+        return None
+
+    for i in range(MIN_COMPLETE):
+        assert every_other(0.5 + 0.01 * i) is None
+    assert every_other(5.0) == 4
+    assert every_other(0.52) == 4  # 0.595 at 4, 0.045 on from there: 0.55, short of 0.53
+    assert every_other(0.49) is None  # 0.565 at 4: 0.52 within reach
+
+
 def test_min_delta_is_the_margin_a_trial_must_miss_the_best_by() -> None:
     study = _study(_reach(min_delta=0.3))
     _peers(study)
