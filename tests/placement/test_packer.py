@@ -202,7 +202,7 @@ def test_a_raise_waits_for_the_cores_the_running_trials_hold() -> None:
     assert made.change is not None and (made.change.old, made.change.new) == (1, 2)
     assert (made.state.limit, made.state.since, made.waiting) == (2, 7.0, None)
     fixed = step(POLICY, _state(), None, _obs(), HOST, None, now=5.0)
-    assert fixed.change is not None and fixed.state.limit == 2
+    assert fixed.change is not None and (fixed.state.limit, fixed.state.since) == (2, 5.0)
     oom = step(POLICY, held.state, held.waiting, _obs(ooms=1), HOST, room(8), now=7.0)
     assert oom.change is None and oom.waiting is None and oom.state.limit == 1
     assert "ran out of GPU memory" in (oom.state.held or "")
