@@ -125,13 +125,21 @@ def test_min_delta_is_the_margin_a_trial_must_miss_the_best_by() -> None:
     assert _run(study, _falling(0.85)) == 3  # 0.88: by 0.35
 
 
-def test_a_maximized_study_mirrors_it() -> None:
+@pytest.mark.parametrize("min_delta", [0.0, 0.3])
+def test_a_maximized_study_mirrors_it(min_delta: float) -> None:
     patient = optuna.pruners.PatientPruner(optuna.pruners.ThresholdPruner(lower=-100.0), 3)
-    study = _study(OutOfReachPruner(patient, 3), "maximize")
+    study = _study(OutOfReachPruner(patient, 3, min_delta), "maximize")
     for i in range(MIN_COMPLETE):
         assert _run(study, [-v for v in _falling(0.5 + 0.01 * i)]) is None
-    assert _run(study, [-v for v in _falling(0.75)]) == 3
+    # -0.78 at best misses -0.53 by 0.25: out of reach, but within a min_delta of 0.3
+    assert _run(study, [-v for v in _falling(0.75)]) == (3 if min_delta == 0.0 else None)
     assert _run(study, [-v for v in _falling(0.5)]) is None
+
+
+def test_a_min_resource_of_one_judges_a_trials_first_report() -> None:
+    study = _study(_reach(min_resource=1))
+    _peers(study)
+    assert _run(study, _falling(5.0)) == 1
 
 
 @pytest.mark.filterwarnings("ignore:All-NaN slice")  # Optuna's PatientPruner on NaN reports
@@ -165,10 +173,13 @@ def test_the_config_builds_it_over_optunas_patient_hyperband(min_resource: objec
     assert isinstance(pruner.patient, optuna.pruners.PatientPruner)
     assert pruner.min_delta == config.min_delta
     assert pruner.reduction_factor == config.reduction_factor
-    with pytest.raises(ValueError, match="min_resource >= 1"):
-        OutOfReachPruner(pruner.patient, 0)
-    with pytest.raises(ValueError, match="reduction_factor >= 2"):
-        OutOfReachPruner(pruner.patient, 3, reduction_factor=1)
+    # built directly: Hyperband's reduction factor by default, and 1 is a min_resource
+    assert OutOfReachPruner(pruner.patient, 1).reduction_factor == 3
+    refused = "^min_resource >= 1, min_delta >= 0 and reduction_factor >= 2$"
+    for bad in ({"min_resource": 0}, {"min_resource": 3, "min_delta": -0.1},
+                {"min_resource": 3, "reduction_factor": 1}):
+        with pytest.raises(ValueError, match=refused):
+            OutOfReachPruner(pruner.patient, **bad)  # type: ignore[arg-type]
 
 
 def test_a_trial_is_judged_at_its_best_report_so_far() -> None:
