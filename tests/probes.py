@@ -41,7 +41,11 @@ def helper_setup() -> None:
 
 
 def uses_helper(trial: Any) -> float:
-    """test.helper: [the setup's helper pid, whether it still runs], as each trial finds it."""
+    """test.helper: [the setup's helper pid, whether it still runs], as each trial finds it.
+    Each trial lasts a few clock ticks: the sweep after a trial tells its processes from
+    older ones by their start times, which Linux keeps in ticks (10 ms), so a helper started
+    by a setup inside a trial of a few milliseconds could read as started in the next."""
     alive = _helper is not None and _helper.poll() is None
     trial.set_user_attr("test.helper", [_helper.pid if _helper else None, alive])
+    time.sleep(0.05)
     return float(trial.suggest_float("x", 0.0, 1.0))
