@@ -591,12 +591,11 @@ def main() -> int:
         return 2
     block = len(cores) // args.concurrent
     blocks = [cores[i * block:(i + 1) * block] for i in range(args.concurrent)]
-    if not args.reference:
-        # each half a contender runs on: an odd count of cores or GPUs splits them unevenly
-        refused = next(filter(None, (
-            setup_refusal(store.targets()[args.workload], len(each.gpus), len(each.cores))
-            for each in (half(which, gpus, blocks[0]) for which in
-                         (("first", "second") if args.pair else ("all",))))), "")
+    # each half a contender runs on: an odd count of cores or GPUs splits them unevenly
+    entry = {} if args.reference else store.targets()[args.workload]
+    for which in ("first", "second") if args.pair else ("all",):
+        each = half(which, gpus, blocks[0])
+        refused = setup_refusal(entry, len(each.gpus), len(each.cores))
         if refused:
             print(f"error: {refused}\nhint: run --reference on the comparison's set-up (the "
                   "same --cpus and --concurrent share per run, the same GPUs), into a folder "
