@@ -485,6 +485,30 @@ def parse_seeds(text: str) -> list[int]:
     return seeds
 
 
+def targets_from(store: tables.Store, folder: Path, workload: str, contender: str,
+                 seeds: list[int]) -> int:
+    """Targets for ``workload`` from the runs of ``contender`` and ``seeds`` kept in ``folder``
+    (a comparison's or a reference's), written to ``store``'s targets.json with a note saying
+    where they came from: a reference that costs no machine time where such runs exist."""
+    runs = [r for r in tables.Store(folder).runs if r["workload"] == workload
+            and r["contender"] == contender and r["seed"] in seeds]
+    budgets = {r["budget_s"] for r in runs}
+    if len(runs) < goals.MIN_REFERENCE_SEEDS or len(runs) != len({r["seed"] for r in runs}) \
+            or len(budgets) != 1:
+        print(f"error: {folder} holds {len(runs)} run(s) of {contender} on workload {workload} "
+              f"with seeds {sorted({r['seed'] for r in runs})} and budgets {sorted(budgets)}\n"
+              f"hint: name one contender and at least {goals.MIN_REFERENCE_SEEDS} seeds it ran "
+              "once each, at one budget", file=sys.stderr)
+        return 2
+    entry = tables.targets_of(runs)
+    groups = ", ".join(sorted({r["group"] for r in runs}))
+    entry["note"] = (f"from {folder}'s runs of {contender}, seeds {entry['seed_list']}, group "
+                     f"{groups} ({entry['budget_s']:g}-s runs): the best value at 10, 50 and 100 % "
+                     "of the budget, median over the seeds")
+    print(json.dumps(store.write_targets(workload, entry), indent=1))
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -517,6 +541,10 @@ def main() -> int:
     parser.add_argument("--make-trees", action="store_true", help="extract the source trees of "
                         "the contenders that run the package as it was (ours-before51) into "
                         ".bench-trees/ from git, and exit")
+    parser.add_argument("--targets-from", type=Path, metavar="FOLDER", help="write OUT's targets "
+                        "for --workload from FOLDER's kept runs of --contenders (one) and --seeds "
+                        "instead of a --reference call (runs already made on the comparison's "
+                        "set-up), and exit")
     parser.add_argument("--concurrent", type=int, default=1, help="K: run K seeds (or reference "
                         "runs) at once, each on its own block of cores/K (needs --no-gpu or K=1)")
     args = parser.parse_args()
@@ -530,6 +558,9 @@ def main() -> int:
     if args.report_only:
         store.write_report()
         return 0
+    if args.targets_from:
+        return targets_from(store, args.targets_from, args.workload, args.contenders,
+                            parse_seeds(args.seeds))
     names = args.pair.split(",") if args.pair else args.contenders.split(",")
     best = store.targets().get(args.workload, {}).get("contender")
     names = [best if n == "best" and best else n for n in names]  # the reference's best baseline

@@ -102,6 +102,34 @@ def speedup_cell(c: PairedComparison) -> str:
             f"{c.both_censored}; p {p_text(c.sign_p)} / {p_text(c.signed_rank_p)}")
 
 
+def targets_of(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Targets from the runs of one workload that set them: per contender, the median over its
+    seeds of the best value at 10/50/100 % of the budget; the best contender (lowest at 100 %)
+    gives the targets. ``setup``: the GPUs and cores each of its runs had, which a comparison
+    judged by these targets must give each contender."""
+    per: dict[str, list[dict[str, float]]] = defaultdict(list)
+    seeds: dict[str, list[int]] = defaultdict(list)
+    setups: dict[str, set[tuple[int, int]]] = defaultdict(set)
+    unrecorded = set()  # contenders with a run kept without its GPUs and cores
+    budget = 0.0
+    for r in runs:
+        per[r["contender"]].append(targets_from_curve(r["curve"], r["budget_s"]))
+        seeds[r["contender"]].append(r["seed"])
+        if "cores" in r:
+            setups[r["contender"]].add((len(r["gpus"]), len(r["cores"])))
+        else:
+            unrecorded.add(r["contender"])
+        budget = r["budget_s"]
+    medians = {name: {k: float(np.median([t[k] for t in ts])) for k in ts[0]}
+               for name, ts in per.items()}
+    best = min(medians, key=lambda n: medians[n]["100%"])
+    entry = {"contender": best, "budget_s": budget, "targets": medians[best],
+             "seeds": len(per[best]), "seed_list": sorted(seeds[best]), "all": medians}
+    if best not in unrecorded:
+        entry["setup"] = [{"gpus": g, "cores": c} for g, c in sorted(setups[best])]
+    return entry
+
+
 class Store:
     """One results folder. Reads ``results.json``, or where there is none a kept copy,
     ``kept`` (docs/quality-data/: results.json.gz, or another run's file beside it): such a
@@ -128,31 +156,13 @@ class Store:
         return json.loads(path.read_text()) if path.exists() else {}
 
     def update_targets(self, workload: str) -> dict[str, Any]:
-        """Targets of ``workload`` from every reference run in the folder: per baseline, the
-        median over its reference seeds of the best value at 10/50/100 % of the budget; the
-        best baseline (lowest at 100 %) gives the targets. ``setup``: the GPUs and cores each
-        of its runs had, which a comparison judged by these targets must give each contender."""
-        per: dict[str, list[dict[str, float]]] = defaultdict(list)
-        seeds: dict[str, list[int]] = defaultdict(list)
-        setups: dict[str, set[tuple[int, int]]] = defaultdict(set)
-        unrecorded = set()  # contenders with a run kept without its GPUs and cores
-        budget = 0.0
-        for r in self.runs:
-            if r["workload"] == workload and r["group"] == "reference":
-                per[r["contender"]].append(targets_from_curve(r["curve"], r["budget_s"]))
-                seeds[r["contender"]].append(r["seed"])
-                if "cores" in r:
-                    setups[r["contender"]].add((len(r["gpus"]), len(r["cores"])))
-                else:
-                    unrecorded.add(r["contender"])
-                budget = r["budget_s"]
-        medians = {name: {k: float(np.median([t[k] for t in ts])) for k in ts[0]}
-                   for name, ts in per.items()}
-        best = min(medians, key=lambda n: medians[n]["100%"])
-        entry = {"contender": best, "budget_s": budget, "targets": medians[best],
-                 "seeds": len(per[best]), "seed_list": sorted(seeds[best]), "all": medians}
-        if best not in unrecorded:
-            entry["setup"] = [{"gpus": g, "cores": c} for g, c in sorted(setups[best])]
+        """Targets of ``workload`` from every reference run in the folder (``targets_of``),
+        written to targets.json."""
+        entry = targets_of([r for r in self.runs
+                            if r["workload"] == workload and r["group"] == "reference"])
+        return self.write_targets(workload, entry)
+
+    def write_targets(self, workload: str, entry: dict[str, Any]) -> dict[str, Any]:
         targets = {**self.targets(), workload: entry}
         (self.out / "targets.json").write_text(json.dumps(targets, indent=1))
         return entry

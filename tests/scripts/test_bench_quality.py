@@ -913,3 +913,31 @@ def test_a_pair_on_an_odd_split_is_refused_for_either_half(tmp_path: Path,
                                       "a", "--seeds", "1", "--no-gpu", "--cpus", "0-4",
                                       "--pair", "ours-hyperband,ours"])
     assert bq.main() == 2
+
+
+def test_targets_from_kept_runs_record_their_source_set_up_and_seeds(tmp_path: Path) -> None:
+    """--targets-from takes a baseline's runs of a kept comparison as the reference: its
+    targets, set-up and seeds as --reference would write them, a note naming the source, and
+    fewer than 3 seeds (or a seed twice, or two budgets) refused, nothing written."""
+    from scripts.benchmarking.tables import Store
+
+    bq = _script()
+    kept = Store(tmp_path / "kept")
+    kept.out.mkdir()
+    for seed, value in ((17, 0.5), (18, 0.7), (19, 0.6), (11, 0.1)):
+        kept.add({"workload": "c", "group": "pair:ours+x:start10", "contender": "x", "seed": seed,
+                  "curve": [(2.0, value + 0.1), (6.0, value)], "budget_s": 10.0,
+                  "gpus": [1], "cores": list(range(16))})
+        kept.add({"workload": "c", "group": "pair:ours+x:start10", "contender": "ours",
+                  "seed": seed, "curve": [(1.0, 0.0)], "budget_s": 10.0})
+    out = Store(tmp_path / "new")
+    out.out.mkdir()
+    assert bq.targets_from(out, kept.out, "c", "x", [17, 18]) == 2
+    assert out.targets() == {}
+    assert bq.targets_from(out, kept.out, "c", "x", [17, 18, 19]) == 0
+    entry = out.targets()["c"]
+    assert entry["contender"] == "x" and entry["seed_list"] == [17, 18, 19]
+    assert entry["targets"] == {"10%": math.inf, "50%": 0.7, "100%": 0.6}
+    assert entry["setup"] == [{"gpus": 1, "cores": 16}]
+    assert "kept's runs of x, seeds [17, 18, 19], group pair:ours+x:start10" in entry["note"]
+    assert bq.reference_refusal(entry, [11, 12, 13]) == ""
