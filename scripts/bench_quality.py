@@ -100,7 +100,8 @@ OURS = {"ours": [], "ours-fresh": ["scheduler.worker_mode=fresh"],
         "ours-delay": ["pruner.patience_mode=delay"],
         "ours-delay-p1": ["pruner.patience_mode=delay", "pruner.patience=1"],
         "ours-delay-p2": ["pruner.patience_mode=delay", "pruner.patience=2"],
-        "ours-reach": ["pruner.patience_mode=reach"],
+        "ours-reach": ["pruner.patience_mode=reach"],  # the default since the runs of cpu-r59
+        "ours-veto": ["pruner.patience_mode=veto"],  # the default before them
         # the first trial's start-up alone on its GPU (issue 51.1): against ours, what the
         # start-up overlap (placement/_rules.py) gains or costs
         "ours-overlap": ["scheduler.startup_overlap=true"],

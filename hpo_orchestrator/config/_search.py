@@ -97,12 +97,13 @@ PATIENCE_MODES = ("veto", "delay", "reach")
 
 @dataclass
 class PatientHyperbandPrunerConfig:
-    """Hyperband held back by patience. ``patience_mode=veto`` (the default): Optuna's
+    """Hyperband held back by patience. ``patience_mode=veto``: Optuna's
     PatientPruner(HyperbandPruner), Hyperband asked only after ``patience`` steps without
     improvement. ``delay``: Hyperband judges every rung, and a trial it would stop gets
-    ``patience`` more steps to catch up (pruners/_delayed.py). ``reach``: as ``veto``, and at
-    Hyperband's rungs a trial that cannot reach the study's best value even at the best pace a
-    complete trial kept from its step is stopped (pruners/_reach.py).
+    ``patience`` more steps to catch up (pruners/_delayed.py). ``reach`` (the default, chosen
+    on paired real runs: docs/QUALITY.md, "Defaults"): as ``veto``, and at Hyperband's rungs a
+    trial that cannot reach the study's best value even at the best pace a complete trial kept
+    from its step is stopped (pruners/_reach.py).
 
     The defaults are deliberately less aggressive than patience=2 / min_resource=1, which in a
     real study pruned 86.5 % of trials at steps 1-4 and left GPUs starting trials, not training.
@@ -117,7 +118,7 @@ class PatientHyperbandPrunerConfig:
     # veto: Hyperband is asked only after `patience` steps without improvement (a curve that
     # keeps falling is never judged); delay: its verdict is carried out `patience` steps later;
     # reach: veto, and a trial out of reach of the study's best is stopped
-    patience_mode: str = "veto"
+    patience_mode: str = "reach"
     # Steps before Hyperband's first decision; auto: chosen from measured start-up and step
     # times so that start-up is at most startup_share of that time (re-chosen as trials finish).
     min_resource: Any = 3
