@@ -386,6 +386,29 @@ def test_early_is_at_most_a_quarter_of_the_steps_but_at_least_step_one() -> None
     assert "half of them by step 5 of 20 (2 of 3 in the first 25%)" in found.message
 
 
+def test_early_prunes_under_reach_are_a_note_on_its_verdicts_not_a_warning() -> None:
+    """Under patience_mode=reach (the default) early prunes are out-of-reach verdicts made on
+    the study's own curves: the README's example prunes 75 % at step 3 by design. The finding
+    says so and names the one way to keep such trials, not 'raise patience'; under veto (or a
+    run recorded before patience_mode existed) it stays the warning."""
+    reach = {"name": "patient_hyperband", "patience": 3, "patience_mode": "reach", "min_resource": 3}
+    [found] = _aggressive_pruning(_pruned(steps={3: 26, 9: 4}, complete=10, pruned=30, rate=0.75),
+                                  _facts(config={"pruner": reach}, max_complete_step=19))
+    assert (found.code, found.severity) == ("aggressive_pruning", "info")
+    assert found.message == ("75% of finished trials were pruned, half of them by step 3 of 19 "
+                             "(26 of 30 in the first 25%)")
+    assert found.advice.startswith("most were stopped as out of reach of the best value")
+    assert "'pruner.patience_mode=veto' lets them run" in found.advice
+    assert "raise pruner.patience" not in found.advice
+    assert found.evidence["pruned_early"] == 26
+    for pruner in ({**reach, "patience_mode": "veto"}, {k: v for k, v in reach.items()
+                                                         if k != "patience_mode"},
+                   {"name": "hyperband", "patience_mode": "reach"}):
+        [found] = _aggressive_pruning(_pruned(steps={3: 26, 9: 4}, complete=10, pruned=30, rate=0.75),
+                                      _facts(config={"pruner": pruner}, max_complete_step=19))
+        assert found.severity == "warning" and "raise pruner." in found.advice
+
+
 @pytest.mark.parametrize(("report", "max_step"), [
     (_pruned(rate=0.59), 10),  # under AGGRESSIVE_PRUNE_RATE
     (_pruned(rate=None), 10),
