@@ -307,27 +307,26 @@ def _aggressive_pruning(report: StatusReport, facts: StudyFacts) -> list[Finding
     if median_step > EARLY_STEP_SHARE * full:
         return []
     pruner = facts.config.get("pruner", {})
-    message = (f"{report.prune_rate:.0%} of finished trials were pruned, half of them by step "
-               f"{median_step:g} of {full} ({early} of {pruned} in the first {EARLY_STEP_SHARE:.0%})")
-    evidence = {"prune_rate": round(report.prune_rate, 3), "median_prune_step": median_step,
-                "max_step": full, "pruned_early": early, "pruned": pruned}
-    replay = "'hpo-orchestrator tune-pruner' replays this study's curves to find a setting"
     if pruner.get("name") == "patient_hyperband" and pruner.get("patience_mode") == "reach":
         # Early prunes under reach are mostly its own verdicts (on best-so-far reports, all of
         # them: patience never lets Hyperband act there), each on the study's evidence that the
         # trial could not reach the best value: no sign of a pruner too eager, as on the
         # README's example; the risk left is curves that gain more late than any complete one.
-        return [Finding(
-            "aggressive_pruning", "info", message,
+        severity, why = "info", (
             "most were stopped as out of reach of the best value: even gaining what the "
             "complete trial that gained most from their step gained, they would end worse "
             "(docs/DESIGN.md §3.13); where trials can gain more late than the complete ones "
-            "did (a small learning rate), 'pruner.patience_mode=veto' lets them run; " + replay,
-            evidence)]
+            "did (a small learning rate), 'pruner.patience_mode=veto' lets them run")
+    else:
+        severity, why = "warning", ("most trials are stopped before they show their level, and "
+                                    f"GPU time goes to starting trials: {_gentler(pruner)}")
     return [Finding(
-        "aggressive_pruning", "warning", message,
-        "most trials are stopped before they show their level, and GPU time goes to starting "
-        f"trials: {_gentler(pruner)}; " + replay, evidence)]
+        "aggressive_pruning", severity,
+        f"{report.prune_rate:.0%} of finished trials were pruned, half of them by step "
+        f"{median_step:g} of {full} ({early} of {pruned} in the first {EARLY_STEP_SHARE:.0%})",
+        f"{why}; 'hpo-orchestrator tune-pruner' replays this study's curves to find a setting",
+        {"prune_rate": round(report.prune_rate, 3), "median_prune_step": median_step,
+         "max_step": full, "pruned_early": early, "pruned": pruned})]
 
 
 def _gentler(pruner: dict[str, Any]) -> str:
