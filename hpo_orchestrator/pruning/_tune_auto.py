@@ -210,9 +210,7 @@ class PrunerTuner:
         if now < self._next_check:
             return
         self._next_check = now + CHECK_S
-        with self.engine.connect() as connection:
-            counts = state_counts(connection, self.study._study_id)
-        finished = counts.get("COMPLETE", 0) + counts.get("PRUNED", 0)
+        finished = self._finished()
         if finished < MIN_CURVES or (self.replayed_at >= 0 and finished < self.replayed_at + EVERY):
             return
         curves = load_curves(self.engine, self.study.study_name, last=WINDOW)
@@ -234,16 +232,26 @@ class PrunerTuner:
 
     def close(self) -> None:
         """The run is over: a replay still running is stopped, and the verdict says so (status
-        then tells why the run ended without a switch from it)."""
-        if self._child is None:
-            return
-        self._child.stop()
-        self._child = None
-        replayed = len(self._curves.curves) if self._curves else 0
+        then tells why the run ended without a switch from it). So does a first replay that
+        fell due since the last check (trials pruned early can finish by the dozen a second)."""
         # the run's end must not fail on a note about a replay: a storage in trouble is the
         # run's own error, reported by the loop
         with contextlib.suppress(Exception):
-            self._verdict("stopped", "the run ended before the replay finished", replayed)
+            if self._child is not None:
+                self._child.stop()
+                self._child = None
+                replayed = len(self._curves.curves) if self._curves else 0
+                self._verdict("stopped", "the run ended before the replay finished", replayed)
+            elif self.replayed_at < 0:
+                finished = self._finished()
+                if finished >= MIN_CURVES:
+                    self._verdict("stopped", f"the run ended before the first replay, due at "
+                                  f"{MIN_CURVES} finished trials, started ({finished} finished)", 0)
+
+    def _finished(self) -> int:
+        with self.engine.connect() as connection:
+            counts = state_counts(connection, self.study._study_id)
+        return counts.get("COMPLETE", 0) + counts.get("PRUNED", 0)
 
     def _conclude(self, answer: tuple[str, Any]) -> None:
         kind, payload = answer
@@ -272,7 +280,8 @@ class PrunerTuner:
     def _verdict(self, decision: str, reason: str, replayed: int) -> None:
         self.study.set_user_attr(keys.PRUNER_TUNING, {
             "time": _now(), "decision": decision, "reason": reason, "replayed_trials": replayed,
-            "setting": _params(self.live), "next_at_finished": self.replayed_at + EVERY})
+            "setting": _params(self.live),
+            "next_at_finished": self.replayed_at + EVERY if self.replayed_at >= 0 else MIN_CURVES})
 
 
 def _now() -> str:

@@ -149,11 +149,26 @@ def test_no_replay_below_the_threshold_and_status_says_so(tmp_path: Path) -> Non
         con.execute("UPDATE trials SET state = 'FAIL' WHERE number >= ?", (MIN_CURVES - 1,))
     tuner = _tuner(study, db)
     tuner.tick()
+    tuner.close()  # nothing was due: the run's end adds no verdict
     assert _attr(db, keys.PRUNER_TUNING) is None and _attr(db, keys.PRUNER_HISTORY) is None
     status = run_cli(tmp_path, "status")
     # status does not import the pruning package: its own copy of the threshold must agree
     shown = " ".join(status.stdout.split())
     assert f"no replay yet: the first comes at {MIN_CURVES} finished trials" in shown
+
+
+def test_a_first_replay_due_when_the_run_ends_is_recorded_as_stopped(tmp_path: Path) -> None:
+    """Trials pruned at their first steps can finish by the dozen between two checks: a run
+    that ends past the threshold without a replay says so, rather than "no replay yet"."""
+    db = tmp_path / "hpo.db"
+    study = _study(db, late_best=False)
+    tuner = _tuner(study, db)
+    tuner.close()  # no tick since the run began
+    verdict = _attr(db, keys.PRUNER_TUNING)
+    assert verdict["decision"] == "stopped" and verdict["next_at_finished"] == MIN_CURVES
+    assert f"before the first replay, due at {MIN_CURVES} finished trials" in verdict["reason"]
+    assert f"({N_TRIALS} finished)" in verdict["reason"]
+    assert "latest check" in run_cli(tmp_path, "status").stdout
 
 
 def test_finished_trials_without_curves_wait_with_a_reason(tmp_path: Path) -> None:
@@ -225,12 +240,12 @@ def test_run_with_tune_auto_records_its_replay(tmp_path: Path) -> None:
     trials and a verdict (a switch in hpo.pruner_history, or why none in hpo.pruner_tuning)."""
     result = run_cli(tmp_path, "run", "objective=custom",
                      "objective.target=tests.objectives:rising",
-                     "scheduler.parallel=2", "study.n_trials=60", "scheduler.gpus=none",
+                     "scheduler.parallel=2", "study.n_trials=120", "scheduler.gpus=none",
                      "pruner.tune=auto", "pruner.min_resource=1", env={"HPO_TEST_STEP_S": "0.05"})
     assert result.code == 0, result.stderr
     with sqlite3.connect(result.db) as con:
         states = dict(con.execute("SELECT state, COUNT(*) FROM trials GROUP BY state").fetchall())
-    assert states.get("COMPLETE", 0) + states.get("PRUNED", 0) == 60
+    assert states.get("COMPLETE", 0) + states.get("PRUNED", 0) == 120
     verdict = _attr(result.db, keys.PRUNER_TUNING)
     history = _attr(result.db, keys.PRUNER_HISTORY) or []
     assert verdict is not None and verdict["reason"]
