@@ -188,6 +188,7 @@ class PrunerTuner:
         self.inline = inline
         self.replayed_at = -1  # the finished count the last replay started from
         self._next_check = 0.0
+        self._last_finished: int | None = None  # the finished count at this run's last check
         self._child: _Child | None = None
         self._curves: StudyCurves | None = None
 
@@ -210,7 +211,7 @@ class PrunerTuner:
         if now < self._next_check:
             return
         self._next_check = now + CHECK_S
-        finished = self._finished()
+        finished = self._last_finished = self._finished()
         if finished < MIN_CURVES or (self.replayed_at >= 0 and finished < self.replayed_at + EVERY):
             return
         curves = load_curves(self.engine, self.study.study_name, last=WINDOW)
@@ -230,23 +231,31 @@ class PrunerTuner:
         else:
             self._child = _Child(curves, grid)
 
-    def close(self) -> None:
-        """The run is over: a replay still running is stopped, and the verdict says so (status
-        then tells why the run ended without a switch from it). So does a first replay that
-        fell due since the last check (trials pruned early can finish by the dozen a second)."""
+    def close(self, record: bool = True) -> None:
+        """The run is over: a replay still running is stopped. With ``record`` (the storage
+        still trusted: not after a storage failure) the verdict says so, and so it does when
+        the first replay fell due after this run's last check (trials pruned at their first
+        steps can finish by the dozen a second), so that status does not say "no replay yet"
+        on a run that had one due."""
+        if self._child is not None:
+            self._child.stop()
+            self._child = None
+            if record:
+                replayed = len(self._curves.curves) if self._curves else 0
+                self._note("stopped", "the run ended before the replay finished", replayed)
+        elif record and self._last_finished is not None and self._last_finished < MIN_CURVES:
+            with contextlib.suppress(Exception):  # see _note
+                finished = self._finished()
+                if finished >= MIN_CURVES:
+                    self._note("stopped", f"the run ended before its first replay could start "
+                               f"(one is tried at {MIN_CURVES} finished trials; "
+                               f"{finished} finished)", 0)
+
+    def _note(self, decision: str, reason: str, replayed: int) -> None:
         # the run's end must not fail on a note about a replay: a storage in trouble is the
         # run's own error, reported by the loop
         with contextlib.suppress(Exception):
-            if self._child is not None:
-                self._child.stop()
-                self._child = None
-                replayed = len(self._curves.curves) if self._curves else 0
-                self._verdict("stopped", "the run ended before the replay finished", replayed)
-            elif self.replayed_at < 0:
-                finished = self._finished()
-                if finished >= MIN_CURVES:
-                    self._verdict("stopped", f"the run ended before the first replay, due at "
-                                  f"{MIN_CURVES} finished trials, started ({finished} finished)", 0)
+            self._verdict(decision, reason, replayed)
 
     def _finished(self) -> int:
         with self.engine.connect() as connection:

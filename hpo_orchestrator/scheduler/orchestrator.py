@@ -209,7 +209,8 @@ class Orchestrator:
         is written: the running trials are left RUNNING for the next run to recover."""
         self._stop_all(storage_failed=failure is not None or local_failure)
         if self.tuner is not None:
-            self.tuner.close()  # a replay still running is of no use any more
+            # a replay still running is of no use any more; its note only where writes are safe
+            self.tuner.close(record=failure is None and not local_failure)
         self.log_cap.close()  # the last trials' logs held to the cap too
         if self.packer is not None and failure is None:
             self.packer.close()

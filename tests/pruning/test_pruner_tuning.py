@@ -157,18 +157,48 @@ def test_no_replay_below_the_threshold_and_status_says_so(tmp_path: Path) -> Non
     assert f"no replay yet: the first comes at {MIN_CURVES} finished trials" in shown
 
 
+def _finish_after_a_check_below_the_threshold(db: Path, tuner: PrunerTuner) -> None:
+    """The tuner checks while MIN_CURVES - 1 trials have finished; the rest then finish before
+    its next check (trials pruned at their first steps finish by the dozen a second)."""
+    with sqlite3.connect(db) as con:
+        late = con.execute("SELECT trial_id, state FROM trials WHERE number >= ?",
+                           (MIN_CURVES - 1,)).fetchall()
+        con.execute("UPDATE trials SET state = 'RUNNING' WHERE number >= ?", (MIN_CURVES - 1,))
+    tuner.tick()
+    assert _attr(db, keys.PRUNER_TUNING) is None
+    with sqlite3.connect(db) as con:
+        con.executemany("UPDATE trials SET state = ? WHERE trial_id = ?",
+                        [(state, trial_id) for trial_id, state in late])
+
+
 def test_a_first_replay_due_when_the_run_ends_is_recorded_as_stopped(tmp_path: Path) -> None:
-    """Trials pruned at their first steps can finish by the dozen between two checks: a run
-    that ends past the threshold without a replay says so, rather than "no replay yet"."""
+    """A run that ends past the threshold without a replay says so, rather than "no replay
+    yet"."""
     db = tmp_path / "hpo.db"
-    study = _study(db, late_best=False)
-    tuner = _tuner(study, db)
-    tuner.close()  # no tick since the run began
+    tuner = _tuner(_study(db, late_best=False), db)
+    _finish_after_a_check_below_the_threshold(db, tuner)
+    tuner.close()
     verdict = _attr(db, keys.PRUNER_TUNING)
     assert verdict["decision"] == "stopped" and verdict["next_at_finished"] == MIN_CURVES
-    assert f"before the first replay, due at {MIN_CURVES} finished trials" in verdict["reason"]
-    assert f"({N_TRIALS} finished)" in verdict["reason"]
+    assert "before its first replay could start" in verdict["reason"]
+    assert f"; {N_TRIALS} finished)" in verdict["reason"]
     assert "latest check" in run_cli(tmp_path, "status").stdout
+
+
+def test_the_run_end_leaves_an_earlier_verdict_and_a_failed_storage_alone(tmp_path: Path) -> None:
+    """A run that never checked (it ended in its first round: a finished study run again)
+    keeps the verdict of the run before; after a storage failure nothing is written."""
+    db = tmp_path / "hpo.db"
+    study = _study(db, late_best=False)
+    earlier = {"decision": "kept", "reason": "an earlier run's replay"}
+    study.set_user_attr(keys.PRUNER_TUNING, earlier)
+    _tuner(study, db).close()
+    assert _attr(db, keys.PRUNER_TUNING) == earlier
+    study.set_user_attr(keys.PRUNER_TUNING, None)
+    tuner = _tuner(study, db)
+    _finish_after_a_check_below_the_threshold(db, tuner)
+    tuner.close(record=False)
+    assert _attr(db, keys.PRUNER_TUNING) is None
 
 
 def test_finished_trials_without_curves_wait_with_a_reason(tmp_path: Path) -> None:
@@ -249,7 +279,8 @@ def test_run_with_tune_auto_records_its_replay(tmp_path: Path) -> None:
     verdict = _attr(result.db, keys.PRUNER_TUNING)
     history = _attr(result.db, keys.PRUNER_HISTORY) or []
     assert verdict is not None and verdict["reason"]
-    assert verdict["decision"] in ("switched", "kept", "stopped")
+    # a replay ran (120 trials take seconds more than the first check past the threshold)
+    assert verdict["decision"] in ("switched", "kept", "stopped") and verdict["replayed_trials"] > 0
     assert all(e["evidence"]["new"]["keeps_best"] and e["evidence"]["old"] for e in history)
     status = run_cli(tmp_path, "status")
     assert "pruner tuning (pruner.tune=auto)" in status.stdout
