@@ -487,19 +487,24 @@ def parse_seeds(text: str) -> list[int]:
 
 
 def targets_from(store: tables.Store, folder: Path, workload: str, contender: str,
-                 seeds: list[int]) -> int:
-    """Targets for ``workload`` from the runs of ``contender`` and ``seeds`` kept in ``folder``
-    (a comparison's or a reference's), written to ``store``'s targets.json with a note saying
-    where they came from: a reference that costs no machine time where such runs exist."""
+                 seeds: list[int], group: str | None = None) -> int:
+    """Targets for ``workload`` from the runs of ``contender`` and ``seeds`` (of ``group``, if
+    given) kept in ``folder`` (a comparison's or a reference's), written to ``store``'s
+    targets.json with a note saying where they came from: a reference that costs no machine
+    time where such runs exist."""
     runs = [r for r in tables.Store(folder).runs if r["workload"] == workload
-            and r["contender"] == contender and r["seed"] in seeds]
+            and r["contender"] == contender and r["seed"] in seeds
+            and (group is None or r["group"] == group)]
     budgets = {r["budget_s"] for r in runs}
     if len(runs) < goals.MIN_REFERENCE_SEEDS or len(runs) != len({r["seed"] for r in runs}) \
             or len(budgets) != 1:
+        groups = sorted({r["group"] for r in runs})
         print(f"error: {folder} holds {len(runs)} run(s) of {contender} on workload {workload} "
-              f"with seeds {sorted({r['seed'] for r in runs})} and budgets {sorted(budgets)}\n"
+              f"with seeds {sorted({r['seed'] for r in runs})}, budgets {sorted(budgets)}, "
+              f"in group(s) {', '.join(groups) or 'none'}\n"
               f"hint: name one contender and at least {goals.MIN_REFERENCE_SEEDS} seeds it ran "
-              "once each, at one budget", file=sys.stderr)
+              "once each, at one budget (--targets-group GROUP keeps one group's runs)",
+              file=sys.stderr)
         return 2
     entry = tables.targets_of(runs)
     groups = ", ".join(sorted({r["group"] for r in runs}))
@@ -546,6 +551,8 @@ def main() -> int:
                         "for --workload from FOLDER's kept runs of --contenders (one) and --seeds "
                         "instead of a --reference call (runs already made on the comparison's "
                         "set-up), and exit")
+    parser.add_argument("--targets-group", metavar="GROUP", help="with --targets-from: only the "
+                        "runs of this table group (where the contender ran the seeds in several)")
     parser.add_argument("--concurrent", type=int, default=1, help="K: run K seeds (or reference "
                         "runs) at once, each on its own block of cores/K (needs --no-gpu or K=1)")
     args = parser.parse_args()
@@ -560,8 +567,13 @@ def main() -> int:
         store.write_report()
         return 0
     if args.targets_from:
+        if args.pair or args.reference or "," in args.contenders:
+            print("error: --targets-from takes the targets of one baseline from kept runs; "
+                  "it runs nothing\nhint: name that baseline with --contenders, without --pair or "
+                  "--reference", file=sys.stderr)
+            return 2
         return targets_from(store, args.targets_from, args.workload, args.contenders,
-                            parse_seeds(args.seeds))
+                            parse_seeds(args.seeds), args.targets_group)
     names = args.pair.split(",") if args.pair else args.contenders.split(",")
     best = store.targets().get(args.workload, {}).get("contender")
     names = [best if n == "best" and best else n for n in names]  # the reference's best baseline

@@ -103,10 +103,11 @@ CANDIDATES: dict[str, PrunerConfig] = {
     "veto": PatientHyperbandPrunerConfig(patience_mode="veto"),
     "optuna-hyperband": HyperbandPrunerConfig(),  # Optuna's HyperbandPruner() as documented
     "hyperband-m3": HyperbandPrunerConfig(min_resource=3),
-    "patient1": PatientHyperbandPrunerConfig(patience=1),
+    # veto variants, as in the screens of docs/quality/pruners.md
+    "patient1": PatientHyperbandPrunerConfig(patience=1, patience_mode="veto"),
     "delay": PatientHyperbandPrunerConfig(patience_mode="delay"),  # patience 3 delays the verdict
     "reach": PatientHyperbandPrunerConfig(patience_mode="reach"),  # veto, out of reach stopped
-    "patient0-m1": PatientHyperbandPrunerConfig(patience=0, min_resource=1),
+    "patient0-m1": PatientHyperbandPrunerConfig(patience=0, min_resource=1, patience_mode="veto"),
     "median": MedianPrunerConfig(),
     "ranked": RankedHalvingPrunerConfig(),
 }

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 __all__ = ["PRUNERS", "SAMPLERS", "HyperbandPrunerConfig", "MedianPrunerConfig", "NoPrunerConfig",
            "PatientHyperbandPrunerConfig", "PrunerConfig", "RandomSamplerConfig",
            "RankedHalvingPrunerConfig", "Replay", "SamplerConfig", "TPESamplerConfig", "Varied",
-           "grid_of"]
+           "as_it_ran", "grid_of"]
 
 
 # --- pruners ------------------------------------------------------------------------------
@@ -93,6 +93,18 @@ def _hyperband(config: Any, min_resource: int | None) -> optuna.pruners.Hyperban
 
 
 PATIENCE_MODES = ("veto", "delay", "reach")
+# Studies recorded before patience_mode existed ran Optuna's PatientPruner: veto
+UNRECORDED_PATIENCE_MODE = "veto"
+
+
+def as_it_ran(pruner: Mapping[str, Any]) -> dict[str, Any]:
+    """A study's recorded pruner config (``hpo.config``'s ``pruner``) with the options added
+    since it ran filled as that run behaved, not with today's defaults (a replay of it, or the
+    command that repeats it, must not switch its pruner silently)."""
+    ran = dict(pruner)
+    if ran.get("name") == "patient_hyperband":
+        ran.setdefault("patience_mode", UNRECORDED_PATIENCE_MODE)
+    return ran
 
 
 @dataclass

@@ -1,6 +1,7 @@
 """``pruner=ranked_halving``: successive halving whose rungs the study's own ranks choose.
 
-Why. PatientPruner(Hyperband), the default, lets Hyperband stop a trial only after
+Why. PatientPruner(Hyperband) (the default before ``patience_mode=reach``; ``veto`` now)
+lets Hyperband stop a trial only after
 ``patience`` steps without improvement; on curves that keep improving (the CNN of
 docs/QUALITY.md, workload c) that hardly ever happens, so it stopped 14 % of the trials where
 Hyperband alone stopped 79 %. Hyperband alone prunes from step 1, and on LightGBM's curves

@@ -17,6 +17,8 @@ from collections.abc import Iterator
 from pathlib import PurePath
 from typing import Any
 
+from hpo_orchestrator.config import as_it_ran
+
 __all__ = ["recommended_command"]
 
 # Set per command, not copied: the name is new, the pruner is the recommendation, the budget
@@ -75,7 +77,7 @@ def _kept_pruner_options(recorded: dict[str, Any], pruner: str,
     """The study's own pruner options that the recommendation does not set (the replay kept
     them: ``PrunerSetting.config``), where the recommended pruner is the one it ran and they
     differ from that pruner's defaults: ``pruner.patience_mode=delay``, say."""
-    ran = recorded.get("pruner") or {}
+    ran = as_it_ran(recorded.get("pruner") or {})
     given = dict(o.split("=", 1) for o in pruner.split())
     if defaults is None or given.get("pruner") != ran.get("name"):
         return []

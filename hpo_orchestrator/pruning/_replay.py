@@ -33,7 +33,7 @@ from typing import Any
 from sqlalchemy.engine import Engine
 
 from hpo_orchestrator import db
-from hpo_orchestrator.config import PRUNERS, PrunerConfig, Replay, Varied, grid_of
+from hpo_orchestrator.config import PRUNERS, PrunerConfig, Replay, Varied, as_it_ran, grid_of
 from hpo_orchestrator.errors import ConfigError
 from hpo_orchestrator.pruning._auto import StepTiming, stored_timings
 from hpo_orchestrator.pruning._factory import build_pruner
@@ -157,7 +157,7 @@ class PrunerSetting:
         nothing (its options are another pruner's)."""
         kind = PRUNERS[self.kind]
         options = {f.name for f in fields(kind)} - {"name"}
-        ran = dict(recorded or {})
+        ran = as_it_ran(recorded or {})
         kept = {k: v for k, v in ran.items() if k in options} if ran.get("name") == self.kind else {}
         if not isinstance(kept.get("max_resource"), int):
             kept.pop("max_resource", None)  # "auto" or an odd value: Hyperband's own "auto"

@@ -36,6 +36,10 @@ FAILING_SHOWN = 3  # most common errors named by failing_trials
 _NUMBER = re.compile(r"\d+(\.\d+)?")
 AGGRESSIVE_PRUNE_RATE = 0.6  # prune rate at or above which early pruning is looked at
 EARLY_STEP_SHARE = 0.25  # "early": pruned at or before this share of the steps a full trial runs
+# The default pruner's patience and min_resource (conf/pruner/patient_hyperband.yaml; status
+# does not load the config package): under reach, from these up early prunes are its verdicts
+DEFAULT_PATIENCE = 3
+DEFAULT_MIN_RESOURCE = 3
 MIN_TRIALS = 3  # fewer trials than this prove nothing about rates and medians
 
 
@@ -307,11 +311,13 @@ def _aggressive_pruning(report: StatusReport, facts: StudyFacts) -> list[Finding
     if median_step > EARLY_STEP_SHARE * full:
         return []
     pruner = facts.config.get("pruner", {})
-    if pruner.get("name") == "patient_hyperband" and pruner.get("patience_mode") == "reach":
-        # Early prunes under reach are mostly its own verdicts (on best-so-far reports, all of
-        # them: patience never lets Hyperband act there), each on the study's evidence that the
-        # trial could not reach the best value: no sign of a pruner too eager, as on the
-        # README's example; the risk left is curves that gain more late than any complete one.
+    if _reach_at_its_patience(pruner):
+        # Early prunes under reach are then mostly its own verdicts (on best-so-far reports,
+        # all of them: patience never lets Hyperband act there), each on the study's evidence
+        # that the trial could not reach the best value: no sign of a pruner too eager, as on
+        # the README's example; the risk left is curves that gain more late than any complete
+        # one. Below that patience or min_resource Hyperband's own early verdicts (the
+        # incident of docs/DESIGN.md §1) are as likely: the warning stays.
         severity, why = "info", (
             "most were stopped as out of reach of the best value: even gaining what the "
             "complete trial that gained most from their step gained, they would end worse "
@@ -329,6 +335,18 @@ def _aggressive_pruning(report: StatusReport, facts: StudyFacts) -> list[Finding
          "max_step": full, "pruned_early": early, "pruned": pruned})]
 
 
+def _reach_at_its_patience(pruner: dict[str, Any]) -> bool:
+    """patience_mode=reach with patience and min_resource at least the default's (or
+    min_resource measured from the trials' start-up: auto)."""
+    def at_least(value: Any, floor: int) -> bool:
+        return isinstance(value, int) and value >= floor
+
+    return (pruner.get("name") == "patient_hyperband" and pruner.get("patience_mode") == "reach"
+            and at_least(pruner.get("patience"), DEFAULT_PATIENCE)
+            and (pruner.get("min_resource") == "auto"
+                 or at_least(pruner.get("min_resource"), DEFAULT_MIN_RESOURCE)))
+
+
 def _gentler(pruner: dict[str, Any]) -> str:
     """The keys that make the study's own pruner wait longer (each pruner has its own)."""
     def now(*keys: str) -> str:
@@ -342,7 +360,8 @@ def _gentler(pruner: dict[str, Any]) -> str:
                 "optuna.TrialPruned); let it wait longer, or give the study a pruner")
     if pruner.get("name") == "hyperband":
         return (f"raise pruner.min_resource{now('min_resource')}, or use pruner=patient_hyperband "
-                "(it prunes only after pruner.patience steps without improvement)")
+                "(Hyperband's verdict waits for pruner.patience steps without improvement; only "
+                "trials out of reach of the best value are stopped sooner)")
     return f"raise pruner.patience and pruner.min_resource{now('patience', 'min_resource')}"
 
 

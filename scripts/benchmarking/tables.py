@@ -203,10 +203,12 @@ class Store:
         used = target.get("seed_list", [])
         reference = (f"seed{'s' if len(used) > 1 else ''} {seed_text(used)}" if used
                      else f"{target['seeds']} seed(s), not recorded which")
-        lines = [f"## Workload {workload}, {group}: {side}", "",
-                 f"Targets (logloss) from {target['contender']}'s reference run of "
-                 f"{target['budget_s']:g} s ({reference}): "
-                 + ", ".join(f"{k} {v:.5f}" for k, v in goals.items()), ""]
+        values = ", ".join(f"{k} {v:.5f}" for k, v in goals.items())
+        # --targets-from: from kept runs of a comparison, which its note names
+        source = (f"Targets (logloss): {values} ({target['note']})" if "note" in target else
+                  f"Targets (logloss) from {target['contender']}'s reference run of "
+                  f"{target['budget_s']:g} s ({reference}): {values}")
+        lines = [f"## Workload {workload}, {group}: {side}", "", source, ""]
         for key in ("command", "commit", "source", "machine"):  # source: since 2026-11-27
             lines += [f"- {key}: " + "; ".join(sorted({f"`{r[key]}`" if key == "command"
                                                        else str(r.get(key, "not recorded"))

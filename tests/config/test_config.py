@@ -19,6 +19,17 @@ def test_defaults_compose() -> None:
     assert config.storage.url == "sqlite:///hpo.db"
 
 
+def test_the_default_pruner_is_one_setting_wherever_it_is_written() -> None:
+    """The yaml (what a run gets), the config class (what the replay and sim_pruning build)
+    and status's copy of its patience and min_resource agree."""
+    from hpo_orchestrator.config import PatientHyperbandPrunerConfig
+    from hpo_orchestrator.status import _findings
+    pruner = load_config([]).pruner
+    assert pruner == PatientHyperbandPrunerConfig()
+    assert (pruner.patience, pruner.min_resource) == (_findings.DEFAULT_PATIENCE,
+                                                      _findings.DEFAULT_MIN_RESOURCE)
+
+
 def test_overrides_apply() -> None:
     config = load_config(["objective=torch_mlp", "scheduler.parallel=8", "pruner.patience=4",
                           "pruner.min_resource=3", "study.name=exp1", "scheduler.gpus=[0,1]",

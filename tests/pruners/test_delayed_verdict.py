@@ -150,8 +150,9 @@ def _falling_study(overrides: list[str], trials: int = 30) -> tuple[dict[int, in
     pytest.param([], id="default"),  # patience_mode=reach since the paired runs of QUALITY.md
     pytest.param(["pruner.patience_mode=delay"], id="delay"),
     pytest.param(["pruner.patience_mode=veto", "pruner.patience=1"], id="veto-fails",
-                 marks=pytest.mark.xfail(strict=True, reason="veto never prunes a falling "
-                                         "curve, at any patience: the promise fails on it")),
+                 marks=pytest.mark.xfail(strict=True, raises=AssertionError,
+                                         reason="veto never prunes a falling curve, at any "
+                                         "patience: the promise fails on it")),
 ])
 def test_the_default_pruner_prunes_curves_that_keep_falling_but_stay_worse(overrides: list[str]) -> None:
     pruned, worse = _falling_study(overrides)

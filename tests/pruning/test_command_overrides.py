@@ -28,6 +28,16 @@ def test_only_what_differs_from_the_studys_own_defaults_is_given() -> None:
         "pruner.reduction_factor=3 pruner.patience_mode=delay study.name=hpo-patient-hyperband-3")
 
 
+def test_a_study_recorded_before_patience_mode_is_repeated_with_the_mode_it_ran() -> None:
+    """Its PatientPruner was veto; today's default is reach: the command says veto."""
+    recorded = to_plain_dict(load_config([]))
+    del recorded["pruner"]["patience_mode"]
+    command = recommended_command("hpo-orchestrator", "hpo", recorded, EAGER, set())
+    assert " pruner.patience_mode=veto " in command
+    recorded["pruner"]["patience_mode"] = "reach"  # today's default: not given
+    assert "patience_mode" not in recommended_command("hpo-orchestrator", "hpo", recorded, EAGER, set())
+
+
 def test_a_study_given_add_trials_gets_them_as_its_budget() -> None:
     recorded = to_plain_dict(load_config([]))
     recorded["study"].update(n_trials=None, add_trials=20)

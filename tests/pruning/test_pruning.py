@@ -54,7 +54,8 @@ def _live_study(db: Path, setting: PrunerSetting | None) -> None:
                          "min_resource": setting.min_resource,
                          "reduction_factor": setting.reduction_factor,
                          "n_warmup_steps": setting.n_warmup_steps,
-                         "n_startup_trials": setting.n_startup_trials, "max_resource": "auto"}
+                         "n_startup_trials": setting.n_startup_trials, "max_resource": "auto",
+                         "patience_mode": "reach"}  # what build() runs: today's default
               } if setting else {"pruner": {"name": "none"}}
     study.set_user_attr("hpo.config", config)
 
@@ -369,8 +370,12 @@ def test_a_setting_keeps_the_recorded_options_the_grid_does_not_vary() -> None:
     patient = PrunerSetting("patient_hyperband", patience=2, min_resource=1, reduction_factor=3)
     ran = {"name": "patient_hyperband", "patience": 5, "min_delta": 0.1, "max_resource": 30,
            "min_resource": "auto"}
+    # recorded before patience_mode existed: it ran Optuna's PatientPruner (veto), not the
+    # default of today (reach)
     assert patient.config(ran) == PatientHyperbandPrunerConfig(
-        patience=2, min_delta=0.1, min_resource=1, max_resource=30, reduction_factor=3)
+        patience=2, min_delta=0.1, min_resource=1, max_resource=30, reduction_factor=3,
+        patience_mode="veto")
+    assert patient.config({**ran, "patience_mode": "reach"}).patience_mode == "reach"
     assert patient.config({**ran, "max_resource": "auto"}).max_resource == "auto"
     plain = PrunerSetting("hyperband", min_resource=2, reduction_factor=4)
     assert plain.config({"name": "hyperband", "min_resource": 1, "max_resource": 30}) \

@@ -915,10 +915,15 @@ def test_a_pair_on_an_odd_split_is_refused_for_either_half(tmp_path: Path,
     assert bq.main() == 2
 
 
-def test_targets_from_kept_runs_record_their_source_set_up_and_seeds(tmp_path: Path) -> None:
+def test_targets_from_kept_runs_record_their_source_set_up_and_seeds(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     """--targets-from takes a baseline's runs of a kept comparison as the reference: its
-    targets, set-up and seeds as --reference would write them, a note naming the source, and
-    fewer than 3 seeds (or a seed twice, or two budgets) refused, nothing written."""
+    targets, set-up and seeds as --reference would write them, a note naming the source (the
+    report's header shows it), and fewer than 3 seeds, a seed twice (two groups: the error
+    names them, --targets-group picks one) or two budgets refused, nothing written; with
+    --pair it is refused whole."""
+    import sys
+
     from scripts.benchmarking.tables import Store
 
     bq = _script()
@@ -941,3 +946,28 @@ def test_targets_from_kept_runs_record_their_source_set_up_and_seeds(tmp_path: P
     assert entry["setup"] == [{"gpus": 1, "cores": 16}]
     assert "kept's runs of x, seeds [17, 18, 19], group pair:ours+x:start10" in entry["note"]
     assert bq.reference_refusal(entry, [11, 12, 13]) == ""
+    meta = {"command": "c", "commit": "x", "machine": "m", "gpu_util_mean": 0.0, "pruned": 0,
+            "test": None, "complete": 1, "best_value": 0.5}
+    for run in kept.runs:  # a comparison judged by them: its report's header names them
+        out.add({**meta, **run})
+    assert "Targets (logloss): 10% inf, 50% 0.70000, 100% 0.60000 (from " in \
+        "\n".join(out.section("c", "pair:ours+x:start10", plot=False))
+    # the same seeds in a second group, then at a second budget
+    for seed in (17, 18, 19):
+        kept.add({"workload": "c", "group": "solo", "contender": "x", "seed": seed,
+                  "curve": [(2.0, 0.9)], "budget_s": 10.0, "gpus": [1], "cores": list(range(16))})
+    again = Store(tmp_path / "again")
+    again.out.mkdir()
+    capsys.readouterr()
+    assert bq.targets_from(again, kept.out, "c", "x", [17, 18, 19]) == 2
+    assert "in group(s) pair:ours+x:start10, solo" in capsys.readouterr().err
+    assert again.targets() == {}
+    assert bq.targets_from(again, kept.out, "c", "x", [17, 18, 19], "solo") == 0
+    assert again.targets()["c"]["targets"]["100%"] == 0.9
+    kept.add({"workload": "c", "group": "solo", "contender": "x", "seed": 20,
+              "curve": [(2.0, 0.9)], "budget_s": 20.0, "gpus": [1], "cores": list(range(16))})
+    assert bq.targets_from(again, kept.out, "c", "x", [18, 19, 20], "solo") == 2
+    monkeypatch.setattr(sys, "argv", ["bench_quality.py", "--out", str(again.out), "--workload",
+                                      "c", "--seeds", "17-19", "--targets-from", str(kept.out),
+                                      "--pair", "ours,x"])
+    assert bq.main() == 2 and "it runs nothing" in capsys.readouterr().err

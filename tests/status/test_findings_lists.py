@@ -52,8 +52,9 @@ def test_idle_gpus_advice_names_too_few_parallel_trials_only(parallel: object, a
     ({"name": "none"}, "pruner=none: the objective stops these trials itself (it raises "
                        "optuna.TrialPruned); let it wait longer, or give the study a pruner"),
     ({"name": "hyperband", "min_resource": 1},
-     "raise pruner.min_resource (now min_resource=1), or use pruner=patient_hyperband (it prunes "
-     "only after pruner.patience steps without improvement)"),
+     "raise pruner.min_resource (now min_resource=1), or use pruner=patient_hyperband "
+     "(Hyperband's verdict waits for pruner.patience steps without improvement; only trials out "
+     "of reach of the best value are stopped sooner)"),
     ({"name": "patient_hyperband", "patience": 3, "min_resource": 3},
      "raise pruner.patience and pruner.min_resource (now patience=3, min_resource=3)"),
 ])

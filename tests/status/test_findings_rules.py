@@ -390,7 +390,8 @@ def test_early_prunes_under_reach_are_a_note_on_its_verdicts_not_a_warning() -> 
     """Under patience_mode=reach (the default) early prunes are out-of-reach verdicts made on
     the study's own curves: the README's example prunes 75 % at step 3 by design. The finding
     says so and names the one way to keep such trials, not 'raise patience'; under veto (or a
-    run recorded before patience_mode existed) it stays the warning."""
+    run recorded before patience_mode existed), or reach below the default's patience or
+    min_resource, it stays the warning."""
     reach = {"name": "patient_hyperband", "patience": 3, "patience_mode": "reach", "min_resource": 3}
     [found] = _aggressive_pruning(_pruned(steps={3: 26, 9: 4}, complete=10, pruned=30, rate=0.75),
                                   _facts(config={"pruner": reach}, max_complete_step=19))
@@ -401,9 +402,15 @@ def test_early_prunes_under_reach_are_a_note_on_its_verdicts_not_a_warning() -> 
     assert "'pruner.patience_mode=veto' lets them run" in found.advice
     assert "raise pruner.patience" not in found.advice
     assert found.evidence["pruned_early"] == 26
+    [found] = _aggressive_pruning(_pruned(steps={3: 26, 9: 4}, complete=10, pruned=30, rate=0.75),
+                                  _facts(config={"pruner": {**reach, "min_resource": "auto"}},
+                                         max_complete_step=19))
+    assert found.severity == "info"
+    # the incident's settings: Hyperband's own early verdicts are as likely as reach's
     for pruner in ({**reach, "patience_mode": "veto"}, {k: v for k, v in reach.items()
                                                          if k != "patience_mode"},
-                   {"name": "hyperband", "patience_mode": "reach"}):
+                   {"name": "hyperband", "patience_mode": "reach"}, {**reach, "patience": 2},
+                   {**reach, "min_resource": 1}):
         [found] = _aggressive_pruning(_pruned(steps={3: 26, 9: 4}, complete=10, pruned=30, rate=0.75),
                                       _facts(config={"pruner": pruner}, max_complete_step=19))
         assert found.severity == "warning" and "raise pruner." in found.advice
