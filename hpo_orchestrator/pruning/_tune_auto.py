@@ -237,25 +237,22 @@ class PrunerTuner:
         the first replay fell due after this run's last check (trials pruned at their first
         steps can finish by the dozen a second), so that status does not say "no replay yet"
         on a run that had one due."""
+        # the run's end must not fail on a note about a replay: a storage in trouble is the
+        # run's own error, reported by the loop
         if self._child is not None:
             self._child.stop()
             self._child = None
             if record:
                 replayed = len(self._curves.curves) if self._curves else 0
-                self._note("stopped", "the run ended before the replay finished", replayed)
+                with contextlib.suppress(Exception):
+                    self._verdict("stopped", "the run ended before the replay finished", replayed)
         elif record and self._last_finished is not None and self._last_finished < MIN_CURVES:
-            with contextlib.suppress(Exception):  # see _note
+            with contextlib.suppress(Exception):
                 finished = self._finished()
                 if finished >= MIN_CURVES:
-                    self._note("stopped", f"the run ended before its first replay could start "
-                               f"(one is tried at {MIN_CURVES} finished trials; "
-                               f"{finished} finished)", 0)
-
-    def _note(self, decision: str, reason: str, replayed: int) -> None:
-        # the run's end must not fail on a note about a replay: a storage in trouble is the
-        # run's own error, reported by the loop
-        with contextlib.suppress(Exception):
-            self._verdict(decision, reason, replayed)
+                    self._verdict("stopped", f"the run ended before its first replay could start "
+                                  f"(one is tried at {MIN_CURVES} finished trials; "
+                                  f"{finished} finished)", 0)
 
     def _finished(self) -> int:
         with self.engine.connect() as connection:
