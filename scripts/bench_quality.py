@@ -105,6 +105,10 @@ OURS = {"ours": [], "ours-fresh": ["scheduler.worker_mode=fresh"],
         # the first trial's start-up alone on its GPU (issue 51.1): against ours, what the
         # start-up overlap (placement/_rules.py) gains or costs
         "ours-overlap": ["scheduler.startup_overlap=true"],
+        # the first level rounded up (placement/_rules.py, _level_for): against ours, what going
+        # where the climb would end, without timing the level below, gains or costs
+        "ours-fill": ["scheduler.first_level=fill"],
+        "ours-fill-overlap": ["scheduler.first_level=fill", "scheduler.startup_overlap=true"],
         # workload (c) only (a custom objective's hook): the images and the CUDA context made
         # in objective.setup, as docs/OBJECTIVES.md advises, so workers started ahead pay them
         "ours-setup": ["objective.setup=scripts.benchmarking.cnn:setup"],

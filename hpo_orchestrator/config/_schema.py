@@ -35,6 +35,7 @@ __all__ = [
 ]
 
 MAX_STUDY_NAME = 512  # characters: Optuna's studies.study_name column
+FIRST_LEVELS = ("under", "fill")  # scheduler.first_level (placement/_rules.py, _level_for)
 
 
 # --- the run -----------------------------------------------------------------------------
@@ -67,6 +68,11 @@ class SchedulerConfig:
     # no step reported, the GPU idle), it takes one more, confirmed or undone by their first
     # steps (docs/HOSTS.md, "Filling the GPUs"); false: the first level waits for the steps.
     startup_overlap: bool = False
+    # trials_per_gpu=auto: the first jump from one trial a GPU goes to. under: the most
+    # trials whose shares of utilization stay under target_gpu_util; fill: the fewest that
+    # reach it, where the climb one at a time would end, without timing the level below first
+    # (docs/HOSTS.md, "Filling the GPUs").
+    first_level: str = "under"
     # CPU cores this orchestrator may use (threads per trial, trials_per_gpu=auto's core
     # check, parallel=auto without GPUs); null: its CPU affinity.
     host_cores: int | None = None
@@ -153,6 +159,8 @@ class SchedulerConfig:
                  "e.g. scheduler.gpus=[0,1]")
         _require(isinstance(self.target_gpu_util, (int, float)) and 0 < self.target_gpu_util <= 100,
                  f"{path}.target_gpu_util", f"expected a percentage 1-100, got {self.target_gpu_util!r}")
+        _require(self.first_level in FIRST_LEVELS, f"{path}.first_level",
+                 f"expected {' or '.join(FIRST_LEVELS)}, got {self.first_level!r}")
 
     def _validate_workers(self, path: str) -> None:
         """A trial's process: how it runs, how long, how often again, how much it may log."""

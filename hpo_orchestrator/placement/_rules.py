@@ -130,6 +130,8 @@ class PackingPolicy:
     climb_gain: float = 1.15
     # scheduler.startup_overlap: one more trial during the first trial's start-up (module doc)
     startup_overlap: bool = False
+    # scheduler.first_level: "under" or "fill" (_level_for)
+    first_level: str = "under"
     # A GPU under this SM % in each of its latest min_readings readings is idle: a trial that
     # still imports or loads its data reads 0 % (workload c's CNN, 12-13 s on an H200); its
     # CUDA context and first kernels read above.
@@ -464,7 +466,14 @@ def _level_for(policy: PackingPolicy, state: GpuLevel, obs: GpuObservation,
                host: HostObservation, util: float, at: int) -> tuple[int, str] | None:
     """The level ``at`` trials that keep the GPU ``util`` % busy point to: ``target_util``
     over each trial's share, as far as memory, the host's cores and ``scheduler.parallel``
-    allow, and why; None when that is no higher than ``at``."""
+    allow, and why; None when that is no higher than ``at``.
+
+    Rounded down (``first_level=under``), the level stays under ``target_util`` and the climb
+    adds one more once a trial timed it: on workload (c)'s CNN on an H200 one trial read
+    27-40 % busy, went to 2, and reached 3 another 18-46 s later, or never in its 70 s
+    (docs/quality/runs.md, ``gpu-o61``). Rounded up (``fill``), it goes where that climb would
+    end, and the throughput verdict there undoes an overshoot as it undoes any level that
+    does not gain."""
     room = memory_room(policy, obs, host)
     if room is None:
         return None
@@ -472,7 +481,8 @@ def _level_for(policy: PackingPolicy, state: GpuLevel, obs: GpuObservation,
     share = max(util / at, 1.0)
     carried, by = cpu_room(policy, host, obs.cpu_cores)
     # true division: floats' floor division reads 80 / 1.6 % (1.6 a hair over in binary) as 49
-    limits = {"utilization": int(policy.target_util / share),
+    trials = policy.target_util / share
+    limits = {"utilization": math.ceil(trials) if policy.first_level == "fill" else int(trials),
               "scheduler.max_trials_per_gpu": min(policy.max_per_gpu, state.ceiling),
               "GPU memory": at + int(max(free, 0.0) // need),
               "scheduler.parallel": at + (host.cap - host.concurrency) // host.adds}
@@ -485,7 +495,9 @@ def _level_for(policy: PackingPolicy, state: GpuLevel, obs: GpuObservation,
     each = "" if at == 1 else " a trial"
     return target, (f"{util:.0f}% utilization at {at} per GPU: {target} per GPU "
                     f"(bound by {bound}; {policy.target_util:g}% / {share:.0f}%{each} "
-                    f"would be {limits['utilization']}), confirmed by throughput next")
+                    f"would be {limits['utilization']}"
+                    f"{', rounded up' if policy.first_level == 'fill' else ''}), "
+                    "confirmed by throughput next")
 
 
 def _startup_raise(policy: PackingPolicy, state: GpuLevel, obs: GpuObservation,

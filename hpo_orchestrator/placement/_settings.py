@@ -165,4 +165,5 @@ def decode(scheduler: Any, gpus: Sequence[GpuInfo], *, cores: int, host: str,
         run_folder=run_folder, reuse=scheduler.worker_mode == "reuse", objective=objective,
         policy=PackingPolicy(target_util=float(scheduler.target_gpu_util),
                              max_per_gpu=scheduler.max_trials_per_gpu,
-                             startup_overlap=scheduler.startup_overlap))
+                             startup_overlap=scheduler.startup_overlap,
+                             first_level=scheduler.first_level))

@@ -98,6 +98,7 @@ BAD = [
     (["study.direction=sideways"], "study.direction"),
     (["scheduler.gpus=[-1]"], "scheduler.gpus"),
     (["scheduler.startup_overlap=maybe"], "scheduler.startup_overlap"),
+    (["scheduler.first_level=ceil"], "scheduler.first_level"),
     (["objective=torch_mlp", "objective.prefetch_factor=2"], "prefetch_factor"),
     (["telemetry.interval_s=0"], "telemetry.interval_s"),
     (["not-an-override"], "not-an-override"),

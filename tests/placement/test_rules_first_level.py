@@ -242,3 +242,46 @@ def test_the_steady_utilization_starts_when_every_running_trial_reported() -> No
     waiting = RunningView(gpu=0, worker=3, started=2.0)
     assert _steady(readings, [first, waiting]) == []
     assert _steady(readings, []) == []
+
+
+# --- scheduler.first_level=fill ---------------------------------------------------------------
+
+FILL = replace(POLICY, first_level="fill")
+
+
+@pytest.mark.parametrize(("util", "under", "fill"), [
+    (36.0, 2, 3),  # the CNN on an H200 (gpu-o61): two stay under 80 %, three reach it
+    (27.0, 2, 3),
+    (25.0, 3, 4),
+    (40.0, 2, 2),  # two reach 80 % exactly: no third
+    (16.0, 4, 4),  # five would reach it; four at most either way
+])
+def test_fill_goes_to_the_fewest_trials_that_reach_the_target(util: float, under: int,
+                                                              fill: int) -> None:
+    """under: the most trials whose shares stay under 80 %, then one more once a trial timed
+    that level; fill: where that climb would end, at once."""
+    for policy, level in ((POLICY, under), (FILL, fill)):
+        _, change = decide(policy, _state(), _obs(steady_util=util), HOST, now=7.0)
+        assert change is not None and change.new == level, (policy.first_level, util)
+    _, change = decide(FILL, _state(), _obs(steady_util=36.0), HOST, now=7.0)
+    assert change is not None
+    assert "80% / 36% would be 3, rounded up)" in change.reason
+
+
+def test_fill_keeps_to_memory_cores_and_parallel() -> None:
+    """Rounding up is the utilization's bound only: the others still cap it."""
+    room_for_one = _obs(steady_util=36.0, free_mib=500.0 + 1762.0 + 100.0, running_mem_mib=(500.0,))
+    _, change = decide(FILL, _state(), room_for_one, HOST, now=7.0)
+    assert change is not None and change.new == 2 and "(bound by GPU memory;" in change.reason
+    _, change = decide(FILL, _state(), _obs(steady_util=36.0), replace(HOST, cap=4), now=7.0)
+    assert change is not None and change.new == 2 and "(bound by scheduler.parallel;" in change.reason
+
+
+def test_fill_overshooting_is_undone_by_throughput() -> None:
+    """Three per GPU that run each step 3.3x slower than one: no gain, back to two, as any
+    level that does not pay."""
+    state, _ = decide(FILL, _state(), _obs(steady_util=36.0), HOST, now=7.0)
+    assert state.limit == 3
+    slow = tuple(TrialTime(CNN, 2.3, duration=25.0) for _ in range(4))
+    state, change = decide(FILL, state, _obs(running=3, trials=slow), HOST, now=40.0)
+    assert change is not None and (change.old, change.new) == (3, 2) and state.ceiling == 2

@@ -332,3 +332,15 @@ def test_a_start_up_trial_that_ended_before_the_verdict_times_the_kept_level() -
                            host, now=20.0)
     assert change is not None and (change.old, change.new) == (2, 4)
     assert state.times[2] == {CNN: (0.7,)}
+
+
+def test_fill_takes_the_level_two_trials_point_to_rounded_up() -> None:
+    """60 % at two (30 % a trial): under keeps two and waits for a trial timed there; fill
+    goes on to three, judged against two (gpu-o57: two read 49-68 %, and the climb to three
+    waited 27-40 s)."""
+    host = replace(HOST, concurrency=2, mem_peak_mib=1000.0)
+    state, change = decide(replace(POLICY, first_level="fill"), _at_startup_level(), _past_it(),
+                           host, now=20.0)
+    assert change is not None and (change.old, change.new) == (2, 3)
+    assert "80% / 30% a trial would be 3, rounded up" in change.reason
+    assert state.times[2] == {CNN: (0.7,)} and not state.startup

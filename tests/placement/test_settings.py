@@ -47,6 +47,13 @@ def test_the_start_up_overlap_is_off_unless_switched_on() -> None:
     assert _decoded("scheduler.startup_overlap=true").policy.startup_overlap
 
 
+def test_the_first_level_is_under_the_target_unless_fill_is_asked() -> None:
+    """scheduler.first_level reaches the packing rules; ``under`` until paired GPU runs choose
+    ``fill`` (docs/QUALITY.md, "Defaults")."""
+    assert _decoded().policy.first_level == "under"
+    assert _decoded("scheduler.first_level=fill").policy.first_level == "fill"
+
+
 def test_a_host_without_gpus_runs_a_trial_per_core_or_per_threads() -> None:
     assert _decoded(gpus=[], cores=6).places.cap == 6
     assert SlotPool(_decoded(gpus=[], cores=6).places).concurrency == 6
