@@ -192,7 +192,7 @@ def optimize_past_queue_races(study: Any, objective: Callable[[Any], float], tim
     took: Optuna's trial queue is not atomic on SQLite (optuna/optuna#4002), so two processes
     can pop the same enqueued trial, and the second to finish it dies with "Cannot tell a
     COMPLETE trial" (seed 24 of docs/quality-data/gpu-o61 lost one of its three processes
-    so). A process short is no fair baseline; the duplicate's work is lost, as it would be.
+    so). A process short is no fair baseline; the duplicate trial's work is lost either way.
     Returns how many such races it went past."""
     end, races = clock() + timeout, 0
     while (left := end - clock()) > 0:
