@@ -481,8 +481,8 @@ def _level_for(policy: PackingPolicy, state: GpuLevel, obs: GpuObservation,
     share = max(util / at, 1.0)
     carried, by = cpu_room(policy, host, obs.cpu_cores)
     # true division: floats' floor division reads 80 / 1.6 % (1.6 a hair over in binary) as 49
-    trials = policy.target_util / share
-    limits = {"utilization": math.ceil(trials) if policy.first_level == "fill" else int(trials),
+    trials, fill = policy.target_util / share, policy.first_level == "fill"
+    limits = {"utilization": math.ceil(trials) if fill else int(trials),
               "scheduler.max_trials_per_gpu": min(policy.max_per_gpu, state.ceiling),
               "GPU memory": at + int(max(free, 0.0) // need),
               "scheduler.parallel": at + (host.cap - host.concurrency) // host.adds}
@@ -496,7 +496,7 @@ def _level_for(policy: PackingPolicy, state: GpuLevel, obs: GpuObservation,
     return target, (f"{util:.0f}% utilization at {at} per GPU: {target} per GPU "
                     f"(bound by {bound}; {policy.target_util:g}% / {share:.0f}%{each} "
                     f"would be {limits['utilization']}"
-                    f"{', rounded up' if policy.first_level == 'fill' else ''}), "
+                    f"{', rounded up' if fill else ''}), "
                     "confirmed by throughput next")
 
 
